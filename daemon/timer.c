@@ -1,0 +1,165 @@
+/*
+ * timer: see timer.h. A binary min-heap of armed timers ordered by `due`;
+ * the single uv_timer_t is always armed for the heap's top.
+ */
+#include "timer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static struct {
+    uv_loop_t *loop;
+    uv_timer_t handle;
+    struct timer **heap;
+    size_t len, cap;
+    int running;        /* inside timer_fire: defer re-arming */
+} ts;
+
+static void timer_fire(uv_timer_t *h);
+
+int timer_sys_init(uv_loop_t *loop)
+{
+    ts.loop = loop;
+    ts.len = 0;
+    return uv_timer_init(loop, &ts.handle);
+}
+
+void timer_sys_deinit(void)
+{
+    uv_close((uv_handle_t *)&ts.handle, NULL);
+    free(ts.heap);
+    ts.heap = NULL;
+    ts.len = ts.cap = 0;
+}
+
+uint64_t timer_now(void)
+{
+    return uv_now(ts.loop);
+}
+
+void timer_init(struct timer *t, timer_cb cb, void *data)
+{
+    t->due = 0;
+    t->slot = 0;
+    t->cb = cb;
+    t->data = data;
+}
+
+static void heap_set(size_t i, struct timer *t)
+{
+    ts.heap[i] = t;
+    t->slot = i + 1;
+}
+
+static void heap_up(size_t i)
+{
+    struct timer *t = ts.heap[i];
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (ts.heap[parent]->due <= t->due)
+            break;
+        heap_set(i, ts.heap[parent]);
+        i = parent;
+    }
+    heap_set(i, t);
+}
+
+static void heap_down(size_t i)
+{
+    struct timer *t = ts.heap[i];
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        uint64_t mdue = t->due;
+        if (l < ts.len && ts.heap[l]->due < mdue) {
+            m = l;
+            mdue = ts.heap[l]->due;
+        }
+        if (r < ts.len && ts.heap[r]->due < mdue)
+            m = r;
+        if (m == i)
+            break;
+        heap_set(i, ts.heap[m]);
+        i = m;
+    }
+    heap_set(i, t);
+}
+
+static void timer_rearm(void)
+{
+    if (ts.running)
+        return;
+    if (ts.len == 0) {
+        uv_timer_stop(&ts.handle);
+        return;
+    }
+    uint64_t now = uv_now(ts.loop), due = ts.heap[0]->due;
+    uv_timer_start(&ts.handle, timer_fire, due > now ? due - now : 0, 0);
+}
+
+static void heap_remove(size_t i)
+{
+    struct timer *t = ts.heap[i];
+    ts.len--;
+    if (i != ts.len) {
+        struct timer *last = ts.heap[ts.len];
+        heap_set(i, last);
+        heap_up(i);
+        if (last->slot - 1 == i)
+            heap_down(i);
+    }
+    t->slot = 0;
+}
+
+void timer_stop(struct timer *t)
+{
+    if (!t->slot)
+        return;
+    size_t i = t->slot - 1;
+    int was_top = i == 0;
+    heap_remove(i);
+    if (was_top)
+        timer_rearm();
+}
+
+void timer_start_at(struct timer *t, uint64_t due)
+{
+    if (t->slot) {
+        size_t i = t->slot - 1;
+        heap_remove(i);
+    }
+    if (ts.len == ts.cap) {
+        size_t ncap = ts.cap ? ts.cap * 2 : 64;
+        struct timer **n = realloc(ts.heap, ncap * sizeof(*n));
+        if (!n) {
+            fprintf(stderr, "redlockd: out of memory\n");
+            abort();
+        }
+        ts.heap = n;
+        ts.cap = ncap;
+    }
+    t->due = due;
+    heap_set(ts.len, t);
+    ts.len++;
+    heap_up(ts.len - 1);
+    timer_rearm();
+}
+
+void timer_start(struct timer *t, uint64_t ms)
+{
+    timer_start_at(t, uv_now(ts.loop) + ms);
+}
+
+static void timer_fire(uv_timer_t *h)
+{
+    (void)h;
+    uint64_t now = uv_now(ts.loop);
+
+    ts.running = 1;
+    while (ts.len > 0 && ts.heap[0]->due <= now) {
+        struct timer *t = ts.heap[0];
+        heap_remove(0);
+        t->cb(t);       /* may start or stop any timer, or free t */
+    }
+    ts.running = 0;
+    timer_rearm();
+}

@@ -1,0 +1,39 @@
+/*
+ * timer: many cheap one-shot timers driven by one uv_timer_t.
+ *
+ * Leases, waits, keepalives, request timeouts and reconnect backoffs each
+ * need a deadline. A uv_timer_t per deadline would need a close callback
+ * before the owning struct could be freed; these timers are plain embedded
+ * structs kept in a binary min-heap, so stopping one is all an owner must do
+ * before freeing it. Times are uv_now() milliseconds (CLOCK_MONOTONIC).
+ */
+#ifndef REDLOCKD_TIMER_H
+#define REDLOCKD_TIMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct timer;
+typedef void (*timer_cb)(struct timer *t);
+
+struct timer {
+    uint64_t due;       /* uv_now() ms at which it fires */
+    size_t slot;        /* index in the heap + 1; 0 = not armed */
+    timer_cb cb;
+    void *data;         /* for the owner */
+};
+
+int timer_sys_init(uv_loop_t *loop);
+/* Close the driving uv_timer_t (the loop must run once more to finish). */
+void timer_sys_deinit(void);
+
+void timer_init(struct timer *t, timer_cb cb, void *data);
+/* (Re)arm t to fire after `ms` milliseconds from now. */
+void timer_start(struct timer *t, uint64_t ms);
+void timer_start_at(struct timer *t, uint64_t due);
+void timer_stop(struct timer *t);
+static inline int timer_active(const struct timer *t) { return t->slot != 0; }
+uint64_t timer_now(void);   /* uv_now() of the loop */
+
+#endif

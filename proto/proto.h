@@ -1,0 +1,224 @@
+/*
+ * proto: the redlockd wire protocol v1 as a pure library.
+ *
+ * Bytes in, validated structs out (proto_parse); structs in, reply lines out
+ * (proto_format_*); reply lines in, structs out (proto_reply_parse, used by
+ * the client library). No sockets, no loop, no globals. The daemon, the
+ * client library, the tests and the fuzzer all link it.
+ *
+ * Command names and error codes live in the X-macro tables below, so the
+ * enums, the wire words, HELP and the default messages cannot drift apart.
+ * docs/protocol.md describes the protocol for people.
+ */
+#ifndef REDLOCKD_PROTO_H
+#define REDLOCKD_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sbuf.h"
+
+#define PROTO_VERSION 1
+
+/* X(enum suffix, wire word) */
+#define PROTO_COMMANDS(X)   \
+    X(PING, "PING")         \
+    X(HELLO, "HELLO")       \
+    X(AUTH, "AUTH")         \
+    X(LOCK, "LOCK")         \
+    X(UNLOCK, "UNLOCK")     \
+    X(EXTEND, "EXTEND")     \
+    X(LOCKS, "LOCKS")       \
+    X(STATUS, "STATUS")     \
+    X(SESSIONS, "SESSIONS") \
+    X(STATS, "STATS")       \
+    X(HELP, "HELP")         \
+    X(QUIT, "QUIT")
+
+enum proto_cmd {
+    PROTO_CMD_NONE = 0,
+#define X(name, word) PROTO_CMD_##name,
+    PROTO_COMMANDS(X)
+#undef X
+    PROTO_CMD_COUNT
+};
+
+/* X(enum suffix, wire word, default message) */
+#define PROTO_ERRORS(X)                                                     \
+    X(ARG, "ARG", "malformed request")                                      \
+    X(UNKNOWN, "UNKNOWN", "unknown command")                                \
+    X(TOOLONG, "TOOLONG", "request line too long")                          \
+    X(NOAUTH, "NOAUTH", "authentication required")                          \
+    X(AUTH, "AUTH", "invalid password")                                     \
+    X(BUSY, "BUSY", "resource is held by someone else")                     \
+    X(TIMEOUT, "TIMEOUT", "timed out waiting for the lock")                 \
+    X(HELD, "HELD", "this session already holds the resource")             \
+    X(NOTHELD, "NOTHELD", "this session does not hold the resource")        \
+    X(LOST, "LOST", "the lease on the resource was lost")                   \
+    X(UNAVAILABLE, "UNAVAILABLE", "a quorum of redis nodes is unavailable") \
+    X(LIMIT, "LIMIT", "a configured limit was reached")                     \
+    X(SHUTDOWN, "SHUTDOWN", "the daemon is shutting down")
+
+enum proto_err {
+    PROTO_ERR_NONE = 0,
+#define X(name, word, msg) PROTO_ERR_##name,
+    PROTO_ERRORS(X)
+#undef X
+    PROTO_ERR_COUNT
+};
+
+/* Bits of proto_request.has: which options were given. */
+enum proto_opt {
+    PROTO_OPT_TTL = 1u << 0,
+    PROTO_OPT_WAIT = 1u << 1,
+    PROTO_OPT_RENEW = 1u << 2,
+    PROTO_OPT_PROTO = 1u << 3,
+    PROTO_OPT_NAME = 1u << 4,
+    PROTO_OPT_KEEPALIVE = 1u << 5,
+};
+
+/* Checks that depend on configuration; everything else is fixed by v1. */
+struct proto_limits {
+    size_t max_resource_len;    /* default 200 */
+};
+
+#define PROTO_LIMITS_DEFAULT { 200 }
+#define PROTO_MAX_NAME_LEN 64   /* HELLO name=: 1..64 visible ASCII bytes */
+#define PROTO_MAX_ERRMSG 160
+
+/*
+ * One parsed request. String fields point into the line passed to
+ * proto_parse (which is modified in place: word separators become NUL), so
+ * the request is valid only while that line buffer lives.
+ */
+struct proto_request {
+    enum proto_cmd cmd;
+    const char *arg;        /* resource (LOCK UNLOCK EXTEND STATUS), word
+                               (PING, may be NULL), password (AUTH) */
+    size_t arg_len;
+    unsigned has;           /* PROTO_OPT_* bits */
+    uint32_t ttl;           /* ttl= */
+    uint32_t wait;          /* wait= */
+    bool renew;             /* renew=, true unless renew=0 was given */
+    uint32_t proto;         /* proto= (only 1 is accepted) */
+    uint32_t keepalive;     /* keepalive= (0 = off) */
+    const char *name;       /* name= */
+    size_t name_len;
+};
+
+/* Result of proto_parse. */
+enum proto_parse_status {
+    PROTO_PARSE_OK = 0,     /* *req is filled in */
+    PROTO_PARSE_EMPTY,      /* empty or blank line: ignore, send nothing */
+    PROTO_PARSE_ERROR,      /* send ERR <code> <errmsg> */
+};
+
+struct proto_error {
+    enum proto_err code;
+    char msg[PROTO_MAX_ERRMSG];     /* human-readable, printable ASCII */
+};
+
+/*
+ * Parse one request line. `line` holds `len` bytes without the LF (the
+ * framing layer splits lines and handles max_line / TOOLONG); one trailing CR
+ * is dropped here. The buffer must have room for len+1 bytes: it is
+ * NUL-terminated and split in place. Rules (protocol.md): any control byte
+ * other than TAB (NUL and a CR not at the end included) -> ERR ARG; command
+ * names case-insensitive; options lower-case name=value, unknown or repeated
+ * options -> ERR ARG; numbers decimal digits only, at most 4294967295;
+ * resources 1..max_resource_len bytes of 0x21-0x7E.
+ */
+enum proto_parse_status proto_parse(char *line, size_t len,
+                                    const struct proto_limits *lim,
+                                    struct proto_request *req,
+                                    struct proto_error *err);
+
+/* Strict unsigned 32-bit decimal: digits only, no sign, no overflow. */
+int proto_parse_u32(const char *s, size_t len, uint32_t *out);
+
+/* 1 if s[0..len) is a valid resource name under lim, else 0. */
+int proto_valid_resource(const char *s, size_t len,
+                         const struct proto_limits *lim);
+
+const char *proto_cmd_name(enum proto_cmd cmd);     /* "LOCK"; NULL if out of range */
+const char *proto_err_word(enum proto_err code);    /* "BUSY" */
+const char *proto_err_default_msg(enum proto_err code);
+enum proto_err proto_err_from_word(const char *word, size_t len); /* NONE if unknown */
+
+/*
+ * Formatting. Each call appends exactly one complete LF-terminated line,
+ * or (ok_begin / kv_* / end) builds one in steps:
+ *
+ *     proto_format_ok_begin(b);
+ *     proto_format_kv_str(b, "resource", r);
+ *     proto_format_kv_u64(b, "fence", 17);
+ *     proto_format_end(b);                  -> "OK resource=job:42 fence=17\n"
+ *
+ * Values given to kv_str must not contain spaces or control bytes; any such
+ * byte is replaced by '_' so a reply line can never be split or forged.
+ */
+void proto_format_ok_begin(struct sbuf *b);
+void proto_format_kv_str(struct sbuf *b, const char *key, const char *val);
+void proto_format_kv_strn(struct sbuf *b, const char *key, const char *val,
+                          size_t len);
+void proto_format_kv_u64(struct sbuf *b, const char *key, uint64_t val);
+void proto_format_kv_i64(struct sbuf *b, const char *key, int64_t val);
+void proto_format_word(struct sbuf *b, const char *word);  /* " word" */
+void proto_format_end(struct sbuf *b);                     /* "\n" */
+
+void proto_format_ok(struct sbuf *b);                      /* "OK\n" */
+/* "OK <json>\n": json must be one line (jansson JSON_COMPACT output). */
+void proto_format_ok_json(struct sbuf *b, const char *json);
+/* "PONG\n" or "PONG <word>\n" */
+void proto_format_pong(struct sbuf *b, const char *word, size_t len);
+/* "ERR <CODE> <msg>\n"; msg NULL -> default message; non-printable bytes of
+ * msg are replaced so untrusted text can be echoed safely. */
+void proto_format_err(struct sbuf *b, enum proto_err code, const char *msg);
+void proto_format_errf(struct sbuf *b, enum proto_err code, const char *fmt,
+                       ...) __attribute__((format(printf, 3, 4)));
+/* "EVENT LOST resource=<r> fence=<n> reason=<reason>\n" */
+void proto_format_event_lost(struct sbuf *b, const char *resource,
+                             uint64_t fence, const char *reason);
+/* "EVENT SHUTDOWN\n" */
+void proto_format_event_shutdown(struct sbuf *b);
+/* "OK PING HELLO AUTH ...\n" from the command table */
+void proto_format_help(struct sbuf *b);
+
+/*
+ * Reply parsing (client side). `line` is one line without LF (a trailing CR
+ * is dropped); it is modified in place and the struct points into it.
+ */
+enum proto_reply_kind {
+    PROTO_REPLY_INVALID = 0,
+    PROTO_REPLY_OK,         /* "OK" [kv words | json] */
+    PROTO_REPLY_PONG,       /* "PONG" [word] */
+    PROTO_REPLY_ERR,        /* "ERR CODE msg" */
+    PROTO_REPLY_EVENT,      /* "EVENT NAME kv..." */
+};
+
+#define PROTO_REPLY_MAX_KV 16
+
+struct proto_kv {
+    const char *key;
+    const char *val;
+};
+
+struct proto_reply {
+    enum proto_reply_kind kind;
+    enum proto_err err;     /* ERR: the code (NONE if the word is unknown) */
+    const char *err_word;   /* ERR: the code word as sent */
+    const char *text;       /* ERR: message; OK: the JSON object when the
+                               text after "OK " starts with '{', else "";
+                               PONG: word; EVENT: name ("LOST",
+                               "SHUTDOWN"); never NULL, "" if none */
+    size_t nkv;             /* OK (non-JSON) / EVENT: words found; a word
+                               without '=' (e.g. "bye") has val "" */
+    struct proto_kv kv[PROTO_REPLY_MAX_KV];
+};
+
+int proto_reply_parse(char *line, size_t len, struct proto_reply *r);
+/* Value of key in r->kv, or NULL. */
+const char *proto_reply_get(const struct proto_reply *r, const char *key);
+
+#endif

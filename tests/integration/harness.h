@@ -1,0 +1,119 @@
+/*
+ * harness: test support for integration and fault tests.
+ *
+ * Starts real redis-server processes and the real redlockd binary on free
+ * loopback ports, each in its own temporary directory, and talks to the
+ * daemon over TCP or its unix socket with plain line I/O. Never a mock.
+ *
+ * Every function aborts the test (ck_abort_msg / fail) on a setup error, so
+ * callers do not check returns unless noted.
+ */
+#ifndef REDLOCKD_TEST_HARNESS_H
+#define REDLOCKD_TEST_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <hiredis/hiredis.h>
+
+#define H_MAX_NODES 7
+
+struct h_redis {
+    pid_t pid;              /* 0 when not running */
+    int port;
+    char dir[256];          /* its data directory (persistent across restart) */
+    char extra[256];        /* extra redis-server args it was started with */
+};
+
+/* Start redis-server on a free 127.0.0.1 port; `extra` is appended to the
+ * command line (e.g. "--appendonly yes --appendfsync always") or NULL.
+ * Waits until it answers PING. */
+void h_redis_start(struct h_redis *r, const char *extra);
+/* Start again on the same port and dir (after stop or kill). */
+void h_redis_restart(struct h_redis *r);
+void h_redis_stop(struct h_redis *r);       /* SIGTERM, wait; keeps dir */
+void h_redis_kill(struct h_redis *r);       /* SIGKILL, wait */
+void h_redis_pause(struct h_redis *r);      /* SIGSTOP */
+void h_redis_resume(struct h_redis *r);     /* SIGCONT */
+void h_redis_cleanup(struct h_redis *r);    /* stop if running, rm -rf dir */
+/* A synchronous hiredis connection (1 s timeout) for inspecting keys. */
+redisContext *h_redis_connect(const struct h_redis *r);
+/* Convenience: run a command (printf-style like redisCommand) and return the
+ * reply's integer, or -2 for nil, -3 for error; string replies are returned
+ * through *str (malloc'd) when str != NULL. */
+long long h_redis_cmd(const struct h_redis *r, char **str, const char *fmt, ...);
+
+struct h_daemon {
+    pid_t pid;
+    int port;               /* TCP listen port on 127.0.0.1 */
+    char dir[256];          /* temp dir: config, unix socket, log */
+    char conf_path[300];
+    char sock_path[300];    /* unix socket path (listen "unix:...") */
+    char log_path[300];     /* the daemon's stderr goes here */
+};
+
+/*
+ * Write a config listening on tcp://127.0.0.1:<free port> and
+ * unix:<dir>/redlockd.sock, with redis.nodes = the given nodes, log level
+ * debug, and then merge `extra_json` (a JSON object text, may be NULL) over
+ * it recursively, e.g. "{\"limits\":{\"max_clients\":5}}". Start redlockd
+ * -c <conf> and wait until the TCP port accepts connections (5 s max).
+ * If the environment variable REDLOCKD_TEST_WRAPPER is set (for example
+ * "valgrind --leak-check=full --error-exitcode=99 --errors-for-leak-kinds=definite"),
+ * the daemon runs under it (and the start wait is 30 s).
+ * REDLOCKD_BIN names the binary (set by meson).
+ */
+void h_daemon_start(struct h_daemon *d, struct h_redis *nodes, int nnodes,
+                    const char *extra_json);
+/* SIGTERM and wait (10 s, then SIGKILL and fail); returns the exit status
+ * (WEXITSTATUS, or 128+signal). Tests assert it is 0 (which under the
+ * valgrind wrapper also means no leaks). */
+int h_daemon_stop(struct h_daemon *d);
+void h_daemon_kill(struct h_daemon *d);     /* SIGKILL, wait */
+void h_daemon_cleanup(struct h_daemon *d);  /* kill if running, rm -rf dir */
+/* Print the daemon log to stderr (call on failure paths to help debugging). */
+void h_daemon_dump_log(const struct h_daemon *d);
+
+struct h_client {
+    int fd;
+    char buf[65536];        /* bytes read, not yet returned as lines */
+    size_t len;
+    char line[65536];       /* the last line returned */
+    char events[16384];     /* EVENT lines seen by h_cmd, LF-separated */
+    size_t events_len;
+};
+
+/* Connect; return 0 or -errno (does not abort: connection limits are tested). */
+int h_connect_tcp(struct h_client *c, int port);
+int h_connect_unix(struct h_client *c, const char *path);
+void h_close(struct h_client *c);           /* close(fd) without QUIT */
+void h_send(struct h_client *c, const char *data, size_t len);
+void h_sendf(struct h_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Read one line (without LF) into a static-per-client buffer; returns NULL on
+ * EOF or if nothing arrived within timeout_ms. */
+char *h_recv_line(struct h_client *c, int timeout_ms);
+/* Send "line\n" and return the next line that is not an EVENT (5 s timeout;
+ * fails the test on timeout/EOF). EVENT lines seen meanwhile are appended to
+ * c->events (newline separated) for h_expect_event. */
+char *h_cmd(struct h_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* True if the peer closed the connection within timeout_ms (reads and
+ * discards data meanwhile). */
+bool h_wait_eof(struct h_client *c, int timeout_ms);
+/* Wait up to timeout_ms for an EVENT line starting with `prefix`
+ * (e.g. "EVENT LOST resource=x"); returns it or NULL. */
+char *h_expect_event(struct h_client *c, const char *prefix, int timeout_ms);
+
+/* Helpers for assertions on "OK k=v ..." lines: value of key or NULL
+ * (returned in a static buffer). */
+const char *h_kv(const char *line, const char *key);
+bool h_starts(const char *line, const char *prefix);
+
+uint64_t h_now_ms(void);                    /* CLOCK_MONOTONIC */
+void h_sleep_ms(int ms);
+int h_free_port(void);
+
+#endif
