@@ -114,6 +114,7 @@ static struct {
     struct pool_node *nodes;
     int nnodes;
     bool stopping;
+    uint64_t inflight;                  /* requests awaiting replies */
     char sha[POOL_SCRIPT_COUNT][41];    /* from SCRIPT LOAD, "" until known */
 } P;
 
@@ -233,6 +234,7 @@ static int link_send(struct pool_link *l, struct pool_req *q)
     link_push(l, q);
     link_arm(l);
     l->node->requests++;
+    P.inflight++;
     return 0;
 }
 
@@ -252,6 +254,7 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     redisReply *r = reply;
 
     link_unlink(l, q);
+    P.inflight--;
     if (!r) {
         /* The connection failed (or we are dropping it): fail the node once,
          * unless this context was already detached by node_fail. */
@@ -302,7 +305,8 @@ static void node_reconnect_cb(struct timer *t)
     if (P.stopping)
         return;
     n->failed = false;
-    n->reconnects++;
+    if (n->run_id[0])
+        n->reconnects++;
     for (unsigned i = 0; i < P.conf->redis.pool_size; i++)
         link_connect(&n->links[i]);
     link_connect(&n->sub);
@@ -753,6 +757,11 @@ void pool_shutdown(void)
         free(P.nodes[i].links);
     free(P.nodes);
     P.nodes = NULL;
+}
+
+bool pool_busy(void)
+{
+    return P.inflight > 0;
 }
 
 int pool_nnodes(void)

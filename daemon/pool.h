@@ -45,6 +45,8 @@ int pool_init(uv_loop_t *loop, const struct conf *conf, pool_release_cb on_relea
 void pool_shutdown(void);
 
 int pool_nnodes(void);
+/* Are requests still waiting for replies? (shutdown drains them) */
+bool pool_busy(void);
 int pool_quorum(void);
 /* May this node's answer count as a vote right now? */
 bool pool_node_votes(int node);

@@ -19,6 +19,7 @@
 #include "conf.h"
 #include "log.h"
 #include "pool.h"
+#include "timer.h"
 
 enum op_kind { OP_ACQUIRE, OP_RAISE, OP_RELEASE, OP_EXTEND };
 
@@ -29,6 +30,7 @@ struct op {
     uint64_t start_ns;
     uint64_t max_fence;
     uint32_t ttl;
+    struct timer defer;     /* completes an op no node could take */
     redlock_cb cb;
     void *ud;
     size_t keylen;
@@ -37,6 +39,13 @@ struct op {
 };
 
 static const struct conf *RC;
+
+static void op_reply(void *ud, int node, redisReply *r);
+
+static void op_deferred(struct timer *t)
+{
+    op_reply(t->data, -1, NULL);
+}
 
 void redlock_init(const struct conf *conf)
 {
@@ -116,6 +125,7 @@ static struct op *op_create(enum op_kind kind, const char *key, size_t keylen,
         snprintf(o->token, sizeof(o->token), "%s", token);
     o->start_ns = uv_hrtime();
     o->res.pttl = -1;
+    timer_init(&o->defer, op_deferred, o);
     return o;
 }
 
@@ -124,7 +134,6 @@ static uint64_t op_elapsed_ms(const struct op *o)
     return (uv_hrtime() - o->start_ns) / 1000000u;
 }
 
-static void op_reply(void *ud, int node, redisReply *r);
 
 /* Send this op's script to every node; a node that cannot take it counts
  * as failed at once. The extra pending count keeps the op alive until the
@@ -180,7 +189,12 @@ static void op_fan_out(struct op *o)
             o->res.failed++;
         }
     }
-    op_reply(o, -1, NULL);
+    /* Never answer from inside the caller's call: when no node could take
+     * the request, finish on the next loop turn. */
+    if (o->pending == 1)
+        timer_start(&o->defer, 0);
+    else
+        op_reply(o, -1, NULL);
 }
 
 static void op_finish(struct op *o)
@@ -349,12 +363,7 @@ struct inspect {
     redlock_inspect_cb cb;
     void *ud;
     struct redlock_node_view *views;
-};
-
-struct inspect_req {
-    struct inspect *in;
-    int node;
-    bool is_get;
+    struct timer defer;
 };
 
 static void inspect_step(struct inspect *in)
@@ -382,6 +391,11 @@ static void inspect_reply(void *ud, int node, redisReply *r)
     inspect_step(in);
 }
 
+static void inspect_deferred(struct timer *t)
+{
+    inspect_step(t->data);
+}
+
 void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
                      void *ud)
 {
@@ -396,6 +410,7 @@ void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
     in->ud = ud;
     in->views = views;
     in->pending = 1;
+    timer_init(&in->defer, inspect_deferred, in);
     for (int i = 0; i < n; i++) {
         const char *pttl[2] = { "PTTL", key };
         const char *get[2] = { "GET", key };
@@ -409,5 +424,8 @@ void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
         if (pool_command(i, 2, get, glens, inspect_reply, in) != 0)
             in->pending--;
     }
-    inspect_step(in);
+    if (in->pending == 1)
+        timer_start(&in->defer, 0);
+    else
+        inspect_step(in);
 }

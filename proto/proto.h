@@ -187,7 +187,11 @@ void proto_format_help(struct sbuf *b);
 
 /*
  * Reply parsing (client side). `line` is one line without LF (a trailing CR
- * is dropped); it is modified in place and the struct points into it.
+ * is dropped); as for proto_parse the buffer must have room for len+1 bytes
+ * (the LF's place will do). It is modified in place and the struct points
+ * into it. Returns 0, or -1 with kind PROTO_REPLY_INVALID for a line that is
+ * not a v1 reply or event (unknown first word, control bytes, ERR or EVENT
+ * without a word, PONG with more than one word).
  */
 enum proto_reply_kind {
     PROTO_REPLY_INVALID = 0,

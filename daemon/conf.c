@@ -1,0 +1,1065 @@
+/*
+ * conf: loads the daemon's JSON configuration file (docs/configuration.md).
+ *
+ * One jansson tree goes through three passes:
+ *   1. walk:     every key in the file must name a row of conf_keys[] or a
+ *                section holding such rows; anything else is an error.
+ *   2. apply:    rows are applied in table order, each checking its own
+ *                type and range, so the first error reported does not
+ *                depend on the order of keys in the file.
+ *   3. validate: the rules that involve more than one key.
+ * conf_init() takes its defaults from the same table, so a default cannot
+ * drift away from the range that checks it.
+ */
+#include "conf.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/un.h>
+
+#include <jansson.h>
+
+#define CONF_FILE_MAX (1024 * 1024)  /* a config file is a few KiB */
+#define CONF_ADDRS_MAX 64
+#define CONF_SECRET_MAX 512
+#define CONF_NAME_MAX 256
+#define CONF_MS_MAX 2147483647LL     /* protocol durations fit in 32 bits */
+#define CONF_UNIX_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
+enum conf_type {
+    CONF_T_UINT,        /* unsigned, JSON integer in [min, max] */
+    CONF_T_INT,         /* int, JSON integer in [min, max] */
+    CONF_T_BOOL,
+    CONF_T_NUMBER,      /* double, JSON number in [min, dmax) */
+    CONF_T_STRING,      /* char *, length in [min, max] */
+    CONF_T_SECRET_FILE, /* char *: the first line of the named file */
+    CONF_T_MODE,        /* unsigned, octal string */
+    CONF_T_LEVEL,       /* int, log level name */
+    CONF_T_ADDRS,       /* struct conf_addr * + size_t count */
+    CONF_T_ADDR,        /* struct conf_addr *, or NULL */
+};
+
+/* String rules (flags of CONF_T_STRING and CONF_T_SECRET_FILE rows). */
+#define CONF_S_NULL 0x1     /* null means "not set" */
+#define CONF_S_WORD 0x2     /* no spaces: clients send it as one word */
+
+/* Address rules (flags of CONF_T_ADDRS and CONF_T_ADDR rows). */
+#define CONF_A_UNIX 0x1     /* "unix:/PATH" allowed */
+#define CONF_A_NAME 0x2     /* host names allowed, not only IP literals */
+
+struct conf_key {
+    const char *key;        /* full path, "limits.max_line" */
+    enum conf_type type;
+    size_t off;             /* the field in struct conf */
+    size_t count_off;       /* CONF_T_ADDRS: the count field */
+    long long min, max;     /* value, string bytes or list entries */
+    long long ival;         /* default of integer-like types */
+    double dval, dmax;      /* CONF_T_NUMBER: default, exclusive maximum */
+    const char *sval;       /* default string or address */
+    unsigned flags;
+};
+
+#define F(field) offsetof(struct conf, field)
+#define K_UINT(k, fld, def, lo, hi) \
+    { .key = k, .type = CONF_T_UINT, .off = F(fld), .min = lo, .max = hi, \
+      .ival = def }
+#define K_STR(k, fld, def, lo, hi, fl) \
+    { .key = k, .type = CONF_T_STRING, .off = F(fld), .min = lo, .max = hi, \
+      .sval = def, .flags = fl }
+#define K_SECRET(k, fld, fl) \
+    { .key = k, .type = CONF_T_SECRET_FILE, .off = F(fld), .min = 1, \
+      .max = CONF_SECRET_MAX, .flags = fl }
+#define K_ADDRS(k, fld, cnt, def, fl) \
+    { .key = k, .type = CONF_T_ADDRS, .off = F(fld), .count_off = F(cnt), \
+      .min = 1, .max = CONF_ADDRS_MAX, .sval = def, .flags = fl }
+
+/*
+ * A *_file row must come after the row it fills, so that it can tell that
+ * both were given (see conf_apply_secret_file).
+ */
+static const struct conf_key conf_keys[] = {
+    K_ADDRS("listen", listen, nlisten, "tcp://127.0.0.1:7390", CONF_A_UNIX),
+    { .key = "unix_socket_mode", .type = CONF_T_MODE,
+      .off = F(unix_socket_mode), .min = 0, .max = 0777, .ival = 0660 },
+
+    K_ADDRS("redis.nodes", redis.nodes, redis.nnodes, "127.0.0.1:6379",
+            CONF_A_UNIX | CONF_A_NAME),
+    K_STR("redis.username", redis.username, NULL, 1, CONF_NAME_MAX,
+          CONF_S_NULL | CONF_S_WORD),
+    K_STR("redis.password", redis.password, NULL, 1, CONF_SECRET_MAX,
+          CONF_S_NULL),
+    K_SECRET("redis.password_file", redis.password, 0),
+    { .key = "redis.db", .type = CONF_T_INT, .off = F(redis.db),
+      .min = 0, .max = 1000, .ival = 0 },
+    K_UINT("redis.pool_size", redis.pool_size, 2, 1, 64),
+    K_UINT("redis.connect_timeout_ms", redis.connect_timeout_ms, 1000,
+           1, 600000),
+    K_UINT("redis.command_timeout_ms", redis.command_timeout_ms, 100,
+           1, 600000),
+    K_UINT("redis.reconnect_max_ms", redis.reconnect_max_ms, 5000,
+           1, 3600000),
+
+    K_STR("locks.key_prefix", locks.key_prefix, "lock:", 0, 128, 0),
+    K_STR("locks.fence_key", locks.fence_key, "redlockd:fence",
+          1, CONF_NAME_MAX, 0),
+    K_STR("locks.release_channel", locks.release_channel, "redlockd:released",
+          1, CONF_NAME_MAX, 0),
+    K_UINT("locks.default_ttl_ms", locks.default_ttl_ms, 30000,
+           10, CONF_MS_MAX),
+    K_UINT("locks.min_ttl_ms", locks.min_ttl_ms, 100, 10, CONF_MS_MAX),
+    K_UINT("locks.max_ttl_ms", locks.max_ttl_ms, 86400000, 10, CONF_MS_MAX),
+    K_UINT("locks.max_wait_ms", locks.max_wait_ms, 3600000, 0, CONF_MS_MAX),
+    { .key = "locks.drift_factor", .type = CONF_T_NUMBER,
+      .off = F(locks.drift_factor), .min = 0, .dval = 0.01, .dmax = 0.5 },
+    K_UINT("locks.lock_delay_ms", locks.lock_delay_ms, 0, 0, 86400000),
+    K_UINT("locks.max_resource_len", locks.max_resource_len, 200, 1, 1024),
+    K_UINT("locks.retry_ms", locks.retry_ms, 500, 10, 600000),
+
+    K_UINT("limits.max_clients", limits.max_clients, 10000, 1, 1000000),
+    K_UINT("limits.max_line", limits.max_line, 4096, 64, 1048576),
+    K_UINT("limits.max_locks_per_session", limits.max_locks_per_session,
+           1024, 1, 1000000),
+    K_UINT("limits.max_pipeline", limits.max_pipeline, 128, 1, 65536),
+    K_UINT("limits.max_output_bytes", limits.max_output_bytes, 1048576,
+           4096, 1073741824),
+    K_UINT("limits.idle_timeout_ms", limits.idle_timeout_ms, 0,
+           0, CONF_MS_MAX),
+    K_UINT("limits.handshake_timeout_ms", limits.handshake_timeout_ms, 10000,
+           0, 3600000),
+
+    K_STR("auth.password", auth.password, NULL, 1, CONF_SECRET_MAX,
+          CONF_S_NULL | CONF_S_WORD),
+    K_SECRET("auth.password_file", auth.password, CONF_S_WORD),
+    { .key = "auth.protected_mode", .type = CONF_T_BOOL,
+      .off = F(auth.protected_mode), .ival = 1 },
+
+    { .key = "metrics.listen", .type = CONF_T_ADDR, .off = F(metrics.listen) },
+    { .key = "log.level", .type = CONF_T_LEVEL, .off = F(log.level),
+      .ival = CONF_LOG_INFO },
+    K_UINT("shutdown_timeout_ms", shutdown_timeout_ms, 5000, 0, 3600000),
+};
+
+#define CONF_NKEYS (sizeof(conf_keys) / sizeof(conf_keys[0]))
+
+/* Indexed by enum log_level_value. */
+static const char *const conf_level_names[] = {
+    "debug", "info", "notice", "warning", "error",
+};
+
+struct conf_loader {
+    struct conf *c;
+    const char *name;           /* file name for messages */
+    char *err;
+    size_t errlen;
+    json_t *given[CONF_NKEYS];  /* (borrowed from the tree) value per row */
+};
+
+/* ---- messages ---------------------------------------------------------- */
+
+/* One log line per message: a control byte from the file must not split it. */
+static void conf_sanitize(char *s)
+{
+    for (; *s != '\0'; s++) {
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+    }
+}
+
+static void conf_vmsg(char *err, size_t errlen, const char *prefix,
+                      const char *fmt, va_list ap)
+{
+    size_t n;
+
+    if (err == NULL || errlen == 0)
+        return;
+    snprintf(err, errlen, "%s", prefix);
+    n = strlen(err);
+    if (n < errlen - 1)
+        vsnprintf(err + n, errlen - n, fmt, ap);
+    conf_sanitize(err);
+}
+
+static int conf_msg(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int conf_msg(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    conf_vmsg(err, errlen, "", fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* "NAME: KEY: message"; always returns -1. */
+static int conf_fail(struct conf_loader *ld, const char *key,
+                     const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int conf_fail(struct conf_loader *ld, const char *key,
+                     const char *fmt, ...)
+{
+    char prefix[CONF_ERRLEN];
+    va_list ap;
+
+    if (key[0] == '\0')
+        key = "\"\"";
+    snprintf(prefix, sizeof(prefix), "%s: %s: ", ld->name, key);
+    va_start(ap, fmt);
+    conf_vmsg(ld->err, ld->errlen, prefix, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- addresses --------------------------------------------------------- */
+
+void conf_addr_deinit(struct conf_addr *a)
+{
+    if (a == NULL)
+        return;
+    free(a->host);
+    free(a->path);
+    free(a->text);
+    memset(a, 0, sizeof(*a));
+}
+
+static void conf_addrs_free(struct conf_addr *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        conf_addr_deinit(&v[i]);
+    free(v);
+}
+
+static int conf_parse_port(const char *s, int *port)
+{
+    long v = 0;
+    size_t n = strlen(s);
+
+    if (n == 0 || n > 5)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v < 1 || v > 65535)
+        return -1;
+    *port = (int)v;
+    return 0;
+}
+
+static bool conf_is_hostname(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > 253 || !isalnum((unsigned char)s[0]))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '-')
+            return false;
+    }
+    return true;
+}
+
+/* "1.2.3" is a name to the resolver, but surely a mistyped address here. */
+static bool conf_looks_numeric(const char *s)
+{
+    return strspn(s, "0123456789.") == strlen(s);
+}
+
+/* Store the canonical form of a literal, so duplicates compare equal. */
+static const char *conf_addr_host(struct conf_addr *a, const char *host,
+                                  int family, unsigned flags)
+{
+    unsigned char bin[sizeof(struct in6_addr)];
+    char canon[INET6_ADDRSTRLEN];
+
+    if (inet_pton(family, host, bin) == 1) {
+        if (inet_ntop(family, bin, canon, sizeof(canon)) == NULL)
+            return "cannot format the address";
+        a->host = strdup(canon);
+    } else if (family == AF_INET6) {
+        return "not a valid IPv6 address";
+    } else if (conf_looks_numeric(host)) {
+        return "not a valid IPv4 address";
+    } else if (!(flags & CONF_A_NAME)) {
+        return "host must be an IPv4 address or a [bracketed] IPv6 address";
+    } else if (!conf_is_hostname(host)) {
+        return "invalid host name";
+    } else {
+        a->host = strdup(host);
+    }
+    return a->host == NULL ? "out of memory" : NULL;
+}
+
+static const char *conf_addr_unix(struct conf_addr *a, const char *path,
+                                  unsigned flags)
+{
+    if (!(flags & CONF_A_UNIX))
+        return "unix sockets are not allowed here";
+    if (path[0] != '/')
+        return "unix socket path must be absolute";
+    if (strlen(path) > CONF_UNIX_PATH_MAX)
+        return "unix socket path is longer than 107 bytes";
+    a->kind = CONF_ADDR_UNIX;
+    a->path = strdup(path);
+    return a->path == NULL ? "out of memory" : NULL;
+}
+
+/* Splits "HOST:PORT" or "[V6]:PORT"; *host is malloc'd. */
+static const char *conf_addr_split(const char *s, char **host, int *family,
+                                   const char **port)
+{
+    const char *end;
+
+    if (s[0] == '[') {
+        end = strchr(s, ']');
+        if (end == NULL)
+            return "missing ']' after the IPv6 address";
+        if (end[1] != ':')
+            return "expected [IPv6]:PORT";
+        *family = AF_INET6;
+        *port = end + 2;
+        *host = strndup(s + 1, (size_t)(end - s - 1));
+    } else {
+        end = strrchr(s, ':');
+        if (end == NULL)
+            return "expected HOST:PORT";
+        if (memchr(s, ':', (size_t)(end - s)) != NULL)
+            return "IPv6 addresses must be in brackets, as [::1]:PORT";
+        *family = AF_INET;
+        *port = end + 1;
+        *host = strndup(s, (size_t)(end - s));
+    }
+    return *host == NULL ? "out of memory" : NULL;
+}
+
+static const char *conf_addr_tcp(struct conf_addr *a, const char *s,
+                                 unsigned flags)
+{
+    const char *why, *port;
+    char *host = NULL;
+    int family;
+
+    if (strncmp(s, "tcp://", 6) == 0)
+        s += 6;
+    else if (strstr(s, "://") != NULL)
+        return "unknown scheme (use tcp:// or unix:)";
+    why = conf_addr_split(s, &host, &family, &port);
+    if (why == NULL && host[0] == '\0')
+        why = "missing host";
+    if (why == NULL && conf_parse_port(port, &a->port) < 0)
+        why = "port must be a number from 1 to 65535";
+    if (why == NULL)
+        why = conf_addr_host(a, host, family, flags);
+    free(host);
+    a->kind = CONF_ADDR_TCP;
+    return why;
+}
+
+static int conf_addr_parse(struct conf_addr *a, const char *text,
+                           unsigned flags, char *err, size_t errlen)
+{
+    const char *why;
+
+    memset(a, 0, sizeof(*a));
+    if (strncmp(text, "unix:", 5) == 0)
+        why = conf_addr_unix(a, text + 5, flags);
+    else
+        why = conf_addr_tcp(a, text, flags);
+    if (why == NULL) {
+        a->text = strdup(text);
+        if (a->text == NULL)
+            why = "out of memory";
+    }
+    if (why != NULL) {
+        conf_addr_deinit(a);
+        return conf_msg(err, errlen, "\"%s\": %s", text, why);
+    }
+    return 0;
+}
+
+int conf_parse_addr(struct conf_addr *a, const char *text, bool allow_unix,
+                    char *err, size_t errlen)
+{
+    unsigned flags = CONF_A_NAME | (allow_unix ? CONF_A_UNIX : 0);
+
+    return conf_addr_parse(a, text, flags, err, errlen);
+}
+
+static bool conf_addr_same(const struct conf_addr *x,
+                           const struct conf_addr *y)
+{
+    if (x->kind != y->kind)
+        return false;
+    if (x->kind == CONF_ADDR_UNIX)
+        return strcmp(x->path, y->path) == 0;
+    return x->port == y->port && strcasecmp(x->host, y->host) == 0;
+}
+
+/* ---- defaults and teardown -------------------------------------------- */
+
+static void *conf_field(struct conf *c, const struct conf_key *k)
+{
+    return (char *)c + k->off;
+}
+
+static int conf_default_addrs(struct conf *c, const struct conf_key *k)
+{
+    struct conf_addr *v = calloc(1, sizeof(*v));
+
+    if (v == NULL)
+        return -1;
+    if (conf_addr_parse(v, k->sval, k->flags, NULL, 0) < 0) {
+        free(v);
+        return -1;
+    }
+    *(struct conf_addr **)conf_field(c, k) = v;
+    *(size_t *)((char *)c + k->count_off) = 1;
+    return 0;
+}
+
+static int conf_default(struct conf *c, const struct conf_key *k)
+{
+    void *p = conf_field(c, k);
+
+    switch (k->type) {
+    case CONF_T_UINT:
+    case CONF_T_MODE:
+        *(unsigned *)p = (unsigned)k->ival;
+        return 0;
+    case CONF_T_INT:
+    case CONF_T_LEVEL:
+        *(int *)p = (int)k->ival;
+        return 0;
+    case CONF_T_BOOL:
+        *(bool *)p = k->ival != 0;
+        return 0;
+    case CONF_T_NUMBER:
+        *(double *)p = k->dval;
+        return 0;
+    case CONF_T_STRING:
+        if (k->sval == NULL)
+            return 0;
+        *(char **)p = strdup(k->sval);
+        return *(char **)p == NULL ? -1 : 0;
+    case CONF_T_ADDRS:
+        return conf_default_addrs(c, k);
+    case CONF_T_SECRET_FILE:
+    case CONF_T_ADDR:
+        return 0;   /* their fields start out NULL */
+    }
+    return -1;
+}
+
+/* Like conf_init, but says whether the default strings could be allocated. */
+static int conf_defaults(struct conf *c)
+{
+    int rc = 0;
+
+    memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        if (conf_default(c, &conf_keys[i]) < 0)
+            rc = -1;
+    }
+    return rc;
+}
+
+void conf_init(struct conf *c)
+{
+    /* On allocation failure the fields stay NULL; conf_load reports it. */
+    (void)conf_defaults(c);
+}
+
+/* Secrets may end up in a core dump otherwise. */
+static void conf_free_secret(char *s)
+{
+    if (s == NULL)
+        return;
+    explicit_bzero(s, strlen(s));
+    free(s);
+}
+
+void conf_deinit(struct conf *c)
+{
+    if (c == NULL)
+        return;
+    free(c->path);
+    conf_addrs_free(c->listen, c->nlisten);
+    conf_addrs_free(c->redis.nodes, c->redis.nnodes);
+    free(c->redis.username);
+    conf_free_secret(c->redis.password);
+    free(c->locks.key_prefix);
+    free(c->locks.fence_key);
+    free(c->locks.release_channel);
+    conf_free_secret(c->auth.password);
+    conf_addr_deinit(c->metrics.listen);
+    free(c->metrics.listen);
+    memset(c, 0, sizeof(*c));
+}
+
+/* ---- pass 1: walk ------------------------------------------------------ */
+
+static int conf_find(const char *key)
+{
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        if (strcmp(conf_keys[i].key, key) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+static bool conf_is_section(const char *key)
+{
+    size_t n = strlen(key);
+
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        if (strncmp(conf_keys[i].key, key, n) == 0 &&
+            conf_keys[i].key[n] == '.')
+            return true;
+    }
+    return false;
+}
+
+static int conf_walk(struct conf_loader *ld, json_t *obj, const char *prefix)
+{
+    char path[128];
+    const char *k;
+    json_t *v;
+    bool dotted;
+    int i;
+
+    json_object_foreach(obj, k, v) {
+        snprintf(path, sizeof(path), "%s%s%s", prefix,
+                 prefix[0] != '\0' ? "." : "", k);
+        /* A dotted key must not reach a nested row: "redis.db" at the top. */
+        dotted = strchr(k, '.') != NULL;
+        i = dotted ? -1 : conf_find(path);
+        if (i >= 0) {
+            ld->given[i] = v;
+        } else if (!dotted && prefix[0] == '\0' && conf_is_section(path)) {
+            if (!json_is_object(v))
+                return conf_fail(ld, path, "expected an object");
+            if (conf_walk(ld, v, path) < 0)
+                return -1;
+        } else {
+            return conf_fail(ld, path, "unknown key");
+        }
+    }
+    return 0;
+}
+
+/* ---- pass 2: apply ----------------------------------------------------- */
+
+static int conf_apply_integer(struct conf_loader *ld,
+                              const struct conf_key *k, json_t *v)
+{
+    json_int_t n;
+
+    if (!json_is_integer(v))
+        return conf_fail(ld, k->key, "expected an integer");
+    n = json_integer_value(v);
+    if (n < k->min || n > k->max)
+        return conf_fail(ld, k->key, "must be between %lld and %lld",
+                         k->min, k->max);
+    if (k->type == CONF_T_INT)
+        *(int *)conf_field(ld->c, k) = (int)n;
+    else
+        *(unsigned *)conf_field(ld->c, k) = (unsigned)n;
+    return 0;
+}
+
+static int conf_apply_bool(struct conf_loader *ld, const struct conf_key *k,
+                           json_t *v)
+{
+    if (!json_is_boolean(v))
+        return conf_fail(ld, k->key, "expected true or false");
+    *(bool *)conf_field(ld->c, k) = json_is_true(v);
+    return 0;
+}
+
+static int conf_apply_number(struct conf_loader *ld,
+                             const struct conf_key *k, json_t *v)
+{
+    double d;
+
+    if (!json_is_number(v))
+        return conf_fail(ld, k->key, "expected a number");
+    d = json_number_value(v);
+    if (!(d >= (double)k->min && d < k->dmax))
+        return conf_fail(ld, k->key, "must be at least %lld and below %g",
+                         k->min, k->dmax);
+    *(double *)conf_field(ld->c, k) = d;
+    return 0;
+}
+
+/* The checks shared by strings written in the file and read from a file. */
+static int conf_check_text(const struct conf_key *k, const char *s,
+                           size_t len, char *why, size_t whylen)
+{
+    if ((long long)len < k->min || (long long)len > k->max)
+        return conf_msg(why, whylen, "must be %lld to %lld bytes long",
+                        k->min, k->max);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+
+        if (ch < 0x20 || ch == 0x7f)
+            return conf_msg(why, whylen,
+                            "must not contain control characters");
+        if (ch == ' ' && (k->flags & CONF_S_WORD))
+            return conf_msg(why, whylen, "must not contain spaces");
+    }
+    return 0;
+}
+
+static int conf_apply_string(struct conf_loader *ld,
+                             const struct conf_key *k, json_t *v)
+{
+    char **p = conf_field(ld->c, k);
+    char why[128];
+    char *s = NULL;
+
+    if (!json_is_string(v) && !(json_is_null(v) && (k->flags & CONF_S_NULL)))
+        return conf_fail(ld, k->key, (k->flags & CONF_S_NULL) ?
+                         "expected a string or null" : "expected a string");
+    if (json_is_string(v)) {
+        if (conf_check_text(k, json_string_value(v), json_string_length(v),
+                            why, sizeof(why)) < 0)
+            return conf_fail(ld, k->key, "%s", why);
+        s = strdup(json_string_value(v));
+        if (s == NULL)
+            return conf_fail(ld, k->key, "out of memory");
+    }
+    conf_free_secret(*p);
+    *p = s;
+    return 0;
+}
+
+/*
+ * The first line of `path` into buf, without its LF or CR LF. Reads at most
+ * size - 1 bytes, so a huge or endless file (a device) cannot hurt.
+ */
+static int conf_read_line(const char *path, char *buf, size_t size,
+                          char *why, size_t whylen)
+{
+    FILE *f = fopen(path, "re");
+    size_t n;
+    char *nl;
+
+    if (f == NULL)
+        return conf_msg(why, whylen, "cannot open: %s", strerror(errno));
+    n = fread(buf, 1, size - 1, f);
+    if (ferror(f)) {
+        conf_msg(why, whylen, "cannot read: %s", strerror(errno));
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    nl = memchr(buf, '\n', n);
+    if (nl == NULL && n == size - 1)
+        return conf_msg(why, whylen, "the first line is too long");
+    if (nl != NULL)
+        n = (size_t)(nl - buf);
+    if (n > 0 && buf[n - 1] == '\r')
+        n--;
+    buf[n] = '\0';
+    if (memchr(buf, '\0', n) != NULL)
+        return conf_msg(why, whylen, "the first line contains a NUL byte");
+    if (n == 0)
+        return conf_msg(why, whylen, "the first line is empty");
+    return 0;
+}
+
+static int conf_apply_secret_file(struct conf_loader *ld,
+                                  const struct conf_key *k, json_t *v)
+{
+    char buf[CONF_SECRET_MAX + 3];      /* room for CR LF and the NUL */
+    int peer_len = (int)(strlen(k->key) - strlen("_file"));
+    char **p = conf_field(ld->c, k);
+    const char *path;
+    char why[160];
+    int rc;
+
+    if (json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return conf_fail(ld, k->key, "expected a string or null");
+    if (*p != NULL)
+        return conf_fail(ld, k->key, "cannot be used together with %.*s",
+                         peer_len, k->key);
+    path = json_string_value(v);
+    rc = conf_read_line(path, buf, sizeof(buf), why, sizeof(why));
+    if (rc == 0)
+        rc = conf_check_text(k, buf, strlen(buf), why, sizeof(why));
+    if (rc == 0) {
+        *p = strdup(buf);
+        if (*p == NULL)
+            rc = conf_msg(why, sizeof(why), "out of memory");
+    }
+    explicit_bzero(buf, sizeof(buf));
+    if (rc < 0)
+        return conf_fail(ld, k->key, "%s: %s", path, why);
+    return 0;
+}
+
+static int conf_apply_mode(struct conf_loader *ld, const struct conf_key *k,
+                           json_t *v)
+{
+    const char *s = json_is_string(v) ? json_string_value(v) : "";
+    size_t n = strlen(s);
+    unsigned long mode;
+
+    if (n < 3 || n > 4 || strspn(s, "01234567") != n)
+        return conf_fail(ld, k->key,
+                         "expected an octal mode string such as \"0660\"");
+    mode = strtoul(s, NULL, 8);
+    if (mode > (unsigned long)k->max)
+        return conf_fail(ld, k->key, "must be at most 0%llo",
+                         (unsigned long long)k->max);
+    *(unsigned *)conf_field(ld->c, k) = (unsigned)mode;
+    return 0;
+}
+
+static int conf_apply_level(struct conf_loader *ld, const struct conf_key *k,
+                            json_t *v)
+{
+    size_t n = sizeof(conf_level_names) / sizeof(conf_level_names[0]);
+
+    for (size_t i = 0; json_is_string(v) && i < n; i++) {
+        if (strcmp(json_string_value(v), conf_level_names[i]) == 0) {
+            *(int *)conf_field(ld->c, k) = (int)i;
+            return 0;
+        }
+    }
+    return conf_fail(ld, k->key,
+                     "must be one of debug, info, notice, warning, error");
+}
+
+static int conf_apply_addr_at(struct conf_loader *ld, const struct conf_key *k,
+                              struct conf_addr *a, json_t *v, size_t i)
+{
+    char key[128], why[CONF_ERRLEN];
+
+    snprintf(key, sizeof(key), "%s[%zu]", k->key, i);
+    if (!json_is_string(v))
+        return conf_fail(ld, key, "expected a string");
+    if (conf_addr_parse(a, json_string_value(v), k->flags,
+                        why, sizeof(why)) < 0)
+        return conf_fail(ld, key, "%s", why);
+    return 0;
+}
+
+static int conf_apply_addrs(struct conf_loader *ld, const struct conf_key *k,
+                            json_t *v)
+{
+    struct conf_addr **p = conf_field(ld->c, k);
+    size_t *count = (size_t *)((char *)ld->c + k->count_off);
+    size_t n = json_array_size(v);
+    struct conf_addr *list;
+
+    if (!json_is_array(v))
+        return conf_fail(ld, k->key, "expected an array of address strings");
+    if ((long long)n < k->min || (long long)n > k->max)
+        return conf_fail(ld, k->key, "must have %lld to %lld addresses",
+                         k->min, k->max);
+    list = calloc(n, sizeof(*list));
+    if (list == NULL)
+        return conf_fail(ld, k->key, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (conf_apply_addr_at(ld, k, &list[i], json_array_get(v, i), i) < 0) {
+            conf_addrs_free(list, i);
+            return -1;
+        }
+    }
+    conf_addrs_free(*p, *count);
+    *p = list;
+    *count = n;
+    return 0;
+}
+
+static int conf_apply_addr(struct conf_loader *ld, const struct conf_key *k,
+                           json_t *v)
+{
+    struct conf_addr **p = conf_field(ld->c, k);
+    struct conf_addr *a = NULL;
+    char why[CONF_ERRLEN];
+
+    if (!json_is_string(v) && !json_is_null(v))
+        return conf_fail(ld, k->key, "expected a string or null");
+    if (json_is_string(v)) {
+        a = calloc(1, sizeof(*a));
+        if (a == NULL)
+            return conf_fail(ld, k->key, "out of memory");
+        if (conf_addr_parse(a, json_string_value(v), k->flags,
+                            why, sizeof(why)) < 0) {
+            free(a);
+            return conf_fail(ld, k->key, "%s", why);
+        }
+    }
+    conf_addr_deinit(*p);
+    free(*p);
+    *p = a;
+    return 0;
+}
+
+static int conf_apply(struct conf_loader *ld, const struct conf_key *k,
+                      json_t *v)
+{
+    switch (k->type) {
+    case CONF_T_UINT:
+    case CONF_T_INT:
+        return conf_apply_integer(ld, k, v);
+    case CONF_T_BOOL:
+        return conf_apply_bool(ld, k, v);
+    case CONF_T_NUMBER:
+        return conf_apply_number(ld, k, v);
+    case CONF_T_STRING:
+        return conf_apply_string(ld, k, v);
+    case CONF_T_SECRET_FILE:
+        return conf_apply_secret_file(ld, k, v);
+    case CONF_T_MODE:
+        return conf_apply_mode(ld, k, v);
+    case CONF_T_LEVEL:
+        return conf_apply_level(ld, k, v);
+    case CONF_T_ADDRS:
+        return conf_apply_addrs(ld, k, v);
+    case CONF_T_ADDR:
+        return conf_apply_addr(ld, k, v);
+    }
+    return conf_fail(ld, k->key, "internal error: unknown type");
+}
+
+/* ---- pass 3: validate -------------------------------------------------- */
+
+static int conf_check_ttls(struct conf_loader *ld)
+{
+    const struct conf *c = ld->c;
+
+    if (c->locks.min_ttl_ms > c->locks.max_ttl_ms)
+        return conf_fail(ld, "locks.min_ttl_ms",
+                         "must not be above locks.max_ttl_ms (%u)",
+                         c->locks.max_ttl_ms);
+    if (c->locks.default_ttl_ms < c->locks.min_ttl_ms ||
+        c->locks.default_ttl_ms > c->locks.max_ttl_ms)
+        return conf_fail(ld, "locks.default_ttl_ms",
+                         "must be between locks.min_ttl_ms (%u) and "
+                         "locks.max_ttl_ms (%u)",
+                         c->locks.min_ttl_ms, c->locks.max_ttl_ms);
+    return 0;
+}
+
+static int conf_check_dups(struct conf_loader *ld, const char *key,
+                           const struct conf_addr *v, size_t n)
+{
+    char at[128];
+
+    if (n == 0)
+        return conf_fail(ld, key, "needs at least one address");
+    for (size_t i = 1; i < n; i++) {
+        for (size_t j = 0; j < i; j++) {
+            if (!conf_addr_same(&v[i], &v[j]))
+                continue;
+            snprintf(at, sizeof(at), "%s[%zu]", key, i);
+            return conf_fail(ld, at, "\"%s\" repeats %s[%zu] (\"%s\")",
+                             v[i].text, key, j, v[j].text);
+        }
+    }
+    return 0;
+}
+
+static int conf_check_metrics(struct conf_loader *ld)
+{
+    const struct conf *c = ld->c;
+
+    for (size_t i = 0; c->metrics.listen != NULL && i < c->nlisten; i++) {
+        if (conf_addr_same(c->metrics.listen, &c->listen[i]))
+            return conf_fail(ld, "metrics.listen",
+                             "\"%s\" is also listen[%zu]",
+                             c->metrics.listen->text, i);
+    }
+    return 0;
+}
+
+static int conf_check_secrets(struct conf_loader *ld)
+{
+    const struct conf *c = ld->c;
+    /* "AUTH " + password + CR LF must fit in one request line. */
+    size_t auth_len = c->auth.password ? strlen(c->auth.password) + 7 : 0;
+
+    if (c->redis.username != NULL && c->redis.password == NULL)
+        return conf_fail(ld, "redis.username",
+                         "needs redis.password or redis.password_file");
+    if (auth_len > c->limits.max_line)
+        return conf_fail(ld, "auth.password",
+                         "too long for an AUTH line of limits.max_line "
+                         "(%u bytes)", c->limits.max_line);
+    return 0;
+}
+
+/*
+ * The fence counter is one plain key on each node. If it could also be
+ * key_prefix + some resource, a client locking that resource would turn
+ * the counter into a token string and break every later acquisition.
+ */
+static int conf_check_fence_key(struct conf_loader *ld)
+{
+    const struct conf *c = ld->c;
+    size_t plen = strlen(c->locks.key_prefix);
+    const char *rest;
+    size_t n;
+
+    if (strncmp(c->locks.fence_key, c->locks.key_prefix, plen) != 0)
+        return 0;
+    rest = c->locks.fence_key + plen;
+    n = strlen(rest);
+    if (n == 0 || n > c->locks.max_resource_len)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (rest[i] < 0x21 || rest[i] > 0x7e)
+            return 0;
+    }
+    return conf_fail(ld, "locks.fence_key",
+                     "\"%s\" would also be the key of a lock on \"%s\" "
+                     "(it starts with locks.key_prefix)",
+                     c->locks.fence_key, rest);
+}
+
+static int conf_validate(struct conf_loader *ld)
+{
+    if (conf_check_ttls(ld) < 0 ||
+        conf_check_fence_key(ld) < 0 ||
+        conf_check_dups(ld, "listen", ld->c->listen, ld->c->nlisten) < 0 ||
+        conf_check_dups(ld, "redis.nodes", ld->c->redis.nodes,
+                        ld->c->redis.nnodes) < 0 ||
+        conf_check_metrics(ld) < 0 ||
+        conf_check_secrets(ld) < 0)
+        return -1;
+    return 0;
+}
+
+/* ---- loading ----------------------------------------------------------- */
+
+static json_t *conf_parse_json(const char *text, size_t len, const char *name,
+                               char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *root;
+
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    if (root == NULL) {
+        conf_msg(err, errlen, "%s:%d:%d: JSON syntax error: %s",
+                 name, je.line, je.column, je.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        conf_msg(err, errlen, "%s: the top level must be a JSON object", name);
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+static int conf_load_tree(struct conf_loader *ld, json_t *root)
+{
+    if (conf_walk(ld, root, "") < 0)
+        return -1;
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        if (ld->given[i] != NULL &&
+            conf_apply(ld, &conf_keys[i], ld->given[i]) < 0)
+            return -1;
+    }
+    return conf_validate(ld);
+}
+
+static int conf_load_buf(struct conf *c, const char *text, size_t len,
+                         const char *name, char *err, size_t errlen)
+{
+    struct conf_loader ld = { .c = c, .name = name, .err = err,
+                              .errlen = errlen };
+    json_t *root;
+    int rc;
+
+    if (conf_defaults(c) < 0) {
+        conf_deinit(c);
+        conf_init(c);
+        return conf_msg(err, errlen, "%s: out of memory", name);
+    }
+    root = conf_parse_json(text, len, name, err, errlen);
+    rc = root != NULL ? conf_load_tree(&ld, root) : -1;
+    json_decref(root);
+    if (rc < 0) {
+        conf_deinit(c);
+        conf_init(c);
+    }
+    return rc;
+}
+
+int conf_load_string(struct conf *c, const char *text, const char *name,
+                     char *err, size_t errlen)
+{
+    if (name == NULL)
+        name = "(config)";
+    return conf_load_buf(c, text, strlen(text), name, err, errlen);
+}
+
+/* The whole file into a malloc'd buffer; NULL with a message in err. */
+static char *conf_slurp(const char *path, size_t *len, char *err,
+                        size_t errlen)
+{
+    FILE *f = fopen(path, "re");
+    char *buf;
+    size_t n;
+
+    if (f == NULL) {
+        conf_msg(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    buf = malloc(CONF_FILE_MAX + 1);
+    n = buf != NULL ? fread(buf, 1, CONF_FILE_MAX + 1, f) : 0;
+    if (buf == NULL || ferror(f) || n > CONF_FILE_MAX) {
+        if (buf == NULL)
+            conf_msg(err, errlen, "%s: out of memory", path);
+        else if (ferror(f))
+            conf_msg(err, errlen, "%s: cannot read: %s", path,
+                     strerror(errno));
+        else
+            conf_msg(err, errlen, "%s: larger than %d bytes", path,
+                     CONF_FILE_MAX);
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+int conf_load(struct conf *c, const char *path, char *err, size_t errlen)
+{
+    size_t len = 0;
+    char *text = conf_slurp(path, &len, err, errlen);
+    int rc;
+
+    if (text == NULL) {
+        conf_init(c);
+        return -1;
+    }
+    rc = conf_load_buf(c, text, len, path, err, errlen);
+    free(text);
+    if (rc == 0) {
+        c->path = strdup(path);
+        if (c->path == NULL) {
+            conf_deinit(c);
+            conf_init(c);
+            return conf_msg(err, errlen, "%s: out of memory", path);
+        }
+    }
+    return rc;
+}

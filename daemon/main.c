@@ -1,0 +1,214 @@
+/*
+ * redlockd: the lock-service daemon's entry point.
+ *
+ * Parses the command line, loads the config, and runs one libuv loop with
+ * the listeners, the sessions, the lock table and the Redis pool on it.
+ * SIGINT/SIGTERM start a clean shutdown: stop listening, tell clients
+ * (EVENT SHUTDOWN), release their locks on Redis (bounded by
+ * shutdown_timeout_ms), drop the Redis connections, free everything.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uv.h>
+
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "conf.h"
+#include "lockmgr.h"
+#include "log.h"
+#include "pool.h"
+#include "redlock.h"
+#include "server.h"
+#include "session.h"
+#include "stats.h"
+#include "timer.h"
+
+static struct {
+    uv_loop_t loop;
+    struct conf conf;
+    uv_signal_t sigint, sigterm;
+    struct timer drain;
+    uint64_t drain_deadline;
+    bool stopping;
+} D;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "Usage: redlockd [-c FILE] [--check-config] [--version] [--help]\n"
+        "\n"
+        "A lock service: clients connect over TCP or a unix socket and take\n"
+        "leases that redlockd holds with the Redlock algorithm on N Redis\n"
+        "nodes, renews while the client is connected, and releases when it\n"
+        "disconnects.\n"
+        "\n"
+        "  -c, --config FILE   configuration file (default %s)\n"
+        "  -t, --check-config  validate the configuration and exit\n"
+        "  -v, --version       print the version and exit\n"
+        "  -h, --help          print this help and exit\n",
+        CONF_DEFAULT_PATH);
+}
+
+static void notify(const char *state)
+{
+#ifdef HAVE_SYSTEMD
+    sd_notify(0, state);
+#else
+    (void)state;
+#endif
+}
+
+static void close_walk_cb(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+static void drain_cb(struct timer *t)
+{
+    (void)t;
+    /* Releases still in flight keep the pool busy; give them until the
+     * deadline (their own command timeouts bound each one). */
+    if (lockmgr_held_count() > 0 || pool_busy()) {
+        if (timer_now() < D.drain_deadline) {
+            timer_start(&D.drain, 10);
+            return;
+        }
+        log_warn("shutdown_timeout_ms passed with releases in flight; "
+                 "their keys will expire by their ttl");
+    }
+    pool_shutdown();
+    uv_signal_stop(&D.sigint);
+    uv_signal_stop(&D.sigterm);
+    uv_close((uv_handle_t *)&D.sigint, NULL);
+    uv_close((uv_handle_t *)&D.sigterm, NULL);
+    timer_sys_deinit();
+}
+
+static void daemon_stop(const char *why)
+{
+    if (D.stopping)
+        return;
+    D.stopping = true;
+    log_notice("shutting down (%s)", why);
+    notify("STOPPING=1");
+    server.stopping = true;
+    session_set_shutdown();
+    server_stop_listening();
+    session_close_all("daemon shutting down");
+    D.drain_deadline = timer_now() + D.conf.shutdown_timeout_ms;
+    timer_init(&D.drain, drain_cb, NULL);
+    timer_start(&D.drain, 0);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    (void)h;
+    daemon_stop(signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+static void on_release(const char *key, size_t len)
+{
+    lockmgr_on_release(key, len);
+}
+
+static int run(void)
+{
+    if (uv_loop_init(&D.loop) != 0) {
+        fprintf(stderr, "redlockd: cannot create the event loop\n");
+        return 1;
+    }
+    timer_sys_init(&D.loop);
+    stats_init();
+    redlock_init(&D.conf);
+    lockmgr_init(&D.conf);
+    uv_signal_init(&D.loop, &D.sigint);
+    uv_signal_init(&D.loop, &D.sigterm);
+    uv_signal_start(&D.sigint, on_signal, SIGINT);
+    uv_signal_start(&D.sigterm, on_signal, SIGTERM);
+
+    int rc = server_start(&D.loop, &D.conf);
+    if (rc == 0) {
+        pool_init(&D.loop, &D.conf, on_release);
+        log_notice("redlockd %s ready: %zu redis node(s), quorum %d",
+                   REDLOCKD_VERSION, D.conf.redis.nnodes, pool_quorum());
+        notify("READY=1");
+        uv_run(&D.loop, UV_RUN_DEFAULT);
+    } else {
+        server_stop_listening();
+        uv_close((uv_handle_t *)&D.sigint, NULL);
+        uv_close((uv_handle_t *)&D.sigterm, NULL);
+            timer_sys_deinit();
+        uv_run(&D.loop, UV_RUN_DEFAULT);
+    }
+    /* Anything still open at this point is a bug; close it so the loop
+     * can be freed, and say so. */
+    if (uv_loop_alive(&D.loop)) {
+        log_warn("handles left open at exit; closing them");
+        uv_walk(&D.loop, close_walk_cb, NULL);
+        uv_run(&D.loop, UV_RUN_DEFAULT);
+    }
+    lockmgr_deinit();
+    uv_loop_close(&D.loop);
+    return rc == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "check-config", no_argument, NULL, 't' },
+        { "version", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *path = CONF_DEFAULT_PATH;
+    bool check = false;
+    int ch;
+
+    while ((ch = getopt_long(argc, argv, "c:tvh", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c': path = optarg; break;
+        case 't': check = true; break;
+        case 'v': printf("redlockd %s\n", REDLOCKD_VERSION); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    /* `redlockd --check-config FILE` reads naturally too. */
+    if (optind < argc) {
+        if (optind + 1 == argc && check) {
+            path = argv[optind];
+        } else {
+            fprintf(stderr, "redlockd: unexpected argument '%s'\n",
+                    argv[optind]);
+            usage(stderr);
+            return 2;
+        }
+    }
+
+    char err[CONF_ERRLEN];
+    if (conf_load(&D.conf, path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "redlockd: %s\n", err);
+        conf_deinit(&D.conf);
+        return 1;
+    }
+    if (check) {
+        printf("%s: configuration OK (%zu listen address(es), %zu redis "
+               "node(s))\n", path, D.conf.nlisten, D.conf.redis.nnodes);
+        conf_deinit(&D.conf);
+        return 0;
+    }
+    log_init((enum log_level)D.conf.log.level);
+    signal(SIGPIPE, SIG_IGN);
+    int rc = run();
+    conf_deinit(&D.conf);
+    return rc;
+}

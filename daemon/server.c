@@ -1,0 +1,295 @@
+/*
+ * server: see server.h.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "conf.h"
+#include "log.h"
+#include "session.h"
+#include "stats.h"
+
+struct server server;
+
+struct listener {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } h;
+    bool is_unix;
+    char name[128];
+    char *unlink_path;      /* (owned) socket file we created */
+    struct listener *next;
+};
+
+static struct listener *listeners;
+
+static void listener_closed(uv_handle_t *h)
+{
+    struct listener *l = h->data;
+    free(l->unlink_path);
+    free(l);
+}
+
+static struct listener *listener_new(bool is_unix, const char *name)
+{
+    struct listener *l = calloc(1, sizeof(*l));
+    if (!l) {
+        fprintf(stderr, "redlockd: out of memory\n");
+        abort();
+    }
+    l->is_unix = is_unix;
+    snprintf(l->name, sizeof(l->name), "%s", name);
+    return l;
+}
+
+static bool addr_is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)ss;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const void *)ss;
+        if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
+            return true;
+        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+            return in6->sin6_addr.s6_addr[12] == 127;
+    }
+    return false;
+}
+
+static void peer_describe(struct session *s, bool is_unix)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    char host[INET6_ADDRSTRLEN] = "?";
+
+    if (is_unix) {
+        snprintf(s->peer, sizeof(s->peer), "unix");
+        s->trusted = true;
+        return;
+    }
+    if (uv_tcp_getpeername(&s->h.tcp, (struct sockaddr *)&ss, &len) != 0) {
+        snprintf(s->peer, sizeof(s->peer), "?");
+        return;
+    }
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)&ss;
+        uv_ip4_name(in, host, sizeof(host));
+        snprintf(s->peer, sizeof(s->peer), "%s:%u", host, ntohs(in->sin_port));
+    } else {
+        const struct sockaddr_in6 *in6 = (const void *)&ss;
+        uv_ip6_name(in6, host, sizeof(host));
+        snprintf(s->peer, sizeof(s->peer), "[%s]:%u", host,
+                 ntohs(in6->sin6_port));
+    }
+    s->trusted = addr_is_loopback(&ss);
+}
+
+/* Answer one ERR line and close: for connections we will not serve. */
+static void session_reject(struct session *s, enum proto_err code,
+                           const char *msg, const char *why)
+{
+    struct sbuf b = SBUF_INIT;
+
+    stats.connections_rejected++;
+    proto_format_err(&b, code, msg);
+    conn_send_buf(s, &b);
+    sbuf_deinit(&b);
+    s->close_after_write = true;
+    conn_flush(s);
+    log_info("%s rejected (%s): %s", s->idstr, s->peer, why);
+}
+
+static void on_connection(uv_stream_t *ls, int status)
+{
+    struct listener *l = ls->data;
+    const struct conf *c = server.conf;
+
+    if (status < 0) {
+        log_warn("accept on %s: %s", l->name, uv_strerror(status));
+        return;
+    }
+    size_t active = session_count();
+    struct session *s = session_create(c);
+    int rc = l->is_unix ? uv_pipe_init(server.loop, &s->h.pipe, 0)
+                        : uv_tcp_init(server.loop, &s->h.tcp);
+    if (rc == 0)
+        rc = uv_accept(ls, &s->h.stream);
+    if (rc != 0) {
+        log_warn("accept on %s: %s", l->name, uv_strerror(rc));
+        conn_close(s, false, "accept failed");
+        return;
+    }
+    if (!l->is_unix)
+        uv_tcp_nodelay(&s->h.tcp, 1);
+    peer_describe(s, l->is_unix);
+    stats.connections_total++;
+    conn_start(s);
+    if (server.stopping) {
+        session_reject(s, PROTO_ERR_SHUTDOWN, "the daemon is shutting down",
+                       "shutting down");
+        return;
+    }
+    if (active >= c->limits.max_clients) {
+        session_reject(s, PROTO_ERR_LIMIT, "too many clients (max_clients)",
+                       "max_clients reached");
+        return;
+    }
+    if (c->auth.protected_mode && !c->auth.password && !s->trusted) {
+        session_reject(s, PROTO_ERR_NOAUTH, "protected mode: no password is "
+                       "set and this peer is not local; set auth.password or "
+                       "auth.protected_mode false", "protected mode");
+        return;
+    }
+    log_debug("%s connected from %s", s->idstr, s->peer);
+}
+
+static int listen_tcp(const struct conf_addr *a)
+{
+    struct sockaddr_storage ss;
+    int rc;
+
+    if (strchr(a->host, ':'))
+        rc = uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)&ss);
+    else
+        rc = uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)&ss);
+    if (rc != 0)
+        return rc;
+    struct listener *l = listener_new(false, a->text);
+    uv_tcp_init(server.loop, &l->h.tcp);
+    l->h.handle.data = l;
+    rc = uv_tcp_bind(&l->h.tcp, (const struct sockaddr *)&ss,
+                     strchr(a->host, ':') ? UV_TCP_IPV6ONLY : 0);
+    if (rc == 0)
+        rc = uv_listen(&l->h.stream, 511, on_connection);
+    if (rc != 0) {
+        uv_close(&l->h.handle, listener_closed);
+        return rc;
+    }
+    l->next = listeners;
+    listeners = l;
+    return 0;
+}
+
+static int listen_unix(const struct conf_addr *a, unsigned mode)
+{
+    struct stat st;
+
+    /* A socket file left by an earlier run would make bind fail; remove
+     * it, but never anything that is not a socket. */
+    if (lstat(a->path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            return UV_EEXIST;
+        unlink(a->path);
+    }
+    struct listener *l = listener_new(true, a->text);
+    uv_pipe_init(server.loop, &l->h.pipe, 0);
+    l->h.handle.data = l;
+    int rc = uv_pipe_bind(&l->h.pipe, a->path);
+    if (rc == 0) {
+        l->unlink_path = strdup(a->path);
+        if (chmod(a->path, mode) != 0)
+            rc = uv_translate_sys_error(errno);
+    }
+    if (rc == 0)
+        rc = uv_listen(&l->h.stream, 511, on_connection);
+    if (rc != 0) {
+        uv_close(&l->h.handle, listener_closed);
+        return rc;
+    }
+    l->next = listeners;
+    listeners = l;
+    return 0;
+}
+
+#ifdef HAVE_SYSTEMD
+static int listen_activated(int fd)
+{
+    bool is_unix = sd_is_socket(fd, AF_UNIX, SOCK_STREAM, 1) > 0;
+    char name[64];
+    snprintf(name, sizeof(name), "fd %d (%s)", fd, is_unix ? "unix" : "tcp");
+    struct listener *l = listener_new(is_unix, name);
+    int rc;
+    if (is_unix) {
+        uv_pipe_init(server.loop, &l->h.pipe, 0);
+        rc = uv_pipe_open(&l->h.pipe, fd);
+    } else {
+        uv_tcp_init(server.loop, &l->h.tcp);
+        rc = uv_tcp_open(&l->h.tcp, fd);
+    }
+    l->h.handle.data = l;
+    if (rc == 0)
+        rc = uv_listen(&l->h.stream, 511, on_connection);
+    if (rc != 0) {
+        uv_close(&l->h.handle, listener_closed);
+        return rc;
+    }
+    l->next = listeners;
+    listeners = l;
+    log_notice("listening on socket-activated %s", name);
+    return 0;
+}
+#endif
+
+int server_start(uv_loop_t *loop, const struct conf *c)
+{
+    server.loop = loop;
+    server.conf = c;
+    server.limits.max_resource_len = c->locks.max_resource_len;
+
+#ifdef HAVE_SYSTEMD
+    int n = sd_listen_fds(1);
+    if (n > 0) {
+        for (int i = 0; i < n; i++) {
+            int rc = listen_activated(SD_LISTEN_FDS_START + i);
+            if (rc != 0) {
+                log_error("socket-activated fd %d: %s",
+                          SD_LISTEN_FDS_START + i, uv_strerror(rc));
+                return -1;
+            }
+        }
+        return 0;
+    }
+#endif
+    for (size_t i = 0; i < c->nlisten; i++) {
+        const struct conf_addr *a = &c->listen[i];
+        int rc = a->kind == CONF_ADDR_UNIX ? listen_unix(a, c->unix_socket_mode)
+                                           : listen_tcp(a);
+        if (rc != 0) {
+            log_error("cannot listen on %s: %s", a->text, uv_strerror(rc));
+            return -1;
+        }
+        log_notice("listening on %s", a->text);
+    }
+    return 0;
+}
+
+void server_stop_listening(void)
+{
+    struct listener *l = listeners, *next;
+
+    for (; l; l = next) {
+        next = l->next;
+        if (l->unlink_path)
+            unlink(l->unlink_path);
+        uv_close(&l->h.handle, listener_closed);
+    }
+    listeners = NULL;
+}

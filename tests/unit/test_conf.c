@@ -1,0 +1,897 @@
+/*
+ * Unit tests for daemon/conf.c: defaults, every key, type and range errors,
+ * unknown keys, JSON syntax errors, secrets read from files, address
+ * parsing, the cross-key rules, and the config files shipped in conf/.
+ * Most tests are tables: one row per input, run with tcase_add_loop_test.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conf.h"
+
+#define NAME "t.json"
+#define ROWS(t) ((int)(sizeof(t) / sizeof((t)[0])))
+
+static struct conf c;
+static char err[CONF_ERRLEN];
+
+static void setup(void)
+{
+    memset(&c, 0, sizeof(c));
+    err[0] = '\0';
+}
+
+static void teardown(void)
+{
+    conf_deinit(&c);
+}
+
+/* c is always deinit-safe here (zeroed, loaded, or defaults after an error). */
+static int load(const char *json)
+{
+    conf_deinit(&c);
+    return conf_load_string(&c, json, NAME, err, sizeof(err));
+}
+
+/* A temp file holding `text`; the caller unlinks and frees the path. */
+static char *temp_file(const char *text)
+{
+    char *path = strdup("/tmp/test_conf_XXXXXX");
+    int fd;
+
+    ck_assert_ptr_nonnull(path);
+    fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+static void assert_error(const char *key, const char *msg)
+{
+    ck_assert_msg(strncmp(err, NAME ": ", strlen(NAME) + 2) == 0,
+                  "error does not start with the file name: %s", err);
+    ck_assert_msg(strstr(err, key) != NULL, "no key \"%s\" in: %s", key, err);
+    ck_assert_msg(strstr(err, msg) != NULL, "no \"%s\" in: %s", msg, err);
+    ck_assert_msg(strchr(err, '\n') == NULL, "multi-line error: %s", err);
+}
+
+static void assert_defaults(const struct conf *d)
+{
+    ck_assert_ptr_null(d->path);
+    ck_assert_uint_eq(d->nlisten, 1);
+    ck_assert_int_eq(d->listen[0].kind, CONF_ADDR_TCP);
+    ck_assert_str_eq(d->listen[0].host, "127.0.0.1");
+    ck_assert_int_eq(d->listen[0].port, 7390);
+    ck_assert_str_eq(d->listen[0].text, "tcp://127.0.0.1:7390");
+    ck_assert_uint_eq(d->unix_socket_mode, 0660);
+    ck_assert_uint_eq(d->redis.nnodes, 1);
+    ck_assert_str_eq(d->redis.nodes[0].host, "127.0.0.1");
+    ck_assert_int_eq(d->redis.nodes[0].port, 6379);
+    ck_assert_str_eq(d->redis.nodes[0].text, "127.0.0.1:6379");
+    ck_assert_ptr_null(d->redis.username);
+    ck_assert_ptr_null(d->redis.password);
+    ck_assert_int_eq(d->redis.db, 0);
+    ck_assert_uint_eq(d->redis.pool_size, 2);
+    ck_assert_uint_eq(d->redis.connect_timeout_ms, 1000);
+    ck_assert_uint_eq(d->redis.command_timeout_ms, 100);
+    ck_assert_uint_eq(d->redis.reconnect_max_ms, 5000);
+    ck_assert_str_eq(d->locks.key_prefix, "lock:");
+    ck_assert_str_eq(d->locks.fence_key, "redlockd:fence");
+    ck_assert_str_eq(d->locks.release_channel, "redlockd:released");
+    ck_assert_uint_eq(d->locks.default_ttl_ms, 30000);
+    ck_assert_uint_eq(d->locks.min_ttl_ms, 100);
+    ck_assert_uint_eq(d->locks.max_ttl_ms, 86400000);
+    ck_assert_uint_eq(d->locks.max_wait_ms, 3600000);
+    ck_assert_double_eq(d->locks.drift_factor, 0.01);
+    ck_assert_uint_eq(d->locks.lock_delay_ms, 0);
+    ck_assert_uint_eq(d->locks.max_resource_len, 200);
+    ck_assert_uint_eq(d->locks.retry_ms, 500);
+    ck_assert_uint_eq(d->limits.max_clients, 10000);
+    ck_assert_uint_eq(d->limits.max_line, 4096);
+    ck_assert_uint_eq(d->limits.max_locks_per_session, 1024);
+    ck_assert_uint_eq(d->limits.max_pipeline, 128);
+    ck_assert_uint_eq(d->limits.max_output_bytes, 1048576);
+    ck_assert_uint_eq(d->limits.idle_timeout_ms, 0);
+    ck_assert_uint_eq(d->limits.handshake_timeout_ms, 10000);
+    ck_assert_ptr_null(d->auth.password);
+    ck_assert(d->auth.protected_mode);
+    ck_assert_ptr_null(d->metrics.listen);
+    ck_assert_int_eq(d->log.level, CONF_LOG_INFO);
+    ck_assert_uint_eq(d->shutdown_timeout_ms, 5000);
+}
+
+/* ---- defaults ---------------------------------------------------------- */
+
+START_TEST(test_init_defaults)
+{
+    conf_init(&c);
+    assert_defaults(&c);
+    conf_deinit(&c);
+    conf_deinit(&c);    /* deinit leaves it safe to deinit again */
+}
+END_TEST
+
+START_TEST(test_empty_object_defaults)
+{
+    ck_assert_int_eq(load("{}"), 0);
+    assert_defaults(&c);
+    conf_deinit(&c);
+    ck_assert_int_eq(load(" {\n}\n"), 0);
+    assert_defaults(&c);
+    conf_deinit(&c);
+    ck_assert_int_eq(load("{\"redis\": {}, \"locks\": {}, \"log\": {}}"), 0);
+    assert_defaults(&c);
+}
+END_TEST
+
+/* ---- every key with a valid, non-default value ------------------------- */
+
+static const char all_keys[] =
+    "{\n"
+    "  \"listen\": [\"tcp://0.0.0.0:7391\", \"[::1]:7392\",\n"
+    "             \"10.0.0.1:7393\",\n"
+    "             \"unix:/run/redlockd/redlockd.sock\"],\n"
+    "  \"unix_socket_mode\": \"0600\",\n"
+    "  \"redis\": {\n"
+    "    \"nodes\": [\"10.0.0.1:6379\", \"redis-b.example.com:6380\",\n"
+    "              \"[2001:db8::1]:6381\", \"unix:/run/redis/redis.sock\"],\n"
+    "    \"username\": \"redlockd\",\n"
+    "    \"password\": \"r pass\",\n"
+    "    \"password_file\": null,\n"
+    "    \"db\": 3,\n"
+    "    \"pool_size\": 4,\n"
+    "    \"connect_timeout_ms\": 2000,\n"
+    "    \"command_timeout_ms\": 50,\n"
+    "    \"reconnect_max_ms\": 10000\n"
+    "  },\n"
+    "  \"locks\": {\n"
+    "    \"key_prefix\": \"app:lock:\",\n"
+    "    \"fence_key\": \"app:fence\",\n"
+    "    \"release_channel\": \"app:released\",\n"
+    "    \"default_ttl_ms\": 15000,\n"
+    "    \"min_ttl_ms\": 1000,\n"
+    "    \"max_ttl_ms\": 600000,\n"
+    "    \"max_wait_ms\": 60000,\n"
+    "    \"drift_factor\": 0.02,\n"
+    "    \"lock_delay_ms\": 2000,\n"
+    "    \"max_resource_len\": 100,\n"
+    "    \"retry_ms\": 250\n"
+    "  },\n"
+    "  \"limits\": {\n"
+    "    \"max_clients\": 500,\n"
+    "    \"max_line\": 1024,\n"
+    "    \"max_locks_per_session\": 16,\n"
+    "    \"max_pipeline\": 32,\n"
+    "    \"max_output_bytes\": 65536,\n"
+    "    \"idle_timeout_ms\": 300000,\n"
+    "    \"handshake_timeout_ms\": 0\n"
+    "  },\n"
+    "  \"auth\": {\n"
+    "    \"password\": \"s3cret\",\n"
+    "    \"password_file\": null,\n"
+    "    \"protected_mode\": false\n"
+    "  },\n"
+    "  \"metrics\": {\"listen\": \"127.0.0.1:9390\"},\n"
+    "  \"log\": {\"level\": \"debug\"},\n"
+    "  \"shutdown_timeout_ms\": 0\n"
+    "}\n";
+
+START_TEST(test_all_keys)
+{
+    ck_assert_msg(load(all_keys) == 0, "%s", err);
+    ck_assert_uint_eq(c.nlisten, 4);
+    ck_assert_str_eq(c.listen[0].host, "0.0.0.0");
+    ck_assert_int_eq(c.listen[0].port, 7391);
+    ck_assert_str_eq(c.listen[1].host, "::1");
+    ck_assert_int_eq(c.listen[1].port, 7392);
+    ck_assert_str_eq(c.listen[2].host, "10.0.0.1");
+    ck_assert_int_eq(c.listen[3].kind, CONF_ADDR_UNIX);
+    ck_assert_str_eq(c.listen[3].path, "/run/redlockd/redlockd.sock");
+    ck_assert_ptr_null(c.listen[3].host);
+    ck_assert_uint_eq(c.unix_socket_mode, 0600);
+    ck_assert_uint_eq(c.redis.nnodes, 4);
+    ck_assert_str_eq(c.redis.nodes[1].host, "redis-b.example.com");
+    ck_assert_int_eq(c.redis.nodes[1].port, 6380);
+    ck_assert_str_eq(c.redis.nodes[2].host, "2001:db8::1");
+    ck_assert_str_eq(c.redis.nodes[3].path, "/run/redis/redis.sock");
+    ck_assert_str_eq(c.redis.username, "redlockd");
+    ck_assert_str_eq(c.redis.password, "r pass");
+    ck_assert_int_eq(c.redis.db, 3);
+    ck_assert_uint_eq(c.redis.pool_size, 4);
+    ck_assert_uint_eq(c.redis.connect_timeout_ms, 2000);
+    ck_assert_uint_eq(c.redis.command_timeout_ms, 50);
+    ck_assert_uint_eq(c.redis.reconnect_max_ms, 10000);
+    ck_assert_str_eq(c.locks.key_prefix, "app:lock:");
+    ck_assert_str_eq(c.locks.fence_key, "app:fence");
+    ck_assert_str_eq(c.locks.release_channel, "app:released");
+    ck_assert_uint_eq(c.locks.default_ttl_ms, 15000);
+    ck_assert_uint_eq(c.locks.min_ttl_ms, 1000);
+    ck_assert_uint_eq(c.locks.max_ttl_ms, 600000);
+    ck_assert_uint_eq(c.locks.max_wait_ms, 60000);
+    ck_assert_double_eq(c.locks.drift_factor, 0.02);
+    ck_assert_uint_eq(c.locks.lock_delay_ms, 2000);
+    ck_assert_uint_eq(c.locks.max_resource_len, 100);
+    ck_assert_uint_eq(c.locks.retry_ms, 250);
+    ck_assert_uint_eq(c.limits.max_clients, 500);
+    ck_assert_uint_eq(c.limits.max_line, 1024);
+    ck_assert_uint_eq(c.limits.max_locks_per_session, 16);
+    ck_assert_uint_eq(c.limits.max_pipeline, 32);
+    ck_assert_uint_eq(c.limits.max_output_bytes, 65536);
+    ck_assert_uint_eq(c.limits.idle_timeout_ms, 300000);
+    ck_assert_uint_eq(c.limits.handshake_timeout_ms, 0);
+    ck_assert_str_eq(c.auth.password, "s3cret");
+    ck_assert(!c.auth.protected_mode);
+    ck_assert_ptr_nonnull(c.metrics.listen);
+    ck_assert_str_eq(c.metrics.listen->host, "127.0.0.1");
+    ck_assert_int_eq(c.metrics.listen->port, 9390);
+    ck_assert_int_eq(c.log.level, CONF_LOG_DEBUG);
+    ck_assert_uint_eq(c.shutdown_timeout_ms, 0);
+}
+END_TEST
+
+/* Values at the edges of their ranges, and the other accepted spellings. */
+static const char *const good_rows[] = {
+    "{\"limits\": {\"max_line\": 64}}",
+    "{\"limits\": {\"max_line\": 1048576}}",
+    "{\"limits\": {\"max_output_bytes\": 1073741824}}",
+    "{\"redis\": {\"db\": 1000, \"pool_size\": 64}}",
+    "{\"locks\": {\"drift_factor\": 0}}",
+    "{\"locks\": {\"drift_factor\": 0.0}}",
+    "{\"locks\": {\"drift_factor\": 0.499}}",
+    "{\"locks\": {\"key_prefix\": \"\", \"fence_key\": \"redlockd fence\"}}",
+    "{\"locks\": {\"min_ttl_ms\": 10, \"default_ttl_ms\": 10}}",
+    "{\"locks\": {\"max_ttl_ms\": 2147483647, \"default_ttl_ms\": 2147483647}}",
+    ("{\"redis\": {\"username\": null, \"password\": null,"
+     " \"password_file\": null}}"),
+    "{\"auth\": {\"password\": null, \"password_file\": null}}",
+    "{\"metrics\": {\"listen\": null}}",
+    "{\"metrics\": {\"listen\": \"[::1]:9390\"}}",
+    "{\"log\": {\"level\": \"info\"}}",
+    "{\"log\": {\"level\": \"notice\"}}",
+    "{\"log\": {\"level\": \"warning\"}}",
+    "{\"log\": {\"level\": \"error\"}}",
+    "{\"redis\": {\"nodes\": [\"localhost:6379\"]}}",
+    "{\"listen\": [\"127.0.0.1:7390\", \"unix:/tmp/r.sock\"]}",
+};
+
+START_TEST(test_good_values)
+{
+    ck_assert_msg(load(good_rows[_i]) == 0, "%s: %s", good_rows[_i], err);
+}
+END_TEST
+
+/* ---- type and range errors --------------------------------------------- */
+
+struct bad_row {
+    const char *json;
+    const char *key;
+    const char *msg;
+};
+
+static const struct bad_row bad_rows[] = {
+    /* wrong types */
+    { "{\"limits\": {\"max_line\": \"4096\"}}", "limits.max_line",
+      "expected an integer" },
+    { "{\"limits\": {\"max_line\": 4096.0}}", "limits.max_line",
+      "expected an integer" },
+    { "{\"limits\": {\"max_line\": null}}", "limits.max_line",
+      "expected an integer" },
+    { "{\"redis\": {\"db\": true}}", "redis.db", "expected an integer" },
+    { "{\"shutdown_timeout_ms\": [1]}", "shutdown_timeout_ms",
+      "expected an integer" },
+    { "{\"auth\": {\"protected_mode\": 1}}", "auth.protected_mode",
+      "expected true or false" },
+    { "{\"auth\": {\"protected_mode\": \"yes\"}}", "auth.protected_mode",
+      "expected true or false" },
+    { "{\"locks\": {\"drift_factor\": \"0.01\"}}", "locks.drift_factor",
+      "expected a number" },
+    { "{\"locks\": {\"key_prefix\": null}}", "locks.key_prefix",
+      "expected a string" },
+    { "{\"locks\": {\"fence_key\": 5}}", "locks.fence_key",
+      "expected a string" },
+    { "{\"redis\": {\"username\": 5}}", "redis.username",
+      "expected a string or null" },
+    { "{\"auth\": {\"password\": false}}", "auth.password",
+      "expected a string or null" },
+    { "{\"auth\": {\"password_file\": 1}}", "auth.password_file",
+      "expected a string or null" },
+    { "{\"listen\": \"tcp://127.0.0.1:7390\"}", "listen",
+      "expected an array of address strings" },
+    { "{\"listen\": [7390]}", "listen[0]", "expected a string" },
+    { "{\"redis\": {\"nodes\": {}}}", "redis.nodes", "expected an array" },
+    { "{\"metrics\": {\"listen\": 9390}}", "metrics.listen",
+      "expected a string or null" },
+    { "{\"log\": {\"level\": 1}}", "log.level", "must be one of debug" },
+    { "{\"log\": {\"level\": \"INFO\"}}", "log.level", "must be one of" },
+    { "{\"log\": {\"level\": \"verbose\"}}", "log.level", "must be one of" },
+    { "{\"unix_socket_mode\": 432}", "unix_socket_mode",
+      "expected an octal mode string" },
+    /* below the minimum */
+    { "{\"limits\": {\"max_line\": 63}}", "limits.max_line",
+      "must be between 64 and 1048576" },
+    { "{\"limits\": {\"max_clients\": 0}}", "limits.max_clients",
+      "must be between 1 and 1000000" },
+    { "{\"limits\": {\"max_output_bytes\": 4095}}", "limits.max_output_bytes",
+      "must be between 4096 and 1073741824" },
+    { "{\"redis\": {\"db\": -1}}", "redis.db", "must be between 0 and 1000" },
+    { "{\"redis\": {\"pool_size\": 0}}", "redis.pool_size",
+      "must be between 1 and 64" },
+    { "{\"redis\": {\"command_timeout_ms\": 0}}", "redis.command_timeout_ms",
+      "must be between 1 and 600000" },
+    { "{\"locks\": {\"min_ttl_ms\": 9}}", "locks.min_ttl_ms",
+      "must be between 10 and 2147483647" },
+    { "{\"locks\": {\"retry_ms\": 9}}", "locks.retry_ms",
+      "must be between 10 and 600000" },
+    { "{\"locks\": {\"max_resource_len\": 0}}", "locks.max_resource_len",
+      "must be between 1 and 1024" },
+    { "{\"locks\": {\"drift_factor\": -0.1}}", "locks.drift_factor",
+      "must be at least 0 and below 0.5" },
+    { "{\"shutdown_timeout_ms\": -5}", "shutdown_timeout_ms",
+      "must be between 0 and 3600000" },
+    { "{\"locks\": {\"fence_key\": \"\"}}", "locks.fence_key",
+      "must be 1 to 256 bytes long" },
+    { "{\"auth\": {\"password\": \"\"}}", "auth.password",
+      "must be 1 to 512 bytes long" },
+    { "{\"listen\": []}", "listen", "must have 1 to 64 addresses" },
+    { "{\"redis\": {\"nodes\": []}}", "redis.nodes",
+      "must have 1 to 64 addresses" },
+    /* above the maximum */
+    { "{\"limits\": {\"max_line\": 1048577}}", "limits.max_line",
+      "must be between 64 and 1048576" },
+    { "{\"limits\": {\"max_line\": 9223372036854775807}}", "limits.max_line",
+      "must be between 64 and 1048576" },
+    { "{\"limits\": {\"max_pipeline\": 65537}}", "limits.max_pipeline",
+      "must be between 1 and 65536" },
+    { "{\"redis\": {\"db\": 1001}}", "redis.db", "must be between 0 and 1000" },
+    { "{\"redis\": {\"pool_size\": 65}}", "redis.pool_size",
+      "must be between 1 and 64" },
+    { "{\"locks\": {\"max_ttl_ms\": 2147483648}}", "locks.max_ttl_ms",
+      "must be between 10 and 2147483647" },
+    { "{\"locks\": {\"max_resource_len\": 1025}}", "locks.max_resource_len",
+      "must be between 1 and 1024" },
+    { "{\"locks\": {\"lock_delay_ms\": 86400001}}", "locks.lock_delay_ms",
+      "must be between 0 and 86400000" },
+    { "{\"locks\": {\"drift_factor\": 0.5}}", "locks.drift_factor",
+      "must be at least 0 and below 0.5" },
+    { "{\"limits\": {\"handshake_timeout_ms\": 3600001}}",
+      "limits.handshake_timeout_ms", "must be between 0 and 3600000" },
+    { "{\"unix_socket_mode\": \"1777\"}", "unix_socket_mode",
+      "must be at most 0777" },
+    /* string contents */
+    { "{\"locks\": {\"key_prefix\": \"a\\nb\"}}", "locks.key_prefix",
+      "must not contain control characters" },
+    { "{\"auth\": {\"password\": \"two words\"}}", "auth.password",
+      "must not contain spaces" },
+    { "{\"redis\": {\"username\": \"a b\"}}", "redis.username",
+      "must not contain spaces" },
+    /* addresses inside the file */
+    { "{\"listen\": [\"localhost:7390\"]}", "listen[0]",
+      "host must be an IPv4 address" },
+    { "{\"listen\": [\"tcp://127.0.0.1:0\"]}", "listen[0]",
+      "port must be a number from 1 to 65535" },
+    { "{\"listen\": [\"127.0.0.1:7390\", \"unix:run/x.sock\"]}", "listen[1]",
+      "must be absolute" },
+    { "{\"metrics\": {\"listen\": \"unix:/run/m.sock\"}}", "metrics.listen",
+      "unix sockets are not allowed here" },
+    { "{\"metrics\": {\"listen\": \"localhost:9390\"}}", "metrics.listen",
+      "host must be an IPv4 address" },
+    { "{\"redis\": {\"nodes\": [\"127.0.0.1:6379\", \"bad_host:1\"]}}",
+      "redis.nodes[1]", "invalid host name" },
+};
+
+START_TEST(test_bad_values)
+{
+    const struct bad_row *r = &bad_rows[_i];
+
+    ck_assert_msg(load(r->json) == -1, "accepted: %s", r->json);
+    assert_error(r->key, r->msg);
+    assert_defaults(&c);
+}
+END_TEST
+
+/* ---- unknown keys and structure ---------------------------------------- */
+
+struct exact_row {
+    const char *json;
+    const char *err;
+};
+
+static const struct exact_row structure_rows[] = {
+    { "{\"bogus\": 1}", NAME ": bogus: unknown key" },
+    { "{\"redis\": {\"nodez\": []}}", NAME ": redis.nodez: unknown key" },
+    { "{\"log\": {\"level\": \"info\", \"file\": \"x\"}}",
+      NAME ": log.file: unknown key" },
+    { "{\"redis.db\": 1}", NAME ": redis.db: unknown key" },
+    { "{\"limits\": {\"max_line\": {\"x\": 1}}}",
+      NAME ": limits.max_line: expected an integer" },
+    { "{\"redis\": {\"tls\": {\"on\": true}}}",
+      NAME ": redis.tls: unknown key" },
+    { "{\"redis\": []}", NAME ": redis: expected an object" },
+    { "{\"auth\": null}", NAME ": auth: expected an object" },
+    { "{\"\": 1}", NAME ": \"\": unknown key" },
+    { "{\"a\\nb\": 1}", NAME ": a?b: unknown key" },
+    { "[]", NAME ": the top level must be a JSON object" },
+    { "\"listen\"", NAME ": the top level must be a JSON object" },
+};
+
+START_TEST(test_structure)
+{
+    ck_assert_int_eq(load(structure_rows[_i].json), -1);
+    ck_assert_str_eq(err, structure_rows[_i].err);
+    assert_defaults(&c);
+}
+END_TEST
+
+static const struct exact_row syntax_rows[] = {
+    { "{\n  \"listen\": [\"127.0.0.1:7390\",]\n}",
+      NAME ":2:31: JSON syntax error: unexpected token near ']'" },
+    { "{\"log\": {\"level\": \"info\"}, \"log\": {}}",
+      NAME ":1:32: JSON syntax error: duplicate object key near '\"log\"'" },
+    { "{\n\n  \"db\": 01\n}", NAME ":3:9: JSON syntax error: invalid token" },
+    { "{} x", NAME ":1:4: JSON syntax error: end of file expected near 'x'" },
+    { "", NAME ":1:0: JSON syntax error: unexpected token near end of file" },
+    { "{\"a\": \"\\u0000\"}",
+      NAME ":1:14: JSON syntax error: \\u0000 is not allowed" },
+};
+
+START_TEST(test_syntax)
+{
+    ck_assert_int_eq(load(syntax_rows[_i].json), -1);
+    ck_assert_msg(strncmp(err, syntax_rows[_i].err,
+                          strlen(syntax_rows[_i].err)) == 0,
+                  "got: %s", err);
+    ck_assert_ptr_null(strchr(err, '\n'));
+    assert_defaults(&c);
+}
+END_TEST
+
+/* ---- cross-key rules ---------------------------------------------------- */
+
+static const struct bad_row cross_rows[] = {
+    { "{\"locks\": {\"default_ttl_ms\": 50}}", "locks.default_ttl_ms",
+      "must be between locks.min_ttl_ms (100) and locks.max_ttl_ms "
+      "(86400000)" },
+    { "{\"locks\": {\"default_ttl_ms\": 90000000}}", "locks.default_ttl_ms",
+      "must be between locks.min_ttl_ms" },
+    { "{\"locks\": {\"max_ttl_ms\": 20000}}", "locks.default_ttl_ms",
+      "and locks.max_ttl_ms (20000)" },
+    { "{\"locks\": {\"min_ttl_ms\": 5000, \"max_ttl_ms\": 1000,"
+      " \"default_ttl_ms\": 2000}}", "locks.min_ttl_ms",
+      "must not be above locks.max_ttl_ms (1000)" },
+    { "{\"redis\": {\"password\": \"a\", \"password_file\": \"/dev/null\"}}",
+      "redis.password_file", "cannot be used together with redis.password" },
+    { "{\"auth\": {\"password_file\": \"/nonexistent\", \"password\": \"a\"}}",
+      "auth.password_file", "cannot be used together with auth.password" },
+    { "{\"redis\": {\"username\": \"u\"}}", "redis.username",
+      "needs redis.password or redis.password_file" },
+    { "{\"listen\": [\"127.0.0.1:7390\", \"tcp://127.0.0.1:7390\"]}",
+      "listen[1]", "repeats listen[0]" },
+    { "{\"listen\": [\"[::1]:7390\", \"[0:0::1]:7390\"]}", "listen[1]",
+      "repeats listen[0]" },
+    { "{\"listen\": [\"unix:/tmp/a\", \"127.0.0.1:1\", \"unix:/tmp/a\"]}",
+      "listen[2]", "repeats listen[0]" },
+    { "{\"redis\": {\"nodes\": [\"a.example:6379\", \"b:1\","
+      " \"A.EXAMPLE:6379\"]}}", "redis.nodes[2]", "repeats redis.nodes[0]" },
+    { "{\"metrics\": {\"listen\": \"127.0.0.1:7390\"}}", "metrics.listen",
+      "is also listen[0]" },
+    { "{\"limits\": {\"max_line\": 64}, \"auth\": {\"password\":"
+      " \"0123456789012345678901234567890123456789012345678901234567\"}}",
+      "auth.password", "too long for an AUTH line" },
+    { "{\"locks\": {\"fence_key\": \"lock:fence\"}}", "locks.fence_key",
+      "\"lock:fence\" would also be the key of a lock on \"fence\"" },
+    { "{\"locks\": {\"key_prefix\": \"\"}}", "locks.fence_key",
+      "would also be the key of a lock on \"redlockd:fence\"" },
+};
+
+START_TEST(test_cross_rules)
+{
+    const struct bad_row *r = &cross_rows[_i];
+
+    ck_assert_msg(load(r->json) == -1, "accepted: %s", r->json);
+    assert_error(r->key, r->msg);
+    assert_defaults(&c);
+}
+END_TEST
+
+START_TEST(test_cross_rules_edges)
+{
+    /* One byte shorter than test_cross_rules' last row: exactly fits. */
+    ck_assert_msg(load("{\"limits\": {\"max_line\": 64},"
+                       " \"auth\": {\"password\":"
+                       " \"012345678901234567890123456789012345678901234567890"
+                       "123456\"}}") == 0, "%s", err);
+    conf_deinit(&c);
+    ck_assert_msg(load("{\"locks\": {\"min_ttl_ms\": 30000,"
+                       " \"max_ttl_ms\": 30000}}") == 0, "%s", err);
+    conf_deinit(&c);
+    ck_assert_msg(load("{\"metrics\": {\"listen\": \"127.0.0.1:7391\"}}") == 0,
+                  "%s", err);
+    /* fence keys that no resource name can reach */
+    ck_assert_msg(load("{\"locks\": {\"key_prefix\": \"\","
+                       " \"fence_key\": \"redlockd fence\"}}") == 0, "%s", err);
+    ck_assert_msg(load("{\"locks\": {\"fence_key\": \"lock:\"}}") == 0,
+                  "%s", err);
+    ck_assert_msg(load("{\"locks\": {\"fence_key\": \"f\"}}") == 0,
+                  "%s", err);
+    ck_assert_msg(load("{\"locks\": {\"max_resource_len\": 4,"
+                       " \"fence_key\": \"lock:fence\"}}") == 0, "%s", err);
+}
+END_TEST
+
+/* ---- unix_socket_mode --------------------------------------------------- */
+
+struct mode_row {
+    const char *text;
+    int ok;
+    unsigned mode;      /* when ok */
+};
+
+#define OCTAL "expected an octal mode string such as \"0660\""
+
+static const struct mode_row mode_rows[] = {
+    { "0660", 1, 0660 }, { "660", 1, 0660 }, { "0600", 1, 0600 },
+    { "0777", 1, 0777 }, { "000", 1, 0 }, { "0000", 1, 0 },
+    { "66", 0, 0 }, { "06600", 0, 0 }, { "0680", 0, 0 }, { "0x1a", 0, 0 },
+    { "", 0, 0 }, { "1000", 0, 0 }, { "-660", 0, 0 }, { " 660", 0, 0 },
+};
+
+START_TEST(test_socket_mode)
+{
+    const struct mode_row *r = &mode_rows[_i];
+    char json[128];
+
+    snprintf(json, sizeof(json), "{\"unix_socket_mode\": \"%s\"}", r->text);
+    if (r->ok) {
+        ck_assert_msg(load(json) == 0, "%s: %s", r->text, err);
+        ck_assert_uint_eq(c.unix_socket_mode, r->mode);
+    } else {
+        ck_assert_msg(load(json) == -1, "accepted %s", r->text);
+        assert_error("unix_socket_mode: ", strcmp(r->text, "1000") == 0 ?
+                     "must be at most 0777" : OCTAL);
+    }
+}
+END_TEST
+
+/* ---- passwords from files ---------------------------------------------- */
+
+struct secret_row {
+    const char *section;    /* "redis" or "auth" */
+    const char *content;
+    const char *want;       /* NULL: expect an error containing `msg` */
+    const char *msg;
+};
+
+static const struct secret_row secret_rows[] = {
+    { "auth", "s3cret\n", "s3cret", NULL },
+    { "auth", "s3cret", "s3cret", NULL },
+    { "auth", "s3cret\r\nsecond line\n", "s3cret", NULL },
+    { "redis", "pass with spaces\n", "pass with spaces", NULL },
+    { "auth", "pass with spaces\n", NULL, "must not contain spaces" },
+    { "auth", "", NULL, "the first line is empty" },
+    { "redis", "\n", NULL, "the first line is empty" },
+    { "redis", "\r\nsecret\n", NULL, "the first line is empty" },
+    { "redis", "a\tb\n", NULL, "must not contain control characters" },
+};
+
+START_TEST(test_password_file)
+{
+    const struct secret_row *r = &secret_rows[_i];
+    char *path = temp_file(r->content);
+    char json[256], key[64];
+    const char *got;
+
+    snprintf(json, sizeof(json), "{\"%s\": {\"password_file\": \"%s\"}}",
+             r->section, path);
+    snprintf(key, sizeof(key), "%s.password_file", r->section);
+    if (r->want != NULL) {
+        ck_assert_msg(load(json) == 0, "%s", err);
+        got = strcmp(r->section, "auth") == 0 ? c.auth.password
+                                              : c.redis.password;
+        ck_assert_str_eq(got, r->want);
+    } else {
+        ck_assert_int_eq(load(json), -1);
+        assert_error(key, r->msg);
+        ck_assert_msg(strstr(err, path) != NULL, "no path in: %s", err);
+        assert_defaults(&c);
+    }
+    unlink(path);
+    free(path);
+}
+END_TEST
+
+START_TEST(test_password_file_errors)
+{
+    char big[1024];
+
+    ck_assert_int_eq(load("{\"redis\": {\"password_file\":"
+                          " \"/nonexistent/pw\"}}"), -1);
+    assert_error("redis.password_file", "/nonexistent/pw: cannot open:");
+    ck_assert_int_eq(load("{\"auth\": {\"password_file\": \"/\"}}"), -1);
+    assert_error("auth.password_file", "/: cannot read:");
+
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    char *path = temp_file(big);
+    char json[128];
+
+    snprintf(json, sizeof(json), "{\"auth\": {\"password_file\": \"%s\"}}",
+             path);
+    ck_assert_int_eq(load(json), -1);
+    assert_error("auth.password_file", "the first line is too long");
+    unlink(path);
+    free(path);
+
+    /* The username rule is satisfied by a password read from a file. */
+    path = temp_file("pw\n");
+    snprintf(json, sizeof(json), "{\"redis\": {\"username\": \"u\","
+             " \"password_file\": \"%s\"}}", path);
+    ck_assert_msg(load(json) == 0, "%s", err);
+    ck_assert_str_eq(c.redis.password, "pw");
+    unlink(path);
+    free(path);
+}
+END_TEST
+
+/* ---- loading from a file ----------------------------------------------- */
+
+START_TEST(test_load_file)
+{
+    char *path = temp_file("{\n  \"log\": {\"level\": \"warning\"}\n}\n");
+
+    ck_assert_msg(conf_load(&c, path, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(c.path, path);
+    ck_assert_int_eq(c.log.level, CONF_LOG_WARNING);
+    conf_deinit(&c);
+    unlink(path);
+    free(path);
+
+    path = temp_file("{\n  \"log\": {\"level\": \"warning\",}\n}\n");
+    ck_assert_int_eq(conf_load(&c, path, err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, ":2:"));
+    ck_assert_int_eq(strncmp(err, path, strlen(path)), 0);
+    assert_defaults(&c);
+    conf_deinit(&c);
+    unlink(path);
+    free(path);
+
+    path = temp_file("{\"limits\": {\"max_line\": 1}}");
+    ck_assert_int_eq(conf_load(&c, path, err, sizeof(err)), -1);
+    ck_assert_int_eq(strncmp(err, path, strlen(path)), 0);
+    ck_assert_ptr_nonnull(strstr(err, ": limits.max_line: must be between"));
+    conf_deinit(&c);
+    unlink(path);
+    free(path);
+
+    ck_assert_int_eq(conf_load(&c, "/nonexistent/r.json", err, sizeof(err)),
+                     -1);
+    ck_assert_str_eq(err, "/nonexistent/r.json: cannot open: "
+                          "No such file or directory");
+    assert_defaults(&c);
+}
+END_TEST
+
+/* ---- address parsing --------------------------------------------------- */
+
+struct addr_row {
+    const char *text;
+    bool allow_unix;
+    int ok;
+    enum conf_addr_kind kind;
+    const char *host_or_path;
+    int port;
+};
+
+#define TCP CONF_ADDR_TCP
+#define UNX CONF_ADDR_UNIX
+
+static const struct addr_row addr_rows[] = {
+    { "127.0.0.1:7390", false, 1, TCP, "127.0.0.1", 7390 },
+    { "tcp://127.0.0.1:7390", false, 1, TCP, "127.0.0.1", 7390 },
+    { "tcp://0.0.0.0:1", false, 1, TCP, "0.0.0.0", 1 },
+    { "10.1.2.3:65535", false, 1, TCP, "10.1.2.3", 65535 },
+    { "[::1]:7390", false, 1, TCP, "::1", 7390 },
+    { "tcp://[::]:7390", false, 1, TCP, "::", 7390 },
+    { "[2001:DB8:0:0::1]:6379", false, 1, TCP, "2001:db8::1", 6379 },
+    { "redis-1.example.com:6379", false, 1, TCP, "redis-1.example.com", 6379 },
+    { "localhost:6379", false, 1, TCP, "localhost", 6379 },
+    { "unix:/run/redlockd/redlockd.sock", true, 1, UNX,
+      "/run/redlockd/redlockd.sock", 0 },
+    { "unix:/a", true, 1, UNX, "/a", 0 },
+    /* 107 bytes of path: the longest that fits in sun_path */
+    { "unix:/" "123456789012345678901234567890123456789012345678901234567890"
+      "1234567890123456789012345678901234567890123456", true, 1, UNX,
+      "/123456789012345678901234567890123456789012345678901234567890"
+      "1234567890123456789012345678901234567890123456", 0 },
+    { "unix:/" "123456789012345678901234567890123456789012345678901234567890"
+      "12345678901234567890123456789012345678901234567",
+      true, 0, UNX, NULL, 0 },
+    { "unix:/run/x.sock", false, 0, UNX, NULL, 0 },
+    { "unix:run/x.sock", true, 0, UNX, NULL, 0 },
+    { "unix:", true, 0, UNX, NULL, 0 },
+    { "127.0.0.1:0", false, 0, TCP, NULL, 0 },
+    { "127.0.0.1:65536", false, 0, TCP, NULL, 0 },
+    { "127.0.0.1:99999", false, 0, TCP, NULL, 0 },
+    { "127.0.0.1:100000", false, 0, TCP, NULL, 0 },
+    { "127.0.0.1:+80", false, 0, TCP, NULL, 0 },
+    { "127.0.0.1:80x", false, 0, TCP, NULL, 0 },
+    { "127.0.0.1:", false, 0, TCP, NULL, 0 },
+    { "127.0.0.1", false, 0, TCP, NULL, 0 },
+    { ":7390", false, 0, TCP, NULL, 0 },
+    { "256.0.0.1:7390", false, 0, TCP, NULL, 0 },
+    { "1.2.3:7390", false, 0, TCP, NULL, 0 },
+    { "::1:7390", false, 0, TCP, NULL, 0 },
+    { "[::1]7390", false, 0, TCP, NULL, 0 },
+    { "[::1:7390", false, 0, TCP, NULL, 0 },
+    { "[127.0.0.1]:7390", false, 0, TCP, NULL, 0 },
+    { "[fe80::1%eth0]:7390", false, 0, TCP, NULL, 0 },
+    { "[]:7390", false, 0, TCP, NULL, 0 },
+    { "http://127.0.0.1:80", false, 0, TCP, NULL, 0 },
+    { "tcp://", false, 0, TCP, NULL, 0 },
+    { "bad_host:1", false, 0, TCP, NULL, 0 },
+    { "-bad:1", false, 0, TCP, NULL, 0 },
+    { "", false, 0, TCP, NULL, 0 },
+};
+
+START_TEST(test_parse_addr)
+{
+    const struct addr_row *r = &addr_rows[_i];
+    struct conf_addr a;
+    int rc = conf_parse_addr(&a, r->text, r->allow_unix, err, sizeof(err));
+
+    if (!r->ok) {
+        ck_assert_msg(rc == -1, "accepted \"%s\"", r->text);
+        ck_assert_msg(strstr(err, r->text) != NULL, "%s", err);
+        ck_assert_ptr_null(a.host);
+        ck_assert_ptr_null(a.path);
+        ck_assert_ptr_null(a.text);
+        conf_addr_deinit(&a);
+        return;
+    }
+    ck_assert_msg(rc == 0, "\"%s\": %s", r->text, err);
+    ck_assert_int_eq(a.kind, r->kind);
+    ck_assert_str_eq(a.text, r->text);
+    if (r->kind == CONF_ADDR_TCP) {
+        ck_assert_str_eq(a.host, r->host_or_path);
+        ck_assert_int_eq(a.port, r->port);
+        ck_assert_ptr_null(a.path);
+    } else {
+        ck_assert_str_eq(a.path, r->host_or_path);
+        ck_assert_ptr_null(a.host);
+    }
+    conf_addr_deinit(&a);
+    ck_assert_ptr_null(a.text);
+}
+END_TEST
+
+START_TEST(test_parse_addr_messages)
+{
+    struct conf_addr a;
+
+    ck_assert_int_eq(conf_parse_addr(&a, "127.0.0.1:0", false, err,
+                                     sizeof(err)), -1);
+    ck_assert_str_eq(err, "\"127.0.0.1:0\": port must be a number from 1 "
+                          "to 65535");
+    ck_assert_int_eq(conf_parse_addr(&a, "unix:x", true, err, sizeof(err)), -1);
+    ck_assert_str_eq(err, "\"unix:x\": unix socket path must be absolute");
+    ck_assert_int_eq(conf_parse_addr(&a, "::1:80", true, err, sizeof(err)), -1);
+    ck_assert_str_eq(err, "\"::1:80\": IPv6 addresses must be in brackets, "
+                          "as [::1]:PORT");
+    /* A tiny buffer truncates, never overflows. */
+    ck_assert_int_eq(conf_parse_addr(&a, "x", true, err, 8), -1);
+    ck_assert_uint_eq(strlen(err), 7);
+}
+END_TEST
+
+/* ---- the files shipped in conf/ ---------------------------------------- */
+
+/* The source tree, found from this file's path as the compiler saw it
+ * (meson runs tests from the build root, where __FILE__ is relative). */
+static void conf_dir(char *buf, size_t size)
+{
+    const char *file = __FILE__;
+    const char *tail = strstr(file, "tests/unit/test_conf.c");
+
+    ck_assert_ptr_nonnull(tail);
+    snprintf(buf, size, "%.*sconf", (int)(tail - file), file);
+}
+
+static void load_shipped(const char *name)
+{
+    char dir[512], path[600];
+
+    conf_dir(dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    ck_assert_msg(conf_load(&c, path, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(c.path, path);
+}
+
+START_TEST(test_shipped_default)
+{
+    load_shipped("redlockd.json");
+    free(c.path);
+    c.path = NULL;
+    assert_defaults(&c);
+}
+END_TEST
+
+START_TEST(test_shipped_one_node)
+{
+    load_shipped("one-node.json");
+    ck_assert_uint_eq(c.redis.nnodes, 1);
+}
+END_TEST
+
+START_TEST(test_shipped_three_nodes)
+{
+    load_shipped("three-nodes.json");
+    ck_assert_uint_eq(c.redis.nnodes, 3);
+    ck_assert_int_eq(c.redis.nodes[0].port, 6379);
+    ck_assert_int_eq(c.redis.nodes[1].port, 6380);
+    ck_assert_int_eq(c.redis.nodes[2].port, 6381);
+    ck_assert_uint_eq(c.nlisten, 2);
+    ck_assert_int_eq(c.listen[1].kind, CONF_ADDR_UNIX);
+    ck_assert_str_eq(c.listen[1].path, "/run/redlockd/redlockd.sock");
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+
+static TCase *tcase(const char *name)
+{
+    TCase *tc = tcase_create(name);
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    return tc;
+}
+
+static Suite *conf_suite(void)
+{
+    Suite *s = suite_create("conf");
+    TCase *tc;
+
+    tc = tcase("defaults");
+    tcase_add_test(tc, test_init_defaults);
+    tcase_add_test(tc, test_empty_object_defaults);
+    tcase_add_test(tc, test_all_keys);
+    tcase_add_loop_test(tc, test_good_values, 0, ROWS(good_rows));
+    suite_add_tcase(s, tc);
+
+    tc = tcase("errors");
+    tcase_add_loop_test(tc, test_bad_values, 0, ROWS(bad_rows));
+    tcase_add_loop_test(tc, test_structure, 0, ROWS(structure_rows));
+    tcase_add_loop_test(tc, test_syntax, 0, ROWS(syntax_rows));
+    tcase_add_loop_test(tc, test_cross_rules, 0, ROWS(cross_rows));
+    tcase_add_test(tc, test_cross_rules_edges);
+    tcase_add_loop_test(tc, test_socket_mode, 0, ROWS(mode_rows));
+    suite_add_tcase(s, tc);
+
+    tc = tcase("files");
+    tcase_add_loop_test(tc, test_password_file, 0, ROWS(secret_rows));
+    tcase_add_test(tc, test_password_file_errors);
+    tcase_add_test(tc, test_load_file);
+    tcase_add_test(tc, test_shipped_default);
+    tcase_add_test(tc, test_shipped_one_node);
+    tcase_add_test(tc, test_shipped_three_nodes);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("addresses");
+    tcase_add_loop_test(tc, test_parse_addr, 0, ROWS(addr_rows));
+    tcase_add_test(tc, test_parse_addr_messages);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(conf_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
