@@ -5,7 +5,8 @@
  * queued on the session (read-ahead up to max_pipeline, then reading stops
  * until the queue drains). A line longer than max_line becomes a TOOLONG
  * placeholder; reading stops for good since the connection closes after
- * answering it.
+ * answering it. EOF ends the session at once: requests still queued are
+ * dropped, pending waits cancelled, locks released.
  *
  * Writing: replies accumulate in `out` and go to the kernel in one uv_write
  * at a time. A client whose unsent output has reached max_output_bytes is
@@ -90,17 +91,10 @@ static void conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread == UV_EOF) {
-        /* Lines already read are still answered (a client may write its
-         * requests and shut down its side); the session ends after that. */
-        if (s->rlen > 0)
-            log_debug("%s: %zu bytes of an unfinished line dropped at EOF",
-                      s->idstr, s->rlen);
-        s->rlen = 0;
-        s->reading = false;
-        uv_read_stop(&s->h.stream);
-        s->died = true;
-        s->close_after_write = true;    /* after answering what was read */
-        conn_flush(s);
+        /* The connection is gone (a half-closed socket looks the same):
+         * end the session now, as Redis does, so a dropped waiter is not
+         * served and its locks are released at once. */
+        conn_close(s, true, "client closed the connection");
         return;
     }
     conn_close(s, true, uv_strerror((int)nread));

@@ -70,6 +70,17 @@ struct pool_req {
 
 struct pool_node;
 
+/* A release to send when a node is back: it may still execute requests
+ * that were buffered on its old connection when it stopped answering. */
+struct pool_cleanup {
+    struct pool_cleanup *next;
+    size_t keylen;
+    char token[41];
+    char key[];
+};
+
+#define POOL_MAX_CLEANUPS 65536
+
 struct pool_link {
     struct pool_node *node;
     redisAsyncContext *ac;          /* (hiredis-owned) NULL when down */
@@ -101,6 +112,9 @@ struct pool_node {
     int repair_ok;
     uint64_t repair_max;
 
+    struct pool_cleanup *cleanups;  /* releases owed once it is up */
+    size_t ncleanups;
+
     uint64_t requests, errors, timeouts, reconnects, restarts;
     double latency_ms;              /* moving average */
     double latency_max_ms;
@@ -115,6 +129,7 @@ static struct {
     int nnodes;
     bool stopping;
     uint64_t inflight;                  /* requests awaiting replies */
+    uint64_t max_fence;                 /* largest fence seen or issued */
     char sha[POOL_SCRIPT_COUNT][41];    /* from SCRIPT LOAD, "" until known */
 } P;
 
@@ -347,6 +362,61 @@ static void link_timeout_cb(struct timer *t)
     }
 }
 
+static void cleanup_reply(void *ud, int node, redisReply *r)
+{
+    (void)ud;
+    (void)node;
+    (void)r;
+}
+
+static void node_send_cleanups(struct pool_node *n)
+{
+    struct pool_cleanup *c = n->cleanups, *next;
+    size_t sent = n->ncleanups;
+
+    n->cleanups = NULL;
+    n->ncleanups = 0;
+    for (; c; c = next) {
+        next = c->next;
+        const char *argv[3] = { c->key, c->token, P.conf->locks.release_channel };
+        size_t lens[3] = { c->keylen, strlen(c->token), strlen(argv[2]) };
+        if (pool_script(n->idx, POOL_SCRIPT_RELEASE, 1, 2, argv, lens,
+                        cleanup_reply, NULL) != 0)
+            pool_release_later(n->idx, c->key, c->keylen, c->token);
+        free(c);
+    }
+    if (sent)
+        log_info("redis %s: sent %zu owner-checked releases held back while "
+                 "it was down", n->addr->text, sent);
+}
+
+void pool_release_later(int node, const char *key, size_t keylen,
+                        const char *token)
+{
+    struct pool_node *n = &P.nodes[node];
+
+    if (P.stopping)
+        return;
+    if (n->ncleanups >= POOL_MAX_CLEANUPS) {
+        log_warn("redis %s: too many releases held back; %.*s will expire "
+                 "by its ttl there", n->addr->text, (int)keylen, key);
+        return;
+    }
+    struct pool_cleanup *c = pool_alloc(sizeof(*c) + keylen + 1);
+    memcpy(c->key, key, keylen);
+    c->keylen = keylen;
+    snprintf(c->token, sizeof(c->token), "%s", token);
+    c->next = n->cleanups;
+    n->cleanups = c;
+    n->ncleanups++;
+}
+
+void pool_note_fence(uint64_t fence)
+{
+    if (fence > P.max_fence)
+        P.max_fence = fence;
+}
+
 static void node_came_up(struct pool_node *n, const char *run_id)
 {
     n->backoff_ms = POOL_BACKOFF_MIN_MS;
@@ -371,6 +441,7 @@ static void node_came_up(struct pool_node *n, const char *run_id)
                    n->recovering ? " (still recovering from a restart)" : "");
     }
     snprintf(n->run_id, sizeof(n->run_id), "%s", run_id);
+    node_send_cleanups(n);
 }
 
 static void link_ready(struct pool_link *l, const char *run_id)
@@ -645,7 +716,6 @@ static void repair_raise_cb(void *ud, int node, redisReply *r)
 static void repair_read_cb(void *ud, int node, redisReply *r)
 {
     struct pool_node *n = ud;
-    (void)node;
 
     if (r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)) {
         uint64_t v = r->type == REDIS_REPLY_STRING ?
@@ -654,14 +724,31 @@ static void repair_read_cb(void *ud, int node, redisReply *r)
             n->repair_max = v;
         n->repair_ok++;
     }
+    (void)node;
     if (--n->repair_wait > 0)
         return;
-    if (n->repair_ok < pool_quorum() || !pool_node_up(n->idx)) {
-        log_info("redis %s: fence repair could not read a quorum; retrying",
-                 n->addr->text);
+    if (!pool_node_up(n->idx)) {
         timer_start(&n->recover_timer, POOL_REPAIR_RETRY_MS);
         return;
     }
+    if (n->repair_ok < pool_quorum()) {
+        /* With one or two nodes the others can never make a quorum; fall
+         * back on the largest fence this daemon has seen, and say that the
+         * fence guarantee now rests on it. */
+        if (P.nnodes - 1 >= pool_quorum() || n->aof_always) {
+            log_info("redis %s: fence repair read %d of the %d counters it "
+                     "needs; retrying", n->addr->text, n->repair_ok,
+                     pool_quorum());
+            timer_start(&n->recover_timer, POOL_REPAIR_RETRY_MS);
+            return;
+        }
+        log_warn("redis %s: too few nodes to read the fence counter from; "
+                 "raising it to the largest fence this daemon has seen "
+                 "(%" PRIu64 "). Fences stay monotonic only for locks taken "
+                 "through daemons that saw it.", n->addr->text, P.max_fence);
+    }
+    if (P.max_fence > n->repair_max)
+        n->repair_max = P.max_fence;
     char val[24];
     snprintf(val, sizeof(val), "%" PRIu64, n->repair_max);
     const char *argv[2] = { P.conf->locks.fence_key, val };
@@ -671,8 +758,9 @@ static void repair_read_cb(void *ud, int node, redisReply *r)
         timer_start(&n->recover_timer, POOL_REPAIR_RETRY_MS);
 }
 
-/* Read the fence counter from every voting node; once a quorum answered,
- * raise this node's counter to their maximum, then let it vote again. */
+/* Read the fence counter from every node that can be trusted with it (the
+ * voting ones, and this one too if its AOF loses nothing); once a quorum
+ * answered, raise this node's counter to their maximum, then let it vote. */
 static void node_repair(struct pool_node *n)
 {
     const char *argv[2] = { "GET", P.conf->locks.fence_key };
@@ -682,7 +770,7 @@ static void node_repair(struct pool_node *n)
     n->repair_ok = 0;
     n->repair_max = 0;
     for (int i = 0; i < P.nnodes; i++) {
-        if (!pool_node_votes(i))
+        if (!pool_node_votes(i) && !(i == n->idx && n->aof_always))
             continue;
         n->repair_wait++;
         if (pool_command(i, 2, argv, lens, repair_read_cb, n) != 0)
@@ -753,8 +841,14 @@ void pool_shutdown(void)
             link_drop(&n->links[k]);
         link_drop(&n->sub);
     }
-    for (int i = 0; i < P.nnodes; i++)
+    for (int i = 0; i < P.nnodes; i++) {
+        struct pool_cleanup *c = P.nodes[i].cleanups, *next;
+        for (; c; c = next) {
+            next = c->next;
+            free(c);
+        }
         free(P.nodes[i].links);
+    }
     free(P.nodes);
     P.nodes = NULL;
 }

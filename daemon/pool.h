@@ -65,6 +65,15 @@ int pool_script(int node, enum pool_script s, int nkeys, int nargs,
 int pool_command(int node, int argc, const char **argv, const size_t *lens,
                  pool_reply_cb cb, void *ud);
 
+/* Send an owner-checked release of key to this node when it is next up
+ * (it was down when the release, or the undo of a failed acquisition, was
+ * due, and may still run requests buffered before it stopped). */
+void pool_release_later(int node, const char *key, size_t keylen,
+                        const char *token);
+/* Remember the largest fence seen (repairing a restarted node uses it when
+ * too few other nodes are there to read the counter from). */
+void pool_note_fence(uint64_t fence);
+
 /* Per-node state for STATS/STATUS: an array of objects. */
 json_t *pool_stats_json(void);
 

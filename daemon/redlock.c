@@ -187,6 +187,8 @@ static void op_fan_out(struct op *o)
         if (pool_script(i, s, nkeys, nargs, argv, lens, op_reply, o) != 0) {
             o->pending--;
             o->res.failed++;
+            if (o->kind == OP_RELEASE)
+                pool_release_later(i, o->key, o->keylen, o->token);
         }
     }
     /* Never answer from inside the caller's call: when no node could take
@@ -214,6 +216,8 @@ static void op_count(struct op *o, int node, redisReply *r)
 
     if (!r || r->type == REDIS_REPLY_ERROR) {
         o->res.failed++;
+        if (o->kind == OP_RELEASE)
+            pool_release_later(node, o->key, o->keylen, o->token);
         return;
     }
     switch (o->kind) {
@@ -328,6 +332,7 @@ static void raise_done(struct op *o)
      * with no time left on it. */
     if (o->res.ok >= pool_quorum() && o->res.validity > 0) {
         o->res.status = REDLOCK_OK;
+        pool_note_fence(o->res.fence);
     } else {
         log_warn("fence raise reached %d of %d nodes (validity %" PRId64
                  " ms): giving the lock back", o->res.ok, pool_nnodes(),

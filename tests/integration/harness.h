@@ -89,6 +89,9 @@ struct h_client {
 int h_connect_tcp(struct h_client *c, int port);
 int h_connect_unix(struct h_client *c, const char *path);
 void h_close(struct h_client *c);           /* close(fd) without QUIT */
+/* shutdown(SHUT_WR): the daemon sees EOF while replies can still arrive
+ * (what `nc -q1` and `nc -N` do after the last line). */
+void h_shutdown_write(struct h_client *c);
 void h_send(struct h_client *c, const char *data, size_t len);
 void h_sendf(struct h_client *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -111,6 +114,16 @@ char *h_expect_event(struct h_client *c, const char *prefix, int timeout_ms);
  * (returned in a static buffer). */
 const char *h_kv(const char *line, const char *key);
 bool h_starts(const char *line, const char *prefix);
+
+/* The redlockd binary (REDLOCKD_BIN); aborts when unset. */
+const char *h_daemon_bin(void);
+/* Run argv (no wrapper) to completion with stdout and stderr captured
+ * together into out (NUL-terminated, truncated to outsize - 1); returns the
+ * exit status (WEXITSTATUS, or 128+signal). */
+int h_run(char *const argv[], char *out, size_t outsize);
+/* Raise the soft RLIMIT_NOFILE to at least `want` (aborts if the hard
+ * limit is lower). Daemons started afterwards inherit it. */
+void h_raise_nofile(int want);
 
 uint64_t h_now_ms(void);                    /* CLOCK_MONOTONIC */
 void h_sleep_ms(int ms);

@@ -1,0 +1,1119 @@
+/*
+ * redlockctl: the command-line client of redlockd, built on libredlockd.
+ *
+ * `run` guards a command with a lock: it takes the lock (the daemon renews
+ * the lease while our connection lives), runs the command in its own
+ * process group with the lock in its environment, forwards SIGINT, SIGTERM
+ * and SIGHUP to that group, watches the connection for EVENT LOST, and
+ * releases the lock when the command exits. `ping`, `status`, `sessions`
+ * and `stats` print the daemon's answers, as tables or (--json) raw.
+ * Exit statuses are listed in usage() and in redlockctl(1); keep both in
+ * step.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "redlockd.h"
+
+#ifndef REDLOCKD_VERSION
+#define REDLOCKD_VERSION "unknown"
+#endif
+
+#define CTL_EXIT_LOST 70            /* the lease was lost, command stopped */
+#define CTL_DEFAULT_TIMEOUT_MS 5000
+/*
+ * `run` asks the daemon to end the session after a minute without a line
+ * and pings four times as often, so a redlockctl that hangs (or is stopped)
+ * loses the lock within a minute instead of holding it forever. A crashed
+ * or killed redlockctl loses it at once: its socket closes.
+ */
+#define CTL_KEEPALIVE_MS 60000
+#define CTL_PING_EVERY_MS (CTL_KEEPALIVE_MS / 4)
+#define CTL_NAME_MAX 64
+
+struct ctl {
+    /* common options */
+    const char *server;
+    const char *password_file;
+    const char *name;
+    int timeout_ms;
+    int json;
+    /* run options */
+    uint32_t ttl_ms;
+    uint32_t wait_ms;
+    int kill_on_lost;
+    unsigned kill_after_s;
+    int conflict_exit;
+    int quiet;
+    int run_opts_seen;              /* given to a command other than run */
+
+    char password[1025];
+    char default_name[CTL_NAME_MAX + 1];
+};
+
+/* ---- messages and usage ------------------------------------------------- */
+
+static void ctl_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void ctl_err(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("redlockctl: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static void ctl_usage(FILE *out)
+{
+    fputs(
+"Usage: redlockctl [OPTIONS] COMMAND [ARGS]\n"
+"\n"
+"Commands:\n"
+"  run [RUN OPTIONS] RESOURCE [--] COMMAND [ARGS...]\n"
+"                      take the lock, run COMMAND while holding it,\n"
+"                      release the lock\n"
+"  status RESOURCE     what the daemon and the Redis nodes know of RESOURCE\n"
+"  sessions            the daemon's client sessions\n"
+"  stats               the daemon's counters\n"
+"  ping                check that the daemon answers\n"
+"\n"
+"Options:\n"
+"  -s, --server ADDR       HOST:PORT, [IPV6]:PORT or unix:/PATH\n"
+"                          (default: $REDLOCKD_SERVER, else 127.0.0.1:7390)\n"
+"      --password-file F   send the first line of F with AUTH\n"
+"      --name NAME         client name shown by `sessions`\n"
+"      --timeout MS        connect and reply timeout (default 5000, 0: none)\n"
+"      --json              print the daemon's JSON instead of a table\n"
+"  -h, --help              show this help\n"
+"  -V, --version           show the version\n"
+"\n"
+"Run options:\n"
+"      --ttl MS            lease on Redis (default: the daemon's, 30000)\n"
+"      --wait MS           wait up to MS for a busy lock (default 0: don't)\n"
+"      --on-lost kill|ignore\n"
+"                          when the lease is lost: SIGTERM the command's\n"
+"                          process group (default), or let it finish\n"
+"      --kill-after SEC    SIGKILL SEC seconds after that SIGTERM (default 5)\n"
+"  -E, --conflict-exit-code N\n"
+"                          exit status when the lock is busy (default 75)\n"
+"  -q, --quiet             say nothing when the lock is busy\n"
+"\n"
+"The command gets REDLOCKD_RESOURCE, REDLOCKD_TOKEN and REDLOCKD_FENCE.\n"
+"\n"
+"Exit status:\n"
+"  run: the command's status (128+N if it died of signal N); 75 (or -E) when\n"
+"       the lock is busy or the wait ran out, without running the command;\n"
+"       70 when the lease was lost and the command was stopped for it;\n"
+"       126/127 when the command can not be run.\n"
+"  0 success; 64 usage or configuration error; 69 the daemon could not be\n"
+"  reached or refused the request.\n", out);
+}
+
+/* ---- option parsing ----------------------------------------------------- */
+
+enum {
+    OPT_PASSWORD_FILE = 256,
+    OPT_NAME,
+    OPT_TIMEOUT,
+    OPT_JSON,
+    OPT_TTL,
+    OPT_WAIT,
+    OPT_ON_LOST,
+    OPT_KILL_AFTER,
+};
+
+static const struct option ctl_longopts[] = {
+    { "server", required_argument, NULL, 's' },
+    { "password-file", required_argument, NULL, OPT_PASSWORD_FILE },
+    { "name", required_argument, NULL, OPT_NAME },
+    { "timeout", required_argument, NULL, OPT_TIMEOUT },
+    { "json", no_argument, NULL, OPT_JSON },
+    { "help", no_argument, NULL, 'h' },
+    { "version", no_argument, NULL, 'V' },
+    { "ttl", required_argument, NULL, OPT_TTL },
+    { "wait", required_argument, NULL, OPT_WAIT },
+    { "on-lost", required_argument, NULL, OPT_ON_LOST },
+    { "kill-after", required_argument, NULL, OPT_KILL_AFTER },
+    { "conflict-exit-code", required_argument, NULL, 'E' },
+    { "quiet", no_argument, NULL, 'q' },
+    { NULL, 0, NULL, 0 },
+};
+
+/* Decimal digits only, at most max. */
+static int ctl_number(const char *s, const char *opt, unsigned long max,
+                      unsigned long *out)
+{
+    unsigned long v = 0;
+    const char *p;
+
+    for (p = s; *p >= '0' && *p <= '9'; p++) {
+        v = v * 10 + (unsigned long)(*p - '0');
+        if (v > max)
+            break;
+    }
+    if (p == s || *p != '\0') {
+        ctl_err("%s: expected a number from 0 to %lu, got \"%s\"", opt, max, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int ctl_number_u32(const char *s, const char *opt, uint32_t *out)
+{
+    unsigned long v;
+
+    if (ctl_number(s, opt, UINT32_MAX, &v) < 0)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int ctl_on_lost_mode(struct ctl *c, const char *s)
+{
+    if (strcmp(s, "kill") == 0)
+        c->kill_on_lost = 1;
+    else if (strcmp(s, "ignore") == 0)
+        c->kill_on_lost = 0;
+    else {
+        ctl_err("--on-lost: expected kill or ignore, got \"%s\"", s);
+        return -1;
+    }
+    return 0;
+}
+
+/* 0 parsed, 1 done (help/version printed), -1 usage error. */
+static int ctl_option(struct ctl *c, int opt, const char *arg)
+{
+    unsigned long v;
+    uint32_t u;
+
+    switch (opt) {
+    case 's': c->server = arg; return 0;
+    case OPT_PASSWORD_FILE: c->password_file = arg; return 0;
+    case OPT_NAME: c->name = arg; return 0;
+    case OPT_JSON: c->json = 1; return 0;
+    case 'h': ctl_usage(stdout); return 1;
+    case 'V': printf("redlockctl %s\n", REDLOCKD_VERSION); return 1;
+    case OPT_TIMEOUT:
+        if (ctl_number_u32(arg, "--timeout", &u) < 0 || u > INT32_MAX)
+            return -1;
+        c->timeout_ms = u == 0 ? -1 : (int)u;
+        return 0;
+    }
+    c->run_opts_seen = 1;
+    switch (opt) {
+    case OPT_TTL: return ctl_number_u32(arg, "--ttl", &c->ttl_ms);
+    case OPT_WAIT: return ctl_number_u32(arg, "--wait", &c->wait_ms);
+    case OPT_ON_LOST: return ctl_on_lost_mode(c, arg);
+    case 'q': c->quiet = 1; return 0;
+    case OPT_KILL_AFTER:
+        if (ctl_number(arg, "--kill-after", 86400, &v) < 0)
+            return -1;
+        c->kill_after_s = (unsigned)v;
+        return 0;
+    case 'E':
+        if (ctl_number(arg, "--conflict-exit-code", 255, &v) < 0)
+            return -1;
+        c->conflict_exit = (int)v;
+        return 0;
+    }
+    return -1;  /* getopt already said what was wrong */
+}
+
+static void ctl_defaults(struct ctl *c)
+{
+    char host[256] = "";
+    size_t i;
+
+    memset(c, 0, sizeof(*c));
+    c->timeout_ms = CTL_DEFAULT_TIMEOUT_MS;
+    c->kill_on_lost = 1;
+    c->kill_after_s = 5;
+    c->conflict_exit = EX_TEMPFAIL;
+    /* "redlockctl@host" tells an operator where a lock holder runs. */
+    if (gethostname(host, sizeof(host) - 1) < 0)
+        host[0] = '\0';
+    snprintf(c->default_name, sizeof(c->default_name), "redlockctl%s%.53s",
+             host[0] ? "@" : "", host);
+    for (i = 0; c->default_name[i] != '\0'; i++) {
+        unsigned char ch = (unsigned char)c->default_name[i];
+        if (ch < 0x21 || ch > 0x7e)
+            c->default_name[i] = '_';
+    }
+}
+
+/* ---- connecting --------------------------------------------------------- */
+
+static int ctl_read_password(struct ctl *c)
+{
+    FILE *f = fopen(c->password_file, "r");
+    size_t len;
+
+    if (f == NULL) {
+        ctl_err("cannot open password file %s: %s", c->password_file,
+                strerror(errno));
+        return -1;
+    }
+    if (fgets(c->password, sizeof(c->password), f) == NULL)
+        c->password[0] = '\0';
+    fclose(f);
+    len = strcspn(c->password, "\r\n");
+    c->password[len] = '\0';
+    if (len == 0) {
+        ctl_err("password file %s is empty", c->password_file);
+        return -1;
+    }
+    return 0;
+}
+
+/* A library failure as one line; returns the exit status it deserves. */
+static int ctl_report(const char *what, int rc, const char *msg)
+{
+    int code = rc < 0 ? -rc : rc;
+    /* The daemon's own refusals get their code word, for grep. */
+    int refused = code < REDLOCKD_E_IO;
+
+    if (what == NULL)
+        ctl_err("%s", msg);
+    else if (!refused)
+        ctl_err("%s: %s", what, msg);
+    else
+        ctl_err("%s: %s (%s)", what, msg, redlockd_code_name(code));
+    if (code == REDLOCKD_E_INVALID || code == REDLOCKD_E_ARG)
+        return EX_USAGE;
+    return EX_UNAVAILABLE;
+}
+
+/* The address the library will use, for messages. */
+static const char *ctl_server(const struct ctl *c)
+{
+    const char *env = getenv(REDLOCKD_SERVER_ENV);
+
+    if (c->server != NULL)
+        return c->server;
+    return env != NULL && *env != '\0' ? env : REDLOCKD_DEFAULT_SERVER;
+}
+
+static int ctl_connect(struct ctl *c, struct redlockd_opts *o,
+                       struct redlockd **h)
+{
+    struct redlockd_error err;
+    int rc;
+
+    if (c->password_file != NULL && ctl_read_password(c) < 0)
+        return EX_USAGE;
+    o->server = c->server;
+    o->connect_timeout_ms = c->timeout_ms;
+    o->io_timeout_ms = c->timeout_ms;
+    o->name = c->name != NULL ? c->name : c->default_name;
+    o->password = c->password_file != NULL ? c->password : NULL;
+    rc = redlockd_connect(h, o, &err);
+    /* Connect errors name the address already. */
+    if (rc == -REDLOCKD_E_IO || rc == -REDLOCKD_E_IO_TIMEOUT)
+        return ctl_report(NULL, rc, err.msg);
+    if (rc < 0)
+        return ctl_report(ctl_server(c), rc, err.msg);
+    return 0;
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+#define CTL_TABLE_COLS 8
+
+/* Rows of text cells, printed with aligned columns. */
+struct ctl_table {
+    size_t ncols;
+    size_t nrows;
+    char **cells;               /* nrows * ncols, owned */
+    unsigned right;             /* bit i: right-align column i */
+};
+
+static void ctl_table_add(struct ctl_table *t, const char *const *row)
+{
+    char **grown;
+    size_t i;
+
+    grown = realloc(t->cells, (t->nrows + 1) * t->ncols * sizeof(*grown));
+    if (grown == NULL) {
+        ctl_err("out of memory");
+        exit(EX_OSERR);
+    }
+    t->cells = grown;
+    for (i = 0; i < t->ncols; i++) {
+        char **cell = &t->cells[t->nrows * t->ncols + i];
+
+        *cell = strdup(row[i] != NULL ? row[i] : "-");
+        if (*cell == NULL) {
+            ctl_err("out of memory");
+            exit(EX_OSERR);
+        }
+    }
+    t->nrows++;
+}
+
+static void ctl_table_print(struct ctl_table *t)
+{
+    size_t w[CTL_TABLE_COLS] = { 0 }, r, i, len;
+    const char *cell;
+
+    for (r = 0; r < t->nrows; r++) {
+        for (i = 0; i < t->ncols; i++) {
+            len = strlen(t->cells[r * t->ncols + i]);
+            w[i] = len > w[i] ? len : w[i];
+        }
+    }
+    for (r = 0; r < t->nrows; r++) {
+        for (i = 0; i < t->ncols; i++) {
+            cell = t->cells[r * t->ncols + i];
+            if (i + 1 == t->ncols && !(t->right & (1u << i)))
+                printf("%s", cell);
+            else if (t->right & (1u << i))
+                printf("%*s", (int)w[i], cell);
+            else
+                printf("%-*s", (int)w[i], cell);
+            fputs(i + 1 == t->ncols ? "\n" : "  ", stdout);
+        }
+    }
+    for (r = 0; r < t->nrows * t->ncols; r++)
+        free(t->cells[r]);
+    free(t->cells);
+    t->cells = NULL;
+    t->nrows = 0;
+}
+
+/* A JSON scalar as text; NULL for a missing member. */
+static const char *ctl_scalar(json_t *v, char *buf, size_t sz)
+{
+    switch (json_typeof(v)) {
+    case JSON_STRING: return json_string_value(v);
+    case JSON_INTEGER:
+        snprintf(buf, sz, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return buf;
+    case JSON_REAL: snprintf(buf, sz, "%g", json_real_value(v)); return buf;
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    case JSON_NULL: return "null";
+    default: return NULL;
+    }
+}
+
+static const char *ctl_field(json_t *obj, const char *key, char *buf, size_t sz)
+{
+    json_t *v = json_object_get(obj, key);
+
+    return v == NULL ? NULL : ctl_scalar(v, buf, sz);
+}
+
+/* A member for printf: "-" when missing. */
+static const char *ctl_text(json_t *obj, const char *key, char *buf, size_t sz)
+{
+    const char *s = ctl_field(obj, key, buf, sz);
+
+    return s != NULL ? s : "-";
+}
+
+/* Milliseconds as "850 ms", "5.9 s", "3 min 20 s". */
+static const char *ctl_duration(json_t *v, char *buf, size_t sz)
+{
+    json_int_t ms;
+
+    if (!json_is_integer(v))
+        return NULL;
+    ms = json_integer_value(v);
+    if (ms < 1000)
+        snprintf(buf, sz, "%" JSON_INTEGER_FORMAT " ms", ms);
+    else if (ms < 60000)
+        snprintf(buf, sz, "%.1f s", (double)ms / 1000.0);
+    else
+        snprintf(buf, sz, "%" JSON_INTEGER_FORMAT " min %" JSON_INTEGER_FORMAT
+                 " s", ms / 60000, ms / 1000 % 60);
+    return buf;
+}
+
+static json_t *ctl_parse_json(const char *text)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(text, 0, &jerr);
+
+    if (root == NULL || !json_is_object(root)) {
+        ctl_err("the daemon sent unreadable JSON: %s",
+                root == NULL ? jerr.text : "not an object");
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+static void ctl_print_holder(json_t *root)
+{
+    json_t *holder = json_object_get(root, "holder");
+    json_t *name = json_object_get(holder, "name");
+    char fence[32], held[32], session[64];
+
+    if (!json_is_true(json_object_get(root, "held")))
+        return;
+    if (!json_is_object(holder)) {
+        printf("holder    another client (not a session of this daemon)\n");
+        return;
+    }
+    printf("holder    session %s",
+           ctl_text(holder, "session", session, sizeof(session)));
+    if (json_is_string(name))
+        printf(" (%s)", json_string_value(name));
+    if (ctl_field(holder, "fence", fence, sizeof(fence)) != NULL)
+        printf(", fence %s", fence);
+    if (ctl_duration(json_object_get(holder, "held_ms"), held,
+                     sizeof(held)) != NULL)
+        printf(", held for %s", held);
+    putchar('\n');
+}
+
+static const char *ctl_pttl(json_t *v, char *buf, size_t sz)
+{
+    if (!json_is_integer(v))
+        return NULL;
+    if (json_integer_value(v) == -2)
+        return "no key";
+    if (json_integer_value(v) == -1)
+        return "no expiry";
+    snprintf(buf, sz, "%" JSON_INTEGER_FORMAT " ms", json_integer_value(v));
+    return buf;
+}
+
+static void ctl_print_status(json_t *root)
+{
+    struct ctl_table t = { .ncols = 3, .right = 1u << 2 };
+    char b1[64], b2[64];
+    json_t *node;
+    size_t i;
+
+    printf("resource  %s\n", ctl_text(root, "resource", b1, sizeof(b1)));
+    printf("key       %s\n", ctl_text(root, "key", b1, sizeof(b1)));
+    printf("held      %s\n",
+           json_is_true(json_object_get(root, "held")) ? "yes" : "no");
+    ctl_print_holder(root);
+    if (ctl_field(root, "waiters", b1, sizeof(b1)) != NULL)
+        printf("waiters   %s\n", b1);
+    if (json_array_size(json_object_get(root, "nodes")) == 0)
+        return;
+    putchar('\n');
+    ctl_table_add(&t, (const char *const[]){ "NODE", "UP", "PTTL" });
+    json_array_foreach(json_object_get(root, "nodes"), i, node) {
+        const char *row[3] = {
+            ctl_field(node, "node", b1, sizeof(b1)),
+            json_is_true(json_object_get(node, "up")) ? "yes" : "no",
+            ctl_pttl(json_object_get(node, "pttl"), b2, sizeof(b2)),
+        };
+        ctl_table_add(&t, row);
+    }
+    ctl_table_print(&t);
+}
+
+static void ctl_print_sessions(json_t *root)
+{
+    struct ctl_table t = { .ncols = 6,
+                           .right = (1u << 3) | (1u << 4) | (1u << 5) };
+    char b[6][64];
+    json_t *s;
+    size_t i;
+
+    ctl_table_add(&t, (const char *const[]){ "ID", "NAME", "PEER", "LOCKS",
+                                             "WAITS", "IDLE" });
+    json_array_foreach(json_object_get(root, "sessions"), i, s) {
+        const char *row[6] = {
+            ctl_field(s, "id", b[0], sizeof(b[0])),
+            ctl_field(s, "name", b[1], sizeof(b[1])),
+            ctl_field(s, "peer", b[2], sizeof(b[2])),
+            ctl_field(s, "locks", b[3], sizeof(b[3])),
+            ctl_field(s, "waits", b[4], sizeof(b[4])),
+            ctl_duration(json_object_get(s, "idle_ms"), b[5], sizeof(b[5])),
+        };
+        if (json_is_null(json_object_get(s, "name")))
+            row[1] = "-";
+        ctl_table_add(&t, row);
+    }
+    ctl_table_print(&t);
+}
+
+/* STATS as "key value" lines; nested members become "nodes.0.latency_ms". */
+static void ctl_flatten(struct ctl_table *t, const char *prefix, json_t *v)
+{
+    char key[256], buf[64];
+    const char *k;
+    json_t *m;
+    size_t i;
+
+    if (json_is_object(v)) {
+        json_object_foreach(v, k, m) {
+            snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "", k);
+            ctl_flatten(t, key, m);
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, m) {
+            snprintf(key, sizeof(key), "%s%s%zu", prefix, *prefix ? "." : "",
+                     i);
+            ctl_flatten(t, key, m);
+        }
+    } else {
+        const char *row[2] = { prefix, ctl_scalar(v, buf, sizeof(buf)) };
+        ctl_table_add(t, row);
+    }
+}
+
+static void ctl_print_stats(json_t *root)
+{
+    struct ctl_table t = { .ncols = 2 };
+
+    ctl_flatten(&t, "", root);
+    ctl_table_print(&t);
+}
+
+/* ---- inspection commands ------------------------------------------------ */
+
+static int ctl_show(struct ctl *c, const char *json, void (*print)(json_t *))
+{
+    json_t *root;
+
+    if (c->json) {
+        printf("%s\n", json);
+        return 0;
+    }
+    root = ctl_parse_json(json);
+    if (root == NULL)
+        return EX_UNAVAILABLE;
+    print(root);
+    json_decref(root);
+    return 0;
+}
+
+static int ctl_fetch_status(struct redlockd *h, const char *resource,
+                            char **json)
+{
+    return redlockd_status(h, resource, json);
+}
+
+static int ctl_fetch_sessions(struct redlockd *h, const char *resource,
+                              char **json)
+{
+    (void)resource;
+    return redlockd_sessions(h, json);
+}
+
+static int ctl_fetch_stats(struct redlockd *h, const char *resource,
+                           char **json)
+{
+    (void)resource;
+    return redlockd_stats(h, json);
+}
+
+/* The commands that print one JSON answer of the daemon. */
+static const struct ctl_inspector {
+    const char *cmd;
+    int nargs;                  /* 1: takes RESOURCE */
+    int (*fetch)(struct redlockd *h, const char *resource, char **json);
+    void (*print)(json_t *root);
+} ctl_inspectors[] = {
+    { "status", 1, ctl_fetch_status, ctl_print_status },
+    { "sessions", 0, ctl_fetch_sessions, ctl_print_sessions },
+    { "stats", 0, ctl_fetch_stats, ctl_print_stats },
+};
+
+static const struct ctl_inspector *ctl_inspector_find(const char *cmd)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(ctl_inspectors) / sizeof(ctl_inspectors[0]); i++) {
+        if (strcmp(ctl_inspectors[i].cmd, cmd) == 0)
+            return &ctl_inspectors[i];
+    }
+    return NULL;
+}
+
+static int ctl_inspect(struct ctl *c, const struct ctl_inspector *in,
+                       const char *resource)
+{
+    struct redlockd_opts o = { 0 };
+    struct redlockd *h;
+    char *json = NULL;
+    int rc;
+
+    rc = ctl_connect(c, &o, &h);
+    if (rc != 0)
+        return rc;
+    rc = in->fetch(h, resource, &json);
+    if (rc < 0)
+        rc = ctl_report(in->cmd, rc, redlockd_last_error(h)->msg);
+    else
+        rc = ctl_show(c, json, in->print);
+    free(json);
+    redlockd_close(h);
+    return rc;
+}
+
+static double ctl_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+static void ctl_ping_json(const struct redlockd_info *info, double rtt)
+{
+    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:f}", "server", info->server,
+                          "session", info->session,
+                          "nodes", (json_int_t)info->nodes,
+                          "quorum", (json_int_t)info->quorum, "rtt_ms", rtt);
+    char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+
+    if (text != NULL)
+        printf("%s\n", text);
+    free(text);
+    json_decref(o);
+}
+
+static int ctl_ping(struct ctl *c)
+{
+    struct redlockd_opts o = { 0 };
+    const struct redlockd_info *info;
+    struct redlockd *h;
+    double t0, rtt;
+    int rc;
+
+    rc = ctl_connect(c, &o, &h);
+    if (rc != 0)
+        return rc;
+    t0 = ctl_now_ms();
+    rc = redlockd_ping(h);
+    rtt = ctl_now_ms() - t0;
+    if (rc < 0) {
+        rc = ctl_report("ping", rc, redlockd_last_error(h)->msg);
+        redlockd_close(h);
+        return rc;
+    }
+    info = redlockd_info(h);
+    if (c->json)
+        ctl_ping_json(info, rtt);
+    else
+        printf("PONG from %s: session %s, %u Redis node%s (quorum %u), "
+               "%.3f ms\n", info->server, info->session, info->nodes,
+               info->nodes == 1 ? "" : "s", info->quorum, rtt);
+    redlockd_close(h);
+    return 0;
+}
+
+/* ---- run ---------------------------------------------------------------- */
+
+/* Signal numbers, from the handler to the loop. Global because a signal
+ * handler has no other way in; the library itself keeps no globals. */
+static int ctl_sigpipe[2] = { -1, -1 };
+
+static const int ctl_forwarded[] = { SIGINT, SIGTERM, SIGHUP };
+
+struct ctl_run {
+    struct ctl *c;
+    const char *resource;
+    struct redlockd *h;
+    pid_t child;                /* the command; also its process group */
+    int status;                 /* its wait status, once exited */
+    int exited;
+    int lost;                   /* set by ctl_on_lost */
+    int lost_noticed;           /* acted on (message, SIGTERM) */
+    char lost_reason[160];
+    double kill_at;             /* when SIGKILL is due; 0: not */
+    double next_ping;
+};
+
+static void ctl_on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+
+    if (write(ctl_sigpipe[1], &b, 1) < 0) {
+        /* Full pipe: enough wake-ups are queued already. */
+    }
+    errno = saved;
+}
+
+static int ctl_signals_init(void)
+{
+    struct sigaction sa, old;
+    size_t i;
+
+    if (pipe2(ctl_sigpipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+        ctl_err("pipe: %s", strerror(errno));
+        return -1;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = ctl_on_signal;
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCHLD, &sa, NULL);
+    for (i = 0; i < sizeof(ctl_forwarded) / sizeof(ctl_forwarded[0]); i++) {
+        /* A signal ignored by our parent (nohup) stays ignored for the
+         * command too, as a shell would do. */
+        if (sigaction(ctl_forwarded[i], NULL, &old) == 0
+            && old.sa_handler == SIG_IGN)
+            continue;
+        sigaction(ctl_forwarded[i], &sa, NULL);
+    }
+    return 0;
+}
+
+static void ctl_on_lost(const char *resource, uint64_t fence,
+                        const char *reason, void *ud)
+{
+    struct ctl_run *r = ud;
+
+    (void)fence;
+    if (r->lost)
+        return;
+    if (resource == NULL)
+        snprintf(r->lost_reason, sizeof(r->lost_reason),
+                 "the connection to the daemon was lost");
+    else if (strcmp(resource, r->resource) == 0)
+        snprintf(r->lost_reason, sizeof(r->lost_reason),
+                 "the daemon could not keep the lease (%s)", reason);
+    else
+        return;
+    r->lost = 1;
+}
+
+static void ctl_child(const struct redlockd_lease *lease, char **argv,
+                      pid_t parent, int kill_on_lost)
+{
+    char fence[24];
+
+    setpgid(0, 0);
+    /* If redlockctl dies (even by SIGKILL) the daemon frees the lock at
+     * once, so the command must stop too. */
+    if (kill_on_lost && (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0
+                         || getppid() != parent))
+        _exit(CTL_EXIT_LOST);
+    snprintf(fence, sizeof(fence), "%" PRIu64, lease->fence);
+    if (setenv("REDLOCKD_RESOURCE", lease->resource, 1) < 0
+        || setenv("REDLOCKD_TOKEN", lease->token, 1) < 0
+        || setenv("REDLOCKD_FENCE", fence, 1) < 0) {
+        ctl_err("setenv: %s", strerror(errno));
+        _exit(126);
+    }
+    execvp(argv[0], argv);
+    ctl_err("cannot run %s: %s", argv[0], strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+}
+
+static int ctl_spawn(struct ctl_run *r, const struct redlockd_lease *lease,
+                     char **argv)
+{
+    pid_t pid, parent = getpid();
+
+    fflush(NULL);
+    pid = fork();
+    if (pid < 0) {
+        ctl_err("fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0)
+        ctl_child(lease, argv, parent, r->c->kill_on_lost);
+    /* Both sides set the group, so no forwarded signal can miss it. */
+    setpgid(pid, pid);
+    r->child = pid;
+    return 0;
+}
+
+static void ctl_reap(struct ctl_run *r)
+{
+    int st;
+
+    if (!r->exited && waitpid(r->child, &st, WNOHANG) == r->child) {
+        r->exited = 1;
+        r->status = st;
+    }
+}
+
+static void ctl_handle_signals(struct ctl_run *r)
+{
+    unsigned char sigs[32];
+    ssize_t n, i;
+
+    while ((n = read(ctl_sigpipe[0], sigs, sizeof(sigs))) > 0) {
+        for (i = 0; i < n; i++) {
+            if (sigs[i] == SIGCHLD)
+                ctl_reap(r);
+            else if (!r->exited)
+                kill(-r->child, sigs[i]);
+        }
+    }
+}
+
+/* The lease is gone: the command no longer has the right to run. */
+static void ctl_notice_lost(struct ctl_run *r)
+{
+    const struct redlockd_error *e = redlockd_last_error(r->h);
+
+    if (!r->lost || r->lost_noticed || r->exited)
+        return;
+    r->lost_noticed = 1;
+    if (!r->c->kill_on_lost) {
+        ctl_err("lost the lock on %s: %s%s%s; --on-lost ignore: the command "
+                "goes on", r->resource, r->lost_reason, e->code ? ": " : "",
+                e->msg);
+        return;
+    }
+    ctl_err("lost the lock on %s: %s%s%s; stopping the command (SIGTERM, "
+            "SIGKILL after %u s)", r->resource, r->lost_reason,
+            e->code ? ": " : "", e->msg, r->c->kill_after_s);
+    kill(-r->child, SIGTERM);
+    kill(-r->child, SIGCONT);
+    r->kill_at = ctl_now_ms() + r->c->kill_after_s * 1000.0;
+}
+
+static void ctl_handle_daemon(struct ctl_run *r)
+{
+    /* Failures reach us through ctl_on_lost (disconnected). */
+    (void)redlockd_poll_events(r->h, 0);
+    ctl_notice_lost(r);
+}
+
+static void ctl_timers(struct ctl_run *r)
+{
+    double now = ctl_now_ms();
+
+    if (r->kill_at > 0 && now >= r->kill_at) {
+        kill(-r->child, SIGKILL);
+        r->kill_at = 0;
+    }
+    if (!r->lost && now >= r->next_ping) {
+        (void)redlockd_ping(r->h);
+        r->next_ping = ctl_now_ms() + CTL_PING_EVERY_MS;
+        ctl_notice_lost(r);
+    }
+}
+
+static int ctl_poll_timeout(const struct ctl_run *r)
+{
+    double now = ctl_now_ms(), next = -1;
+
+    if (!r->lost)
+        next = r->next_ping;
+    if (r->kill_at > 0 && (next < 0 || r->kill_at < next))
+        next = r->kill_at;
+    if (next < 0)
+        return -1;
+    return next <= now ? 0 : (int)(next - now) + 1;
+}
+
+static void ctl_wait_child(struct ctl_run *r)
+{
+    struct pollfd p[2];
+    nfds_t n;
+
+    r->next_ping = ctl_now_ms() + CTL_PING_EVERY_MS;
+    while (!r->exited) {
+        p[0].fd = ctl_sigpipe[0];
+        p[0].events = POLLIN;
+        p[1].fd = redlockd_fd(r->h);
+        p[1].events = POLLIN;
+        n = r->lost ? 1 : 2;
+        if (poll(p, n, ctl_poll_timeout(r)) < 0 && errno != EINTR) {
+            ctl_err("poll: %s", strerror(errno));
+            exit(EX_OSERR);
+        }
+        if (p[0].revents != 0)
+            ctl_handle_signals(r);
+        if (n == 2 && p[1].revents != 0)
+            ctl_handle_daemon(r);
+        ctl_timers(r);
+    }
+}
+
+static int ctl_exit_status(int st)
+{
+    if (WIFEXITED(st))
+        return WEXITSTATUS(st);
+    if (WIFSIGNALED(st))
+        return 128 + WTERMSIG(st);
+    return EX_SOFTWARE;
+}
+
+/* After the command: release the lock and pick the exit status. */
+static int ctl_finish(struct ctl_run *r)
+{
+    int lost = r->lost, rc, status = ctl_exit_status(r->status);
+
+    if (!lost) {
+        rc = redlockd_unlock(r->h, r->resource);
+        if (rc == -REDLOCKD_E_LOST) {
+            lost = 1;
+            ctl_err("the lease on %s was lost before the command ended",
+                    r->resource);
+        } else if (rc < 0) {
+            ctl_err("could not release %s (the daemon releases it as the "
+                    "connection closes): %s", r->resource,
+                    redlockd_last_error(r->h)->msg);
+        }
+    } else if (!r->lost_noticed) {
+        ctl_err("lost the lock on %s as the command ended: %s", r->resource,
+                r->lost_reason);
+    }
+    if (lost && r->c->kill_on_lost) {
+        /* Anything the command left behind in its group goes too. */
+        kill(-r->child, SIGKILL);
+        return CTL_EXIT_LOST;
+    }
+    return status;
+}
+
+static int ctl_lock(struct ctl_run *r, struct redlockd_lease *lease)
+{
+    const struct ctl *c = r->c;
+    int rc;
+
+    rc = redlockd_lock(r->h, r->resource, c->ttl_ms, c->wait_ms, 1, lease);
+    if (rc == 0)
+        return 0;
+    if (rc == -REDLOCKD_E_BUSY || rc == -REDLOCKD_E_TIMEOUT) {
+        if (!c->quiet && rc == -REDLOCKD_E_BUSY)
+            ctl_err("%s is locked by someone else", r->resource);
+        else if (!c->quiet)
+            ctl_err("%s is still locked after waiting %" PRIu32 " ms",
+                    r->resource, c->wait_ms);
+        return c->conflict_exit;
+    }
+    return ctl_report("lock", rc, redlockd_last_error(r->h)->msg);
+}
+
+/* args: RESOURCE [--] COMMAND [ARGS...] */
+static int ctl_run(struct ctl *c, int argc, char **argv)
+{
+    struct ctl_run r = { .c = c };
+    struct redlockd_opts o = { .keepalive_ms = CTL_KEEPALIVE_MS,
+                               .on_lost = ctl_on_lost, .ud = &r };
+    struct redlockd_lease lease;
+    int rc, i = 0;
+
+    if (argc < 1) {
+        ctl_err("run: missing RESOURCE and COMMAND (try --help)");
+        return EX_USAGE;
+    }
+    r.resource = argv[i++];
+    if (i < argc && strcmp(argv[i], "--") == 0)
+        i++;
+    if (i >= argc) {
+        ctl_err("run: missing COMMAND (try --help)");
+        return EX_USAGE;
+    }
+    rc = ctl_connect(c, &o, &r.h);
+    if (rc != 0)
+        return rc;
+    rc = ctl_lock(&r, &lease);
+    if (rc == 0 && r.lost) {
+        ctl_err("lost the lock on %s right after taking it: %s", r.resource,
+                r.lost_reason);
+        rc = CTL_EXIT_LOST;
+    }
+    if (rc == 0 && (ctl_signals_init() < 0
+                    || ctl_spawn(&r, &lease, argv + i) < 0))
+        rc = EX_OSERR;
+    if (rc == 0) {
+        ctl_wait_child(&r);
+        rc = ctl_finish(&r);
+    }
+    redlockd_close(r.h);
+    return rc;
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+/* Options from argv[0] on (argv[0] itself skipped): the index of the first
+ * other argument, 0 when help/version was printed, -1 on a usage error. */
+static int ctl_parse(struct ctl *c, int argc, char **argv)
+{
+    int opt, rc;
+
+    optind = 0;         /* glibc: start afresh on this argv */
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+:s:E:qhV", ctl_longopts,
+                              NULL)) != -1) {
+        if (opt == '?' || opt == ':') {
+            ctl_err("%s %s (try --help)", opt == '?' ? "unknown option"
+                    : "missing argument for", argv[optind - 1]);
+            return -1;
+        }
+        rc = ctl_option(c, opt, optarg);
+        if (rc != 0)
+            return rc > 0 ? 0 : -1;
+    }
+    return optind;
+}
+
+static int ctl_dispatch(struct ctl *c, const char *cmd, int argc, char **argv)
+{
+    const struct ctl_inspector *in = ctl_inspector_find(cmd);
+    int ping = strcmp(cmd, "ping") == 0;
+
+    if (strcmp(cmd, "run") == 0)
+        return ctl_run(c, argc, argv);
+    if (in == NULL && !ping) {
+        ctl_err("unknown command \"%s\" (try --help)", cmd);
+        return EX_USAGE;
+    }
+    if (c->run_opts_seen) {
+        ctl_err("%s: --ttl, --wait, --on-lost, --kill-after, -E and -q are "
+                "options of run", cmd);
+        return EX_USAGE;
+    }
+    if (argc != (in != NULL ? in->nargs : 0)) {
+        ctl_err(in != NULL && in->nargs ? "%s: expected one RESOURCE"
+                                        : "%s takes no arguments", cmd);
+        return EX_USAGE;
+    }
+    if (ping)
+        return ctl_ping(c);
+    return ctl_inspect(c, in, argc > 0 ? argv[0] : NULL);
+}
+
+int main(int argc, char **argv)
+{
+    struct ctl c;
+    const char *cmd;
+    int i, j;
+
+    ctl_defaults(&c);
+    i = ctl_parse(&c, argc, argv);
+    if (i <= 0)
+        return i == 0 ? 0 : EX_USAGE;
+    if (i >= argc) {
+        ctl_err("no command given (try --help)");
+        return EX_USAGE;
+    }
+    cmd = argv[i];
+    if (strcmp(cmd, "help") == 0) {
+        ctl_usage(stdout);
+        return 0;
+    }
+    /* The command's own options: argv[i] plays argv[0]. */
+    j = ctl_parse(&c, argc - i, argv + i);
+    if (j <= 0)
+        return j == 0 ? 0 : EX_USAGE;
+    return ctl_dispatch(&c, cmd, argc - i - j, argv + i + j);
+}

@@ -1,0 +1,1418 @@
+/*
+ * libredlockd: the blocking client behind redlockd.h.
+ *
+ * A handle owns one non-blocking socket; every wait (connect, send, reply)
+ * goes through poll() so the connect and I/O timeouts hold. A request is
+ * one line out and one reply line in, read from an input buffer that also
+ * carries the daemon's EVENT lines: those are handled wherever they show
+ * up (before a reply, after it, or in redlockd_poll_events) and never taken
+ * for a reply. Reply lines are parsed by proto/ (proto_reply_parse), which
+ * also owns the error-code table; this file only maps the codes to the
+ * public enum.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto.h"
+#include "redlockd.h"
+#include "redlockd_internal.h"
+
+#define RL_CONNECT_TIMEOUT_MS 5000
+#define RL_IO_TIMEOUT_MS 10000
+/* QUIT is a courtesy (the daemon then skips lock_delay_ms); never wait long. */
+#define RL_QUIT_TIMEOUT_MS 1000
+#define RL_READ_CHUNK 4096
+#define RL_IN_MAX (REDLOCKD_MAX_REPLY + 2 + RL_READ_CHUNK)
+#define RL_PASSWORD_MAX 1024
+#define RL_REQ_MAX (REDLOCKD_RESOURCE_MAX + 128)
+
+struct rl_lost {
+    char *resource;
+    uint64_t fence;
+};
+
+struct redlockd {
+    int fd;                     /* -1 once closed */
+    int io_timeout_ms;          /* negative: none */
+    void (*on_lost)(const char *resource, uint64_t fence, const char *reason,
+                    void *ud);
+    void *ud;
+    int in_callback;            /* inside on_lost: no requests */
+    int shutdown_seen;
+    unsigned long nevents;      /* events handled so far */
+
+    /* Bytes read, lines not yet taken: [in_start, in_len) of in. */
+    char *in;
+    size_t in_start, in_len, in_cap;
+    size_t in_scan;             /* no LF in [in_start, in_scan) */
+
+    /* The last reply line, copied out of `in` so the events behind it can
+     * be read before the caller is done with it. */
+    char *reply;
+    size_t reply_cap;
+
+    struct rl_lost *lost;       /* leases reported lost */
+    size_t nlost, lost_cap;
+
+    struct redlockd_info info;
+    struct redlockd_error err;
+    char dead[sizeof(((struct redlockd_error *)0)->msg)]; /* why fd is -1 */
+};
+
+/* Protocol error code -> public code; a missing REDLOCKD_E_<name> fails
+ * to compile, so the two enums cannot drift apart. */
+static const int rl_code_of_proto[PROTO_ERR_COUNT] = {
+#define X(name, word, msg) [PROTO_ERR_##name] = REDLOCKD_E_##name,
+    PROTO_ERRORS(X)
+#undef X
+};
+
+/* ---- errors ------------------------------------------------------------- */
+
+static int rl_vseterr(struct redlockd_error *e, int code, const char *fmt,
+                      va_list ap)
+{
+    if (e != NULL) {
+        e->code = code;
+        vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    }
+    return -code;
+}
+
+static int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    rl_vseterr(e, code, fmt, ap);
+    va_end(ap);
+    return -code;
+}
+
+static int rl_fail(struct redlockd *h, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int rl_fail(struct redlockd *h, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    rl_vseterr(&h->err, code, fmt, ap);
+    va_end(ap);
+    return -code;
+}
+
+/* The daemon releases a dead session's locks: tell the owner all are gone. */
+static void rl_disconnect(struct redlockd *h)
+{
+    if (h->fd < 0)
+        return;
+    close(h->fd);
+    h->fd = -1;
+    snprintf(h->dead, sizeof(h->dead), "%s", h->err.msg);
+    if (h->on_lost != NULL) {
+        h->in_callback++;
+        h->on_lost(NULL, 0, "disconnected", h->ud);
+        h->in_callback--;
+    }
+}
+
+/* A transport failure: the reply stream can not be trusted any more. */
+static int rl_fatal(struct redlockd *h, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int rl_fatal(struct redlockd *h, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    rl_vseterr(&h->err, code, fmt, ap);
+    va_end(ap);
+    rl_disconnect(h);
+    return -code;
+}
+
+static int rl_fatal_errno(struct redlockd *h, const char *what)
+{
+    int e = errno;
+
+    if (e == EPIPE || e == ECONNRESET)
+        return rl_fatal(h, REDLOCKD_E_CLOSED,
+                        "%s: connection reset by the daemon", what);
+    return rl_fatal(h, REDLOCKD_E_IO, "%s: %s", what, strerror(e));
+}
+
+static int rl_proto_of_code(int code)
+{
+    int i;
+
+    for (i = PROTO_ERR_NONE + 1; i < PROTO_ERR_COUNT; i++) {
+        if (rl_code_of_proto[i] == code)
+            return i;
+    }
+    return PROTO_ERR_NONE;
+}
+
+const char *redlockd_strerror(int code)
+{
+    int p;
+
+    if (code < 0)
+        code = -code;
+    p = rl_proto_of_code(code);
+    if (p != PROTO_ERR_NONE)
+        return proto_err_default_msg((enum proto_err)p);
+    switch (code) {
+    case REDLOCKD_OK: return "success";
+    case REDLOCKD_E_OTHER: return "the daemon answered with an unknown code";
+    case REDLOCKD_E_IO: return "connection error";
+    case REDLOCKD_E_IO_TIMEOUT: return "timed out talking to the daemon";
+    case REDLOCKD_E_CLOSED: return "the connection to the daemon is closed";
+    case REDLOCKD_E_PROTO: return "unexpected data from the daemon";
+    case REDLOCKD_E_NOMEM: return "out of memory";
+    case REDLOCKD_E_INVALID: return "invalid argument";
+    default: return "unknown error code";
+    }
+}
+
+const char *redlockd_code_name(int code)
+{
+    int p;
+
+    if (code < 0)
+        code = -code;
+    p = rl_proto_of_code(code);
+    if (p != PROTO_ERR_NONE)
+        return proto_err_word((enum proto_err)p);
+    switch (code) {
+    case REDLOCKD_OK: return "OK";
+    case REDLOCKD_E_OTHER: return "OTHER";
+    case REDLOCKD_E_IO: return "IO";
+    case REDLOCKD_E_IO_TIMEOUT: return "IO_TIMEOUT";
+    case REDLOCKD_E_CLOSED: return "CLOSED";
+    case REDLOCKD_E_PROTO: return "PROTO";
+    case REDLOCKD_E_NOMEM: return "NOMEM";
+    case REDLOCKD_E_INVALID: return "INVALID";
+    default: return "?";
+    }
+}
+
+/* ---- small readers ------------------------------------------------------ */
+
+static int rl_parse_u64(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (s == NULL || *s == '\0')
+        return -1;
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+static int rl_parse_i64(const char *s, int64_t *out)
+{
+    uint64_t v;
+    int neg = 0;
+
+    if (s != NULL && *s == '-') {
+        neg = 1;
+        s++;
+    }
+    if (rl_parse_u64(s, &v) < 0 || v > INT64_MAX)
+        return -1;
+    *out = neg ? -(int64_t)v : (int64_t)v;
+    return 0;
+}
+
+static int rl_parse_u32(const char *s, uint32_t *out)
+{
+    if (s == NULL)
+        return -1;
+    return proto_parse_u32(s, strlen(s), out);
+}
+
+/* 1..max bytes of visible ASCII: resources, names and passwords. */
+static int rl_visible_word(const char *s, size_t max)
+{
+    size_t len;
+
+    if (s == NULL)
+        return 0;
+    len = strlen(s);
+    if (len == 0 || len > max)
+        return 0;
+    for (; *s != '\0'; s++) {
+        if ((unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e)
+            return 0;
+    }
+    return 1;
+}
+
+static int64_t rl_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* -1: no deadline. */
+static int64_t rl_deadline(int timeout_ms)
+{
+    return timeout_ms < 0 ? -1 : rl_now_ms() + timeout_ms;
+}
+
+static int rl_remaining(int64_t deadline)
+{
+    int64_t left;
+
+    if (deadline < 0)
+        return -1;
+    left = deadline - rl_now_ms();
+    if (left < 0)
+        return 0;
+    return left > INT_MAX ? INT_MAX : (int)left;
+}
+
+/* 1 ready, 0 deadline passed, -1 poll failed (errno). */
+static int rl_wait(int fd, short events, int64_t deadline)
+{
+    struct pollfd p;
+    int n;
+
+    for (;;) {
+        p.fd = fd;
+        p.events = events;
+        p.revents = 0;
+        n = poll(&p, 1, rl_remaining(deadline));
+        if (n > 0)
+            return 1;
+        if (n == 0)
+            return 0;
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
+/* ---- server addresses --------------------------------------------------- */
+
+static int rl_addr_unix(const char *path, struct redlockd_addr *a,
+                        struct redlockd_error *err)
+{
+    /* "unix:///run/x.sock" is a common spelling of "unix:/run/x.sock". */
+    if (strncmp(path, "///", 3) == 0)
+        path += 2;
+    if (*path == '\0')
+        return rl_seterr(err, REDLOCKD_E_INVALID, "empty unix socket path");
+    if (strlen(path) >= sizeof(a->path))
+        return rl_seterr(err, REDLOCKD_E_INVALID, "unix socket path too long");
+    a->is_unix = 1;
+    strcpy(a->path, path);
+    return 0;
+}
+
+static int rl_addr_port(const char *s, struct redlockd_addr *a,
+                        struct redlockd_error *err)
+{
+    uint32_t port;
+
+    if (rl_parse_u32(s, &port) < 0 || port == 0 || port > 65535)
+        return rl_seterr(err, REDLOCKD_E_INVALID, "bad port \"%.32s\"", s);
+    snprintf(a->port, sizeof(a->port), "%u", (unsigned)port);
+    return 0;
+}
+
+static int rl_addr_host(const char *s, size_t len, struct redlockd_addr *a,
+                        struct redlockd_error *err)
+{
+    if (len == 0)
+        return rl_seterr(err, REDLOCKD_E_INVALID, "missing host");
+    if (len >= sizeof(a->host))
+        return rl_seterr(err, REDLOCKD_E_INVALID, "host name too long");
+    memcpy(a->host, s, len);
+    a->host[len] = '\0';
+    return 0;
+}
+
+static int rl_addr_tcp(const char *s, struct redlockd_addr *a,
+                       struct redlockd_error *err)
+{
+    const char *end, *colon;
+    int rc;
+
+    if (*s == '[') {
+        end = strchr(s, ']');
+        if (end == NULL)
+            return rl_seterr(err, REDLOCKD_E_INVALID,
+                             "missing ']' after IPv6 address");
+        rc = rl_addr_host(s + 1, (size_t)(end - s - 1), a, err);
+        colon = end[1] == '\0' ? NULL : end + 1;
+        if (rc == 0 && colon != NULL && *colon != ':')
+            return rl_seterr(err, REDLOCKD_E_INVALID,
+                             "junk after IPv6 address");
+    } else {
+        colon = strchr(s, ':');
+        if (colon != NULL && strchr(colon + 1, ':') != NULL)
+            return rl_seterr(err, REDLOCKD_E_INVALID,
+                             "write IPv6 addresses in brackets: [::1]:7390");
+        rc = rl_addr_host(s, colon != NULL ? (size_t)(colon - s) : strlen(s),
+                          a, err);
+    }
+    if (rc < 0)
+        return rc;
+    if (colon == NULL) {
+        strcpy(a->port, REDLOCKD_DEFAULT_PORT);
+        return 0;
+    }
+    return rl_addr_port(colon + 1, a, err);
+}
+
+int redlockd_addr_parse(const char *s, struct redlockd_addr *a,
+                        struct redlockd_error *err)
+{
+    memset(a, 0, sizeof(*a));
+    if (s == NULL || *s == '\0')
+        return rl_seterr(err, REDLOCKD_E_INVALID, "empty server address");
+    if (strncmp(s, "unix:", 5) == 0)
+        return rl_addr_unix(s + 5, a, err);
+    if (s[0] == '/')
+        return rl_addr_unix(s, a, err);
+    if (strncmp(s, "tcp://", 6) == 0)
+        s += 6;
+    else if (strstr(s, "://") != NULL)
+        return rl_seterr(err, REDLOCKD_E_INVALID,
+                         "unsupported address scheme (use tcp:// or unix:)");
+    return rl_addr_tcp(s, a, err);
+}
+
+/* ---- connecting --------------------------------------------------------- */
+
+static void rl_addr_text(const struct redlockd_addr *a, char *buf, size_t sz)
+{
+    if (a->is_unix)
+        snprintf(buf, sz, "unix:%s", a->path);
+    else if (strchr(a->host, ':') != NULL)
+        snprintf(buf, sz, "[%s]:%s", a->host, a->port);
+    else
+        snprintf(buf, sz, "%s:%s", a->host, a->port);
+}
+
+/* 0 connected, else an errno value (ETIMEDOUT when the deadline passed). */
+static int rl_connect_sa(int fd, const struct sockaddr *sa, socklen_t salen,
+                         int64_t deadline)
+{
+    int soerr = 0, rc;
+    socklen_t len = sizeof(soerr);
+
+    for (;;) {
+        if (connect(fd, sa, salen) == 0)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        /* A unix listener with a full backlog says EAGAIN: retry. */
+        if (errno != EAGAIN || rl_remaining(deadline) == 0)
+            break;
+        poll(NULL, 0, 10);
+    }
+    if (errno == EAGAIN)
+        return ETIMEDOUT;
+    if (errno != EINPROGRESS)
+        return errno;
+    rc = rl_wait(fd, POLLOUT, deadline);
+    if (rc < 0)
+        return errno;
+    if (rc == 0)
+        return ETIMEDOUT;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
+        return errno;
+    return soerr;
+}
+
+static int rl_socket(int family, int *fd)
+{
+    *fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    return *fd < 0 ? errno : 0;
+}
+
+/* A connect failure as a message naming the address. */
+static int rl_connect_err(const struct redlockd_addr *a, int e,
+                          struct redlockd_error *err)
+{
+    char where[sizeof(a->host) + sizeof(a->path) + sizeof(a->port) + 8];
+
+    rl_addr_text(a, where, sizeof(where));
+    if (e == ETIMEDOUT)
+        return rl_seterr(err, REDLOCKD_E_IO_TIMEOUT,
+                         "connect to %s: timed out", where);
+    return rl_seterr(err, REDLOCKD_E_IO, "connect to %s: %s", where,
+                     strerror(e));
+}
+
+/* 0 connected, else an errno value. */
+static int rl_connect_unix(const struct redlockd_addr *a, int64_t deadline,
+                           int *fd)
+{
+    struct sockaddr_un sun;
+    int e;
+
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    memcpy(sun.sun_path, a->path, strlen(a->path));
+    e = rl_socket(AF_UNIX, fd);
+    if (e != 0)
+        return e;
+    e = rl_connect_sa(*fd, (struct sockaddr *)&sun, sizeof(sun), deadline);
+    if (e != 0) {
+        close(*fd);
+        *fd = -1;
+    }
+    return e;
+}
+
+static void rl_tune_tcp(int fd)
+{
+    int one = 1;
+
+    /* One line per request: no reason to let Nagle hold it back. Failure
+     * only costs latency. */
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+}
+
+/* 0 connected, else an errno value; tries every address of the host. */
+static int rl_connect_ai(struct addrinfo *res, int64_t deadline, int *fd)
+{
+    struct addrinfo *ai;
+    int e = ECONNREFUSED;
+
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        e = rl_socket(ai->ai_family, fd);
+        if (e != 0)
+            continue;
+        e = rl_connect_sa(*fd, ai->ai_addr, ai->ai_addrlen, deadline);
+        if (e == 0) {
+            rl_tune_tcp(*fd);
+            return 0;
+        }
+        close(*fd);
+        *fd = -1;
+        if (e == ETIMEDOUT)
+            break;
+    }
+    return e;
+}
+
+static int rl_connect_fd(const struct redlockd_addr *a, int timeout_ms,
+                         int *fd, struct redlockd_error *err)
+{
+    int64_t deadline = rl_deadline(timeout_ms);
+    struct addrinfo hints, *res;
+    int e;
+
+    *fd = -1;
+    if (a->is_unix) {
+        e = rl_connect_unix(a, deadline, fd);
+        return e == 0 ? 0 : rl_connect_err(a, e, err);
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    e = getaddrinfo(a->host, a->port, &hints, &res);
+    if (e != 0)
+        return rl_seterr(err, REDLOCKD_E_IO, "cannot resolve %s: %s", a->host,
+                         gai_strerror(e));
+    e = rl_connect_ai(res, deadline, fd);
+    freeaddrinfo(res);
+    return e == 0 ? 0 : rl_connect_err(a, e, err);
+}
+
+/* ---- leases reported lost ----------------------------------------------- */
+
+static struct rl_lost *rl_lost_find(const struct redlockd *h,
+                                    const char *resource)
+{
+    size_t i;
+
+    for (i = 0; i < h->nlost; i++) {
+        if (strcmp(h->lost[i].resource, resource) == 0)
+            return &h->lost[i];
+    }
+    return NULL;
+}
+
+static int rl_lost_add(struct redlockd *h, const char *resource, uint64_t fence)
+{
+    struct rl_lost *l = rl_lost_find(h, resource), *grown;
+    size_t cap;
+
+    if (l != NULL) {
+        l->fence = fence;
+        return 0;
+    }
+    if (h->nlost == h->lost_cap) {
+        cap = h->lost_cap ? h->lost_cap * 2 : 8;
+        grown = realloc(h->lost, cap * sizeof(*grown));
+        if (grown == NULL)
+            return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
+        h->lost = grown;
+        h->lost_cap = cap;
+    }
+    l = &h->lost[h->nlost];
+    l->resource = strdup(resource);
+    if (l->resource == NULL)
+        return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
+    l->fence = fence;
+    h->nlost++;
+    return 0;
+}
+
+static void rl_lost_del(struct redlockd *h, const char *resource)
+{
+    struct rl_lost *l = rl_lost_find(h, resource);
+
+    if (l == NULL)
+        return;
+    free(l->resource);
+    *l = h->lost[--h->nlost];
+}
+
+int redlockd_lost(const struct redlockd *h, const char *resource)
+{
+    if (h->fd < 0)
+        return 1;
+    return resource != NULL && rl_lost_find(h, resource) != NULL;
+}
+
+/* ---- events ------------------------------------------------------------- */
+
+static int rl_is_event(const char *line, size_t len)
+{
+    return len > 6 && memcmp(line, "EVENT", 5) == 0
+        && (line[5] == ' ' || line[5] == '\t');
+}
+
+static int rl_event_lost(struct redlockd *h, const struct proto_reply *ev)
+{
+    const char *res = proto_reply_get(ev, "resource");
+    const char *reason = proto_reply_get(ev, "reason");
+    uint64_t fence = 0;
+    int rc;
+
+    if (res == NULL || *res == '\0')
+        return rl_fatal(h, REDLOCKD_E_PROTO, "EVENT LOST without a resource");
+    /* A missing or odd fence must not hide the loss itself. */
+    if (rl_parse_u64(proto_reply_get(ev, "fence"), &fence) < 0)
+        fence = 0;
+    rc = rl_lost_add(h, res, fence);
+    if (rc < 0)
+        return rc;
+    if (h->on_lost != NULL) {
+        h->in_callback++;
+        h->on_lost(res, fence, reason != NULL ? reason : "", h->ud);
+        h->in_callback--;
+    }
+    return 0;
+}
+
+/* line is one EVENT line in the input buffer (LF still there). */
+static int rl_event(struct redlockd *h, char *line, size_t len)
+{
+    struct proto_reply ev;
+
+    if (proto_reply_parse(line, len, &ev) < 0 || ev.kind != PROTO_REPLY_EVENT)
+        return rl_fatal(h, REDLOCKD_E_PROTO, "unparseable EVENT line");
+    h->nevents++;
+    if (strcmp(ev.text, "LOST") == 0)
+        return rl_event_lost(h, &ev);
+    if (strcmp(ev.text, "SHUTDOWN") == 0)
+        h->shutdown_seen = 1;
+    /* Other events are for newer clients. */
+    return 0;
+}
+
+/* ---- input buffer ------------------------------------------------------- */
+
+/* Room for one more read: drop consumed bytes, then grow up to RL_IN_MAX. */
+static int rl_in_reserve(struct redlockd *h)
+{
+    size_t cap;
+    char *grown;
+
+    if (h->in_start > 0) {
+        memmove(h->in, h->in + h->in_start, h->in_len - h->in_start);
+        h->in_len -= h->in_start;
+        h->in_scan -= h->in_start;
+        h->in_start = 0;
+    }
+    if (h->in_cap - h->in_len >= RL_READ_CHUNK || h->in_cap == RL_IN_MAX)
+        return 0;
+    cap = h->in_cap ? h->in_cap * 2 : 2 * RL_READ_CHUNK;
+    if (cap > RL_IN_MAX)
+        cap = RL_IN_MAX;
+    grown = realloc(h->in, cap);
+    if (grown == NULL)
+        return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
+    h->in = grown;
+    h->in_cap = cap;
+    return 0;
+}
+
+/* 1 with the next complete line (without its LF, which stays in the buffer
+ * for proto_reply_parse's NUL), 0 if there is none yet. Lines are valid
+ * until the next rl_fill. Blank lines are skipped. */
+static int rl_next_line(struct redlockd *h, char **line, size_t *len)
+{
+    char *lf;
+
+    for (;;) {
+        /* Nothing new (possibly no buffer yet: memchr wants a pointer). */
+        if (h->in_scan == h->in_len)
+            return 0;
+        lf = memchr(h->in + h->in_scan, '\n', h->in_len - h->in_scan);
+        if (lf == NULL) {
+            h->in_scan = h->in_len;
+            return 0;
+        }
+        *line = h->in + h->in_start;
+        *len = (size_t)(lf - *line);
+        h->in_start = h->in_scan = (size_t)(lf + 1 - h->in);
+        if (*len > 1 || (*len == 1 && **line != '\r'))
+            return 1;
+    }
+}
+
+/* 1 if the pending partial line is already longer than any reply may be. */
+static int rl_in_overlong(const struct redlockd *h)
+{
+    return h->in_len - h->in_start > REDLOCKD_MAX_REPLY;
+}
+
+/* Read what the socket has, waiting until deadline. 0 read something,
+ * 1 deadline passed (the caller decides whether that is an error),
+ * negative: connection gone. */
+static int rl_fill(struct redlockd *h, int64_t deadline)
+{
+    ssize_t n;
+    int rc;
+
+    rc = rl_in_reserve(h);
+    if (rc < 0)
+        return rc;
+    /* Callers check rl_in_overlong first; a zero-length recv would look
+     * like EOF. */
+    if (h->in_len == h->in_cap)
+        return rl_fatal(h, REDLOCKD_E_PROTO, "line from the daemon too long");
+    for (;;) {
+        n = recv(h->fd, h->in + h->in_len, h->in_cap - h->in_len, 0);
+        if (n > 0) {
+            h->in_len += (size_t)n;
+            return 0;
+        }
+        if (n == 0)
+            return rl_fatal(h, REDLOCKD_E_CLOSED,
+                            "the daemon closed the connection%s",
+                            h->shutdown_seen ? " (it is shutting down)" : "");
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return rl_fatal_errno(h, "receive");
+        rc = rl_wait(h->fd, POLLIN, deadline);
+        if (rc < 0)
+            return rl_fatal_errno(h, "poll");
+        if (rc == 0)
+            return 1;
+    }
+}
+
+/* Handle every complete line already read; they must all be events, as no
+ * request is outstanding. */
+static int rl_drain_events(struct redlockd *h)
+{
+    char *line;
+    size_t len;
+    int rc;
+
+    while (h->fd >= 0 && rl_next_line(h, &line, &len)) {
+        if (!rl_is_event(line, len))
+            return rl_fatal(h, REDLOCKD_E_PROTO,
+                            "the daemon sent a reply nobody asked for");
+        rc = rl_event(h, line, len);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int redlockd_poll_events(struct redlockd *h, int timeout_ms)
+{
+    int64_t deadline = rl_deadline(timeout_ms);
+    unsigned long before = h->nevents;
+    int rc;
+
+    if (h->in_callback)
+        return rl_fail(h, REDLOCKD_E_INVALID,
+                       "called from the on_lost callback");
+    if (h->fd < 0)
+        return rl_fail(h, REDLOCKD_E_CLOSED, "not connected (%.200s)", h->dead);
+    h->err.code = 0;
+    h->err.msg[0] = '\0';
+    for (;;) {
+        rc = rl_drain_events(h);
+        if (rc < 0)
+            return rc;
+        if (h->nevents != before)
+            return (int)(h->nevents - before);
+        if (rl_in_overlong(h))
+            return rl_fatal(h, REDLOCKD_E_PROTO,
+                            "line from the daemon too long");
+        rc = rl_fill(h, deadline);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+    }
+}
+
+/* ---- requests and replies ----------------------------------------------- */
+
+/* The start of a bad line, printable, for an error message: pointing the
+ * client at the wrong port (Redis, HTTP) then says so. */
+static void rl_quote(char *dst, size_t sz, const char *line, size_t len)
+{
+    size_t i, n = len < sz - 1 ? len : sz - 1;
+
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)line[i];
+        dst[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    dst[n] = '\0';
+}
+
+/* Copy a reply line out of the input buffer and parse it there. */
+static int rl_take_reply(struct redlockd *h, const char *line, size_t len,
+                         struct proto_reply *r)
+{
+    char *grown, shown[48];
+
+    if (len + 1 > h->reply_cap) {
+        grown = realloc(h->reply, len + 1);
+        if (grown == NULL)
+            return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
+        h->reply = grown;
+        h->reply_cap = len + 1;
+    }
+    memcpy(h->reply, line, len);
+    if (proto_reply_parse(h->reply, len, r) < 0) {
+        rl_quote(shown, sizeof(shown), line, len);
+        return rl_fatal(h, REDLOCKD_E_PROTO,
+                        "unparseable reply (is this redlockd?): \"%s\"", shown);
+    }
+    return 0;
+}
+
+/* Read up to the next reply, handling the events in front of it. */
+static int rl_read_reply(struct redlockd *h, int64_t deadline,
+                         struct proto_reply *r)
+{
+    char *line;
+    size_t len;
+    int rc;
+
+    for (;;) {
+        while (rl_next_line(h, &line, &len)) {
+            if (len > REDLOCKD_MAX_REPLY)
+                return rl_fatal(h, REDLOCKD_E_PROTO,
+                                "reply longer than %d bytes",
+                                REDLOCKD_MAX_REPLY);
+            if (!rl_is_event(line, len))
+                return rl_take_reply(h, line, len, r);
+            rc = rl_event(h, line, len);
+            if (rc < 0)
+                return rc;
+        }
+        if (rl_in_overlong(h))
+            return rl_fatal(h, REDLOCKD_E_PROTO, "reply longer than %d bytes",
+                            REDLOCKD_MAX_REPLY);
+        rc = rl_fill(h, deadline);
+        if (rc < 0)
+            return rc;
+        if (rc == 1)
+            return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT,
+                            "no reply from the daemon in time");
+    }
+}
+
+static int rl_send(struct redlockd *h, const char *buf, size_t len,
+                   int64_t deadline)
+{
+    ssize_t n;
+    int rc;
+
+    while (len > 0) {
+        n = send(h->fd, buf, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            buf += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        /* The daemon may have said why before closing: read that instead. */
+        if (errno == EPIPE || errno == ECONNRESET)
+            return 0;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return rl_fatal_errno(h, "send");
+        rc = rl_wait(h->fd, POLLOUT, deadline);
+        if (rc < 0)
+            return rl_fatal_errno(h, "poll");
+        if (rc == 0)
+            return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT, "send timed out");
+    }
+    return 0;
+}
+
+static int rl_daemon_err(struct redlockd *h, const struct proto_reply *r)
+{
+    int code;
+
+    if (r->err == PROTO_ERR_NONE)
+        return rl_fail(h, REDLOCKD_E_OTHER, "%s %s", r->err_word, r->text);
+    code = rl_code_of_proto[r->err];
+    rl_fail(h, code, "%s", *r->text != '\0' ? r->text
+                                             : proto_err_default_msg(r->err));
+    /* The daemon closes after TOOLONG. */
+    if (code == REDLOCKD_E_TOOLONG)
+        rl_disconnect(h);
+    return -code;
+}
+
+/* Start of every request: a usable handle and a clean error. */
+static int rl_begin(struct redlockd *h)
+{
+    if (h->in_callback)
+        return rl_fail(h, REDLOCKD_E_INVALID,
+                       "called from the on_lost callback");
+    if (h->fd < 0)
+        return rl_fail(h, REDLOCKD_E_CLOSED, "not connected (%.200s)", h->dead);
+    h->err.code = 0;
+    h->err.msg[0] = '\0';
+    return 0;
+}
+
+/*
+ * Send one request line and read its reply into r (valid until the next
+ * request). ERR replies become their code. extra_ms lengthens the I/O
+ * timeout for requests the daemon may hold on purpose (LOCK wait=).
+ * The caller handles r, then ends with rl_finish.
+ */
+static int rl_call(struct redlockd *h, const char *line, size_t len,
+                   uint32_t extra_ms, struct proto_reply *r)
+{
+    int64_t deadline = -1;
+    int rc;
+
+    if (h->io_timeout_ms >= 0)
+        deadline = rl_now_ms() + h->io_timeout_ms + extra_ms;
+    rc = rl_send(h, line, len, deadline);
+    if (rc < 0)
+        return rc;
+    rc = rl_read_reply(h, deadline, r);
+    if (rc < 0)
+        return rc;
+    if (r->kind == PROTO_REPLY_ERR)
+        return rl_daemon_err(h, r);
+    return 0;
+}
+
+/* Events that came in behind the reply are handled now, so that poll() on
+ * the socket never sleeps on an event already read. */
+static int rl_finish(struct redlockd *h, int rc)
+{
+    int drc = rl_drain_events(h);
+
+    return drc < 0 ? drc : rc;
+}
+
+static int rl_expect(struct redlockd *h, const struct proto_reply *r,
+                     enum proto_reply_kind kind, const char *what)
+{
+    if (r->kind == kind)
+        return 0;
+    return rl_fatal(h, REDLOCKD_E_PROTO, "unexpected reply to %s", what);
+}
+
+static int rl_check_resource(struct redlockd *h, const char *resource)
+{
+    if (rl_visible_word(resource, REDLOCKD_RESOURCE_MAX))
+        return 0;
+    return rl_fail(h, REDLOCKD_E_INVALID,
+                   "a resource name is 1 to %d visible ASCII characters",
+                   REDLOCKD_RESOURCE_MAX);
+}
+
+/* ---- the handle --------------------------------------------------------- */
+
+int redlockd_open_fd(struct redlockd **out, int fd,
+                     const struct redlockd_opts *opts,
+                     struct redlockd_error *err)
+{
+    struct redlockd *h;
+    int fl;
+
+    *out = NULL;
+    fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0
+        || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+        rl_seterr(err, REDLOCKD_E_IO, "fcntl: %s", strerror(errno));
+        close(fd);
+        return -REDLOCKD_E_IO;
+    }
+    h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        close(fd);
+        return rl_seterr(err, REDLOCKD_E_NOMEM, "out of memory");
+    }
+    h->fd = fd;
+    h->io_timeout_ms = RL_IO_TIMEOUT_MS;
+    if (opts != NULL) {
+        if (opts->io_timeout_ms != 0)
+            h->io_timeout_ms = opts->io_timeout_ms;
+        h->on_lost = opts->on_lost;
+        h->ud = opts->ud;
+    }
+    *out = h;
+    return 0;
+}
+
+static int rl_check_opts(const struct redlockd_opts *o,
+                         struct redlockd_error *err)
+{
+    if (o->name != NULL && !rl_visible_word(o->name, PROTO_MAX_NAME_LEN))
+        return rl_seterr(err, REDLOCKD_E_INVALID,
+                         "a client name is 1 to %d visible ASCII characters",
+                         PROTO_MAX_NAME_LEN);
+    if (o->password != NULL && !rl_visible_word(o->password, RL_PASSWORD_MAX))
+        return rl_seterr(err, REDLOCKD_E_INVALID,
+                         "a password is 1 to %d visible ASCII characters "
+                         "(no spaces)", RL_PASSWORD_MAX);
+    return 0;
+}
+
+static void rl_copy_word(char *dst, size_t sz, const char *src)
+{
+    snprintf(dst, sz, "%s", src != NULL ? src : "");
+}
+
+static int rl_hello_reply(struct redlockd *h, const struct proto_reply *r)
+{
+    const char *proto = proto_reply_get(r, "proto");
+    uint32_t n;
+
+    if (rl_expect(h, r, PROTO_REPLY_OK, "HELLO") < 0)
+        return -REDLOCKD_E_PROTO;
+    if (proto != NULL && strcmp(proto, "1") != 0)
+        return rl_fatal(h, REDLOCKD_E_PROTO,
+                        "the daemon speaks protocol %.16s, this library 1",
+                        proto);
+    rl_copy_word(h->info.session, sizeof(h->info.session),
+                 proto_reply_get(r, "session"));
+    rl_copy_word(h->info.server, sizeof(h->info.server),
+                 proto_reply_get(r, "server"));
+    if (rl_parse_u32(proto_reply_get(r, "nodes"), &n) == 0)
+        h->info.nodes = n;
+    if (rl_parse_u32(proto_reply_get(r, "quorum"), &n) == 0)
+        h->info.quorum = n;
+    return 0;
+}
+
+static int rl_hello(struct redlockd *h, const struct redlockd_opts *o)
+{
+    char line[128];
+    struct proto_reply r;
+    size_t n;
+    int rc;
+
+    n = (size_t)snprintf(line, sizeof(line), "HELLO proto=1");
+    if (o->name != NULL)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " name=%s", o->name);
+    if (o->keepalive_ms > 0)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " keepalive=%u",
+                              o->keepalive_ms);
+    n += (size_t)snprintf(line + n, sizeof(line) - n, "\n");
+    rc = rl_call(h, line, n, 0, &r);
+    if (rc == 0)
+        rc = rl_hello_reply(h, &r);
+    return rl_finish(h, rc);
+}
+
+static int rl_auth(struct redlockd *h, const char *password)
+{
+    char line[RL_PASSWORD_MAX + 16];
+    struct proto_reply r;
+    int n, rc;
+
+    n = snprintf(line, sizeof(line), "AUTH %s\n", password);
+    rc = rl_call(h, line, (size_t)n, 0, &r);
+    if (rc == 0)
+        rc = rl_expect(h, &r, PROTO_REPLY_OK, "AUTH");
+    return rl_finish(h, rc);
+}
+
+int redlockd_handshake(struct redlockd *h, const struct redlockd_opts *opts)
+{
+    int rc;
+
+    rc = rl_begin(h);
+    if (rc == 0)
+        rc = rl_check_opts(opts, &h->err);
+    if (rc == 0)
+        rc = rl_hello(h, opts);
+    if (rc == 0 && opts->password != NULL)
+        rc = rl_auth(h, opts->password);
+    return rc;
+}
+
+static const char *rl_server(const struct redlockd_opts *o)
+{
+    const char *env;
+
+    if (o->server != NULL)
+        return o->server;
+    env = getenv(REDLOCKD_SERVER_ENV);
+    return env != NULL && *env != '\0' ? env : REDLOCKD_DEFAULT_SERVER;
+}
+
+int redlockd_connect(struct redlockd **out, const struct redlockd_opts *opts,
+                     struct redlockd_error *err)
+{
+    struct redlockd_opts none;
+    struct redlockd_addr addr;
+    struct redlockd *h;
+    int fd, rc, timeout;
+
+    *out = NULL;
+    if (opts == NULL) {
+        memset(&none, 0, sizeof(none));
+        opts = &none;
+    }
+    rc = rl_check_opts(opts, err);
+    if (rc == 0)
+        rc = redlockd_addr_parse(rl_server(opts), &addr, err);
+    if (rc < 0)
+        return rc;
+    timeout = opts->connect_timeout_ms ? opts->connect_timeout_ms
+                                       : RL_CONNECT_TIMEOUT_MS;
+    rc = rl_connect_fd(&addr, timeout, &fd, err);
+    if (rc == 0)
+        rc = redlockd_open_fd(&h, fd, opts, err);
+    if (rc < 0)
+        return rc;
+    /* No handle yet for the caller, so no on_lost calls for it either. */
+    h->on_lost = NULL;
+    rc = redlockd_handshake(h, opts);
+    if (rc < 0) {
+        if (err != NULL)
+            *err = h->err;
+        redlockd_close(h);
+        return rc;
+    }
+    h->on_lost = opts->on_lost;
+    *out = h;
+    return 0;
+}
+
+/* Send QUIT and wait briefly for the daemon to close its end, so a clean
+ * close never looks like a dropped session (lock_delay_ms). */
+static void rl_quit(struct redlockd *h)
+{
+    int timeout = RL_QUIT_TIMEOUT_MS;
+    int64_t deadline;
+    char scratch[512];
+    ssize_t n;
+
+    if (h->io_timeout_ms >= 0 && h->io_timeout_ms < timeout)
+        timeout = h->io_timeout_ms;
+    deadline = rl_deadline(timeout);
+    if (send(h->fd, "QUIT\n", 5, MSG_NOSIGNAL) != 5)
+        return;
+    for (;;) {
+        n = recv(h->fd, scratch, sizeof(scratch), 0);
+        if (n > 0 || (n < 0 && errno == EINTR))
+            continue;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            return;
+        if (rl_wait(h->fd, POLLIN, deadline) <= 0)
+            return;
+    }
+}
+
+void redlockd_close(struct redlockd *h)
+{
+    size_t i;
+
+    if (h == NULL)
+        return;
+    if (h->fd >= 0) {
+        rl_quit(h);
+        close(h->fd);
+    }
+    for (i = 0; i < h->nlost; i++)
+        free(h->lost[i].resource);
+    free(h->lost);
+    free(h->in);
+    free(h->reply);
+    free(h);
+}
+
+int redlockd_fd(const struct redlockd *h)
+{
+    return h->fd;
+}
+
+int redlockd_shutting_down(const struct redlockd *h)
+{
+    return h->shutdown_seen;
+}
+
+const struct redlockd_info *redlockd_info(const struct redlockd *h)
+{
+    return &h->info;
+}
+
+const struct redlockd_error *redlockd_last_error(const struct redlockd *h)
+{
+    return &h->err;
+}
+
+/* ---- commands ----------------------------------------------------------- */
+
+static int rl_lease_fill(struct redlockd *h, const struct proto_reply *r,
+                         const char *resource, struct redlockd_lease *lease)
+{
+    const char *token = proto_reply_get(r, "token");
+    uint32_t ttl = 0;
+
+    if (token == NULL || strlen(token) > REDLOCKD_TOKEN_LEN
+        || rl_parse_u64(proto_reply_get(r, "fence"), &lease->fence) < 0
+        || rl_parse_u32(proto_reply_get(r, "ttl"), &ttl) < 0
+        || rl_parse_i64(proto_reply_get(r, "validity"), &lease->validity) < 0)
+        return rl_fatal(h, REDLOCKD_E_PROTO, "malformed reply to LOCK");
+    lease->ttl = ttl;
+    strcpy(lease->token, token);
+    strcpy(lease->resource, resource);
+    return 0;
+}
+
+static int rl_lock_reply(struct redlockd *h, const struct proto_reply *r,
+                         const char *resource, struct redlockd_lease *lease)
+{
+    struct redlockd_lease scratch;
+    int rc;
+
+    rc = rl_expect(h, r, PROTO_REPLY_OK, "LOCK");
+    if (rc == 0)
+        rc = rl_lease_fill(h, r, resource, lease != NULL ? lease : &scratch);
+    /* Events read after this reply are about the new lease. */
+    if (rc == 0)
+        rl_lost_del(h, resource);
+    return rc;
+}
+
+int redlockd_lock(struct redlockd *h, const char *resource, uint32_t ttl_ms,
+                  uint32_t wait_ms, int renew, struct redlockd_lease *lease)
+{
+    char line[RL_REQ_MAX];
+    struct proto_reply r;
+    size_t n;
+    int rc;
+
+    rc = rl_begin(h);
+    if (rc == 0)
+        rc = rl_check_resource(h, resource);
+    if (rc < 0)
+        return rc;
+    n = (size_t)snprintf(line, sizeof(line), "LOCK %s", resource);
+    if (ttl_ms > 0)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " ttl=%u",
+                              (unsigned)ttl_ms);
+    if (wait_ms > 0)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " wait=%u",
+                              (unsigned)wait_ms);
+    n += (size_t)snprintf(line + n, sizeof(line) - n, " renew=%d\n",
+                          renew ? 1 : 0);
+    rc = rl_call(h, line, n, wait_ms, &r);
+    if (rc == 0)
+        rc = rl_lock_reply(h, &r, resource, lease);
+    return rl_finish(h, rc);
+}
+
+int redlockd_unlock(struct redlockd *h, const char *resource)
+{
+    char line[RL_REQ_MAX];
+    struct proto_reply r;
+    int n, rc;
+
+    rc = rl_begin(h);
+    if (rc == 0)
+        rc = rl_check_resource(h, resource);
+    if (rc < 0)
+        return rc;
+    n = snprintf(line, sizeof(line), "UNLOCK %s\n", resource);
+    rc = rl_call(h, line, (size_t)n, 0, &r);
+    if (rc == 0)
+        rc = rl_expect(h, &r, PROTO_REPLY_OK, "UNLOCK");
+    if (rc == 0)
+        rl_lost_del(h, resource);
+    else if (rc == -REDLOCKD_E_LOST && rl_lost_add(h, resource, 0) < 0)
+        rc = -REDLOCKD_E_NOMEM;
+    return rl_finish(h, rc);
+}
+
+static int rl_extend_reply(struct redlockd *h, const struct proto_reply *r,
+                           int64_t *validity_ms)
+{
+    int64_t v;
+
+    if (rl_expect(h, r, PROTO_REPLY_OK, "EXTEND") < 0)
+        return -REDLOCKD_E_PROTO;
+    if (rl_parse_i64(proto_reply_get(r, "validity"), &v) < 0)
+        return rl_fatal(h, REDLOCKD_E_PROTO, "malformed reply to EXTEND");
+    if (validity_ms != NULL)
+        *validity_ms = v;
+    return 0;
+}
+
+int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
+                    int64_t *validity_ms)
+{
+    char line[RL_REQ_MAX];
+    struct proto_reply r;
+    int n, rc;
+
+    rc = rl_begin(h);
+    if (rc == 0)
+        rc = rl_check_resource(h, resource);
+    if (rc == 0 && ttl_ms == 0)
+        rc = rl_fail(h, REDLOCKD_E_INVALID, "EXTEND needs a ttl above 0");
+    if (rc < 0)
+        return rc;
+    n = snprintf(line, sizeof(line), "EXTEND %s ttl=%u\n", resource,
+                 (unsigned)ttl_ms);
+    rc = rl_call(h, line, (size_t)n, 0, &r);
+    if (rc == 0)
+        rc = rl_extend_reply(h, &r, validity_ms);
+    else if (rc == -REDLOCKD_E_LOST && rl_lost_add(h, resource, 0) < 0)
+        rc = -REDLOCKD_E_NOMEM;
+    return rl_finish(h, rc);
+}
+
+int redlockd_ping(struct redlockd *h)
+{
+    struct proto_reply r;
+    int rc;
+
+    rc = rl_begin(h);
+    if (rc < 0)
+        return rc;
+    rc = rl_call(h, "PING\n", 5, 0, &r);
+    if (rc == 0)
+        rc = rl_expect(h, &r, PROTO_REPLY_PONG, "PING");
+    return rl_finish(h, rc);
+}
+
+static int rl_json_reply(struct redlockd *h, const struct proto_reply *r,
+                         const char *what, char **json)
+{
+    if (r->kind != PROTO_REPLY_OK || r->text[0] != '{')
+        return rl_fatal(h, REDLOCKD_E_PROTO, "%s did not answer with JSON",
+                        what);
+    *json = strdup(r->text);
+    if (*json == NULL)
+        return rl_fail(h, REDLOCKD_E_NOMEM, "out of memory");
+    return 0;
+}
+
+/* line is the request ("STATUS job:42\n"); what names it in errors. */
+static int rl_inspect(struct redlockd *h, const char *line, const char *what,
+                      char **json)
+{
+    struct proto_reply r;
+    int rc;
+
+    rc = rl_call(h, line, strlen(line), 0, &r);
+    if (rc == 0)
+        rc = rl_json_reply(h, &r, what, json);
+    rc = rl_finish(h, rc);
+    if (rc < 0) {
+        free(*json);
+        *json = NULL;
+    }
+    return rc;
+}
+
+static int rl_inspect_begin(struct redlockd *h, char **json)
+{
+    int rc = rl_begin(h);
+
+    if (rc == 0 && json == NULL)
+        rc = rl_fail(h, REDLOCKD_E_INVALID, "json must not be NULL");
+    if (rc == 0)
+        *json = NULL;
+    return rc;
+}
+
+int redlockd_locks(struct redlockd *h, char **json)
+{
+    int rc = rl_inspect_begin(h, json);
+
+    return rc < 0 ? rc : rl_inspect(h, "LOCKS\n", "LOCKS", json);
+}
+
+int redlockd_sessions(struct redlockd *h, char **json)
+{
+    int rc = rl_inspect_begin(h, json);
+
+    return rc < 0 ? rc : rl_inspect(h, "SESSIONS\n", "SESSIONS", json);
+}
+
+int redlockd_stats(struct redlockd *h, char **json)
+{
+    int rc = rl_inspect_begin(h, json);
+
+    return rc < 0 ? rc : rl_inspect(h, "STATS\n", "STATS", json);
+}
+
+int redlockd_status(struct redlockd *h, const char *resource, char **json)
+{
+    char line[RL_REQ_MAX];
+    int rc = rl_inspect_begin(h, json);
+
+    if (rc == 0)
+        rc = rl_check_resource(h, resource);
+    if (rc < 0)
+        return rc;
+    snprintf(line, sizeof(line), "STATUS %s\n", resource);
+    return rl_inspect(h, line, "STATUS", json);
+}

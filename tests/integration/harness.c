@@ -1,0 +1,1150 @@
+/*
+ * harness: real redis-server and redlockd processes for integration tests.
+ *
+ * Each process runs in its own mkdtemp directory on a free loopback port.
+ * Tests run under check's fork mode, where a failed assertion _exit()s the
+ * test process without running teardowns or atexit handlers, so cleanup
+ * does not depend on the test getting that far:
+ *   - every child gets PR_SET_PDEATHSIG=SIGKILL, so it dies with the test;
+ *   - every temp dir gets a small guardian process holding the read end of
+ *     a pipe; if the test dies without saying goodbye, the pipe hits EOF and
+ *     the guardian prints the daemon log (the only clue a failed CI run
+ *     leaves) and removes the dir;
+ *   - an atexit handler and the *_cleanup functions cover normal exits.
+ * Bookkeeping records the owning pid, so a forked test never kills or
+ * removes what its parent started.
+ */
+#include "harness.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define H_MAX_PROCS 64
+#define H_MAX_ARGS 64
+
+/* A started child: killed by the atexit handler if still registered. */
+struct h_proc {
+    pid_t pid;
+    pid_t owner;
+};
+
+/* A temp dir and the guardian that removes it if the owner dies. */
+struct h_guard {
+    pid_t pid;
+    pid_t owner;
+    int fd;                 /* write end; a byte on it means "all is well" */
+    char dir[256];
+};
+
+static struct h_proc procs[H_MAX_PROCS];
+static struct h_guard guards[H_MAX_PROCS];
+static bool atexit_done;
+
+static void h_atexit(void);
+
+/* ---- small utilities ---- */
+
+uint64_t h_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void h_sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
+}
+
+/* Valgrind makes the daemon an order of magnitude slower; stretch waits. */
+static int h_scale(int ms)
+{
+    const char *w = getenv("REDLOCKD_TEST_WRAPPER");
+
+    return (w != NULL && *w != '\0') ? ms * 5 : ms;
+}
+
+bool h_starts(const char *line, const char *prefix)
+{
+    return line != NULL && strncmp(line, prefix, strlen(prefix)) == 0;
+}
+
+const char *h_kv(const char *line, const char *key)
+{
+    static char value[4096];
+    size_t klen = strlen(key);
+    const char *p = line;
+
+    while (p != NULL && *p != '\0') {
+        size_t wlen = strcspn(p, " \t");
+
+        if (wlen > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
+            size_t vlen = wlen - klen - 1;
+
+            if (vlen >= sizeof(value))
+                vlen = sizeof(value) - 1;
+            memcpy(value, p + klen + 1, vlen);
+            value[vlen] = '\0';
+            return value;
+        }
+        p += wlen;
+        p += strspn(p, " \t");
+    }
+    return NULL;
+}
+
+/* Split `s` on blanks into argv[*n...]; no quoting (test args need none). */
+static void split_words(char *s, char **argv, int *n, int max)
+{
+    for (char *w = strtok(s, " \t"); w != NULL; w = strtok(NULL, " \t")) {
+        if (*n >= max - 1)
+            ck_abort_msg("harness: too many arguments");
+        argv[(*n)++] = w;
+    }
+    argv[*n] = NULL;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag,
+                    struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void rm_rf(const char *dir)
+{
+    if (dir[0] != '\0')
+        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void make_tmpdir(char *out, size_t size, const char *tag)
+{
+    const char *tmp = getenv("TMPDIR");
+
+    /* The daemon's unix socket lives in here: keep sun_path (108) happy. */
+    if (tmp == NULL || *tmp == '\0' || strlen(tmp) > 60)
+        tmp = "/tmp";
+    snprintf(out, size, "%s/redlockd-%s.XXXXXX", tmp, tag);
+    if (mkdtemp(out) == NULL)
+        ck_abort_msg("harness: mkdtemp %s: %s", out, strerror(errno));
+}
+
+/* Close every descriptor above 2 except `keep`: children must not hold
+ * test sockets open, or the daemon would never see a client's EOF. */
+static void close_fds_except(int keep)
+{
+    long max;
+
+    if (keep < 3 && close_range(3, ~0U, 0) == 0)
+        return;
+    if (keep == 3 && close_range(4, ~0U, 0) == 0)
+        return;
+    if (keep > 3 && close_range(3, (unsigned)keep - 1, 0) == 0 &&
+        close_range((unsigned)keep + 1, ~0U, 0) == 0)
+        return;
+    /* Kernels before 5.9 lack close_range. */
+    max = sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > 1 << 20)
+        max = 1 << 20;
+    for (int fd = 3; fd < max; fd++) {
+        if (fd != keep)
+            close(fd);
+    }
+}
+
+static void dump_file(const char *path, const char *title)
+{
+    char buf[4096];
+    size_t n;
+    FILE *f = fopen(path, "r");
+
+    fprintf(stderr, "---- %s (%s) ----\n", title, path);
+    if (f != NULL) {
+        while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+            fwrite(buf, 1, n, stderr);
+        fclose(f);
+    }
+    fprintf(stderr, "---- end of %s ----\n", title);
+}
+
+/* ---- process bookkeeping ---- */
+
+static void proc_register(pid_t pid)
+{
+    if (!atexit_done) {
+        atexit(h_atexit);
+        atexit_done = true;
+    }
+    for (int i = 0; i < H_MAX_PROCS; i++) {
+        if (procs[i].pid == 0) {
+            procs[i].pid = pid;
+            procs[i].owner = getpid();
+            return;
+        }
+    }
+    kill(pid, SIGKILL);
+    ck_abort_msg("harness: more than %d processes", H_MAX_PROCS);
+}
+
+static void proc_forget(pid_t pid)
+{
+    for (int i = 0; i < H_MAX_PROCS; i++) {
+        if (procs[i].pid == pid)
+            procs[i].pid = 0;
+    }
+}
+
+/* waitpid with a deadline; returns true and the status once `pid` exited. */
+static bool wait_exit(pid_t pid, int timeout_ms, int *status)
+{
+    uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+
+        if (r == pid || (r < 0 && errno == ECHILD))
+            return true;
+        if (h_now_ms() >= end)
+            return false;
+        h_sleep_ms(5);
+    }
+}
+
+static void kill_wait(pid_t pid)
+{
+    int status;
+
+    kill(pid, SIGKILL);
+    wait_exit(pid, 10000, &status);
+    proc_forget(pid);
+}
+
+/* The guardian: wait for a goodbye byte or for EOF (owner died). */
+static void guard_main(int fd, const char *dir, const char *log)
+{
+    char b;
+    ssize_t n;
+
+    /* check SIGKILLs the failed test's process group: step out of it. */
+    setsid();
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    close_fds_except(fd);
+    do {
+        n = read(fd, &b, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n == 1)
+        _exit(0);
+    /* Give the PDEATHSIG'd children a moment to die and flush. */
+    h_sleep_ms(200);
+    if (log != NULL)
+        dump_file(log, "redlockd log of a test that died");
+    rm_rf(dir);
+    _exit(0);
+}
+
+static void guard_start(const char *dir, const char *log)
+{
+    int fds[2];
+    pid_t pid;
+
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        ck_abort_msg("harness: pipe: %s", strerror(errno));
+    pid = fork();
+    if (pid < 0)
+        ck_abort_msg("harness: fork: %s", strerror(errno));
+    if (pid == 0)
+        guard_main(fds[0], dir, log);
+    close(fds[0]);
+    for (int i = 0; i < H_MAX_PROCS; i++) {
+        if (guards[i].pid == 0) {
+            guards[i].pid = pid;
+            guards[i].owner = getpid();
+            guards[i].fd = fds[1];
+            snprintf(guards[i].dir, sizeof(guards[i].dir), "%s", dir);
+            return;
+        }
+    }
+    ck_abort_msg("harness: more than %d temp dirs", H_MAX_PROCS);
+}
+
+/* Remove `dir` and dismiss its guardian (only the owner does this). */
+static void guard_end(const char *dir)
+{
+    int status;
+
+    for (int i = 0; i < H_MAX_PROCS; i++) {
+        struct h_guard *g = &guards[i];
+
+        if (g->pid == 0 || g->owner != getpid() || strcmp(g->dir, dir) != 0)
+            continue;
+        rm_rf(g->dir);
+        if (write(g->fd, "x", 1) < 0) {
+            /* The guardian is gone already; nothing left to tell. */
+        }
+        close(g->fd);
+        wait_exit(g->pid, 2000, &status);
+        g->pid = 0;
+    }
+}
+
+static void h_atexit(void)
+{
+    pid_t me = getpid();
+
+    for (int i = 0; i < H_MAX_PROCS; i++) {
+        if (procs[i].pid != 0 && procs[i].owner == me)
+            kill_wait(procs[i].pid);
+    }
+    for (int i = 0; i < H_MAX_PROCS; i++) {
+        if (guards[i].pid != 0 && guards[i].owner == me)
+            guard_end(guards[i].dir);
+    }
+}
+
+/* fork + exec argv with stdout/stderr appended to `log`. The child dies
+ * with the test process (PDEATHSIG) even if nobody cleans up. */
+static pid_t spawn(char **argv, const char *log)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+
+    if (pid < 0)
+        ck_abort_msg("harness: fork: %s", strerror(errno));
+    if (pid == 0) {
+        int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int in = open("/dev/null", O_RDONLY);
+
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent || out < 0 || in < 0)
+            _exit(127);
+        dup2(in, 0);
+        dup2(out, 1);
+        dup2(out, 2);
+        close_fds_except(-1);
+        signal(SIGPIPE, SIG_DFL);
+        execvp(argv[0], argv);
+        fprintf(stderr, "harness: exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    proc_register(pid);
+    return pid;
+}
+
+/* ---- ports ---- */
+
+static bool port_bindable(int port)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    int one = 1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool ok;
+
+    if (fd < 0)
+        return false;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* Ports below the kernel's ephemeral range (32768+ by default), so the
+ * hundreds of outgoing test connections never sit on a port we hand out;
+ * random, so parallel test programs rarely pick the same one. Callers
+ * retry on the remaining race. */
+int h_free_port(void)
+{
+    static bool seeded;
+
+    if (!seeded) {
+        srandom((unsigned)getpid() ^ (unsigned)h_now_ms());
+        seeded = true;
+    }
+    for (int i = 0; i < 200; i++) {
+        int port = 20000 + (int)(random() % 12000);
+
+        if (port_bindable(port))
+            return port;
+    }
+    ck_abort_msg("harness: no free port in 20000-31999");
+    return -1;
+}
+
+/* True once something on 127.0.0.1 is in LISTEN state on `port`. Reading
+ * /proc/net/tcp instead of connecting keeps readiness probes from taking
+ * a client slot (tests of max_clients count them). */
+static bool port_listening(int port)
+{
+    char line[512];
+    bool found = false;
+    FILE *f = fopen("/proc/net/tcp", "r");
+
+    if (f == NULL)
+        return !port_bindable(port);
+    while (!found && fgets(line, sizeof(line), f) != NULL) {
+        unsigned addr, lport, state;
+
+        if (sscanf(line, " %*d: %x:%x %*x:%*x %x", &addr, &lport, &state) == 3)
+            found = (int)lport == port && state == 0x0A;
+    }
+    fclose(f);
+    return found;
+}
+
+/* ---- redis ---- */
+
+static bool redis_ping(int port)
+{
+    struct timeval tv = { 0, 300000 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisReply *reply = NULL;
+    bool ok = false;
+
+    if (c != NULL && c->err == 0) {
+        redisSetTimeout(c, tv);
+        reply = redisCommand(c, "PING");
+        ok = reply != NULL && reply->type == REDIS_REPLY_STATUS &&
+             strcmp(reply->str, "PONG") == 0;
+    }
+    if (reply != NULL)
+        freeReplyObject(reply);
+    if (c != NULL)
+        redisFree(c);
+    return ok;
+}
+
+static pid_t redis_spawn(struct h_redis *r)
+{
+    char *argv[H_MAX_ARGS];
+    char port[16], log[300], extra[sizeof(r->extra)];
+    int n = 0;
+
+    snprintf(port, sizeof(port), "%d", r->port);
+    snprintf(log, sizeof(log), "%s/redis.log", r->dir);
+    snprintf(extra, sizeof(extra), "%s", r->extra);
+    argv[n++] = "redis-server";
+    argv[n++] = "--port";
+    argv[n++] = port;
+    argv[n++] = "--bind";
+    argv[n++] = "127.0.0.1";
+    argv[n++] = "--save";
+    argv[n++] = "";
+    argv[n++] = "--appendonly";
+    argv[n++] = "no";
+    argv[n++] = "--daemonize";
+    argv[n++] = "no";
+    argv[n++] = "--dir";
+    argv[n++] = r->dir;
+    argv[n++] = "--logfile";
+    argv[n++] = log;
+    split_words(extra, argv, &n, H_MAX_ARGS);
+    return spawn(argv, log);
+}
+
+/* Start and wait for PING; false if the process exited (port race). */
+static bool redis_launch(struct h_redis *r, int timeout_ms)
+{
+    uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+    int status;
+
+    r->pid = redis_spawn(r);
+    while (h_now_ms() < end) {
+        if (redis_ping(r->port))
+            return true;
+        if (waitpid(r->pid, &status, WNOHANG) == r->pid) {
+            proc_forget(r->pid);
+            r->pid = 0;
+            return false;
+        }
+        h_sleep_ms(10);
+    }
+    kill_wait(r->pid);
+    r->pid = 0;
+    return false;
+}
+
+static void redis_fail(const struct h_redis *r, const char *what)
+{
+    char log[300];
+
+    snprintf(log, sizeof(log), "%s/redis.log", r->dir);
+    dump_file(log, "redis-server log");
+    ck_abort_msg("harness: redis-server %s on port %d failed", what, r->port);
+}
+
+void h_redis_start(struct h_redis *r, const char *extra)
+{
+    memset(r, 0, sizeof(*r));
+    snprintf(r->extra, sizeof(r->extra), "%s", extra != NULL ? extra : "");
+    make_tmpdir(r->dir, sizeof(r->dir), "redis");
+    guard_start(r->dir, NULL);
+    for (int attempt = 0; attempt < 5; attempt++) {
+        r->port = h_free_port();
+        if (redis_launch(r, h_scale(5000)))
+            return;
+    }
+    redis_fail(r, "start");
+}
+
+void h_redis_restart(struct h_redis *r)
+{
+    if (r->pid != 0)
+        h_redis_stop(r);
+    /* Loading a big append-only file can take a while. */
+    if (!redis_launch(r, h_scale(15000)))
+        redis_fail(r, "restart");
+}
+
+void h_redis_stop(struct h_redis *r)
+{
+    int status;
+
+    if (r->pid == 0)
+        return;
+    /* A stopped (paused) process keeps SIGTERM pending forever. */
+    kill(r->pid, SIGCONT);
+    kill(r->pid, SIGTERM);
+    if (!wait_exit(r->pid, 10000, &status))
+        kill_wait(r->pid);
+    proc_forget(r->pid);
+    r->pid = 0;
+}
+
+void h_redis_kill(struct h_redis *r)
+{
+    if (r->pid == 0)
+        return;
+    kill_wait(r->pid);
+    r->pid = 0;
+}
+
+void h_redis_pause(struct h_redis *r)
+{
+    if (r->pid != 0)
+        kill(r->pid, SIGSTOP);
+}
+
+void h_redis_resume(struct h_redis *r)
+{
+    if (r->pid != 0)
+        kill(r->pid, SIGCONT);
+}
+
+void h_redis_cleanup(struct h_redis *r)
+{
+    if (r->pid != 0)
+        h_redis_kill(r);
+    if (r->dir[0] != '\0')
+        guard_end(r->dir);
+    r->dir[0] = '\0';
+}
+
+static redisContext *redis_connect(const struct h_redis *r)
+{
+    struct timeval tv = { 1, 0 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+
+    if (c != NULL && c->err == 0)
+        redisSetTimeout(c, tv);
+    return c;
+}
+
+redisContext *h_redis_connect(const struct h_redis *r)
+{
+    redisContext *c = redis_connect(r);
+
+    if (c == NULL || c->err != 0)
+        ck_abort_msg("harness: connect to redis port %d: %s", r->port,
+                     c != NULL ? c->errstr : "out of memory");
+    return c;
+}
+
+/* Interpret one reply as h_redis_cmd documents it. */
+static long long reply_value(const redisReply *reply, char **str)
+{
+    switch (reply->type) {
+    case REDIS_REPLY_INTEGER:
+        return reply->integer;
+    case REDIS_REPLY_NIL:
+        return -2;
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+        if (str != NULL)
+            *str = strdup(reply->str);
+        return 0;
+    case REDIS_REPLY_ERROR:
+        if (str != NULL)
+            *str = strdup(reply->str);
+        return -3;
+    default:
+        return (long long)reply->elements;
+    }
+}
+
+/* Returns -3 also when the node cannot be reached (it may be stopped on
+ * purpose); *str then holds hiredis's message. Arrays give their size. */
+long long h_redis_cmd(const struct h_redis *r, char **str, const char *fmt, ...)
+{
+    redisContext *c = redis_connect(r);
+    redisReply *reply = NULL;
+    long long v;
+    va_list ap;
+
+    if (str != NULL)
+        *str = NULL;
+    if (c != NULL && c->err == 0) {
+        va_start(ap, fmt);
+        reply = redisvCommand(c, fmt, ap);
+        va_end(ap);
+    }
+    if (reply == NULL) {
+        if (str != NULL)
+            *str = strdup(c != NULL ? c->errstr : "out of memory");
+        v = -3;
+    } else {
+        v = reply_value(reply, str);
+        freeReplyObject(reply);
+    }
+    if (c != NULL)
+        redisFree(c);
+    return v;
+}
+
+/* ---- redlockd ---- */
+
+const char *h_daemon_bin(void)
+{
+    const char *bin = getenv("REDLOCKD_BIN");
+
+    if (bin == NULL || *bin == '\0')
+        ck_abort_msg("harness: REDLOCKD_BIN is not set (run via meson test)");
+    return bin;
+}
+
+static json_t *daemon_config(const struct h_daemon *d, struct h_redis *nodes,
+                             int nnodes, const char *extra_json)
+{
+    char tcp[64], unix_addr[310];
+    json_t *conf, *extra, *list = json_array();
+    json_error_t err;
+
+    for (int i = 0; i < nnodes; i++)
+        json_array_append_new(list, json_sprintf("127.0.0.1:%d", nodes[i].port));
+    snprintf(tcp, sizeof(tcp), "tcp://127.0.0.1:%d", d->port);
+    snprintf(unix_addr, sizeof(unix_addr), "unix:%s", d->sock_path);
+    conf = json_pack("{s:[s,s], s:{s:o}, s:{s:s}}",
+                     "listen", tcp, unix_addr,
+                     "redis", "nodes", list,
+                     "log", "level", "debug");
+    if (conf == NULL)
+        ck_abort_msg("harness: json_pack failed");
+    if (extra_json == NULL)
+        return conf;
+    extra = json_loads(extra_json, 0, &err);
+    if (!json_is_object(extra))
+        ck_abort_msg("harness: extra_json is not a JSON object: %s (%s)",
+                     err.text, extra_json);
+    json_object_update_recursive(conf, extra);
+    json_decref(extra);
+    return conf;
+}
+
+/* Which of our own listen addresses the (merged) config still has. */
+static void listen_wanted(json_t *conf, const struct h_daemon *d,
+                          bool *tcp, bool *unix_sock)
+{
+    char tcp_addr[64];
+    size_t i;
+    json_t *v;
+
+    snprintf(tcp_addr, sizeof(tcp_addr), "tcp://127.0.0.1:%d", d->port);
+    *tcp = *unix_sock = false;
+    json_array_foreach(json_object_get(conf, "listen"), i, v) {
+        const char *s = json_string_value(v);
+
+        if (s != NULL && strcmp(s, tcp_addr) == 0)
+            *tcp = true;
+        if (s != NULL && h_starts(s, "unix:") && strcmp(s + 5, d->sock_path) == 0)
+            *unix_sock = true;
+    }
+}
+
+static pid_t daemon_spawn(const struct h_daemon *d)
+{
+    char *argv[H_MAX_ARGS];
+    char wrapper[512];
+    int n = 0;
+    const char *w = getenv("REDLOCKD_TEST_WRAPPER");
+
+    snprintf(wrapper, sizeof(wrapper), "%s", w != NULL ? w : "");
+    split_words(wrapper, argv, &n, H_MAX_ARGS - 4);
+    argv[n++] = (char *)h_daemon_bin();
+    argv[n++] = "-c";
+    argv[n++] = (char *)d->conf_path;
+    argv[n] = NULL;
+    return spawn(argv, d->log_path);
+}
+
+static bool log_mentions(const char *path, const char *needle)
+{
+    char buf[65536];
+    size_t n;
+    FILE *f = fopen(path, "r");
+
+    if (f == NULL)
+        return false;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strcasestr(buf, needle) != NULL;
+}
+
+/* Wait until the listeners exist. 1 = ready, 0 = exited, -1 = timeout. */
+static int daemon_wait_ready(struct h_daemon *d, bool tcp, bool unix_sock)
+{
+    uint64_t end = h_now_ms() + (uint64_t)h_scale(6000);
+    struct stat st;
+    int status;
+
+    while (h_now_ms() < end) {
+        bool ok_tcp = !tcp || port_listening(d->port);
+        bool ok_unix = !unix_sock ||
+                       (stat(d->sock_path, &st) == 0 && S_ISSOCK(st.st_mode));
+
+        if (ok_tcp && ok_unix)
+            return 1;
+        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            proc_forget(d->pid);
+            d->pid = 0;
+            return 0;
+        }
+        h_sleep_ms(10);
+    }
+    return -1;
+}
+
+static void daemon_paths(struct h_daemon *d)
+{
+    snprintf(d->conf_path, sizeof(d->conf_path), "%s/redlockd.json", d->dir);
+    snprintf(d->sock_path, sizeof(d->sock_path), "%s/redlockd.sock", d->dir);
+    snprintf(d->log_path, sizeof(d->log_path), "%s/redlockd.log", d->dir);
+}
+
+void h_daemon_start(struct h_daemon *d, struct h_redis *nodes, int nnodes,
+                    const char *extra_json)
+{
+    int ready = 0;
+
+    memset(d, 0, sizeof(*d));
+    make_tmpdir(d->dir, sizeof(d->dir), "daemon");
+    daemon_paths(d);
+    guard_start(d->dir, d->log_path);
+    /* Retry only the race where another test took our port meanwhile. */
+    for (int attempt = 0; attempt < 3 && ready == 0; attempt++) {
+        bool tcp, unix_sock;
+        json_t *conf;
+
+        if (attempt > 0 && !log_mentions(d->log_path, "in use"))
+            break;
+        d->port = h_free_port();
+        conf = daemon_config(d, nodes, nnodes, extra_json);
+        listen_wanted(conf, d, &tcp, &unix_sock);
+        if (json_dump_file(conf, d->conf_path, JSON_INDENT(2)) != 0)
+            ck_abort_msg("harness: cannot write %s", d->conf_path);
+        json_decref(conf);
+        d->pid = daemon_spawn(d);
+        ready = daemon_wait_ready(d, tcp, unix_sock);
+    }
+    if (ready == 1)
+        return;
+    if (d->pid != 0)
+        kill_wait(d->pid);
+    d->pid = 0;
+    h_daemon_dump_log(d);
+    ck_abort_msg("harness: redlockd did not start (%s)",
+                 ready == 0 ? "it exited" : "timeout");
+}
+
+int h_daemon_stop(struct h_daemon *d)
+{
+    int status = 0;
+
+    if (d->pid == 0)
+        ck_abort_msg("harness: h_daemon_stop: redlockd is not running");
+    kill(d->pid, SIGTERM);
+    if (!wait_exit(d->pid, h_scale(10000), &status)) {
+        kill_wait(d->pid);
+        d->pid = 0;
+        h_daemon_dump_log(d);
+        ck_abort_msg("harness: redlockd did not exit within 10 s of SIGTERM");
+    }
+    proc_forget(d->pid);
+    d->pid = 0;
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+void h_daemon_kill(struct h_daemon *d)
+{
+    if (d->pid == 0)
+        return;
+    kill_wait(d->pid);
+    d->pid = 0;
+}
+
+void h_daemon_cleanup(struct h_daemon *d)
+{
+    if (d->pid != 0)
+        h_daemon_kill(d);
+    if (d->dir[0] != '\0')
+        guard_end(d->dir);
+    d->dir[0] = '\0';
+}
+
+void h_daemon_dump_log(const struct h_daemon *d)
+{
+    dump_file(d->log_path, "redlockd log");
+}
+
+int h_run(char *const argv[], char *out, size_t outsize)
+{
+    int fds[2], status;
+    size_t len = 0;
+    ssize_t n;
+    pid_t pid;
+
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        ck_abort_msg("harness: pipe: %s", strerror(errno));
+    pid = fork();
+    if (pid < 0)
+        ck_abort_msg("harness: fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close_fds_except(-1);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    while ((n = read(fds[0], out + len, outsize - 1 - len)) > 0 ||
+           (n < 0 && errno == EINTR))
+        len += n > 0 ? (size_t)n : 0;
+    out[len] = '\0';
+    close(fds[0]);
+    waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+/* ---- clients ---- */
+
+static void client_init(struct h_client *c, int fd)
+{
+    /* Only the header fields: the buffers are large and filled lazily. */
+    c->fd = fd;
+    c->len = 0;
+    c->line[0] = '\0';
+    c->events[0] = '\0';
+    c->events_len = 0;
+}
+
+static int client_connect(struct h_client *c, int domain,
+                          const struct sockaddr *sa, socklen_t salen)
+{
+    struct timeval tv = { 5, 0 };
+    int fd = socket(domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    client_init(c, -1);
+    if (fd < 0)
+        return -errno;
+    /* A daemon that stops reading must fail the test, not hang it. */
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (connect(fd, sa, salen) < 0) {
+        int e = errno;
+
+        close(fd);
+        return -e;
+    }
+    c->fd = fd;
+    return 0;
+}
+
+int h_connect_tcp(struct h_client *c, int port)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return client_connect(c, AF_INET, (struct sockaddr *)&sa, sizeof(sa));
+}
+
+int h_connect_unix(struct h_client *c, const char *path)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return -ENAMETOOLONG;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    return client_connect(c, AF_UNIX, (struct sockaddr *)&sa, sizeof(sa));
+}
+
+void h_close(struct h_client *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->len = 0;
+}
+
+void h_shutdown_write(struct h_client *c)
+{
+    if (c->fd >= 0 && shutdown(c->fd, SHUT_WR) < 0)
+        ck_abort_msg("harness: shutdown: %s", strerror(errno));
+}
+
+/* A peer that already closed is not an error here: the next read shows
+ * the EOF, which is what such tests look for. */
+void h_send(struct h_client *c, const char *data, size_t len)
+{
+    size_t off = 0;
+
+    while (off < len) {
+        ssize_t n = send(c->fd, data + off, len - off, MSG_NOSIGNAL);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
+            return;
+        if (n < 0)
+            ck_abort_msg("harness: send: %s", strerror(errno));
+        off += (size_t)n;
+    }
+}
+
+static char *vformat(const char *fmt, va_list ap, const char *suffix)
+{
+    char *s = NULL, *line;
+
+    if (vasprintf(&s, fmt, ap) < 0)
+        ck_abort_msg("harness: out of memory");
+    line = malloc(strlen(s) + strlen(suffix) + 1);
+    if (line == NULL)
+        ck_abort_msg("harness: out of memory");
+    strcpy(line, s);
+    strcat(line, suffix);
+    free(s);
+    return line;
+}
+
+void h_sendf(struct h_client *c, const char *fmt, ...)
+{
+    va_list ap;
+    char *s;
+
+    va_start(ap, fmt);
+    s = vformat(fmt, ap, "");
+    va_end(ap);
+    h_send(c, s, strlen(s));
+    free(s);
+}
+
+/* Read more bytes into c->buf. 1 = got some, 0 = EOF, -1 = timeout. */
+static int client_fill(struct h_client *c, uint64_t deadline)
+{
+    struct pollfd p = { .fd = c->fd, .events = POLLIN };
+    uint64_t now = h_now_ms();
+    ssize_t n;
+
+    if (c->fd < 0)
+        return 0;
+    if (c->len >= sizeof(c->buf) - 1)
+        ck_abort_msg("harness: reply line longer than %zu bytes", sizeof(c->buf));
+    if (now >= deadline || poll(&p, 1, (int)(deadline - now)) <= 0)
+        return -1;
+    n = recv(c->fd, c->buf + c->len, sizeof(c->buf) - 1 - c->len, 0);
+    if (n < 0 && errno == EINTR)
+        return 1;
+    if (n <= 0)
+        return 0;       /* EOF, or a reset, which tests treat alike */
+    c->len += (size_t)n;
+    return 1;
+}
+
+/* Move the line at buf[off..off+len) (LF at off+len) into c->line. */
+static char *take_line(struct h_client *c, size_t off, size_t len)
+{
+    memcpy(c->line, c->buf + off, len);
+    c->line[len] = '\0';
+    memmove(c->buf + off, c->buf + off + len + 1, c->len - off - len - 1);
+    c->len -= len + 1;
+    return c->line;
+}
+
+char *h_recv_line(struct h_client *c, int timeout_ms)
+{
+    uint64_t deadline = h_now_ms() + (uint64_t)h_scale(timeout_ms);
+
+    for (;;) {
+        char *lf = memchr(c->buf, '\n', c->len);
+
+        if (lf != NULL)
+            return take_line(c, 0, (size_t)(lf - c->buf));
+        if (client_fill(c, deadline) <= 0)
+            return NULL;
+    }
+}
+
+static void note_event(struct h_client *c, const char *line)
+{
+    size_t n = strlen(line);
+
+    if (c->events_len + n + 2 > sizeof(c->events))
+        ck_abort_msg("harness: too many unread EVENT lines");
+    memcpy(c->events + c->events_len, line, n);
+    c->events_len += n;
+    c->events[c->events_len++] = '\n';
+    c->events[c->events_len] = '\0';
+}
+
+char *h_cmd(struct h_client *c, const char *fmt, ...)
+{
+    uint64_t deadline = h_now_ms() + (uint64_t)h_scale(5000);
+    va_list ap;
+    char *req;
+
+    va_start(ap, fmt);
+    req = vformat(fmt, ap, "\n");
+    va_end(ap);
+    h_send(c, req, strlen(req));
+    for (;;) {
+        uint64_t now = h_now_ms();
+        char *line = h_recv_line(c, now < deadline ? (int)(deadline - now) : 0);
+
+        if (line == NULL) {
+            req[strcspn(req, "\n")] = '\0';
+            ck_abort_msg("no reply to \"%.200s\" (EOF or 5 s timeout)", req);
+        }
+        if (!h_starts(line, "EVENT ")) {
+            free(req);
+            return line;
+        }
+        note_event(c, line);
+    }
+}
+
+bool h_wait_eof(struct h_client *c, int timeout_ms)
+{
+    uint64_t deadline = h_now_ms() + (uint64_t)h_scale(timeout_ms);
+
+    for (;;) {
+        int r;
+
+        c->len = 0;
+        r = client_fill(c, deadline);
+        if (r == 0)
+            return true;
+        if (r < 0)
+            return false;
+    }
+}
+
+/* Take a remembered event line starting with `prefix` out of c->events. */
+static char *take_event(struct h_client *c, const char *prefix)
+{
+    char *p = c->events;
+
+    while (p < c->events + c->events_len) {
+        char *lf = strchr(p, '\n');
+        size_t n = (size_t)(lf - p);
+
+        if (h_starts(p, prefix)) {
+            memcpy(c->line, p, n);
+            c->line[n] = '\0';
+            memmove(p, lf + 1, (size_t)(c->events + c->events_len - lf));
+            c->events_len -= n + 1;
+            return c->line;
+        }
+        p = lf + 1;
+    }
+    return NULL;
+}
+
+/* Find a complete buffered line starting with `prefix`; other lines stay
+ * where they are, so replies are not lost to an event wait. */
+static char *take_buffered(struct h_client *c, const char *prefix)
+{
+    size_t off = 0;
+
+    while (off < c->len) {
+        char *lf = memchr(c->buf + off, '\n', c->len - off);
+        size_t n;
+
+        if (lf == NULL)
+            return NULL;
+        n = (size_t)(lf - (c->buf + off));
+        if (n >= strlen(prefix) && memcmp(c->buf + off, prefix, strlen(prefix)) == 0)
+            return take_line(c, off, n);
+        off += n + 1;
+    }
+    return NULL;
+}
+
+char *h_expect_event(struct h_client *c, const char *prefix, int timeout_ms)
+{
+    uint64_t deadline = h_now_ms() + (uint64_t)h_scale(timeout_ms);
+    char *line = take_event(c, prefix);
+
+    while (line == NULL) {
+        line = take_buffered(c, prefix);
+        if (line == NULL && client_fill(c, deadline) <= 0)
+            return NULL;
+    }
+    return line;
+}
+
+void h_raise_nofile(int want)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        ck_abort_msg("harness: getrlimit: %s", strerror(errno));
+    if (rl.rlim_cur >= (rlim_t)want)
+        return;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)want)
+        ck_abort_msg("harness: need %d open files, hard limit is %llu", want,
+                     (unsigned long long)rl.rlim_max);
+    rl.rlim_cur = (rlim_t)want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+        ck_abort_msg("harness: setrlimit: %s", strerror(errno));
+}

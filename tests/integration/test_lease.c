@@ -1,0 +1,778 @@
+/*
+ * test_lease: the lease lifecycle of the real redlockd binary against three
+ * real redis-server nodes (suite "integration").
+ *
+ * Each test starts fresh nodes and daemon(s) and checks behaviour a client
+ * can observe over the wire and on the Redis nodes:
+ *   - renewal: a ttl=1000 lease outlives its ttl for as long as its session
+ *     lives (PTTL stays positive on every node, others get BUSY), and is
+ *     free soon after the holder disconnects;
+ *   - renew=0: the lease ends with EVENT LOST reason=expired after its ttl,
+ *     and a later UNLOCK answers ERR LOST;
+ *   - waiting: five waiters are granted in arrival order; a waiter is woken
+ *     promptly by a release on a second daemon (pub/sub, the delay is
+ *     printed) and by the expiry of a plain SET NX key; ERR TIMEOUT on
+ *     time; a waiter that disconnects is dropped and leaves no key; a
+ *     waiting LOCK delays only its own connection and keeps reply order;
+ *   - lock_delay_ms: a dropped holder's lock stays taken for the delay, an
+ *     UNLOCK or QUIT frees it at once;
+ *   - HELLO keepalive: silence ends the session and frees its locks, PINGs
+ *     keep it alive.
+ *
+ * Timing bounds are generous (shared CI machines are noisy) and stretched
+ * when the daemon runs under REDLOCKD_TEST_WRAPPER (valgrind).
+ */
+#include <check.h>
+#include <jansson.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define NNODES 3
+#define NCLIENTS 8
+
+static struct h_redis N[NNODES];
+static struct h_daemon D1, D2;
+/* Clients are large (buffers); static keeps them off the test's stack. */
+static struct h_client C[NCLIENTS];
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static bool slow(void)
+{
+    const char *w = getenv("REDLOCKD_TEST_WRAPPER");
+
+    return w != NULL && *w != '\0';
+}
+
+/* An upper time bound for an assertion: valgrind slows the daemon down a
+ * lot, so bounds on how soon it reacts are relaxed then. Lower bounds
+ * (how long it must wait) are never stretched. */
+static long long T(long long ms)
+{
+    return slow() ? ms * 3 : ms;
+}
+
+static long long since(uint64_t t0)
+{
+    return (long long)(h_now_ms() - t0);
+}
+
+static void setup(void)
+{
+    for (int i = 0; i < NNODES; i++)
+        h_redis_start(&N[i], NULL);
+}
+
+/* A failed test never gets here (check's fork mode exits at once); the
+ * harness's guardians clean up and print the daemon log then. */
+static void teardown(void)
+{
+    for (int i = 0; i < NCLIENTS; i++) {
+        if (C[i].fd > 0)
+            h_close(&C[i]);
+    }
+    h_daemon_cleanup(&D1);
+    h_daemon_cleanup(&D2);
+    for (int i = 0; i < NNODES; i++)
+        h_redis_cleanup(&N[i]);
+}
+
+/* Every test ends here: a clean SIGTERM stop, which under the valgrind
+ * wrapper also proves the scenario leaked nothing (exit status 99). */
+static void stop_daemons(void)
+{
+    struct h_daemon *ds[2] = { &D1, &D2 };
+
+    for (int i = 0; i < 2; i++) {
+        int rc;
+
+        if (ds[i]->pid == 0)
+            continue;
+        rc = h_daemon_stop(ds[i]);
+        if (rc != 0)
+            h_daemon_dump_log(ds[i]);
+        ck_assert_msg(rc == 0, "redlockd %d exited with status %d on SIGTERM",
+                      i + 1, rc);
+    }
+}
+
+
+
+static struct h_client *client(int i, const struct h_daemon *d)
+{
+    int rc = h_connect_tcp(&C[i], d->port);
+
+    ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", d->port, strerror(-rc));
+    return &C[i];
+}
+
+/* Send one request and assert its reply starts with `prefix`. */
+static char *cmdx(struct h_client *c, const char *prefix, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static char *cmdx(struct h_client *c, const char *prefix, const char *fmt, ...)
+{
+    char req[512];
+    va_list ap;
+    char *line;
+
+    va_start(ap, fmt);
+    vsnprintf(req, sizeof(req), fmt, ap);
+    va_end(ap);
+    line = h_cmd(c, "%s", req);
+    ck_assert_msg(h_starts(line, prefix), "\"%s\" answered \"%s\", want \"%s...\"",
+                  req, line, prefix);
+    return line;
+}
+
+/* The JSON object of an "OK {...}" reply; the caller decrefs. */
+static json_t *cmd_json(struct h_client *c, const char *req)
+{
+    char *line = cmdx(c, "OK {", "%s", req);
+    json_error_t err;
+    json_t *o = json_loads(line + 3, 0, &err);
+
+    ck_assert_msg(json_is_object(o), "%s: bad JSON (%s): %s", req, err.text, line);
+    return o;
+}
+
+static long long json_int_at(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+
+    ck_assert_msg(json_is_integer(v), "no integer \"%s\" in the reply", key);
+    return (long long)json_integer_value(v);
+}
+
+/* Start a daemon and wait until it has every node voting: it listens
+ * before its Redis connections are up, and a LOCK then would rightly
+ * answer UNAVAILABLE. */
+static void start_daemon(struct h_daemon *d, const char *extra_json)
+{
+    static struct h_client probe;
+    uint64_t t0;
+    json_t *o;
+    int rc;
+
+    h_daemon_start(d, N, NNODES, extra_json);
+    rc = h_connect_tcp(&probe, d->port);
+    ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", d->port, strerror(-rc));
+    t0 = h_now_ms();
+    for (;;) {
+        o = cmd_json(&probe, "STATS");
+        if (json_int_at(o, "nodes_voting") == NNODES)
+            break;
+        json_decref(o);
+        ck_assert_msg(since(t0) < T(5000), "redlockd: not all nodes voting after 5 s");
+        h_sleep_ms(10);
+    }
+    json_decref(o);
+    h_close(&probe);
+}
+
+static long long status_waiters(struct h_client *c, const char *res)
+{
+    char req[256];
+    json_t *o;
+    long long w;
+
+    snprintf(req, sizeof(req), "STATUS %s", res);
+    o = cmd_json(c, req);
+    w = json_int_at(o, "waiters");
+    json_decref(o);
+    return w;
+}
+
+/* Poll STATUS until `want` requests wait for `res` on that daemon: this is
+ * how the tests know a LOCK ... wait= has arrived before they go on. */
+static void wait_waiters(struct h_client *mon, const char *res, long long want)
+{
+    uint64_t t0 = h_now_ms();
+    long long w;
+
+    while ((w = status_waiters(mon, res)) != want) {
+        ck_assert_msg(since(t0) < T(3000), "STATUS %s: %lld waiters, want %lld",
+                      res, w, want);
+        h_sleep_ms(10);
+    }
+}
+
+static long long stats_int(struct h_client *c, const char *key)
+{
+    json_t *o = cmd_json(c, "STATS");
+    long long v = json_int_at(o, key);
+
+    json_decref(o);
+    return v;
+}
+
+/* A copy of key=value of an OK line (h_kv's buffer is overwritten). */
+static void kv_copy(const char *line, const char *key, char *out, size_t size)
+{
+    const char *v = h_kv(line, key);
+
+    ck_assert_msg(v != NULL, "no %s= in \"%s\"", key, line);
+    snprintf(out, size, "%s", v);
+}
+
+/* The value of lock:<res> on node i, or "" when there is none. */
+static void node_get(int i, const char *res, char *out, size_t size)
+{
+    char *s = NULL;
+    long long rc = h_redis_cmd(&N[i], &s, "GET lock:%s", res);
+
+    ck_assert_msg(rc == 0 || rc == -2, "GET lock:%s on node %d: %s", res, i,
+                  s != NULL ? s : "?");
+    snprintf(out, size, "%s", s != NULL ? s : "");
+    free(s);
+}
+
+/* Assert every node holds `token` under lock:<res> ("" = no key at all). */
+static void assert_keys(const char *res, const char *token)
+{
+    for (int i = 0; i < NNODES; i++) {
+        char v[128];
+
+        node_get(i, res, v, sizeof(v));
+        ck_assert_msg(strcmp(v, token) == 0, "node %d: lock:%s is \"%s\", want \"%s\"",
+                      i, res, v, token);
+    }
+}
+
+/* LOCK <res> (wait=0) every `every_ms` until OK; returns the ms it took or
+ * -1 when `timeout_ms` ran out. Anything but OK or BUSY fails. */
+static long long lock_until_ok(struct h_client *c, const char *res, int every_ms,
+                               long long timeout_ms)
+{
+    uint64_t t0 = h_now_ms();
+
+    for (;;) {
+        char *line = h_cmd(c, "LOCK %s", res);
+
+        if (h_starts(line, "OK resource="))
+            return since(t0);
+        ck_assert_msg(h_starts(line, "ERR BUSY "), "LOCK %s answered \"%s\"", res, line);
+        if (since(t0) >= timeout_ms)
+            return -1;
+        h_sleep_ms(every_ms);
+    }
+}
+
+/* Wait until one of `cs` has a complete line; returns its index and the
+ * line, or -1 after timeout_ms. */
+static int wait_any_line(struct h_client **cs, int n, long long timeout_ms,
+                         char **line)
+{
+    uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+
+    for (;;) {
+        struct pollfd p[NCLIENTS];
+        uint64_t now;
+
+        for (int i = 0; i < n; i++) {
+            if (memchr(cs[i]->buf, '\n', cs[i]->len) != NULL) {
+                *line = h_recv_line(cs[i], 1);
+                return i;
+            }
+            p[i].fd = cs[i]->fd;
+            p[i].events = POLLIN;
+            p[i].revents = 0;
+        }
+        now = h_now_ms();
+        if (now >= end || poll(p, (nfds_t)n, (int)(end - now)) <= 0)
+            return -1;
+        for (int i = 0; i < n; i++) {
+            if (p[i].revents != 0) {
+                *line = h_recv_line(cs[i], 200);
+                ck_assert_msg(*line != NULL, "client %d: EOF or half a line", i);
+                return i;
+            }
+        }
+    }
+}
+
+/* ---- renewal ------------------------------------------------------------ */
+
+START_TEST(renewal_outlives_ttl)
+{
+    const char *res = "lease:renew";
+    struct h_client *a, *b;
+    uint64_t t0;
+    long long took;
+    int polls = 0;
+    json_t *o, *locks, *l;
+
+    start_daemon(&D1, NULL);
+    a = client(0, &D1);
+    b = client(1, &D1);
+    cmdx(a, "OK resource=lease:renew ", "LOCK %s ttl=1000", res);
+    /* Four ttls: without renewal the keys would be gone after one. */
+    t0 = h_now_ms();
+    while (since(t0) < 4000) {
+        cmdx(b, "ERR BUSY ", "LOCK %s", res);
+        for (int i = 0; i < NNODES; i++) {
+            long long pttl = h_redis_cmd(&N[i], NULL, "PTTL lock:%s", res);
+
+            ck_assert_msg(pttl > 0 && pttl <= 1000,
+                          "%lld ms after LOCK ttl=1000: PTTL lock:%s on node %d is %lld",
+                          since(t0), res, i, pttl);
+        }
+        polls++;
+        h_sleep_ms(250);
+    }
+    ck_assert_msg(h_expect_event(a, "EVENT", 1) == NULL,
+                  "unexpected event while renewing: %s", a->line);
+    o = cmd_json(a, "LOCKS");
+    locks = json_object_get(o, "locks");
+    ck_assert_msg(json_array_size(locks) == 1, "LOCKS: %zu locks, want 1",
+                  json_array_size(locks));
+    l = json_array_get(locks, 0);
+    ck_assert_str_eq(json_string_value(json_object_get(l, "resource")), res);
+    ck_assert_msg(json_int_at(l, "renewals") > 0, "LOCKS shows no renewals after 4 s");
+    ck_assert_msg(json_int_at(l, "validity") > 0, "LOCKS shows no validity left");
+    json_decref(o);
+    fprintf(stderr, "renewal: %d BUSY polls over 4 s\n", polls);
+
+    /* The holder goes away without a word: the lock is free at once. */
+    h_close(a);
+    took = lock_until_ok(b, res, 50, T(3000));
+    ck_assert_msg(took >= 0 && took <= T(1000),
+                  "lock not free %lld ms after the holder disconnected", took);
+    stop_daemons();
+}
+END_TEST
+
+START_TEST(renew0_expires_with_event)
+{
+    const char *res = "lease:once";
+    struct h_client *a, *b;
+    char fence[32];
+    char *line;
+    uint64_t t0;
+    long long dt, took;
+
+    start_daemon(&D1, NULL);
+    a = client(0, &D1);
+    b = client(1, &D1);
+    line = cmdx(a, "OK resource=lease:once ", "LOCK %s ttl=500 renew=0", res);
+    t0 = h_now_ms();
+    kv_copy(line, "fence", fence, sizeof(fence));
+    line = h_expect_event(a, "EVENT LOST resource=lease:once ", 3000);
+    dt = since(t0);
+    ck_assert_msg(line != NULL, "no EVENT LOST for a renew=0 lease with ttl=500");
+    ck_assert_str_eq(h_kv(line, "fence"), fence);
+    ck_assert_str_eq(h_kv(line, "reason"), "expired");
+    fprintf(stderr, "renew=0 ttl=500: EVENT LOST after %lld ms\n", dt);
+    ck_assert_msg(dt >= 300 && dt <= 500 + T(500),
+                  "EVENT LOST arrived %lld ms after the grant, want ~500", dt);
+    cmdx(a, "ERR LOST ", "UNLOCK %s", res);
+    /* The session really let go: the resource is free for others (after
+     * the daemon's deletion of the lost keys, one round trip). */
+    took = lock_until_ok(b, res, 10, T(2000));
+    ck_assert_msg(took >= 0 && took <= T(500), "lost lease not free after %lld ms",
+                  took);
+    stop_daemons();
+}
+END_TEST
+
+/* ---- waiting ------------------------------------------------------------ */
+
+START_TEST(waiters_fifo)
+{
+    const char *res = "lease:fifo";
+    struct h_client *h, *mon, *w[5];
+    int order[5];
+    unsigned long long last_fence = 0;
+    char got[64] = "";
+
+    start_daemon(&D1, NULL);
+    h = client(0, &D1);
+    mon = client(6, &D1);
+    for (int i = 0; i < 5; i++)
+        w[i] = client(1 + i, &D1);
+    cmdx(h, "OK resource=lease:fifo ", "LOCK %s", res);
+    /* One after another: each is queued before the next is sent. */
+    for (int i = 0; i < 5; i++) {
+        h_sendf(w[i], "LOCK %s wait=10000\n", res);
+        wait_waiters(mon, res, i + 1);
+    }
+    cmdx(h, "OK resource=lease:fifo ", "UNLOCK %s", res);
+    for (int round = 0; round < 5; round++) {
+        char *line = NULL;
+        int i = wait_any_line(w, 5, T(5000), &line);
+        int other;
+
+        ck_assert_msg(i >= 0, "round %d: no waiter was granted %s (order so far: %s)",
+                      round, res, got);
+        ck_assert_msg(h_starts(line, "OK resource=lease:fifo "),
+                      "waiter %d answered \"%s\"", i, line);
+        ck_assert_msg(strtoull(h_kv(line, "fence"), NULL, 10) > last_fence,
+                      "fence did not increase: %s", line);
+        last_fence = strtoull(h_kv(line, "fence"), NULL, 10);
+        order[round] = i;
+        snprintf(got + strlen(got), sizeof(got) - strlen(got), "%d ", i + 1);
+        /* Exclusive: nobody else may be granted while this one holds it. */
+        other = wait_any_line(w, 5, 100, &line);
+        ck_assert_msg(other < 0, "waiter %d got \"%s\" while waiter %d held %s",
+                      other + 1, other >= 0 ? line : "", i + 1, res);
+        cmdx(w[i], "OK resource=lease:fifo ", "UNLOCK %s", res);
+    }
+    fprintf(stderr, "grant order: %s\n", got);
+    for (int round = 0; round < 5; round++)
+        ck_assert_msg(order[round] == round, "grant order %s, want 1 2 3 4 5", got);
+    ck_assert_int_eq(status_waiters(mon, res), 0);
+    stop_daemons();
+}
+END_TEST
+
+/* The holder is on another daemon: only the release notification (Redis
+ * pub/sub) can wake the waiter quickly, since its fallback retry is set
+ * to 5 s (jittered to 2.5..7.5 s). */
+START_TEST(wake_from_second_daemon)
+{
+    const char *res = "lease:wake";
+    struct h_client *h, *w, *mon;
+    char *line;
+    uint64_t t0, t1;
+    long long delay;
+
+    start_daemon(&D1, "{\"locks\":{\"retry_ms\":5000}}");
+    start_daemon(&D2, NULL);
+    h = client(0, &D2);
+    w = client(1, &D1);
+    mon = client(2, &D1);
+    cmdx(h, "OK resource=lease:wake ", "LOCK %s", res);
+    h_sendf(w, "LOCK %s wait=8000\n", res);
+    wait_waiters(mon, res, 1);
+    /* Let its first attempt fail and the retry timer start. */
+    h_sleep_ms(300);
+    ck_assert_msg(h_recv_line(w, 1) == NULL, "waiter answered early: %s", w->line);
+    h_sendf(h, "UNLOCK %s\n", res);
+    line = h_recv_line(h, 5000);
+    t0 = h_now_ms();
+    ck_assert_msg(h_starts(line, "OK resource=lease:wake "), "UNLOCK on daemon 2 answered %s",
+                  line != NULL ? line : "nothing");
+    line = h_recv_line(w, 9000);
+    t1 = h_now_ms();
+    ck_assert_msg(h_starts(line, "OK resource=lease:wake "), "waiter on daemon 1 answered %s",
+                  line != NULL ? line : "nothing");
+    delay = t1 > t0 ? (long long)(t1 - t0) : 0;
+    fprintf(stderr, "wake delay: %llu ms\n", (unsigned long long)delay);
+    ck_assert_msg(delay < T(1000), "waiter woken %lld ms after the release", delay);
+    ck_assert_msg(stats_int(mon, "wakeups_notified") >= 1,
+                  "daemon 1 STATS counts no notified wake-up");
+    stop_daemons();
+}
+END_TEST
+
+/* The holder is a plain SET NX client that never releases: the waiter is
+ * woken by the key's expiry (its PTTL), not by the 5 s fallback retry. */
+START_TEST(wake_on_expiry)
+{
+    const char *res = "lease:exp";
+    struct h_client *w;
+    uint64_t t0;
+    long long dt;
+    char *line;
+
+    start_daemon(&D1, "{\"locks\":{\"retry_ms\":5000}}");
+    w = client(0, &D1);
+    t0 = h_now_ms();
+    for (int i = 0; i < NNODES; i++) {
+        char *s = NULL;
+        long long rc = h_redis_cmd(&N[i], &s, "SET lock:%s x NX PX 800", res);
+
+        ck_assert_msg(rc == 0 && s != NULL && strcmp(s, "OK") == 0,
+                      "SET NX PX on node %d: %s", i, s != NULL ? s : "?");
+        free(s);
+    }
+    line = h_cmd(w, "LOCK %s wait=3000", res);
+    dt = since(t0);
+    ck_assert_msg(h_starts(line, "OK resource=lease:exp "), "LOCK wait=3000 answered %s", line);
+    fprintf(stderr, "expiry wake: granted %lld ms after SET PX 800\n", dt);
+    ck_assert_msg(dt >= 700 && dt <= 800 + T(700),
+                  "granted %lld ms after the 800 ms key was set", dt);
+    stop_daemons();
+}
+END_TEST
+
+START_TEST(wait_timeout)
+{
+    struct h_client *h, *w;
+    uint64_t t0;
+    long long dt;
+    char *line;
+
+    start_daemon(&D1, NULL);
+    h = client(0, &D1);
+    w = client(1, &D1);
+    /* Held by a session of this daemon. */
+    cmdx(h, "OK resource=lease:to ", "LOCK lease:to");
+    t0 = h_now_ms();
+    line = h_cmd(w, "LOCK lease:to wait=300");
+    dt = since(t0);
+    ck_assert_msg(h_starts(line, "ERR TIMEOUT "), "LOCK wait=300 answered %s", line);
+    ck_assert_msg(dt >= 280 && dt <= 300 + T(500), "ERR TIMEOUT after %lld ms", dt);
+    /* Held by someone the daemon only sees on the Redis nodes. */
+    for (int i = 0; i < NNODES; i++)
+        h_redis_cmd(&N[i], NULL, "SET lock:lease:to2 other PX 10000");
+    t0 = h_now_ms();
+    line = h_cmd(w, "LOCK lease:to2 wait=300");
+    dt = since(t0);
+    ck_assert_msg(h_starts(line, "ERR TIMEOUT "), "LOCK wait=300 answered %s", line);
+    ck_assert_msg(dt >= 280 && dt <= 300 + T(500), "ERR TIMEOUT after %lld ms", dt);
+    assert_keys("lease:to2", "other");
+    /* The timed-out waiter holds nothing and waits for nothing. */
+    ck_assert_int_eq(status_waiters(w, "lease:to"), 0);
+    stop_daemons();
+}
+END_TEST
+
+START_TEST(waiter_disconnect)
+{
+    const char *res = "lease:gone";
+    struct h_client *h, *mon, *w1, *w2, *w3;
+    struct h_client *rest[2];
+    char tok2[64];
+    char *line = NULL;
+    int i;
+
+    start_daemon(&D1, NULL);
+    h = client(0, &D1);
+    mon = client(1, &D1);
+    w1 = client(2, &D1);
+    w2 = client(3, &D1);
+    w3 = client(4, &D1);
+    cmdx(h, "OK resource=lease:gone ", "LOCK %s", res);
+    h_sendf(w1, "LOCK %s wait=10000\n", res);
+    wait_waiters(mon, res, 1);
+    h_sendf(w2, "LOCK %s wait=10000\n", res);
+    wait_waiters(mon, res, 2);
+    h_sendf(w3, "LOCK %s wait=10000\n", res);
+    wait_waiters(mon, res, 3);
+
+    /* The first waiter hangs up while queued: it is dropped... */
+    h_close(w1);
+    wait_waiters(mon, res, 2);
+    /* ...and the release goes to the next one in line. */
+    cmdx(h, "OK resource=lease:gone ", "UNLOCK %s", res);
+    rest[0] = w2;
+    rest[1] = w3;
+    i = wait_any_line(rest, 2, T(2000), &line);
+    ck_assert_msg(i == 0, "after the release: waiter %d answered %s, want waiter 2",
+                  i + 2, i >= 0 ? line : "nothing");
+    ck_assert_msg(h_starts(line, "OK resource=lease:gone "), "waiter 2 answered %s", line);
+    /* Fences count grants: the closed waiter was never granted one. */
+    ck_assert_str_eq(h_kv(line, "fence"), "2");
+    kv_copy(line, "token", tok2, sizeof(tok2));
+    assert_keys(res, tok2);
+    ck_assert_int_eq(status_waiters(mon, res), 1);
+    cmdx(w2, "OK resource=lease:gone ", "UNLOCK %s", res);
+    line = h_recv_line(w3, 3000);
+    ck_assert_msg(h_starts(line, "OK resource=lease:gone "), "waiter 3 answered %s",
+                  line != NULL ? line : "nothing");
+    stop_daemons();
+}
+END_TEST
+
+/* A waiter that hangs up just as the lock comes free, its acquisition
+ * possibly already in flight: whatever it got is given back, the next
+ * waiter is served and no key keeps the dead session's token. */
+START_TEST(waiter_disconnect_at_release)
+{
+    const char *res = "lease:gone2";
+    struct h_client *h, *mon, *w1, *w2;
+    char tok[64];
+    char *line;
+
+    start_daemon(&D1, NULL);
+    h = client(0, &D1);
+    mon = client(1, &D1);
+    w1 = client(2, &D1);
+    w2 = client(3, &D1);
+    cmdx(h, "OK resource=lease:gone2 ", "LOCK %s", res);
+    h_sendf(w1, "LOCK %s wait=10000\n", res);
+    wait_waiters(mon, res, 1);
+    h_sendf(w2, "LOCK %s wait=10000\n", res);
+    wait_waiters(mon, res, 2);
+    h_sendf(h, "UNLOCK %s\n", res);
+    h_close(w1);
+    line = h_recv_line(h, 5000);
+    ck_assert_msg(h_starts(line, "OK resource=lease:gone2 "), "UNLOCK answered %s",
+                  line != NULL ? line : "nothing");
+    line = h_recv_line(w2, 4000);
+    ck_assert_msg(h_starts(line, "OK resource=lease:gone2 "), "last waiter answered %s",
+                  line != NULL ? line : "nothing");
+    kv_copy(line, "token", tok, sizeof(tok));
+    assert_keys(res, tok);
+    ck_assert_int_eq(status_waiters(mon, res), 0);
+    cmdx(w2, "OK resource=lease:gone2 ", "UNLOCK %s", res);
+    assert_keys(res, "");
+    stop_daemons();
+}
+END_TEST
+
+START_TEST(waiting_blocks_only_its_connection)
+{
+    const char *res = "lease:pipe";
+    struct h_client *h, *w, *o;
+    uint64_t t0;
+    char *line;
+
+    start_daemon(&D1, NULL);
+    h = client(0, &D1);
+    w = client(1, &D1);
+    o = client(2, &D1);
+    cmdx(h, "OK resource=lease:pipe ", "LOCK %s", res);
+    /* Pipelined: the PING must wait for the LOCK's reply. */
+    h_sendf(w, "LOCK %s wait=5000\nPING after\n", res);
+    wait_waiters(o, res, 1);
+    t0 = h_now_ms();
+    ck_assert_str_eq(h_cmd(o, "PING other"), "PONG other");
+    ck_assert_msg(since(t0) < T(500), "another connection's PING took %lld ms",
+                  since(t0));
+    line = h_recv_line(w, 300);
+    ck_assert_msg(line == NULL, "waiting connection answered \"%s\" before its LOCK",
+                  line);
+    cmdx(h, "OK resource=lease:pipe ", "UNLOCK %s", res);
+    line = h_recv_line(w, 3000);
+    ck_assert_msg(h_starts(line, "OK resource=lease:pipe "), "first reply: %s",
+                  line != NULL ? line : "nothing");
+    line = h_recv_line(w, 3000);
+    ck_assert_msg(line != NULL && strcmp(line, "PONG after") == 0, "second reply: %s",
+                  line != NULL ? line : "nothing");
+    stop_daemons();
+}
+END_TEST
+
+/* ---- lock_delay --------------------------------------------------------- */
+
+/* LOCK at about t0 + at_ms: BUSY, unless the reply came so late (a very
+ * slow machine) that the delay may really have passed. */
+static void busy_at(struct h_client *c, const char *res, uint64_t t0, int at_ms)
+{
+    char *line;
+
+    while (since(t0) < at_ms)
+        h_sleep_ms(5);
+    line = h_cmd(c, "LOCK %s", res);
+    ck_assert_msg(h_starts(line, "ERR BUSY ") || since(t0) >= 1500,
+                  "LOCK %lld ms after the holder dropped (lock_delay_ms=1500) "
+                  "answered %s", since(t0), line);
+}
+
+START_TEST(lock_delay_after_drop)
+{
+    struct h_client *a, *b, *q;
+    uint64_t t0;
+    long long took;
+
+    start_daemon(&D1, "{\"locks\":{\"lock_delay_ms\":1500}}");
+    a = client(0, &D1);
+    b = client(1, &D1);
+    cmdx(a, "OK resource=lease:delay ", "LOCK lease:delay");
+    h_close(a);
+    t0 = h_now_ms();
+    busy_at(b, "lease:delay", t0, 200);
+    busy_at(b, "lease:delay", t0, 1000);
+    took = lock_until_ok(b, "lease:delay", 50, T(4000));
+    took = took < 0 ? -1 : since(t0);
+    fprintf(stderr, "lock_delay_ms=1500: free %lld ms after the drop\n", took);
+    /* The keys were kept for 1500 ms from a moment after t0. */
+    ck_assert_msg(took >= 1450 && took <= 1500 + T(1000),
+                  "free %lld ms after the drop, want 1500..%lld", took,
+                  1500 + T(1000));
+
+    /* UNLOCK: no delay. */
+    a = client(0, &D1);
+    cmdx(a, "OK resource=lease:d2 ", "LOCK lease:d2");
+    cmdx(a, "OK resource=lease:d2 ", "UNLOCK lease:d2");
+    cmdx(b, "OK resource=lease:d2 ", "LOCK lease:d2");
+
+    /* QUIT: released after the reply, without the delay. */
+    q = client(2, &D1);
+    cmdx(q, "OK resource=lease:d3 ", "LOCK lease:d3");
+    ck_assert_str_eq(h_cmd(q, "QUIT"), "OK bye");
+    ck_assert_msg(h_wait_eof(q, 2000), "connection open after QUIT");
+    h_close(q);
+    took = lock_until_ok(b, "lease:d3", 10, T(3000));
+    ck_assert_msg(took >= 0 && took <= T(300), "free %lld ms after QUIT", took);
+    stop_daemons();
+}
+END_TEST
+
+/* ---- keepalive ---------------------------------------------------------- */
+
+START_TEST(keepalive_expiry_releases)
+{
+    struct h_client *a, *b, *k;
+    uint64_t t0;
+    long long dt, took;
+
+    start_daemon(&D1, NULL);
+    a = client(0, &D1);
+    b = client(1, &D1);
+    cmdx(a, "OK proto=1 ", "HELLO keepalive=500");
+    cmdx(a, "OK resource=lease:ka ", "LOCK lease:ka");
+    t0 = h_now_ms();
+    ck_assert_msg(h_wait_eof(a, 3000), "silent keepalive=500 connection still open");
+    dt = since(t0);
+    fprintf(stderr, "keepalive=500: closed %lld ms after the last line\n", dt);
+    ck_assert_msg(dt >= 400 && dt <= T(1500), "closed %lld ms after the last line", dt);
+    took = lock_until_ok(b, "lease:ka", 20, T(3000));
+    ck_assert_msg(took >= 0 && took <= T(1000),
+                  "lock not free %lld ms after the keepalive ran out", took);
+
+    /* PINGs every 200 ms keep the session and its lock for 2 s. */
+    k = client(2, &D1);
+    cmdx(k, "OK proto=1 ", "HELLO keepalive=500");
+    cmdx(k, "OK resource=lease:ka2 ", "LOCK lease:ka2");
+    t0 = h_now_ms();
+    while (since(t0) < 2000) {
+        h_sleep_ms(200);
+        ck_assert_str_eq(h_cmd(k, "PING"), "PONG");
+    }
+    cmdx(b, "ERR BUSY ", "LOCK lease:ka2");
+    cmdx(k, "OK resource=lease:ka2 ", "UNLOCK lease:ka2");
+    stop_daemons();
+}
+END_TEST
+
+static Suite *lease_suite(void)
+{
+    Suite *s = suite_create("lease");
+    TCase *tc = tcase_create("lease");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, slow() ? 300 : 60);
+    tcase_add_test(tc, renewal_outlives_ttl);
+    tcase_add_test(tc, renew0_expires_with_event);
+    tcase_add_test(tc, waiters_fifo);
+    tcase_add_test(tc, wake_from_second_daemon);
+    tcase_add_test(tc, wake_on_expiry);
+    tcase_add_test(tc, wait_timeout);
+    tcase_add_test(tc, waiter_disconnect);
+    tcase_add_test(tc, waiter_disconnect_at_release);
+    tcase_add_test(tc, waiting_blocks_only_its_connection);
+    tcase_add_test(tc, lock_delay_after_drop);
+    tcase_add_test(tc, keepalive_expiry_releases);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(lease_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
