@@ -1,7 +1,8 @@
 /*
  * conn: the I/O half of a session (see session.h).
  *
- * Reading: bytes go into rbuf and are split into lines at LF; each line is
+ * Reading: bytes are split into lines at LF (a partial line waits in the
+ * session's rbuf for the rest); each line is
  * queued on the session (read-ahead up to max_pipeline, then reading stops
  * until the queue drains). A line longer than max_line becomes a TOOLONG
  * placeholder; reading stops for good since the connection closes after
@@ -23,63 +24,108 @@
 #include "session.h"
 #include "stats.h"
 
-#define CONN_READ_CHUNK 4096
+#define CONN_READ_SIZE 65536
+
+/* Reads land in one loop-wide buffer; a session keeps its own buffer only
+ * for an unfinished line, so an idle connection costs no read memory. */
+static char conn_rdbuf[CONN_READ_SIZE];
 
 static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    struct session *s = h->data;
+    (void)h;
     (void)suggested;
-
-    if (s->rcap - s->rlen < CONN_READ_CHUNK) {
-        size_t ncap = s->rcap ? s->rcap * 2 : CONN_READ_CHUNK * 2;
-        while (ncap - s->rlen < CONN_READ_CHUNK)
-            ncap *= 2;
-        char *n = realloc(s->rbuf, ncap);
-        if (!n) {
-            buf->base = NULL;
-            buf->len = 0;
-            return;
-        }
-        s->rbuf = n;
-        s->rcap = ncap;
-    }
-    buf->base = s->rbuf + s->rlen;
-    buf->len = s->rcap - s->rlen;
+    buf->base = conn_rdbuf;
+    buf->len = sizeof(conn_rdbuf);
 }
 
-/* Split complete lines out of rbuf into the session's queue. */
-static void conn_frame(struct session *s)
+static int conn_keep(struct session *s, const char *p, size_t n)
+{
+    if (s->rcap - s->rlen < n) {
+        size_t ncap = s->rcap ? s->rcap : 256;
+        while (ncap - s->rlen < n)
+            ncap *= 2;
+        char *nb = realloc(s->rbuf, ncap);
+        if (!nb)
+            return -1;
+        s->rbuf = nb;
+        s->rcap = ncap;
+    }
+    memcpy(s->rbuf + s->rlen, p, n);
+    s->rlen += n;
+    return 0;
+}
+
+/* Split complete lines out of buf[0..len) into the session's queue;
+ * returns how many bytes were consumed. */
+static size_t conn_frame(struct session *s, const char *buf, size_t len)
 {
     const struct conf *c = server.conf;
     size_t start = 0;
 
-    while (!s->close_after_write && !s->closing) {
-        char *lf = memchr(s->rbuf + start, '\n', s->rlen - start);
-        size_t len = lf ? (size_t)(lf - (s->rbuf + start)) : s->rlen - start;
-        if (len > c->limits.max_line) {
+    while (!s->close_after_write && !s->closing &&
+           s->qlen < c->limits.max_pipeline) {
+        const char *lf = memchr(buf + start, '\n', len - start);
+        size_t n = lf ? (size_t)(lf - (buf + start)) : len - start;
+        if (n > c->limits.max_line) {
             session_push_line(s, NULL, 0, true);
-            s->rlen = 0;
-            return;
+            return len;
         }
         if (!lf)
             break;
-        session_push_line(s, s->rbuf + start, len, false);
-        start += len + 1;
+        session_push_line(s, buf + start, n, false);
+        start += n + 1;
     }
-    if (start > 0) {
-        memmove(s->rbuf, s->rbuf + start, s->rlen - start);
-        s->rlen -= start;
+    return start;
+}
+
+static void conn_release_rbuf(struct session *s)
+{
+    if (s->rlen == 0 && s->rcap > 0) {
+        free(s->rbuf);
+        s->rbuf = NULL;
+        s->rcap = 0;
     }
+}
+
+bool conn_refill(struct session *s)
+{
+    if (s->rlen == 0)
+        return false;
+    size_t used = conn_frame(s, s->rbuf, s->rlen);
+    memmove(s->rbuf, s->rbuf + used, s->rlen - used);
+    s->rlen -= used;
+    conn_release_rbuf(s);
+    return used > 0;
+}
+
+/* Frame what arrived, with any unfinished line kept from before. Lines
+ * beyond the read-ahead limit wait, unframed, in rbuf. */
+static int conn_take(struct session *s, const char *data, size_t len)
+{
+    if (s->rlen > 0) {
+        if (conn_keep(s, data, len) != 0)
+            return -1;
+        conn_refill(s);
+        return 0;
+    } else {
+        size_t used = conn_frame(s, data, len);
+        if (used < len && !s->close_after_write && conn_keep(s, data + used,
+                                                             len - used) != 0)
+            return -1;
+    }
+    conn_release_rbuf(s);
+    return 0;
 }
 
 static void conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
     struct session *s = st->data;
-    (void)buf;
 
     if (nread > 0) {
-        s->rlen += (size_t)nread;
-        conn_frame(s);
+        if (conn_take(s, buf->base, (size_t)nread) != 0) {
+            conn_close(s, true, "out of memory for the read buffer");
+            return;
+        }
         session_process(s);
         conn_update_reading(s);
         return;
@@ -110,8 +156,11 @@ void conn_start(struct session *s)
 void conn_update_reading(struct session *s)
 {
     const struct conf *c = server.conf;
+    /* Read more only when the queue has room and rbuf holds at most an
+     * unfinished line, so one client's read-ahead stays bounded. */
     bool want = !s->closing && !s->close_after_write &&
-                s->qlen < c->limits.max_pipeline;
+                s->qlen < c->limits.max_pipeline &&
+                s->rlen <= c->limits.max_line;
 
     if (want && !s->reading) {
         if (uv_read_start(&s->h.stream, conn_alloc, conn_on_read) == 0)
@@ -127,7 +176,7 @@ static void conn_on_write(uv_write_t *req, int status)
     struct session *s = req->data;
 
     s->writing = false;
-    sbuf_reset(&s->wbuf);
+    sbuf_deinit(&s->wbuf);  /* an idle session keeps no write memory */
     if (status < 0) {
         if (!s->closing)
             conn_close(s, true, uv_strerror(status));

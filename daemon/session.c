@@ -603,7 +603,11 @@ void session_process(struct session *s)
         return;     /* an answer arrived synchronously; the loop goes on */
     s->in_process = true;
     session_ref(s);
-    while (!s->closing && !s->busy && s->qhead) {
+    while (!s->closing && !s->busy) {
+        if (!s->qhead && !conn_refill(s))
+            break;
+        if (!s->qhead)
+            continue;   /* only empty lines were framed */
         struct line *ln = s->qhead;
         s->qhead = ln->next;
         if (!s->qhead)

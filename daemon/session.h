@@ -93,6 +93,9 @@ void conn_send(struct session *s, const char *data, size_t len);
 void conn_send_buf(struct session *s, struct sbuf *b);
 /* Hand queued output to libuv. */
 void conn_flush(struct session *s);
+/* Queue lines still waiting in rbuf (read ahead of the pipeline limit);
+ * true if any were queued. */
+bool conn_refill(struct session *s);
 /* Stop reading when the request queue is full; resume when it drains. */
 void conn_update_reading(struct session *s);
 /* Close now; `died` says whether this is a drop (for lock_delay). */
