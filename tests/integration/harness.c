@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -255,6 +256,8 @@ static void guard_main(int fd, const char *dir, const char *log)
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
+    /* stderr may be a pipe nobody reads any more; still remove the dir. */
+    signal(SIGPIPE, SIG_IGN);
     close_fds_except(fd);
     do {
         n = read(fd, &b, 1);
@@ -263,7 +266,7 @@ static void guard_main(int fd, const char *dir, const char *log)
         _exit(0);
     /* Give the PDEATHSIG'd children a moment to die and flush. */
     h_sleep_ms(200);
-    if (log != NULL)
+    if (log != NULL && access(log, R_OK) == 0)
         dump_file(log, "redlockd log of a test that died");
     rm_rf(dir);
     _exit(0);
@@ -385,7 +388,13 @@ int h_free_port(void)
     static bool seeded;
 
     if (!seeded) {
-        srandom((unsigned)getpid() ^ (unsigned)h_now_ms());
+        /* Not getpid() ^ time: test programs started side by side have
+         * pids one apart and clocks one ms apart, and would pick the same
+         * ports. */
+        unsigned seed = (unsigned)getpid() ^ (unsigned)h_now_ms();
+        if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
+            seed ^= (unsigned)h_now_ms() << 16;
+        srandom(seed);
         seeded = true;
     }
     for (int i = 0; i < 200; i++) {
@@ -421,7 +430,9 @@ static bool port_listening(int port)
 
 /* ---- redis ---- */
 
-static bool redis_ping(int port)
+/* True once the redis-server with process id `pid` answers on `port`
+ * (not another program's node that happens to hold the port). */
+static bool redis_ping(int port, pid_t pid)
 {
     struct timeval tv = { 0, 300000 };
     redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
@@ -429,10 +440,12 @@ static bool redis_ping(int port)
     bool ok = false;
 
     if (c != NULL && c->err == 0) {
+        char want[32];
+        snprintf(want, sizeof(want), "process_id:%ld\r", (long)pid);
         redisSetTimeout(c, tv);
-        reply = redisCommand(c, "PING");
-        ok = reply != NULL && reply->type == REDIS_REPLY_STATUS &&
-             strcmp(reply->str, "PONG") == 0;
+        reply = redisCommand(c, "INFO server");
+        ok = reply != NULL && reply->type == REDIS_REPLY_STRING &&
+             strstr(reply->str, want) != NULL;
     }
     if (reply != NULL)
         freeReplyObject(reply);
@@ -477,7 +490,7 @@ static bool redis_launch(struct h_redis *r, int timeout_ms)
 
     r->pid = redis_spawn(r);
     while (h_now_ms() < end) {
-        if (redis_ping(r->port))
+        if (redis_ping(r->port, r->pid))
             return true;
         if (waitpid(r->pid, &status, WNOHANG) == r->pid) {
             proc_forget(r->pid);
@@ -763,6 +776,7 @@ void h_daemon_start(struct h_daemon *d, struct h_redis *nodes, int nnodes,
 {
     int ready = 0;
 
+    (void)h_daemon_bin();   /* fail before creating anything */
     memset(d, 0, sizeof(*d));
     make_tmpdir(d->dir, sizeof(d->dir), "daemon");
     daemon_paths(d);
@@ -979,24 +993,41 @@ void h_sendf(struct h_client *c, const char *fmt, ...)
     free(s);
 }
 
+/* Why the last client_fill returned no data, for failure messages. */
+static char fill_why[128];
+
 /* Read more bytes into c->buf. 1 = got some, 0 = EOF, -1 = timeout. */
 static int client_fill(struct h_client *c, uint64_t deadline)
 {
     struct pollfd p = { .fd = c->fd, .events = POLLIN };
-    uint64_t now = h_now_ms();
     ssize_t n;
+    int r;
 
-    if (c->fd < 0)
+    if (c->fd < 0) {
+        snprintf(fill_why, sizeof(fill_why), "connection already closed");
         return 0;
+    }
     if (c->len >= sizeof(c->buf) - 1)
         ck_abort_msg("harness: reply line longer than %zu bytes", sizeof(c->buf));
-    if (now >= deadline || poll(&p, 1, (int)(deadline - now)) <= 0)
+    do {
+        uint64_t now = h_now_ms();
+
+        r = now >= deadline ? 0 : poll(&p, 1, (int)(deadline - now));
+    } while (r < 0 && errno == EINTR);
+    if (r <= 0) {
+        snprintf(fill_why, sizeof(fill_why), "%s",
+                 r == 0 ? "timeout" : strerror(errno));
         return -1;
-    n = recv(c->fd, c->buf + c->len, sizeof(c->buf) - 1 - c->len, 0);
-    if (n < 0 && errno == EINTR)
-        return 1;
-    if (n <= 0)
-        return 0;       /* EOF, or a reset, which tests treat alike */
+    }
+    do {
+        n = recv(c->fd, c->buf + c->len, sizeof(c->buf) - 1 - c->len, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) {
+        /* EOF and a reset are alike to tests; the message tells them apart. */
+        snprintf(fill_why, sizeof(fill_why), "%s",
+                 n == 0 ? "EOF" : strerror(errno));
+        return 0;
+    }
     c->len += (size_t)n;
     return 1;
 }
@@ -1011,10 +1042,8 @@ static char *take_line(struct h_client *c, size_t off, size_t len)
     return c->line;
 }
 
-char *h_recv_line(struct h_client *c, int timeout_ms)
+static char *recv_line_until(struct h_client *c, uint64_t deadline)
 {
-    uint64_t deadline = h_now_ms() + (uint64_t)h_scale(timeout_ms);
-
     for (;;) {
         char *lf = memchr(c->buf, '\n', c->len);
 
@@ -1023,6 +1052,11 @@ char *h_recv_line(struct h_client *c, int timeout_ms)
         if (client_fill(c, deadline) <= 0)
             return NULL;
     }
+}
+
+char *h_recv_line(struct h_client *c, int timeout_ms)
+{
+    return recv_line_until(c, h_now_ms() + (uint64_t)h_scale(timeout_ms));
 }
 
 static void note_event(struct h_client *c, const char *line)
@@ -1048,12 +1082,12 @@ char *h_cmd(struct h_client *c, const char *fmt, ...)
     va_end(ap);
     h_send(c, req, strlen(req));
     for (;;) {
-        uint64_t now = h_now_ms();
-        char *line = h_recv_line(c, now < deadline ? (int)(deadline - now) : 0);
+        char *line = recv_line_until(c, deadline);
 
         if (line == NULL) {
             req[strcspn(req, "\n")] = '\0';
-            ck_abort_msg("no reply to \"%.200s\" (EOF or 5 s timeout)", req);
+            ck_abort_msg("no reply to \"%.200s\" within %d ms: %s", req,
+                         h_scale(5000), fill_why);
         }
         if (!h_starts(line, "EVENT ")) {
             free(req);

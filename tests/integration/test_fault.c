@@ -68,31 +68,9 @@ static long long since(uint64_t t0)
     return (long long)(h_now_ms() - t0);
 }
 
-/*
- * h_free_port seeds random() once with getpid() ^ time-in-ms, and that
- * seed repeats across test programs that meson starts side by side
- * (pids one apart, clocks one ms apart): they then pick the same "free"
- * ports, and a redis-server that cannot bind goes unnoticed because the
- * other program's node answers its PING. Seed from getrandom() right
- * after the harness did, so this program's ports are its own.
- */
-static void reseed_ports(void)
-{
-    static bool done;
-    unsigned seed;
-
-    if (done)
-        return;
-    h_free_port();
-    if (getrandom(&seed, sizeof(seed), 0) == (ssize_t)sizeof(seed))
-        srandom(seed);
-    done = true;
-}
-
 /* Node 0 may get extra redis-server options (persistence). */
 static void start_nodes(const char *extra0)
 {
-    reseed_ports();
     for (int i = 0; i < NNODES; i++)
         h_redis_start(&N[i], i == 0 ? extra0 : NULL);
 }

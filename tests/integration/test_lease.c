@@ -64,30 +64,8 @@ static long long since(uint64_t t0)
     return (long long)(h_now_ms() - t0);
 }
 
-/*
- * h_free_port seeds random() once with getpid() ^ time-in-ms, and that
- * seed repeats across test programs that meson starts side by side
- * (pids one apart, clocks one ms apart): they then pick the same "free"
- * ports, and a redis-server that cannot bind goes unnoticed because the
- * other program's node answers its PING. Seed from getrandom() right
- * after the harness did, so this program's ports are its own.
- */
-static void reseed_ports(void)
-{
-    static bool done;
-    unsigned seed;
-
-    if (done)
-        return;
-    h_free_port();
-    if (getrandom(&seed, sizeof(seed), 0) == (ssize_t)sizeof(seed))
-        srandom(seed);
-    done = true;
-}
-
 static void setup(void)
 {
-    reseed_ports();
     for (int i = 0; i < NNODES; i++)
         h_redis_start(&N[i], NULL);
 }

@@ -1,0 +1,492 @@
+/*
+ * test_metrics: the HTTP endpoint of metrics.listen, against the real
+ * redlockd binary and three real redis-server nodes.
+ *
+ * Requests go over raw sockets, written by hand, so the test sees exactly
+ * what a scraper or a load balancer would: the status line, the headers,
+ * a body that ends where the server closes. Covered: /metrics in the
+ * Prometheus text format with counters that move after a LOCK and
+ * per-node samples, /healthz flipping to 503 when two of three nodes are
+ * gone, 404, 405, 400, a 10 KiB head answered 431, a request followed by
+ * a half-close, and the cap of 64 connections.
+ *
+ * Every test ends with a SIGTERM stop asserted to exit 0, so under
+ * REDLOCKD_TEST_WRAPPER=valgrind each scenario is also a leak check.
+ */
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define NNODES 3
+#define MAX_CONNS 64            /* the daemon's cap, metrics.c */
+
+static struct h_redis N[NNODES];
+static struct h_daemon D;
+static struct h_client C;
+static int mport;               /* the metrics port of this test */
+
+static bool slow(void)
+{
+    const char *w = getenv("REDLOCKD_TEST_WRAPPER");
+
+    return w != NULL && *w != '\0';
+}
+
+/* Upper time bounds stretch under valgrind; nothing here has a lower one. */
+static int T(int ms)
+{
+    return slow() ? ms * 10 : ms;
+}
+
+/* ---- a minimal HTTP client ----------------------------------------------- */
+
+struct http_reply {
+    int status;             /* 0 when no status line came */
+    char *raw;              /* (owned) everything received */
+    size_t len;
+    const char *body;       /* into raw, after the empty line, or NULL */
+};
+
+/* A connected socket, or -errno. */
+static int http_try_connect(void)
+{
+    struct sockaddr_in sin = { .sin_family = AF_INET };
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
+    sin.sin_port = htons((uint16_t)mport);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+        int e = errno;
+
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+static int http_connect(void)
+{
+    int fd = http_try_connect();
+
+    ck_assert_msg(fd >= 0, "connect to metrics port %d: %s", mport,
+                  strerror(-fd));
+    return fd;
+}
+
+static void http_send_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+
+        ck_assert_msg(n > 0, "send: %s", strerror(errno));
+        data += n;
+        len -= (size_t)n;
+    }
+}
+
+/* Read until the server closes (the response says Connection: close) or
+ * timeout_ms passes; true when it closed. ECONNRESET also counts as
+ * closed, with what arrived before it kept. */
+static bool http_read_all(int fd, struct http_reply *r, int timeout_ms)
+{
+    uint64_t deadline = h_now_ms() + (uint64_t)timeout_ms;
+    size_t cap = 4096;
+
+    r->raw = malloc(cap);
+    r->len = 0;
+    ck_assert_ptr_nonnull(r->raw);
+    for (;;) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        uint64_t now = h_now_ms();
+        ssize_t n;
+
+        if (now >= deadline)
+            return false;
+        if (poll(&p, 1, (int)(deadline - now)) <= 0)
+            continue;
+        if (r->len + 1024 >= cap) {
+            cap *= 2;
+            r->raw = realloc(r->raw, cap);
+            ck_assert_ptr_nonnull(r->raw);
+        }
+        n = recv(fd, r->raw + r->len, cap - r->len - 1, 0);
+        if (n == 0 || (n < 0 && errno == ECONNRESET))
+            break;
+        if (n < 0 && errno != EINTR && errno != EAGAIN)
+            break;
+        if (n > 0)
+            r->len += (size_t)n;
+    }
+    r->raw[r->len] = '\0';
+    return true;
+}
+
+static void http_parse(struct http_reply *r)
+{
+    char *end = strstr(r->raw, "\r\n\r\n");
+
+    r->status = 0;
+    if (strncmp(r->raw, "HTTP/1.", 7) == 0 && r->len >= 12)
+        r->status = atoi(r->raw + 9);
+    r->body = end != NULL ? end + 4 : NULL;
+}
+
+/* Send `request` as is and return the parsed reply (status 0 when the
+ * server closed without one). */
+static void http_raw(const char *request, size_t len, struct http_reply *r)
+{
+    int fd = http_connect();
+
+    http_send_all(fd, request, len);
+    ck_assert_msg(http_read_all(fd, r, T(5000)),
+                  "metrics server did not close after answering");
+    close(fd);
+    http_parse(r);
+}
+
+static void http_get(const char *path, struct http_reply *r)
+{
+    char req[512];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "User-Agent: test_metrics\r\nAccept: */*\r\n\r\n", path);
+
+    http_raw(req, (size_t)n, r);
+}
+
+static void http_free(struct http_reply *r)
+{
+    free(r->raw);
+    r->raw = NULL;
+}
+
+/* The value of the sample line starting with `series ` in an exposition,
+ * or -1 when there is none. */
+static double sample(const char *body, const char *series)
+{
+    size_t n = strlen(series);
+
+    for (const char *p = body; p != NULL && *p != '\0';) {
+        if (strncmp(p, series, n) == 0 && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+        p = strchr(p, '\n');
+        if (p != NULL)
+            p++;
+    }
+    return -1;
+}
+
+static double get_metric(const char *series)
+{
+    struct http_reply r;
+    double v;
+
+    http_get("/metrics", &r);
+    ck_assert_msg(r.status == 200, "GET /metrics: %.1500s", r.raw);
+    v = sample(r.body, series);
+    http_free(&r);
+    return v;
+}
+
+static void connect_client(void)
+{
+    int rc = h_connect_tcp(&C, D.port);
+
+    ck_assert_msg(rc == 0, "connect to redlockd: %s", strerror(-rc));
+}
+
+/* The daemon's client port is open before the metrics listener and the
+ * Redis connections are (noticeably so under valgrind): wait for both, so
+ * tests start from "all nodes up". */
+static void wait_healthy(void)
+{
+    uint64_t deadline = h_now_ms() + (uint64_t)T(5000);
+    struct http_reply r;
+    int fd;
+
+    while (h_now_ms() < deadline) {
+        fd = http_try_connect();
+        if (fd < 0) {
+            h_sleep_ms(20);
+            continue;
+        }
+        http_send_all(fd, "GET /healthz HTTP/1.1\r\n\r\n", 25);
+        http_read_all(fd, &r, T(2000));
+        close(fd);
+        http_parse(&r);
+        http_free(&r);
+        if (r.status == 200 && get_metric("redlockd_nodes_voting") == NNODES)
+            return;
+        h_sleep_ms(20);
+    }
+    h_daemon_dump_log(&D);
+    ck_abort_msg("metrics endpoint not healthy with all nodes within %d ms",
+                 T(5000));
+}
+
+static void setup(void)
+{
+    char extra[256];
+
+    for (int i = 0; i < NNODES; i++)
+        h_redis_start(&N[i], NULL);
+    mport = h_free_port();
+    snprintf(extra, sizeof(extra),
+             "{\"metrics\":{\"listen\":\"127.0.0.1:%d\"},"
+             "\"redis\":{\"command_timeout_ms\":100}}", mport);
+    h_daemon_start(&D, N, NNODES, extra);
+    C.fd = -1;
+    wait_healthy();
+}
+
+static void teardown(void)
+{
+    int rc;
+
+    if (C.fd >= 0)
+        h_close(&C);
+    rc = D.pid != 0 ? h_daemon_stop(&D) : 0;
+    if (rc != 0)
+        h_daemon_dump_log(&D);
+    h_daemon_cleanup(&D);
+    for (int i = 0; i < NNODES; i++)
+        h_redis_cleanup(&N[i]);
+    ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+START_TEST(metrics_format_and_counters)
+{
+    struct http_reply r;
+    char series[128];
+    double before, after;
+    char *line;
+
+    http_get("/metrics", &r);
+    ck_assert_msg(r.status == 200, "GET /metrics: %.1500s", r.raw);
+    ck_assert_msg(strstr(r.raw, "\r\nContent-Type: text/plain; version=0.0.4")
+                  != NULL, "no 0.0.4 content type: %.1500s", r.raw);
+    ck_assert_msg(strstr(r.raw, "\r\nConnection: close\r\n") != NULL,
+                  "no Connection: close: %.1500s", r.raw);
+    ck_assert_ptr_nonnull(r.body);
+    ck_assert_msg(strstr(r.body, "# TYPE redlockd_acquisitions_ok_total counter\n")
+                  != NULL, "no counter TYPE line:\n%.1500s", r.body);
+    ck_assert_msg(strstr(r.body, "# TYPE redlockd_locks_held gauge\n") != NULL,
+                  "no gauge TYPE line:\n%.1500s", r.body);
+    /* Every node appears under its own label, up and voting. */
+    for (int i = 0; i < NNODES; i++) {
+        snprintf(series, sizeof(series),
+                 "redlockd_node_up{node=\"127.0.0.1:%d\"}", N[i].port);
+        ck_assert_msg(sample(r.body, series) == 1, "%s not 1:\n%.1500s", series,
+                      r.body);
+        snprintf(series, sizeof(series),
+                 "redlockd_node_latency_seconds{node=\"127.0.0.1:%d\"}",
+                 N[i].port);
+        ck_assert_msg(sample(r.body, series) >= 0, "no %s:\n%.1500s", series,
+                      r.body);
+    }
+    ck_assert_msg(sample(r.body, "redlockd_quorum") == 2, "quorum:\n%.1500s", r.body);
+    before = sample(r.body, "redlockd_acquisitions_ok_total");
+    ck_assert_msg(before >= 0, "no redlockd_acquisitions_ok_total:\n%.1500s", r.body);
+    http_free(&r);
+
+    connect_client();
+    line = h_cmd(&C, "LOCK metrics:1 ttl=10000");
+    ck_assert_msg(h_starts(line, "OK "), "LOCK: %s", line);
+    after = get_metric("redlockd_acquisitions_ok_total");
+    ck_assert_msg(after == before + 1, "acquisitions_ok %g -> %g", before, after);
+    ck_assert_msg(get_metric("redlockd_locks_held") == 1, "locks_held not 1");
+    line = h_cmd(&C, "UNLOCK metrics:1");
+    ck_assert_msg(h_starts(line, "OK "), "UNLOCK: %s", line);
+    ck_assert_msg(get_metric("redlockd_releases_total") >= 1, "releases");
+    ck_assert_msg(get_metric("redlockd_locks_held") == 0, "locks_held not 0");
+}
+END_TEST
+
+START_TEST(healthz_follows_quorum)
+{
+    struct http_reply r;
+    uint64_t deadline;
+    bool down = false;
+
+    http_get("/healthz", &r);
+    ck_assert_msg(r.status == 200, "GET /healthz with 3 nodes: %.1500s", r.raw);
+    ck_assert_str_eq(r.body, "ok\n");
+    http_free(&r);
+
+    h_redis_stop(&N[1]);
+    h_redis_stop(&N[2]);
+    connect_client();
+    /* A LOCK makes the daemon talk to the nodes, so it notices them gone
+     * even if the dropped connections had not told it yet. */
+    deadline = h_now_ms() + (uint64_t)T(5000);
+    while (!down && h_now_ms() < deadline) {
+        char *line = h_cmd(&C, "LOCK metrics:health ttl=1000");
+
+        if (h_starts(line, "OK "))
+            h_cmd(&C, "UNLOCK metrics:health");
+        http_get("/healthz", &r);
+        down = r.status == 503;
+        if (down)
+            ck_assert_str_eq(r.body, "no quorum\n");
+        else
+            ck_assert_msg(r.status == 200, "GET /healthz: %.1500s", r.raw);
+        http_free(&r);
+        if (!down)
+            h_sleep_ms(50);
+    }
+    ck_assert_msg(down, "/healthz still 200 with 2 of 3 nodes stopped");
+    ck_assert_msg(get_metric("redlockd_nodes_voting") < 2, "nodes_voting");
+}
+END_TEST
+
+START_TEST(errors_404_405_400)
+{
+    static const char post[] = "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
+    static const char junk[] = "hello there\r\n\r\n";
+    static const char bare_lf[] = "GET /healthz?probe=1 HTTP/1.0\n\n";
+    struct http_reply r;
+
+    http_get("/nope", &r);
+    ck_assert_msg(r.status == 404, "GET /nope: %.1500s", r.raw);
+    http_free(&r);
+
+    http_raw(post, sizeof(post) - 1, &r);
+    ck_assert_msg(r.status == 405, "POST /metrics: %.1500s", r.raw);
+    ck_assert_msg(strstr(r.raw, "\r\nAllow: GET\r\n") != NULL, "no Allow: %s",
+                  r.raw);
+    http_free(&r);
+
+    http_raw(junk, sizeof(junk) - 1, &r);
+    ck_assert_msg(r.status == 400, "junk request: %.1500s", r.raw);
+    http_free(&r);
+
+    /* HTTP/1.0, bare LF line ends and a query string are all fine. */
+    http_raw(bare_lf, sizeof(bare_lf) - 1, &r);
+    ck_assert_msg(r.status == 200, "bare-LF /healthz: %.1500s", r.raw);
+    http_free(&r);
+}
+END_TEST
+
+START_TEST(head_too_large_431)
+{
+    const size_t size = 10 * 1024;
+    char *req = malloc(size + 64);
+    struct http_reply r;
+    size_t n;
+
+    ck_assert_ptr_nonnull(req);
+    n = (size_t)sprintf(req, "GET /metrics HTTP/1.1\r\nX-Filler: ");
+    while (n < size)
+        req[n++] = 'a';
+    memcpy(req + n, "\r\n\r\n", 4);
+    http_raw(req, n + 4, &r);
+    free(req);
+    ck_assert_msg(r.status == 431, "10 KiB head: %.200s", r.raw);
+    http_free(&r);
+
+    /* The daemon is still serving afterwards. */
+    http_get("/healthz", &r);
+    ck_assert_msg(r.status == 200, "after 431: %.1500s", r.raw);
+    http_free(&r);
+}
+END_TEST
+
+START_TEST(half_close_after_request)
+{
+    static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    struct http_reply r;
+    int fd = http_connect();
+
+    http_send_all(fd, req, sizeof(req) - 1);
+    shutdown(fd, SHUT_WR);
+    ck_assert(http_read_all(fd, &r, T(5000)));
+    close(fd);
+    http_parse(&r);
+    ck_assert_msg(r.status == 200, "after half-close: %.1500s", r.raw);
+    ck_assert_msg(sample(r.body, "redlockd_commands_total") >= 0,
+                  "no body after half-close:\n%.1500s", r.raw);
+    http_free(&r);
+}
+END_TEST
+
+START_TEST(connection_cap)
+{
+    int fds[MAX_CONNS];
+    struct http_reply r;
+    int extra;
+
+    for (int i = 0; i < MAX_CONNS; i++)
+        fds[i] = http_connect();
+    /* Let the daemon accept the 64 before the next one arrives. */
+    h_sleep_ms(T(200));
+    extra = http_connect();
+    ck_assert_msg(http_read_all(extra, &r, T(3000)),
+                  "the 65th metrics connection was not closed");
+    ck_assert_msg(r.len == 0, "the 65th connection got data: %.1500s", r.raw);
+    http_free(&r);
+    close(extra);
+
+    /* Those that were admitted are served. */
+    http_send_all(fds[0], "GET /healthz HTTP/1.1\r\n\r\n", 25);
+    ck_assert(http_read_all(fds[0], &r, T(5000)));
+    http_parse(&r);
+    ck_assert_msg(r.status == 200, "admitted connection: %.1500s", r.raw);
+    http_free(&r);
+    for (int i = 0; i < MAX_CONNS; i++)
+        close(fds[i]);
+
+    /* Once they are gone there is room again. */
+    {
+        uint64_t deadline = h_now_ms() + (uint64_t)T(3000);
+        bool served = false;
+
+        while (!served && h_now_ms() < deadline) {
+            http_get("/healthz", &r);
+            served = r.status == 200;
+            http_free(&r);
+            if (!served)
+                h_sleep_ms(50);
+        }
+        ck_assert_msg(served, "no room after the 64 connections closed");
+    }
+}
+END_TEST
+
+static Suite *metrics_suite(void)
+{
+    Suite *s = suite_create("metrics");
+    TCase *tc = tcase_create("metrics");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, slow() ? 150 : 30);
+    tcase_add_test(tc, metrics_format_and_counters);
+    tcase_add_test(tc, healthz_follows_quorum);
+    tcase_add_test(tc, errors_404_405_400);
+    tcase_add_test(tc, head_too_large_431);
+    tcase_add_test(tc, half_close_after_request);
+    tcase_add_test(tc, connection_cap);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(metrics_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
