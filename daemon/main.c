@@ -35,6 +35,8 @@ static struct {
     uv_signal_t sigint, sigterm;
     struct timer drain;
     uint64_t drain_deadline;
+    struct timer ready;
+    uint64_t ready_deadline;
     bool stopping;
 } D;
 
@@ -98,6 +100,7 @@ static void daemon_stop(const char *why)
         return;
     D.stopping = true;
     log_notice("shutting down (%s)", why);
+    timer_stop(&D.ready);
     notify("STOPPING=1");
     server.stopping = true;
     session_set_shutdown();
@@ -112,6 +115,27 @@ static void on_signal(uv_signal_t *h, int signum)
 {
     (void)h;
     daemon_stop(signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+/* Tell systemd we are ready once a quorum of nodes votes (or the connect
+ * timeout has passed, so a start with nodes down is still visible). */
+static void ready_cb(struct timer *t)
+{
+    (void)t;
+    if (D.stopping)
+        return;
+    int voting = pool_nodes_voting();
+    if (voting < pool_quorum() && timer_now() < D.ready_deadline) {
+        timer_start(&D.ready, 10);
+        return;
+    }
+    if (voting < pool_quorum())
+        log_warn("only %d of %d redis nodes reachable (quorum %d): LOCK "
+                 "answers ERR UNAVAILABLE until more are up", voting,
+                 pool_nnodes(), pool_quorum());
+    log_notice("redlockd %s ready: %d of %d redis node(s) up, quorum %d",
+               REDLOCKD_VERSION, voting, pool_nnodes(), pool_quorum());
+    notify("READY=1");
 }
 
 static void on_release(const char *key, size_t len)
@@ -137,9 +161,9 @@ static int run(void)
     int rc = server_start(&D.loop, &D.conf);
     if (rc == 0) {
         pool_init(&D.loop, &D.conf, on_release);
-        log_notice("redlockd %s ready: %zu redis node(s), quorum %d",
-                   REDLOCKD_VERSION, D.conf.redis.nnodes, pool_quorum());
-        notify("READY=1");
+        D.ready_deadline = timer_now() + D.conf.redis.connect_timeout_ms;
+        timer_init(&D.ready, ready_cb, NULL);
+        timer_start(&D.ready, 0);
         uv_run(&D.loop, UV_RUN_DEFAULT);
     } else {
         server_stop_listening();
