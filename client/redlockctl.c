@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -741,6 +742,7 @@ struct ctl_run {
     char lost_reason[160];
     double kill_at;             /* when SIGKILL is due; 0: not */
     double next_ping;
+    bool not_taken;             /* the lock was busy or refused */
 };
 
 static void ctl_on_signal(int sig)
@@ -983,7 +985,7 @@ static int ctl_finish(struct ctl_run *r)
     return status;
 }
 
-static int ctl_lock(struct ctl_run *r, struct redlockd_lease *lease)
+static int ctl_lock_status(struct ctl_run *r, struct redlockd_lease *lease)
 {
     const struct ctl *c = r->c;
     int rc;
@@ -991,6 +993,7 @@ static int ctl_lock(struct ctl_run *r, struct redlockd_lease *lease)
     rc = redlockd_lock(r->h, r->resource, c->ttl_ms, c->wait_ms, 1, lease);
     if (rc == 0)
         return 0;
+    r->not_taken = true;
     if (rc == -REDLOCKD_E_BUSY || rc == -REDLOCKD_E_TIMEOUT) {
         if (!c->quiet && rc == -REDLOCKD_E_BUSY)
             ctl_err("%s is locked by someone else", r->resource);
@@ -1000,6 +1003,16 @@ static int ctl_lock(struct ctl_run *r, struct redlockd_lease *lease)
         return c->conflict_exit;
     }
     return ctl_report("lock", rc, redlockd_last_error(r->h)->msg);
+}
+
+/* Take the lock: true when taken, else false with the exit status in
+ * *status (the conflict status may be 0 with -E 0, so it cannot double as
+ * the "taken" signal). */
+static bool ctl_lock(struct ctl_run *r, struct redlockd_lease *lease,
+                     int *status)
+{
+    *status = ctl_lock_status(r, lease);
+    return !r->not_taken;
 }
 
 /* args: RESOURCE [--] COMMAND [ARGS...] */
@@ -1025,8 +1038,11 @@ static int ctl_run(struct ctl *c, int argc, char **argv)
     rc = ctl_connect(c, &o, &r.h);
     if (rc != 0)
         return rc;
-    rc = ctl_lock(&r, &lease);
-    if (rc == 0 && r.lost) {
+    if (!ctl_lock(&r, &lease, &rc)) {
+        redlockd_close(r.h);
+        return rc;
+    }
+    if (r.lost) {
         ctl_err("lost the lock on %s right after taking it: %s", r.resource,
                 r.lost_reason);
         rc = CTL_EXIT_LOST;

@@ -575,6 +575,13 @@ void lockmgr_lock(struct session *s, const char *resource, size_t len,
         req_attempt(q);
         return;
     }
+    if (e->whead == q && e->releasing) {
+        /* The last holder's keys are being deleted right now (UNLOCK on
+         * another session, or a lost lease being cleaned up): that ends
+         * within a round trip, and release_done() kicks this request, so
+         * even a wait=0 LOCK waits for it instead of seeing a stale BUSY. */
+        return;
+    }
     /* Held here, or others wait first: first come, first served. */
     if (!wait) {
         req_give_up(q);

@@ -1,0 +1,1113 @@
+/*
+ * test_cli: redlockctl as a real process against the real redlockd and real
+ * redis-server nodes (issue 5, point 3), plus the README's example program.
+ *
+ * Each test starts its own nodes and daemon from a checked fixture that
+ * always stops them again and asserts that the daemon exits 0 on SIGTERM.
+ * redlockctl runs with stdout and stderr captured separately, so messages
+ * can be told from output. What is checked, against redlockctl(1):
+ *   - two `run --wait` on one resource never overlap (their commands'
+ *     start/end marks alternate) and both succeed; the command sees
+ *     REDLOCKD_RESOURCE, REDLOCKD_TOKEN (32 hex) and a growing
+ *     REDLOCKD_FENCE;
+ *   - a busy lock gives status 75 (or -E N) without running the command,
+ *     also after --wait ran out, and -q keeps stderr quiet;
+ *   - the command's own exit status, 128+N for a death by signal N, and
+ *     127 for a command that does not exist;
+ *   - SIGKILL of redlockctl frees the lock at once (the connection drops)
+ *     and its command goes too (parent-death signal);
+ *   - SIGTERM and SIGINT sent to redlockctl reach the command;
+ *   - a lease lost while the command runs (two of three nodes SIGSTOPped)
+ *     stops the command, and redlockctl exits 70;
+ *   - status, sessions, stats and ping, as tables and as --json, over TCP,
+ *     the unix socket and $REDLOCKD_SERVER; an unreachable daemon gives 69
+ *     and one "redlockctl: ..." line on stderr;
+ *   - --version, --help, and a usage error (64);
+ *   - the README's library example runs and exits 0.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define NODES_MAX 3
+#define PROCS_MAX 32
+#define ARGS_MAX 32
+
+/* Redis timeouts short enough that two stopped nodes cost a lease within
+ * a couple of seconds (as test_fault does). */
+#define FAULT_JSON "{\"redis\":{\"command_timeout_ms\":100," \
+                   "\"reconnect_max_ms\":200}}"
+
+/* Exit statuses documented in redlockctl(1). */
+#define EXIT_BUSY 75
+#define EXIT_LOST 70
+#define EXIT_USAGE 64
+#define EXIT_UNAVAILABLE 69
+
+/* A started process with its stdout and stderr captured through pipes.
+ * The outputs involved are far below a pipe's capacity, but the pipes are
+ * drained while waiting anyway, so a chatty process can never block. */
+struct proc {
+    pid_t pid;              /* 0 once reaped */
+    int out_fd, err_fd;     /* non-blocking read ends; -1 when closed */
+    int status;             /* exit status, or 128+signal */
+    char out[16384];
+    size_t out_len;
+    char err[16384];
+    size_t err_len;
+};
+
+static struct h_redis R[NODES_MAX];
+static int nr;
+static struct h_daemon D;
+static struct proc P[PROCS_MAX];
+static int np;
+/* The daemon's TCP address as redlockctl takes it: "127.0.0.1:<port>". */
+static char S[64];
+/* REDLOCKD_SERVER for the next processes started (NULL: unset). */
+static const char *server_env;
+/* Raw protocol clients are large (buffers): keep them off the stack. */
+static struct h_client A;
+
+/* ---- fixture ---- */
+
+static void setup(void)
+{
+    memset(R, 0, sizeof(R));
+    memset(&D, 0, sizeof(D));
+    memset(P, 0, sizeof(P));
+    nr = 0;
+    np = 0;
+    S[0] = '\0';
+    server_env = NULL;
+    A.fd = -1;
+}
+
+static void proc_close_pipes(struct proc *p)
+{
+    if (p->out_fd >= 0)
+        close(p->out_fd);
+    if (p->err_fd >= 0)
+        close(p->err_fd);
+    p->out_fd = p->err_fd = -1;
+}
+
+/* Runs after every passing test; a failing one _exit()s its fork, and then
+ * PDEATHSIG and the harness's guardians clean up instead. */
+static void teardown(void)
+{
+    int rc = 0;
+
+    for (int i = 0; i < np; i++) {
+        if (P[i].pid != 0) {
+            kill(P[i].pid, SIGKILL);
+            waitpid(P[i].pid, NULL, 0);
+            P[i].pid = 0;
+        }
+        proc_close_pipes(&P[i]);
+    }
+    if (A.fd >= 0)
+        h_close(&A);
+    /* A stopped node would hold up the daemon's release at shutdown. */
+    for (int i = 0; i < nr; i++)
+        h_redis_resume(&R[i]);
+    if (D.pid != 0) {
+        rc = h_daemon_stop(&D);
+        if (rc != 0)
+            h_daemon_dump_log(&D);
+    }
+    h_daemon_cleanup(&D);
+    for (int i = 0; i < nr; i++)
+        h_redis_cleanup(&R[i]);
+    ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
+}
+
+/* ---- time ---- */
+
+/* The daemon under the valgrind wrapper is much slower: stretch upper
+ * bounds on how soon things happen (never lower bounds). */
+static int T(int ms)
+{
+    const char *w = getenv("REDLOCKD_TEST_WRAPPER");
+
+    return (w != NULL && *w != '\0') ? ms * 5 : ms;
+}
+
+static long long since(uint64_t t0)
+{
+    return (long long)(h_now_ms() - t0);
+}
+
+/* ---- daemon and raw protocol ---- */
+
+static void start_nodes(int n)
+{
+    for (int i = 0; i < n; i++)
+        h_redis_start(&R[i], NULL);
+    nr = n;
+}
+
+static void connect_to(struct h_client *c)
+{
+    int rc = h_connect_tcp(c, D.port);
+
+    ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", D.port, strerror(-rc));
+}
+
+/* Send a request on the raw client and assert the reply's start. */
+static char *expect(struct h_client *c, const char *prefix, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static char *expect(struct h_client *c, const char *prefix, const char *fmt, ...)
+{
+    char req[1024];
+    char *line;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(req, sizeof(req), fmt, ap);
+    va_end(ap);
+    line = h_cmd(c, "%s", req);
+    ck_assert_msg(h_starts(line, prefix), "\"%s\" answered \"%s\", want \"%s...\"",
+                  req, line, prefix);
+    return line;
+}
+
+static json_int_t stats_int(struct h_client *c, const char *key)
+{
+    char *line = expect(c, "OK {", "STATS");
+    json_t *o = json_loads(line + 3, 0, NULL);
+    json_t *v = json_object_get(o, key);
+    json_int_t n;
+
+    ck_assert_msg(json_is_integer(v), "STATS has no integer \"%s\": %s", key, line);
+    n = json_integer_value(v);
+    json_decref(o);
+    return n;
+}
+
+/*
+ * Start the daemon over the nodes and wait until every node votes: it
+ * listens before its Redis connections are up, and a lock taken before
+ * then would rightly be refused for a reason these tests are not about.
+ */
+static void start_daemon(const char *extra_json)
+{
+    struct h_client c;
+    uint64_t t0;
+    json_int_t voting = -1;
+
+    h_daemon_start(&D, R, nr, extra_json);
+    snprintf(S, sizeof(S), "127.0.0.1:%d", D.port);
+    connect_to(&c);
+    t0 = h_now_ms();
+    while (since(t0) < T(5000)) {
+        voting = stats_int(&c, "nodes_voting");
+        if (voting == nr)
+            break;
+        h_sleep_ms(20);
+    }
+    h_close(&c);
+    if (voting != nr)
+        h_daemon_dump_log(&D);
+    ck_assert_msg(voting == nr, "only %lld of %d nodes voting after start",
+                  (long long)voting, nr);
+}
+
+/* LOCK retried while BUSY for up to timeout_ms; returns how long it took. */
+static long long lock_within(struct h_client *c, const char *res, int timeout_ms)
+{
+    uint64_t t0 = h_now_ms();
+
+    for (;;) {
+        char *line = h_cmd(c, "LOCK %s ttl=30000", res);
+
+        if (h_starts(line, "OK "))
+            return since(t0);
+        ck_assert_msg(h_starts(line, "ERR BUSY"), "LOCK %s answered \"%s\"", res, line);
+        ck_assert_msg(since(t0) < timeout_ms, "%s still BUSY after %d ms", res,
+                      timeout_ms);
+        h_sleep_ms(5);
+    }
+}
+
+/* The lock is free right now: take it and give it back. */
+static void assert_free(const char *res)
+{
+    expect(&A, "OK resource=", "LOCK %s ttl=30000", res);
+    expect(&A, "OK resource=", "UNLOCK %s", res);
+}
+
+/* ---- files ---- */
+
+/* A path inside the daemon's temp dir, which the harness removes even when
+ * the test dies. Returned in one of a few rotating static buffers. */
+static const char *tmp_path(const char *name)
+{
+    static char bufs[4][400];
+    static int next;
+    char *b = bufs[next++ % 4];
+
+    ck_assert_msg(D.dir[0] != '\0', "tmp_path before the daemon started");
+    snprintf(b, sizeof(bufs[0]), "%s/%s", D.dir, name);
+    return b;
+}
+
+/* The whole file into buf; false if it does not exist. */
+static bool read_file(const char *path, char *buf, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    size_t n;
+
+    buf[0] = '\0';
+    if (f == NULL)
+        return false;
+    n = fread(buf, 1, size - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return true;
+}
+
+static bool file_exists(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0;
+}
+
+/* Wait until a file holds a complete line (the writer's echo finished):
+ * returns its first number (the pids written by the commands below). */
+static long wait_file_number(const char *path, int timeout_ms)
+{
+    uint64_t t0 = h_now_ms();
+    char buf[256];
+
+    while (since(t0) < timeout_ms) {
+        if (read_file(path, buf, sizeof(buf)) && strchr(buf, '\n') != NULL)
+            return strtol(buf, NULL, 10);
+        h_sleep_ms(10);
+    }
+    ck_abort_msg("%s not written within %d ms", path, timeout_ms);
+    return -1;
+}
+
+/* A process that exited (a zombie nobody reaped counts) or never was. */
+static bool pid_gone(pid_t pid)
+{
+    char path[64], buf[512];
+    const char *paren;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    if (!read_file(path, buf, sizeof(buf)))
+        return true;
+    paren = strrchr(buf, ')');
+    return paren != NULL && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+static bool wait_pid_gone(pid_t pid, int timeout_ms)
+{
+    uint64_t t0 = h_now_ms();
+
+    while (!pid_gone(pid)) {
+        if (since(t0) >= timeout_ms)
+            return false;
+        h_sleep_ms(10);
+    }
+    return true;
+}
+
+/*
+ * A loopback port that refuses connections for as long as the returned
+ * socket stays open: bound, never listening, so no other test running in
+ * parallel can start a server on it meanwhile (h_free_port can not
+ * promise that).
+ */
+static int refusing_port(int *port)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_msg(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+                  getsockname(fd, (struct sockaddr *)&sa, &len) == 0,
+                  "bind: %s", strerror(errno));
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+/* ---- processes ---- */
+
+static const char *env_bin(const char *var)
+{
+    const char *bin = getenv(var);
+
+    if (bin == NULL || *bin == '\0')
+        ck_abort_msg("%s is not set (run through meson test)", var);
+    return bin;
+}
+
+static void child_exec(const char *bin, char **argv, int out, int err,
+                       pid_t parent)
+{
+    sigset_t none;
+    int in = open("/dev/null", O_RDONLY);
+
+    /* Never outlive the test, whatever happens to it. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent || in < 0)
+        _exit(127);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    /* Test sockets left open in redlockctl would hide its exit from the
+     * daemon, and pipe ends would hide EOF from us. */
+    if (close_range(3, ~0U, 0) < 0) {
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
+    }
+    /* redlockctl keeps signals its parent ignored ignored (as under
+     * nohup): give it a plain start whatever check or meson did. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (server_env != NULL)
+        setenv("REDLOCKD_SERVER", server_env, 1);
+    else
+        unsetenv("REDLOCKD_SERVER");
+    execv(bin, argv);
+    fprintf(stderr, "test: exec %s: %s\n", bin, strerror(errno));
+    _exit(127);
+}
+
+/* Start bin with args (NULL-terminated) and return at once. */
+static struct proc *proc_startv(const char *bin, const char *const *args)
+{
+    char *argv[ARGS_MAX];
+    int out[2], err[2], n = 0;
+    pid_t parent = getpid();
+    struct proc *p;
+
+    ck_assert_int_lt(np, PROCS_MAX);
+    p = &P[np++];
+    argv[n++] = (char *)bin;
+    for (; *args != NULL; args++) {
+        ck_assert_int_lt(n, ARGS_MAX - 1);
+        argv[n++] = (char *)*args;
+    }
+    argv[n] = NULL;
+    ck_assert(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0);
+    p->pid = fork();
+    ck_assert_msg(p->pid >= 0, "fork: %s", strerror(errno));
+    if (p->pid == 0)
+        child_exec(bin, argv, out[1], err[1], parent);
+    close(out[1]);
+    close(err[1]);
+    p->out_fd = out[0];
+    p->err_fd = err[0];
+    fcntl(p->out_fd, F_SETFL, O_NONBLOCK);
+    fcntl(p->err_fd, F_SETFL, O_NONBLOCK);
+    return p;
+}
+
+static struct proc *ctl_start(const char *first, ...) __attribute__((sentinel));
+static struct proc *ctl_start(const char *first, ...)
+{
+    const char *args[ARGS_MAX];
+    int n = 0;
+    va_list ap;
+
+    va_start(ap, first);
+    for (const char *a = first; a != NULL; a = va_arg(ap, const char *)) {
+        ck_assert_int_lt(n, ARGS_MAX - 1);
+        args[n++] = a;
+    }
+    va_end(ap);
+    args[n] = NULL;
+    return proc_startv(env_bin("REDLOCKCTL_BIN"), args);
+}
+
+/* Read what a pipe has now (the writer may be gone, or may live on in a
+ * grandchild: never wait for EOF). */
+static void drain_fd(int *fd, char *buf, size_t *len, size_t size)
+{
+    ssize_t n;
+
+    while (*fd >= 0) {
+        char scratch[4096];
+
+        n = read(*fd, scratch, sizeof(scratch));
+        if (n > 0) {
+            size_t room = size - 1 - *len;
+            size_t take = (size_t)n < room ? (size_t)n : room;
+
+            memcpy(buf + *len, scratch, take);
+            *len += take;
+            buf[*len] = '\0';
+        } else if (n == 0) {
+            close(*fd);
+            *fd = -1;
+        } else if (errno != EINTR) {
+            return;
+        }
+    }
+}
+
+static void proc_drain(struct proc *p)
+{
+    drain_fd(&p->out_fd, p->out, &p->out_len, sizeof(p->out));
+    drain_fd(&p->err_fd, p->err, &p->err_len, sizeof(p->err));
+}
+
+/* True once the process exited (status in p->status), false if it is still
+ * running after timeout_ms. */
+static bool proc_exited(struct proc *p, int timeout_ms)
+{
+    uint64_t t0 = h_now_ms();
+    int st;
+
+    while (p->pid != 0) {
+        pid_t r = waitpid(p->pid, &st, WNOHANG);
+
+        proc_drain(p);
+        if (r == p->pid) {
+            p->pid = 0;
+            p->status = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+            /* Its last words may have arrived after the drain above. */
+            proc_drain(p);
+            proc_close_pipes(p);
+            break;
+        }
+        if (since(t0) >= timeout_ms)
+            return false;
+        h_sleep_ms(5);
+    }
+    return true;
+}
+
+/* Wait for the exit, failing the test (with the process's stderr) when it
+ * takes longer than timeout_ms; returns the exit status. */
+static int proc_wait(struct proc *p, int timeout_ms)
+{
+    if (!proc_exited(p, timeout_ms)) {
+        kill(p->pid, SIGKILL);
+        proc_exited(p, 5000);
+        ck_abort_msg("process still running after %d ms; stdout: %s; stderr: %s",
+                     timeout_ms, p->out, p->err);
+    }
+    return p->status;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+
+    for (; *s != '\0'; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* Assert an exit status, showing the process's output when it differs. */
+static void assert_status(const struct proc *p, int want, const char *what)
+{
+    ck_assert_msg(p->status == want, "%s: exit status %d, want %d; stdout: %s; "
+                  "stderr: %s", what, p->status, want, p->out, p->err);
+}
+
+/* Successful commands print no messages. */
+static void assert_ok_quiet(const struct proc *p, const char *what)
+{
+    assert_status(p, 0, what);
+    ck_assert_msg(p->err_len == 0, "%s: exit 0 but stderr says: %s", what, p->err);
+}
+
+/* A failure is one line on stderr starting "redlockctl:", nothing on stdout. */
+static void assert_one_error_line(const struct proc *p, const char *what)
+{
+    ck_assert_msg(h_starts(p->err, "redlockctl:") && count_lines(p->err) == 1 &&
+                  p->err[p->err_len - 1] == '\n',
+                  "%s: stderr is not one \"redlockctl: ...\" line: \"%s\"", what,
+                  p->err);
+    ck_assert_msg(p->out_len == 0, "%s: stdout not empty: %s", what, p->out);
+}
+
+static json_t *parse_json(const struct proc *p, const char *what)
+{
+    json_error_t jerr;
+    json_t *o = json_loads(p->out, 0, &jerr);
+
+    ck_assert_msg(json_is_object(o), "%s: output is not a JSON object (%s): %s",
+                  what, jerr.text, p->out);
+    return o;
+}
+
+/* ---- run: mutual exclusion and the lock in the environment ---- */
+
+/* Appends "start <pid> <fence> <token> <resource>", sleeps, appends
+ * "end <pid>": two runs overlapping would interleave the marks. */
+#define MARK_SCRIPT \
+    "echo start $$ \"$REDLOCKD_FENCE\" \"$REDLOCKD_TOKEN\" " \
+    "\"$REDLOCKD_RESOURCE\" >> \"$1\"; sleep 0.3; echo end $$ >> \"$1\""
+
+struct mark {
+    long pid;
+    unsigned long long fence;
+    char token[64];
+    char resource[64];
+};
+
+static void check_token(const char *token, const char *line)
+{
+    ck_assert_msg(strlen(token) == 32, "REDLOCKD_TOKEN is not 32 chars: %s", line);
+    for (const char *t = token; *t != '\0'; t++)
+        ck_assert_msg(isxdigit((unsigned char)*t), "REDLOCKD_TOKEN not hex: %s", line);
+}
+
+START_TEST(run_excludes)
+{
+    const char *marks;
+    struct proc *p1, *p2;
+    struct mark m[2];
+    char buf[4096], *line, *save = NULL;
+    int n = 0;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    marks = tmp_path("marks");
+    p1 = ctl_start("-s", S, "run", "--wait", "10000", "cli:ex", "--",
+                   "sh", "-c", MARK_SCRIPT, "sh", marks, NULL);
+    p2 = ctl_start("-s", S, "run", "--wait", "10000", "cli:ex", "--",
+                   "sh", "-c", MARK_SCRIPT, "sh", marks, NULL);
+    proc_wait(p1, T(15000));
+    proc_wait(p2, T(15000));
+    assert_ok_quiet(p1, "first run --wait 10000");
+    assert_ok_quiet(p2, "second run --wait 10000");
+
+    ck_assert(read_file(marks, buf, sizeof(buf)));
+    for (line = strtok_r(buf, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save), n++) {
+        long pid;
+
+        ck_assert_msg(n < 4, "more than 4 marks; line %d: %s", n + 1, line);
+        if (n % 2 == 0) {
+            struct mark *k = &m[n / 2];
+
+            ck_assert_msg(sscanf(line, "start %ld %llu %63s %63s", &k->pid,
+                                 &k->fence, k->token, k->resource) == 4,
+                          "mark %d is not \"start PID FENCE TOKEN RESOURCE\": %s",
+                          n + 1, line);
+            check_token(k->token, line);
+            ck_assert_str_eq(k->resource, "cli:ex");
+        } else {
+            ck_assert_msg(sscanf(line, "end %ld", &pid) == 1 && pid == m[n / 2].pid,
+                          "mark %d is \"%s\", want \"end %ld\": the runs overlapped",
+                          n + 1, line, m[n / 2].pid);
+        }
+    }
+    ck_assert_msg(n == 4, "%d marks, want 4", n);
+    ck_assert_msg(m[0].pid != m[1].pid, "the same command ran twice?");
+    ck_assert_str_ne(m[0].token, m[1].token);
+    ck_assert_msg(m[1].fence > m[0].fence, "REDLOCKD_FENCE went from %llu to %llu",
+                  m[0].fence, m[1].fence);
+    /* Both released their lock. */
+    connect_to(&A);
+    assert_free("cli:ex");
+}
+END_TEST
+
+/* ---- run: busy lock, and the command's own status ---- */
+
+START_TEST(run_busy)
+{
+    const char *marker;
+    struct proc *p;
+    uint64_t t0;
+    long long took;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    marker = tmp_path("ran");
+    connect_to(&A);
+    expect(&A, "OK ", "HELLO name=other-holder");
+    expect(&A, "OK resource=cli:busy ", "LOCK cli:busy ttl=30000");
+
+    p = ctl_start("-s", S, "run", "cli:busy", "--", "sh", "-c", "touch \"$1\"",
+                  "sh", marker, NULL);
+    proc_wait(p, T(5000));
+    assert_status(p, EXIT_BUSY, "run on a busy lock");
+    ck_assert_msg(!file_exists(marker), "the command ran although the lock was busy");
+    assert_one_error_line(p, "run on a busy lock");
+
+    p = ctl_start("-s", S, "run", "-E", "3", "cli:busy", "--", "sh", "-c",
+                  "touch \"$1\"", "sh", marker, NULL);
+    proc_wait(p, T(5000));
+    assert_status(p, 3, "run -E 3 on a busy lock");
+    ck_assert_msg(!file_exists(marker), "the command ran although the lock was busy");
+
+    /* -q: a cron job's quiet skip. */
+    p = ctl_start("-s", S, "run", "-q", "cli:busy", "--", "sh", "-c",
+                  "touch \"$1\"", "sh", marker, NULL);
+    proc_wait(p, T(5000));
+    assert_status(p, EXIT_BUSY, "run -q on a busy lock");
+    ck_assert_msg(p->err_len == 0 && p->out_len == 0, "-q printed: %s%s", p->out,
+                  p->err);
+    ck_assert_msg(!file_exists(marker), "the command ran although the lock was busy");
+
+    /* The wait runs out: the same status, after the wait. */
+    t0 = h_now_ms();
+    p = ctl_start("-s", S, "run", "--wait", "400", "cli:busy", "--", "sh", "-c",
+                  "touch \"$1\"", "sh", marker, NULL);
+    proc_wait(p, T(5000));
+    took = since(t0);
+    assert_status(p, EXIT_BUSY, "run --wait 400 on a busy lock");
+    ck_assert_msg(took >= 380, "gave up after %lld ms of --wait 400", took);
+    ck_assert_msg(!file_exists(marker), "the command ran although the lock was busy");
+    assert_one_error_line(p, "run --wait 400 on a busy lock");
+
+    /* Once free, the command runs. */
+    expect(&A, "OK resource=cli:busy ", "UNLOCK cli:busy");
+    p = ctl_start("-s", S, "run", "cli:busy", "--", "sh", "-c", "touch \"$1\"",
+                  "sh", marker, NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "run on a free lock");
+    ck_assert_msg(file_exists(marker), "the command did not run on a free lock");
+    assert_free("cli:busy");
+}
+END_TEST
+
+/* -E 0 treats a busy lock as success: the status is 0, but the command
+ * must still not run (redlockctl(1): `run -E 0 -q db-migrate --
+ * ./migrate.sh`). */
+START_TEST(run_busy_exit_zero)
+{
+    const char *marker;
+    struct proc *p;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    marker = tmp_path("ran");
+    connect_to(&A);
+    expect(&A, "OK resource=cli:busy0 ", "LOCK cli:busy0 ttl=30000");
+
+    /* Long spelling after `run`, and -q: a cron job's quiet skip. */
+    p = ctl_start("-s", S, "run", "--conflict-exit-code", "0", "-q", "cli:busy0",
+                  "--", "sh", "-c", "touch \"$1\"", "sh", marker, NULL);
+    proc_wait(p, T(5000));
+    ck_assert_msg(!file_exists(marker), "-E 0: the command ran although the lock "
+                  "was busy (stderr: %s)", p->err);
+    assert_status(p, 0, "run --conflict-exit-code 0 -q on a busy lock");
+    ck_assert_msg(p->err_len == 0 && p->out_len == 0, "-q printed: %s%s", p->out,
+                  p->err);
+
+    expect(&A, "OK resource=cli:busy0 ", "UNLOCK cli:busy0");
+}
+END_TEST
+
+START_TEST(run_exit_status)
+{
+    struct proc *p;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    connect_to(&A);
+
+    p = ctl_start("-s", S, "run", "cli:st", "--", "sh", "-c", "exit 42", NULL);
+    proc_wait(p, T(5000));
+    assert_status(p, 42, "run -- sh -c 'exit 42'");
+    ck_assert_msg(p->err_len == 0, "stderr: %s", p->err);
+    assert_free("cli:st");
+
+    p = ctl_start("-s", S, "run", "cli:st", "--", "sh", "-c", "kill -USR1 $$", NULL);
+    proc_wait(p, T(5000));
+    assert_status(p, 128 + SIGUSR1, "a command killed by SIGUSR1");
+    assert_free("cli:st");
+
+    /* No "--": the command starts at the first word after RESOURCE. */
+    p = ctl_start("-s", S, "run", "cli:st", "true", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "run RESOURCE true");
+
+    p = ctl_start("-s", S, "run", "cli:st", "--", "/nonexistent/redlockd-test",
+                  NULL);
+    proc_wait(p, T(5000));
+    assert_status(p, 127, "a command that does not exist");
+    assert_free("cli:st");
+}
+END_TEST
+
+/* ---- run: signals ---- */
+
+/* SIGKILL leaves redlockctl no chance to UNLOCK: the daemon must release
+ * the lock as the connection drops, and the command must not run on. */
+START_TEST(run_sigkill_releases)
+{
+    const char *pidf;
+    struct proc *p;
+    long long took;
+    long cmd;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    pidf = tmp_path("pid");
+    connect_to(&A);
+    p = ctl_start("-s", S, "run", "cli:kill", "--", "sh", "-c",
+                  "echo $$ > \"$1\"; exec sleep 30", "sh", pidf, NULL);
+    cmd = wait_file_number(pidf, T(5000));
+    expect(&A, "ERR BUSY", "LOCK cli:kill ttl=30000");
+
+    kill(p->pid, SIGKILL);
+    proc_wait(p, T(5000));
+    assert_status(p, 128 + SIGKILL, "redlockctl after SIGKILL");
+    took = lock_within(&A, "cli:kill", T(500));
+    fprintf(stderr, "run_sigkill_releases: lock free %lld ms after the kill\n", took);
+    ck_assert_msg(wait_pid_gone((pid_t)cmd, T(3000)),
+                  "the command (pid %ld) still runs after redlockctl was killed", cmd);
+    expect(&A, "OK resource=cli:kill ", "UNLOCK cli:kill");
+}
+END_TEST
+
+START_TEST(run_sigterm_forwarded)
+{
+    const char *mark, *ready, *ready2;
+    char buf[256];
+    struct proc *p;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    mark = tmp_path("term");
+    ready = tmp_path("ready");
+    ready2 = tmp_path("ready2");
+    connect_to(&A);
+
+    /* The command traps TERM and says so; the loop's sleep gets TERM too
+     * (sent to the command's process group), so the trap runs at once. */
+    p = ctl_start("-s", S, "run", "cli:term", "--", "sh", "-c",
+                  "trap 'echo term >> \"$1\"; exit 3' TERM; echo $$ > \"$2\"; "
+                  "while :; do sleep 0.05; done", "sh", mark, ready, NULL);
+    wait_file_number(ready, T(5000));
+    kill(p->pid, SIGTERM);
+    proc_wait(p, T(5000));
+    assert_status(p, 3, "SIGTERM to redlockctl, command traps it and exits 3");
+    ck_assert_msg(read_file(mark, buf, sizeof(buf)) && strcmp(buf, "term\n") == 0,
+                  "the command's TERM trap did not run (marker: \"%s\")", buf);
+    assert_free("cli:term");
+
+    /* Not trapped: the command dies of it and redlockctl says 128+15. */
+    p = ctl_start("-s", S, "run", "cli:term", "--", "sh", "-c",
+                  "echo $$ > \"$1\"; exec sleep 30", "sh", ready2, NULL);
+    wait_file_number(ready2, T(5000));
+    kill(p->pid, SIGTERM);
+    proc_wait(p, T(5000));
+    assert_status(p, 128 + SIGTERM, "SIGTERM to redlockctl running sleep");
+    assert_free("cli:term");
+
+    /* SIGINT (Ctrl-C) is passed on the same way. */
+    unlink(ready2);
+    p = ctl_start("-s", S, "run", "cli:term", "--", "sh", "-c",
+                  "echo $$ > \"$1\"; exec sleep 30", "sh", ready2, NULL);
+    wait_file_number(ready2, T(5000));
+    kill(p->pid, SIGINT);
+    proc_wait(p, T(5000));
+    assert_status(p, 128 + SIGINT, "SIGINT to redlockctl running sleep");
+    assert_free("cli:term");
+}
+END_TEST
+
+/* ---- run: the lease is lost while the command runs ---- */
+
+START_TEST(run_lease_lost)
+{
+    const char *pidf;
+    struct proc *p;
+    uint64_t t0;
+    long long took;
+    long cmd;
+
+    start_nodes(3);
+    start_daemon(FAULT_JSON);
+    pidf = tmp_path("pid");
+    p = ctl_start("-s", S, "run", "--on-lost", "kill", "--ttl", "1500",
+                  "cli:lost", "--", "sh", "-c", "echo $$ > \"$1\"; exec sleep 30",
+                  "sh", pidf, NULL);
+    cmd = wait_file_number(pidf, T(5000));
+
+    /* One node of three left: no renewal can reach a quorum. */
+    h_redis_pause(&R[1]);
+    h_redis_pause(&R[2]);
+    t0 = h_now_ms();
+    proc_wait(p, T(10000));
+    took = since(t0);
+    fprintf(stderr, "run_lease_lost: redlockctl exited %lld ms after the pause\n",
+            took);
+    assert_status(p, EXIT_LOST, "run whose lease was lost");
+    ck_assert_msg(took < T(6000), "redlockctl took %lld ms to notice the loss "
+                  "of a ttl=1500 lease", took);
+    ck_assert_msg(strstr(p->err, "redlockctl:") != NULL && strstr(p->err, "lost") != NULL,
+                  "no message about the lost lease: %s", p->err);
+    ck_assert_msg(wait_pid_gone((pid_t)cmd, T(3000)),
+                  "the command (pid %ld) still runs after the lease was lost", cmd);
+    h_redis_resume(&R[1]);
+    h_redis_resume(&R[2]);
+}
+END_TEST
+
+/* ---- status, sessions, stats, ping ---- */
+
+START_TEST(inspection_commands)
+{
+    char addr[400];
+    struct proc *p;
+    json_t *o, *s, *v;
+    size_t i;
+    bool found = false;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    connect_to(&A);
+    expect(&A, "OK ", "HELLO name=cli-holder");
+    expect(&A, "OK resource=cli:insp ", "LOCK cli:insp ttl=30000");
+
+    p = ctl_start("-s", S, "status", "cli:insp", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "status");
+    ck_assert_msg(strstr(p->out, "cli:insp") != NULL &&
+                  strstr(p->out, "cli-holder") != NULL,
+                  "status does not name the resource and its holder: %s", p->out);
+
+    p = ctl_start("-s", S, "--json", "status", "cli:insp", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "--json status");
+    o = parse_json(p, "--json status");
+    ck_assert_str_eq(json_string_value(json_object_get(o, "resource")), "cli:insp");
+    ck_assert_msg(json_is_true(json_object_get(o, "held")), "status: not held: %s",
+                  p->out);
+    v = json_object_get(json_object_get(o, "holder"), "name");
+    ck_assert_msg(json_is_string(v) && strcmp(json_string_value(v), "cli-holder") == 0,
+                  "status: holder is not cli-holder: %s", p->out);
+    json_decref(o);
+
+    /* Options right after the command work too (redlockctl(1)). */
+    p = ctl_start("status", "--json", "-s", S, "cli:free", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "status --json of a free resource");
+    o = parse_json(p, "status --json of a free resource");
+    ck_assert_msg(json_is_false(json_object_get(o, "held")), "free resource held: %s",
+                  p->out);
+    json_decref(o);
+
+    p = ctl_start("-s", S, "sessions", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "sessions");
+    ck_assert_msg(strstr(p->out, "cli-holder") != NULL, "sessions: %s", p->out);
+
+    p = ctl_start("-s", S, "--json", "sessions", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "--json sessions");
+    o = parse_json(p, "--json sessions");
+    json_array_foreach(json_object_get(o, "sessions"), i, s) {
+        v = json_object_get(s, "name");
+        if (json_is_string(v) && strcmp(json_string_value(v), "cli-holder") == 0)
+            found = true;
+    }
+    ck_assert_msg(found, "--json sessions lacks cli-holder: %s", p->out);
+    json_decref(o);
+
+    p = ctl_start("-s", S, "stats", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "stats");
+    ck_assert_msg(strstr(p->out, "locks_held") != NULL, "stats: %s", p->out);
+
+    p = ctl_start("-s", S, "--json", "stats", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "--json stats");
+    o = parse_json(p, "--json stats");
+    v = json_object_get(o, "locks_held");
+    ck_assert_msg(json_is_integer(v) && json_integer_value(v) == 1,
+                  "--json stats: locks_held is not 1: %s", p->out);
+    json_decref(o);
+
+    p = ctl_start("-s", S, "ping", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "ping");
+    ck_assert_msg(h_starts(p->out, "PONG"), "ping printed: %s", p->out);
+
+    p = ctl_start("-s", S, "--json", "ping", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "--json ping");
+    o = parse_json(p, "--json ping");
+    v = json_object_get(o, "server");
+    ck_assert_msg(json_is_string(v) && h_starts(json_string_value(v), "redlockd/"),
+                  "--json ping: no server: %s", p->out);
+    json_decref(o);
+
+    /* The unix socket, spelled both ways, and $REDLOCKD_SERVER. */
+    snprintf(addr, sizeof(addr), "unix:%s", D.sock_path);
+    p = ctl_start("-s", addr, "ping", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "ping over unix:PATH");
+    ck_assert_msg(h_starts(p->out, "PONG"), "ping printed: %s", p->out);
+    p = ctl_start("--server", D.sock_path, "status", "cli:insp", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "status over /PATH");
+    ck_assert_msg(strstr(p->out, "cli-holder") != NULL, "status: %s", p->out);
+    server_env = S;
+    p = ctl_start("ping", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "ping with $REDLOCKD_SERVER");
+    server_env = NULL;
+}
+END_TEST
+
+START_TEST(unreachable_daemon)
+{
+    char addr[64];
+    struct proc *p;
+    int port, fd;
+    static const char *const cmds[][3] = {
+        { "ping", NULL, NULL },
+        { "status", "cli:x", NULL },
+        { "sessions", NULL, NULL },
+        { "stats", NULL, NULL },
+    };
+
+    /* Connection refused. */
+    fd = refusing_port(&port);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        p = ctl_start("-s", addr, cmds[i][0], cmds[i][1], NULL);
+        proc_wait(p, T(10000));
+        assert_status(p, EXIT_UNAVAILABLE, cmds[i][0]);
+        assert_one_error_line(p, cmds[i][0]);
+    }
+    /* run does not start the command (it would exit 99). */
+    p = ctl_start("-s", addr, "run", "cli:x", "--", "sh", "-c", "exit 99", NULL);
+    proc_wait(p, T(10000));
+    assert_status(p, EXIT_UNAVAILABLE, "run with no daemon");
+    assert_one_error_line(p, "run with no daemon");
+
+    p = ctl_start("-s", "unix:/nonexistent/redlockd-test.sock", "ping", NULL);
+    proc_wait(p, T(10000));
+    assert_status(p, EXIT_UNAVAILABLE, "ping to a missing unix socket");
+    assert_one_error_line(p, "ping to a missing unix socket");
+    close(fd);
+}
+END_TEST
+
+/* ---- --version, --help, usage errors ---- */
+
+START_TEST(version_and_help)
+{
+    struct proc *p;
+
+    p = ctl_start("--version", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "--version");
+    ck_assert_str_eq(p->out, "redlockctl " REDLOCKD_VERSION "\n");
+    p = ctl_start("-V", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "-V");
+    ck_assert_str_eq(p->out, "redlockctl " REDLOCKD_VERSION "\n");
+
+    p = ctl_start("--help", NULL);
+    proc_wait(p, T(5000));
+    assert_ok_quiet(p, "--help");
+    ck_assert_msg(strstr(p->out, "Usage:") != NULL && strstr(p->out, "run") != NULL &&
+                  strstr(p->out, "--conflict-exit-code") != NULL,
+                  "--help: %s", p->out);
+
+    p = ctl_start("--no-such-option", "ping", NULL);
+    proc_wait(p, T(5000));
+    assert_status(p, EXIT_USAGE, "an unknown option");
+    assert_one_error_line(p, "an unknown option");
+
+    p = ctl_start("run", "cli:x", NULL);
+    proc_wait(p, T(5000));
+    assert_status(p, EXIT_USAGE, "run without a command");
+    assert_one_error_line(p, "run without a command");
+}
+END_TEST
+
+/* ---- the README's library example ---- */
+
+START_TEST(readme_example)
+{
+    char addr[400];
+    struct proc *p;
+    unsigned long long fence1 = 0, fence2 = 0;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    connect_to(&A);
+
+    p = proc_startv(env_bin("EXAMPLE_BIN"), (const char *const[]){ S, NULL });
+    proc_wait(p, T(10000));
+    assert_ok_quiet(p, "example 127.0.0.1:PORT");
+    ck_assert_msg(sscanf(p->out, "got example:job, fence %llu", &fence1) == 1,
+                  "example printed: %s", p->out);
+
+    /* No argument: $REDLOCKD_SERVER, here the unix socket. */
+    snprintf(addr, sizeof(addr), "unix:%s", D.sock_path);
+    server_env = addr;
+    p = proc_startv(env_bin("EXAMPLE_BIN"), (const char *const[]){ NULL });
+    proc_wait(p, T(10000));
+    server_env = NULL;
+    assert_ok_quiet(p, "example with $REDLOCKD_SERVER");
+    ck_assert_msg(sscanf(p->out, "got example:job, fence %llu", &fence2) == 1,
+                  "example printed: %s", p->out);
+    ck_assert_msg(fence2 > fence1, "fence went from %llu to %llu", fence1, fence2);
+    /* It released what it took. */
+    assert_free("example:job");
+}
+END_TEST
+
+static Suite *cli_suite(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("cli");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, T(30));
+    tcase_add_test(tc, run_excludes);
+    tcase_add_test(tc, run_busy);
+    tcase_add_test(tc, run_busy_exit_zero);
+    tcase_add_test(tc, run_exit_status);
+    tcase_add_test(tc, run_sigkill_releases);
+    tcase_add_test(tc, run_sigterm_forwarded);
+    tcase_add_test(tc, run_lease_lost);
+    tcase_add_test(tc, inspection_commands);
+    tcase_add_test(tc, unreachable_daemon);
+    tcase_add_test(tc, version_and_help);
+    tcase_add_test(tc, readme_example);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(cli_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

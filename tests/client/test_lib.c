@@ -1,0 +1,984 @@
+/*
+ * test_lib: libredlockd (redlockd.h) called directly against the real
+ * redlockd and real redis-server nodes (issue 5, point 3).
+ *
+ * Each test starts its own nodes and daemon from a checked fixture that
+ * always stops them again and asserts that the daemon exits 0 on SIGTERM.
+ * What is checked:
+ *   - connecting over TCP (HOST:PORT, tcp://) and the unix socket
+ *     (unix:PATH, /PATH), the HELLO information, lock / extend / unlock as
+ *     seen in GET and PTTL on every node, ping, and that LOCKS, STATUS,
+ *     SESSIONS and STATS return JSON that parses;
+ *   - every error the daemon can be made to answer, mapped to its enum:
+ *     BUSY, TIMEOUT, HELD, NOTHELD, ARG, LIMIT, NOAUTH, AUTH, LOST (keys
+ *     deleted behind the daemon's back), UNAVAILABLE (two of three nodes
+ *     stopped), TOOLONG; and those the library finds itself: IO (connection
+ *     refused), IO_TIMEOUT (daemon stopped with SIGSTOP), CLOSED (daemon
+ *     shut down), INVALID; each with its message and strerror text;
+ *   - EVENT LOST after two of three nodes stop under renewed leases, seen
+ *     through redlockd_poll_events() and through an ordinary request, with
+ *     redlockd_lost() and the on_lost callback (which may not make
+ *     requests);
+ *   - strerror and code names for every code.
+ * UNKNOWN (the library only sends commands it knows) and SHUTDOWN (the
+ * daemon closes every session as it starts stopping) can not be provoked
+ * through the library.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "redlockd.h"
+
+#define NODES_MAX 3
+#define HANDLES_MAX 8
+
+/* Redis timeouts short enough that stopped nodes are noticed within a
+ * couple of seconds (as test_fault does). */
+#define FAULT_JSON "{\"redis\":{\"command_timeout_ms\":100," \
+                   "\"reconnect_max_ms\":200}}"
+
+static struct h_redis R[NODES_MAX];
+static int nr;
+static struct h_daemon D;
+/* Every handle a test opened, closed by the teardown. */
+static struct redlockd *H[HANDLES_MAX];
+static int nh;
+static char tcp_addr[64];
+
+/* ---- fixture ---- */
+
+static void setup(void)
+{
+    memset(R, 0, sizeof(R));
+    memset(&D, 0, sizeof(D));
+    memset(H, 0, sizeof(H));
+    nr = 0;
+    nh = 0;
+    tcp_addr[0] = '\0';
+}
+
+/* Runs after every passing test; a failing one _exit()s its fork, and then
+ * PDEATHSIG and the harness's guardians clean up instead. */
+static void teardown(void)
+{
+    int rc = 0;
+
+    /* A daemon a test left stopped must run again to exit on SIGTERM. */
+    if (D.pid != 0)
+        kill(D.pid, SIGCONT);
+    for (int i = 0; i < nr; i++)
+        h_redis_resume(&R[i]);
+    for (int i = 0; i < nh; i++)
+        redlockd_close(H[i]);
+    nh = 0;
+    if (D.pid != 0) {
+        rc = h_daemon_stop(&D);
+        if (rc != 0)
+            h_daemon_dump_log(&D);
+    }
+    h_daemon_cleanup(&D);
+    for (int i = 0; i < nr; i++)
+        h_redis_cleanup(&R[i]);
+    ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
+}
+
+/* ---- helpers ---- */
+
+/* The daemon under the valgrind wrapper is much slower: stretch upper
+ * bounds on how soon things happen (never lower bounds). */
+static int T(int ms)
+{
+    const char *w = getenv("REDLOCKD_TEST_WRAPPER");
+
+    return (w != NULL && *w != '\0') ? ms * 5 : ms;
+}
+
+static long long since(uint64_t t0)
+{
+    return (long long)(h_now_ms() - t0);
+}
+
+static void start_nodes(int n)
+{
+    for (int i = 0; i < n; i++)
+        h_redis_start(&R[i], NULL);
+    nr = n;
+}
+
+/* Connect and keep the handle for the teardown. */
+static struct redlockd *open_opts(const struct redlockd_opts *o)
+{
+    struct redlockd_error err;
+    struct redlockd *h = NULL;
+    int rc;
+
+    ck_assert_int_lt(nh, HANDLES_MAX);
+    rc = redlockd_connect(&h, o, &err);
+    ck_assert_msg(rc == 0 && h != NULL, "connect to %s: %d %s",
+                  o->server != NULL ? o->server : "(default)", rc,
+                  rc < 0 ? err.msg : "");
+    H[nh++] = h;
+    return h;
+}
+
+static struct redlockd *open_at(const char *server, const char *name)
+{
+    struct redlockd_opts o = { .server = server, .name = name };
+
+    return open_opts(&o);
+}
+
+/* Close one handle early (QUIT), and forget it. */
+static void close_handle(struct redlockd *h)
+{
+    for (int i = 0; i < nh; i++) {
+        if (H[i] == h) {
+            H[i] = H[--nh];
+            break;
+        }
+    }
+    redlockd_close(h);
+}
+
+/* JSON text from an inspection call, freed here; the caller decrefs. The
+ * text comes by pointer: an argument evaluated before the call that
+ * fills it would still be NULL. */
+static json_t *parse(int rc, char **textp, struct redlockd *h, const char *what)
+{
+    char *text = *textp;
+    json_error_t jerr;
+    json_t *o;
+
+    *textp = NULL;
+    ck_assert_msg(rc == 0 && text != NULL, "%s failed: %d %s", what, rc,
+                  redlockd_last_error(h)->msg);
+    o = json_loads(text, 0, &jerr);
+    ck_assert_msg(json_is_object(o), "%s: not a JSON object (%s): %s", what,
+                  jerr.text, text);
+    free(text);
+    return o;
+}
+
+static json_t *stats(struct redlockd *h)
+{
+    char *text = NULL;
+
+    return parse(redlockd_stats(h, &text), &text, h, "redlockd_stats");
+}
+
+static json_int_t jint(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+
+    ck_assert_msg(json_is_integer(v), "no integer \"%s\" in the JSON", key);
+    return json_integer_value(v);
+}
+
+/*
+ * Start the daemon over the nodes and wait until every node votes: it
+ * listens before its Redis connections are up, and a lock taken before
+ * then would rightly be refused for a reason these tests are not about.
+ */
+static void start_daemon_auth(const char *extra_json, const char *password)
+{
+    struct redlockd_opts o = { .name = "ready-probe", .password = password };
+    struct redlockd *h;
+    uint64_t t0;
+    json_int_t voting = -1;
+
+    h_daemon_start(&D, R, nr, extra_json);
+    snprintf(tcp_addr, sizeof(tcp_addr), "127.0.0.1:%d", D.port);
+    o.server = tcp_addr;
+    h = open_opts(&o);
+    t0 = h_now_ms();
+    while (since(t0) < T(5000)) {
+        json_t *o = stats(h);
+
+        voting = jint(o, "nodes_voting");
+        json_decref(o);
+        if (voting == nr)
+            break;
+        h_sleep_ms(20);
+    }
+    close_handle(h);
+    if (voting != nr)
+        h_daemon_dump_log(&D);
+    ck_assert_msg(voting == nr, "only %lld of %d nodes voting after start",
+                  (long long)voting, nr);
+}
+
+static void start_daemon(const char *extra_json)
+{
+    start_daemon_auth(extra_json, NULL);
+}
+
+/*
+ * A failed call: it returned -want, the handle's last error says want
+ * with a message, and the code has a description and a name.
+ */
+static void assert_code(struct redlockd *h, int rc, int want, const char *what)
+{
+    const struct redlockd_error *e = redlockd_last_error(h);
+
+    ck_assert_msg(rc == -want, "%s returned %d (%s: %s), want -%d (%s)", what, rc,
+                  redlockd_code_name(rc), e->msg, want, redlockd_code_name(want));
+    ck_assert_msg(e->code == want, "%s: last error code %d, want %d", what, e->code,
+                  want);
+    ck_assert_msg(e->msg[0] != '\0', "%s: empty error message", what);
+    ck_assert_msg(redlockd_strerror(rc)[0] != '\0', "%s: empty strerror", what);
+}
+
+/* The connection survived an error the daemon answered with. */
+static void assert_usable(struct redlockd *h, const char *after)
+{
+    int rc = redlockd_ping(h);
+
+    ck_assert_msg(rc == 0, "ping after %s: %d %s", after, rc,
+                  redlockd_last_error(h)->msg);
+    ck_assert_int_eq(redlockd_last_error(h)->code, 0);
+}
+
+/* GET lock:<res> on node i: malloc'd value, or NULL when there is none. */
+static char *key_get(int i, const char *res)
+{
+    char *s = NULL;
+    long long v = h_redis_cmd(&R[i], &s, "GET lock:%s", res);
+
+    ck_assert_msg(v != -3, "GET lock:%s on node %d failed", res, i);
+    if (v == -2) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static long long key_pttl(int i, const char *res)
+{
+    long long v = h_redis_cmd(&R[i], NULL, "PTTL lock:%s", res);
+
+    ck_assert_msg(v != -3, "PTTL lock:%s on node %d failed", res, i);
+    return v;
+}
+
+/* Every node holds `token` under lock:<res> (NULL: no key anywhere). */
+static void assert_keys(const char *res, const char *token)
+{
+    for (int i = 0; i < nr; i++) {
+        char *v = key_get(i, res);
+        bool ok = token == NULL ? v == NULL : (v != NULL && strcmp(v, token) == 0);
+
+        ck_assert_msg(ok, "node %d: lock:%s is %s, want %s", i, res,
+                      v != NULL ? v : "(no key)", token != NULL ? token : "(no key)");
+        free(v);
+    }
+}
+
+static void check_lease(const struct redlockd_lease *l, const char *res,
+                        uint32_t ttl)
+{
+    ck_assert_str_eq(l->resource, res);
+    ck_assert_msg(strlen(l->token) == REDLOCKD_TOKEN_LEN, "token \"%s\"", l->token);
+    for (const char *t = l->token; *t != '\0'; t++)
+        ck_assert_msg(isxdigit((unsigned char)*t), "token \"%s\" not hex", l->token);
+    ck_assert_msg(l->fence > 0, "fence 0");
+    ck_assert_uint_eq(l->ttl, ttl);
+    ck_assert_msg(l->validity > 0 && l->validity <= ttl, "validity %" PRId64
+                  " for ttl %u", l->validity, ttl);
+}
+
+/* "node 0: <value> pttl <ms>, ..." of lock:<res>, for failure messages
+ * (static buffer). */
+static const char *describe_keys(const char *res)
+{
+    static char out[1024];
+    size_t len = 0;
+
+    out[0] = '\0';
+    for (int i = 0; i < nr && len < sizeof(out); i++) {
+        char *v = key_get(i, res);
+
+        len += (size_t)snprintf(out + len, sizeof(out) - len,
+                                "%snode %d: %s pttl %lld", i > 0 ? ", " : "", i,
+                                v != NULL ? v : "(no key)", key_pttl(i, res));
+        free(v);
+    }
+    return out;
+}
+
+static void lock_ok(struct redlockd *h, const char *res, uint32_t ttl,
+                    int renew, struct redlockd_lease *l)
+{
+    int rc = redlockd_lock(h, res, ttl, 0, renew, l);
+
+    ck_assert_msg(rc == 0, "lock %s: %d %s (keys: %s)", res, rc,
+                  redlockd_last_error(h)->msg, describe_keys(res));
+}
+
+/* What an on_lost callback was told. */
+struct lost_log {
+    struct redlockd *h;         /* to try a request from inside */
+    int calls;
+    int null_calls;             /* resource NULL: the connection is gone */
+    char resource[64];
+    uint64_t fence;
+    char reason[32];
+    int request_rc;             /* what a request from inside returned */
+};
+
+static void on_lost(const char *resource, uint64_t fence, const char *reason,
+                    void *ud)
+{
+    struct lost_log *l = ud;
+
+    if (resource == NULL) {
+        l->null_calls++;
+        snprintf(l->reason, sizeof(l->reason), "%s", reason);
+        return;
+    }
+    l->calls++;
+    snprintf(l->resource, sizeof(l->resource), "%s", resource);
+    snprintf(l->reason, sizeof(l->reason), "%s", reason);
+    l->fence = fence;
+    if (l->h != NULL)
+        l->request_rc = redlockd_ping(l->h);
+}
+
+static struct redlockd *open_logged(const char *name, struct lost_log *log)
+{
+    struct redlockd_opts o = { .server = tcp_addr, .name = name,
+                               .on_lost = on_lost, .ud = log };
+
+    memset(log, 0, sizeof(*log));
+    log->h = open_opts(&o);
+    return log->h;
+}
+
+/*
+ * A loopback port that refuses connections for as long as the returned
+ * socket stays open: bound, never listening, so no other test running in
+ * parallel can start a server on it meanwhile (h_free_port can not
+ * promise that).
+ */
+static int refusing_port(int *port)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_msg(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+                  getsockname(fd, (struct sockaddr *)&sa, &len) == 0,
+                  "bind: %s", strerror(errno));
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+/* ---- connect, lock, extend, unlock, inspect ---- */
+
+START_TEST(lock_extend_unlock)
+{
+    struct redlockd_lease l, l2;
+    const struct redlockd_info *info;
+    struct redlockd *h, *u;
+    char *text = NULL, unix_addr[400];
+    int64_t validity = 0;
+    json_t *o, *v, *s;
+    size_t i;
+    bool found = false;
+
+    start_nodes(3);
+    start_daemon(NULL);
+    h = open_at(tcp_addr, "lib-basic");
+    info = redlockd_info(h);
+    ck_assert_msg(info->session[0] != '\0', "no session id");
+    ck_assert_msg(h_starts(info->server, "redlockd/"), "server \"%s\"", info->server);
+    ck_assert_uint_eq(info->nodes, 3);
+    ck_assert_uint_eq(info->quorum, 2);
+    ck_assert_int_eq(redlockd_ping(h), 0);
+    ck_assert_int_ge(redlockd_fd(h), 0);
+
+    lock_ok(h, "lib:a", 10000, 0, &l);
+    check_lease(&l, "lib:a", 10000);
+    ck_assert_int_eq(redlockd_last_error(h)->code, 0);
+    ck_assert_int_eq(redlockd_lost(h, "lib:a"), 0);
+    assert_keys("lib:a", l.token);
+    for (int i = 0; i < nr; i++) {
+        long long pttl = key_pttl(i, "lib:a");
+
+        ck_assert_msg(pttl > 5000 && pttl <= 10000, "node %d: PTTL %lld after "
+                      "lock ttl=10000", i, pttl);
+    }
+
+    ck_assert_int_eq(redlockd_extend(h, "lib:a", 60000, &validity), 0);
+    ck_assert_msg(validity > 0 && validity <= 60000, "extend validity %" PRId64,
+                  validity);
+    for (int i = 0; i < nr; i++) {
+        long long pttl = key_pttl(i, "lib:a");
+
+        ck_assert_msg(pttl > 50000 && pttl <= 60000, "node %d: PTTL %lld after "
+                      "extend ttl=60000", i, pttl);
+    }
+    ck_assert_int_eq(redlockd_extend(h, "lib:a", 20000, NULL), 0);
+    for (int i = 0; i < nr; i++) {
+        long long pttl = key_pttl(i, "lib:a");
+
+        ck_assert_msg(pttl > 10000 && pttl <= 20000, "node %d: PTTL %lld after "
+                      "extend ttl=20000", i, pttl);
+    }
+
+    o = parse(redlockd_locks(h, &text), &text, h, "redlockd_locks");
+    v = json_array_get(json_object_get(o, "locks"), 0);
+    ck_assert_int_eq(json_array_size(json_object_get(o, "locks")), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(v, "resource")), "lib:a");
+    ck_assert_int_eq(jint(v, "ttl"), 20000);
+    ck_assert_int_eq(jint(v, "fence"), (json_int_t)l.fence);
+    json_decref(o);
+
+    text = NULL;
+    o = parse(redlockd_status(h, "lib:a", &text), &text, h, "redlockd_status");
+    ck_assert(json_is_true(json_object_get(o, "held")));
+    v = json_object_get(o, "holder");
+    ck_assert_str_eq(json_string_value(json_object_get(v, "session")), info->session);
+    ck_assert_str_eq(json_string_value(json_object_get(v, "name")), "lib-basic");
+    ck_assert_int_eq(json_array_size(json_object_get(o, "nodes")), 3);
+    json_decref(o);
+
+    text = NULL;
+    o = parse(redlockd_sessions(h, &text), &text, h, "redlockd_sessions");
+    json_array_foreach(json_object_get(o, "sessions"), i, s) {
+        v = json_object_get(s, "id");
+        if (json_is_string(v) && strcmp(json_string_value(v), info->session) == 0)
+            found = true;
+    }
+    ck_assert_msg(found, "SESSIONS lacks our session %s", info->session);
+    json_decref(o);
+
+    o = stats(h);
+    ck_assert_int_eq(jint(o, "locks_held"), 1);
+    json_decref(o);
+
+    ck_assert_int_eq(redlockd_unlock(h, "lib:a"), 0);
+    assert_keys("lib:a", NULL);
+
+    /* The other spellings of an address, and the unix socket: the same
+     * daemon, the same fences. */
+    snprintf(unix_addr, sizeof(unix_addr), "unix:%s", D.sock_path);
+    u = open_at(unix_addr, "lib-unix");
+    lock_ok(u, "lib:a", 0, 1, &l2);
+    /* ttl 0: the daemon's default (30000). */
+    check_lease(&l2, "lib:a", 30000);
+    ck_assert_msg(l2.fence > l.fence, "fence %" PRIu64 " after %" PRIu64, l2.fence,
+                  l.fence);
+    assert_keys("lib:a", l2.token);
+    ck_assert_int_eq(redlockd_unlock(u, "lib:a"), 0);
+    close_handle(u);
+    u = open_at(D.sock_path, "lib-path");
+    ck_assert_int_eq(redlockd_ping(u), 0);
+    close_handle(u);
+    snprintf(unix_addr, sizeof(unix_addr), "tcp://127.0.0.1:%d", D.port);
+    u = open_at(unix_addr, "lib-tcp-url");
+    lock_ok(u, "lib:a", 5000, 0, &l);
+    ck_assert_int_eq(redlockd_unlock(u, "lib:a"), 0);
+    close_handle(u);
+    /* redlockd_close sent QUIT: nothing of them is left. */
+    assert_keys("lib:a", NULL);
+}
+END_TEST
+
+/* ---- the errors the daemon answers ---- */
+
+START_TEST(daemon_errors)
+{
+    struct redlockd *a, *b;
+    struct redlockd_lease l;
+    char longname[REDLOCKD_RESOURCE_MAX + 2];
+    uint64_t t0;
+    long long took;
+    int rc;
+
+    start_nodes(1);
+    start_daemon("{\"limits\":{\"max_locks_per_session\":1}}");
+    a = open_at(tcp_addr, "lib-a");
+    b = open_at(tcp_addr, "lib-b");
+    lock_ok(a, "lib:e", 30000, 1, &l);
+
+    assert_code(b, redlockd_lock(b, "lib:e", 30000, 0, 1, NULL), REDLOCKD_E_BUSY,
+                "lock of a held resource");
+    assert_usable(b, "BUSY");
+
+    t0 = h_now_ms();
+    rc = redlockd_lock(b, "lib:e", 30000, 300, 1, NULL);
+    took = since(t0);
+    assert_code(b, rc, REDLOCKD_E_TIMEOUT, "lock wait=300 of a held resource");
+    ck_assert_msg(took >= 280 && took < T(3000), "TIMEOUT after %lld ms", took);
+    assert_usable(b, "TIMEOUT");
+
+    assert_code(a, redlockd_lock(a, "lib:e", 30000, 0, 1, NULL), REDLOCKD_E_HELD,
+                "second lock by the holder");
+    assert_usable(a, "HELD");
+
+    assert_code(b, redlockd_unlock(b, "lib:e"), REDLOCKD_E_NOTHELD,
+                "unlock by another session");
+    assert_code(b, redlockd_extend(b, "lib:e", 30000, NULL), REDLOCKD_E_NOTHELD,
+                "extend by another session");
+    assert_code(a, redlockd_unlock(a, "lib:none"), REDLOCKD_E_NOTHELD,
+                "unlock of a resource nobody holds");
+    assert_usable(b, "NOTHELD");
+
+    assert_code(b, redlockd_lock(b, "lib:arg", 1, 0, 1, NULL), REDLOCKD_E_ARG,
+                "lock ttl=1");
+    assert_code(a, redlockd_extend(a, "lib:e", 1, NULL), REDLOCKD_E_ARG,
+                "extend ttl=1");
+    assert_usable(b, "ARG");
+
+    /* max_locks_per_session is 1 and a holds lib:e. */
+    assert_code(a, redlockd_lock(a, "lib:f", 30000, 0, 1, NULL), REDLOCKD_E_LIMIT,
+                "a second lock over max_locks_per_session 1");
+    assert_usable(a, "LIMIT");
+
+    /* Refused by the library itself, nothing sent. */
+    assert_code(a, redlockd_lock(a, "two words", 30000, 0, 1, NULL),
+                REDLOCKD_E_INVALID, "lock of a resource with a space");
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    assert_code(a, redlockd_lock(a, longname, 30000, 0, 1, NULL), REDLOCKD_E_INVALID,
+                "lock of a resource over REDLOCKD_RESOURCE_MAX");
+    assert_usable(a, "INVALID");
+
+    /* a still holds its lock through all of that. */
+    ck_assert_int_eq(redlockd_unlock(a, "lib:e"), 0);
+    lock_ok(b, "lib:e", 30000, 1, &l);
+    ck_assert_int_eq(redlockd_unlock(b, "lib:e"), 0);
+}
+END_TEST
+
+START_TEST(auth_errors)
+{
+    struct redlockd_opts o = { .name = "lib-auth" };
+    struct redlockd_error err;
+    struct redlockd *h = (struct redlockd *)&err;    /* must become NULL */
+    int rc;
+
+    start_nodes(1);
+    start_daemon_auth("{\"auth\":{\"password\":\"s3cret-pw\"}}", "s3cret-pw");
+    o.server = tcp_addr;
+
+    o.password = "wrong-pw";
+    memset(&err, 0, sizeof(err));
+    rc = redlockd_connect(&h, &o, &err);
+    ck_assert_msg(rc == -REDLOCKD_E_AUTH, "connect with a wrong password: %d %s", rc,
+                  err.msg);
+    ck_assert_int_eq(err.code, REDLOCKD_E_AUTH);
+    ck_assert_msg(err.msg[0] != '\0', "AUTH error without a message");
+    ck_assert_ptr_null(h);
+
+    /* Without a password the session opens (HELLO and PING are allowed)
+     * but takes no locks. */
+    o.password = NULL;
+    h = open_opts(&o);
+    ck_assert_int_eq(redlockd_ping(h), 0);
+    assert_code(h, redlockd_lock(h, "lib:auth", 30000, 0, 1, NULL),
+                REDLOCKD_E_NOAUTH, "lock without AUTH");
+    assert_usable(h, "NOAUTH");
+
+    o.password = "s3cret-pw";
+    h = open_opts(&o);
+    ck_assert_int_eq(redlockd_lock(h, "lib:auth", 30000, 0, 1, NULL), 0);
+    ck_assert_int_eq(redlockd_unlock(h, "lib:auth"), 0);
+}
+END_TEST
+
+/* Deleted behind the daemon's back: EXTEND finds the lease gone. */
+START_TEST(lost_on_extend)
+{
+    struct redlockd_lease l;
+    struct redlockd *h;
+
+    start_nodes(3);
+    start_daemon(NULL);
+    h = open_at(tcp_addr, "lib-lost");
+    lock_ok(h, "lib:gone", 30000, 0, &l);
+    assert_keys("lib:gone", l.token);
+    for (int i = 0; i < nr; i++)
+        ck_assert_int_eq(h_redis_cmd(&R[i], NULL, "DEL lock:lib:gone"), 1);
+
+    assert_code(h, redlockd_extend(h, "lib:gone", 30000, NULL), REDLOCKD_E_LOST,
+                "extend after the keys were deleted");
+    ck_assert_int_eq(redlockd_lost(h, "lib:gone"), 1);
+    ck_assert_int_eq(redlockd_lost(h, "lib:other"), 0);
+    assert_usable(h, "LOST");
+    /* The session no longer holds it. */
+    assert_code(h, redlockd_unlock(h, "lib:gone"), REDLOCKD_E_NOTHELD,
+                "unlock after ERR LOST");
+    ck_assert_int_eq(redlockd_lost(h, "lib:gone"), 1);
+}
+END_TEST
+
+/*
+ * After ERR LOST nobody holds the resource (no key on any node, and the
+ * session was told it lost it), so taking it again must work, and clears
+ * the lost mark. Repeated because a wrong answer here has shown up as a
+ * race: the daemon's own clean-up of the lost lease still in flight.
+ */
+START_TEST(relock_after_lost)
+{
+    struct redlockd_lease l;
+    struct redlockd *h;
+    char res[32];
+    int rc, busy = 0, first_busy = -1;
+
+    start_nodes(3);
+    start_daemon(NULL);
+    h = open_at(tcp_addr, "lib-relock");
+    for (int round = 0; round < 20; round++) {
+        snprintf(res, sizeof(res), "lib:re%d", round);
+        lock_ok(h, res, 30000, 0, &l);
+        for (int i = 0; i < nr; i++)
+            ck_assert_int_eq(h_redis_cmd(&R[i], NULL, "DEL lock:%s", res), 1);
+        assert_code(h, redlockd_extend(h, res, 30000, NULL), REDLOCKD_E_LOST,
+                    "extend after the keys were deleted");
+        ck_assert_int_eq(redlockd_lost(h, res), 1);
+        rc = redlockd_lock(h, res, 30000, 0, 0, &l);
+        if (rc == -REDLOCKD_E_BUSY) {
+            busy++;
+            if (first_busy < 0)
+                first_busy = round;
+            continue;
+        }
+        ck_assert_msg(rc == 0, "lock %s after ERR LOST: %d %s (keys: %s)", res, rc,
+                      redlockd_last_error(h)->msg, describe_keys(res));
+        ck_assert_int_eq(redlockd_lost(h, res), 0);
+        ck_assert_int_eq(redlockd_unlock(h, res), 0);
+    }
+    ck_assert_msg(busy == 0, "lock right after ERR LOST answered BUSY (\"held by "
+                  "someone else\") in %d of 20 rounds, first in round %d, though "
+                  "no node had the key", busy, first_busy);
+}
+END_TEST
+
+START_TEST(unavailable)
+{
+    struct redlockd *h;
+    uint64_t t0;
+    long long took;
+    int rc;
+
+    start_nodes(3);
+    start_daemon(FAULT_JSON);
+    h = open_at(tcp_addr, "lib-unavail");
+    h_redis_pause(&R[0]);
+    h_redis_pause(&R[1]);
+    t0 = h_now_ms();
+    rc = redlockd_lock(h, "lib:quorum", 30000, 0, 1, NULL);
+    took = since(t0);
+    assert_code(h, rc, REDLOCKD_E_UNAVAILABLE, "lock with two of three nodes stopped");
+    ck_assert_msg(took < T(3000), "UNAVAILABLE took %lld ms", took);
+    assert_usable(h, "UNAVAILABLE");
+    h_redis_resume(&R[0]);
+    h_redis_resume(&R[1]);
+}
+END_TEST
+
+/* A line over limits.max_line: the daemon answers TOOLONG and hangs up. */
+START_TEST(toolong_closes)
+{
+    struct redlockd *h;
+    char res[101];
+
+    start_nodes(1);
+    start_daemon("{\"limits\":{\"max_line\":64}}");
+    h = open_at(tcp_addr, "lib-long");
+    memset(res, 'r', sizeof(res) - 1);
+    res[sizeof(res) - 1] = '\0';
+    assert_code(h, redlockd_lock(h, res, 30000, 0, 1, NULL), REDLOCKD_E_TOOLONG,
+                "lock with a 100-byte name over max_line 64");
+    ck_assert_int_eq(redlockd_fd(h), -1);
+    assert_code(h, redlockd_ping(h), REDLOCKD_E_CLOSED, "ping after TOOLONG");
+}
+END_TEST
+
+/* ---- the errors the library finds ---- */
+
+START_TEST(transport_errors)
+{
+    struct redlockd_opts o = { .name = "lib-io" };
+    struct redlockd_error err;
+    struct redlockd *h = (struct redlockd *)&err;    /* must become NULL */
+    char addr[64];
+    uint64_t t0;
+    long long took;
+    int rc, port, fd;
+
+    /* Refused: a transport error. */
+    fd = refusing_port(&port);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    o.server = addr;
+    memset(&err, 0, sizeof(err));
+    rc = redlockd_connect(&h, &o, &err);
+    ck_assert_msg(rc == -REDLOCKD_E_IO, "connect to a closed port: %d (%s) %s", rc,
+                  redlockd_code_name(rc), err.msg);
+    ck_assert_int_eq(err.code, REDLOCKD_E_IO);
+    ck_assert_msg(err.msg[0] != '\0', "no message for a refused connection");
+    ck_assert_ptr_null(h);
+    close(fd);
+    /* Transport codes sit apart from everything the daemon can answer. */
+    ck_assert_int_gt(REDLOCKD_E_IO, REDLOCKD_E_OTHER);
+
+    o.server = "unix:/nonexistent/redlockd-test.sock";
+    h = (struct redlockd *)&err;
+    rc = redlockd_connect(&h, &o, &err);
+    ck_assert_msg(rc == -REDLOCKD_E_IO, "connect to a missing unix socket: %d %s",
+                  rc, err.msg);
+    ck_assert_ptr_null(h);
+
+    o.server = "127.0.0.1:notaport";
+    rc = redlockd_connect(&h, &o, &err);
+    ck_assert_msg(rc == -REDLOCKD_E_INVALID, "connect to a bad address: %d %s", rc,
+                  err.msg);
+
+    /* A daemon that stopped answering (SIGSTOP: its socket still accepts):
+     * the I/O timeout fires, on a request and on a connect. */
+    start_nodes(1);
+    start_daemon(NULL);
+    o.server = tcp_addr;
+    o.io_timeout_ms = 300;
+    h = open_opts(&o);
+    ck_assert_int_eq(kill(D.pid, SIGSTOP), 0);
+    t0 = h_now_ms();
+    rc = redlockd_ping(h);
+    took = since(t0);
+    assert_code(h, rc, REDLOCKD_E_IO_TIMEOUT, "ping to a stopped daemon");
+    ck_assert_msg(took >= 250 && took < 3000, "IO_TIMEOUT after %lld ms "
+                  "(io_timeout_ms 300)", took);
+    ck_assert_int_eq(redlockd_fd(h), -1);
+    assert_code(h, redlockd_ping(h), REDLOCKD_E_CLOSED, "ping after IO_TIMEOUT");
+
+    h = (struct redlockd *)&err;
+    rc = redlockd_connect(&h, &o, &err);
+    ck_assert_msg(rc == -REDLOCKD_E_IO_TIMEOUT, "connect to a stopped daemon: %d %s",
+                  rc, err.msg);
+    ck_assert_ptr_null(h);
+    ck_assert_int_eq(kill(D.pid, SIGCONT), 0);
+
+    h = open_at(tcp_addr, "lib-io-after");
+    ck_assert_int_eq(redlockd_ping(h), 0);
+}
+END_TEST
+
+/* The daemon shuts down under a held lock: EVENT SHUTDOWN, then CLOSED,
+ * and every lease of the handle counts as lost. */
+START_TEST(daemon_stop_closes)
+{
+    struct lost_log log;
+    struct redlockd *h;
+    struct redlockd_lease l;
+    uint64_t t0;
+    int rc, stop_rc;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    h = open_logged("lib-closed", &log);
+    lock_ok(h, "lib:closed", 30000, 1, &l);
+
+    stop_rc = h_daemon_stop(&D);
+    ck_assert_msg(stop_rc == 0, "redlockd exited with status %d on SIGTERM", stop_rc);
+    assert_keys("lib:closed", NULL);
+
+    /* Read what the daemon sent without sending anything ourselves. */
+    t0 = h_now_ms();
+    while ((rc = redlockd_poll_events(h, 200)) >= 0)
+        ck_assert_msg(since(t0) < T(5000), "no EOF from a stopped daemon");
+    assert_code(h, rc, REDLOCKD_E_CLOSED, "poll_events after the daemon stopped");
+    ck_assert_int_eq(redlockd_shutting_down(h), 1);
+    ck_assert_int_eq(redlockd_fd(h), -1);
+    ck_assert_int_eq(redlockd_lost(h, "lib:closed"), 1);
+    ck_assert_int_eq(log.null_calls, 1);
+    ck_assert_str_eq(log.reason, "disconnected");
+    ck_assert_int_eq(log.calls, 0);
+
+    assert_code(h, redlockd_ping(h), REDLOCKD_E_CLOSED, "ping after the daemon stopped");
+    assert_code(h, redlockd_lock(h, "lib:x", 30000, 0, 1, NULL), REDLOCKD_E_CLOSED,
+                "lock after the daemon stopped");
+    ck_assert_int_eq(log.null_calls, 1);
+}
+END_TEST
+
+/* ---- EVENT LOST ---- */
+
+static void assert_lost_log(const struct lost_log *log, const char *res,
+                            const struct redlockd_lease *l)
+{
+    ck_assert_msg(log->calls == 1, "on_lost called %d times for %s", log->calls, res);
+    ck_assert_str_eq(log->resource, res);
+    ck_assert_msg(log->fence == l->fence, "on_lost fence %" PRIu64 ", lease fence %"
+                  PRIu64, log->fence, l->fence);
+    ck_assert_msg(strcmp(log->reason, "expired") == 0 ||
+                  strcmp(log->reason, "quorum") == 0 ||
+                  strcmp(log->reason, "node") == 0,
+                  "on_lost reason \"%s\"", log->reason);
+    ck_assert_msg(log->request_rc == -REDLOCKD_E_INVALID,
+                  "a request from inside on_lost returned %d, want -INVALID",
+                  log->request_rc);
+    ck_assert_int_eq(log->null_calls, 0);
+}
+
+/*
+ * Two renewed leases of ttl 1500 on two handles; then two of three nodes
+ * stop, so no renewal can reach a quorum. One handle learns of the loss
+ * through redlockd_poll_events() while idle, the other through the
+ * replies to its pings.
+ */
+START_TEST(event_lost)
+{
+    struct lost_log log1, log2;
+    struct redlockd *h1, *h2;
+    struct redlockd_lease l1, l2;
+    uint64_t t0;
+    long long took;
+    int polled = 0, rc;
+
+    start_nodes(3);
+    start_daemon(FAULT_JSON);
+    h1 = open_logged("lib-poll", &log1);
+    h2 = open_logged("lib-ping", &log2);
+    lock_ok(h1, "lib:l1", 1500, 1, &l1);
+    lock_ok(h2, "lib:l2", 1500, 1, &l2);
+    /* Renewal keeps them past their ttl while the nodes run. */
+    h_sleep_ms(2000);
+    ck_assert_int_eq(redlockd_poll_events(h1, 0), 0);
+    ck_assert_int_eq(redlockd_ping(h2), 0);
+    ck_assert_int_eq(redlockd_lost(h1, "lib:l1") + redlockd_lost(h2, "lib:l2"), 0);
+
+    h_redis_pause(&R[1]);
+    h_redis_pause(&R[2]);
+    t0 = h_now_ms();
+    while (!redlockd_lost(h1, "lib:l1") || !redlockd_lost(h2, "lib:l2")) {
+        ck_assert_msg(since(t0) < T(8000), "no EVENT LOST within 8 s (handle 1: "
+                      "%d, handle 2: %d)", redlockd_lost(h1, "lib:l1"),
+                      redlockd_lost(h2, "lib:l2"));
+        if (!redlockd_lost(h1, "lib:l1")) {
+            rc = redlockd_poll_events(h1, 50);
+            ck_assert_msg(rc >= 0, "poll_events: %d %s", rc,
+                          redlockd_last_error(h1)->msg);
+            polled += rc;
+        }
+        if (!redlockd_lost(h2, "lib:l2")) {
+            rc = redlockd_ping(h2);
+            ck_assert_msg(rc == 0, "ping: %d %s", rc, redlockd_last_error(h2)->msg);
+            h_sleep_ms(20);
+        }
+    }
+    took = since(t0);
+    fprintf(stderr, "event_lost: both leases reported lost %lld ms after the "
+            "pause\n", took);
+    ck_assert_msg(polled >= 1, "poll_events reported no event");
+    assert_lost_log(&log1, "lib:l1", &l1);
+    assert_lost_log(&log2, "lib:l2", &l2);
+    /* Each handle knows only its own leases. */
+    ck_assert_int_eq(redlockd_lost(h1, "lib:l2"), 0);
+    ck_assert_int_eq(redlockd_lost(h2, "lib:l1"), 0);
+    /* The connections live on. */
+    assert_usable(h1, "EVENT LOST");
+    ck_assert_int_ne(redlockd_fd(h1), -1);
+
+    h_redis_resume(&R[1]);
+    h_redis_resume(&R[2]);
+    /* The session no longer holds it; the mark stays until it is retaken. */
+    rc = redlockd_unlock(h1, "lib:l1");
+    ck_assert_msg(rc == -REDLOCKD_E_LOST || rc == -REDLOCKD_E_NOTHELD,
+                  "unlock after EVENT LOST: %d %s", rc, redlockd_last_error(h1)->msg);
+    ck_assert_int_eq(redlockd_lost(h1, "lib:l1"), 1);
+    t0 = h_now_ms();
+    while ((rc = redlockd_lock(h1, "lib:l1", 1500, 0, 1, &l1)) != 0) {
+        ck_assert_msg(rc == -REDLOCKD_E_UNAVAILABLE || rc == -REDLOCKD_E_BUSY,
+                      "lock after the nodes resumed: %d %s", rc,
+                      redlockd_last_error(h1)->msg);
+        ck_assert_msg(since(t0) < T(5000), "lock still failing 5 s after the "
+                      "nodes resumed: %s", redlockd_last_error(h1)->msg);
+        h_sleep_ms(50);
+    }
+    ck_assert_int_eq(redlockd_lost(h1, "lib:l1"), 0);
+    ck_assert_int_eq(redlockd_unlock(h1, "lib:l1"), 0);
+}
+END_TEST
+
+/* ---- codes ---- */
+
+START_TEST(strerror_all_codes)
+{
+    static const char *const words[] = {
+        [REDLOCKD_E_ARG] = "ARG", [REDLOCKD_E_UNKNOWN] = "UNKNOWN",
+        [REDLOCKD_E_TOOLONG] = "TOOLONG", [REDLOCKD_E_NOAUTH] = "NOAUTH",
+        [REDLOCKD_E_AUTH] = "AUTH", [REDLOCKD_E_BUSY] = "BUSY",
+        [REDLOCKD_E_TIMEOUT] = "TIMEOUT", [REDLOCKD_E_HELD] = "HELD",
+        [REDLOCKD_E_NOTHELD] = "NOTHELD", [REDLOCKD_E_LOST] = "LOST",
+        [REDLOCKD_E_UNAVAILABLE] = "UNAVAILABLE", [REDLOCKD_E_LIMIT] = "LIMIT",
+        [REDLOCKD_E_SHUTDOWN] = "SHUTDOWN",
+    };
+
+    for (int c = 0; c < REDLOCKD_CODE_COUNT; c++) {
+        const char *s = redlockd_strerror(c), *n = redlockd_code_name(c);
+
+        ck_assert_msg(s != NULL && s[0] != '\0', "strerror(%d) is empty", c);
+        ck_assert_msg(redlockd_strerror(-c) == s ||
+                      strcmp(redlockd_strerror(-c), s) == 0,
+                      "strerror(%d) differs from strerror(%d)", -c, c);
+        ck_assert_msg(n != NULL && n[0] != '\0' && strcmp(n, "?") != 0,
+                      "code_name(%d) is \"%s\"", c, n != NULL ? n : "(null)");
+        for (int d = 0; d < c; d++)
+            ck_assert_msg(strcmp(redlockd_code_name(d), n) != 0,
+                          "codes %d and %d are both named %s", d, c, n);
+        if (c < (int)(sizeof(words) / sizeof(words[0])) && words[c] != NULL)
+            ck_assert_str_eq(n, words[c]);
+    }
+    ck_assert_str_eq(redlockd_code_name(REDLOCKD_OK), "OK");
+    ck_assert_str_eq(redlockd_code_name(-REDLOCKD_E_BUSY), "BUSY");
+    ck_assert_msg(redlockd_strerror(9999)[0] != '\0', "strerror(9999) is empty");
+}
+END_TEST
+
+static Suite *lib_suite(void)
+{
+    Suite *s = suite_create("lib");
+    TCase *tc = tcase_create("lib");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, T(30));
+    tcase_add_test(tc, lock_extend_unlock);
+    tcase_add_test(tc, daemon_errors);
+    tcase_add_test(tc, auth_errors);
+    tcase_add_test(tc, lost_on_extend);
+    tcase_add_test(tc, relock_after_lost);
+    tcase_add_test(tc, unavailable);
+    tcase_add_test(tc, toolong_closes);
+    tcase_add_test(tc, transport_errors);
+    tcase_add_test(tc, daemon_stop_closes);
+    tcase_add_test(tc, event_lost);
+    tcase_add_test(tc, strerror_all_codes);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(lib_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
