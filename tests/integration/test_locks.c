@@ -17,7 +17,8 @@
  *   - interoperability with plain `SET NX PX` clients in both directions;
  *   - EXTEND as seen in PTTL, and ERR LOST when the key vanished;
  *   - LOCKS and STATUS JSON, max_locks_per_session, ttl range, and the
- *     acquisition counters of STATS.
+ *     acquisition counters of STATS;
+ *   - Redis AUTH (password, ACL user + password) and SELECT of the db.
  */
 #include <check.h>
 #include <ctype.h>
@@ -1102,6 +1103,107 @@ START_TEST(stats_counters)
 }
 END_TEST
 
+/* ---- Redis-side authentication and database ---- */
+
+/* A synchronous connection that logs in (user may be NULL) and selects db;
+ * the value of lock:<res> there (malloc'd) or NULL. */
+static char *auth_get(const struct h_redis *r, const char *user,
+                      const char *pass, int db, const char *res)
+{
+    redisContext *c = h_redis_connect(r);
+    redisReply *rep;
+    char *val = NULL;
+
+    ck_assert_ptr_nonnull(c);
+    rep = user ? redisCommand(c, "AUTH %s %s", user, pass)
+               : redisCommand(c, "AUTH %s", pass);
+    ck_assert_msg(rep && rep->type == REDIS_REPLY_STATUS, "AUTH failed");
+    freeReplyObject(rep);
+    rep = redisCommand(c, "SELECT %d", db);
+    ck_assert_msg(rep && rep->type == REDIS_REPLY_STATUS, "SELECT failed");
+    freeReplyObject(rep);
+    rep = redisCommand(c, "GET lock:%s", res);
+    ck_assert_ptr_nonnull(rep);
+    if (rep->type == REDIS_REPLY_STRING)
+        val = strdup(rep->str);
+    freeReplyObject(rep);
+    redisFree(c);
+    return val;
+}
+
+START_TEST(redis_password_and_db)
+{
+    struct grant g;
+    struct h_client c;
+
+    start_nodes(3, NULL);
+    for (int i = 0; i < nr; i++)
+        ck_assert_int_eq(h_redis_cmd(&R[i], NULL,
+                                     "CONFIG SET requirepass n0deS3cret"), 0);
+    struct h_daemon *d = start_daemon("{\"redis\":{\"password\":\"n0deS3cret\","
+                                      "\"db\":3}}");
+    connect_to(&c, d);
+    lock_ok(&c, "auth:1", 10000, "", &g);
+    for (int i = 0; i < nr; i++) {
+        char *v = auth_get(&R[i], NULL, "n0deS3cret", 3, "auth:1");
+        ck_assert_msg(v && strcmp(v, g.token) == 0,
+                      "node %d db 3 holds %s, want the token %s", i,
+                      v ? v : "(nothing)", g.token);
+        free(v);
+        v = auth_get(&R[i], NULL, "n0deS3cret", 0, "auth:1");
+        ck_assert_msg(v == NULL, "the key leaked into db 0 on node %d", i);
+    }
+    expect(&c, "OK resource=auth:1 nodes=3", "UNLOCK auth:1");
+    h_close(&c);
+}
+END_TEST
+
+START_TEST(redis_acl_user)
+{
+    struct grant g;
+    struct h_client c;
+
+    start_nodes(3, NULL);
+    for (int i = 0; i < nr; i++) {
+        ck_assert_int_eq(h_redis_cmd(&R[i], NULL, "ACL SETUSER locker on "
+                                     ">pw-1 ~* &* +@all"), 0);
+        ck_assert_int_eq(h_redis_cmd(&R[i], NULL, "ACL SETUSER default off"), 0);
+    }
+    struct h_daemon *d = start_daemon("{\"redis\":{\"username\":\"locker\","
+                                      "\"password\":\"pw-1\"}}");
+    connect_to(&c, d);
+    lock_ok(&c, "acl:1", 10000, "", &g);
+    for (int i = 0; i < nr; i++) {
+        char *v = auth_get(&R[i], "locker", "pw-1", 0, "acl:1");
+        ck_assert_msg(v && strcmp(v, g.token) == 0, "node %d lacks the key", i);
+        free(v);
+    }
+    expect(&c, "OK resource=acl:1 nodes=3", "UNLOCK acl:1");
+    h_close(&c);
+}
+END_TEST
+
+START_TEST(redis_wrong_password)
+{
+    struct h_client c;
+
+    start_nodes(1, NULL);
+    ck_assert_int_eq(h_redis_cmd(&R[0], NULL, "CONFIG SET requirepass right"), 0);
+    h_daemon_start(&D[0], R, nr, "{\"redis\":{\"password\":\"wrong\","
+                   "\"reconnect_max_ms\":200}}");
+    nd = 1;
+    connect_to(&c, &D[0]);
+    expect(&c, "ERR UNAVAILABLE ", "LOCK pw:1");
+    json_t *stats = ok_json(&c, "STATS");
+    json_t *node = json_array_get(json_object_get(stats, "nodes"), 0);
+    const char *err = jstr(node, "last_error");
+    ck_assert_msg(strstr(err, "AUTH") != NULL, "last_error says \"%s\"", err);
+    ck_assert(json_is_false(json_object_get(node, "up")));
+    json_decref(stats);
+    h_close(&c);
+}
+END_TEST
+
 static Suite *locks_suite(void)
 {
     Suite *s = suite_create("locks");
@@ -1125,6 +1227,9 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, max_locks_per_session);
     tcase_add_test(tc, ttl_out_of_range);
     tcase_add_test(tc, stats_counters);
+    tcase_add_test(tc, redis_password_and_db);
+    tcase_add_test(tc, redis_acl_user);
+    tcase_add_test(tc, redis_wrong_password);
     suite_add_tcase(s, tc);
     return s;
 }
