@@ -245,7 +245,8 @@ void conn_close(struct session *s, bool died, const char *why)
     if (s->closing)
         return;
     s->closing = true;
-    s->died = died;
+    /* At shutdown every session ends by our doing: no lock-delay. */
+    s->died = died && !session_shutting_down();
     if (s->reading)
         uv_read_stop(&s->h.stream);
     s->reading = false;

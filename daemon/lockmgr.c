@@ -37,6 +37,7 @@ struct lockreq {
     bool renew;
     uint64_t deadline;              /* uv_now ms; 0 = do not wait */
     bool attempting;                /* a redlock acquire is in flight */
+    bool no_token;                  /* the OS random source failed */
     enum redlock_status last;
     struct timer timer;
     char token[REDLOCK_TOKEN_LEN + 1];
@@ -525,8 +526,10 @@ static void req_attempt(struct lockreq *q)
 {
     timer_stop(&q->timer);
     if (redlock_token(q->token) != 0) {
-        q->last = REDLOCK_UNAVAILABLE;
-        req_fail(q, PROTO_ERR_UNAVAILABLE, "no random source for a token");
+        /* Answer from the timer, never from inside our caller: it may be
+         * about to touch the entry this request's answer could free. */
+        q->no_token = true;
+        timer_start(&q->timer, 0);
         return;
     }
     q->attempting = true;
@@ -541,6 +544,12 @@ static void req_timer_cb(struct timer *t)
 
     if (q->attempting)
         return;
+    if (q->no_token) {
+        log_error("getrandom failed: cannot make a lock token");
+        q->last = REDLOCK_UNAVAILABLE;
+        req_fail(q, PROTO_ERR_UNAVAILABLE, "no random source for a token");
+        return;
+    }
     if (timer_now() >= q->deadline) {
         req_give_up(q);
         return;

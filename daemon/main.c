@@ -35,6 +35,7 @@ static struct {
     uv_signal_t sigint, sigterm;
     struct timer drain;
     uint64_t drain_deadline;
+    int finish_turns;
     struct timer ready;
     uint64_t ready_deadline;
     bool stopping;
@@ -73,12 +74,29 @@ static void close_walk_cb(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
+/* Last phase: the pool is down; operations it failed finish on the next
+ * timer turns (some start one more, e.g. giving back a late grant, which
+ * fails at once). When none is left, free the pool and close the rest. */
+static void finish_cb(struct timer *t)
+{
+    if (redlock_live() > 0 && D.finish_turns++ < 100) {
+        timer_start(t, 0);
+        return;
+    }
+    pool_free();
+    uv_signal_stop(&D.sigint);
+    uv_signal_stop(&D.sigterm);
+    uv_close((uv_handle_t *)&D.sigint, NULL);
+    uv_close((uv_handle_t *)&D.sigterm, NULL);
+    timer_sys_deinit();
+}
+
 static void drain_cb(struct timer *t)
 {
     (void)t;
-    /* Releases still in flight keep the pool busy; give them until the
+    /* Releases still in flight keep operations live; give them until the
      * deadline (their own command timeouts bound each one). */
-    if (lockmgr_held_count() > 0 || pool_busy()) {
+    if (lockmgr_held_count() > 0 || pool_busy() || redlock_live() > 0) {
         if (timer_now() < D.drain_deadline) {
             timer_start(&D.drain, 10);
             return;
@@ -87,11 +105,8 @@ static void drain_cb(struct timer *t)
                  "their keys will expire by their ttl");
     }
     pool_shutdown();
-    uv_signal_stop(&D.sigint);
-    uv_signal_stop(&D.sigterm);
-    uv_close((uv_handle_t *)&D.sigint, NULL);
-    uv_close((uv_handle_t *)&D.sigterm, NULL);
-    timer_sys_deinit();
+    D.drain.cb = finish_cb;
+    timer_start(&D.drain, 0);
 }
 
 static void daemon_stop(const char *why)

@@ -273,6 +273,13 @@ static void metrics_put_nodes(struct sbuf *b, json_t *nodes)
     }
 }
 
+/* A STATS key as a metric name: [a-zA-Z0-9_] only. */
+static void metrics_put_name(struct sbuf *b, const char *key)
+{
+    for (const char *p = key; *p != '\0'; p++)
+        sbuf_putc(b, (isalnum((unsigned char)*p) || *p == '_') ? *p : '_');
+}
+
 static bool metrics_known(const char *key)
 {
     size_t n = strlen(key);
@@ -298,11 +305,9 @@ static void metrics_put_untyped(struct sbuf *b, json_t *st)
         if (!metrics_is_number(v) || metrics_known(key))
             continue;
         sbuf_puts(b, "# TYPE redlockd_");
-        for (const char *p = key; *p != '\0'; p++)
-            sbuf_putc(b, (isalnum((unsigned char)*p) || *p == '_') ? *p : '_');
+        metrics_put_name(b, key);
         sbuf_puts(b, " untyped\nredlockd_");
-        for (const char *p = key; *p != '\0'; p++)
-            sbuf_putc(b, (isalnum((unsigned char)*p) || *p == '_') ? *p : '_');
+        metrics_put_name(b, key);
         sbuf_putc(b, ' ');
         metrics_put_value(b, v, 1);
         sbuf_putc(b, '\n');
@@ -514,15 +519,27 @@ static void mconn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 
     if (nread == 0)
         return;             /* EAGAIN: nothing this time */
-    if (nread == UV_EOF && c->state == MCONN_WRITING) {
-        /* `nc -N` style: the request, then a half-close; the answer
-         * still goes out. */
-        c->peer_eof = true;
-        uv_read_stop(st);
+    if (nread == UV_EOF) {
+        if (c->state == MCONN_WRITING) {
+            /* `nc -N` style: the request, then a half-close; the answer
+             * still goes out. */
+            c->peer_eof = true;
+            uv_read_stop(st);
+        } else {
+            mconn_close(c); /* gave up before a full head, or drained */
+        }
         return;
     }
-    if (nread == UV_ENOBUFS || nread < 0) {
-        mconn_close(c);     /* EOF, reset, or the read failed */
+    if (nread == UV_ENOBUFS) {
+        /* mconn_alloc always has room: a full head is answered (431)
+         * before the next read. Not expected; do not loop on it. */
+        log_warn("metrics: read buffer unavailable; closing");
+        mconn_close(c);
+        return;
+    }
+    if (nread < 0) {
+        log_debug("metrics: read: %s", uv_strerror((int)nread));
+        mconn_close(c);
         return;
     }
     if (c->state != MCONN_READING)

@@ -683,6 +683,9 @@ static void link_connect(struct pool_link *l)
         return;
     }
     if (redisLibuvAttach(ac, P.loop) != REDIS_OK) {
+        /* hiredis 0.14's adapter sets its cleanup hook before it can fail,
+         * with no state behind it: unhook it or the free crashes. */
+        ac->ev.cleanup = NULL;
         redisAsyncFree(ac);
         node_fail(l->node, "cannot attach to the event loop");
         return;
@@ -704,6 +707,8 @@ static void repair_raise_cb(void *ud, int node, redisReply *r)
     struct pool_node *n = ud;
     (void)node;
 
+    if (P.stopping)
+        return;
     if (r && r->type == REDIS_REPLY_INTEGER) {
         n->recovering = false;
         log_notice("redis %s: rejoined after restart (fence counter raised "
@@ -717,6 +722,8 @@ static void repair_read_cb(void *ud, int node, redisReply *r)
 {
     struct pool_node *n = ud;
 
+    if (P.stopping)
+        return;     /* no timers once the pool is going away */
     if (r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)) {
         uint64_t v = r->type == REDIS_REPLY_STRING ?
                      strtoull(r->str, NULL, 10) : 0;
@@ -829,18 +836,27 @@ int pool_init(uv_loop_t *loop, const struct conf *conf,
 
 void pool_shutdown(void)
 {
-    if (!P.nodes)
+    if (!P.nodes || P.stopping)
         return;
     P.stopping = true;
     for (int i = 0; i < P.nnodes; i++) {
         struct pool_node *n = &P.nodes[i];
-        timer_stop(&n->reconnect_timer);
-        timer_stop(&n->recover_timer);
         n->failed = true;
         for (unsigned k = 0; k < P.conf->redis.pool_size; k++)
             link_drop(&n->links[k]);
         link_drop(&n->sub);
     }
+    /* Only now: dropping a link runs callbacks that may touch any node. */
+    for (int i = 0; i < P.nnodes; i++) {
+        timer_stop(&P.nodes[i].reconnect_timer);
+        timer_stop(&P.nodes[i].recover_timer);
+    }
+}
+
+void pool_free(void)
+{
+    if (!P.nodes)
+        return;
     for (int i = 0; i < P.nnodes; i++) {
         struct pool_cleanup *c = P.nodes[i].cleanups, *next;
         for (; c; c = next) {

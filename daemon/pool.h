@@ -43,6 +43,8 @@ typedef void (*pool_release_cb)(const char *key, size_t len);
 int pool_init(uv_loop_t *loop, const struct conf *conf, pool_release_cb on_release);
 /* Drop every connection and stop reconnecting; pending requests fail. */
 void pool_shutdown(void);
+/* Free the nodes (after pool_shutdown, once no operation is left). */
+void pool_free(void);
 
 int pool_nnodes(void);
 /* Are requests still waiting for replies? (shutdown drains them) */

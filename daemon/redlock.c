@@ -39,6 +39,12 @@ struct op {
 };
 
 static const struct conf *RC;
+static size_t live;         /* ops and inspections not finished yet */
+
+size_t redlock_live(void)
+{
+    return live;
+}
 
 static void op_reply(void *ud, int node, redisReply *r);
 
@@ -125,6 +131,7 @@ static struct op *op_create(enum op_kind kind, const char *key, size_t keylen,
         snprintf(o->token, sizeof(o->token), "%s", token);
     o->start_ns = uv_hrtime();
     o->res.pttl = -1;
+    live++;
     timer_init(&o->defer, op_deferred, o);
     return o;
 }
@@ -205,6 +212,7 @@ static void op_finish(struct op *o)
     if (o->cb)
         o->cb(o->ud, &o->res);
     free(o);
+    live--;
 }
 
 static void acquire_done(struct op *o);
@@ -378,6 +386,7 @@ static void inspect_step(struct inspect *in)
     in->cb(in->ud, in->views, pool_nnodes());
     free(in->views);
     free(in);
+    live--;
 }
 
 static void inspect_reply(void *ud, int node, redisReply *r)
@@ -414,6 +423,7 @@ void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
     in->cb = cb;
     in->ud = ud;
     in->views = views;
+    live++;
     in->pending = 1;
     timer_init(&in->defer, inspect_deferred, in);
     for (int i = 0; i < n; i++) {

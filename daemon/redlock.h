@@ -67,6 +67,9 @@ void redlock_extend(const char *key, size_t keylen, const char *token,
 void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
                      void *ud);
 
+/* Operations started and not finished (shutdown waits for them). */
+size_t redlock_live(void);
+
 /* Pure parts. */
 int redlock_quorum(int nnodes);
 int64_t redlock_validity(uint32_t ttl, uint64_t elapsed_ms, double drift);

@@ -130,8 +130,16 @@ static void on_connection(uv_stream_t *ls, int status)
     struct session *s = session_create(c);
     int rc = l->is_unix ? uv_pipe_init(server.loop, &s->h.pipe, 0)
                         : uv_tcp_init(server.loop, &s->h.tcp);
-    if (rc == 0)
-        rc = uv_accept(ls, &s->h.stream);
+    if (rc != 0) {
+        /* No handle to close: drop the session directly. */
+        log_warn("accept on %s: %s", l->name, uv_strerror(rc));
+        s->closing = true;
+        session_end(s);
+        session_unref(s);
+        return;
+    }
+    s->h.handle.data = s;
+    rc = uv_accept(ls, &s->h.stream);
     if (rc != 0) {
         log_warn("accept on %s: %s", l->name, uv_strerror(rc));
         conn_close(s, false, "accept failed");

@@ -28,6 +28,7 @@ static struct {
 } S;
 
 static void session_idle_cb(struct timer *t);
+static void session_arm_idle(struct session *s);
 
 static void *session_alloc(size_t size)
 {
@@ -51,6 +52,7 @@ struct session *session_create(const struct conf *conf)
     s->refs = 1;                /* the handle's; dropped by its close cb */
     s->created_at = s->last_line_at = timer_now();
     timer_init(&s->idle_timer, session_idle_cb, s);
+    session_arm_idle(s);        /* handshake_timeout_ms */
     s->next = S.head;
     if (S.head)
         S.head->prev = s;

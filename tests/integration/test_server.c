@@ -478,6 +478,43 @@ START_TEST(check_config_bad)
 }
 END_TEST
 
+/* A connection that never completes a first line is closed after
+ * handshake_timeout_ms; one that spoke is not (idle_timeout_ms is 0). */
+START_TEST(handshake_timeout)
+{
+    struct h_client silent, talker;
+
+    start("{\"limits\":{\"handshake_timeout_ms\":300}}");
+    connect_tcp(&silent);
+    connect_tcp(&talker);
+    ck_assert_str_eq(h_cmd(&talker, "PING"), "PONG");
+    uint64_t t0 = h_now_ms();
+    ck_assert_msg(h_wait_eof(&silent, 3000), "silent connection still open");
+    ck_assert_msg(h_now_ms() - t0 >= 200, "closed too early");
+    h_sleep_ms(400);
+    ck_assert_str_eq(h_cmd(&talker, "PING"), "PONG");
+    h_close(&talker);
+    h_close(&silent);
+}
+END_TEST
+
+START_TEST(idle_timeout)
+{
+    struct h_client c;
+
+    start("{\"limits\":{\"idle_timeout_ms\":400}}");
+    connect_tcp(&c);
+    for (int i = 0; i < 4; i++) {      /* activity keeps it open */
+        ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
+        h_sleep_ms(200);
+    }
+    uint64_t t0 = h_now_ms();
+    ck_assert_msg(h_wait_eof(&c, 3000), "idle connection still open");
+    ck_assert_msg(h_now_ms() - t0 >= 150, "closed too early");
+    h_close(&c);
+}
+END_TEST
+
 static Suite *server_suite(void)
 {
     Suite *s = suite_create("server");
@@ -505,6 +542,8 @@ static Suite *server_suite(void)
     tcase_add_test(tc, sigterm_with_clients);
     tcase_add_test(tc, help_line);
     tcase_add_test(tc, stats_and_sessions_json);
+    tcase_add_test(tc, handshake_timeout);
+    tcase_add_test(tc, idle_timeout);
     suite_add_tcase(s, tc);
 
     tcase_set_timeout(conf, timeout);
