@@ -732,9 +732,9 @@ static void status_done(void *ud, const struct redlock_node_view *v, int n)
         json_t *pttl = v[i].answered ? json_integer(v[i].pttl) : json_null();
         if (v[i].answered && v[i].pttl != -2)
             present++;
-        json_array_append_new(nodes, json_pack("{s:s, s:b, s:o}",
+        json_array_append_new(nodes, json_pack("{s:s, s:b, s:b, s:o}",
                               "node", pool_node_name(i), "up", v[i].up,
-                              "pttl", pttl));
+                              "voting", pool_node_votes(i), "pttl", pttl));
     }
     if (e && e->holder && !e->holder->gone && e->holder->session) {
         const struct lease *l = e->holder;
