@@ -16,9 +16,9 @@
 #include <string.h>
 
 #include <hiredis/async.h>
-#include <hiredis/adapters/libuv.h>
 
 #include "log.h"
+#include "redis_uv.h"
 #include "timer.h"
 
 #define POOL_BACKOFF_MIN_MS 100
@@ -682,10 +682,7 @@ static void link_connect(struct pool_link *l)
         node_fail(l->node, why);
         return;
     }
-    if (redisLibuvAttach(ac, P.loop) != REDIS_OK) {
-        /* hiredis 0.14's adapter sets its cleanup hook before it can fail,
-         * with no state behind it: unhook it or the free crashes. */
-        ac->ev.cleanup = NULL;
+    if (redis_uv_attach(ac, P.loop) != 0) {
         redisAsyncFree(ac);
         node_fail(l->node, "cannot attach to the event loop");
         return;
