@@ -22,6 +22,7 @@
 #include "conf.h"
 #include "lockmgr.h"
 #include "log.h"
+#include "metrics.h"
 #include "pool.h"
 #include "redlock.h"
 #include "server.h"
@@ -120,6 +121,7 @@ static void daemon_stop(const char *why)
     server.stopping = true;
     session_set_shutdown();
     server_stop_listening();
+    metrics_stop();
     session_close_all("daemon shutting down");
     D.drain_deadline = timer_now() + D.conf.shutdown_timeout_ms;
     timer_init(&D.drain, drain_cb, NULL);
@@ -174,6 +176,8 @@ static int run(void)
     uv_signal_start(&D.sigterm, on_signal, SIGTERM);
 
     int rc = server_start(&D.loop, &D.conf);
+    if (rc == 0 && D.conf.metrics.listen != NULL)
+        rc = metrics_start(&D.loop, D.conf.metrics.listen);
     if (rc == 0) {
         pool_init(&D.loop, &D.conf, on_release);
         D.ready_deadline = timer_now() + D.conf.redis.connect_timeout_ms;
@@ -182,6 +186,7 @@ static int run(void)
         uv_run(&D.loop, UV_RUN_DEFAULT);
     } else {
         server_stop_listening();
+        metrics_stop();
         uv_close((uv_handle_t *)&D.sigint, NULL);
         uv_close((uv_handle_t *)&D.sigterm, NULL);
             timer_sys_deinit();

@@ -88,6 +88,8 @@ struct pool_link {
     bool subscriber;
     struct pool_req *head, *tail;   /* requests awaiting a reply */
     uint64_t connect_deadline;
+    uint64_t last_progress;         /* last reply, or first send into an
+                                       empty queue (uv_now ms) */
     struct timer timer;             /* earliest deadline of this link */
 };
 
@@ -154,8 +156,17 @@ static void link_arm(struct pool_link *l)
     uint64_t due = UINT64_MAX;
     if (l->state == LINK_CONNECTING)
         due = l->connect_deadline;
-    if (l->head && l->head->deadline < due)
-        due = l->head->deadline;
+    if (l->head) {
+        /* A node that keeps answering is alive even when a burst queues a
+         * request behind thousands of others: time out only when the
+         * oldest request is overdue *and* nothing came back meanwhile. */
+        uint64_t d = l->head->deadline;
+        uint64_t quiet = l->last_progress + P.conf->redis.command_timeout_ms;
+        if (quiet > d)
+            d = quiet;
+        if (d < due)
+            due = d;
+    }
     if (due == UINT64_MAX)
         timer_stop(&l->timer);
     else
@@ -246,6 +257,8 @@ static int link_send(struct pool_link *l, struct pool_req *q)
     q->deadline = timer_now() + P.conf->redis.command_timeout_ms;
     if (l->state == LINK_CONNECTING && q->deadline < l->connect_deadline)
         q->deadline = l->connect_deadline;
+    if (!l->head)
+        l->last_progress = timer_now();
     link_push(l, q);
     link_arm(l);
     l->node->requests++;
@@ -276,6 +289,7 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         if (l->ac == ac)
             node_fail(n, ac->errstr[0] ? ac->errstr : "connection lost");
     } else {
+        l->last_progress = timer_now();
         link_arm(l);
         node_note_latency(n, q->sent_ns);
         if (r->type == REDIS_REPLY_ERROR) {

@@ -1,0 +1,1650 @@
+/*
+ * redlockd-bench: a load generator for a running redlockd.
+ *
+ * It speaks the line protocol over raw sockets, many connections driven by
+ * one epoll loop in one thread, so the client costs little next to the
+ * daemon it measures. Modes:
+ *
+ *   lock     each connection loops LOCK <prefix>:<conn>:<i> + UNLOCK; with
+ *            -P N it keeps N such pairs in flight (sent back to back, the
+ *            protocol runs them in order). One op = one LOCK+UNLOCK pair.
+ *   contend  every connection LOCKs the same resource with wait=..., and
+ *            UNLOCKs as soon as it has it: measures handoffs per second and
+ *            the time from one holder's UNLOCK reply to the next grant.
+ *   idle     C sessions that each say HELLO and hold one renewed lock; the
+ *            daemon's RSS (and CPU, and STATS renewals) before and after,
+ *            then every connection is dropped and STATUS must show every
+ *            lock released.
+ *   ping     pipelined PING: the daemon's own per-request cost, no Redis.
+ *
+ * Latencies go into log-linear histograms (64 sub-buckets per power of
+ * two, about 1.6 % resolution, HDR-style), timed from the moment a request
+ * was queued for sending to the moment its reply line was read. With
+ * pipelining that includes the time spent queued behind earlier requests
+ * on the same connection, which is what the client sees.
+ *
+ * Every phase has a deadline (connecting, the run itself, draining the
+ * replies still in flight, checking releases), so the tool always ends.
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#define BENCH_MAX_LINE (1 << 20)        /* a reply longer than this is junk */
+#define BENCH_SETUP_TIMEOUT_S 120.0     /* connecting + HELLO (+ idle LOCK) */
+#define BENCH_DRAIN_GRACE_S 5.0         /* replies in flight at the end */
+#define BENCH_RELEASE_TIMEOUT_S 30.0    /* idle: all locks gone after close */
+#define BENCH_CTL_TIMEOUT_MS 10000      /* one control request */
+#define BENCH_MAX_ERRCODES 16
+#define BENCH_HANDOFF_RING 4096
+
+/* ---- time ---------------------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t sec_to_ns(double s)
+{
+    return (uint64_t)(s * 1e9);
+}
+
+/* ---- histogram ----------------------------------------------------------- */
+
+#define HIST_SUB 64
+#define HIST_LINEAR (2 * HIST_SUB)
+#define HIST_OCTAVES 40
+#define HIST_BUCKETS (HIST_LINEAR + HIST_OCTAVES * HIST_SUB)
+
+struct hist {
+    uint64_t count, sum, min, max;     /* nanoseconds */
+    uint64_t b[HIST_BUCKETS];
+};
+
+/* Values below 128 ns get a bucket each; above, each power of two is split
+ * into 64 equal buckets, so the relative error stays under 1/64. */
+static unsigned hist_index(uint64_t v)
+{
+    unsigned shift, idx;
+
+    if (v < HIST_LINEAR)
+        return (unsigned)v;
+    shift = (unsigned)(63 - __builtin_clzll(v)) - 6;
+    idx = HIST_LINEAR + (shift - 1) * HIST_SUB +
+          (unsigned)((v >> shift) - HIST_SUB);
+    return idx < HIST_BUCKETS ? idx : HIST_BUCKETS - 1;
+}
+
+/* The middle of a bucket, a fair stand-in for the values in it. */
+static uint64_t hist_value(unsigned idx)
+{
+    unsigned k, shift;
+
+    if (idx < HIST_LINEAR)
+        return idx;
+    k = idx - HIST_LINEAR;
+    shift = k / HIST_SUB + 1;
+    return ((uint64_t)(k % HIST_SUB + HIST_SUB) << shift) +
+           ((uint64_t)1 << shift) / 2;
+}
+
+static void hist_add(struct hist *h, uint64_t v)
+{
+    if (h->count == 0 || v < h->min)
+        h->min = v;
+    if (v > h->max)
+        h->max = v;
+    h->count++;
+    h->sum += v;
+    h->b[hist_index(v)]++;
+}
+
+static uint64_t hist_percentile(const struct hist *h, double p)
+{
+    uint64_t rank, seen = 0;
+
+    if (h->count == 0)
+        return 0;
+    rank = (uint64_t)((p / 100.0) * (double)h->count + 0.999999);
+    if (rank < 1)
+        rank = 1;
+    for (unsigned i = 0; i < HIST_BUCKETS; i++) {
+        seen += h->b[i];
+        if (seen >= rank) {
+            uint64_t v = hist_value(i);
+
+            return v < h->min ? h->min : v > h->max ? h->max : v;
+        }
+    }
+    return h->max;
+}
+
+/* ---- options and global state ------------------------------------------- */
+
+enum mode { MODE_LOCK, MODE_CONTEND, MODE_IDLE, MODE_PING };
+static const char *const mode_names[] = { "lock", "contend", "idle", "ping" };
+
+enum req_kind { REQ_HELLO, REQ_LOCK, REQ_UNLOCK, REQ_PING };
+
+enum conn_state {
+    CS_NEW,             /* not started yet */
+    CS_CONNECTING,
+    CS_SETUP,           /* HELLO (and for idle the LOCK) in flight */
+    CS_READY,
+    CS_CLOSED,
+};
+
+struct pending {
+    uint64_t sent;      /* now_ns() when queued */
+    uint8_t kind;       /* enum req_kind */
+};
+
+struct bconn {
+    int fd;
+    unsigned idx;
+    enum conn_state state;
+    bool out_armed;     /* EPOLLOUT registered */
+    bool holding;       /* a LOCK was granted, UNLOCK not yet answered */
+    bool lock_ok;       /* the last LOCK reply was OK (pipelined pairs) */
+    uint64_t seq;       /* next resource number (lock mode) */
+    uint64_t grant_no;  /* contend: number of our current grant */
+    struct pending *q;  /* ring of requests awaiting replies */
+    unsigned qhead, qlen, qcap;
+    char *rbuf;
+    size_t rlen, rcap;
+    char *wbuf;
+    size_t wlen, woff, wcap;
+};
+
+enum hist_id { H_LOCK, H_UNLOCK, H_PING, H_HANDOFF, H_COUNT };
+
+struct handoff_slot {
+    uint64_t grant_no;
+    uint64_t grant_at;
+    uint64_t unlock_at; /* 0 until that holder's UNLOCK was answered */
+};
+
+enum phase { PH_SETUP, PH_RUN, PH_DRAIN, PH_HOLD };
+
+static struct {
+    /* options */
+    enum mode mode;
+    const char *server;
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    unsigned conns;
+    double duration;
+    uint64_t nops;
+    unsigned pipeline;
+    unsigned ttl;
+    unsigned wait;
+    double hold;
+    unsigned window;
+    char prefix[96];
+    pid_t pid;
+    bool find_pid;
+    bool json;
+    const char *json_file;
+
+    /* state */
+    int ep;
+    struct bconn *c;
+    enum phase phase;
+    unsigned started, connecting, in_setup, ready, closed;
+    uint64_t outstanding;       /* requests sent, not answered */
+    unsigned holders;
+    uint64_t t_start, t_end;
+
+    /* results */
+    uint64_t ops, ops_started, requests, errors, events, lost_events;
+    uint64_t disconnects, connect_errors, unexpected;
+    struct { char code[16]; uint64_t n; } err[BENCH_MAX_ERRCODES];
+    unsigned nerr;
+    struct hist h[H_COUNT];
+    uint64_t grants;
+    struct handoff_slot ho[BENCH_HANDOFF_RING];
+    unsigned locked;            /* idle: LOCKs granted */
+} B;
+
+static volatile sig_atomic_t interrupted;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("redlockd-bench: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+static void warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void warnx(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("redlockd-bench: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *r = realloc(p, n);
+
+    if (r == NULL)
+        die("out of memory (%zu bytes)", n);
+    return r;
+}
+
+static void on_sigint(int sig)
+{
+    interrupted = sig;
+}
+
+/* ---- the daemon's process: pid, RSS, CPU ---------------------------------- */
+
+static long proc_rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    long kib = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "VmRSS:", 6) == 0) {
+            kib = strtol(line + 6, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return kib;
+}
+
+/* User + system CPU time of pid, in seconds, or -1. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long long ut, st;
+    const char *p;
+    size_t n;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The command name may hold spaces and parentheses; fields resume
+     * after the last ')'. utime and stime are fields 14 and 15. */
+    p = strrchr(buf, ')');
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                            "%llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The socket inode of the listener for the -s address, from /proc/net. */
+static unsigned long listener_inode(void)
+{
+    char line[1024];
+    unsigned long inode = 0;
+
+    if (B.sa.ss_family == AF_UNIX) {
+        const struct sockaddr_un *un = (const void *)&B.sa;
+        FILE *f = fopen("/proc/net/unix", "r");
+
+        while (f != NULL && inode == 0 && fgets(line, sizeof(line), f)) {
+            unsigned long flags, ino;
+            char path[512] = "";
+
+            /* Num RefCount Protocol Flags Type St Inode Path */
+            if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %511s", &flags, &ino,
+                       path) == 3 && (flags & 0x10000) != 0 &&
+                strcmp(path, un->sun_path) == 0)
+                inode = ino;
+        }
+        if (f != NULL)
+            fclose(f);
+        return inode;
+    }
+    for (int v6 = 0; v6 < 2 && inode == 0; v6++) {
+        FILE *f = fopen(v6 ? "/proc/net/tcp6" : "/proc/net/tcp", "r");
+        unsigned port = ntohs(B.sa.ss_family == AF_INET
+                              ? ((const struct sockaddr_in *)&B.sa)->sin_port
+                              : ((const struct sockaddr_in6 *)&B.sa)->sin6_port);
+
+        while (f != NULL && inode == 0 && fgets(line, sizeof(line), f)) {
+            unsigned lport, st;
+            unsigned long ino;
+
+            /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
+            if (sscanf(line, "%*s %*[0-9A-Fa-f]:%x %*s %x %*s %*s %*s %*s %*s %lu",
+                       &lport, &st, &ino) == 3 && st == 0x0A && lport == port)
+                inode = ino;
+        }
+        if (f != NULL)
+            fclose(f);
+    }
+    return inode;
+}
+
+/* -p: which process has the listening socket open. Only processes of our
+ * own user are readable, which is the usual benchmark setup. */
+static pid_t find_daemon_pid(void)
+{
+    unsigned long inode = listener_inode();
+    char want[64], path[600], link[64];
+    struct dirent *pe;
+    pid_t found = 0;
+    DIR *proc;
+
+    if (inode == 0)
+        return 0;
+    snprintf(want, sizeof(want), "socket:[%lu]", inode);
+    proc = opendir("/proc");
+    while (proc != NULL && found == 0 && (pe = readdir(proc)) != NULL) {
+        struct dirent *fe;
+        DIR *fds;
+
+        if (!isdigit((unsigned char)pe->d_name[0]))
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/fd", pe->d_name);
+        fds = opendir(path);
+        while (fds != NULL && found == 0 && (fe = readdir(fds)) != NULL) {
+            ssize_t n;
+
+            snprintf(path, sizeof(path), "/proc/%s/fd/%s", pe->d_name,
+                     fe->d_name);
+            n = readlink(path, link, sizeof(link) - 1);
+            if (n > 0) {
+                link[n] = '\0';
+                if (strcmp(link, want) == 0)
+                    found = (pid_t)atoi(pe->d_name);
+            }
+        }
+        if (fds != NULL)
+            closedir(fds);
+    }
+    if (proc != NULL)
+        closedir(proc);
+    return found;
+}
+
+/* ---- addresses and sockets ----------------------------------------------- */
+
+static void parse_server(const char *s)
+{
+    memset(&B.sa, 0, sizeof(B.sa));
+    if (strncmp(s, "unix:", 5) == 0)
+        s += 5;
+    if (s[0] == '/') {
+        struct sockaddr_un *un = (void *)&B.sa;
+
+        if (strlen(s) >= sizeof(un->sun_path))
+            die("unix socket path too long: %s", s);
+        un->sun_family = AF_UNIX;
+        strcpy(un->sun_path, s);
+        B.salen = sizeof(*un);
+        return;
+    }
+    if (strncmp(s, "tcp://", 6) == 0)
+        s += 6;
+
+    char host[128];
+    const char *colon;
+    long port;
+    char *end;
+
+    if (s[0] == '[') {
+        const char *rb = strchr(s, ']');
+
+        if (rb == NULL || rb[1] != ':' || (size_t)(rb - s - 1) >= sizeof(host))
+            die("bad server address: %s", s);
+        snprintf(host, sizeof(host), "%.*s", (int)(rb - s - 1), s + 1);
+        colon = rb + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL || (size_t)(colon - s) >= sizeof(host))
+            die("bad server address (want HOST:PORT or /path): %s", s);
+        snprintf(host, sizeof(host), "%.*s", (int)(colon - s), s);
+    }
+    port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port < 1 || port > 65535)
+        die("bad port in %s", s);
+    if (inet_pton(AF_INET, host, &((struct sockaddr_in *)&B.sa)->sin_addr) == 1) {
+        struct sockaddr_in *in = (void *)&B.sa;
+
+        in->sin_family = AF_INET;
+        in->sin_port = htons((uint16_t)port);
+        B.salen = sizeof(*in);
+    } else if (inet_pton(AF_INET6, host,
+                         &((struct sockaddr_in6 *)&B.sa)->sin6_addr) == 1) {
+        struct sockaddr_in6 *in6 = (void *)&B.sa;
+
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)port);
+        B.salen = sizeof(*in6);
+    } else {
+        die("not a numeric IP address: %s", host);
+    }
+}
+
+static int socket_open(bool nonblock)
+{
+    int fd = socket(B.sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC |
+                    (nonblock ? SOCK_NONBLOCK : 0), 0);
+
+    if (fd < 0)
+        return -errno;
+    if (B.sa.ss_family != AF_UNIX) {
+        int one = 1;
+
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    return fd;
+}
+
+/* Enough descriptors for every connection plus a few of our own. */
+static void raise_nofile(unsigned need)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        die("getrlimit: %s", strerror(errno));
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur >= need)
+        return;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need)
+        die("%u connections need %u file descriptors; the hard limit is %lu "
+            "(raise it with ulimit -Hn or limits.conf)", B.conns, need,
+            (unsigned long)rl.rlim_max);
+    rl.rlim_cur = need;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        die("setrlimit(RLIMIT_NOFILE, %u): %s", need, strerror(errno));
+}
+
+/* ---- connections --------------------------------------------------------- */
+
+static void conn_arm(struct bconn *c, bool out)
+{
+    struct epoll_event ev = { .events = EPOLLIN | (out ? EPOLLOUT : 0),
+                              .data.ptr = c };
+
+    if (out == c->out_armed)
+        return;
+    c->out_armed = out;
+    epoll_ctl(B.ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+static void conn_close(struct bconn *c)
+{
+    if (c->state == CS_CLOSED || c->state == CS_NEW)
+        return;
+    if (c->state == CS_CONNECTING)
+        B.connecting--;
+    if (c->state == CS_CONNECTING || c->state == CS_SETUP)
+        B.in_setup--;
+    if (c->state == CS_READY)
+        B.ready--;
+    if (c->holding)
+        B.holders--;
+    close(c->fd);
+    c->fd = -1;
+    c->state = CS_CLOSED;
+    B.closed++;
+    B.outstanding -= c->qlen;
+    c->qlen = 0;
+    free(c->q);
+    free(c->rbuf);
+    free(c->wbuf);
+    c->q = NULL;
+    c->rbuf = c->wbuf = NULL;
+}
+
+static void conn_flush(struct bconn *c)
+{
+    while (c->woff < c->wlen) {
+        ssize_t n = write(c->fd, c->wbuf + c->woff, c->wlen - c->woff);
+
+        if (n > 0) {
+            c->woff += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            conn_arm(c, true);
+            return;
+        }
+        B.disconnects++;
+        conn_close(c);
+        return;
+    }
+    c->woff = c->wlen = 0;
+    conn_arm(c, false);
+}
+
+static void conn_send(struct bconn *c, enum req_kind kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void conn_send(struct bconn *c, enum req_kind kind, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (c->wcap - c->wlen < 512) {
+        c->wcap = c->wcap ? c->wcap * 2 : 1024;
+        c->wbuf = xrealloc(c->wbuf, c->wcap);
+    }
+    va_start(ap, fmt);
+    n = vsnprintf(c->wbuf + c->wlen, c->wcap - c->wlen, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= c->wcap - c->wlen)
+        die("request line too long");
+    c->wlen += (size_t)n;
+    if (c->qlen == c->qcap) {
+        /* Grow the ring, unrolling it so the oldest entry is first. */
+        unsigned ncap = c->qcap ? c->qcap * 2 : 4;
+        struct pending *nq = xrealloc(NULL, ncap * sizeof(*nq));
+
+        for (unsigned i = 0; i < c->qlen; i++)
+            nq[i] = c->q[(c->qhead + i) % c->qcap];
+        free(c->q);
+        c->q = nq;
+        c->qhead = 0;
+        c->qcap = ncap;
+    }
+    c->q[(c->qhead + c->qlen) % c->qcap] =
+        (struct pending){ .sent = now_ns(), .kind = (uint8_t)kind };
+    c->qlen++;
+    B.outstanding++;
+}
+
+static void conn_start(struct bconn *c)
+{
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT, .data.ptr = c };
+    int fd = socket_open(true);
+
+    B.started++;
+    if (fd < 0)
+        die("socket: %s", strerror(-fd));
+    c->fd = fd;
+    c->state = CS_CONNECTING;
+    c->out_armed = true;
+    B.connecting++;
+    B.in_setup++;
+    if (epoll_ctl(B.ep, EPOLL_CTL_ADD, fd, &ev) != 0)
+        die("epoll_ctl: %s", strerror(errno));
+    if (connect(fd, (struct sockaddr *)&B.sa, B.salen) != 0 &&
+        errno != EINPROGRESS && errno != EAGAIN) {
+        B.connect_errors++;
+        if (B.connect_errors == 1)
+            warnx("connect to %s: %s", B.server, strerror(errno));
+        conn_close(c);
+    }
+}
+
+/* ---- what each mode sends ------------------------------------------------ */
+
+static bool may_generate(void)
+{
+    return B.phase == PH_RUN && !interrupted &&
+           (B.nops == 0 || B.ops_started < B.nops);
+}
+
+static void fill_lock(struct bconn *c)
+{
+    if (B.pipeline <= 1) {
+        /* One request at a time: UNLOCK only after the LOCK came back OK. */
+        if (c->qlen > 0)
+            return;
+        if (c->holding) {
+            conn_send(c, REQ_UNLOCK, "UNLOCK %s:%u:%" PRIu64 "\n", B.prefix,
+                      c->idx, c->seq - 1);
+        } else if (may_generate()) {
+            conn_send(c, REQ_LOCK, "LOCK %s:%u:%" PRIu64 " ttl=%u\n", B.prefix,
+                      c->idx, c->seq, B.ttl);
+            c->seq++;
+            B.ops_started++;
+        }
+        return;
+    }
+    /* Pairs back to back: the daemon runs a connection's requests in
+     * order, so each UNLOCK finds its LOCK done. */
+    while (c->qlen + 2 <= 2 * B.pipeline && may_generate()) {
+        conn_send(c, REQ_LOCK, "LOCK %s:%u:%" PRIu64 " ttl=%u\n", B.prefix,
+                  c->idx, c->seq, B.ttl);
+        conn_send(c, REQ_UNLOCK, "UNLOCK %s:%u:%" PRIu64 "\n", B.prefix,
+                  c->idx, c->seq);
+        c->seq++;
+        B.ops_started++;
+    }
+}
+
+static void fill_contend(struct bconn *c)
+{
+    if (c->qlen > 0)
+        return;
+    if (c->holding)
+        conn_send(c, REQ_UNLOCK, "UNLOCK %s:hot\n", B.prefix);
+    else if (may_generate()) {
+        conn_send(c, REQ_LOCK, "LOCK %s:hot ttl=%u wait=%u\n", B.prefix,
+                  B.ttl, B.wait);
+        B.ops_started++;
+    }
+}
+
+static void fill_ping(struct bconn *c)
+{
+    while (c->qlen < B.pipeline && may_generate()) {
+        conn_send(c, REQ_PING, "PING\n");
+        B.ops_started++;
+    }
+}
+
+static void conn_fill(struct bconn *c)
+{
+    if (c->state != CS_READY)
+        return;
+    switch (B.mode) {
+    case MODE_LOCK: fill_lock(c); break;
+    case MODE_CONTEND: fill_contend(c); break;
+    case MODE_PING: fill_ping(c); break;
+    case MODE_IDLE: break;      /* the lock was taken during setup */
+    }
+}
+
+/* ---- replies -------------------------------------------------------------- */
+
+static void count_error(const char *line)
+{
+    char code[16];
+    size_t n = 0;
+    const char *p = line;
+
+    B.errors++;
+    if (strncmp(p, "ERR ", 4) == 0) {
+        p += 4;
+        while (n < sizeof(code) - 1 && p[n] != '\0' && p[n] != ' ')
+            n++;
+    }
+    if (n == 0) {
+        snprintf(code, sizeof(code), "?");
+    } else {
+        memcpy(code, p, n);
+        code[n] = '\0';
+    }
+    for (unsigned i = 0; i < B.nerr; i++) {
+        if (strcmp(B.err[i].code, code) == 0) {
+            B.err[i].n++;
+            return;
+        }
+    }
+    if (B.nerr < BENCH_MAX_ERRCODES) {
+        snprintf(B.err[B.nerr].code, sizeof(B.err[B.nerr].code), "%s", code);
+        B.err[B.nerr++].n = 1;
+    }
+    if (B.errors <= 3)
+        warnx("server said: %.200s", line);
+}
+
+/* Grant k+1 follows the UNLOCK reply of grant k; whichever of the two is
+ * seen second closes the pair. Both can arrive in one epoll batch, in
+ * either order, so a negative gap counts as 0. */
+static void handoff_record(uint64_t unlock_at, uint64_t grant_at)
+{
+    hist_add(&B.h[H_HANDOFF], grant_at > unlock_at ? grant_at - unlock_at : 0);
+}
+
+static void contend_granted(struct bconn *c, uint64_t now)
+{
+    uint64_t k = B.grants++;
+    struct handoff_slot *s = &B.ho[k % BENCH_HANDOFF_RING];
+    struct handoff_slot *prev = &B.ho[(k - 1) % BENCH_HANDOFF_RING];
+
+    *s = (struct handoff_slot){ .grant_no = k, .grant_at = now };
+    c->grant_no = k;
+    if (k > 0 && prev->grant_no == k - 1 && prev->unlock_at != 0)
+        handoff_record(prev->unlock_at, now);
+}
+
+static void contend_released(struct bconn *c, uint64_t now)
+{
+    uint64_t k = c->grant_no;
+    struct handoff_slot *s = &B.ho[k % BENCH_HANDOFF_RING];
+    struct handoff_slot *next = &B.ho[(k + 1) % BENCH_HANDOFF_RING];
+
+    if (s->grant_no != k)
+        return;
+    s->unlock_at = now;
+    if (k + 1 < B.grants && next->grant_no == k + 1)
+        handoff_record(now, next->grant_at);
+}
+
+static void idle_send_lock(struct bconn *c)
+{
+    conn_send(c, REQ_LOCK, "LOCK %s:idle:%u ttl=%u renew=1\n", B.prefix,
+              c->idx, B.ttl);
+}
+
+static void set_holding(struct bconn *c, bool on)
+{
+    if (c->holding == on)
+        return;
+    c->holding = on;
+    if (on)
+        B.holders++;
+    else
+        B.holders--;
+}
+
+static void on_reply(struct bconn *c, enum req_kind kind, const char *line,
+                     uint64_t sent, uint64_t now)
+{
+    bool ok = kind == REQ_PING
+              ? strncmp(line, "PONG", 4) == 0
+              : strncmp(line, "OK", 2) == 0 && (line[2] == '\0' || line[2] == ' ');
+    uint64_t lat = now > sent ? now - sent : 0;
+
+    if (!ok) {
+        if (strncmp(line, "ERR ", 4) == 0)
+            count_error(line);
+        else
+            B.unexpected++;
+    }
+    if (kind != REQ_HELLO)
+        B.requests++;
+    switch (kind) {
+    case REQ_HELLO:
+        if (!ok || strstr(line, "proto=1") == NULL) {
+            warnx("HELLO answered: %.200s", line);
+            conn_close(c);
+            return;
+        }
+        if (B.mode == MODE_IDLE) {
+            idle_send_lock(c);
+            return;
+        }
+        c->state = CS_READY;
+        B.in_setup--;
+        B.ready++;
+        return;
+    case REQ_LOCK:
+        hist_add(&B.h[H_LOCK], lat);
+        c->lock_ok = ok;
+        if (B.mode == MODE_IDLE) {
+            c->state = CS_READY;
+            B.in_setup--;
+            B.ready++;
+            if (ok) {
+                B.locked++;
+                set_holding(c, true);
+            }
+            return;
+        }
+        if (ok && (B.mode == MODE_CONTEND || B.pipeline <= 1))
+            set_holding(c, true);
+        if (ok && B.mode == MODE_CONTEND)
+            contend_granted(c, now);
+        return;
+    case REQ_UNLOCK:
+        hist_add(&B.h[H_UNLOCK], lat);
+        if (B.mode == MODE_CONTEND && c->holding)
+            contend_released(c, now);
+        if (c->lock_ok && ok)
+            B.ops++;
+        set_holding(c, false);
+        return;
+    case REQ_PING:
+        hist_add(&B.h[H_PING], lat);
+        if (ok)
+            B.ops++;
+        return;
+    }
+}
+
+static void conn_on_line(struct bconn *c, const char *line, uint64_t now)
+{
+    struct pending p;
+
+    if (strncmp(line, "EVENT ", 6) == 0) {
+        B.events++;
+        if (strncmp(line, "EVENT LOST", 10) == 0) {
+            B.lost_events++;
+            set_holding(c, false);
+        }
+        return;
+    }
+    if (c->qlen == 0) {
+        B.unexpected++;
+        return;
+    }
+    p = c->q[c->qhead];
+    c->qhead = (c->qhead + 1) % c->qcap;
+    c->qlen--;
+    B.outstanding--;
+    on_reply(c, (enum req_kind)p.kind, line, p.sent, now);
+}
+
+static void conn_read(struct bconn *c)
+{
+    uint64_t now;
+    size_t start = 0;
+    ssize_t n;
+
+    if (c->rcap - c->rlen < 512) {
+        if (c->rcap >= BENCH_MAX_LINE)
+            die("a reply line over %d bytes", BENCH_MAX_LINE);
+        c->rcap = c->rcap ? c->rcap * 2 : 4096;
+        c->rbuf = xrealloc(c->rbuf, c->rcap);
+    }
+    n = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen - 1);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        /* Expected only when idle mode's check is over; anything else is
+         * the daemon dropping us (limits, shutdown). */
+        B.disconnects++;
+        if (B.disconnects <= 3)
+            warnx("connection %u closed by the server%s%s", c->idx,
+                  n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+        conn_close(c);
+        return;
+    }
+    now = now_ns();
+    c->rlen += (size_t)n;
+    for (size_t i = 0; i < c->rlen && c->state != CS_CLOSED; i++) {
+        if (c->rbuf[i] != '\n')
+            continue;
+        c->rbuf[i] = '\0';
+        if (i > start && c->rbuf[i - 1] == '\r')
+            c->rbuf[i - 1] = '\0';
+        conn_on_line(c, c->rbuf + start, now);
+        start = i + 1;
+    }
+    if (c->state == CS_CLOSED)
+        return;
+    memmove(c->rbuf, c->rbuf + start, c->rlen - start);
+    c->rlen -= start;
+    conn_fill(c);
+    conn_flush(c);
+}
+
+static void conn_connected(struct bconn *c)
+{
+    int err = 0;
+    socklen_t len = sizeof(err);
+
+    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) {
+        B.connect_errors++;
+        if (B.connect_errors == 1)
+            warnx("connect to %s: %s", B.server, strerror(err));
+        conn_close(c);
+        return;
+    }
+    B.connecting--;
+    c->state = CS_SETUP;
+    conn_send(c, REQ_HELLO, "HELLO proto=1 name=bench-%u\n", c->idx);
+    conn_flush(c);
+}
+
+static void conn_event(struct bconn *c, uint32_t events)
+{
+    if (c->state == CS_CONNECTING) {
+        if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))
+            conn_connected(c);
+        return;
+    }
+    if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+        conn_read(c);
+    if (c->state != CS_CLOSED && (events & EPOLLOUT))
+        conn_flush(c);
+}
+
+/* ---- the loop -------------------------------------------------------------- */
+
+/* Start connections while fewer than `window` are still being set up:
+ * the accept backlog never overflows (a dropped SYN costs a one-second
+ * retransmit), and the daemon is measured holding sessions, not absorbing
+ * a connection storm (with 256 at a time, idle mode's HELLO+LOCK bursts
+ * pushed Redis replies past command_timeout_ms 100 on a 2-core machine). */
+static void start_more(void)
+{
+    while (B.started < B.conns && B.in_setup < B.window)
+        conn_start(&B.c[B.started]);
+}
+
+typedef bool (*done_fn)(void);
+
+static void loop_until(uint64_t deadline, done_fn done)
+{
+    struct epoll_event ev[512];
+
+    while (!interrupted && !done()) {
+        uint64_t now = now_ns();
+        int n, timeout;
+
+        if (now >= deadline)
+            break;
+        if (B.phase == PH_SETUP)
+            start_more();
+        timeout = (int)((deadline - now) / 1000000) + 1;
+        if (timeout > 100)
+            timeout = 100;
+        n = epoll_wait(B.ep, ev, (int)(sizeof(ev) / sizeof(ev[0])), timeout);
+        if (n < 0 && errno != EINTR)
+            die("epoll_wait: %s", strerror(errno));
+        for (int i = 0; i < n; i++)
+            conn_event(ev[i].data.ptr, ev[i].events);
+    }
+}
+
+static bool setup_done(void)
+{
+    return B.started == B.conns && B.in_setup == 0;
+}
+
+static bool run_done(void)
+{
+    /* With -n: every op started, and their replies are back. */
+    return B.nops > 0 && B.ops_started >= B.nops && B.outstanding == 0 &&
+           B.holders == 0;
+}
+
+static bool drain_done(void)
+{
+    return B.outstanding == 0 && B.holders == 0;
+}
+
+static bool never_done(void)
+{
+    return B.ready == 0;        /* nothing left to wait for */
+}
+
+static void setup_connections(void)
+{
+    B.phase = PH_SETUP;
+    loop_until(now_ns() + sec_to_ns(BENCH_SETUP_TIMEOUT_S), setup_done);
+    if (!setup_done())
+        warnx("setup incomplete after %.0f s: %u of %u connections ready",
+              BENCH_SETUP_TIMEOUT_S, B.ready, B.conns);
+    if (B.ready == 0)
+        die("no connection to %s could be set up", B.server);
+}
+
+/* ---- a synchronous control connection (idle mode) ------------------------ */
+
+struct ctl {
+    int fd;
+    char buf[65536];
+    size_t len;
+    char line[65536];
+};
+
+static int ctl_open(struct ctl *k)
+{
+    int fd = socket_open(false);
+
+    k->len = 0;
+    k->fd = -1;
+    if (fd < 0)
+        return fd;
+    if (connect(fd, (struct sockaddr *)&B.sa, B.salen) != 0) {
+        int e = errno;
+
+        close(fd);
+        return -e;
+    }
+    k->fd = fd;
+    return 0;
+}
+
+static bool ctl_write(struct ctl *k, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = send(k->fd, data, len, MSG_NOSIGNAL);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return false;
+        data += n;
+        len -= (size_t)n;
+    }
+    return true;
+}
+
+/* The next reply line (EVENT lines skipped), or NULL on EOF or timeout. */
+static const char *ctl_line(struct ctl *k, int timeout_ms)
+{
+    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
+
+    for (;;) {
+        char *nl = memchr(k->buf, '\n', k->len);
+
+        if (nl != NULL) {
+            size_t n = (size_t)(nl - k->buf);
+
+            memcpy(k->line, k->buf, n);
+            k->line[n] = '\0';
+            if (n > 0 && k->line[n - 1] == '\r')
+                k->line[n - 1] = '\0';
+            memmove(k->buf, nl + 1, k->len - n - 1);
+            k->len -= n + 1;
+            if (strncmp(k->line, "EVENT ", 6) == 0)
+                continue;
+            return k->line;
+        }
+        if (k->len == sizeof(k->buf))
+            return NULL;
+
+        uint64_t now = now_ns();
+        struct pollfd p = { .fd = k->fd, .events = POLLIN };
+        ssize_t n;
+
+        if (now >= deadline || interrupted)
+            return NULL;
+        if (poll(&p, 1, (int)((deadline - now) / 1000000) + 1) <= 0)
+            continue;
+        n = recv(k->fd, k->buf + k->len, sizeof(k->buf) - k->len, 0);
+        if (n <= 0)
+            return NULL;
+        k->len += (size_t)n;
+    }
+}
+
+static void ctl_close(struct ctl *k)
+{
+    if (k->fd >= 0)
+        close(k->fd);
+    k->fd = -1;
+}
+
+/* A number from the daemon's STATS, or -1. */
+static long long ctl_stat(const char *key)
+{
+    struct ctl *k = xrealloc(NULL, sizeof(*k));
+    long long v = -1;
+    const char *line;
+
+    if (ctl_open(k) == 0 && ctl_write(k, "STATS\n", 6) &&
+        (line = ctl_line(k, BENCH_CTL_TIMEOUT_MS)) != NULL &&
+        strncmp(line, "OK {", 4) == 0) {
+        json_t *o = json_loads(line + 3, 0, NULL);
+
+        if (json_is_integer(json_object_get(o, key)))
+            v = json_integer_value(json_object_get(o, key));
+        json_decref(o);
+    }
+    ctl_close(k);
+    free(k);
+    return v;
+}
+
+/* After every idle connection is gone, ask STATUS about each resource
+ * (pipelined in batches) until none is held; returns how many still are. */
+static unsigned idle_check_released(double *took_s, unsigned *rounds)
+{
+    const unsigned batch = 256;
+    uint64_t t0 = now_ns();
+    uint64_t deadline = t0 + sec_to_ns(BENCH_RELEASE_TIMEOUT_S);
+    unsigned *todo = xrealloc(NULL, (B.conns + 1) * sizeof(*todo));
+    unsigned ntodo = 0, left = 0;
+    struct ctl *k = xrealloc(NULL, sizeof(*k));
+
+    for (unsigned i = 0; i < B.conns; i++)
+        if (B.c[i].lock_ok)
+            todo[ntodo++] = i;
+    k->fd = -1;
+    *rounds = 0;
+    while (ntodo > 0 && now_ns() < deadline && !interrupted) {
+        (*rounds)++;
+        if (k->fd < 0 && ctl_open(k) != 0) {
+            warnx("cannot connect to check the releases");
+            break;
+        }
+        left = 0;
+        for (unsigned off = 0; off < ntodo; off += batch) {
+            unsigned end = off + batch < ntodo ? off + batch : ntodo;
+            char req[256];
+            bool io_ok = true;
+
+            for (unsigned i = off; i < end && io_ok; i++) {
+                int n = snprintf(req, sizeof(req), "STATUS %s:idle:%u\n",
+                                 B.prefix, todo[i]);
+                io_ok = ctl_write(k, req, (size_t)n);
+            }
+            for (unsigned i = off; i < end; i++) {
+                const char *line = io_ok ? ctl_line(k, BENCH_CTL_TIMEOUT_MS)
+                                         : NULL;
+                json_t *o = line != NULL && strncmp(line, "OK {", 4) == 0
+                            ? json_loads(line + 3, 0, NULL) : NULL;
+
+                if (o == NULL || !json_is_false(json_object_get(o, "held")))
+                    todo[left++] = todo[i];
+                json_decref(o);
+                if (line == NULL)
+                    io_ok = false;
+            }
+            if (!io_ok) {
+                /* Reconnect for the next round; what was not answered
+                 * is asked again then. */
+                warnx("the STATUS connection failed");
+                ctl_close(k);
+                for (unsigned i = end; i < ntodo; i++)
+                    todo[left++] = todo[i];
+                break;
+            }
+        }
+        ntodo = left;
+        if (ntodo > 0)
+            usleep(200 * 1000);
+    }
+    *took_s = (double)(now_ns() - t0) / 1e9;
+    ctl_close(k);
+    free(k);
+    free(todo);
+    return ntodo;
+}
+
+/* ---- reporting -------------------------------------------------------------- */
+
+static double ns_to_ms(uint64_t ns)
+{
+    return (double)ns / 1e6;
+}
+
+static json_t *hist_json(const struct hist *h)
+{
+    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f}",
+                     "count", (json_int_t)h->count,
+                     "mean", h->count ? ns_to_ms(h->sum / h->count) : 0.0,
+                     "p50", ns_to_ms(hist_percentile(h, 50)),
+                     "p90", ns_to_ms(hist_percentile(h, 90)),
+                     "p99", ns_to_ms(hist_percentile(h, 99)),
+                     "p999", ns_to_ms(hist_percentile(h, 99.9)),
+                     "max", ns_to_ms(h->max));
+}
+
+static void hist_print(FILE *f, const char *label, const struct hist *h)
+{
+    if (h->count == 0)
+        return;
+    fprintf(f, "  %-18s p50 %7.3f  p90 %7.3f  p99 %7.3f  max %8.3f ms"
+            "  (n=%" PRIu64 ")\n", label,
+            ns_to_ms(hist_percentile(h, 50)), ns_to_ms(hist_percentile(h, 90)),
+            ns_to_ms(hist_percentile(h, 99)), ns_to_ms(h->max), h->count);
+}
+
+struct daemon_sample {
+    long rss_kib;
+    double cpu_s;
+    uint64_t at;
+};
+
+static void daemon_sample(struct daemon_sample *s)
+{
+    s->at = now_ns();
+    s->rss_kib = B.pid > 0 ? proc_rss_kib(B.pid) : -1;
+    s->cpu_s = B.pid > 0 ? proc_cpu_s(B.pid) : -1;
+}
+
+/* Daemon CPU between two samples, percent of one core, or -1. */
+static double cpu_percent(const struct daemon_sample *a,
+                          const struct daemon_sample *b)
+{
+    if (a->cpu_s < 0 || b->cpu_s < 0 || b->at <= a->at)
+        return -1;
+    return 100.0 * (b->cpu_s - a->cpu_s) / ((double)(b->at - a->at) / 1e9);
+}
+
+static json_t *errors_json(void)
+{
+    json_t *o = json_object();
+
+    json_object_set_new(o, "total", json_integer((json_int_t)B.errors));
+    for (unsigned i = 0; i < B.nerr; i++)
+        json_object_set_new(o, B.err[i].code, json_integer((json_int_t)B.err[i].n));
+    return o;
+}
+
+static void errors_print(FILE *f)
+{
+    fprintf(f, "  errors:            %" PRIu64, B.errors);
+    for (unsigned i = 0; i < B.nerr; i++)
+        fprintf(f, "%s%s %" PRIu64, i ? ", " : " (", B.err[i].code, B.err[i].n);
+    fprintf(f, "%s\n", B.nerr ? ")" : "");
+    if (B.disconnects || B.connect_errors || B.unexpected || B.lost_events)
+        fprintf(f, "  disconnects %" PRIu64 ", connect errors %" PRIu64
+                ", unexpected lines %" PRIu64 ", EVENT LOST %" PRIu64 "\n",
+                B.disconnects, B.connect_errors, B.unexpected, B.lost_events);
+}
+
+static void emit(json_t *o, void (*human)(FILE *, json_t *))
+{
+    const size_t flags = JSON_INDENT(2) | JSON_REAL_PRECISION(6);
+
+    json_object_set_new(o, "mode", json_string(mode_names[B.mode]));
+    json_object_set_new(o, "server", json_string(B.server));
+    json_object_set_new(o, "connections", json_integer(B.conns));
+    json_object_set_new(o, "errors", errors_json());
+    json_object_set_new(o, "disconnects", json_integer((json_int_t)B.disconnects));
+    json_object_set_new(o, "connect_errors",
+                        json_integer((json_int_t)B.connect_errors));
+    json_object_set_new(o, "unexpected_lines",
+                        json_integer((json_int_t)B.unexpected));
+    json_object_set_new(o, "events_lost", json_integer((json_int_t)B.lost_events));
+    json_object_set_new(o, "interrupted", json_boolean(interrupted != 0));
+    if (B.json_file != NULL && json_dump_file(o, B.json_file, flags) != 0)
+        warnx("cannot write %s", B.json_file);
+    if (B.json) {
+        json_dumpf(o, stdout, flags);
+        fputc('\n', stdout);
+    } else {
+        human(stdout, o);
+    }
+    json_decref(o);
+}
+
+static double jnum(json_t *o, const char *key)
+{
+    return json_number_value(json_object_get(o, key));
+}
+
+static void human_throughput(FILE *f, json_t *o)
+{
+    double cpu = jnum(o, "daemon_cpu_percent");
+
+    fprintf(f, "redlockd-bench %s: %s, %u connections, pipeline %u, %.2f s\n",
+            mode_names[B.mode], B.server, B.conns, B.pipeline,
+            jnum(o, "elapsed_s"));
+    if (B.mode == MODE_LOCK)
+        fprintf(f, "  ops (LOCK+UNLOCK): %" PRIu64 "  (%.0f ops/s)\n", B.ops,
+                jnum(o, "ops_per_s"));
+    else if (B.mode == MODE_CONTEND)
+        fprintf(f, "  handoffs:          %" PRIu64 "  (%.0f grants/s)\n",
+                B.grants, jnum(o, "handoffs_per_s"));
+    fprintf(f, "  requests:          %" PRIu64 "  (%.0f req/s)\n", B.requests,
+            jnum(o, "requests_per_s"));
+    errors_print(f);
+    hist_print(f, B.mode == MODE_CONTEND ? "LOCK (incl. wait)" : "LOCK",
+               &B.h[H_LOCK]);
+    hist_print(f, "UNLOCK", &B.h[H_UNLOCK]);
+    hist_print(f, "PING", &B.h[H_PING]);
+    hist_print(f, "UNLOCK->next grant", &B.h[H_HANDOFF]);
+    if (cpu >= 0 && json_object_get(o, "daemon_cpu_percent") != NULL)
+        fprintf(f, "  daemon pid %d: CPU %.1f%% of one core, RSS %.1f MiB\n",
+                (int)B.pid, cpu, jnum(o, "daemon_rss_kib") / 1024.0);
+}
+
+/* lock, contend, ping: connect, run for the duration (or -n ops), drain. */
+static void run_throughput(void)
+{
+    struct daemon_sample s0, s1;
+    double elapsed;
+    json_t *o, *lat;
+
+    setup_connections();
+    B.phase = PH_RUN;
+    daemon_sample(&s0);
+    B.t_start = now_ns();
+    for (unsigned i = 0; i < B.started; i++) {
+        conn_fill(&B.c[i]);
+        if (B.c[i].state == CS_READY)
+            conn_flush(&B.c[i]);
+    }
+    loop_until(B.t_start + sec_to_ns(B.duration), run_done);
+    B.phase = PH_DRAIN;
+    loop_until(now_ns() + sec_to_ns(BENCH_DRAIN_GRACE_S + B.wait / 1000.0),
+               drain_done);
+    B.t_end = now_ns();
+    daemon_sample(&s1);
+    if (!drain_done())
+        warnx("%" PRIu64 " replies still outstanding at the end", B.outstanding);
+
+    elapsed = (double)(B.t_end - B.t_start) / 1e9;
+    o = json_object();
+    lat = json_object();
+    json_object_set_new(o, "pipeline", json_integer(B.pipeline));
+    json_object_set_new(o, "elapsed_s", json_real(elapsed));
+    json_object_set_new(o, "requests", json_integer((json_int_t)B.requests));
+    json_object_set_new(o, "requests_per_s",
+                        json_real((double)B.requests / elapsed));
+    if (B.mode == MODE_LOCK) {
+        json_object_set_new(o, "ttl_ms", json_integer(B.ttl));
+        json_object_set_new(o, "ops", json_integer((json_int_t)B.ops));
+        json_object_set_new(o, "ops_per_s", json_real((double)B.ops / elapsed));
+        json_object_set_new(lat, "lock", hist_json(&B.h[H_LOCK]));
+        json_object_set_new(lat, "unlock", hist_json(&B.h[H_UNLOCK]));
+    } else if (B.mode == MODE_CONTEND) {
+        json_object_set_new(o, "wait_ms", json_integer(B.wait));
+        json_object_set_new(o, "handoffs", json_integer((json_int_t)B.grants));
+        json_object_set_new(o, "handoffs_per_s",
+                            json_real((double)B.grants / elapsed));
+        json_object_set_new(lat, "lock_incl_wait", hist_json(&B.h[H_LOCK]));
+        json_object_set_new(lat, "unlock", hist_json(&B.h[H_UNLOCK]));
+        json_object_set_new(lat, "handoff", hist_json(&B.h[H_HANDOFF]));
+    } else {
+        json_object_set_new(o, "pings", json_integer((json_int_t)B.ops));
+        json_object_set_new(lat, "ping", hist_json(&B.h[H_PING]));
+    }
+    json_object_set_new(o, "latency_ms", lat);
+    if (B.pid > 0) {
+        json_object_set_new(o, "daemon_pid", json_integer(B.pid));
+        json_object_set_new(o, "daemon_cpu_percent",
+                            json_real(cpu_percent(&s0, &s1)));
+        json_object_set_new(o, "daemon_rss_kib", json_integer(s1.rss_kib));
+    }
+    emit(o, human_throughput);
+}
+
+static void human_idle(FILE *f, json_t *o)
+{
+    json_t *rss = json_object_get(o, "daemon_rss_kib");
+    double cpu = jnum(o, "hold_cpu_percent");
+    long long renewals = (long long)jnum(o, "hold_renewals");
+
+    fprintf(f, "redlockd-bench idle: %s, %u sessions, ttl %u ms, renew=1, "
+            "held %.1f s\n", B.server, B.conns, B.ttl, jnum(o, "hold_s"));
+    fprintf(f, "  sessions with a lock: %u of %u (setup %.2f s)\n", B.locked,
+            B.conns, jnum(o, "setup_s"));
+    errors_print(f);
+    hist_print(f, "LOCK", &B.h[H_LOCK]);
+    if (rss != NULL) {
+        fprintf(f, "  daemon RSS: %.1f MiB before, %.1f MiB with the sessions "
+                "locked, %.1f MiB after the hold\n",
+                jnum(rss, "before") / 1024.0, jnum(rss, "locked") / 1024.0,
+                jnum(rss, "after_hold") / 1024.0);
+        fprintf(f, "  memory per session with one lock: %.0f bytes\n",
+                jnum(o, "bytes_per_session"));
+    }
+    if (json_object_get(o, "hold_cpu_percent") != NULL)
+        fprintf(f, "  daemon CPU while holding: %.2f%% of one core", cpu);
+    if (renewals >= 0) {
+        fprintf(f, ", %lld renewals (%.0f/s)", renewals,
+                jnum(o, "hold_renewals_per_s"));
+        if (json_object_get(o, "cpu_us_per_renewal") != NULL)
+            fprintf(f, ", %.1f us CPU each", jnum(o, "cpu_us_per_renewal"));
+    }
+    fputc('\n', f);
+    fprintf(f, "  after closing all: %u of %u locks still held after %.2f s, "
+            "%u STATUS round(s)%s\n", (unsigned)jnum(o, "still_held"),
+            B.locked, jnum(o, "release_check_s"),
+            (unsigned)json_integer_value(json_object_get(o, "release_check_rounds")),
+            jnum(o, "still_held") == 0 ? " (all released)" : "  ** NOT RELEASED **");
+}
+
+/* idle: sessions that each hold one renewed lock, then all dropped. */
+static void run_idle(void)
+{
+    struct daemon_sample s0, s1, s2;
+    long long ren1, ren2;
+    uint64_t t_setup;
+    double hold_s, took, per;
+    unsigned still, rounds;
+    json_t *o;
+
+    if (B.pid <= 0)
+        warnx("no daemon pid (--pid or -p): memory and CPU are not measured");
+    daemon_sample(&s0);
+    t_setup = now_ns();
+    setup_connections();
+    ren1 = ctl_stat("renewals");
+    daemon_sample(&s1);
+    B.phase = PH_HOLD;
+    loop_until(now_ns() + sec_to_ns(B.hold), never_done);
+    daemon_sample(&s2);
+    ren2 = ctl_stat("renewals");
+    hold_s = (double)(s2.at - s1.at) / 1e9;
+    for (unsigned i = 0; i < B.started; i++)
+        conn_close(&B.c[i]);
+    still = idle_check_released(&took, &rounds);
+
+    o = json_object();
+    json_object_set_new(o, "ttl_ms", json_integer(B.ttl));
+    json_object_set_new(o, "sessions_locked", json_integer(B.locked));
+    json_object_set_new(o, "setup_s", json_real((double)(s1.at - t_setup) / 1e9));
+    json_object_set_new(o, "hold_s", json_real(hold_s));
+    json_object_set_new(o, "latency_ms", json_pack("{s:o}", "lock",
+                                                   hist_json(&B.h[H_LOCK])));
+    if (B.pid > 0 && s0.rss_kib >= 0 && s2.rss_kib >= 0) {
+        long peak = s1.rss_kib > s2.rss_kib ? s1.rss_kib : s2.rss_kib;
+
+        per = B.conns ? (double)(peak - s0.rss_kib) * 1024.0 / B.conns : 0;
+        json_object_set_new(o, "daemon_pid", json_integer(B.pid));
+        json_object_set_new(o, "daemon_rss_kib", json_pack("{s:i, s:i, s:i}",
+                            "before", (int)s0.rss_kib, "locked", (int)s1.rss_kib,
+                            "after_hold", (int)s2.rss_kib));
+        json_object_set_new(o, "bytes_per_session", json_real(per));
+    }
+    if (B.pid > 0 && cpu_percent(&s1, &s2) >= 0)
+        json_object_set_new(o, "hold_cpu_percent",
+                            json_real(cpu_percent(&s1, &s2)));
+    if (ren1 >= 0 && ren2 >= 0) {
+        json_object_set_new(o, "hold_renewals", json_integer(ren2 - ren1));
+        json_object_set_new(o, "hold_renewals_per_s",
+                            json_real((double)(ren2 - ren1) / hold_s));
+        if (B.pid > 0 && ren2 > ren1 && s1.cpu_s >= 0 && s2.cpu_s >= 0)
+            json_object_set_new(o, "cpu_us_per_renewal", json_real(
+                (s2.cpu_s - s1.cpu_s) * 1e6 / (double)(ren2 - ren1)));
+    }
+    json_object_set_new(o, "still_held", json_integer(still));
+    json_object_set_new(o, "release_check_s", json_real(took));
+    json_object_set_new(o, "release_check_rounds", json_integer(rounds));
+    emit(o, human_idle);
+    if (still > 0 && !interrupted)
+        exit(3);
+}
+
+/* ---- main ------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "Usage: redlockd-bench [options] lock|contend|idle|ping\n"
+        "\n"
+        "Load generator for a running redlockd (line protocol, one thread,\n"
+        "epoll). Prints a summary, or JSON with --json.\n"
+        "\n"
+        "  -s, --server ADDR     HOST:PORT, [V6]:PORT or /unix/path\n"
+        "                        (default 127.0.0.1:7390)\n"
+        "  -c, --connections N   connections (default 50; idle: 1000)\n"
+        "  -d, --duration SEC    run time (default 10; with -n: a cap, 300)\n"
+        "  -n, --ops N           stop after N ops (LOCK+UNLOCK pairs, grants\n"
+        "                        or PINGs) instead\n"
+        "  -P, --pipeline N      lock: pairs in flight per connection;\n"
+        "                        ping: PINGs in flight (default 1; ping 16)\n"
+        "  -t, --ttl MS          lock ttl (default 30000)\n"
+        "  -w, --wait MS         contend: LOCK wait= (default 5000)\n"
+        "  -H, --hold SEC        idle: how long the locks are held (default 10)\n"
+        "      --window N        connections being set up at once (default 32)\n"
+        "      --prefix STR      resource name prefix (default bench:<pid>)\n"
+        "      --pid PID         the daemon's pid, for RSS and CPU figures\n"
+        "  -p, --find-pid        find the daemon's pid from its listening socket\n"
+        "      --json            print JSON instead of the summary\n"
+        "      --json-file FILE  also write the JSON to FILE\n"
+        "  -h, --help            this help\n"
+        "\n"
+        "Exit status: 0 done, 1 error, 2 usage, 3 idle: locks not released.\n");
+}
+
+static unsigned long parse_num(const char *s, const char *what, unsigned long max)
+{
+    char *end;
+    unsigned long v;
+
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v > max || s[0] == '-')
+        die("bad %s: %s", what, s);
+    return v;
+}
+
+static double parse_secs(const char *s, const char *what)
+{
+    char *end;
+    double v = strtod(s, &end);
+
+    if (end == s || *end != '\0' || !(v > 0) || v > 86400)
+        die("bad %s: %s", what, s);
+    return v;
+}
+
+static void parse_args(int argc, char **argv)
+{
+    enum { OPT_PREFIX = 256, OPT_PID, OPT_JSON, OPT_JSON_FILE, OPT_WINDOW };
+    static const struct option opts[] = {
+        { "server", required_argument, NULL, 's' },
+        { "connections", required_argument, NULL, 'c' },
+        { "duration", required_argument, NULL, 'd' },
+        { "ops", required_argument, NULL, 'n' },
+        { "pipeline", required_argument, NULL, 'P' },
+        { "ttl", required_argument, NULL, 't' },
+        { "wait", required_argument, NULL, 'w' },
+        { "hold", required_argument, NULL, 'H' },
+        { "window", required_argument, NULL, OPT_WINDOW },
+        { "prefix", required_argument, NULL, OPT_PREFIX },
+        { "pid", required_argument, NULL, OPT_PID },
+        { "find-pid", no_argument, NULL, 'p' },
+        { "json", no_argument, NULL, OPT_JSON },
+        { "json-file", required_argument, NULL, OPT_JSON_FILE },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    long conns = -1, pipeline = -1;
+    bool have_duration = false;
+    int ch;
+
+    B.server = "127.0.0.1:7390";
+    B.duration = 10;
+    B.ttl = 30000;
+    B.wait = 5000;
+    B.hold = 10;
+    B.window = 32;
+    snprintf(B.prefix, sizeof(B.prefix), "bench:%d", (int)getpid());
+    while ((ch = getopt_long(argc, argv, "s:c:d:n:P:t:w:H:ph", opts, NULL)) != -1) {
+        switch (ch) {
+        case 's': B.server = optarg; break;
+        case 'c': conns = (long)parse_num(optarg, "connection count", 1000000); break;
+        case 'd': B.duration = parse_secs(optarg, "duration"); have_duration = true; break;
+        case 'n': B.nops = parse_num(optarg, "op count", UINT64_MAX / 2); break;
+        case 'P': pipeline = (long)parse_num(optarg, "pipeline depth", 4096); break;
+        case 't': B.ttl = (unsigned)parse_num(optarg, "ttl", UINT32_MAX); break;
+        case 'w': B.wait = (unsigned)parse_num(optarg, "wait", UINT32_MAX); break;
+        case 'H': B.hold = parse_secs(optarg, "hold time"); break;
+        case 'p': B.find_pid = true; break;
+        case OPT_WINDOW: B.window = (unsigned)parse_num(optarg, "window", 65536); break;
+        case OPT_PREFIX:
+            if (strlen(optarg) == 0 || strlen(optarg) > 64 || strpbrk(optarg, " \t\r\n"))
+                die("bad prefix: %s", optarg);
+            snprintf(B.prefix, sizeof(B.prefix), "%s", optarg);
+            break;
+        case OPT_PID: B.pid = (pid_t)parse_num(optarg, "pid", INT32_MAX); break;
+        case OPT_JSON: B.json = true; break;
+        case OPT_JSON_FILE: B.json_file = optarg; break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); exit(2);
+        }
+    }
+    if (optind + 1 != argc) {
+        usage(stderr);
+        exit(2);
+    }
+    {
+        size_t m = 0, nmodes = sizeof(mode_names) / sizeof(mode_names[0]);
+
+        while (m < nmodes && strcmp(argv[optind], mode_names[m]) != 0)
+            m++;
+        if (m == nmodes) {
+            fprintf(stderr, "redlockd-bench: unknown mode '%s'\n", argv[optind]);
+            usage(stderr);
+            exit(2);
+        }
+        B.mode = (enum mode)m;
+    }
+    B.conns = conns > 0 ? (unsigned)conns : B.mode == MODE_IDLE ? 1000 : 50;
+    B.pipeline = pipeline > 0 ? (unsigned)pipeline : B.mode == MODE_PING ? 16 : 1;
+    if (B.window == 0)
+        B.window = 1;
+    if (B.nops > 0 && !have_duration)
+        B.duration = 300;
+    parse_server(B.server);
+}
+
+int main(int argc, char **argv)
+{
+    struct sigaction sa = { .sa_handler = on_sigint };
+
+    parse_args(argc, argv);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (B.find_pid && B.pid == 0) {
+        B.pid = find_daemon_pid();
+        if (B.pid == 0)
+            warnx("-p: no process of ours listens on %s", B.server);
+    }
+    raise_nofile(B.conns + 32);
+    B.ep = epoll_create1(EPOLL_CLOEXEC);
+    if (B.ep < 0)
+        die("epoll_create1: %s", strerror(errno));
+    B.c = calloc(B.conns, sizeof(*B.c));
+    if (B.c == NULL)
+        die("out of memory");
+    for (unsigned i = 0; i < B.conns; i++) {
+        B.c[i].idx = i;
+        B.c[i].fd = -1;
+    }
+    if (B.mode == MODE_IDLE)
+        run_idle();
+    else
+        run_throughput();
+    for (unsigned i = 0; i < B.started; i++)
+        conn_close(&B.c[i]);
+    free(B.c);
+    close(B.ep);
+    if (interrupted) {
+        /* The partial results are out; now die of the signal, so that a
+         * calling shell stops too instead of running its next command. */
+        signal((int)interrupted, SIG_DFL);
+        raise((int)interrupted);
+    }
+    return 0;
+}
