@@ -408,11 +408,10 @@ static void req_free(struct lockreq *q)
     free(q);
 }
 
-/* Answer q with an error and drop it. */
-static void req_fail(struct lockreq *q, enum proto_err err, const char *msg)
+/* Take q out of its entry and free it; the next waiter gets its turn. */
+static void req_drop(struct lockreq *q)
 {
     struct lock_entry *e = q->e;
-    struct session *s = q->s;
     bool was_head = e->whead == q;
 
     entry_remove(e, q);
@@ -420,6 +419,14 @@ static void req_fail(struct lockreq *q, enum proto_err err, const char *msg)
     if (was_head)
         entry_kick(e);
     entry_maybe_free(e);
+}
+
+/* Answer q with an error and drop it. */
+static void req_fail(struct lockreq *q, enum proto_err err, const char *msg)
+{
+    struct session *s = q->s;
+
+    req_drop(q);
     if (s) {
         s->lockreq = NULL;
         session_lock_done(s, NULL, err, msg);
@@ -487,10 +494,7 @@ static void attempt_done(void *ud, const struct redlock_result *res)
         /* The session ended while we were acquiring. */
         if (res->status == REDLOCK_OK)
             redlock_release(e->key, e->keylen, q->token, NULL, NULL);
-        entry_remove(e, q);
-        req_free(q);
-        entry_kick(e);
-        entry_maybe_free(e);
+        req_drop(q);
         return;
     }
     if (res->status == REDLOCK_OK) {
@@ -670,15 +674,8 @@ void lockmgr_session_end(struct session *s, bool died)
     if (q) {
         s->lockreq = NULL;
         q->s = NULL;
-        if (!q->attempting) {
-            struct lock_entry *e = q->e;
-            bool was_head = e->whead == q;
-            entry_remove(e, q);
-            req_free(q);
-            if (was_head)
-                entry_kick(e);
-            entry_maybe_free(e);
-        }
+        if (!q->attempting)
+            req_drop(q);
         session_unref(s);   /* the request's reference */
     }
     uint32_t delay = died ? M.conf->locks.lock_delay_ms : 0;

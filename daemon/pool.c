@@ -90,6 +90,7 @@ struct pool_link {
     uint64_t connect_deadline;
     uint64_t last_progress;         /* last reply, or first send into an
                                        empty queue (uv_now ms) */
+    bool graced;                    /* got one extra period since then */
     struct timer timer;             /* earliest deadline of this link */
 };
 
@@ -257,8 +258,10 @@ static int link_send(struct pool_link *l, struct pool_req *q)
     q->deadline = timer_now() + P.conf->redis.command_timeout_ms;
     if (l->state == LINK_CONNECTING && q->deadline < l->connect_deadline)
         q->deadline = l->connect_deadline;
-    if (!l->head)
+    if (!l->head) {
         l->last_progress = timer_now();
+        l->graced = false;
+    }
     link_push(l, q);
     link_arm(l);
     l->node->requests++;
@@ -290,6 +293,7 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             node_fail(n, ac->errstr[0] ? ac->errstr : "connection lost");
     } else {
         l->last_progress = timer_now();
+        l->graced = false;
         link_arm(l);
         node_note_latency(n, q->sent_ns);
         if (r->type == REDIS_REPLY_ERROR) {
@@ -363,11 +367,36 @@ static void node_fail(struct pool_node *n, const char *why)
         n->backoff_ms = P.conf->redis.reconnect_max_ms;
 }
 
+/*
+ * Was the deadline missed because this loop was busy rather than because
+ * the node was silent? libuv runs timers before polling, with a clock read
+ * at the start of the iteration: after a long pass (closing 10000 sessions
+ * at once, say) a deadline can expire before our requests were even
+ * written, or before replies already in the socket were read. Then give
+ * the node one more period, once per stall.
+ */
+static bool link_loop_was_late(struct pool_link *l)
+{
+    uint64_t now = uv_hrtime() / 1000000u;
+    uint64_t period = P.conf->redis.command_timeout_ms;
+    bool unsent = l->ac && l->ac->c.obuf && l->ac->c.obuf[0];
+
+    if (l->graced || (!unsent && now < l->timer.due + period / 2))
+        return false;
+    l->graced = true;
+    uv_update_time(P.loop);
+    l->last_progress = timer_now();
+    link_arm(l);
+    return true;
+}
+
 static void link_timeout_cb(struct timer *t)
 {
     struct pool_link *l = t->data;
     struct pool_node *n = l->node;
 
+    if (link_loop_was_late(l))
+        return;
     if (l->state == LINK_CONNECTING) {
         node_fail(n, "connect timeout");
     } else {

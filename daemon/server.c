@@ -58,6 +58,23 @@ static struct listener *listener_new(bool is_unix, const char *name)
     return l;
 }
 
+/* Start listening on l once bound (rc: how binding went); on failure the
+ * listener is closed and freed. */
+static void on_connection(uv_stream_t *ls, int status);
+
+static int listener_finish(struct listener *l, int rc)
+{
+    if (rc == 0)
+        rc = uv_listen(&l->h.stream, 511, on_connection);
+    if (rc != 0) {
+        uv_close(&l->h.handle, listener_closed);
+        return rc;
+    }
+    l->next = listeners;
+    listeners = l;
+    return 0;
+}
+
 static bool addr_is_loopback(const struct sockaddr_storage *ss)
 {
     if (ss->ss_family == AF_INET) {
@@ -185,15 +202,7 @@ static int listen_tcp(const struct conf_addr *a)
     l->h.handle.data = l;
     rc = uv_tcp_bind(&l->h.tcp, (const struct sockaddr *)&ss,
                      strchr(a->host, ':') ? UV_TCP_IPV6ONLY : 0);
-    if (rc == 0)
-        rc = uv_listen(&l->h.stream, 511, on_connection);
-    if (rc != 0) {
-        uv_close(&l->h.handle, listener_closed);
-        return rc;
-    }
-    l->next = listeners;
-    listeners = l;
-    return 0;
+    return listener_finish(l, rc);
 }
 
 static int listen_unix(const struct conf_addr *a, unsigned mode)
@@ -216,15 +225,7 @@ static int listen_unix(const struct conf_addr *a, unsigned mode)
         if (chmod(a->path, mode) != 0)
             rc = uv_translate_sys_error(errno);
     }
-    if (rc == 0)
-        rc = uv_listen(&l->h.stream, 511, on_connection);
-    if (rc != 0) {
-        uv_close(&l->h.handle, listener_closed);
-        return rc;
-    }
-    l->next = listeners;
-    listeners = l;
-    return 0;
+    return listener_finish(l, rc);
 }
 
 #ifdef HAVE_SYSTEMD
@@ -243,14 +244,9 @@ static int listen_activated(int fd)
         rc = uv_tcp_open(&l->h.tcp, fd);
     }
     l->h.handle.data = l;
-    if (rc == 0)
-        rc = uv_listen(&l->h.stream, 511, on_connection);
-    if (rc != 0) {
-        uv_close(&l->h.handle, listener_closed);
+    rc = listener_finish(l, rc);
+    if (rc != 0)
         return rc;
-    }
-    l->next = listeners;
-    listeners = l;
     log_notice("listening on socket-activated %s", name);
     return 0;
 }
