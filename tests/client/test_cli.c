@@ -25,20 +25,17 @@
  *   - --version, --help, and a usage error (64);
  *   - the README's library example runs and exits 0.
  */
-#include <arpa/inet.h>
 #include <check.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,7 +109,7 @@ static void proc_close_pipes(struct proc *p)
  * PDEATHSIG and the harness's guardians clean up instead. */
 static void teardown(void)
 {
-    int rc = 0;
+    int rc;
 
     for (int i = 0; i < np; i++) {
         if (P[i].pid != 0) {
@@ -125,108 +122,32 @@ static void teardown(void)
     if (A.fd >= 0)
         h_close(&A);
     /* A stopped node would hold up the daemon's release at shutdown. */
-    for (int i = 0; i < nr; i++)
-        h_redis_resume(&R[i]);
-    if (D.pid != 0) {
-        rc = h_daemon_stop(&D);
-        if (rc != 0)
-            h_daemon_dump_log(&D);
-    }
+    h_redis_resume_all(R, nr);
+    rc = h_daemon_finish(&D);
     h_daemon_cleanup(&D);
-    for (int i = 0; i < nr; i++)
-        h_redis_cleanup(&R[i]);
+    h_redis_cleanup_all(R, nr);
     ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
-}
-
-/* ---- time ---- */
-
-/* The daemon under the valgrind wrapper is much slower: stretch upper
- * bounds on how soon things happen (never lower bounds). */
-static int T(int ms)
-{
-    const char *w = getenv("REDLOCKD_TEST_WRAPPER");
-
-    return (w != NULL && *w != '\0') ? ms * 5 : ms;
-}
-
-static long long since(uint64_t t0)
-{
-    return (long long)(h_now_ms() - t0);
 }
 
 /* ---- daemon and raw protocol ---- */
 
 static void start_nodes(int n)
 {
-    for (int i = 0; i < n; i++)
-        h_redis_start(&R[i], NULL);
+    h_redis_start_all(R, n, NULL);
     nr = n;
 }
 
 static void connect_to(struct h_client *c)
 {
-    int rc = h_connect_tcp(c, D.port);
-
-    ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", D.port, strerror(-rc));
+    h_connect_tcp_ok(c, D.port);
 }
 
-/* Send a request on the raw client and assert the reply's start. */
-static char *expect(struct h_client *c, const char *prefix, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static char *expect(struct h_client *c, const char *prefix, const char *fmt, ...)
-{
-    char req[1024];
-    char *line;
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(req, sizeof(req), fmt, ap);
-    va_end(ap);
-    line = h_cmd(c, "%s", req);
-    ck_assert_msg(h_starts(line, prefix), "\"%s\" answered \"%s\", want \"%s...\"",
-                  req, line, prefix);
-    return line;
-}
-
-static json_int_t stats_int(struct h_client *c, const char *key)
-{
-    char *line = expect(c, "OK {", "STATS");
-    json_t *o = json_loads(line + 3, 0, NULL);
-    json_t *v = json_object_get(o, key);
-    json_int_t n;
-
-    ck_assert_msg(json_is_integer(v), "STATS has no integer \"%s\": %s", key, line);
-    n = json_integer_value(v);
-    json_decref(o);
-    return n;
-}
-
-/*
- * Start the daemon over the nodes and wait until every node votes: it
- * listens before its Redis connections are up, and a lock taken before
- * then would rightly be refused for a reason these tests are not about.
- */
+/* Start the daemon over the nodes and wait until every node votes. */
 static void start_daemon(const char *extra_json)
 {
-    struct h_client c;
-    uint64_t t0;
-    json_int_t voting = -1;
-
     h_daemon_start(&D, R, nr, extra_json);
     snprintf(S, sizeof(S), "127.0.0.1:%d", D.port);
-    connect_to(&c);
-    t0 = h_now_ms();
-    while (since(t0) < T(5000)) {
-        voting = stats_int(&c, "nodes_voting");
-        if (voting == nr)
-            break;
-        h_sleep_ms(20);
-    }
-    h_close(&c);
-    if (voting != nr)
-        h_daemon_dump_log(&D);
-    ck_assert_msg(voting == nr, "only %lld of %d nodes voting after start",
-                  (long long)voting, nr);
+    h_wait_voting(&D, nr, h_scale(5000));
 }
 
 /* LOCK retried while BUSY for up to timeout_ms; returns how long it took. */
@@ -238,9 +159,9 @@ static long long lock_within(struct h_client *c, const char *res, int timeout_ms
         char *line = h_cmd(c, "LOCK %s ttl=30000", res);
 
         if (h_starts(line, "OK "))
-            return since(t0);
+            return h_since(t0);
         ck_assert_msg(h_starts(line, "ERR BUSY"), "LOCK %s answered \"%s\"", res, line);
-        ck_assert_msg(since(t0) < timeout_ms, "%s still BUSY after %d ms", res,
+        ck_assert_msg(h_since(t0) < timeout_ms, "%s still BUSY after %d ms", res,
                       timeout_ms);
         h_sleep_ms(5);
     }
@@ -249,8 +170,8 @@ static long long lock_within(struct h_client *c, const char *res, int timeout_ms
 /* The lock is free right now: take it and give it back. */
 static void assert_free(const char *res)
 {
-    expect(&A, "OK resource=", "LOCK %s ttl=30000", res);
-    expect(&A, "OK resource=", "UNLOCK %s", res);
+    h_expect(&A, "OK resource=", "LOCK %s ttl=30000", res);
+    h_expect(&A, "OK resource=", "UNLOCK %s", res);
 }
 
 /* ---- files ---- */
@@ -297,7 +218,7 @@ static long wait_file_number(const char *path, int timeout_ms)
     uint64_t t0 = h_now_ms();
     char buf[256];
 
-    while (since(t0) < timeout_ms) {
+    while (h_since(t0) < timeout_ms) {
         if (read_file(path, buf, sizeof(buf)) && strchr(buf, '\n') != NULL)
             return strtol(buf, NULL, 10);
         h_sleep_ms(10);
@@ -324,32 +245,11 @@ static bool wait_pid_gone(pid_t pid, int timeout_ms)
     uint64_t t0 = h_now_ms();
 
     while (!pid_gone(pid)) {
-        if (since(t0) >= timeout_ms)
+        if (h_since(t0) >= timeout_ms)
             return false;
         h_sleep_ms(10);
     }
     return true;
-}
-
-/*
- * A loopback port that refuses connections for as long as the returned
- * socket stays open: bound, never listening, so no other test running in
- * parallel can start a server on it meanwhile (h_free_port can not
- * promise that).
- */
-static int refusing_port(int *port)
-{
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_msg(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-                  getsockname(fd, (struct sockaddr *)&sa, &len) == 0,
-                  "bind: %s", strerror(errno));
-    *port = ntohs(sa.sin_port);
-    return fd;
 }
 
 /* ---- processes ---- */
@@ -497,7 +397,7 @@ static bool proc_exited(struct proc *p, int timeout_ms)
             proc_close_pipes(p);
             break;
         }
-        if (since(t0) >= timeout_ms)
+        if (h_since(t0) >= timeout_ms)
             return false;
         h_sleep_ms(5);
     }
@@ -597,8 +497,8 @@ START_TEST(run_excludes)
                    "sh", "-c", MARK_SCRIPT, "sh", marks, NULL);
     p2 = ctl_start("-s", S, "run", "--wait", "10000", "cli:ex", "--",
                    "sh", "-c", MARK_SCRIPT, "sh", marks, NULL);
-    proc_wait(p1, T(15000));
-    proc_wait(p2, T(15000));
+    proc_wait(p1, h_scale(15000));
+    proc_wait(p2, h_scale(15000));
     assert_ok_quiet(p1, "first run --wait 10000");
     assert_ok_quiet(p2, "second run --wait 10000");
 
@@ -647,26 +547,26 @@ START_TEST(run_busy)
     start_daemon(NULL);
     marker = tmp_path("ran");
     connect_to(&A);
-    expect(&A, "OK ", "HELLO name=other-holder");
-    expect(&A, "OK resource=cli:busy ", "LOCK cli:busy ttl=30000");
+    h_expect(&A, "OK ", "HELLO name=other-holder");
+    h_expect(&A, "OK resource=cli:busy ", "LOCK cli:busy ttl=30000");
 
     p = ctl_start("-s", S, "run", "cli:busy", "--", "sh", "-c", "touch \"$1\"",
                   "sh", marker, NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_status(p, EXIT_BUSY, "run on a busy lock");
     ck_assert_msg(!file_exists(marker), "the command ran although the lock was busy");
     assert_one_error_line(p, "run on a busy lock");
 
     p = ctl_start("-s", S, "run", "-E", "3", "cli:busy", "--", "sh", "-c",
                   "touch \"$1\"", "sh", marker, NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_status(p, 3, "run -E 3 on a busy lock");
     ck_assert_msg(!file_exists(marker), "the command ran although the lock was busy");
 
     /* -q: a cron job's quiet skip. */
     p = ctl_start("-s", S, "run", "-q", "cli:busy", "--", "sh", "-c",
                   "touch \"$1\"", "sh", marker, NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_status(p, EXIT_BUSY, "run -q on a busy lock");
     ck_assert_msg(p->err_len == 0 && p->out_len == 0, "-q printed: %s%s", p->out,
                   p->err);
@@ -676,18 +576,18 @@ START_TEST(run_busy)
     t0 = h_now_ms();
     p = ctl_start("-s", S, "run", "--wait", "400", "cli:busy", "--", "sh", "-c",
                   "touch \"$1\"", "sh", marker, NULL);
-    proc_wait(p, T(5000));
-    took = since(t0);
+    proc_wait(p, h_scale(5000));
+    took = h_since(t0);
     assert_status(p, EXIT_BUSY, "run --wait 400 on a busy lock");
     ck_assert_msg(took >= 380, "gave up after %lld ms of --wait 400", took);
     ck_assert_msg(!file_exists(marker), "the command ran although the lock was busy");
     assert_one_error_line(p, "run --wait 400 on a busy lock");
 
     /* Once free, the command runs. */
-    expect(&A, "OK resource=cli:busy ", "UNLOCK cli:busy");
+    h_expect(&A, "OK resource=cli:busy ", "UNLOCK cli:busy");
     p = ctl_start("-s", S, "run", "cli:busy", "--", "sh", "-c", "touch \"$1\"",
                   "sh", marker, NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "run on a free lock");
     ck_assert_msg(file_exists(marker), "the command did not run on a free lock");
     assert_free("cli:busy");
@@ -706,19 +606,19 @@ START_TEST(run_busy_exit_zero)
     start_daemon(NULL);
     marker = tmp_path("ran");
     connect_to(&A);
-    expect(&A, "OK resource=cli:busy0 ", "LOCK cli:busy0 ttl=30000");
+    h_expect(&A, "OK resource=cli:busy0 ", "LOCK cli:busy0 ttl=30000");
 
     /* Long spelling after `run`, and -q: a cron job's quiet skip. */
     p = ctl_start("-s", S, "run", "--conflict-exit-code", "0", "-q", "cli:busy0",
                   "--", "sh", "-c", "touch \"$1\"", "sh", marker, NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     ck_assert_msg(!file_exists(marker), "-E 0: the command ran although the lock "
                   "was busy (stderr: %s)", p->err);
     assert_status(p, 0, "run --conflict-exit-code 0 -q on a busy lock");
     ck_assert_msg(p->err_len == 0 && p->out_len == 0, "-q printed: %s%s", p->out,
                   p->err);
 
-    expect(&A, "OK resource=cli:busy0 ", "UNLOCK cli:busy0");
+    h_expect(&A, "OK resource=cli:busy0 ", "UNLOCK cli:busy0");
 }
 END_TEST
 
@@ -731,24 +631,24 @@ START_TEST(run_exit_status)
     connect_to(&A);
 
     p = ctl_start("-s", S, "run", "cli:st", "--", "sh", "-c", "exit 42", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_status(p, 42, "run -- sh -c 'exit 42'");
     ck_assert_msg(p->err_len == 0, "stderr: %s", p->err);
     assert_free("cli:st");
 
     p = ctl_start("-s", S, "run", "cli:st", "--", "sh", "-c", "kill -USR1 $$", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_status(p, 128 + SIGUSR1, "a command killed by SIGUSR1");
     assert_free("cli:st");
 
     /* No "--": the command starts at the first word after RESOURCE. */
     p = ctl_start("-s", S, "run", "cli:st", "true", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "run RESOURCE true");
 
     p = ctl_start("-s", S, "run", "cli:st", "--", "/nonexistent/redlockd-test",
                   NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_status(p, 127, "a command that does not exist");
     assert_free("cli:st");
 }
@@ -771,17 +671,17 @@ START_TEST(run_sigkill_releases)
     connect_to(&A);
     p = ctl_start("-s", S, "run", "cli:kill", "--", "sh", "-c",
                   "echo $$ > \"$1\"; exec sleep 30", "sh", pidf, NULL);
-    cmd = wait_file_number(pidf, T(5000));
-    expect(&A, "ERR BUSY", "LOCK cli:kill ttl=30000");
+    cmd = wait_file_number(pidf, h_scale(5000));
+    h_expect(&A, "ERR BUSY", "LOCK cli:kill ttl=30000");
 
     kill(p->pid, SIGKILL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_status(p, 128 + SIGKILL, "redlockctl after SIGKILL");
-    took = lock_within(&A, "cli:kill", T(500));
+    took = lock_within(&A, "cli:kill", h_scale(500));
     fprintf(stderr, "run_sigkill_releases: lock free %lld ms after the kill\n", took);
-    ck_assert_msg(wait_pid_gone((pid_t)cmd, T(3000)),
+    ck_assert_msg(wait_pid_gone((pid_t)cmd, h_scale(3000)),
                   "the command (pid %ld) still runs after redlockctl was killed", cmd);
-    expect(&A, "OK resource=cli:kill ", "UNLOCK cli:kill");
+    h_expect(&A, "OK resource=cli:kill ", "UNLOCK cli:kill");
 }
 END_TEST
 
@@ -803,9 +703,9 @@ START_TEST(run_sigterm_forwarded)
     p = ctl_start("-s", S, "run", "cli:term", "--", "sh", "-c",
                   "trap 'echo term >> \"$1\"; exit 3' TERM; echo $$ > \"$2\"; "
                   "while :; do sleep 0.05; done", "sh", mark, ready, NULL);
-    wait_file_number(ready, T(5000));
+    wait_file_number(ready, h_scale(5000));
     kill(p->pid, SIGTERM);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_status(p, 3, "SIGTERM to redlockctl, command traps it and exits 3");
     ck_assert_msg(read_file(mark, buf, sizeof(buf)) && strcmp(buf, "term\n") == 0,
                   "the command's TERM trap did not run (marker: \"%s\")", buf);
@@ -814,9 +714,9 @@ START_TEST(run_sigterm_forwarded)
     /* Not trapped: the command dies of it and redlockctl says 128+15. */
     p = ctl_start("-s", S, "run", "cli:term", "--", "sh", "-c",
                   "echo $$ > \"$1\"; exec sleep 30", "sh", ready2, NULL);
-    wait_file_number(ready2, T(5000));
+    wait_file_number(ready2, h_scale(5000));
     kill(p->pid, SIGTERM);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_status(p, 128 + SIGTERM, "SIGTERM to redlockctl running sleep");
     assert_free("cli:term");
 
@@ -824,9 +724,9 @@ START_TEST(run_sigterm_forwarded)
     unlink(ready2);
     p = ctl_start("-s", S, "run", "cli:term", "--", "sh", "-c",
                   "echo $$ > \"$1\"; exec sleep 30", "sh", ready2, NULL);
-    wait_file_number(ready2, T(5000));
+    wait_file_number(ready2, h_scale(5000));
     kill(p->pid, SIGINT);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_status(p, 128 + SIGINT, "SIGINT to redlockctl running sleep");
     assert_free("cli:term");
 }
@@ -848,22 +748,22 @@ START_TEST(run_lease_lost)
     p = ctl_start("-s", S, "run", "--on-lost", "kill", "--ttl", "1500",
                   "cli:lost", "--", "sh", "-c", "echo $$ > \"$1\"; exec sleep 30",
                   "sh", pidf, NULL);
-    cmd = wait_file_number(pidf, T(5000));
+    cmd = wait_file_number(pidf, h_scale(5000));
 
     /* One node of three left: no renewal can reach a quorum. */
     h_redis_pause(&R[1]);
     h_redis_pause(&R[2]);
     t0 = h_now_ms();
-    proc_wait(p, T(10000));
-    took = since(t0);
+    proc_wait(p, h_scale(10000));
+    took = h_since(t0);
     fprintf(stderr, "run_lease_lost: redlockctl exited %lld ms after the pause\n",
             took);
     assert_status(p, EXIT_LOST, "run whose lease was lost");
-    ck_assert_msg(took < T(6000), "redlockctl took %lld ms to notice the loss "
+    ck_assert_msg(took < h_scale(6000), "redlockctl took %lld ms to notice the loss "
                   "of a ttl=1500 lease", took);
     ck_assert_msg(strstr(p->err, "redlockctl:") != NULL && strstr(p->err, "lost") != NULL,
                   "no message about the lost lease: %s", p->err);
-    ck_assert_msg(wait_pid_gone((pid_t)cmd, T(3000)),
+    ck_assert_msg(wait_pid_gone((pid_t)cmd, h_scale(3000)),
                   "the command (pid %ld) still runs after the lease was lost", cmd);
     h_redis_resume(&R[1]);
     h_redis_resume(&R[2]);
@@ -883,18 +783,18 @@ START_TEST(inspection_commands)
     start_nodes(1);
     start_daemon(NULL);
     connect_to(&A);
-    expect(&A, "OK ", "HELLO name=cli-holder");
-    expect(&A, "OK resource=cli:insp ", "LOCK cli:insp ttl=30000");
+    h_expect(&A, "OK ", "HELLO name=cli-holder");
+    h_expect(&A, "OK resource=cli:insp ", "LOCK cli:insp ttl=30000");
 
     p = ctl_start("-s", S, "status", "cli:insp", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "status");
     ck_assert_msg(strstr(p->out, "cli:insp") != NULL &&
                   strstr(p->out, "cli-holder") != NULL,
                   "status does not name the resource and its holder: %s", p->out);
 
     p = ctl_start("-s", S, "--json", "status", "cli:insp", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "--json status");
     o = parse_json(p, "--json status");
     ck_assert_str_eq(json_string_value(json_object_get(o, "resource")), "cli:insp");
@@ -907,7 +807,7 @@ START_TEST(inspection_commands)
 
     /* Options right after the command work too (redlockctl(1)). */
     p = ctl_start("status", "--json", "-s", S, "cli:free", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "status --json of a free resource");
     o = parse_json(p, "status --json of a free resource");
     ck_assert_msg(json_is_false(json_object_get(o, "held")), "free resource held: %s",
@@ -915,12 +815,12 @@ START_TEST(inspection_commands)
     json_decref(o);
 
     p = ctl_start("-s", S, "sessions", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "sessions");
     ck_assert_msg(strstr(p->out, "cli-holder") != NULL, "sessions: %s", p->out);
 
     p = ctl_start("-s", S, "--json", "sessions", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "--json sessions");
     o = parse_json(p, "--json sessions");
     json_array_foreach(json_object_get(o, "sessions"), i, s) {
@@ -932,12 +832,12 @@ START_TEST(inspection_commands)
     json_decref(o);
 
     p = ctl_start("-s", S, "stats", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "stats");
     ck_assert_msg(strstr(p->out, "locks_held") != NULL, "stats: %s", p->out);
 
     p = ctl_start("-s", S, "--json", "stats", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "--json stats");
     o = parse_json(p, "--json stats");
     v = json_object_get(o, "locks_held");
@@ -946,12 +846,12 @@ START_TEST(inspection_commands)
     json_decref(o);
 
     p = ctl_start("-s", S, "ping", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "ping");
     ck_assert_msg(h_starts(p->out, "PONG"), "ping printed: %s", p->out);
 
     p = ctl_start("-s", S, "--json", "ping", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "--json ping");
     o = parse_json(p, "--json ping");
     v = json_object_get(o, "server");
@@ -962,16 +862,16 @@ START_TEST(inspection_commands)
     /* The unix socket, spelled both ways, and $REDLOCKD_SERVER. */
     snprintf(addr, sizeof(addr), "unix:%s", D.sock_path);
     p = ctl_start("-s", addr, "ping", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "ping over unix:PATH");
     ck_assert_msg(h_starts(p->out, "PONG"), "ping printed: %s", p->out);
     p = ctl_start("--server", D.sock_path, "status", "cli:insp", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "status over /PATH");
     ck_assert_msg(strstr(p->out, "cli-holder") != NULL, "status: %s", p->out);
     server_env = S;
     p = ctl_start("ping", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "ping with $REDLOCKD_SERVER");
     server_env = NULL;
 }
@@ -990,22 +890,22 @@ START_TEST(unreachable_daemon)
     };
 
     /* Connection refused. */
-    fd = refusing_port(&port);
+    fd = h_refusing_port(&port);
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         p = ctl_start("-s", addr, cmds[i][0], cmds[i][1], NULL);
-        proc_wait(p, T(10000));
+        proc_wait(p, h_scale(10000));
         assert_status(p, EXIT_UNAVAILABLE, cmds[i][0]);
         assert_one_error_line(p, cmds[i][0]);
     }
     /* run does not start the command (it would exit 99). */
     p = ctl_start("-s", addr, "run", "cli:x", "--", "sh", "-c", "exit 99", NULL);
-    proc_wait(p, T(10000));
+    proc_wait(p, h_scale(10000));
     assert_status(p, EXIT_UNAVAILABLE, "run with no daemon");
     assert_one_error_line(p, "run with no daemon");
 
     p = ctl_start("-s", "unix:/nonexistent/redlockd-test.sock", "ping", NULL);
-    proc_wait(p, T(10000));
+    proc_wait(p, h_scale(10000));
     assert_status(p, EXIT_UNAVAILABLE, "ping to a missing unix socket");
     assert_one_error_line(p, "ping to a missing unix socket");
     close(fd);
@@ -1019,28 +919,28 @@ START_TEST(version_and_help)
     struct proc *p;
 
     p = ctl_start("--version", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "--version");
     ck_assert_str_eq(p->out, "redlockctl " REDLOCKD_VERSION "\n");
     p = ctl_start("-V", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "-V");
     ck_assert_str_eq(p->out, "redlockctl " REDLOCKD_VERSION "\n");
 
     p = ctl_start("--help", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "--help");
     ck_assert_msg(strstr(p->out, "Usage:") != NULL && strstr(p->out, "run") != NULL &&
                   strstr(p->out, "--conflict-exit-code") != NULL,
                   "--help: %s", p->out);
 
     p = ctl_start("--no-such-option", "ping", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_status(p, EXIT_USAGE, "an unknown option");
     assert_one_error_line(p, "an unknown option");
 
     p = ctl_start("run", "cli:x", NULL);
-    proc_wait(p, T(5000));
+    proc_wait(p, h_scale(5000));
     assert_status(p, EXIT_USAGE, "run without a command");
     assert_one_error_line(p, "run without a command");
 }
@@ -1059,7 +959,7 @@ START_TEST(readme_example)
     connect_to(&A);
 
     p = proc_startv(env_bin("EXAMPLE_BIN"), (const char *const[]){ S, NULL });
-    proc_wait(p, T(10000));
+    proc_wait(p, h_scale(10000));
     assert_ok_quiet(p, "example 127.0.0.1:PORT");
     ck_assert_msg(sscanf(p->out, "got example:job, fence %llu", &fence1) == 1,
                   "example printed: %s", p->out);
@@ -1068,7 +968,7 @@ START_TEST(readme_example)
     snprintf(addr, sizeof(addr), "unix:%s", D.sock_path);
     server_env = addr;
     p = proc_startv(env_bin("EXAMPLE_BIN"), (const char *const[]){ NULL });
-    proc_wait(p, T(10000));
+    proc_wait(p, h_scale(10000));
     server_env = NULL;
     assert_ok_quiet(p, "example with $REDLOCKD_SERVER");
     ck_assert_msg(sscanf(p->out, "got example:job, fence %llu", &fence2) == 1,
@@ -1085,7 +985,7 @@ static Suite *cli_suite(void)
     TCase *tc = tcase_create("cli");
 
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, T(30));
+    tcase_set_timeout(tc, h_scale(30));
     tcase_add_test(tc, run_excludes);
     tcase_add_test(tc, run_busy);
     tcase_add_test(tc, run_busy_exit_zero);

@@ -24,18 +24,14 @@
  * daemon closes every session as it starts stopping) can not be provoked
  * through the library.
  */
-#include <arpa/inet.h>
 #include <check.h>
 #include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -73,47 +69,26 @@ static void setup(void)
  * PDEATHSIG and the harness's guardians clean up instead. */
 static void teardown(void)
 {
-    int rc = 0;
+    int rc;
 
     /* A daemon a test left stopped must run again to exit on SIGTERM. */
     if (D.pid != 0)
         kill(D.pid, SIGCONT);
-    for (int i = 0; i < nr; i++)
-        h_redis_resume(&R[i]);
+    h_redis_resume_all(R, nr);
     for (int i = 0; i < nh; i++)
         redlockd_close(H[i]);
     nh = 0;
-    if (D.pid != 0) {
-        rc = h_daemon_stop(&D);
-        if (rc != 0)
-            h_daemon_dump_log(&D);
-    }
+    rc = h_daemon_finish(&D);
     h_daemon_cleanup(&D);
-    for (int i = 0; i < nr; i++)
-        h_redis_cleanup(&R[i]);
+    h_redis_cleanup_all(R, nr);
     ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
 }
 
 /* ---- helpers ---- */
 
-/* The daemon under the valgrind wrapper is much slower: stretch upper
- * bounds on how soon things happen (never lower bounds). */
-static int T(int ms)
-{
-    const char *w = getenv("REDLOCKD_TEST_WRAPPER");
-
-    return (w != NULL && *w != '\0') ? ms * 5 : ms;
-}
-
-static long long since(uint64_t t0)
-{
-    return (long long)(h_now_ms() - t0);
-}
-
 static void start_nodes(int n)
 {
-    for (int i = 0; i < n; i++)
-        h_redis_start(&R[i], NULL);
+    h_redis_start_all(R, n, NULL);
     nr = n;
 }
 
@@ -178,14 +153,6 @@ static json_t *stats(struct redlockd *h)
     return parse(redlockd_stats(h, &text), &text, h, "redlockd_stats");
 }
 
-static json_int_t jint(json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-
-    ck_assert_msg(json_is_integer(v), "no integer \"%s\" in the JSON", key);
-    return json_integer_value(v);
-}
-
 /*
  * Start the daemon over the nodes and wait until every node votes: it
  * listens before its Redis connections are up, and a lock taken before
@@ -203,10 +170,10 @@ static void start_daemon_auth(const char *extra_json, const char *password)
     o.server = tcp_addr;
     h = open_opts(&o);
     t0 = h_now_ms();
-    while (since(t0) < T(5000)) {
+    while (h_since(t0) < h_scale(5000)) {
         json_t *o = stats(h);
 
-        voting = jint(o, "nodes_voting");
+        voting = h_json_int(o, "nodes_voting");
         json_decref(o);
         if (voting == nr)
             break;
@@ -365,27 +332,6 @@ static struct redlockd *open_logged(const char *name, struct lost_log *log)
     return log->h;
 }
 
-/*
- * A loopback port that refuses connections for as long as the returned
- * socket stays open: bound, never listening, so no other test running in
- * parallel can start a server on it meanwhile (h_free_port can not
- * promise that).
- */
-static int refusing_port(int *port)
-{
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_msg(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-                  getsockname(fd, (struct sockaddr *)&sa, &len) == 0,
-                  "bind: %s", strerror(errno));
-    *port = ntohs(sa.sin_port);
-    return fd;
-}
-
 /* ---- connect, lock, extend, unlock, inspect ---- */
 
 START_TEST(lock_extend_unlock)
@@ -443,8 +389,8 @@ START_TEST(lock_extend_unlock)
     v = json_array_get(json_object_get(o, "locks"), 0);
     ck_assert_int_eq(json_array_size(json_object_get(o, "locks")), 1);
     ck_assert_str_eq(json_string_value(json_object_get(v, "resource")), "lib:a");
-    ck_assert_int_eq(jint(v, "ttl"), 20000);
-    ck_assert_int_eq(jint(v, "fence"), (json_int_t)l.fence);
+    ck_assert_int_eq(h_json_int(v, "ttl"), 20000);
+    ck_assert_int_eq(h_json_int(v, "fence"), (json_int_t)l.fence);
     json_decref(o);
 
     text = NULL;
@@ -467,7 +413,7 @@ START_TEST(lock_extend_unlock)
     json_decref(o);
 
     o = stats(h);
-    ck_assert_int_eq(jint(o, "locks_held"), 1);
+    ck_assert_int_eq(h_json_int(o, "locks_held"), 1);
     json_decref(o);
 
     ck_assert_int_eq(redlockd_unlock(h, "lib:a"), 0);
@@ -521,9 +467,9 @@ START_TEST(daemon_errors)
 
     t0 = h_now_ms();
     rc = redlockd_lock(b, "lib:e", 30000, 300, 1, NULL);
-    took = since(t0);
+    took = h_since(t0);
     assert_code(b, rc, REDLOCKD_E_TIMEOUT, "lock wait=300 of a held resource");
-    ck_assert_msg(took >= 280 && took < T(3000), "TIMEOUT after %lld ms", took);
+    ck_assert_msg(took >= 280 && took < h_scale(3000), "TIMEOUT after %lld ms", took);
     assert_usable(b, "TIMEOUT");
 
     assert_code(a, redlockd_lock(a, "lib:e", 30000, 0, 1, NULL), REDLOCKD_E_HELD,
@@ -683,9 +629,9 @@ START_TEST(unavailable)
     h_redis_pause(&R[1]);
     t0 = h_now_ms();
     rc = redlockd_lock(h, "lib:quorum", 30000, 0, 1, NULL);
-    took = since(t0);
+    took = h_since(t0);
     assert_code(h, rc, REDLOCKD_E_UNAVAILABLE, "lock with two of three nodes stopped");
-    ck_assert_msg(took < T(3000), "UNAVAILABLE took %lld ms", took);
+    ck_assert_msg(took < h_scale(3000), "UNAVAILABLE took %lld ms", took);
     assert_usable(h, "UNAVAILABLE");
     h_redis_resume(&R[0]);
     h_redis_resume(&R[1]);
@@ -723,7 +669,7 @@ START_TEST(transport_errors)
     int rc, port, fd;
 
     /* Refused: a transport error. */
-    fd = refusing_port(&port);
+    fd = h_refusing_port(&port);
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
     o.server = addr;
     memset(&err, 0, sizeof(err));
@@ -759,7 +705,7 @@ START_TEST(transport_errors)
     ck_assert_int_eq(kill(D.pid, SIGSTOP), 0);
     t0 = h_now_ms();
     rc = redlockd_ping(h);
-    took = since(t0);
+    took = h_since(t0);
     assert_code(h, rc, REDLOCKD_E_IO_TIMEOUT, "ping to a stopped daemon");
     ck_assert_msg(took >= 250 && took < 3000, "IO_TIMEOUT after %lld ms "
                   "(io_timeout_ms 300)", took);
@@ -800,7 +746,7 @@ START_TEST(daemon_stop_closes)
     /* Read what the daemon sent without sending anything ourselves. */
     t0 = h_now_ms();
     while ((rc = redlockd_poll_events(h, 200)) >= 0)
-        ck_assert_msg(since(t0) < T(5000), "no EOF from a stopped daemon");
+        ck_assert_msg(h_since(t0) < h_scale(5000), "no EOF from a stopped daemon");
     assert_code(h, rc, REDLOCKD_E_CLOSED, "poll_events after the daemon stopped");
     ck_assert_int_eq(redlockd_shutting_down(h), 1);
     ck_assert_int_eq(redlockd_fd(h), -1);
@@ -866,9 +812,9 @@ START_TEST(event_lost)
     h_redis_pause(&R[2]);
     t0 = h_now_ms();
     while (!redlockd_lost(h1, "lib:l1") || !redlockd_lost(h2, "lib:l2")) {
-        ck_assert_msg(since(t0) < T(8000), "no EVENT LOST within 8 s (handle 1: "
-                      "%d, handle 2: %d)", redlockd_lost(h1, "lib:l1"),
-                      redlockd_lost(h2, "lib:l2"));
+        ck_assert_msg(h_since(t0) < h_scale(8000),
+                      "no EVENT LOST within 8 s (handle 1: %d, handle 2: %d)",
+                      redlockd_lost(h1, "lib:l1"), redlockd_lost(h2, "lib:l2"));
         if (!redlockd_lost(h1, "lib:l1")) {
             rc = redlockd_poll_events(h1, 50);
             ck_assert_msg(rc >= 0, "poll_events: %d %s", rc,
@@ -881,7 +827,7 @@ START_TEST(event_lost)
             h_sleep_ms(20);
         }
     }
-    took = since(t0);
+    took = h_since(t0);
     fprintf(stderr, "event_lost: both leases reported lost %lld ms after the "
             "pause\n", took);
     ck_assert_msg(polled >= 1, "poll_events reported no event");
@@ -906,7 +852,7 @@ START_TEST(event_lost)
         ck_assert_msg(rc == -REDLOCKD_E_UNAVAILABLE || rc == -REDLOCKD_E_BUSY,
                       "lock after the nodes resumed: %d %s", rc,
                       redlockd_last_error(h1)->msg);
-        ck_assert_msg(since(t0) < T(5000), "lock still failing 5 s after the "
+        ck_assert_msg(h_since(t0) < h_scale(5000), "lock still failing 5 s after the "
                       "nodes resumed: %s", redlockd_last_error(h1)->msg);
         h_sleep_ms(50);
     }
@@ -956,7 +902,7 @@ static Suite *lib_suite(void)
     TCase *tc = tcase_create("lib");
 
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, T(30));
+    tcase_set_timeout(tc, h_scale(30));
     tcase_add_test(tc, lock_extend_unlock);
     tcase_add_test(tc, daemon_errors);
     tcase_add_test(tc, auth_errors);

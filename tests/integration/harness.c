@@ -79,12 +79,22 @@ void h_sleep_ms(int ms)
     }
 }
 
-/* Valgrind makes the daemon an order of magnitude slower; stretch waits. */
-static int h_scale(int ms)
+long long h_since(uint64_t t0)
+{
+    return (long long)(h_now_ms() - t0);
+}
+
+bool h_slow(void)
 {
     const char *w = getenv("REDLOCKD_TEST_WRAPPER");
 
-    return (w != NULL && *w != '\0') ? ms * 5 : ms;
+    return w != NULL && *w != '\0';
+}
+
+/* Valgrind makes the daemon an order of magnitude slower; stretch waits. */
+int h_scale(int ms)
+{
+    return h_slow() ? ms * 5 : ms;
 }
 
 bool h_starts(const char *line, const char *prefix)
@@ -245,6 +255,37 @@ static void kill_wait(pid_t pid)
     proc_forget(pid);
 }
 
+/* SIGKILL and reap *pid if it runs, and mark it not running. */
+static void kill_reap(pid_t *pid)
+{
+    if (*pid == 0)
+        return;
+    kill_wait(*pid);
+    *pid = 0;
+}
+
+/* An exit status as h_daemon_stop and h_run report it. */
+static int exit_code(int status)
+{
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+/* pipe2(O_CLOEXEC) into fds, then fork(): both the guardian and h_run talk
+ * to their child over a pipe. Returns fork's result. */
+static pid_t fork_with_pipe(int fds[2])
+{
+    pid_t pid;
+
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        ck_abort_msg("harness: pipe: %s", strerror(errno));
+    pid = fork();
+    if (pid < 0)
+        ck_abort_msg("harness: fork: %s", strerror(errno));
+    return pid;
+}
+
 /* The guardian: wait for a goodbye byte or for EOF (owner died). */
 static void guard_main(int fd, const char *dir, const char *log)
 {
@@ -275,13 +316,8 @@ static void guard_main(int fd, const char *dir, const char *log)
 static void guard_start(const char *dir, const char *log)
 {
     int fds[2];
-    pid_t pid;
+    pid_t pid = fork_with_pipe(fds);
 
-    if (pipe2(fds, O_CLOEXEC) < 0)
-        ck_abort_msg("harness: pipe: %s", strerror(errno));
-    pid = fork();
-    if (pid < 0)
-        ck_abort_msg("harness: fork: %s", strerror(errno));
     if (pid == 0)
         guard_main(fds[0], dir, log);
     close(fds[0]);
@@ -302,6 +338,9 @@ static void guard_end(const char *dir)
 {
     int status;
 
+    /* Never made, or removed already: cleanup may run more than once. */
+    if (dir[0] == '\0')
+        return;
     for (int i = 0; i < H_MAX_PROCS; i++) {
         struct h_guard *g = &guards[i];
 
@@ -405,6 +444,21 @@ int h_free_port(void)
     }
     ck_abort_msg("harness: no free port in 20000-31999");
     return -1;
+}
+
+int h_refusing_port(int *port)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_msg(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+                  getsockname(fd, (struct sockaddr *)&sa, &len) == 0,
+                  "bind: %s", strerror(errno));
+    *port = ntohs(sa.sin_port);
+    return fd;
 }
 
 /* True once something on 127.0.0.1 is in LISTEN state on `port`. Reading
@@ -553,10 +607,7 @@ void h_redis_stop(struct h_redis *r)
 
 void h_redis_kill(struct h_redis *r)
 {
-    if (r->pid == 0)
-        return;
-    kill_wait(r->pid);
-    r->pid = 0;
+    kill_reap(&r->pid);
 }
 
 void h_redis_pause(struct h_redis *r)
@@ -573,10 +624,8 @@ void h_redis_resume(struct h_redis *r)
 
 void h_redis_cleanup(struct h_redis *r)
 {
-    if (r->pid != 0)
-        h_redis_kill(r);
-    if (r->dir[0] != '\0')
-        guard_end(r->dir);
+    kill_reap(&r->pid);
+    guard_end(r->dir);
     r->dir[0] = '\0';
 }
 
@@ -822,25 +871,18 @@ int h_daemon_stop(struct h_daemon *d)
     }
     proc_forget(d->pid);
     d->pid = 0;
-    if (WIFSIGNALED(status))
-        return 128 + WTERMSIG(status);
-    return WEXITSTATUS(status);
+    return exit_code(status);
 }
 
 void h_daemon_kill(struct h_daemon *d)
 {
-    if (d->pid == 0)
-        return;
-    kill_wait(d->pid);
-    d->pid = 0;
+    kill_reap(&d->pid);
 }
 
 void h_daemon_cleanup(struct h_daemon *d)
 {
-    if (d->pid != 0)
-        h_daemon_kill(d);
-    if (d->dir[0] != '\0')
-        guard_end(d->dir);
+    kill_reap(&d->pid);
+    guard_end(d->dir);
     d->dir[0] = '\0';
 }
 
@@ -856,11 +898,7 @@ int h_run(char *const argv[], char *out, size_t outsize)
     ssize_t n;
     pid_t pid;
 
-    if (pipe2(fds, O_CLOEXEC) < 0)
-        ck_abort_msg("harness: pipe: %s", strerror(errno));
-    pid = fork();
-    if (pid < 0)
-        ck_abort_msg("harness: fork: %s", strerror(errno));
+    pid = fork_with_pipe(fds);
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(fds[1], 1);
@@ -876,9 +914,7 @@ int h_run(char *const argv[], char *out, size_t outsize)
     out[len] = '\0';
     close(fds[0]);
     waitpid(pid, &status, 0);
-    if (WIFSIGNALED(status))
-        return 128 + WTERMSIG(status);
-    return WEXITSTATUS(status);
+    return exit_code(status);
 }
 
 /* ---- clients ---- */
@@ -1181,4 +1217,171 @@ void h_raise_nofile(int want)
     rl.rlim_cur = (rlim_t)want;
     if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
         ck_abort_msg("harness: setrlimit: %s", strerror(errno));
+}
+
+/* ---- helpers shared by the test programs ---- */
+
+void h_redis_start_all(struct h_redis *nodes, int n, const char *extra)
+{
+    for (int i = 0; i < n; i++)
+        h_redis_start(&nodes[i], extra);
+}
+
+void h_redis_resume_all(struct h_redis *nodes, int n)
+{
+    for (int i = 0; i < n; i++)
+        h_redis_resume(&nodes[i]);
+}
+
+void h_redis_cleanup_all(struct h_redis *nodes, int n)
+{
+    for (int i = 0; i < n; i++)
+        h_redis_cleanup(&nodes[i]);
+}
+
+void h_connect_tcp_ok(struct h_client *c, int port)
+{
+    int rc = h_connect_tcp(c, port);
+
+    ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", port, strerror(-rc));
+}
+
+int h_daemon_finish(struct h_daemon *d)
+{
+    int rc;
+
+    if (d->pid == 0)
+        return 0;
+    rc = h_daemon_stop(d);
+    if (rc != 0)
+        h_daemon_dump_log(d);
+    return rc;
+}
+
+/* h_cmd of an already formatted request, asserting the reply's start; the
+ * request is kept so the message can quote it. */
+static char *expect_req(struct h_client *c, const char *prefix, const char *req)
+{
+    char *line = h_cmd(c, "%s", req);
+
+    ck_assert_msg(h_starts(line, prefix), "\"%s\" answered \"%s\", want \"%s...\"",
+                  req, line, prefix);
+    return line;
+}
+
+char *h_expect(struct h_client *c, const char *prefix, const char *fmt, ...)
+{
+    va_list ap;
+    char *req, *line;
+
+    va_start(ap, fmt);
+    req = vformat(fmt, ap, "");
+    va_end(ap);
+    line = expect_req(c, prefix, req);
+    free(req);
+    return line;
+}
+
+json_t *h_ok_json(struct h_client *c, const char *fmt, ...)
+{
+    va_list ap;
+    char *req, *line;
+    json_error_t err;
+    json_t *obj;
+
+    va_start(ap, fmt);
+    req = vformat(fmt, ap, "");
+    va_end(ap);
+    line = expect_req(c, "OK {", req);
+    obj = json_loads(line + 3, 0, &err);
+    ck_assert_msg(json_is_object(obj), "%s: bad JSON (%s): %s", req, err.text, line);
+    free(req);
+    return obj;
+}
+
+json_int_t h_json_int(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+
+    ck_assert_msg(json_is_integer(v), "JSON field \"%s\" is not an integer", key);
+    return json_integer_value(v);
+}
+
+const char *h_json_str(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+
+    ck_assert_msg(json_is_string(v), "JSON field \"%s\" is not a string", key);
+    return json_string_value(v);
+}
+
+json_int_t h_stats_int(struct h_client *c, const char *key)
+{
+    json_t *stats = h_ok_json(c, "STATS");
+    json_int_t v = h_json_int(stats, key);
+
+    json_decref(stats);
+    return v;
+}
+
+void h_kv_copy(const char *line, const char *key, char *out, size_t size)
+{
+    const char *v = h_kv(line, key);
+
+    ck_assert_msg(v != NULL, "no %s= in \"%s\"", key, line);
+    snprintf(out, size, "%s", v);
+}
+
+void h_wait_voting(const struct h_daemon *d, int nnodes, int timeout_ms)
+{
+    /* Clients are large (buffers): static keeps this one off the stack. */
+    static struct h_client probe;
+    uint64_t t0 = h_now_ms();
+    json_int_t voting;
+
+    h_connect_tcp_ok(&probe, d->port);
+    for (;;) {
+        voting = h_stats_int(&probe, "nodes_voting");
+        if (voting == nnodes || h_since(t0) >= timeout_ms)
+            break;
+        h_sleep_ms(10);
+    }
+    h_close(&probe);
+    if (voting != nnodes)
+        h_daemon_dump_log(d);
+    ck_assert_msg(voting == nnodes, "only %lld of %d nodes voting after %d ms",
+                  (long long)voting, nnodes, timeout_ms);
+}
+
+int h_wait_any_line(struct h_client **cs, int n, long long timeout_ms,
+                    char **line)
+{
+    uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+
+    ck_assert_int_le(n, H_MAX_WAIT_CLIENTS);
+    for (;;) {
+        struct pollfd p[H_MAX_WAIT_CLIENTS];
+        uint64_t now;
+
+        /* A line already buffered would never make poll() return. */
+        for (int i = 0; i < n; i++) {
+            if (memchr(cs[i]->buf, '\n', cs[i]->len) != NULL) {
+                *line = h_recv_line(cs[i], 1);
+                return i;
+            }
+            p[i].fd = cs[i]->fd;
+            p[i].events = POLLIN;
+            p[i].revents = 0;
+        }
+        now = h_now_ms();
+        if (now >= end || poll(p, (nfds_t)n, (int)(end - now)) <= 0)
+            return -1;
+        for (int i = 0; i < n; i++) {
+            if (p[i].revents != 0) {
+                *line = h_recv_line(cs[i], 200);
+                ck_assert_msg(*line != NULL, "client %d: EOF or half a line", i);
+                return i;
+            }
+        }
+    }
 }

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include <hiredis/hiredis.h>
+#include <jansson.h>
 
 #define H_MAX_NODES 7
 
@@ -128,5 +129,68 @@ void h_raise_nofile(int want);
 uint64_t h_now_ms(void);                    /* CLOCK_MONOTONIC */
 void h_sleep_ms(int ms);
 int h_free_port(void);
+/* A loopback port that refuses connections for as long as the returned
+ * socket stays open (the caller closes it): bound, never listening, so no
+ * other test running in parallel can start a server on it meanwhile
+ * (h_free_port can not promise that). */
+int h_refusing_port(int *port);
+
+/*
+ * Shared by the test programs: what several of them would otherwise each
+ * define. All fail the test (ck_assert) where they say "assert".
+ */
+
+/* Milliseconds since t0 (an h_now_ms value). */
+long long h_since(uint64_t t0);
+/* True when the daemon runs under REDLOCKD_TEST_WRAPPER (valgrind), which
+ * makes it many times slower. Files with their own multiplier build on it. */
+bool h_slow(void);
+/* An upper time bound stretched 5x under the wrapper (the harness's own
+ * waits use it too). Lower bounds, how long something must wait, are
+ * never to be stretched. */
+int h_scale(int ms);
+
+/* h_redis_start (with the same `extra`), h_redis_resume and
+ * h_redis_cleanup of nodes[0..n). */
+void h_redis_start_all(struct h_redis *nodes, int n, const char *extra);
+void h_redis_resume_all(struct h_redis *nodes, int n);
+void h_redis_cleanup_all(struct h_redis *nodes, int n);
+/* Connect over TCP to 127.0.0.1:port and assert it worked. */
+void h_connect_tcp_ok(struct h_client *c, int port);
+/* The end of a test: SIGTERM a running daemon (h_daemon_stop) and print its
+ * log when it did not exit 0, so the failure that follows has its clue.
+ * Returns the exit status, 0 when it was not running. */
+int h_daemon_finish(struct h_daemon *d);
+
+/* Send a printf-formatted request (h_cmd) and assert the reply starts with
+ * `prefix`; returns the reply (h_cmd's buffer). */
+char *h_expect(struct h_client *c, const char *prefix, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Send a request, assert an "OK {...}" reply and return its JSON object;
+ * the caller decrefs. */
+json_t *h_ok_json(struct h_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* obj[key], asserted to be an integer. */
+json_int_t h_json_int(const json_t *obj, const char *key);
+/* obj[key], asserted to be a string (owned by obj). */
+const char *h_json_str(const json_t *obj, const char *key);
+/* One top-level integer of STATS. */
+json_int_t h_stats_int(struct h_client *c, const char *key);
+/* A copy of key=value of a reply line (h_kv's buffer is overwritten by
+ * the next call), asserted to be there. */
+void h_kv_copy(const char *line, const char *key, char *out, size_t size);
+
+/* Poll STATS until nodes_voting is nnodes, for up to timeout_ms (the
+ * caller's bound, already stretched as that file stretches them). A daemon
+ * listens before its Redis connections are up, and a LOCK then would
+ * rightly answer UNAVAILABLE for a reason the tests are not about. */
+void h_wait_voting(const struct h_daemon *d, int nnodes, int timeout_ms);
+
+#define H_MAX_WAIT_CLIENTS 16
+/* Wait until one of cs[0..n) (n <= H_MAX_WAIT_CLIENTS) has a complete line;
+ * returns its index with the line in *line, or -1 after timeout_ms (not
+ * stretched). Asserts a ready client delivers a whole line. */
+int h_wait_any_line(struct h_client **cs, int n, long long timeout_ms,
+                    char **line);
 
 #endif

@@ -48,31 +48,19 @@ static pid_t child_pid;
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static bool slow(void)
-{
-    const char *w = getenv("REDLOCKD_TEST_WRAPPER");
-
-    return w != NULL && *w != '\0';
-}
-
 /* An upper time bound for an assertion: valgrind slows the daemon down a
  * lot, so bounds on how soon it reacts are relaxed then. Lower bounds
  * (how long it must wait) are never stretched. */
 static long long T(long long ms)
 {
-    return slow() ? ms * 3 : ms;
-}
-
-static long long since(uint64_t t0)
-{
-    return (long long)(h_now_ms() - t0);
+    return h_slow() ? ms * 3 : ms;
 }
 
 /* Node 0 may get extra redis-server options (persistence). */
 static void start_nodes(const char *extra0)
 {
-    for (int i = 0; i < NNODES; i++)
-        h_redis_start(&N[i], i == 0 ? extra0 : NULL);
+    h_redis_start(&N[0], extra0);
+    h_redis_start_all(&N[1], NNODES - 1, NULL);
 }
 
 /* Runs after a test that passed. A failed one exits at once (check's fork
@@ -91,8 +79,7 @@ static void teardown(void)
     }
     h_daemon_cleanup(&D1);
     h_daemon_cleanup(&D2);
-    for (int i = 0; i < NNODES; i++)
-        h_redis_cleanup(&N[i]);
+    h_redis_cleanup_all(N, NNODES);
 }
 
 /* Every test ends here: a clean SIGTERM stop, which under the valgrind
@@ -102,13 +89,8 @@ static void stop_daemons(void)
     struct h_daemon *ds[2] = { &D1, &D2 };
 
     for (int i = 0; i < 2; i++) {
-        int rc;
+        int rc = h_daemon_finish(ds[i]);
 
-        if (ds[i]->pid == 0)
-            continue;
-        rc = h_daemon_stop(ds[i]);
-        if (rc != 0)
-            h_daemon_dump_log(ds[i]);
         ck_assert_msg(rc == 0, "redlockd %d exited with status %d on SIGTERM",
                       i + 1, rc);
     }
@@ -116,74 +98,15 @@ static void stop_daemons(void)
 
 static struct h_client *client(int i, const struct h_daemon *d)
 {
-    int rc = h_connect_tcp(&C[i], d->port);
-
-    ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", d->port, strerror(-rc));
+    h_connect_tcp_ok(&C[i], d->port);
     return &C[i];
 }
 
-/* Send one request and assert its reply starts with `prefix`. */
-static char *cmdx(struct h_client *c, const char *prefix, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static char *cmdx(struct h_client *c, const char *prefix, const char *fmt, ...)
-{
-    char req[512];
-    va_list ap;
-    char *line;
-
-    va_start(ap, fmt);
-    vsnprintf(req, sizeof(req), fmt, ap);
-    va_end(ap);
-    line = h_cmd(c, "%s", req);
-    ck_assert_msg(h_starts(line, prefix), "\"%s\" answered \"%s\", want \"%s...\"",
-                  req, line, prefix);
-    return line;
-}
-
-/* The JSON object of an "OK {...}" reply; the caller decrefs. */
-static json_t *cmd_json(struct h_client *c, const char *req)
-{
-    char *line = cmdx(c, "OK {", "%s", req);
-    json_error_t err;
-    json_t *o = json_loads(line + 3, 0, &err);
-
-    ck_assert_msg(json_is_object(o), "%s: bad JSON (%s): %s", req, err.text, line);
-    return o;
-}
-
-static long long json_int_at(json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-
-    ck_assert_msg(json_is_integer(v), "no integer \"%s\" in the reply", key);
-    return (long long)json_integer_value(v);
-}
-
-/* Start a daemon and wait until it has every node voting: it listens
- * before its Redis connections are up, and a LOCK then would rightly
- * answer UNAVAILABLE. */
+/* Start a daemon and wait until it has every node voting. */
 static void start_daemon(struct h_daemon *d, const char *extra_json)
 {
-    static struct h_client probe;
-    uint64_t t0;
-    json_t *o;
-    int rc;
-
     h_daemon_start(d, N, NNODES, extra_json);
-    rc = h_connect_tcp(&probe, d->port);
-    ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", d->port, strerror(-rc));
-    t0 = h_now_ms();
-    for (;;) {
-        o = cmd_json(&probe, "STATS");
-        if (json_int_at(o, "nodes_voting") == NNODES)
-            break;
-        json_decref(o);
-        ck_assert_msg(since(t0) < T(5000), "redlockd: not all nodes voting after 5 s");
-        h_sleep_ms(10);
-    }
-    json_decref(o);
-    h_close(&probe);
+    h_wait_voting(d, NNODES, T(5000));
 }
 
 /* Node i as STATS reports it. */
@@ -195,7 +118,7 @@ struct node_view {
 
 static struct node_view stats_node(struct h_client *c, int i)
 {
-    json_t *o = cmd_json(c, "STATS");
+    json_t *o = h_ok_json(c, "STATS");
     json_t *n = json_array_get(json_object_get(o, "nodes"), (size_t)i);
     struct node_view v;
 
@@ -205,50 +128,9 @@ static struct node_view stats_node(struct h_client *c, int i)
                   "STATS nodes[%d] lacks voting/recovering", i);
     v.voting = json_is_true(json_object_get(n, "voting"));
     v.recovering = json_is_true(json_object_get(n, "recovering"));
-    v.restarts = json_int_at(n, "restarts");
+    v.restarts = h_json_int(n, "restarts");
     json_decref(o);
     return v;
-}
-
-static void kv_copy(const char *line, const char *key, char *out, size_t size)
-{
-    const char *v = h_kv(line, key);
-
-    ck_assert_msg(v != NULL, "no %s= in \"%s\"", key, line);
-    snprintf(out, size, "%s", v);
-}
-
-/* Wait until one of `cs` has a complete line; returns its index and the
- * line, or -1 after timeout_ms. */
-static int wait_any_line(struct h_client **cs, int n, long long timeout_ms,
-                         char **line)
-{
-    uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
-
-    for (;;) {
-        struct pollfd p[NCLIENTS];
-        uint64_t now;
-
-        for (int i = 0; i < n; i++) {
-            if (memchr(cs[i]->buf, '\n', cs[i]->len) != NULL) {
-                *line = h_recv_line(cs[i], 1);
-                return i;
-            }
-            p[i].fd = cs[i]->fd;
-            p[i].events = POLLIN;
-            p[i].revents = 0;
-        }
-        now = h_now_ms();
-        if (now >= end || poll(p, (nfds_t)n, (int)(end - now)) <= 0)
-            return -1;
-        for (int i = 0; i < n; i++) {
-            if (p[i].revents != 0) {
-                *line = h_recv_line(cs[i], 200);
-                ck_assert_msg(*line != NULL, "client %d: EOF or half a line", i);
-                return i;
-            }
-        }
-    }
 }
 
 /* ---- two of three nodes stopped ---------------------------------------- */
@@ -270,21 +152,21 @@ START_TEST(two_nodes_paused)
                       "\"reconnect_max_ms\":200}}");
     a = client(0, &D1);
     b = client(1, &D1);
-    line = cmdx(a, "OK resource=fault:pause ", "LOCK %s ttl=2000", res);
-    kv_copy(line, "fence", fence, sizeof(fence));
+    line = h_expect(a, "OK resource=fault:pause ", "LOCK %s ttl=2000", res);
+    h_kv_copy(line, "fence", fence, sizeof(fence));
     /* Pause after a renewal, so its validity is what is being tested. */
     t0 = h_now_ms();
     for (;;) {
-        o = cmd_json(a, "LOCKS");
+        o = h_ok_json(a, "LOCKS");
         l = json_array_get(json_object_get(o, "locks"), 0);
         ck_assert_msg(json_is_object(l), "LOCKS lost the lock");
-        if (json_int_at(l, "renewals") >= 1) {
-            validity = json_int_at(l, "validity");
+        if (h_json_int(l, "renewals") >= 1) {
+            validity = h_json_int(l, "validity");
             json_decref(o);
             break;
         }
         json_decref(o);
-        ck_assert_msg(since(t0) < T(3000), "no renewal of a ttl=2000 lease in 3 s");
+        ck_assert_msg(h_since(t0) < T(3000), "no renewal of a ttl=2000 lease in 3 s");
         h_sleep_ms(20);
     }
     t_locks = h_now_ms();
@@ -293,8 +175,8 @@ START_TEST(two_nodes_paused)
     t_pause = h_now_ms();
 
     line = h_expect_event(a, "EVENT LOST resource=fault:pause ", 5000);
-    lost_after = since(t_pause);
-    since_locks = since(t_locks);
+    lost_after = h_since(t_pause);
+    since_locks = h_since(t_locks);
     ck_assert_msg(line != NULL, "no EVENT LOST with two of three nodes stopped");
     fprintf(stderr, "two nodes paused: EVENT LOST %lld ms after the pause "
             "(validity was %lld ms)\n", lost_after, validity);
@@ -307,7 +189,7 @@ START_TEST(two_nodes_paused)
     ck_assert_msg(since_locks <= validity + T(500),
                   "EVENT LOST %lld ms after LOCKS showed %lld ms of validity",
                   since_locks, validity);
-    cmdx(a, "ERR LOST ", "UNLOCK %s", res);
+    h_expect(a, "ERR LOST ", "UNLOCK %s", res);
     /* With a quorum unreachable, nobody can be granted it: UNAVAILABLE.
      * Right after the loss the daemon may still say BUSY while its own
      * release of the lost keys is in flight (to the stopped nodes); that
@@ -317,20 +199,20 @@ START_TEST(two_nodes_paused)
         line = h_cmd(b, "LOCK %s", res);
         if (h_starts(line, "ERR UNAVAILABLE "))
             break;
-        ck_assert_msg(h_starts(line, "ERR BUSY ") && since(t0) < T(1500),
+        ck_assert_msg(h_starts(line, "ERR BUSY ") && h_since(t0) < T(1500),
                       "LOCK %lld ms after EVENT LOST, with two of three nodes "
                       "stopped, answered \"%s\", want ERR UNAVAILABLE",
-                      since(t0), line);
+                      h_since(t0), line);
         busy++;
         h_sleep_ms(50);
     }
     fprintf(stderr, "two nodes paused: ERR UNAVAILABLE %lld ms after EVENT LOST "
-            "(%d BUSY answers before)\n", since(t0), busy);
+            "(%d BUSY answers before)\n", h_since(t0), busy);
 
     h_redis_resume(&N[1]);
     h_redis_resume(&N[2]);
     t0 = h_now_ms();
-    while (!ok && since(t0) < T(5000)) {
+    while (!ok && h_since(t0) < T(5000)) {
         line = h_cmd(b, "LOCK %s", res);
         ok = h_starts(line, "OK resource=fault:pause ");
         ck_assert_msg(ok || h_starts(line, "ERR UNAVAILABLE ") ||
@@ -338,8 +220,9 @@ START_TEST(two_nodes_paused)
         if (!ok)
             h_sleep_ms(200);
     }
-    ck_assert_msg(ok, "resource not free %lld ms after the nodes continued", since(t0));
-    fprintf(stderr, "two nodes paused: LOCK OK %lld ms after SIGCONT\n", since(t0));
+    ck_assert_msg(ok, "resource not free %lld ms after the nodes continued",
+                  h_since(t0));
+    fprintf(stderr, "two nodes paused: LOCK OK %lld ms after SIGCONT\n", h_since(t0));
     stop_daemons();
 }
 END_TEST
@@ -355,7 +238,7 @@ static void wait_node0(struct h_client **mon, bool voting, long long restarts)
         struct node_view v;
 
         while ((v = stats_node(mon[d], 0)).voting != voting || v.restarts < restarts) {
-            ck_assert_msg(since(t0) < T(10000), "daemon %d: node 0 voting=%d "
+            ck_assert_msg(h_since(t0) < T(10000), "daemon %d: node 0 voting=%d "
                           "restarts=%lld after 10 s, want voting=%d restarts>=%lld",
                           d + 1, (int)v.voting, v.restarts, (int)voting, restarts);
             h_sleep_ms(20);
@@ -396,10 +279,10 @@ START_TEST(fences_across_node_crash)
     t0 = h_now_ms();
     while (done < 4) {
         char *line = NULL;
-        int i = wait_any_line(cs, 4, T(10000), &line);
+        int i = h_wait_any_line(cs, 4, T(10000), &line);
 
         ck_assert_msg(i >= 0, "no progress for 10 s after %d acquisitions", nf);
-        ck_assert_msg(since(t0) < T(60000), "only %d acquisitions in 60 s", nf);
+        ck_assert_msg(h_since(t0) < T(60000), "only %d acquisitions in 60 s", nf);
         ck_assert_msg(!h_starts(line, "EVENT "), "session %d: %s", i, line);
         if (state[i] == F_LOCKING) {
             if (h_starts(line, "OK resource=fault:fence ")) {
@@ -444,7 +327,7 @@ START_TEST(fences_across_node_crash)
     }
     fprintf(stderr, "fences: %d acquisitions in %lld ms, fence %llu..%llu, "
             "%d timeouts, %d unavailable; node 0 killed after %d, restarted "
-            "after %d\n", nf, since(t0), fences[0], fences[nf - 1], timeouts,
+            "after %d\n", nf, h_since(t0), fences[0], fences[nf - 1], timeouts,
             unavailable, FENCE_GOAL * 3 / 10, FENCE_GOAL * 6 / 10);
     ck_assert_int_ge(nf, FENCE_GOAL);
     ck_assert_msg(fences[0] > 0, "first fence is 0");
@@ -483,8 +366,8 @@ START_TEST(node_restart_empty_keeps_holder)
     s2 = client(3, &D2);
     mons[0] = s1;
     mons[1] = s2;
-    cmdx(a, "OK resource=fault:rs ", "LOCK %s ttl=2000", res);
-    cmdx(b, "ERR BUSY ", "LOCK %s", res);
+    h_expect(a, "OK resource=fault:rs ", "LOCK %s ttl=2000", res);
+    h_expect(b, "ERR BUSY ", "LOCK %s", res);
 
     h_redis_kill(&N[0]);
     h_redis_restart(&N[0]);
@@ -494,12 +377,12 @@ START_TEST(node_restart_empty_keeps_holder)
 
     /* Until node 0 votes again on both daemons, and a little beyond. */
     while (voting_again[0] < 0 || voting_again[1] < 0 ||
-           since(t_r) < voting_again[0] + 500) {
+           h_since(t_r) < voting_again[0] + 500) {
         char *line = h_cmd(b, "LOCK %s", res);
 
         ck_assert_msg(h_starts(line, "ERR BUSY "), "%lld ms after node 0 restarted, "
                       "another daemon's LOCK answered \"%s\" while the lock is held",
-                      since(t_r), line);
+                      h_since(t_r), line);
         busy++;
         ck_assert_msg(h_expect_event(a, "EVENT LOST", 1) == NULL,
                       "the holder lost its lock: %s", a->line);
@@ -507,13 +390,13 @@ START_TEST(node_restart_empty_keeps_holder)
             struct node_view v = stats_node(mons[d], 0);
 
             if (!v.voting && v.recovering && seen_recovering[d] < 0)
-                seen_recovering[d] = since(t_r);
+                seen_recovering[d] = h_since(t_r);
             if (v.voting && seen_recovering[d] >= 0 && voting_again[d] < 0)
-                voting_again[d] = since(t_r);
+                voting_again[d] = h_since(t_r);
         }
-        ck_assert_msg(since(t_r) < 3032 + T(3000),
+        ck_assert_msg(h_since(t_r) < 3032 + T(3000),
                       "node 0 not voting again %lld ms after its restart "
-                      "(recovering seen at %lld/%lld ms)", since(t_r),
+                      "(recovering seen at %lld/%lld ms)", h_since(t_r),
                       seen_recovering[0], seen_recovering[1]);
         h_sleep_ms(150);
     }
@@ -532,8 +415,8 @@ START_TEST(node_restart_empty_keeps_holder)
         ck_assert_int_ge(stats_node(mons[d], 0).restarts, 1);
     }
     /* The first holder held it throughout, and still does. */
-    cmdx(a, "OK resource=fault:rs ", "UNLOCK %s", res);
-    cmdx(b, "OK resource=fault:rs ", "LOCK %s", res);
+    h_expect(a, "OK resource=fault:rs ", "UNLOCK %s", res);
+    h_expect(b, "OK resource=fault:rs ", "LOCK %s", res);
     stop_daemons();
 }
 END_TEST
@@ -559,8 +442,8 @@ START_TEST(node_restart_empty_no_overlap)
     start_daemon(&D2, restart_conf);
     a = client(0, &D1);
     b = client(1, &D2);
-    line = cmdx(a, "OK resource=fault:mw ", "LOCK %s ttl=2000", res);
-    kv_copy(line, "fence", fence_a, sizeof(fence_a));
+    line = h_expect(a, "OK resource=fault:mw ", "LOCK %s ttl=2000", res);
+    h_kv_copy(line, "fence", fence_a, sizeof(fence_a));
     ck_assert_int_eq(h_redis_cmd(&N[2], NULL, "DEL lock:%s", res), 1);
 
     h_redis_kill(&N[0]);
@@ -569,13 +452,14 @@ START_TEST(node_restart_empty_no_overlap)
     while (granted < 0) {
         line = h_cmd(b, "LOCK %s ttl=2000", res);
         if (h_starts(line, "OK resource=fault:mw ")) {
-            granted = since(t_r);
+            granted = h_since(t_r);
             break;
         }
         ck_assert_msg(h_starts(line, "ERR BUSY ") || h_starts(line, "ERR UNAVAILABLE "),
                       "LOCK answered %s", line);
         refused++;
-        ck_assert_msg(since(t_r) < T(10000), "no second holder 10 s after the restart");
+        ck_assert_msg(h_since(t_r) < T(10000),
+                      "no second holder 10 s after the restart");
         h_sleep_ms(100);
     }
     /* The first lease cannot be renewed on a quorum (node 0 does not vote
@@ -590,7 +474,7 @@ START_TEST(node_restart_empty_no_overlap)
     ck_assert_msg(line != NULL, "a second holder was granted %s %lld ms after "
                   "node 0 restarted, while the first had not been told it lost it",
                   res, granted);
-    cmdx(a, "ERR LOST ", "UNLOCK %s", res);
+    h_expect(a, "ERR LOST ", "UNLOCK %s", res);
     stop_daemons();
 }
 END_TEST
@@ -728,17 +612,17 @@ START_TEST(client_sigstop)
     b = client(0, &D1);
     /* Alive and PINGing, the child keeps its lock past the keepalive. */
     h_sleep_ms(800);
-    cmdx(b, "ERR BUSY ", "LOCK %s", res);
+    h_expect(b, "ERR BUSY ", "LOCK %s", res);
 
     ck_assert_int_eq(kill(child_pid, SIGSTOP), 0);
     ck_assert_int_eq(waitpid(child_pid, &status, WUNTRACED), child_pid);
     ck_assert(WIFSTOPPED(status));
     t_s = h_now_ms();
-    while (took < 0 && since(t_s) < T(3000)) {
+    while (took < 0 && h_since(t_s) < T(3000)) {
         char *line = h_cmd(b, "LOCK %s", res);
 
         if (h_starts(line, "OK resource=fault:stop "))
-            took = since(t_s);
+            took = h_since(t_s);
         else
             ck_assert_msg(h_starts(line, "ERR BUSY "), "LOCK answered %s", line);
         h_sleep_ms(20);
@@ -784,7 +668,7 @@ static Suite *fault_suite(void)
     TCase *tc = tcase_create("fault");
 
     tcase_add_checked_fixture(tc, NULL, teardown);
-    tcase_set_timeout(tc, slow() ? 300 : 90);
+    tcase_set_timeout(tc, h_slow() ? 300 : 90);
     tcase_add_test(tc, two_nodes_paused);
     tcase_add_test(tc, fences_across_node_crash);
     tcase_add_test(tc, node_restart_empty_keeps_holder);

@@ -24,8 +24,6 @@
  */
 #include <check.h>
 #include <jansson.h>
-#include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,30 +42,17 @@ static struct h_client C[NCLIENTS];
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static bool slow(void)
-{
-    const char *w = getenv("REDLOCKD_TEST_WRAPPER");
-
-    return w != NULL && *w != '\0';
-}
-
 /* An upper time bound for an assertion: valgrind slows the daemon down a
  * lot, so bounds on how soon it reacts are relaxed then. Lower bounds
  * (how long it must wait) are never stretched. */
 static long long T(long long ms)
 {
-    return slow() ? ms * 3 : ms;
-}
-
-static long long since(uint64_t t0)
-{
-    return (long long)(h_now_ms() - t0);
+    return h_slow() ? ms * 3 : ms;
 }
 
 static void setup(void)
 {
-    for (int i = 0; i < NNODES; i++)
-        h_redis_start(&N[i], NULL);
+    h_redis_start_all(N, NNODES, NULL);
 }
 
 /* Runs after a test that passed. A failed one exits at once (check's fork
@@ -81,8 +66,7 @@ static void teardown(void)
     }
     h_daemon_cleanup(&D1);
     h_daemon_cleanup(&D2);
-    for (int i = 0; i < NNODES; i++)
-        h_redis_cleanup(&N[i]);
+    h_redis_cleanup_all(N, NNODES);
 }
 
 /* Every test ends here: a clean SIGTERM stop, which under the valgrind
@@ -92,13 +76,8 @@ static void stop_daemons(void)
     struct h_daemon *ds[2] = { &D1, &D2 };
 
     for (int i = 0; i < 2; i++) {
-        int rc;
+        int rc = h_daemon_finish(ds[i]);
 
-        if (ds[i]->pid == 0)
-            continue;
-        rc = h_daemon_stop(ds[i]);
-        if (rc != 0)
-            h_daemon_dump_log(ds[i]);
         ck_assert_msg(rc == 0, "redlockd %d exited with status %d on SIGTERM",
                       i + 1, rc);
     }
@@ -106,85 +85,22 @@ static void stop_daemons(void)
 
 static struct h_client *client(int i, const struct h_daemon *d)
 {
-    int rc = h_connect_tcp(&C[i], d->port);
-
-    ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", d->port, strerror(-rc));
+    h_connect_tcp_ok(&C[i], d->port);
     return &C[i];
 }
 
-/* Send one request and assert its reply starts with `prefix`. */
-static char *cmdx(struct h_client *c, const char *prefix, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static char *cmdx(struct h_client *c, const char *prefix, const char *fmt, ...)
-{
-    char req[512];
-    va_list ap;
-    char *line;
-
-    va_start(ap, fmt);
-    vsnprintf(req, sizeof(req), fmt, ap);
-    va_end(ap);
-    line = h_cmd(c, "%s", req);
-    ck_assert_msg(h_starts(line, prefix), "\"%s\" answered \"%s\", want \"%s...\"",
-                  req, line, prefix);
-    return line;
-}
-
-/* The JSON object of an "OK {...}" reply; the caller decrefs. */
-static json_t *cmd_json(struct h_client *c, const char *req)
-{
-    char *line = cmdx(c, "OK {", "%s", req);
-    json_error_t err;
-    json_t *o = json_loads(line + 3, 0, &err);
-
-    ck_assert_msg(json_is_object(o), "%s: bad JSON (%s): %s", req, err.text, line);
-    return o;
-}
-
-static long long json_int_at(json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-
-    ck_assert_msg(json_is_integer(v), "no integer \"%s\" in the reply", key);
-    return (long long)json_integer_value(v);
-}
-
-/* Start a daemon and wait until it has every node voting: it listens
- * before its Redis connections are up, and a LOCK then would rightly
- * answer UNAVAILABLE. */
+/* Start a daemon and wait until it has every node voting. */
 static void start_daemon(struct h_daemon *d, const char *extra_json)
 {
-    static struct h_client probe;
-    uint64_t t0;
-    json_t *o;
-    int rc;
-
     h_daemon_start(d, N, NNODES, extra_json);
-    rc = h_connect_tcp(&probe, d->port);
-    ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", d->port, strerror(-rc));
-    t0 = h_now_ms();
-    for (;;) {
-        o = cmd_json(&probe, "STATS");
-        if (json_int_at(o, "nodes_voting") == NNODES)
-            break;
-        json_decref(o);
-        ck_assert_msg(since(t0) < T(5000), "redlockd: not all nodes voting after 5 s");
-        h_sleep_ms(10);
-    }
-    json_decref(o);
-    h_close(&probe);
+    h_wait_voting(d, NNODES, T(5000));
 }
 
 static long long status_waiters(struct h_client *c, const char *res)
 {
-    char req[256];
-    json_t *o;
-    long long w;
+    json_t *o = h_ok_json(c, "STATUS %s", res);
+    long long w = h_json_int(o, "waiters");
 
-    snprintf(req, sizeof(req), "STATUS %s", res);
-    o = cmd_json(c, req);
-    w = json_int_at(o, "waiters");
     json_decref(o);
     return w;
 }
@@ -197,28 +113,10 @@ static void wait_waiters(struct h_client *mon, const char *res, long long want)
     long long w;
 
     while ((w = status_waiters(mon, res)) != want) {
-        ck_assert_msg(since(t0) < T(3000), "STATUS %s: %lld waiters, want %lld",
+        ck_assert_msg(h_since(t0) < T(3000), "STATUS %s: %lld waiters, want %lld",
                       res, w, want);
         h_sleep_ms(10);
     }
-}
-
-static long long stats_int(struct h_client *c, const char *key)
-{
-    json_t *o = cmd_json(c, "STATS");
-    long long v = json_int_at(o, key);
-
-    json_decref(o);
-    return v;
-}
-
-/* A copy of key=value of an OK line (h_kv's buffer is overwritten). */
-static void kv_copy(const char *line, const char *key, char *out, size_t size)
-{
-    const char *v = h_kv(line, key);
-
-    ck_assert_msg(v != NULL, "no %s= in \"%s\"", key, line);
-    snprintf(out, size, "%s", v);
 }
 
 /* The value of lock:<res> on node i, or "" when there is none. */
@@ -256,44 +154,11 @@ static long long lock_until_ok(struct h_client *c, const char *res, int every_ms
         char *line = h_cmd(c, "LOCK %s", res);
 
         if (h_starts(line, "OK resource="))
-            return since(t0);
+            return h_since(t0);
         ck_assert_msg(h_starts(line, "ERR BUSY "), "LOCK %s answered \"%s\"", res, line);
-        if (since(t0) >= timeout_ms)
+        if (h_since(t0) >= timeout_ms)
             return -1;
         h_sleep_ms(every_ms);
-    }
-}
-
-/* Wait until one of `cs` has a complete line; returns its index and the
- * line, or -1 after timeout_ms. */
-static int wait_any_line(struct h_client **cs, int n, long long timeout_ms,
-                         char **line)
-{
-    uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
-
-    for (;;) {
-        struct pollfd p[NCLIENTS];
-        uint64_t now;
-
-        for (int i = 0; i < n; i++) {
-            if (memchr(cs[i]->buf, '\n', cs[i]->len) != NULL) {
-                *line = h_recv_line(cs[i], 1);
-                return i;
-            }
-            p[i].fd = cs[i]->fd;
-            p[i].events = POLLIN;
-            p[i].revents = 0;
-        }
-        now = h_now_ms();
-        if (now >= end || poll(p, (nfds_t)n, (int)(end - now)) <= 0)
-            return -1;
-        for (int i = 0; i < n; i++) {
-            if (p[i].revents != 0) {
-                *line = h_recv_line(cs[i], 200);
-                ck_assert_msg(*line != NULL, "client %d: EOF or half a line", i);
-                return i;
-            }
-        }
     }
 }
 
@@ -311,31 +176,31 @@ START_TEST(renewal_outlives_ttl)
     start_daemon(&D1, NULL);
     a = client(0, &D1);
     b = client(1, &D1);
-    cmdx(a, "OK resource=lease:renew ", "LOCK %s ttl=1000", res);
+    h_expect(a, "OK resource=lease:renew ", "LOCK %s ttl=1000", res);
     /* Four ttls: without renewal the keys would be gone after one. */
     t0 = h_now_ms();
-    while (since(t0) < 4000) {
-        cmdx(b, "ERR BUSY ", "LOCK %s", res);
+    while (h_since(t0) < 4000) {
+        h_expect(b, "ERR BUSY ", "LOCK %s", res);
         for (int i = 0; i < NNODES; i++) {
             long long pttl = h_redis_cmd(&N[i], NULL, "PTTL lock:%s", res);
 
             ck_assert_msg(pttl > 0 && pttl <= 1000,
                           "%lld ms after LOCK ttl=1000: PTTL lock:%s on node %d is %lld",
-                          since(t0), res, i, pttl);
+                          h_since(t0), res, i, pttl);
         }
         polls++;
         h_sleep_ms(250);
     }
     ck_assert_msg(h_expect_event(a, "EVENT", 1) == NULL,
                   "unexpected event while renewing: %s", a->line);
-    o = cmd_json(a, "LOCKS");
+    o = h_ok_json(a, "LOCKS");
     locks = json_object_get(o, "locks");
     ck_assert_msg(json_array_size(locks) == 1, "LOCKS: %zu locks, want 1",
                   json_array_size(locks));
     l = json_array_get(locks, 0);
     ck_assert_str_eq(json_string_value(json_object_get(l, "resource")), res);
-    ck_assert_msg(json_int_at(l, "renewals") > 0, "LOCKS shows no renewals after 4 s");
-    ck_assert_msg(json_int_at(l, "validity") > 0, "LOCKS shows no validity left");
+    ck_assert_msg(h_json_int(l, "renewals") > 0, "LOCKS shows no renewals after 4 s");
+    ck_assert_msg(h_json_int(l, "validity") > 0, "LOCKS shows no validity left");
     json_decref(o);
     fprintf(stderr, "renewal: %d BUSY polls over 4 s\n", polls);
 
@@ -360,18 +225,18 @@ START_TEST(renew0_expires_with_event)
     start_daemon(&D1, NULL);
     a = client(0, &D1);
     b = client(1, &D1);
-    line = cmdx(a, "OK resource=lease:once ", "LOCK %s ttl=500 renew=0", res);
+    line = h_expect(a, "OK resource=lease:once ", "LOCK %s ttl=500 renew=0", res);
     t0 = h_now_ms();
-    kv_copy(line, "fence", fence, sizeof(fence));
+    h_kv_copy(line, "fence", fence, sizeof(fence));
     line = h_expect_event(a, "EVENT LOST resource=lease:once ", 3000);
-    dt = since(t0);
+    dt = h_since(t0);
     ck_assert_msg(line != NULL, "no EVENT LOST for a renew=0 lease with ttl=500");
     ck_assert_str_eq(h_kv(line, "fence"), fence);
     ck_assert_str_eq(h_kv(line, "reason"), "expired");
     fprintf(stderr, "renew=0 ttl=500: EVENT LOST after %lld ms\n", dt);
     ck_assert_msg(dt >= 300 && dt <= 500 + T(500),
                   "EVENT LOST arrived %lld ms after the grant, want ~500", dt);
-    cmdx(a, "ERR LOST ", "UNLOCK %s", res);
+    h_expect(a, "ERR LOST ", "UNLOCK %s", res);
     /* The session really let go: the resource is free for others (after
      * the daemon's deletion of the lost keys, one round trip). */
     took = lock_until_ok(b, res, 10, T(2000));
@@ -396,16 +261,16 @@ START_TEST(waiters_fifo)
     mon = client(6, &D1);
     for (int i = 0; i < 5; i++)
         w[i] = client(1 + i, &D1);
-    cmdx(h, "OK resource=lease:fifo ", "LOCK %s", res);
+    h_expect(h, "OK resource=lease:fifo ", "LOCK %s", res);
     /* One after another: each is queued before the next is sent. */
     for (int i = 0; i < 5; i++) {
         h_sendf(w[i], "LOCK %s wait=10000\n", res);
         wait_waiters(mon, res, i + 1);
     }
-    cmdx(h, "OK resource=lease:fifo ", "UNLOCK %s", res);
+    h_expect(h, "OK resource=lease:fifo ", "UNLOCK %s", res);
     for (int round = 0; round < 5; round++) {
         char *line = NULL;
-        int i = wait_any_line(w, 5, T(5000), &line);
+        int i = h_wait_any_line(w, 5, T(5000), &line);
         int other;
 
         ck_assert_msg(i >= 0, "round %d: no waiter was granted %s (order so far: %s)",
@@ -418,10 +283,10 @@ START_TEST(waiters_fifo)
         order[round] = i;
         snprintf(got + strlen(got), sizeof(got) - strlen(got), "%d ", i + 1);
         /* Exclusive: nobody else may be granted while this one holds it. */
-        other = wait_any_line(w, 5, 100, &line);
+        other = h_wait_any_line(w, 5, 100, &line);
         ck_assert_msg(other < 0, "waiter %d got \"%s\" while waiter %d held %s",
                       other + 1, other >= 0 ? line : "", i + 1, res);
-        cmdx(w[i], "OK resource=lease:fifo ", "UNLOCK %s", res);
+        h_expect(w[i], "OK resource=lease:fifo ", "UNLOCK %s", res);
     }
     fprintf(stderr, "grant order: %s\n", got);
     for (int round = 0; round < 5; round++)
@@ -447,7 +312,7 @@ START_TEST(wake_from_second_daemon)
     h = client(0, &D2);
     w = client(1, &D1);
     mon = client(2, &D1);
-    cmdx(h, "OK resource=lease:wake ", "LOCK %s", res);
+    h_expect(h, "OK resource=lease:wake ", "LOCK %s", res);
     h_sendf(w, "LOCK %s wait=8000\n", res);
     wait_waiters(mon, res, 1);
     /* Let its first attempt fail and the retry timer start. */
@@ -465,7 +330,7 @@ START_TEST(wake_from_second_daemon)
     delay = t1 > t0 ? (long long)(t1 - t0) : 0;
     fprintf(stderr, "wake delay: %llu ms\n", (unsigned long long)delay);
     ck_assert_msg(delay < T(1000), "waiter woken %lld ms after the release", delay);
-    ck_assert_msg(stats_int(mon, "wakeups_notified") >= 1,
+    ck_assert_msg(h_stats_int(mon, "wakeups_notified") >= 1,
                   "daemon 1 STATS counts no notified wake-up");
     stop_daemons();
 }
@@ -493,7 +358,7 @@ START_TEST(wake_on_expiry)
         free(s);
     }
     line = h_cmd(w, "LOCK %s wait=3000", res);
-    dt = since(t0);
+    dt = h_since(t0);
     ck_assert_msg(h_starts(line, "OK resource=lease:exp "), "LOCK wait=3000 answered %s", line);
     fprintf(stderr, "expiry wake: granted %lld ms after SET PX 800\n", dt);
     ck_assert_msg(dt >= 700 && dt <= 800 + T(700),
@@ -513,10 +378,10 @@ START_TEST(wait_timeout)
     h = client(0, &D1);
     w = client(1, &D1);
     /* Held by a session of this daemon. */
-    cmdx(h, "OK resource=lease:to ", "LOCK lease:to");
+    h_expect(h, "OK resource=lease:to ", "LOCK lease:to");
     t0 = h_now_ms();
     line = h_cmd(w, "LOCK lease:to wait=300");
-    dt = since(t0);
+    dt = h_since(t0);
     ck_assert_msg(h_starts(line, "ERR TIMEOUT "), "LOCK wait=300 answered %s", line);
     ck_assert_msg(dt >= 280 && dt <= 300 + T(500), "ERR TIMEOUT after %lld ms", dt);
     /* Held by someone the daemon only sees on the Redis nodes. */
@@ -524,7 +389,7 @@ START_TEST(wait_timeout)
         h_redis_cmd(&N[i], NULL, "SET lock:lease:to2 other PX 10000");
     t0 = h_now_ms();
     line = h_cmd(w, "LOCK lease:to2 wait=300");
-    dt = since(t0);
+    dt = h_since(t0);
     ck_assert_msg(h_starts(line, "ERR TIMEOUT "), "LOCK wait=300 answered %s", line);
     ck_assert_msg(dt >= 280 && dt <= 300 + T(500), "ERR TIMEOUT after %lld ms", dt);
     assert_keys("lease:to2", "other");
@@ -549,7 +414,7 @@ START_TEST(waiter_disconnect)
     w1 = client(2, &D1);
     w2 = client(3, &D1);
     w3 = client(4, &D1);
-    cmdx(h, "OK resource=lease:gone ", "LOCK %s", res);
+    h_expect(h, "OK resource=lease:gone ", "LOCK %s", res);
     h_sendf(w1, "LOCK %s wait=10000\n", res);
     wait_waiters(mon, res, 1);
     h_sendf(w2, "LOCK %s wait=10000\n", res);
@@ -561,19 +426,19 @@ START_TEST(waiter_disconnect)
     h_close(w1);
     wait_waiters(mon, res, 2);
     /* ...and the release goes to the next one in line. */
-    cmdx(h, "OK resource=lease:gone ", "UNLOCK %s", res);
+    h_expect(h, "OK resource=lease:gone ", "UNLOCK %s", res);
     rest[0] = w2;
     rest[1] = w3;
-    i = wait_any_line(rest, 2, T(2000), &line);
+    i = h_wait_any_line(rest, 2, T(2000), &line);
     ck_assert_msg(i == 0, "after the release: waiter %d answered %s, want waiter 2",
                   i + 2, i >= 0 ? line : "nothing");
     ck_assert_msg(h_starts(line, "OK resource=lease:gone "), "waiter 2 answered %s", line);
     /* Fences count grants: the closed waiter was never granted one. */
     ck_assert_str_eq(h_kv(line, "fence"), "2");
-    kv_copy(line, "token", tok2, sizeof(tok2));
+    h_kv_copy(line, "token", tok2, sizeof(tok2));
     assert_keys(res, tok2);
     ck_assert_int_eq(status_waiters(mon, res), 1);
-    cmdx(w2, "OK resource=lease:gone ", "UNLOCK %s", res);
+    h_expect(w2, "OK resource=lease:gone ", "UNLOCK %s", res);
     line = h_recv_line(w3, 3000);
     ck_assert_msg(h_starts(line, "OK resource=lease:gone "), "waiter 3 answered %s",
                   line != NULL ? line : "nothing");
@@ -596,7 +461,7 @@ START_TEST(waiter_disconnect_at_release)
     mon = client(1, &D1);
     w1 = client(2, &D1);
     w2 = client(3, &D1);
-    cmdx(h, "OK resource=lease:gone2 ", "LOCK %s", res);
+    h_expect(h, "OK resource=lease:gone2 ", "LOCK %s", res);
     h_sendf(w1, "LOCK %s wait=10000\n", res);
     wait_waiters(mon, res, 1);
     h_sendf(w2, "LOCK %s wait=10000\n", res);
@@ -609,10 +474,10 @@ START_TEST(waiter_disconnect_at_release)
     line = h_recv_line(w2, 4000);
     ck_assert_msg(h_starts(line, "OK resource=lease:gone2 "), "last waiter answered %s",
                   line != NULL ? line : "nothing");
-    kv_copy(line, "token", tok, sizeof(tok));
+    h_kv_copy(line, "token", tok, sizeof(tok));
     assert_keys(res, tok);
     ck_assert_int_eq(status_waiters(mon, res), 0);
-    cmdx(w2, "OK resource=lease:gone2 ", "UNLOCK %s", res);
+    h_expect(w2, "OK resource=lease:gone2 ", "UNLOCK %s", res);
     assert_keys(res, "");
     stop_daemons();
 }
@@ -629,18 +494,18 @@ START_TEST(waiting_blocks_only_its_connection)
     h = client(0, &D1);
     w = client(1, &D1);
     o = client(2, &D1);
-    cmdx(h, "OK resource=lease:pipe ", "LOCK %s", res);
+    h_expect(h, "OK resource=lease:pipe ", "LOCK %s", res);
     /* Pipelined: the PING must wait for the LOCK's reply. */
     h_sendf(w, "LOCK %s wait=5000\nPING after\n", res);
     wait_waiters(o, res, 1);
     t0 = h_now_ms();
     ck_assert_str_eq(h_cmd(o, "PING other"), "PONG other");
-    ck_assert_msg(since(t0) < T(500), "another connection's PING took %lld ms",
-                  since(t0));
+    ck_assert_msg(h_since(t0) < T(500), "another connection's PING took %lld ms",
+                  h_since(t0));
     line = h_recv_line(w, 300);
     ck_assert_msg(line == NULL, "waiting connection answered \"%s\" before its LOCK",
                   line);
-    cmdx(h, "OK resource=lease:pipe ", "UNLOCK %s", res);
+    h_expect(h, "OK resource=lease:pipe ", "UNLOCK %s", res);
     line = h_recv_line(w, 3000);
     ck_assert_msg(h_starts(line, "OK resource=lease:pipe "), "first reply: %s",
                   line != NULL ? line : "nothing");
@@ -659,12 +524,12 @@ static void busy_at(struct h_client *c, const char *res, uint64_t t0, int at_ms)
 {
     char *line;
 
-    while (since(t0) < at_ms)
+    while (h_since(t0) < at_ms)
         h_sleep_ms(5);
     line = h_cmd(c, "LOCK %s", res);
-    ck_assert_msg(h_starts(line, "ERR BUSY ") || since(t0) >= 1500,
+    ck_assert_msg(h_starts(line, "ERR BUSY ") || h_since(t0) >= 1500,
                   "LOCK %lld ms after the holder dropped (lock_delay_ms=1500) "
-                  "answered %s", since(t0), line);
+                  "answered %s", h_since(t0), line);
 }
 
 START_TEST(lock_delay_after_drop)
@@ -676,13 +541,13 @@ START_TEST(lock_delay_after_drop)
     start_daemon(&D1, "{\"locks\":{\"lock_delay_ms\":1500}}");
     a = client(0, &D1);
     b = client(1, &D1);
-    cmdx(a, "OK resource=lease:delay ", "LOCK lease:delay");
+    h_expect(a, "OK resource=lease:delay ", "LOCK lease:delay");
     h_close(a);
     t0 = h_now_ms();
     busy_at(b, "lease:delay", t0, 200);
     busy_at(b, "lease:delay", t0, 1000);
     took = lock_until_ok(b, "lease:delay", 50, T(4000));
-    took = took < 0 ? -1 : since(t0);
+    took = took < 0 ? -1 : h_since(t0);
     fprintf(stderr, "lock_delay_ms=1500: free %lld ms after the drop\n", took);
     /* The keys were kept for 1500 ms from a moment after t0. */
     ck_assert_msg(took >= 1450 && took <= 1500 + T(1000),
@@ -691,13 +556,13 @@ START_TEST(lock_delay_after_drop)
 
     /* UNLOCK: no delay. */
     a = client(0, &D1);
-    cmdx(a, "OK resource=lease:d2 ", "LOCK lease:d2");
-    cmdx(a, "OK resource=lease:d2 ", "UNLOCK lease:d2");
-    cmdx(b, "OK resource=lease:d2 ", "LOCK lease:d2");
+    h_expect(a, "OK resource=lease:d2 ", "LOCK lease:d2");
+    h_expect(a, "OK resource=lease:d2 ", "UNLOCK lease:d2");
+    h_expect(b, "OK resource=lease:d2 ", "LOCK lease:d2");
 
     /* QUIT: released after the reply, without the delay. */
     q = client(2, &D1);
-    cmdx(q, "OK resource=lease:d3 ", "LOCK lease:d3");
+    h_expect(q, "OK resource=lease:d3 ", "LOCK lease:d3");
     ck_assert_str_eq(h_cmd(q, "QUIT"), "OK bye");
     ck_assert_msg(h_wait_eof(q, 2000), "connection open after QUIT");
     h_close(q);
@@ -718,13 +583,13 @@ START_TEST(keepalive_expiry_releases)
     start_daemon(&D1, NULL);
     a = client(0, &D1);
     b = client(1, &D1);
-    cmdx(a, "OK proto=1 ", "HELLO keepalive=500");
+    h_expect(a, "OK proto=1 ", "HELLO keepalive=500");
     /* The keepalive counts from the line's arrival, not from its reply
      * (a slow LOCK uses up part of it): time it from the sending. */
     t0 = h_now_ms();
-    cmdx(a, "OK resource=lease:ka ", "LOCK lease:ka");
+    h_expect(a, "OK resource=lease:ka ", "LOCK lease:ka");
     ck_assert_msg(h_wait_eof(a, 3000), "silent keepalive=500 connection still open");
-    dt = since(t0);
+    dt = h_since(t0);
     fprintf(stderr, "keepalive=500: closed %lld ms after the last line\n", dt);
     ck_assert_msg(dt >= 480 && dt <= T(1500), "closed %lld ms after the last line", dt);
     took = lock_until_ok(b, "lease:ka", 20, T(3000));
@@ -733,15 +598,15 @@ START_TEST(keepalive_expiry_releases)
 
     /* PINGs every 200 ms keep the session and its lock for 2 s. */
     k = client(2, &D1);
-    cmdx(k, "OK proto=1 ", "HELLO keepalive=500");
-    cmdx(k, "OK resource=lease:ka2 ", "LOCK lease:ka2");
+    h_expect(k, "OK proto=1 ", "HELLO keepalive=500");
+    h_expect(k, "OK resource=lease:ka2 ", "LOCK lease:ka2");
     t0 = h_now_ms();
-    while (since(t0) < 2000) {
+    while (h_since(t0) < 2000) {
         h_sleep_ms(200);
         ck_assert_str_eq(h_cmd(k, "PING"), "PONG");
     }
-    cmdx(b, "ERR BUSY ", "LOCK lease:ka2");
-    cmdx(k, "OK resource=lease:ka2 ", "UNLOCK lease:ka2");
+    h_expect(b, "ERR BUSY ", "LOCK lease:ka2");
+    h_expect(k, "OK resource=lease:ka2 ", "UNLOCK lease:ka2");
     stop_daemons();
 }
 END_TEST
@@ -752,7 +617,7 @@ static Suite *lease_suite(void)
     TCase *tc = tcase_create("lease");
 
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, slow() ? 300 : 60);
+    tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, renewal_outlives_ttl);
     tcase_add_test(tc, renew0_expires_with_event);
     tcase_add_test(tc, waiters_fifo);

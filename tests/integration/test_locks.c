@@ -23,7 +23,6 @@
 #include <check.h>
 #include <ctype.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,37 +61,18 @@ static void teardown(void)
 
     /* A paused node would hold the daemon's shutdown release until
      * shutdown_timeout_ms; let it answer. */
-    for (int i = 0; i < nr; i++)
-        h_redis_resume(&R[i]);
-    for (int i = 0; i < nd; i++) {
-        if (D[i].pid != 0)
-            rc[i] = h_daemon_stop(&D[i]);
-        if (rc[i] != 0)
-            h_daemon_dump_log(&D[i]);
-    }
+    h_redis_resume_all(R, nr);
+    for (int i = 0; i < nd; i++)
+        rc[i] = h_daemon_finish(&D[i]);
     for (int i = 0; i < nd; i++)
         h_daemon_cleanup(&D[i]);
-    for (int i = 0; i < nr; i++)
-        h_redis_cleanup(&R[i]);
+    h_redis_cleanup_all(R, nr);
     for (int i = 0; i < nd; i++)
         ck_assert_msg(rc[i] == 0, "redlockd #%d exited with status %d on SIGTERM",
                       i, rc[i]);
 }
 
 /* ---- helpers ---- */
-
-/* The daemon under valgrind is many times slower: stretch time bounds. */
-static bool slow(void)
-{
-    const char *w = getenv("REDLOCKD_TEST_WRAPPER");
-
-    return w != NULL && *w != '\0';
-}
-
-static int scale(int ms)
-{
-    return slow() ? ms * 5 : ms;
-}
 
 static unsigned all_nodes(void)
 {
@@ -101,84 +81,20 @@ static unsigned all_nodes(void)
 
 static void start_nodes(int n, const char *extra)
 {
-    for (int i = 0; i < n; i++)
-        h_redis_start(&R[i], extra);
+    h_redis_start_all(R, n, extra);
     nr = n;
 }
 
 static void connect_to(struct h_client *c, const struct h_daemon *d)
 {
-    int rc = h_connect_tcp(c, d->port);
-
-    ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", d->port, strerror(-rc));
-}
-
-/* h_cmd with the request formatted here, so messages can quote it. */
-static char *cmdv(struct h_client *c, char *req, size_t size, const char *fmt,
-                  va_list ap)
-{
-    vsnprintf(req, size, fmt, ap);
-    return h_cmd(c, "%s", req);
-}
-
-/* Send a request and assert the reply starts with `prefix`. */
-static char *expect(struct h_client *c, const char *prefix, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static char *expect(struct h_client *c, const char *prefix, const char *fmt, ...)
-{
-    char req[1024];
-    char *line;
-    va_list ap;
-
-    va_start(ap, fmt);
-    line = cmdv(c, req, sizeof(req), fmt, ap);
-    va_end(ap);
-    ck_assert_msg(h_starts(line, prefix), "\"%s\" answered \"%s\", want \"%s...\"",
-                  req, line, prefix);
-    return line;
-}
-
-/* The JSON object of an "OK {...}" reply; the caller decrefs. */
-static json_t *ok_json(struct h_client *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static json_t *ok_json(struct h_client *c, const char *fmt, ...)
-{
-    char req[1024];
-    char *line;
-    json_error_t err;
-    json_t *obj;
-    va_list ap;
-
-    va_start(ap, fmt);
-    line = cmdv(c, req, sizeof(req), fmt, ap);
-    va_end(ap);
-    ck_assert_msg(h_starts(line, "OK {"), "\"%s\" answered \"%s\"", req, line);
-    obj = json_loads(line + 3, 0, &err);
-    ck_assert_msg(json_is_object(obj), "%s: bad JSON (%s): %s", req, err.text, line);
-    return obj;
-}
-
-static json_int_t jint(const json_t *obj, const char *key)
-{
-    const json_t *v = json_object_get(obj, key);
-
-    ck_assert_msg(json_is_integer(v), "JSON field \"%s\" is not an integer", key);
-    return json_integer_value(v);
-}
-
-static const char *jstr(const json_t *obj, const char *key)
-{
-    const json_t *v = json_object_get(obj, key);
-
-    ck_assert_msg(json_is_string(v), "JSON field \"%s\" is not a string", key);
-    return json_string_value(v);
+    h_connect_tcp_ok(c, d->port);
 }
 
 /* One acquisition counter of STATS ("ok", "busy", "unavailable"). */
 static json_int_t acquisitions(struct h_client *c, const char *which)
 {
-    json_t *stats = ok_json(c, "STATS");
-    json_int_t v = jint(json_object_get(stats, "acquisitions"), which);
+    json_t *stats = h_ok_json(c, "STATS");
+    json_int_t v = h_json_int(json_object_get(stats, "acquisitions"), which);
 
     json_decref(stats);
     return v;
@@ -187,29 +103,6 @@ static json_int_t acquisitions(struct h_client *c, const char *which)
 /* The daemon logs "ready" before its pool has connected: wait until every
  * node votes, so a first LOCK is not refused for a reason the test is not
  * about. */
-static void wait_ready(const struct h_daemon *d)
-{
-    uint64_t end = h_now_ms() + (uint64_t)scale(5000);
-    struct h_client c;
-    json_int_t voting = -1;
-
-    connect_to(&c, d);
-    while (h_now_ms() < end) {
-        json_t *stats = ok_json(&c, "STATS");
-
-        voting = jint(stats, "nodes_voting");
-        json_decref(stats);
-        if (voting == nr)
-            break;
-        h_sleep_ms(20);
-    }
-    h_close(&c);
-    if (voting != nr)
-        h_daemon_dump_log(d);
-    ck_assert_msg(voting == nr, "only %lld of %d nodes voting after start",
-                  (long long)voting, nr);
-}
-
 static struct h_daemon *start_daemon(const char *extra_json)
 {
     struct h_daemon *d = &D[nd];
@@ -217,14 +110,14 @@ static struct h_daemon *start_daemon(const char *extra_json)
     ck_assert_int_lt(nd, DAEMONS_MAX);
     h_daemon_start(d, R, nr, extra_json);
     nd++;
-    wait_ready(d);
+    h_wait_voting(d, nr, h_scale(5000));
     return d;
 }
 
 /* HELLO; the session id goes to `id`. */
 static void hello(struct h_client *c, const char *name, char *id, size_t size)
 {
-    char *line = expect(c, "OK proto=1 ", "HELLO name=%s", name);
+    char *line = h_expect(c, "OK proto=1 ", "HELLO name=%s", name);
     const char *s = h_kv(line, "session");
 
     ck_assert_msg(s != NULL && *s != '\0', "HELLO without session=: %s", line);
@@ -279,7 +172,7 @@ static void check_grant(const char *line, const char *res, unsigned ttl,
 static void lock_ok(struct h_client *c, const char *res, unsigned ttl,
                     const char *opts, struct grant *g)
 {
-    char *line = expect(c, "OK ", "LOCK %s ttl=%u%s", res, ttl, opts);
+    char *line = h_expect(c, "OK ", "LOCK %s ttl=%u%s", res, ttl, opts);
 
     check_grant(line, res, ttl, g);
 }
@@ -423,29 +316,29 @@ static void basic_cycle(int n)
                       "node %d: PTTL lock:job:42 = %lld, want close to 10000", i, pttl);
     }
 
-    expect(&b, "ERR BUSY", "LOCK job:42 ttl=10000");
-    expect(&a, "ERR HELD", "LOCK job:42");
-    expect(&a, "ERR HELD", "LOCK job:42 ttl=5000");
+    h_expect(&b, "ERR BUSY", "LOCK job:42 ttl=10000");
+    h_expect(&a, "ERR HELD", "LOCK job:42");
+    h_expect(&a, "ERR HELD", "LOCK job:42 ttl=5000");
 
     /* Another session can neither release nor extend alice's lock. */
-    expect(&b, "ERR NOTHELD", "UNLOCK job:42");
-    expect(&b, "ERR NOTHELD", "EXTEND job:42 ttl=20000");
+    h_expect(&b, "ERR NOTHELD", "UNLOCK job:42");
+    h_expect(&b, "ERR NOTHELD", "EXTEND job:42 ttl=20000");
     assert_keys(all_nodes(), "job:42", g1.token);
-    st = ok_json(&b, "STATUS job:42");
+    st = h_ok_json(&b, "STATUS job:42");
     ck_assert(json_is_true(json_object_get(st, "held")));
     holder = json_object_get(st, "holder");
     ck_assert_msg(json_is_object(holder), "STATUS holder is not an object");
-    ck_assert_str_eq(jstr(holder, "session"), ida);
+    ck_assert_str_eq(h_json_str(holder, "session"), ida);
     json_decref(st);
 
     /* Nothing held at all by anyone. */
-    expect(&a, "ERR NOTHELD", "UNLOCK job:43");
-    expect(&b, "ERR NOTHELD", "UNLOCK job:43");
+    h_expect(&a, "ERR NOTHELD", "UNLOCK job:43");
+    h_expect(&b, "ERR NOTHELD", "UNLOCK job:43");
 
     snprintf(want, sizeof(want), "OK resource=job:42 nodes=%d", n);
     ck_assert_str_eq(h_cmd(&a, "UNLOCK job:42"), want);
     assert_keys(all_nodes(), "job:42", NULL);
-    expect(&a, "ERR NOTHELD", "UNLOCK job:42");
+    h_expect(&a, "ERR NOTHELD", "UNLOCK job:42");
 
     /* Free again: bob gets it with a new token and a higher fence. */
     lock_ok(&b, "job:42", 10000, "", &g2);
@@ -453,7 +346,7 @@ static void basic_cycle(int n)
     ck_assert_msg(g2.fence > g1.fence, "fence went from %llu to %llu", g1.fence,
                   g2.fence);
     assert_keys(all_nodes(), "job:42", g2.token);
-    expect(&a, "ERR BUSY", "LOCK job:42");
+    h_expect(&a, "ERR BUSY", "LOCK job:42");
     ck_assert_str_eq(h_cmd(&b, "UNLOCK job:42"), want);
     assert_keys(all_nodes(), "job:42", NULL);
     h_close(&a);
@@ -489,17 +382,17 @@ START_TEST(disconnect_releases)
     hello(&a, "a", ida, sizeof(ida));
     lock_ok(&a, "dc:1", 30000, "", &ga1);
     lock_ok(&a, "dc:2", 30000, "", &ga2);
-    expect(&b, "ERR BUSY", "LOCK dc:1 ttl=30000");
+    h_expect(&b, "ERR BUSY", "LOCK dc:1 ttl=30000");
     h_sendf(&a, "LOCK dc:3 ttl=30000\n");
     h_close(&a);
 
-    lock_retry(&b, "dc:1", 30000, scale(1000), &gb);
+    lock_retry(&b, "dc:1", 30000, h_scale(1000), &gb);
     assert_keys(all_nodes(), "dc:1", gb.token);
-    ck_assert_msg(wait_keys_gone(all_nodes(), "dc:2", NULL, scale(1000)),
+    ck_assert_msg(wait_keys_gone(all_nodes(), "dc:2", NULL, h_scale(1000)),
                   "lock:dc:2 of a closed session still on a node after 1 s");
     /* The in-flight LOCK dc:3 may or may not have been granted before the
      * daemon saw the close; either way it must not outlive the session. */
-    lock_retry(&b, "dc:3", 30000, scale(1000), &gb);
+    lock_retry(&b, "dc:3", 30000, h_scale(1000), &gb);
     assert_keys(all_nodes(), "dc:3", gb.token);
     h_close(&b);
 }
@@ -520,9 +413,9 @@ START_TEST(quit_releases)
     ck_assert_msg(h_wait_eof(&a, 2000), "connection still open after QUIT");
     h_close(&a);
 
-    lock_retry(&b, "q:1", 30000, scale(1000), &gb);
+    lock_retry(&b, "q:1", 30000, h_scale(1000), &gb);
     assert_keys(all_nodes(), "q:1", gb.token);
-    ck_assert_msg(wait_keys_gone(all_nodes(), "q:2", NULL, scale(1000)),
+    ck_assert_msg(wait_keys_gone(all_nodes(), "q:2", NULL, h_scale(1000)),
                   "lock:q:2 still on a node 1 s after QUIT");
     h_close(&b);
 }
@@ -543,19 +436,20 @@ START_TEST(two_daemons_exclude)
     connect_to(&c2, &D[1]);
 
     lock_ok(&c1, "shared", 10000, "", &g1);
-    expect(&c2, "ERR BUSY", "LOCK shared ttl=10000");
-    expect(&c2, "ERR NOTHELD", "UNLOCK shared");
+    h_expect(&c2, "ERR BUSY", "LOCK shared ttl=10000");
+    h_expect(&c2, "ERR NOTHELD", "UNLOCK shared");
     assert_keys(all_nodes(), "shared", g1.token);
 
     /* The other daemon sees the keys but no session of its own holds it. */
-    st = ok_json(&c2, "STATUS shared");
+    st = h_ok_json(&c2, "STATUS shared");
     ck_assert_msg(json_is_null(json_object_get(st, "holder")),
                   "STATUS on daemon 2 names a holder of daemon 1's lock");
     for (size_t i = 0; i < json_array_size(json_object_get(st, "nodes")); i++) {
         json_t *node = json_array_get(json_object_get(st, "nodes"), i);
 
-        ck_assert_msg(jint(node, "pttl") > 0, "STATUS on daemon 2: node %zu pttl %lld",
-                      i, (long long)jint(node, "pttl"));
+        ck_assert_msg(h_json_int(node, "pttl") > 0,
+                      "STATUS on daemon 2: node %zu pttl %lld", i,
+                      (long long)h_json_int(node, "pttl"));
     }
     json_decref(st);
 
@@ -564,7 +458,7 @@ START_TEST(two_daemons_exclude)
     ck_assert_msg(g2.fence > g1.fence, "fence across daemons went from %llu to %llu",
                   g1.fence, g2.fence);
     assert_keys(all_nodes(), "shared", g2.token);
-    expect(&c1, "ERR BUSY", "LOCK shared ttl=10000");
+    h_expect(&c1, "ERR BUSY", "LOCK shared ttl=10000");
     ck_assert_str_eq(h_cmd(&c2, "UNLOCK shared"), "OK resource=shared nodes=3");
     h_close(&c1);
     h_close(&c2);
@@ -590,8 +484,8 @@ START_TEST(one_node_stopped)
     t0 = h_now_ms();
     lock_ok(&c, "p:1", 10000, "", &g1);
     took = h_now_ms() - t0;
-    ck_assert_msg(took < (uint64_t)scale(1500), "LOCK with a stopped node took %llu ms",
-                  (unsigned long long)took);
+    ck_assert_msg(took < (uint64_t)h_scale(1500),
+                  "LOCK with a stopped node took %llu ms", (unsigned long long)took);
     assert_keys(running, "p:1", g1.token);
     lock_ok(&c, "p:2", 10000, "", &g2);
     assert_keys(running, "p:2", g2.token);
@@ -615,7 +509,7 @@ START_TEST(two_nodes_stopped)
     json_int_t unavail0, ok0;
     uint64_t t0, took;
     /* command 100 + connect 300 + margin; valgrind is far slower. */
-    uint64_t bound = slow() ? 10000 : 2000;
+    uint64_t bound = h_slow() ? 10000 : 2000;
     char *line;
 
     start_nodes(3, NULL);
@@ -635,7 +529,7 @@ START_TEST(two_nodes_stopped)
                   (unsigned long long)took);
     /* Removed "at once": the release is sent when the round fails, but may
      * reach Redis a moment after the client's reply; far below the ttl. */
-    ck_assert_msg(wait_keys_gone(0x4, "u:1", NULL, scale(100)),
+    ck_assert_msg(wait_keys_gone(0x4, "u:1", NULL, h_scale(100)),
                   "partial key lock:u:1 left on the running node");
 
     /* Again, now that the nodes are known to be down. */
@@ -645,25 +539,25 @@ START_TEST(two_nodes_stopped)
     ck_assert_msg(h_starts(line, "ERR UNAVAILABLE"), "second LOCK answered \"%s\"", line);
     ck_assert_msg(took < bound, "second ERR UNAVAILABLE took %llu ms",
                   (unsigned long long)took);
-    ck_assert_msg(wait_keys_gone(0x4, "u:2", NULL, scale(100)),
+    ck_assert_msg(wait_keys_gone(0x4, "u:2", NULL, h_scale(100)),
                   "partial key lock:u:2 left on the running node");
 
     ck_assert_int_eq(acquisitions(&c, "unavailable"), unavail0 + 2);
     ck_assert_int_eq(acquisitions(&c, "ok"), ok0);
-    expect(&c, "ERR NOTHELD", "UNLOCK u:1");
+    h_expect(&c, "ERR NOTHELD", "UNLOCK u:1");
 
     h_redis_resume(&R[0]);
     h_redis_resume(&R[1]);
-    ck_assert_msg(wait_keys_gone(all_nodes(), "u:1", NULL, scale(3000)),
+    ck_assert_msg(wait_keys_gone(all_nodes(), "u:1", NULL, h_scale(3000)),
                   "a key lock:u:1 of the failed LOCK is left after the nodes "
                   "resumed: %s", describe_keys(all_nodes(), "u:1"));
-    ck_assert_msg(wait_keys_gone(all_nodes(), "u:2", NULL, scale(3000)),
+    ck_assert_msg(wait_keys_gone(all_nodes(), "u:2", NULL, h_scale(3000)),
                   "a key lock:u:2 of the failed LOCK is left after the nodes "
                   "resumed: %s", describe_keys(all_nodes(), "u:2"));
 
     /* And the daemon recovers: the lock can be had again. */
     {
-        uint64_t end = h_now_ms() + (uint64_t)scale(3000);
+        uint64_t end = h_now_ms() + (uint64_t)h_scale(3000);
 
         for (;;) {
             line = h_cmd(&c, "LOCK u:1 ttl=60000");
@@ -677,7 +571,7 @@ START_TEST(two_nodes_stopped)
     }
     /* A quorum may form before both resumed nodes are back: at least 2. */
     assert_keys(0x4, "u:1", g.token);
-    line = expect(&c, "OK resource=u:1 nodes=", "UNLOCK u:1");
+    line = h_expect(&c, "OK resource=u:1 nodes=", "UNLOCK u:1");
     ck_assert_msg(atoi(h_kv(line, "nodes")) >= 2, "UNLOCK answered \"%s\"", line);
     h_close(&c);
 }
@@ -711,7 +605,7 @@ START_TEST(script_flush)
     lock_ok(&a, "ns", 10000, "", &g);
     assert_keys(all_nodes(), "ns", g.token);
     script_flush_all();
-    expect(&a, "OK resource=ns ttl=20000 validity=", "EXTEND ns ttl=20000");
+    h_expect(&a, "OK resource=ns ttl=20000 validity=", "EXTEND ns ttl=20000");
     for (int i = 0; i < nr; i++)
         ck_assert_int_gt(key_pttl(&R[i], "ns"), 15000);
     script_flush_all();
@@ -722,7 +616,7 @@ START_TEST(script_flush)
     lock_ok(&a, "ns", 10000, "", &g);
     script_flush_all();
     h_close(&a);
-    lock_retry(&b, "ns", 10000, scale(1000), &g);
+    lock_retry(&b, "ns", 10000, h_scale(1000), &g);
     script_flush_all();
     ck_assert_str_eq(h_cmd(&b, "UNLOCK ns"), "OK resource=ns nodes=3");
     h_close(&b);
@@ -757,19 +651,19 @@ START_TEST(restart_one_of_three)
 
     /* Granted on every try, until the restarted node votes again and
      * holds the new keys. */
-    end = h_now_ms() + (uint64_t)scale(3000);
+    end = h_now_ms() + (uint64_t)h_scale(3000);
     while (!back) {
         json_t *stats;
 
         snprintf(res, sizeof(res), "rs:%d", round++);
         lock_ok(&c, res, 1000, "", &g);
         v = key_get(&R[0], res);
-        stats = ok_json(&c, "STATS");
+        stats = h_ok_json(&c, "STATS");
         back = v != NULL && strcmp(v, g.token) == 0 &&
-               jint(stats, "nodes_voting") == 3;
+               h_json_int(stats, "nodes_voting") == 3;
         json_decref(stats);
         free(v);
-        expect(&c, "OK resource=", "UNLOCK %s", res);
+        h_expect(&c, "OK resource=", "UNLOCK %s", res);
         ck_assert_msg(back || h_now_ms() < end,
                       "restarted node 0 not voting again after 3 s");
         if (!back)
@@ -779,7 +673,7 @@ START_TEST(restart_one_of_three)
     /* Its vote counts: with node 1 stopped, nodes 0 and 2 make the quorum.
      * The first try may still see node 1 as up and wait for it. */
     h_redis_pause(&R[1]);
-    end = h_now_ms() + (uint64_t)scale(3000);
+    end = h_now_ms() + (uint64_t)h_scale(3000);
     for (;;) {
         char *line = h_cmd(&c, "LOCK rs:last ttl=1000");
 
@@ -814,10 +708,10 @@ START_TEST(restart_single_node)
     ck_assert_str_eq(h_cmd(&c, "UNLOCK one"), "OK resource=one nodes=1");
 
     h_redis_stop(&R[0]);
-    expect(&c, "ERR UNAVAILABLE", "LOCK one ttl=10000");
+    h_expect(&c, "ERR UNAVAILABLE", "LOCK one ttl=10000");
     h_redis_restart(&R[0]);
 
-    end = h_now_ms() + (uint64_t)scale(3000);
+    end = h_now_ms() + (uint64_t)h_scale(3000);
     for (;;) {
         line = h_cmd(&c, "LOCK one ttl=10000");
         if (h_starts(line, "OK "))
@@ -828,7 +722,7 @@ START_TEST(restart_single_node)
     }
     check_grant(line, "one", 10000, &g);
     assert_keys(all_nodes(), "one", g.token);
-    expect(&c, "OK resource=one ttl=20000 validity=", "EXTEND one ttl=20000");
+    h_expect(&c, "OK resource=one ttl=20000 validity=", "EXTEND one ttl=20000");
     ck_assert_int_gt(key_pttl(&R[0], "one"), 15000);
     ck_assert_str_eq(h_cmd(&c, "UNLOCK one"), "OK resource=one nodes=1");
     assert_keys(all_nodes(), "one", NULL);
@@ -854,11 +748,11 @@ START_TEST(interop_set_nx)
         ck_assert_str_eq(s, "OK");
         free(s);
     }
-    expect(&c, "ERR BUSY", "LOCK io ttl=10000");
+    h_expect(&c, "ERR BUSY", "LOCK io ttl=10000");
     assert_keys(0x3, "io", "x");
-    ck_assert_msg(wait_keys_gone(0x4, "io", NULL, scale(100)),
+    ck_assert_msg(wait_keys_gone(0x4, "io", NULL, h_scale(100)),
                   "partial key lock:io left on node 2 after BUSY");
-    expect(&c, "ERR NOTHELD", "UNLOCK io");
+    h_expect(&c, "ERR NOTHELD", "UNLOCK io");
     assert_keys(0x3, "io", "x");
 
     /* On a minority only, the lock is granted on the other two nodes, and
@@ -905,7 +799,7 @@ START_TEST(extend_pttl_and_lost)
 
         ck_assert_msg(pttl > 0 && pttl <= 5000, "node %d: PTTL %lld", i, pttl);
     }
-    line = expect(&c, "OK resource=ext ttl=60000 validity=", "EXTEND ext ttl=60000");
+    line = h_expect(&c, "OK resource=ext ttl=60000 validity=", "EXTEND ext ttl=60000");
     v = h_kv(line, "validity");
     ck_assert_msg(atoll(v) > 0 && atoll(v) <= 60000, "EXTEND validity %s", v);
     for (int i = 0; i < nr; i++) {
@@ -914,19 +808,19 @@ START_TEST(extend_pttl_and_lost)
         ck_assert_msg(pttl > 50000 && pttl <= 60000,
                       "node %d: PTTL %lld after EXTEND ttl=60000", i, pttl);
     }
-    locks = ok_json(&c, "LOCKS");
+    locks = h_ok_json(&c, "LOCKS");
     arr = json_object_get(locks, "locks");
     ck_assert_int_eq(json_array_size(arr), 1);
-    ck_assert_int_eq(jint(json_array_get(arr, 0), "ttl"), 60000);
+    ck_assert_int_eq(h_json_int(json_array_get(arr, 0), "ttl"), 60000);
     json_decref(locks);
 
     /* Deleted behind the daemon's back: the lease is lost. */
     for (int i = 0; i < nr; i++)
         ck_assert_int_eq(h_redis_cmd(&R[i], NULL, "DEL lock:ext"), 1);
-    expect(&c, "ERR LOST", "EXTEND ext ttl=60000");
-    expect(&c, "ERR NOTHELD", "UNLOCK ext");
+    h_expect(&c, "ERR LOST", "EXTEND ext ttl=60000");
+    h_expect(&c, "ERR NOTHELD", "UNLOCK ext");
     assert_keys(all_nodes(), "ext", NULL);
-    locks = ok_json(&c, "LOCKS");
+    locks = h_ok_json(&c, "LOCKS");
     ck_assert_int_eq(json_array_size(json_object_get(locks, "locks")), 0);
     json_decref(locks);
     h_close(&c);
@@ -948,39 +842,39 @@ START_TEST(locks_and_status)
     connect_to(&b, &D[0]);
     hello(&a, "inspector", id, sizeof(id));
 
-    obj = ok_json(&a, "LOCKS");
-    ck_assert_str_eq(jstr(obj, "session"), id);
+    obj = h_ok_json(&a, "LOCKS");
+    ck_assert_str_eq(h_json_str(obj, "session"), id);
     ck_assert_int_eq(json_array_size(json_object_get(obj, "locks")), 0);
     json_decref(obj);
 
     lock_ok(&a, "st:1", 10000, "", &g);
-    obj = ok_json(&a, "LOCKS");
-    ck_assert_str_eq(jstr(obj, "session"), id);
+    obj = h_ok_json(&a, "LOCKS");
+    ck_assert_str_eq(h_json_str(obj, "session"), id);
     arr = json_object_get(obj, "locks");
     ck_assert_int_eq(json_array_size(arr), 1);
-    ck_assert_str_eq(jstr(json_array_get(arr, 0), "resource"), "st:1");
-    ck_assert_int_eq(jint(json_array_get(arr, 0), "fence"), (json_int_t)g.fence);
-    ck_assert_int_eq(jint(json_array_get(arr, 0), "ttl"), 10000);
+    ck_assert_str_eq(h_json_str(json_array_get(arr, 0), "resource"), "st:1");
+    ck_assert_int_eq(h_json_int(json_array_get(arr, 0), "fence"), (json_int_t)g.fence);
+    ck_assert_int_eq(h_json_int(json_array_get(arr, 0), "ttl"), 10000);
     json_decref(obj);
 
     /* Another session's view of it. */
-    obj = ok_json(&b, "STATUS st:1");
-    ck_assert_str_eq(jstr(obj, "resource"), "st:1");
-    ck_assert_str_eq(jstr(obj, "key"), "lock:st:1");
+    obj = h_ok_json(&b, "STATUS st:1");
+    ck_assert_str_eq(h_json_str(obj, "resource"), "st:1");
+    ck_assert_str_eq(h_json_str(obj, "key"), "lock:st:1");
     ck_assert(json_is_true(json_object_get(obj, "held")));
     holder = json_object_get(obj, "holder");
     ck_assert_msg(json_is_object(holder), "STATUS holder is not an object");
-    ck_assert_str_eq(jstr(holder, "session"), id);
-    ck_assert_str_eq(jstr(holder, "name"), "inspector");
-    ck_assert_int_eq(jint(holder, "fence"), (json_int_t)g.fence);
+    ck_assert_str_eq(h_json_str(holder, "session"), id);
+    ck_assert_str_eq(h_json_str(holder, "name"), "inspector");
+    ck_assert_int_eq(h_json_int(holder, "fence"), (json_int_t)g.fence);
     arr = json_object_get(obj, "nodes");
     ck_assert_int_eq(json_array_size(arr), 3);
     for (int i = 0; i < nr; i++) {
         json_t *n = json_array_get(arr, (size_t)i);
-        json_int_t pttl = jint(n, "pttl");
+        json_int_t pttl = h_json_int(n, "pttl");
 
         snprintf(node, sizeof(node), "127.0.0.1:%d", R[i].port);
-        ck_assert_str_eq(jstr(n, "node"), node);
+        ck_assert_str_eq(h_json_str(n, "node"), node);
         ck_assert(json_is_true(json_object_get(n, "up")));
         ck_assert_msg(pttl > 0 && pttl <= 10000, "STATUS node %d pttl %lld", i,
                       (long long)pttl);
@@ -988,15 +882,15 @@ START_TEST(locks_and_status)
     json_decref(obj);
 
     ck_assert_str_eq(h_cmd(&a, "UNLOCK st:1"), "OK resource=st:1 nodes=3");
-    obj = ok_json(&a, "STATUS st:1");
+    obj = h_ok_json(&a, "STATUS st:1");
     ck_assert(json_is_false(json_object_get(obj, "held")));
     ck_assert(json_is_null(json_object_get(obj, "holder")));
     arr = json_object_get(obj, "nodes");
     ck_assert_int_eq(json_array_size(arr), 3);
     for (int i = 0; i < nr; i++)
-        ck_assert_int_eq(jint(json_array_get(arr, (size_t)i), "pttl"), -2);
+        ck_assert_int_eq(h_json_int(json_array_get(arr, (size_t)i), "pttl"), -2);
     json_decref(obj);
-    obj = ok_json(&a, "LOCKS");
+    obj = h_ok_json(&a, "LOCKS");
     ck_assert_int_eq(json_array_size(json_object_get(obj, "locks")), 0);
     json_decref(obj);
     h_close(&a);
@@ -1017,7 +911,7 @@ START_TEST(max_locks_per_session)
     connect_to(&b, &D[0]);
     lock_ok(&a, "lim:1", 10000, "", &g);
     lock_ok(&a, "lim:2", 10000, "", &g);
-    expect(&a, "ERR LIMIT", "LOCK lim:3 ttl=10000");
+    h_expect(&a, "ERR LIMIT", "LOCK lim:3 ttl=10000");
     assert_keys(all_nodes(), "lim:3", NULL);
     /* The limit is per session. */
     lock_ok(&b, "lim:3", 10000, "", &g);
@@ -1025,7 +919,7 @@ START_TEST(max_locks_per_session)
     /* And counts what is held now, not what was ever taken. */
     ck_assert_str_eq(h_cmd(&a, "UNLOCK lim:1"), "OK resource=lim:1 nodes=1");
     lock_ok(&a, "lim:3", 10000, "", &g);
-    expect(&a, "ERR LIMIT", "LOCK lim:4 ttl=10000");
+    h_expect(&a, "ERR LIMIT", "LOCK lim:4 ttl=10000");
     h_close(&a);
     h_close(&b);
 }
@@ -1039,18 +933,18 @@ START_TEST(ttl_out_of_range)
     start_nodes(1, NULL);
     start_daemon(NULL);
     connect_to(&c, &D[0]);
-    expect(&c, "ERR ARG", "LOCK t ttl=1");
-    expect(&c, "ERR ARG", "LOCK t ttl=99");
-    expect(&c, "ERR ARG", "LOCK t ttl=86400001");
-    expect(&c, "ERR ARG", "LOCK t ttl=abc");
+    h_expect(&c, "ERR ARG", "LOCK t ttl=1");
+    h_expect(&c, "ERR ARG", "LOCK t ttl=99");
+    h_expect(&c, "ERR ARG", "LOCK t ttl=86400001");
+    h_expect(&c, "ERR ARG", "LOCK t ttl=abc");
     assert_keys(all_nodes(), "t", NULL);
-    expect(&c, "ERR NOTHELD", "UNLOCK t");
+    h_expect(&c, "ERR NOTHELD", "UNLOCK t");
     /* min_ttl_ms itself is fine (left to expire: renew=0). */
     lock_ok(&c, "t", 100, " renew=0", &g);
     /* EXTEND checks the same range, and a refused EXTEND keeps the lease. */
     lock_ok(&c, "t2", 10000, "", &g);
-    expect(&c, "ERR ARG", "EXTEND t2 ttl=1");
-    expect(&c, "ERR ARG", "EXTEND t2 ttl=99");
+    h_expect(&c, "ERR ARG", "EXTEND t2 ttl=1");
+    h_expect(&c, "ERR ARG", "EXTEND t2 ttl=99");
     ck_assert_int_gt(key_pttl(&R[0], "t2"), 5000);
     ck_assert_str_eq(h_cmd(&c, "UNLOCK t2"), "OK resource=t2 nodes=1");
     h_close(&c);
@@ -1075,18 +969,18 @@ START_TEST(stats_counters)
     un0 = acquisitions(&a, "unavailable");
 
     lock_ok(&a, "sc", 10000, "", &g);
-    stats = ok_json(&a, "STATS");
-    ck_assert_int_eq(jint(stats, "locks_held"), 1);
+    stats = h_ok_json(&a, "STATS");
+    ck_assert_int_eq(h_json_int(stats, "locks_held"), 1);
     json_decref(stats);
     ck_assert_int_eq(acquisitions(&a, "ok"), ok0 + 1);
-    expect(&b, "ERR BUSY", "LOCK sc ttl=10000");
-    expect(&b, "ERR BUSY", "LOCK sc ttl=10000");
+    h_expect(&b, "ERR BUSY", "LOCK sc ttl=10000");
+    h_expect(&b, "ERR BUSY", "LOCK sc ttl=10000");
     ck_assert_int_eq(acquisitions(&a, "busy"), busy0 + 2);
     ck_assert_int_eq(acquisitions(&a, "ok"), ok0 + 1);
     ck_assert_str_eq(h_cmd(&a, "UNLOCK sc"), "OK resource=sc nodes=1");
-    stats = ok_json(&a, "STATS");
-    ck_assert_int_eq(jint(stats, "locks_held"), 0);
-    ck_assert_int_ge(jint(stats, "releases"), 1);
+    stats = h_ok_json(&a, "STATS");
+    ck_assert_int_eq(h_json_int(stats, "locks_held"), 0);
+    ck_assert_int_ge(h_json_int(stats, "releases"), 1);
     json_decref(stats);
     lock_ok(&b, "sc", 10000, "", &g);
     ck_assert_int_eq(acquisitions(&a, "ok"), ok0 + 2);
@@ -1094,7 +988,7 @@ START_TEST(stats_counters)
 
     /* No node at all. */
     h_redis_stop(&R[0]);
-    expect(&a, "ERR UNAVAILABLE", "LOCK sc ttl=10000");
+    h_expect(&a, "ERR UNAVAILABLE", "LOCK sc ttl=10000");
     ck_assert_int_eq(acquisitions(&a, "unavailable"), un0 + 1);
     ck_assert_int_eq(acquisitions(&a, "ok"), ok0 + 2);
     ck_assert_int_eq(acquisitions(&a, "busy"), busy0 + 2);
@@ -1153,7 +1047,7 @@ START_TEST(redis_password_and_db)
         v = auth_get(&R[i], NULL, "n0deS3cret", 0, "auth:1");
         ck_assert_msg(v == NULL, "the key leaked into db 0 on node %d", i);
     }
-    expect(&c, "OK resource=auth:1 nodes=3", "UNLOCK auth:1");
+    h_expect(&c, "OK resource=auth:1 nodes=3", "UNLOCK auth:1");
     h_close(&c);
 }
 END_TEST
@@ -1178,7 +1072,7 @@ START_TEST(redis_acl_user)
         ck_assert_msg(v && strcmp(v, g.token) == 0, "node %d lacks the key", i);
         free(v);
     }
-    expect(&c, "OK resource=acl:1 nodes=3", "UNLOCK acl:1");
+    h_expect(&c, "OK resource=acl:1 nodes=3", "UNLOCK acl:1");
     h_close(&c);
 }
 END_TEST
@@ -1193,10 +1087,10 @@ START_TEST(redis_wrong_password)
                    "\"reconnect_max_ms\":200}}");
     nd = 1;
     connect_to(&c, &D[0]);
-    expect(&c, "ERR UNAVAILABLE ", "LOCK pw:1");
-    json_t *stats = ok_json(&c, "STATS");
+    h_expect(&c, "ERR UNAVAILABLE ", "LOCK pw:1");
+    json_t *stats = h_ok_json(&c, "STATS");
     json_t *node = json_array_get(json_object_get(stats, "nodes"), 0);
-    const char *err = jstr(node, "last_error");
+    const char *err = h_json_str(node, "last_error");
     ck_assert_msg(strstr(err, "AUTH") != NULL, "last_error says \"%s\"", err);
     ck_assert(json_is_false(json_object_get(node, "up")));
     json_decref(stats);
@@ -1210,7 +1104,7 @@ static Suite *locks_suite(void)
     TCase *tc = tcase_create("locks");
 
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, slow() ? 300 : 30);
+    tcase_set_timeout(tc, h_slow() ? 300 : 30);
     tcase_add_test(tc, basic_1node);
     tcase_add_test(tc, basic_3nodes);
     tcase_add_test(tc, disconnect_releases);

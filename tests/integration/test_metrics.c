@@ -34,17 +34,10 @@ static struct h_daemon D;
 static struct h_client C;
 static int mport;               /* the metrics port of this test */
 
-static bool slow(void)
-{
-    const char *w = getenv("REDLOCKD_TEST_WRAPPER");
-
-    return w != NULL && *w != '\0';
-}
-
 /* Upper time bounds stretch under valgrind; nothing here has a lower one. */
 static int T(int ms)
 {
-    return slow() ? ms * 10 : ms;
+    return h_slow() ? ms * 10 : ms;
 }
 
 /* ---- a minimal HTTP client ----------------------------------------------- */
@@ -199,9 +192,7 @@ static double get_metric(const char *series)
 
 static void connect_client(void)
 {
-    int rc = h_connect_tcp(&C, D.port);
-
-    ck_assert_msg(rc == 0, "connect to redlockd: %s", strerror(-rc));
+    h_connect_tcp_ok(&C, D.port);
 }
 
 /* The daemon's client port is open before the metrics listener and the
@@ -237,8 +228,7 @@ static void setup(void)
 {
     char extra[256];
 
-    for (int i = 0; i < NNODES; i++)
-        h_redis_start(&N[i], NULL);
+    h_redis_start_all(N, NNODES, NULL);
     mport = h_free_port();
     snprintf(extra, sizeof(extra),
              "{\"metrics\":{\"listen\":\"127.0.0.1:%d\"},"
@@ -254,12 +244,9 @@ static void teardown(void)
 
     if (C.fd >= 0)
         h_close(&C);
-    rc = D.pid != 0 ? h_daemon_stop(&D) : 0;
-    if (rc != 0)
-        h_daemon_dump_log(&D);
+    rc = h_daemon_finish(&D);
     h_daemon_cleanup(&D);
-    for (int i = 0; i < NNODES; i++)
-        h_redis_cleanup(&N[i]);
+    h_redis_cleanup_all(N, NNODES);
     ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
 }
 
@@ -469,7 +456,7 @@ static Suite *metrics_suite(void)
     TCase *tc = tcase_create("metrics");
 
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, slow() ? 150 : 30);
+    tcase_set_timeout(tc, h_slow() ? 150 : 30);
     tcase_add_test(tc, metrics_format_and_counters);
     tcase_add_test(tc, healthz_follows_quorum);
     tcase_add_test(tc, errors_404_405_400);

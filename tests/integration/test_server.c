@@ -29,10 +29,8 @@ static void setup(void)
  * each scenario is also checked for leaks (exit status 99). */
 static void teardown(void)
 {
-    int rc = D.pid != 0 ? h_daemon_stop(&D) : 0;
+    int rc = h_daemon_finish(&D);
 
-    if (rc != 0)
-        h_daemon_dump_log(&D);
     h_daemon_cleanup(&D);
     h_redis_cleanup(&R);
     ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
@@ -45,9 +43,7 @@ static void start(const char *extra_json)
 
 static void connect_tcp(struct h_client *c)
 {
-    int rc = h_connect_tcp(c, D.port);
-
-    ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", D.port, strerror(-rc));
+    h_connect_tcp_ok(c, D.port);
 }
 
 static void connect_unix(struct h_client *c)
@@ -57,31 +53,19 @@ static void connect_unix(struct h_client *c)
     ck_assert_msg(rc == 0, "connect to %s: %s", D.sock_path, strerror(-rc));
 }
 
-/* h_cmd, asserting the reply starts with `prefix`. */
-static char *cmd_expect(struct h_client *c, const char *prefix, const char *req)
+/* Start the daemon and connect a client that sends `req` as it is: bytes
+ * h_cmd would not send in one piece (several lines, CRLF, NUL). */
+static void raw_client(struct h_client *c, const char *req, size_t len)
 {
-    char *line = h_cmd(c, "%s", req);
-
-    ck_assert_msg(h_starts(line, prefix), "\"%s\" answered \"%s\", want \"%s...\"",
-                  req, line, prefix);
-    return line;
-}
-
-/* JSON object of an "OK {...}" reply; the caller decrefs. */
-static json_t *ok_json(struct h_client *c, const char *req)
-{
-    char *line = cmd_expect(c, "OK {", req);
-    json_error_t err;
-    json_t *obj = json_loads(line + 3, 0, &err);
-
-    ck_assert_msg(json_is_object(obj), "%s: bad JSON (%s): %s", req, err.text, line);
-    return obj;
+    start(NULL);
+    connect_tcp(c);
+    h_send(c, req, len);
 }
 
 /* The non-lock lines of protocol.md's telnet example. */
 static void telnet_example(struct h_client *c)
 {
-    char *line = cmd_expect(c, "OK proto=1 session=s", "HELLO name=alice");
+    char *line = h_expect(c, "OK proto=1 session=s", "HELLO name=alice");
 
     ck_assert_str_eq(h_kv(line, "server"), "redlockd/" REDLOCKD_VERSION);
     ck_assert_str_eq(h_kv(line, "nodes"), "1");
@@ -120,9 +104,7 @@ START_TEST(crlf_lines)
     struct h_client c;
     char *line;
 
-    start(NULL);
-    connect_tcp(&c);
-    h_send(&c, req, sizeof(req) - 1);
+    raw_client(&c, req, sizeof(req) - 1);
     line = h_recv_line(&c, 5000);
     ck_assert_msg(h_starts(line, "OK proto=1 "), "HELLO answered %s", line);
     ck_assert_ptr_null(strchr(line, '\r'));
@@ -140,8 +122,8 @@ START_TEST(case_insensitive)
     connect_tcp(&c);
     ck_assert_str_eq(h_cmd(&c, "ping"), "PONG");
     ck_assert_str_eq(h_cmd(&c, "PiNg Hi"), "PONG Hi");
-    cmd_expect(&c, "OK proto=1 ", "hello name=carol");
-    cmd_expect(&c, "OK ", "help");
+    h_expect(&c, "OK proto=1 ", "hello name=carol");
+    h_expect(&c, "OK ", "help");
     ck_assert_str_eq(h_cmd(&c, "quit"), "OK bye");
     ck_assert(h_wait_eof(&c, 2000));
 }
@@ -201,13 +183,11 @@ START_TEST(nul_byte)
     struct h_client c;
     char *line;
 
-    start(NULL);
-    connect_tcp(&c);
-    h_send(&c, req, sizeof(req) - 1);
+    raw_client(&c, req, sizeof(req) - 1);
     line = h_recv_line(&c, 5000);
     ck_assert_msg(h_starts(line, "ERR ARG "), "NUL byte answered %s", line);
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
-    cmd_expect(&c, "ERR ARG ", "PING \x01");
+    h_expect(&c, "ERR ARG ", "PING \x01");
     ck_assert_str_eq(h_cmd(&c, "PING after"), "PONG after");
 }
 END_TEST
@@ -218,7 +198,7 @@ START_TEST(unknown_command)
 
     start(NULL);
     connect_tcp(&c);
-    cmd_expect(&c, "ERR UNKNOWN ", "FROBNICATE x");
+    h_expect(&c, "ERR UNKNOWN ", "FROBNICATE x");
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
 }
 END_TEST
@@ -277,9 +257,7 @@ START_TEST(half_close_after_pipeline)
     static const char req[] = "PING 1\nHELLO name=half\nPING 2\nQUIT\n";
     struct h_client c;
 
-    start(NULL);
-    connect_tcp(&c);
-    h_send(&c, req, sizeof(req) - 1);
+    raw_client(&c, req, sizeof(req) - 1);
     h_shutdown_write(&c);
     ck_assert_str_eq(h_recv_line(&c, 5000), "PONG 1");
     ck_assert(h_starts(h_recv_line(&c, 5000), "OK proto=1 "));
@@ -295,9 +273,7 @@ START_TEST(half_close_without_quit)
     static const char req[] = "PING 1\nPING 2\n";
     struct h_client c;
 
-    start(NULL);
-    connect_tcp(&c);
-    h_send(&c, req, sizeof(req) - 1);
+    raw_client(&c, req, sizeof(req) - 1);
     h_shutdown_write(&c);
     ck_assert_str_eq(h_recv_line(&c, 5000), "PONG 1");
     ck_assert_str_eq(h_recv_line(&c, 5000), "PONG 2");
@@ -312,16 +288,16 @@ START_TEST(auth_gating)
 
     start("{\"auth\":{\"password\":\"s3cret\"}}");
     connect_tcp(&c);
-    cmd_expect(&c, "ERR NOAUTH", "LOCK x");
-    cmd_expect(&c, "ERR NOAUTH", "STATS");
-    cmd_expect(&c, "ERR NOAUTH", "SESSIONS");
+    h_expect(&c, "ERR NOAUTH", "LOCK x");
+    h_expect(&c, "ERR NOAUTH", "STATS");
+    h_expect(&c, "ERR NOAUTH", "SESSIONS");
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
-    cmd_expect(&c, "OK ", "HELP");
-    cmd_expect(&c, "OK proto=1 ", "HELLO name=gated");
-    cmd_expect(&c, "ERR AUTH", "AUTH wrong");
-    cmd_expect(&c, "ERR NOAUTH", "STATS");
+    h_expect(&c, "OK ", "HELP");
+    h_expect(&c, "OK proto=1 ", "HELLO name=gated");
+    h_expect(&c, "ERR AUTH", "AUTH wrong");
+    h_expect(&c, "ERR NOAUTH", "STATS");
     ck_assert_str_eq(h_cmd(&c, "AUTH s3cret"), "OK");
-    stats = ok_json(&c, "STATS");
+    stats = h_ok_json(&c, "STATS");
     json_decref(stats);
     ck_assert_str_eq(h_cmd(&c, "QUIT"), "OK bye");
 }
@@ -374,7 +350,7 @@ START_TEST(sigterm_with_clients)
 
     start(NULL);
     connect_tcp(&a);
-    cmd_expect(&a, "OK proto=1 ", "HELLO name=stays");
+    h_expect(&a, "OK proto=1 ", "HELLO name=stays");
     connect_tcp(&b);
     h_send(&b, "PIN", 3);
     connect_unix(&u);
@@ -393,7 +369,7 @@ START_TEST(help_line)
 
     start(NULL);
     connect_tcp(&c);
-    line = cmd_expect(&c, "OK ", "HELP");
+    line = h_expect(&c, "OK ", "HELP");
     ck_assert_msg(strstr(line, "LOCK") != NULL, "HELP lacks LOCK: %s", line);
     ck_assert_msg(strstr(line, "PING") != NULL, "HELP lacks PING: %s", line);
 }
@@ -420,11 +396,11 @@ START_TEST(stats_and_sessions_json)
 
     start(NULL);
     connect_tcp(&alice);
-    cmd_expect(&alice, "OK proto=1 ", "HELLO name=alice");
+    h_expect(&alice, "OK proto=1 ", "HELLO name=alice");
     connect_unix(&obs);
-    obj = ok_json(&obs, "STATS");
+    obj = h_ok_json(&obs, "STATS");
     json_decref(obj);
-    obj = ok_json(&obs, "SESSIONS");
+    obj = h_ok_json(&obs, "SESSIONS");
     ck_assert_msg(json_is_array(json_object_get(obj, "sessions")),
                   "SESSIONS has no \"sessions\" array");
     ck_assert_msg(has_session_named(json_object_get(obj, "sessions"), "alice"),
@@ -520,8 +496,7 @@ static Suite *server_suite(void)
     Suite *s = suite_create("server");
     TCase *tc = tcase_create("server");
     TCase *conf = tcase_create("check-config");
-    const char *wrapper = getenv("REDLOCKD_TEST_WRAPPER");
-    int timeout = (wrapper != NULL && *wrapper != '\0') ? 150 : 30;
+    int timeout = h_slow() ? 150 : 30;
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, timeout);
