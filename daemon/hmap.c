@@ -5,20 +5,11 @@
  * chains stay short in practice. A keyed hash would be the next step.
  */
 #include "hmap.h"
+#include "mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void *hmap_calloc(size_t n, size_t size)
-{
-    void *p = calloc(n, size);
-    if (!p) {
-        fprintf(stderr, "redlockd: out of memory\n");
-        abort();
-    }
-    return p;
-}
 
 uint64_t hmap_hash(const char *key, size_t len)
 {
@@ -34,7 +25,7 @@ void hmap_init(struct hmap *m)
 {
     m->nbuckets = 64;
     m->count = 0;
-    m->buckets = hmap_calloc(m->nbuckets, sizeof(*m->buckets));
+    m->buckets = mem_alloc(m->nbuckets * sizeof(*m->buckets));
 }
 
 void hmap_deinit(struct hmap *m)
@@ -58,7 +49,7 @@ struct hmap_node *hmap_get(const struct hmap *m, const char *key, size_t len)
 static void hmap_grow(struct hmap *m)
 {
     size_t nb = m->nbuckets * 2;
-    struct hmap_node **b = hmap_calloc(nb, sizeof(*b));
+    struct hmap_node **b = mem_alloc(nb * sizeof(*b));
     for (size_t i = 0; i < m->nbuckets; i++) {
         struct hmap_node *n = m->buckets[i], *next;
         for (; n; n = next) {

@@ -25,6 +25,7 @@
 #include "conf.h"
 #include "hmap.h"
 #include "log.h"
+#include "mem.h"
 #include "pool.h"
 #include "session.h"
 #include "stats.h"
@@ -93,16 +94,6 @@ void lockmgr_deinit(void)
     hmap_deinit(&M.table);
 }
 
-static void *lm_alloc(size_t size)
-{
-    void *p = calloc(1, size);
-    if (!p) {
-        fprintf(stderr, "redlockd: out of memory\n");
-        abort();
-    }
-    return p;
-}
-
 const char *lockmgr_lost_reason_name(enum lockmgr_lost_reason r)
 {
     switch (r) {
@@ -152,7 +143,7 @@ static struct lock_entry *entry_get(const char *res, size_t len)
     struct lock_entry *e = entry_find(res, len);
     if (e)
         return e;
-    e = lm_alloc(sizeof(*e) + M.prefixlen + len + 1);
+    e = mem_alloc(sizeof(*e) + M.prefixlen + len + 1);
     memcpy(e->key, M.conf->locks.key_prefix, M.prefixlen);
     memcpy(e->key + M.prefixlen, res, len);
     e->keylen = M.prefixlen + len;
@@ -241,7 +232,7 @@ static struct lease *lease_create(struct lockreq *q, uint64_t fence,
 {
     struct lock_entry *e = q->e;
     size_t len = e->keylen - M.prefixlen;
-    struct lease_box *b = lm_alloc(sizeof(*b) + len + 1);
+    struct lease_box *b = mem_alloc(sizeof(*b) + len + 1);
     struct lease *l = &b->l;
 
     memcpy(b->resource, e->resource, len);
@@ -274,7 +265,7 @@ static void lease_release(struct lease *l, uint32_t delay_ms,
                           struct session *unlocker)
 {
     struct lock_entry *e = l->entry;
-    struct release_ctx *x = lm_alloc(sizeof(*x));
+    struct release_ctx *x = mem_alloc(sizeof(*x));
 
     if (l->session) {
         session_remove_lease(l->session, l);
@@ -570,7 +561,7 @@ void lockmgr_lock(struct session *s, const char *resource, size_t len,
                   uint32_t ttl, uint32_t wait, bool renew)
 {
     struct lock_entry *e = entry_get(resource, len);
-    struct lockreq *q = lm_alloc(sizeof(*q));
+    struct lockreq *q = mem_alloc(sizeof(*q));
 
     q->s = s;
     session_ref(s);
@@ -656,7 +647,7 @@ static void extend_done(void *ud, const struct redlock_result *res)
 
 void lockmgr_extend(struct session *s, struct lease *l, uint32_t ttl)
 {
-    struct extend_ctx *x = lm_alloc(sizeof(*x));
+    struct extend_ctx *x = mem_alloc(sizeof(*x));
 
     x->l = l;
     x->s = s;
@@ -759,7 +750,7 @@ static void status_done(void *ud, const struct redlock_node_view *v, int n)
 
 void lockmgr_status(struct session *s, const char *resource, size_t len)
 {
-    struct status_ctx *x = lm_alloc(sizeof(*x) + len + 1);
+    struct status_ctx *x = mem_alloc(sizeof(*x) + len + 1);
     char key[2048];
 
     x->s = s;

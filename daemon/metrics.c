@@ -29,6 +29,7 @@
 
 #include "conf.h"
 #include "log.h"
+#include "mem.h"
 #include "pool.h"
 #include "sbuf.h"
 #include "stats.h"
@@ -557,21 +558,10 @@ static void metrics_on_close_free(uv_handle_t *h)
     free(h);
 }
 
-static void *metrics_alloc(size_t n)
-{
-    void *p = calloc(1, n);
-
-    if (p == NULL) {
-        fprintf(stderr, "redlockd: out of memory\n");
-        abort();
-    }
-    return p;
-}
-
 /* Over the limit: accept (so the backlog does not fill) and close. */
 static void metrics_refuse(uv_stream_t *ls)
 {
-    uv_tcp_t *t = metrics_alloc(sizeof(*t));
+    uv_tcp_t *t = mem_alloc(sizeof(*t));
 
     uv_tcp_init(M.loop, t);
     if (uv_accept(ls, (uv_stream_t *)t) == 0)
@@ -592,7 +582,7 @@ static void metrics_on_connection(uv_stream_t *ls, int status)
         metrics_refuse(ls);
         return;
     }
-    c = metrics_alloc(sizeof(*c));
+    c = mem_alloc(sizeof(*c));
     sbuf_init(&c->out);
     uv_tcp_init(M.loop, &c->tcp);
     uv_timer_init(M.loop, &c->timer);
@@ -635,7 +625,7 @@ int metrics_start(uv_loop_t *loop, const struct conf_addr *addr)
         log_error("metrics.listen: %s: %s", addr->text, uv_strerror(rc));
         return -1;
     }
-    M.listener = metrics_alloc(sizeof(*M.listener));
+    M.listener = mem_alloc(sizeof(*M.listener));
     uv_tcp_init(loop, M.listener);
     rc = uv_tcp_bind(M.listener, (const struct sockaddr *)&ss,
                      v6 ? UV_TCP_IPV6ONLY : 0);

@@ -18,6 +18,7 @@
 #include <hiredis/async.h>
 
 #include "log.h"
+#include "mem.h"
 #include "redis_uv.h"
 #include "timer.h"
 
@@ -140,16 +141,6 @@ static void link_connect(struct pool_link *l);
 static void node_fail(struct pool_node *n, const char *why);
 static void node_repair(struct pool_node *n);
 
-static void *pool_alloc(size_t size)
-{
-    void *p = calloc(1, size);
-    if (!p) {
-        fprintf(stderr, "redlockd: out of memory\n");
-        abort();
-    }
-    return p;
-}
-
 /* ---- request queue of a link ------------------------------------------ */
 
 static void link_arm(struct pool_link *l)
@@ -207,7 +198,7 @@ static struct pool_req *req_create(int script, int nkeys, int argc,
         bytes += lens[i] + 1;
     size_t size = sizeof(struct pool_req) + (size_t)argc * (sizeof(char *) +
                   sizeof(size_t)) + bytes;
-    struct pool_req *q = pool_alloc(size);
+    struct pool_req *q = mem_alloc(size);
     q->argv = (char **)(void *)(q + 1);
     q->lens = (size_t *)(void *)(q->argv + argc);
     char *p = (char *)(q->lens + argc);
@@ -445,7 +436,7 @@ void pool_release_later(int node, const char *key, size_t keylen,
                  "by its ttl there", n->addr->text, (int)keylen, key);
         return;
     }
-    struct pool_cleanup *c = pool_alloc(sizeof(*c) + keylen + 1);
+    struct pool_cleanup *c = mem_alloc(sizeof(*c) + keylen + 1);
     memcpy(c->key, key, keylen);
     c->keylen = keylen;
     snprintf(c->token, sizeof(c->token), "%s", token);
@@ -856,13 +847,13 @@ int pool_init(uv_loop_t *loop, const struct conf *conf,
     P.conf = conf;
     P.on_release = on_release;
     P.nnodes = (int)conf->redis.nnodes;
-    P.nodes = pool_alloc(sizeof(struct pool_node) * (size_t)P.nnodes);
+    P.nodes = mem_alloc(sizeof(struct pool_node) * (size_t)P.nnodes);
     for (int i = 0; i < P.nnodes; i++) {
         struct pool_node *n = &P.nodes[i];
         n->idx = i;
         n->addr = &conf->redis.nodes[i];
         n->backoff_ms = POOL_BACKOFF_MIN_MS;
-        n->links = pool_alloc(sizeof(struct pool_link) * conf->redis.pool_size);
+        n->links = mem_alloc(sizeof(struct pool_link) * conf->redis.pool_size);
         for (unsigned k = 0; k < conf->redis.pool_size; k++)
             link_init(&n->links[k], n, false);
         link_init(&n->sub, n, true);

@@ -18,6 +18,7 @@
 
 #include "conf.h"
 #include "log.h"
+#include "mem.h"
 #include "pool.h"
 #include "timer.h"
 
@@ -116,11 +117,7 @@ static struct op *op_create(enum op_kind kind, const char *key, size_t keylen,
                             const char *token, uint32_t ttl, redlock_cb cb,
                             void *ud)
 {
-    struct op *o = calloc(1, sizeof(*o) + keylen + 1);
-    if (!o) {
-        fprintf(stderr, "redlockd: out of memory\n");
-        abort();
-    }
+    struct op *o = mem_alloc(sizeof(*o) + keylen + 1);
     o->kind = kind;
     o->ttl = ttl;
     o->cb = cb;
@@ -414,12 +411,8 @@ void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
                      void *ud)
 {
     int n = pool_nnodes();
-    struct inspect *in = calloc(1, sizeof(*in));
-    struct redlock_node_view *views = calloc((size_t)n, sizeof(*views));
-    if (!in || !views) {
-        fprintf(stderr, "redlockd: out of memory\n");
-        abort();
-    }
+    struct inspect *in = mem_alloc(sizeof(*in));
+    struct redlock_node_view *views = mem_alloc((size_t)n * sizeof(*views));
     in->cb = cb;
     in->ud = ud;
     in->views = views;

@@ -19,6 +19,7 @@
 
 #include "conf.h"
 #include "log.h"
+#include "mem.h"
 #include "session.h"
 #include "stats.h"
 
@@ -48,11 +49,7 @@ static void listener_closed(uv_handle_t *h)
 
 static struct listener *listener_new(bool is_unix, const char *name)
 {
-    struct listener *l = calloc(1, sizeof(*l));
-    if (!l) {
-        fprintf(stderr, "redlockd: out of memory\n");
-        abort();
-    }
+    struct listener *l = mem_alloc(sizeof(*l));
     l->is_unix = is_unix;
     snprintf(l->name, sizeof(l->name), "%s", name);
     return l;

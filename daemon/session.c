@@ -16,6 +16,7 @@
 
 #include "conf.h"
 #include "log.h"
+#include "mem.h"
 #include "pool.h"
 #include "server.h"
 #include "stats.h"
@@ -30,19 +31,9 @@ static struct {
 static void session_idle_cb(struct timer *t);
 static void session_arm_idle(struct session *s);
 
-static void *session_alloc(size_t size)
-{
-    void *p = calloc(1, size);
-    if (!p) {
-        fprintf(stderr, "redlockd: out of memory\n");
-        abort();
-    }
-    return p;
-}
-
 struct session *session_create(const struct conf *conf)
 {
-    struct session *s = session_alloc(sizeof(*s));
+    struct session *s = mem_alloc(sizeof(*s));
     (void)conf;
 
     s->id = ++S.next_id;
@@ -172,7 +163,7 @@ static void session_idle_cb(struct timer *t)
 void session_push_line(struct session *s, const char *data, size_t len,
                        bool toolong)
 {
-    struct line *ln = session_alloc(sizeof(*ln) + len + 1);
+    struct line *ln = mem_alloc(sizeof(*ln) + len + 1);
 
     ln->toolong = toolong;
     ln->len = len;
@@ -679,7 +670,7 @@ void session_lease_lost(struct session *s, struct lease *l,
     /* Remember it so a later UNLOCK/EXTEND says LOST, not NOTHELD; bounded
      * like the leases themselves. */
     if (s->nlost < c->limits.max_locks_per_session) {
-        struct lost_lease *x = session_alloc(sizeof(*x) + len + 1);
+        struct lost_lease *x = mem_alloc(sizeof(*x) + len + 1);
         memcpy(x->resource, res, len + 1);
         x->next = s->lost;
         s->lost = x;

@@ -3,6 +3,7 @@
  * the single uv_timer_t is always armed for the heap's top.
  */
 #include "timer.h"
+#include "mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,12 +130,7 @@ void timer_start_at(struct timer *t, uint64_t due)
     }
     if (ts.len == ts.cap) {
         size_t ncap = ts.cap ? ts.cap * 2 : 64;
-        struct timer **n = realloc(ts.heap, ncap * sizeof(*n));
-        if (!n) {
-            fprintf(stderr, "redlockd: out of memory\n");
-            abort();
-        }
-        ts.heap = n;
+        ts.heap = mem_realloc(ts.heap, ncap * sizeof(*ts.heap));
         ts.cap = ncap;
     }
     t->due = due;
