@@ -18,6 +18,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,7 +170,19 @@ static int rl_proto_of_code(int code)
     return PROTO_ERR_NONE;
 }
 
-const char *redlockd_strerror(int code)
+/* The codes that are the library's own (not a daemon ERR word). */
+#define RL_LOCAL_CODES(X)                                                   \
+    X(REDLOCKD_OK, "OK", "success")                                         \
+    X(REDLOCKD_E_OTHER, "OTHER", "the daemon answered with an unknown code") \
+    X(REDLOCKD_E_IO, "IO", "connection error")                             \
+    X(REDLOCKD_E_IO_TIMEOUT, "IO_TIMEOUT", "timed out talking to the daemon") \
+    X(REDLOCKD_E_CLOSED, "CLOSED", "the connection to the daemon is closed") \
+    X(REDLOCKD_E_PROTO, "PROTO", "unexpected data from the daemon")        \
+    X(REDLOCKD_E_NOMEM, "NOMEM", "out of memory")                          \
+    X(REDLOCKD_E_INVALID, "INVALID", "invalid argument")
+
+/* The word (want_name) or the description of a code, either sign. */
+static const char *rl_describe(int code, bool want_name)
 {
     int p;
 
@@ -177,40 +190,24 @@ const char *redlockd_strerror(int code)
         code = -code;
     p = rl_proto_of_code(code);
     if (p != PROTO_ERR_NONE)
-        return proto_err_default_msg((enum proto_err)p);
+        return want_name ? proto_err_word((enum proto_err)p)
+                         : proto_err_default_msg((enum proto_err)p);
     switch (code) {
-    case REDLOCKD_OK: return "success";
-    case REDLOCKD_E_OTHER: return "the daemon answered with an unknown code";
-    case REDLOCKD_E_IO: return "connection error";
-    case REDLOCKD_E_IO_TIMEOUT: return "timed out talking to the daemon";
-    case REDLOCKD_E_CLOSED: return "the connection to the daemon is closed";
-    case REDLOCKD_E_PROTO: return "unexpected data from the daemon";
-    case REDLOCKD_E_NOMEM: return "out of memory";
-    case REDLOCKD_E_INVALID: return "invalid argument";
-    default: return "unknown error code";
+#define X(c, name, msg) case c: return want_name ? name : msg;
+    RL_LOCAL_CODES(X)
+#undef X
+    default: return want_name ? "?" : "unknown error code";
     }
+}
+
+const char *redlockd_strerror(int code)
+{
+    return rl_describe(code, false);
 }
 
 const char *redlockd_code_name(int code)
 {
-    int p;
-
-    if (code < 0)
-        code = -code;
-    p = rl_proto_of_code(code);
-    if (p != PROTO_ERR_NONE)
-        return proto_err_word((enum proto_err)p);
-    switch (code) {
-    case REDLOCKD_OK: return "OK";
-    case REDLOCKD_E_OTHER: return "OTHER";
-    case REDLOCKD_E_IO: return "IO";
-    case REDLOCKD_E_IO_TIMEOUT: return "IO_TIMEOUT";
-    case REDLOCKD_E_CLOSED: return "CLOSED";
-    case REDLOCKD_E_PROTO: return "PROTO";
-    case REDLOCKD_E_NOMEM: return "NOMEM";
-    case REDLOCKD_E_INVALID: return "INVALID";
-    default: return "?";
-    }
+    return rl_describe(code, true);
 }
 
 /* ---- small readers ------------------------------------------------------ */
