@@ -6,8 +6,8 @@
  * queued on the session (read-ahead up to max_pipeline, then reading stops
  * until the queue drains). A line longer than max_line becomes a TOOLONG
  * placeholder; reading stops for good since the connection closes after
- * answering it. EOF ends the session at once: requests still queued are
- * dropped, pending waits cancelled, locks released.
+ * answering it. After EOF the requests already read are answered (LOCKs
+ * without waiting), then the session ends and its locks are released.
  *
  * Writing: replies accumulate in `out` and go to the kernel in one uv_write
  * at a time. A client whose unsent output has reached max_output_bytes is
@@ -62,7 +62,7 @@ static size_t conn_frame(struct session *s, const char *buf, size_t len)
     const struct conf *c = server.conf;
     size_t start = 0;
 
-    while (!s->close_after_write && !s->closing &&
+    while (!s->quit && !s->closing &&
            s->qlen < c->limits.max_pipeline) {
         const char *lf = memchr(buf + start, '\n', len - start);
         size_t n = lf ? (size_t)(lf - (buf + start)) : len - start;
@@ -109,7 +109,7 @@ static int conn_take(struct session *s, const char *data, size_t len)
         return 0;
     } else {
         size_t used = conn_frame(s, data, len);
-        if (used < len && !s->close_after_write && conn_keep(s, data + used,
+        if (used < len && !s->quit && conn_keep(s, data + used,
                                                              len - used) != 0)
             return -1;
     }
@@ -137,10 +137,19 @@ static void conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread == UV_EOF) {
-        /* The connection is gone (a half-closed socket looks the same):
-         * end the session now, as Redis does, so a dropped waiter is not
-         * served and its locks are released at once. */
-        conn_close(s, true, "client closed the connection");
+        /* A client that closed and one that only shut down its sending
+         * side (`nc -N`, `printf ... | nc -q1`) look the same. Answer what
+         * was read, without waiting for any lock, then end the session: a
+         * vanished waiter leaves its queue at once, a half-closed one still
+         * gets its replies. */
+        s->reading = false;
+        uv_read_stop(&s->h.stream);
+        s->eof = true;
+        s->died = true;
+        s->close_after_write = true;
+        session_on_eof(s);
+        if (!s->closing)
+            conn_flush(s);
         return;
     }
     conn_close(s, true, uv_strerror((int)nread));

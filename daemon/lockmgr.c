@@ -658,6 +658,20 @@ void lockmgr_extend(struct session *s, struct lease *l, uint32_t ttl)
                    extend_done, x);
 }
 
+void lockmgr_cut_wait(struct session *s)
+{
+    struct lockreq *q = s->lockreq;
+
+    if (!q || !q->deadline)
+        return;     /* wait=0 requests end on their own, soon */
+    q->deadline = 0;
+    if (q->attempting)
+        return;
+    stats.acquire_timeout++;
+    req_fail(q, PROTO_ERR_TIMEOUT, "the client closed the connection while "
+             "waiting");
+}
+
 void lockmgr_session_end(struct session *s, bool died)
 {
     struct lockreq *q = s->lockreq;

@@ -65,6 +65,10 @@ struct lease *lockmgr_held(const struct session *s, const char *resource,
 void lockmgr_unlock(struct session *s, struct lease *l);
 /* EXTEND: answers through session_extend_done(). */
 void lockmgr_extend(struct session *s, struct lease *l, uint32_t ttl);
+/* The client will not wait any longer (EOF): a LOCK of s sleeping in the
+ * queue answers ERR TIMEOUT now; one talking to Redis answers after that
+ * try, without sleeping again. */
+void lockmgr_cut_wait(struct session *s);
 /* The session is ending: cancel its pending LOCK and release all it holds
  * (keeping keys for lock_delay_ms when `died` and the delay is set). */
 void lockmgr_session_end(struct session *s, bool died);

@@ -126,6 +126,7 @@ static void session_reject(struct session *s, enum proto_err code,
     proto_format_err(&b, code, msg);
     conn_send_buf(s, &b);
     sbuf_deinit(&b);
+    s->quit = true;
     s->close_after_write = true;
     conn_flush(s);
     log_info("%s rejected (%s): %s", s->idstr, s->peer, why);

@@ -339,7 +339,8 @@ static void cmd_lock(struct session *s, const struct proto_request *r)
 {
     const struct conf *c = server.conf;
     uint32_t ttl = (r->has & PROTO_OPT_TTL) ? r->ttl : c->locks.default_ttl_ms;
-    uint32_t wait = (r->has & PROTO_OPT_WAIT) ? r->wait : 0;
+    /* Nobody is left to wait for the answer after EOF. */
+    uint32_t wait = (r->has & PROTO_OPT_WAIT) && !s->eof ? r->wait : 0;
 
     if (S.shutdown) {
         reply_err(s, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
@@ -541,6 +542,7 @@ static void cmd_quit(struct session *s)
     sbuf_deinit(&b);
     queue_free(s);          /* lines after QUIT are not served */
     s->died = false;
+    s->quit = true;
     s->close_after_write = true;
 }
 
@@ -614,6 +616,7 @@ void session_process(struct session *s)
             free(ln);
             queue_free(s);
             s->died = true;
+            s->quit = true;
             s->close_after_write = true;
             break;
         }
@@ -681,6 +684,15 @@ void session_lease_lost(struct session *s, struct lease *l,
     conn_send_buf(s, &b);
     sbuf_deinit(&b);
     conn_flush(s);
+}
+
+void session_on_eof(struct session *s)
+{
+    session_ref(s);
+    lockmgr_cut_wait(s);    /* may answer, and run the queue meanwhile */
+    if (!s->closing)
+        session_process(s);
+    session_unref(s);
 }
 
 void session_end(struct session *s)

@@ -55,8 +55,11 @@ struct session {
     bool writing;
     bool reading;
     bool closing;           /* close started: no more requests */
-    bool close_after_write; /* QUIT, TOOLONG: flush, then close */
+    bool close_after_write; /* QUIT, TOOLONG, EOF: answer what was read,
+                               flush, then close */
+    bool quit;              /* QUIT, TOOLONG: nothing more is read or run */
     bool died;              /* ended without QUIT (for lock_delay) */
+    bool eof;               /* the client sends no more: no waiting */
 
     /* ---- requests (session.c) ---- */
     struct line *qhead, *qtail;
@@ -110,6 +113,8 @@ void session_push_line(struct session *s, const char *data, size_t len,
                        bool toolong);
 /* Serve queued requests in order until one must wait. */
 void session_process(struct session *s);
+/* The client sent EOF: cut any wait short; queued requests still run. */
+void session_on_eof(struct session *s);
 /* The connection is closing: release everything (called once, by conn). */
 void session_end(struct session *s);
 /* Send EVENT SHUTDOWN and stop taking new locks. */

@@ -281,6 +281,59 @@ START_TEST(half_close_without_quit)
 }
 END_TEST
 
+/* `printf 'LOCK x\n...' | nc -N` must work: after EOF the requests already
+ * read are still answered, LOCK included, only without waiting. */
+START_TEST(half_close_with_locks)
+{
+    static const char req[] = "LOCK hc:1\nUNLOCK hc:1\nLOCK hc:2 wait=5000\n"
+                              "QUIT\n";
+    struct h_client c;
+
+    start(NULL);
+    h_wait_voting(&D, 1, 5000);
+    connect_tcp(&c);
+    h_send(&c, req, sizeof(req) - 1);
+    h_shutdown_write(&c);
+    ck_assert(h_starts(h_recv_line(&c, 5000), "OK resource=hc:1 token="));
+    ck_assert_str_eq(h_recv_line(&c, 5000), "OK resource=hc:1 nodes=1");
+    ck_assert(h_starts(h_recv_line(&c, 5000), "OK resource=hc:2 token="));
+    ck_assert_str_eq(h_recv_line(&c, 5000), "OK bye");
+    ck_assert(h_wait_eof(&c, 2000));
+}
+END_TEST
+
+/* A waiter whose client goes away leaves the queue at once (its half-closed
+ * socket still hears why), and holds nothing afterwards. */
+START_TEST(half_close_while_waiting)
+{
+    struct h_client holder, waiter;
+
+    start(NULL);
+    h_wait_voting(&D, 1, 5000);
+    connect_tcp(&holder);
+    ck_assert(h_starts(h_cmd(&holder, "LOCK hw:1"), "OK "));
+    connect_tcp(&waiter);
+    h_sendf(&waiter, "LOCK hw:1 wait=10000\n");
+    h_sleep_ms(100);
+    json_t *st = h_ok_json(&holder, "STATUS hw:1");
+    ck_assert_int_eq(h_json_int(st, "waiters"), 1);
+    json_decref(st);
+    uint64_t t0 = h_now_ms();
+    h_shutdown_write(&waiter);
+    char *line = h_recv_line(&waiter, 5000);
+    ck_assert_msg(line && h_starts(line, "ERR TIMEOUT "), "waiter got %s",
+                  line ? line : "(nothing)");
+    ck_assert_msg(h_now_ms() - t0 < 2000, "the wait was not cut short");
+    ck_assert(h_wait_eof(&waiter, 2000));
+    st = h_ok_json(&holder, "STATUS hw:1");
+    ck_assert_int_eq(h_json_int(st, "waiters"), 0);
+    json_decref(st);
+    ck_assert(h_starts(h_cmd(&holder, "UNLOCK hw:1"), "OK resource=hw:1 nodes=1"));
+    h_close(&holder);
+    h_close(&waiter);
+}
+END_TEST
+
 START_TEST(auth_gating)
 {
     struct h_client c;
@@ -512,6 +565,8 @@ static Suite *server_suite(void)
     tcase_add_test(tc, partial_line_disconnect);
     tcase_add_test(tc, half_close_after_pipeline);
     tcase_add_test(tc, half_close_without_quit);
+    tcase_add_test(tc, half_close_with_locks);
+    tcase_add_test(tc, half_close_while_waiting);
     tcase_add_test(tc, auth_gating);
     tcase_add_test(tc, max_clients);
     tcase_add_test(tc, sigterm_with_clients);
