@@ -23,11 +23,6 @@ void log_init(enum log_level level)
     log_journal = getenv("JOURNAL_STREAM") != NULL;
 }
 
-void log_set_level(enum log_level level)
-{
-    log_min = level;
-}
-
 int log_enabled(enum log_level level)
 {
     return level >= log_min;
@@ -54,18 +49,4 @@ void log_write(enum log_level level, const char *fmt, ...)
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
     fprintf(stderr, "%s.%03ld [%s] %s\n", when, ts.tv_nsec / 1000000L,
             log_names[level], msg);
-}
-
-char *log_sanitize(char *dst, size_t dstlen, const char *src, size_t srclen)
-{
-    size_t i;
-
-    if (dstlen == 0)
-        return dst;
-    for (i = 0; i < srclen && i + 1 < dstlen; i++) {
-        unsigned char ch = (unsigned char)src[i];
-        dst[i] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
-    }
-    dst[i] = '\0';
-    return dst;
 }

@@ -3,8 +3,8 @@
  *
  * Under systemd (JOURNAL_STREAM set) lines carry a "<N>" syslog priority
  * prefix and no timestamp, since journald adds both; otherwise a timestamp
- * and the level name. Messages that may contain client bytes must be passed
- * through log_sanitize first.
+ * and the level name. Client bytes reach the log only after proto/ has
+ * validated them (resource names) or sanitized them (error messages).
  */
 #ifndef REDLOCKD_LOG_H
 #define REDLOCKD_LOG_H
@@ -20,14 +20,9 @@ enum log_level {
 };
 
 void log_init(enum log_level level);
-void log_set_level(enum log_level level);
 int log_enabled(enum log_level level);
 void log_write(enum log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-
-/* Copy at most dstlen-1 bytes of src into dst, replacing non-printable bytes
- * with '?'; returns dst. */
-char *log_sanitize(char *dst, size_t dstlen, const char *src, size_t srclen);
 
 #define log_debug(...) \
     do { if (log_enabled(LOG_LEVEL_DEBUG)) log_write(LOG_LEVEL_DEBUG, __VA_ARGS__); } while (0)

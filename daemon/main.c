@@ -75,6 +75,15 @@ static void close_walk_cb(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
+/* Close the handles main owns (uv_close also stops the signal watchers);
+ * the loop then runs out. */
+static void close_own_handles(void)
+{
+    uv_close((uv_handle_t *)&D.sigint, NULL);
+    uv_close((uv_handle_t *)&D.sigterm, NULL);
+    timer_sys_deinit();
+}
+
 /* Last phase: the pool is down; operations it failed finish on the next
  * timer turns (some start one more, e.g. giving back a late grant, which
  * fails at once). When none is left, free the pool and close the rest. */
@@ -85,11 +94,7 @@ static void finish_cb(struct timer *t)
         return;
     }
     pool_free();
-    uv_signal_stop(&D.sigint);
-    uv_signal_stop(&D.sigterm);
-    uv_close((uv_handle_t *)&D.sigint, NULL);
-    uv_close((uv_handle_t *)&D.sigterm, NULL);
-    timer_sys_deinit();
+    close_own_handles();
 }
 
 static void drain_cb(struct timer *t)
@@ -187,9 +192,7 @@ static int run(void)
     } else {
         server_stop_listening();
         metrics_stop();
-        uv_close((uv_handle_t *)&D.sigint, NULL);
-        uv_close((uv_handle_t *)&D.sigterm, NULL);
-            timer_sys_deinit();
+        close_own_handles();
         uv_run(&D.loop, UV_RUN_DEFAULT);
     }
     /* Anything still open at this point is a bug; close it so the loop

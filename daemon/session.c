@@ -365,14 +365,12 @@ static void cmd_lock(struct session *s, const struct proto_request *r)
     }
     session_take_lost(s, r->arg, r->arg_len);
     s->busy = true;
-    s->waiting = true;
     lockmgr_lock(s, r->arg, r->arg_len, ttl, wait, r->renew);
 }
 
 void session_lock_done(struct session *s, struct lease *l, enum proto_err err,
                        const char *msg)
 {
-    s->waiting = false;
     if (s->closing)
         return;
     if (!l) {
@@ -525,7 +523,7 @@ json_t *session_list_json(void)
             "name", s->name[0] ? s->name : NULL,
             "peer", s->peer,
             "locks", (json_int_t)s->nleases,
-            "waits", (json_int_t)(s->waiting ? 1 : 0),
+            "waits", (json_int_t)(s->lockreq ? 1 : 0),
             "idle_ms", (json_int_t)(now - s->last_line_at),
             "age_ms", (json_int_t)(now - s->created_at)));
     }

@@ -80,8 +80,7 @@ struct session {
     struct timer idle_timer;    /* handshake / idle / keepalive */
     struct lease *leases;       /* list via s_next */
     size_t nleases;
-    bool waiting;               /* a LOCK is queued or in flight */
-    struct lockreq *lockreq;    /* (lockmgr's) that LOCK, while waiting */
+    struct lockreq *lockreq;    /* (lockmgr's) a LOCK queued or in flight */
     struct lost_lease *lost;
     size_t nlost;
     int refs;
