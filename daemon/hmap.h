@@ -3,14 +3,15 @@
  *
  * Owners embed a struct hmap_node and keep the key bytes alive while the
  * node is in the map; the map never allocates or frees entries, only its
- * bucket array. Used for the lock table (resource -> entry) and the session
- * table (id -> session).
+ * bucket array. Used for the lock table (resource -> entry).
  */
 #ifndef REDLOCKD_HMAP_H
 #define REDLOCKD_HMAP_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "list.h"   /* container_of */
 
 struct hmap_node {
     struct hmap_node *next;
@@ -24,9 +25,6 @@ struct hmap {
     size_t nbuckets;    /* power of two */
     size_t count;
 };
-
-#define container_of(ptr, type, member) \
-    ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 void hmap_init(struct hmap *m);
 void hmap_deinit(struct hmap *m);       /* frees buckets, not entries */

@@ -68,6 +68,7 @@ static struct {
     size_t prefixlen;
     size_t held;
     size_t waiters;
+    struct lockmgr_counters c;
 } M;
 
 static void req_attempt(struct lockreq *q);
@@ -107,6 +108,11 @@ const char *lockmgr_lost_reason_name(enum lockmgr_lost_reason r)
 size_t lockmgr_held_count(void)
 {
     return M.held;
+}
+
+const struct lockmgr_counters *lockmgr_counters(void)
+{
+    return &M.c;
 }
 
 size_t lockmgr_waiter_count(void)
@@ -275,7 +281,7 @@ static void lease_release(struct lease *l, uint32_t delay_ms,
     l->gone = true;
     e->releasing = true;
     M.held--;
-    stats.releases++;
+    M.c.releases++;
     x->l = l;
     x->unlocker = unlocker;
     if (unlocker)
@@ -303,7 +309,7 @@ static void release_done(void *ud, const struct redlock_result *res)
         e->holder = NULL;
         e->releasing = false;
         if (e->whead && !e->whead->attempting)
-            stats.wakeups_notified++;
+            M.c.wakeups_notified++;
         entry_kick(e);
         entry_maybe_free(e);
     }
@@ -323,7 +329,7 @@ static void lease_lose(struct lease *l, enum lockmgr_lost_reason why)
 {
     struct session *s = l->session;
 
-    stats.leases_lost++;
+    M.c.leases_lost++;
     l->ops++;   /* keep l for the event below */
     lease_release(l, 0, NULL);
     if (s)
@@ -345,11 +351,11 @@ static void renew_done(void *ud, const struct redlock_result *res)
     if (res->status == REDLOCK_OK) {
         l->valid_until = now + (uint64_t)res->validity;
         l->renewals++;
-        stats.renewals++;
+        M.c.renewals++;
         lease_arm(l);
         return;
     }
-    stats.renewal_failures++;
+    M.c.renewal_failures++;
     if (res->status == REDLOCK_LOST) {
         lease_lose(l, LOST_NODE);
         return;
@@ -431,19 +437,19 @@ static void req_give_up(struct lockreq *q)
 
     switch (q->last) {
     case REDLOCK_UNAVAILABLE:
-        stats.acquire_unavailable++;
+        M.c.acquire_unavailable++;
         snprintf(msg, sizeof(msg), "could not reach a quorum of %d of %d "
                  "redis nodes in time", pool_quorum(), pool_nnodes());
         req_fail(q, PROTO_ERR_UNAVAILABLE, msg);
         return;
     default:
         if (q->deadline) {
-            stats.acquire_timeout++;
+            M.c.acquire_timeout++;
             snprintf(msg, sizeof(msg), "%s is still held by someone else",
                      q->e->resource);
             req_fail(q, PROTO_ERR_TIMEOUT, msg);
         } else {
-            stats.acquire_busy++;
+            M.c.acquire_busy++;
             snprintf(msg, sizeof(msg), "%s is held by someone else",
                      q->e->resource);
             req_fail(q, PROTO_ERR_BUSY, msg);
@@ -494,7 +500,7 @@ static void attempt_done(void *ud, const struct redlock_result *res)
         l->session = s;
         session_add_lease(s, l);
         M.held++;
-        stats.acquire_ok++;
+        M.c.acquire_ok++;
         entry_remove(e, q);
         req_free(q);
         s->lockreq = NULL;
@@ -550,7 +556,7 @@ static void req_timer_cb(struct timer *t)
         return;
     }
     if (e->whead == q && !e->holder) {
-        stats.wakeups_retry++;
+        M.c.wakeups_retry++;
         req_attempt(q);
         return;
     }
@@ -573,7 +579,7 @@ void lockmgr_lock(struct session *s, const char *resource, size_t len,
     timer_init(&q->timer, req_timer_cb, q);
     entry_push(e, q);
     if (wait)
-        stats.waits++;
+        M.c.waits++;
 
     if (e->whead == q && !e->holder) {
         req_attempt(q);
@@ -625,7 +631,7 @@ static void extend_done(void *ud, const struct redlock_result *res)
     enum proto_err err = PROTO_ERR_NONE;
 
     free(x);
-    stats.extends++;
+    M.c.extends++;
     if (l->gone) {
         err = PROTO_ERR_LOST;
     } else if (res->status == REDLOCK_OK) {
@@ -634,7 +640,7 @@ static void extend_done(void *ud, const struct redlock_result *res)
         lease_arm(l);
     } else if (res->status == REDLOCK_LOST) {
         err = PROTO_ERR_LOST;
-        stats.leases_lost++;
+        M.c.leases_lost++;
         lease_release(l, 0, NULL);
     } else {
         err = PROTO_ERR_UNAVAILABLE;
@@ -667,7 +673,7 @@ void lockmgr_cut_wait(struct session *s)
     q->deadline = 0;
     if (q->attempting)
         return;
-    stats.acquire_timeout++;
+    M.c.acquire_timeout++;
     req_fail(q, PROTO_ERR_TIMEOUT, "the client closed the connection while "
              "waiting");
 }
@@ -710,7 +716,7 @@ void lockmgr_on_release(const char *key, size_t len)
         e->notified = true;
         return;
     }
-    stats.wakeups_notified++;
+    M.c.wakeups_notified++;
     req_attempt(q);
 }
 
@@ -735,8 +741,8 @@ static void status_done(void *ud, const struct redlock_node_view *v, int n)
         if (v[i].answered && v[i].pttl != -2)
             present++;
         json_array_append_new(nodes, json_pack("{s:s, s:b, s:b, s:o}",
-                              "node", pool_node_name(i), "up", v[i].up,
-                              "voting", pool_node_votes(i), "pttl", pttl));
+                              "node", v[i].name, "up", v[i].up,
+                              "voting", v[i].voting, "pttl", pttl));
     }
     if (e && e->holder && !e->holder->gone && e->holder->session) {
         const struct lease *l = e->holder;

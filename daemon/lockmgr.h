@@ -78,6 +78,24 @@ void lockmgr_status(struct session *s, const char *resource, size_t len);
 /* A release notification for a Redis key (pub/sub). */
 void lockmgr_on_release(const char *key, size_t len);
 
+/* lockmgr's own counters (it is a leaf: whoever reports them reads them
+ * here). They only grow. */
+struct lockmgr_counters {
+    uint64_t acquire_ok;
+    uint64_t acquire_busy;
+    uint64_t acquire_timeout;
+    uint64_t acquire_unavailable;
+    uint64_t releases;
+    uint64_t extends;
+    uint64_t renewals;
+    uint64_t renewal_failures;
+    uint64_t leases_lost;
+    uint64_t waits;
+    uint64_t wakeups_notified;      /* pub/sub or local release */
+    uint64_t wakeups_retry;         /* fallback timer */
+};
+const struct lockmgr_counters *lockmgr_counters(void);
+
 const char *lockmgr_lease_resource(const struct lease *l);
 int64_t lockmgr_lease_validity(const struct lease *l);
 const char *lockmgr_lost_reason_name(enum lockmgr_lost_reason r);

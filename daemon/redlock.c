@@ -394,10 +394,6 @@ static void inspect_reply(void *ud, int node, redisReply *r)
     if (r && r->type == REDIS_REPLY_INTEGER) {
         v->answered = true;
         v->pttl = r->integer;
-    } else if (r && r->type == REDIS_REPLY_STRING &&
-               r->len == REDLOCK_TOKEN_LEN) {
-        memcpy(v->token, r->str, REDLOCK_TOKEN_LEN);
-        v->token[REDLOCK_TOKEN_LEN] = '\0';
     }
     inspect_step(in);
 }
@@ -421,15 +417,13 @@ void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
     timer_init(&in->defer, inspect_deferred, in);
     for (int i = 0; i < n; i++) {
         const char *pttl[2] = { "PTTL", key };
-        const char *get[2] = { "GET", key };
         size_t lens[2] = { 4, keylen };
-        size_t glens[2] = { 3, keylen };
+        views[i].name = pool_node_name(i);
         views[i].up = pool_node_up(i);
+        views[i].voting = pool_node_votes(i);
         views[i].pttl = -2;
-        in->pending += 2;
+        in->pending++;
         if (pool_command(i, 2, pttl, lens, inspect_reply, in) != 0)
-            in->pending--;
-        if (pool_command(i, 2, get, glens, inspect_reply, in) != 0)
             in->pending--;
     }
     if (in->pending == 1)
@@ -437,3 +431,25 @@ void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
     else
         inspect_step(in);
 }
+
+/* ---- the table lockmgr uses ---------------------------------------------- */
+
+int redlock_nnodes(void)
+{
+    return pool_nnodes();
+}
+
+int redlock_nquorum(void)
+{
+    return redlock_quorum(pool_nnodes());
+}
+
+const struct redlock_ops redlock_ops_default = {
+    .acquire = redlock_acquire,
+    .release = redlock_release,
+    .extend = redlock_extend,
+    .inspect = redlock_inspect,
+    .token = redlock_token,
+    .nnodes = redlock_nnodes,
+    .quorum = redlock_nquorum,
+};

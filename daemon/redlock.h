@@ -46,10 +46,11 @@ typedef void (*redlock_cb)(void *ud, const struct redlock_result *res);
 
 /* Per-node view for STATUS. */
 struct redlock_node_view {
+    const char *name;       /* the node's address as configured */
     bool up;
+    bool voting;
     bool answered;
     int64_t pttl;           /* -2 no key, -1 no expiry, else ms */
-    char token[REDLOCK_TOKEN_LEN + 1];  /* value if it looks like a token */
 };
 typedef void (*redlock_inspect_cb)(void *ud, const struct redlock_node_view *v,
                                    int n);
@@ -66,6 +67,30 @@ void redlock_extend(const char *key, size_t keylen, const char *token,
                     uint32_t ttl, redlock_cb cb, void *ud);
 void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
                      void *ud);
+
+/*
+ * What lockmgr needs of redlock, as a table so that lockmgr's unit tests can
+ * put a scripted fake in its place (tests/unit/test_lockmgr.c).
+ * redlock_ops_default is the real thing.
+ */
+struct redlock_ops {
+    void (*acquire)(const char *key, size_t keylen, const char *token,
+                    uint32_t ttl, redlock_cb cb, void *ud);
+    void (*release)(const char *key, size_t keylen, const char *token,
+                    redlock_cb cb, void *ud);
+    void (*extend)(const char *key, size_t keylen, const char *token,
+                   uint32_t ttl, redlock_cb cb, void *ud);
+    void (*inspect)(const char *key, size_t keylen, redlock_inspect_cb cb,
+                    void *ud);
+    int (*token)(char out[REDLOCK_TOKEN_LEN + 1]);
+    int (*nnodes)(void);
+    int (*quorum)(void);
+};
+extern const struct redlock_ops redlock_ops_default;
+
+/* Nodes configured, and how many must agree. */
+int redlock_nnodes(void);
+int redlock_nquorum(void);
 
 /* Operations started and not finished (shutdown waits for them). */
 size_t redlock_live(void);

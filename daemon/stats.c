@@ -18,6 +18,7 @@ void stats_init(void)
 }
 
 #define STAT(name) json_integer((json_int_t)stats.name)
+#define LSTAT(name) json_integer((json_int_t)lockmgr_counters()->name)
 
 json_t *stats_json(void)
 {
@@ -35,19 +36,19 @@ json_t *stats_json(void)
     json_object_set_new(o, "errors", STAT(errors));
     json_object_set_new(o, "locks_held", json_integer((json_int_t)lockmgr_held_count()));
     json_object_set_new(o, "waiters", json_integer((json_int_t)lockmgr_waiter_count()));
-    json_object_set_new(acq, "ok", STAT(acquire_ok));
-    json_object_set_new(acq, "busy", STAT(acquire_busy));
-    json_object_set_new(acq, "timeout", STAT(acquire_timeout));
-    json_object_set_new(acq, "unavailable", STAT(acquire_unavailable));
+    json_object_set_new(acq, "ok", LSTAT(acquire_ok));
+    json_object_set_new(acq, "busy", LSTAT(acquire_busy));
+    json_object_set_new(acq, "timeout", LSTAT(acquire_timeout));
+    json_object_set_new(acq, "unavailable", LSTAT(acquire_unavailable));
     json_object_set_new(o, "acquisitions", acq);
-    json_object_set_new(o, "releases", STAT(releases));
-    json_object_set_new(o, "extends", STAT(extends));
-    json_object_set_new(o, "renewals", STAT(renewals));
-    json_object_set_new(o, "renewal_failures", STAT(renewal_failures));
-    json_object_set_new(o, "leases_lost", STAT(leases_lost));
-    json_object_set_new(o, "waits", STAT(waits));
-    json_object_set_new(o, "wakeups_notified", STAT(wakeups_notified));
-    json_object_set_new(o, "wakeups_retry", STAT(wakeups_retry));
+    json_object_set_new(o, "releases", LSTAT(releases));
+    json_object_set_new(o, "extends", LSTAT(extends));
+    json_object_set_new(o, "renewals", LSTAT(renewals));
+    json_object_set_new(o, "renewal_failures", LSTAT(renewal_failures));
+    json_object_set_new(o, "leases_lost", LSTAT(leases_lost));
+    json_object_set_new(o, "waits", LSTAT(waits));
+    json_object_set_new(o, "wakeups_notified", LSTAT(wakeups_notified));
+    json_object_set_new(o, "wakeups_retry", LSTAT(wakeups_retry));
     json_object_set_new(o, "output_overflows", STAT(output_overflows));
     json_object_set_new(o, "nodes_total", json_integer(pool_nnodes()));
     json_object_set_new(o, "nodes_voting", json_integer(pool_nodes_voting()));

@@ -16,18 +16,6 @@ struct stats {
     uint64_t connections_rejected;  /* max_clients, protected mode */
     uint64_t commands;
     uint64_t errors;                /* ERR replies sent */
-    uint64_t acquire_ok;
-    uint64_t acquire_busy;
-    uint64_t acquire_timeout;
-    uint64_t acquire_unavailable;
-    uint64_t releases;
-    uint64_t extends;
-    uint64_t renewals;
-    uint64_t renewal_failures;
-    uint64_t leases_lost;
-    uint64_t waits;
-    uint64_t wakeups_notified;      /* pub/sub or local release */
-    uint64_t wakeups_retry;         /* fallback timer */
     uint64_t output_overflows;
 };
 
