@@ -1,19 +1,20 @@
 /*
- * conn: the I/O half of a session (see session.h).
+ * conn: see conn.h.
  *
- * Reading: bytes are split into lines at LF (a partial line waits in the
- * session's rbuf for the rest); each line is
- * queued on the session (read-ahead up to max_pipeline, then reading stops
- * until the queue drains). A line longer than max_line becomes a TOOLONG
- * placeholder; reading stops for good since the connection closes after
- * answering it. After EOF the requests already read are answered (LOCKs
- * without waiting), then the session ends and its locks are released.
+ * Reading: a partial line waits in the session's rbuf for the rest; a line
+ * longer than max_line becomes a TOOLONG placeholder and the rest of what
+ * was read is dropped, since the connection closes after answering it.
+ * After EOF the requests already read are answered (LOCKs without
+ * waiting), then the session ends and its locks are released.
  *
- * Writing: replies accumulate in `out` and go to the kernel in one uv_write
- * at a time. A client whose unsent output has reached max_output_bytes is
- * not reading its replies; it is disconnected rather than allowed to grow
- * our memory.
+ * Writing: replies accumulate in `out`. conn_flush first tries a direct
+ * write (most replies fit in the socket buffer at once, which saves the
+ * uv_write round through the loop); whatever is left goes out in one
+ * uv_write at a time from wbuf while `out` keeps collecting.
  */
+#include "conn.h"
+
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,8 +63,7 @@ static size_t conn_frame(struct session *s, const char *buf, size_t len)
     const struct conf *c = server.conf;
     size_t start = 0;
 
-    while (!s->quit && !s->closing &&
-           s->qlen < c->limits.max_pipeline) {
+    while (!s->closing && s->qlen < c->limits.max_pipeline) {
         const char *lf = memchr(buf + start, '\n', len - start);
         size_t n = lf ? (size_t)(lf - (buf + start)) : len - start;
         if (n > c->limits.max_line) {
@@ -107,12 +107,10 @@ static int conn_take(struct session *s, const char *data, size_t len)
             return -1;
         conn_refill(s);
         return 0;
-    } else {
-        size_t used = conn_frame(s, data, len);
-        if (used < len && !s->quit && conn_keep(s, data + used,
-                                                             len - used) != 0)
-            return -1;
     }
+    size_t used = conn_frame(s, data, len);
+    if (used < len && conn_keep(s, data + used, len - used) != 0)
+        return -1;
     conn_release_rbuf(s);
     return 0;
 }
@@ -142,11 +140,8 @@ static void conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
          * was read, without waiting for any lock, then end the session: a
          * vanished waiter leaves its queue at once, a half-closed one still
          * gets its replies. */
-        s->reading = false;
-        uv_read_stop(&s->h.stream);
         s->eof = true;
-        s->died = true;
-        s->close_after_write = true;
+        conn_close_after_reply(s, "end of input", true);
         session_on_eof(s);
         if (!s->closing)
             conn_flush(s);
@@ -167,7 +162,7 @@ void conn_update_reading(struct session *s)
     const struct conf *c = server.conf;
     /* Read more only when the queue has room and rbuf holds at most an
      * unfinished line, so one client's read-ahead stays bounded. */
-    bool want = !s->closing && !s->close_after_write &&
+    bool want = !s->closing && !s->close_why &&
                 s->qlen < c->limits.max_pipeline &&
                 s->rlen <= c->limits.max_line;
 
@@ -180,6 +175,17 @@ void conn_update_reading(struct session *s)
     }
 }
 
+void conn_close_after_reply(struct session *s, const char *why, bool died)
+{
+    if (s->close_why)
+        return;
+    s->close_why = why;
+    s->died = died;
+    conn_update_reading(s);
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
 static void conn_on_write(uv_write_t *req, int status)
 {
     struct session *s = req->data;
@@ -189,10 +195,9 @@ static void conn_on_write(uv_write_t *req, int status)
     if (status < 0) {
         if (!s->closing)
             conn_close(s, true, uv_strerror(status));
-        session_unref(s);
-        return;
+    } else {
+        conn_flush(s);
     }
-    conn_flush(s);
     session_unref(s);
 }
 
@@ -200,9 +205,20 @@ void conn_flush(struct session *s)
 {
     if (s->closing || s->writing)
         return;
+    if (s->out.len > 0) {
+        uv_buf_t ub = uv_buf_init(s->out.data, (unsigned)s->out.len);
+        int k = uv_try_write(&s->h.stream, &ub, 1);
+        if (k > 0)
+            sbuf_consume(&s->out, (size_t)k);
+        else if (k < 0 && k != UV_EAGAIN && k != UV_ENOSYS) {
+            conn_close(s, true, uv_strerror(k));
+            return;
+        }
+    }
     if (s->out.len == 0) {
-        if (s->close_after_write && !s->busy && !s->qhead)
-            conn_close(s, s->died, "done");
+        sbuf_reset(&s->out);
+        if (s->close_why && !s->busy && !session_has_queued(s))
+            conn_close(s, s->died, s->close_why);
         return;
     }
     /* Swap buffers: `out` keeps collecting while wbuf is in flight. */
@@ -222,27 +238,147 @@ void conn_flush(struct session *s)
     session_ref(s);
 }
 
-void conn_send(struct session *s, const char *data, size_t len)
+/* The output buffer for one more line, or NULL when the session is
+ * closing or has stopped reading its replies (then it is closed). */
+static struct sbuf *conn_out(struct session *s)
 {
     const struct conf *c = server.conf;
 
     if (s->closing)
-        return;
+        return NULL;
     if (s->out.len + s->wbuf.len >= c->limits.max_output_bytes) {
         stats.output_overflows++;
         log_warn("%s (%s): %zu bytes of replies unread: disconnecting "
                  "(limits.max_output_bytes)", s->idstr, s->peer,
                  s->out.len + s->wbuf.len);
         conn_close(s, true, "output buffer limit");
-        return;
+        return NULL;
     }
-    sbuf_append(&s->out, data, len);
+    return &s->out;
 }
 
-void conn_send_buf(struct session *s, struct sbuf *b)
+/* The line being built by conn_ok_begin, if it was begun. */
+static struct sbuf *conn_cont(struct session *s)
 {
-    conn_send(s, b->data, b->len);
+    return s->closing ? NULL : &s->out;
 }
+
+void conn_ok(struct session *s)
+{
+    struct sbuf *b = conn_out(s);
+    if (b)
+        proto_format_ok(b);
+}
+
+void conn_ok_begin(struct session *s)
+{
+    struct sbuf *b = conn_out(s);
+    if (b)
+        proto_format_ok_begin(b);
+}
+
+void conn_kv_str(struct session *s, const char *key, const char *val)
+{
+    struct sbuf *b = conn_cont(s);
+    if (b)
+        proto_format_kv_str(b, key, val);
+}
+
+void conn_kv_u64(struct session *s, const char *key, uint64_t val)
+{
+    struct sbuf *b = conn_cont(s);
+    if (b)
+        proto_format_kv_u64(b, key, val);
+}
+
+void conn_kv_i64(struct session *s, const char *key, int64_t val)
+{
+    struct sbuf *b = conn_cont(s);
+    if (b)
+        proto_format_kv_i64(b, key, val);
+}
+
+void conn_word(struct session *s, const char *word)
+{
+    struct sbuf *b = conn_cont(s);
+    if (b)
+        proto_format_word(b, word);
+}
+
+void conn_end(struct session *s)
+{
+    struct sbuf *b = conn_cont(s);
+    if (b)
+        proto_format_end(b);
+}
+
+void conn_json(struct session *s, json_t *j)
+{
+    char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    struct sbuf *b;
+
+    json_decref(j);
+    if (!text) {
+        conn_err(s, PROTO_ERR_LIMIT, "out of memory building the reply");
+        return;
+    }
+    b = conn_out(s);
+    if (b)
+        proto_format_ok_json(b, text);
+    free(text);
+}
+
+void conn_pong(struct session *s, const char *word, size_t len)
+{
+    struct sbuf *b = conn_out(s);
+    if (b)
+        proto_format_pong(b, word, len);
+}
+
+void conn_help(struct session *s)
+{
+    struct sbuf *b = conn_out(s);
+    if (b)
+        proto_format_help(b);
+}
+
+void conn_err(struct session *s, enum proto_err code, const char *msg)
+{
+    struct sbuf *b = conn_out(s);
+
+    stats.errors++;
+    if (b)
+        proto_format_err(b, code, msg);
+}
+
+void conn_errf(struct session *s, enum proto_err code, const char *fmt, ...)
+{
+    struct sbuf msg = SBUF_INIT;
+    va_list ap;
+
+    va_start(ap, fmt);
+    sbuf_vprintf(&msg, fmt, ap);
+    va_end(ap);
+    conn_err(s, code, msg.data);
+    sbuf_deinit(&msg);
+}
+
+void conn_event_lost(struct session *s, const char *resource, uint64_t fence,
+                     const char *reason)
+{
+    struct sbuf *b = conn_out(s);
+    if (b)
+        proto_format_event_lost(b, resource, fence, reason);
+}
+
+void conn_event_shutdown(struct session *s)
+{
+    struct sbuf *b = conn_out(s);
+    if (b)
+        proto_format_event_shutdown(b);
+}
+
+/* ---- closing ------------------------------------------------------------ */
 
 static void conn_on_close(uv_handle_t *h)
 {

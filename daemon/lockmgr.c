@@ -3,17 +3,20 @@
  *
  * Ownership:
  * - An entry lives while it has a holder or waiters (entry_maybe_free).
- * - A lockreq (one LOCK request) is owned by its entry's FIFO; it holds a
- *   session reference until it has answered. When its session ends first,
- *   req->s becomes NULL and the request is dropped, or, if an acquisition is
+ * - A lockreq (one LOCK request) is owned by its entry's FIFO; it holds an
+ *   owner reference until it has answered. When its owner ends first,
+ *   req->o becomes NULL and the request is dropped, or, if an acquisition is
  *   in flight, dropped when it completes (releasing the keys if it won).
- * - A lease is owned by lockmgr. While held it is on its session's list and
- *   is its entry's holder; on release or loss it leaves the session at once
+ * - A lease is owned by lockmgr. While held it is on its owner's list and
+ *   is its entry's holder; on release or loss it leaves the owner at once
  *   but stays the entry's holder until its keys are gone from Redis (so no
  *   local waiter races the release), then is freed when no op refers to it.
  *
- * Calls into session code (session_*_done, session_lease_lost) come last in
- * each function: they may run further requests, and even end the session.
+ * Answers to owners are notices: queued (with an owner reference) while
+ * lockmgr works, delivered by leave() when the outermost entry point is
+ * done and every structure is consistent again. Every entry point (the
+ * public functions, redlock callbacks, timer callbacks) runs between
+ * enter() and leave().
  */
 #include "lockmgr.h"
 
@@ -26,17 +29,15 @@
 #include "hmap.h"
 #include "log.h"
 #include "mem.h"
-#include "pool.h"
-#include "session.h"
-#include "stats.h"
+#include "timer.h"
 
 struct lockreq {
-    struct lockreq *prev, *next;    /* in entry FIFO */
+    struct list link;               /* in entry->waiters */
     struct lock_entry *e;
-    struct session *s;              /* (ref) NULL once cancelled */
+    struct lockmgr_owner *o;        /* (ref) NULL once cancelled */
     uint32_t ttl;
     bool renew;
-    uint64_t deadline;              /* uv_now ms; 0 = do not wait */
+    uint64_t deadline;              /* timer_now ms; 0 = do not wait */
     bool attempting;                /* a redlock acquire is in flight */
     bool no_token;                  /* the OS random source failed */
     enum redlock_status last;
@@ -49,40 +50,182 @@ struct lock_entry {
     struct lease *holder;           /* this daemon's holder, or NULL */
     bool releasing;                 /* the holder's keys are going away */
     bool notified;                  /* a release was announced meanwhile */
-    struct lockreq *whead, *wtail;
+    struct list waiters;            /* struct lockreq, FIFO */
     size_t nwait;
     size_t keylen;
     const char *resource;           /* inside key, after the prefix */
     char key[];                     /* key_prefix + resource */
 };
 
-/* Owned copy of the lease's resource follows struct lease. */
-struct lease_box {
-    struct lease l;
+struct lease {
+    struct list olink;              /* in owner->leases while held */
+    struct lockmgr_owner *owner;    /* NULL once released or lost */
+    struct lock_entry *entry;       /* NULL once its keys are gone */
+    char token[REDLOCK_TOKEN_LEN + 1];
+    uint64_t fence;
+    uint32_t ttl;                   /* current lease on Redis (ms) */
+    bool renew;
+    bool gone;                      /* released or lost: free when idle */
+    int ops;                        /* redlock ops in flight for it */
+    uint64_t acquired_at;           /* timer_now ms */
+    uint64_t valid_until;           /* timer_now ms the validity runs out */
+    uint64_t renewals;
+    struct timer timer;             /* next renewal, or expiry */
     char resource[];
+};
+
+enum notice_kind { N_LOCKED, N_UNLOCKED, N_EXTENDED, N_LOST, N_STATUS };
+
+/* One answer waiting to be delivered to its owner. */
+struct notice {
+    struct list link;
+    enum notice_kind kind;
+    struct lockmgr_owner *o;        /* (ref) */
+    enum proto_err err;
+    uint64_t fence;
+    uint32_t ttl;
+    int64_t validity;
+    int nodes;
+    enum lockmgr_lost_reason why;
+    json_t *json;                   /* N_STATUS, owned until delivered */
+    char token[REDLOCK_TOKEN_LEN + 1];
+    const char *msg;                /* inside text, or NULL */
+    char text[];                    /* resource NUL [msg NUL] */
 };
 
 static struct {
     const struct conf *conf;
+    const struct redlock_ops *rl;
     struct hmap table;
     size_t prefixlen;
+    char *keybuf;                   /* key_prefix + the longest resource */
+    size_t keycap;
     size_t held;
     size_t waiters;
     struct lockmgr_counters c;
+    struct list notices;
+    int depth;                      /* entry points on the stack */
+    bool flushing;
 } M;
 
 static void req_attempt(struct lockreq *q);
 
-void lockmgr_init(const struct conf *conf)
+/* ---- owners and notices ------------------------------------------------ */
+
+static void owner_ref(struct lockmgr_owner *o)
 {
+    o->ops->ref(o);
+}
+
+/* Must not call back into lockmgr (a session only frees memory here). */
+static void owner_unref(struct lockmgr_owner *o)
+{
+    o->ops->unref(o);
+}
+
+static struct notice *notice_new(enum notice_kind kind,
+                                 struct lockmgr_owner *o,
+                                 const char *resource, const char *msg)
+{
+    size_t rlen = resource ? strlen(resource) : 0;
+    size_t mlen = msg ? strlen(msg) + 1 : 0;
+    struct notice *n = mem_alloc(sizeof(*n) + rlen + 1 + mlen);
+
+    n->kind = kind;
+    n->o = o;
+    owner_ref(o);
+    if (rlen)
+        memcpy(n->text, resource, rlen);
+    if (msg) {
+        memcpy(n->text + rlen + 1, msg, mlen);
+        n->msg = n->text + rlen + 1;
+    }
+    list_push_tail(&M.notices, &n->link);
+    return n;
+}
+
+static void notice_deliver(struct notice *n)
+{
+    struct lockmgr_owner *o = n->o;
+    const struct lockmgr_owner_ops *ops = o->ops;
+
+    if (o->ended) {
+        json_decref(n->json);
+        return;
+    }
+    switch (n->kind) {
+    case N_LOCKED:
+        if (n->err == PROTO_ERR_NONE) {
+            struct lockmgr_grant g = {
+                .resource = n->text, .token = n->token, .fence = n->fence,
+                .ttl = n->ttl, .validity = n->validity,
+            };
+            ops->locked(o, &g, PROTO_ERR_NONE, NULL);
+        } else {
+            ops->locked(o, NULL, n->err, n->msg);
+        }
+        break;
+    case N_UNLOCKED:
+        ops->unlocked(o, n->text, n->nodes, n->err);
+        break;
+    case N_EXTENDED:
+        ops->extended(o, n->text, n->ttl, n->validity, n->err);
+        break;
+    case N_LOST:
+        ops->lost(o, n->text, n->fence, n->why);
+        break;
+    case N_STATUS:
+        ops->status(o, n->json);
+        break;
+    }
+}
+
+static void notices_flush(void)
+{
+    struct list *link;
+
+    if (M.flushing)
+        return;     /* an owner called back in: the loop below goes on */
+    M.flushing = true;
+    while ((link = list_first(&M.notices))) {
+        struct notice *n = list_entry(link, struct notice, link);
+        list_remove(link);
+        notice_deliver(n);
+        owner_unref(n->o);
+        free(n);
+    }
+    M.flushing = false;
+}
+
+static void enter(void)
+{
+    M.depth++;
+}
+
+static void leave(void)
+{
+    if (--M.depth == 0)
+        notices_flush();
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+void lockmgr_init(const struct conf *conf, const struct redlock_ops *rl)
+{
+    memset(&M, 0, sizeof(M));
     M.conf = conf;
+    M.rl = rl;
     hmap_init(&M.table);
+    list_init(&M.notices);
     M.prefixlen = strlen(conf->locks.key_prefix);
+    M.keycap = M.prefixlen + conf->locks.max_resource_len + 1;
+    M.keybuf = mem_alloc(M.keycap);
+    memcpy(M.keybuf, conf->locks.key_prefix, M.prefixlen);
 }
 
 void lockmgr_deinit(void)
 {
-    /* Sessions are closed and ops drained before this; anything left is a
+    /* Owners are ended and ops drained before this; anything left is a
      * lease whose release did not complete before the shutdown timeout. */
     struct hmap_iter it;
     struct hmap_node *n;
@@ -93,6 +236,19 @@ void lockmgr_deinit(void)
         free(e);
     }
     hmap_deinit(&M.table);
+    free(M.keybuf);
+    M.keybuf = NULL;
+}
+
+void lockmgr_owner_init(struct lockmgr_owner *o,
+                        const struct lockmgr_owner_ops *ops,
+                        const char *id, const char *name)
+{
+    memset(o, 0, sizeof(*o));
+    o->ops = ops;
+    o->id = id;
+    o->name = name;
+    list_init(&o->leases);
 }
 
 const char *lockmgr_lost_reason_name(enum lockmgr_lost_reason r)
@@ -110,22 +266,17 @@ size_t lockmgr_held_count(void)
     return M.held;
 }
 
-const struct lockmgr_counters *lockmgr_counters(void)
-{
-    return &M.c;
-}
-
 size_t lockmgr_waiter_count(void)
 {
     return M.waiters;
 }
 
-const char *lockmgr_lease_resource(const struct lease *l)
+const struct lockmgr_counters *lockmgr_counters(void)
 {
-    return ((const struct lease_box *)(const void *)l)->resource;
+    return &M.c;
 }
 
-int64_t lockmgr_lease_validity(const struct lease *l)
+static int64_t lease_validity(const struct lease *l)
 {
     uint64_t now = timer_now();
     return l->valid_until > now ? (int64_t)(l->valid_until - now) : 0;
@@ -133,14 +284,25 @@ int64_t lockmgr_lease_validity(const struct lease *l)
 
 /* ---- entries ------------------------------------------------------------ */
 
+/* key_prefix + res in M.keybuf (valid until the next call). The buffer is
+ * sized for max_resource_len and grows if a longer name ever comes. */
+static const char *entry_key(const char *res, size_t len, size_t *keylen)
+{
+    if (M.prefixlen + len + 1 > M.keycap) {
+        M.keycap = M.prefixlen + len + 1;
+        M.keybuf = mem_realloc(M.keybuf, M.keycap);
+    }
+    memcpy(M.keybuf + M.prefixlen, res, len);
+    M.keybuf[M.prefixlen + len] = '\0';
+    *keylen = M.prefixlen + len;
+    return M.keybuf;
+}
+
 static struct lock_entry *entry_find(const char *res, size_t len)
 {
-    char key[2048];
-    if (M.prefixlen + len > sizeof(key))
-        return NULL;
-    memcpy(key, M.conf->locks.key_prefix, M.prefixlen);
-    memcpy(key + M.prefixlen, res, len);
-    struct hmap_node *n = hmap_get(&M.table, key, M.prefixlen + len);
+    size_t keylen;
+    const char *key = entry_key(res, len, &keylen);
+    struct hmap_node *n = hmap_get(&M.table, key, keylen);
     return n ? container_of(n, struct lock_entry, node) : NULL;
 }
 
@@ -155,13 +317,19 @@ static struct lock_entry *entry_get(const char *res, size_t len)
     e->keylen = M.prefixlen + len;
     e->key[e->keylen] = '\0';
     e->resource = e->key + M.prefixlen;
+    list_init(&e->waiters);
     hmap_put(&M.table, &e->node, e->key, e->keylen);
     return e;
 }
 
+static struct lockreq *entry_head(const struct lock_entry *e)
+{
+    return list_entry(list_first(&e->waiters), struct lockreq, link);
+}
+
 static void entry_maybe_free(struct lock_entry *e)
 {
-    if (e->holder || e->whead)
+    if (e->holder || !list_empty(&e->waiters))
         return;
     hmap_del(&M.table, &e->node);
     free(e);
@@ -170,28 +338,14 @@ static void entry_maybe_free(struct lock_entry *e)
 static void entry_push(struct lock_entry *e, struct lockreq *q)
 {
     q->e = e;
-    q->next = NULL;
-    q->prev = e->wtail;
-    if (e->wtail)
-        e->wtail->next = q;
-    else
-        e->whead = q;
-    e->wtail = q;
+    list_push_tail(&e->waiters, &q->link);
     e->nwait++;
     M.waiters++;
 }
 
 static void entry_remove(struct lock_entry *e, struct lockreq *q)
 {
-    if (q->prev)
-        q->prev->next = q->next;
-    else
-        e->whead = q->next;
-    if (q->next)
-        q->next->prev = q->prev;
-    else
-        e->wtail = q->prev;
-    q->prev = q->next = NULL;
+    list_remove(&q->link);
     e->nwait--;
     M.waiters--;
 }
@@ -200,7 +354,7 @@ static void entry_remove(struct lock_entry *e, struct lockreq *q)
  * is woken when that holder's keys are gone). */
 static void entry_kick(struct lock_entry *e)
 {
-    struct lockreq *q = e->whead;
+    struct lockreq *q = entry_head(e);
 
     if (!q || q->attempting || e->holder)
         return;
@@ -238,11 +392,11 @@ static struct lease *lease_create(struct lockreq *q, uint64_t fence,
 {
     struct lock_entry *e = q->e;
     size_t len = e->keylen - M.prefixlen;
-    struct lease_box *b = mem_alloc(sizeof(*b) + len + 1);
-    struct lease *l = &b->l;
+    struct lease *l = mem_alloc(sizeof(*l) + len + 1);
 
-    memcpy(b->resource, e->resource, len);
-    b->resource[len] = '\0';
+    memcpy(l->resource, e->resource, len);
+    l->resource[len] = '\0';
+    list_init(&l->olink);
     l->entry = e;
     memcpy(l->token, q->token, sizeof(l->token));
     l->fence = fence;
@@ -255,28 +409,41 @@ static struct lease *lease_create(struct lockreq *q, uint64_t fence,
     return l;
 }
 
+static void lease_attach(struct lease *l, struct lockmgr_owner *o)
+{
+    l->owner = o;
+    list_push_tail(&o->leases, &l->olink);
+    o->nleases++;
+}
+
+static void lease_detach(struct lease *l)
+{
+    if (!l->owner)
+        return;
+    list_remove(&l->olink);
+    l->owner->nleases--;
+    l->owner = NULL;
+}
+
 static void release_done(void *ud, const struct redlock_result *res);
 
 /*
- * The lease leaves its session now; its keys are deleted (or kept for
+ * The lease leaves its owner now; its keys are deleted (or kept for
  * delay_ms, owner-checked) and the entry is free for others once that is
- * done. `unlocker` is the session waiting for an UNLOCK answer, if any.
+ * done. `unlocker` is the owner waiting for an UNLOCK answer, if any.
  */
 struct release_ctx {
     struct lease *l;
-    struct session *unlocker;   /* (ref) or NULL */
+    struct lockmgr_owner *unlocker;     /* (ref) or NULL */
 };
 
 static void lease_release(struct lease *l, uint32_t delay_ms,
-                          struct session *unlocker)
+                          struct lockmgr_owner *unlocker)
 {
     struct lock_entry *e = l->entry;
     struct release_ctx *x = mem_alloc(sizeof(*x));
 
-    if (l->session) {
-        session_remove_lease(l->session, l);
-        l->session = NULL;
-    }
+    lease_detach(l);
     timer_stop(&l->timer);
     l->gone = true;
     e->releasing = true;
@@ -285,12 +452,12 @@ static void lease_release(struct lease *l, uint32_t delay_ms,
     x->l = l;
     x->unlocker = unlocker;
     if (unlocker)
-        session_ref(unlocker);
+        owner_ref(unlocker);
     l->ops++;
     if (delay_ms > 0)
-        redlock_extend(e->key, e->keylen, l->token, delay_ms, release_done, x);
+        M.rl->extend(e->key, e->keylen, l->token, delay_ms, release_done, x);
     else
-        redlock_release(e->key, e->keylen, l->token, release_done, x);
+        M.rl->release(e->key, e->keylen, l->token, release_done, x);
 }
 
 static void release_done(void *ud, const struct redlock_result *res)
@@ -298,44 +465,43 @@ static void release_done(void *ud, const struct redlock_result *res)
     struct release_ctx *x = ud;
     struct lease *l = x->l;
     struct lock_entry *e = l->entry;
-    struct session *s = x->unlocker;
-    char resource[1100];
+    struct lockmgr_owner *o = x->unlocker;
 
+    enter();
     free(x);
-    snprintf(resource, sizeof(resource), "%s", lockmgr_lease_resource(l));
     l->entry = NULL;
     l->ops--;
+    if (o) {
+        struct notice *n = notice_new(N_UNLOCKED, o, l->resource, NULL);
+        n->nodes = res->deleted;
+        if (res->deleted == 0 && res->busy >= M.rl->quorum())
+            n->err = PROTO_ERR_LOST;
+        owner_unref(o);
+    }
     if (e && e->holder == l) {
+        struct lockreq *head = entry_head(e);
         e->holder = NULL;
         e->releasing = false;
-        if (e->whead && !e->whead->attempting)
+        if (head && !head->attempting)
             M.c.wakeups_notified++;
         entry_kick(e);
         entry_maybe_free(e);
     }
     lease_put(l);
-    if (s) {
-        enum proto_err err = PROTO_ERR_NONE;
-        if (res->deleted == 0 && res->busy >= pool_quorum())
-            err = PROTO_ERR_LOST;
-        session_unlock_done(s, resource, res->deleted, err);
-        session_unref(s);
-    }
+    leave();
 }
 
-/* The lease could not be kept: tell its session, drop it, and remove its
+/* The lease could not be kept: tell its owner, drop it, and remove its
  * keys wherever they are still ours. */
 static void lease_lose(struct lease *l, enum lockmgr_lost_reason why)
 {
-    struct session *s = l->session;
-
     M.c.leases_lost++;
-    l->ops++;   /* keep l for the event below */
+    if (l->owner) {
+        struct notice *n = notice_new(N_LOST, l->owner, l->resource, NULL);
+        n->fence = l->fence;
+        n->why = why;
+    }
     lease_release(l, 0, NULL);
-    if (s)
-        session_lease_lost(s, l, why);
-    l->ops--;
-    lease_put(l);
 }
 
 static void renew_done(void *ud, const struct redlock_result *res)
@@ -343,9 +509,11 @@ static void renew_done(void *ud, const struct redlock_result *res)
     struct lease *l = ud;
     uint64_t now = timer_now();
 
+    enter();
     l->ops--;
     if (l->gone) {
         lease_put(l);
+        leave();
         return;
     }
     if (res->status == REDLOCK_OK) {
@@ -353,28 +521,28 @@ static void renew_done(void *ud, const struct redlock_result *res)
         l->renewals++;
         M.c.renewals++;
         lease_arm(l);
-        return;
-    }
-    M.c.renewal_failures++;
-    if (res->status == REDLOCK_LOST) {
+    } else if (res->status == REDLOCK_LOST) {
+        M.c.renewal_failures++;
         lease_lose(l, LOST_NODE);
-        return;
-    }
-    if (now >= l->valid_until) {
+    } else if (now >= l->valid_until) {
+        M.c.renewal_failures++;
         lease_lose(l, LOST_QUORUM);
-        return;
+    } else {
+        /* Not enough nodes answered: try again soon, until validity ends. */
+        uint64_t retry = l->ttl / 10;
+        if (retry < 20)
+            retry = 20;
+        if (retry > 1000)
+            retry = 1000;
+        M.c.renewal_failures++;
+        log_info("renewal of %s reached %d nodes; retrying in %" PRIu64
+                 " ms (%" PRIu64 " ms of validity left)", l->resource,
+                 res->ok, retry, l->valid_until - now);
+        uint64_t next = now + retry;
+        timer_start_at(&l->timer, next < l->valid_until ? next
+                                                        : l->valid_until);
     }
-    /* Not enough nodes answered: try again soon, until validity ends. */
-    uint64_t retry = l->ttl / 10;
-    if (retry < 20)
-        retry = 20;
-    if (retry > 1000)
-        retry = 1000;
-    log_info("renewal of %s reached %d nodes; retrying in %" PRIu64 " ms "
-             "(%" PRIu64 " ms of validity left)", lockmgr_lease_resource(l),
-             res->ok, retry, l->valid_until - now);
-    uint64_t next = now + retry;
-    timer_start_at(&l->timer, next < l->valid_until ? next : l->valid_until);
+    leave();
 }
 
 static void lease_timer_cb(struct timer *t)
@@ -384,17 +552,17 @@ static void lease_timer_cb(struct timer *t)
 
     if (l->gone)
         return;
+    enter();
     if (now >= l->valid_until) {
         lease_lose(l, l->renew ? LOST_QUORUM : LOST_EXPIRED);
-        return;
-    }
-    if (!l->renew) {
+    } else if (!l->renew) {
         timer_start_at(&l->timer, l->valid_until);
-        return;
+    } else {
+        l->ops++;
+        M.rl->extend(l->entry->key, l->entry->keylen, l->token, l->ttl,
+                     renew_done, l);
     }
-    l->ops++;
-    redlock_extend(l->entry->key, l->entry->keylen, l->token, l->ttl,
-                   renew_done, l);
+    leave();
 }
 
 /* ---- lock requests ------------------------------------------------------ */
@@ -409,7 +577,7 @@ static void req_free(struct lockreq *q)
 static void req_drop(struct lockreq *q)
 {
     struct lock_entry *e = q->e;
-    bool was_head = e->whead == q;
+    bool was_head = entry_head(e) == q;
 
     entry_remove(e, q);
     req_free(q);
@@ -421,40 +589,37 @@ static void req_drop(struct lockreq *q)
 /* Answer q with an error and drop it. */
 static void req_fail(struct lockreq *q, enum proto_err err, const char *msg)
 {
-    struct session *s = q->s;
+    struct lockmgr_owner *o = q->o;
 
-    req_drop(q);
-    if (s) {
-        s->lockreq = NULL;
-        session_lock_done(s, NULL, err, msg);
-        session_unref(s);
+    if (o) {
+        struct notice *n = notice_new(N_LOCKED, o, NULL, msg);
+        n->err = err;
+        o->pending = NULL;
     }
+    req_drop(q);
+    if (o)
+        owner_unref(o);
 }
 
 static void req_give_up(struct lockreq *q)
 {
     char msg[PROTO_MAX_ERRMSG];
 
-    switch (q->last) {
-    case REDLOCK_UNAVAILABLE:
+    if (q->last == REDLOCK_UNAVAILABLE) {
         M.c.acquire_unavailable++;
         snprintf(msg, sizeof(msg), "could not reach a quorum of %d of %d "
-                 "redis nodes in time", pool_quorum(), pool_nnodes());
+                 "redis nodes in time", M.rl->quorum(), M.rl->nnodes());
         req_fail(q, PROTO_ERR_UNAVAILABLE, msg);
-        return;
-    default:
-        if (q->deadline) {
-            M.c.acquire_timeout++;
-            snprintf(msg, sizeof(msg), "%s is still held by someone else",
-                     q->e->resource);
-            req_fail(q, PROTO_ERR_TIMEOUT, msg);
-        } else {
-            M.c.acquire_busy++;
-            snprintf(msg, sizeof(msg), "%s is held by someone else",
-                     q->e->resource);
-            req_fail(q, PROTO_ERR_BUSY, msg);
-        }
-        return;
+    } else if (q->deadline) {
+        M.c.acquire_timeout++;
+        snprintf(msg, sizeof(msg), "%s is still held by someone else",
+                 q->e->resource);
+        req_fail(q, PROTO_ERR_TIMEOUT, msg);
+    } else {
+        M.c.acquire_busy++;
+        snprintf(msg, sizeof(msg), "%s is held by someone else",
+                 q->e->resource);
+        req_fail(q, PROTO_ERR_BUSY, msg);
     }
 }
 
@@ -480,53 +645,59 @@ static void req_sleep(struct lockreq *q, int64_t pttl)
     timer_start_at(&q->timer, due);
 }
 
+static void req_granted(struct lockreq *q, const struct redlock_result *res)
+{
+    struct lock_entry *e = q->e;
+    struct lockmgr_owner *o = q->o;
+    struct lease *l = lease_create(q, res->fence, res->validity);
+    struct notice *n = notice_new(N_LOCKED, o, l->resource, NULL);
+
+    n->fence = l->fence;
+    n->ttl = l->ttl;
+    n->validity = lease_validity(l);
+    memcpy(n->token, l->token, sizeof(n->token));
+    e->holder = l;
+    lease_attach(l, o);
+    M.held++;
+    M.c.acquire_ok++;
+    entry_remove(e, q);
+    req_free(q);
+    o->pending = NULL;
+    owner_unref(o);
+}
+
 static void attempt_done(void *ud, const struct redlock_result *res)
 {
     struct lockreq *q = ud;
     struct lock_entry *e = q->e;
-    struct session *s = q->s;
 
+    enter();
     q->attempting = false;
-    if (!s) {
-        /* The session ended while we were acquiring. */
+    if (!q->o) {
+        /* The owner ended while we were acquiring. */
         if (res->status == REDLOCK_OK)
-            redlock_release(e->key, e->keylen, q->token, NULL, NULL);
+            M.rl->release(e->key, e->keylen, q->token, NULL, NULL);
         req_drop(q);
-        return;
+    } else if (res->status == REDLOCK_OK) {
+        req_granted(q, res);
+    } else {
+        bool notified = e->notified;
+        q->last = res->status;
+        e->notified = false;
+        if (!q->deadline || timer_now() >= q->deadline)
+            req_give_up(q);
+        else if (notified && res->status == REDLOCK_BUSY)
+            req_attempt(q);     /* released while we asked: ask again */
+        else
+            req_sleep(q, res->status == REDLOCK_BUSY ? res->pttl : -1);
     }
-    if (res->status == REDLOCK_OK) {
-        struct lease *l = lease_create(q, res->fence, res->validity);
-        e->holder = l;
-        l->session = s;
-        session_add_lease(s, l);
-        M.held++;
-        M.c.acquire_ok++;
-        entry_remove(e, q);
-        req_free(q);
-        s->lockreq = NULL;
-        session_lock_done(s, l, PROTO_ERR_NONE, NULL);
-        session_unref(s);
-        return;
-    }
-    q->last = res->status;
-    bool notified = e->notified;
-    e->notified = false;
-    if (!q->deadline || timer_now() >= q->deadline) {
-        req_give_up(q);
-        return;
-    }
-    if (notified && res->status == REDLOCK_BUSY) {
-        /* The holder released while we were asking: ask again now. */
-        req_attempt(q);
-        return;
-    }
-    req_sleep(q, res->status == REDLOCK_BUSY ? res->pttl : -1);
+    leave();
 }
 
 static void req_attempt(struct lockreq *q)
 {
     timer_stop(&q->timer);
-    if (redlock_token(q->token) != 0) {
+    if (M.rl->token(q->token) != 0) {
         /* Answer from the timer, never from inside our caller: it may be
          * about to touch the entry this request's answer could free. */
         q->no_token = true;
@@ -535,7 +706,8 @@ static void req_attempt(struct lockreq *q)
     }
     q->attempting = true;
     q->e->notified = false;
-    redlock_acquire(q->e->key, q->e->keylen, q->token, q->ttl, attempt_done, q);
+    M.rl->acquire(q->e->key, q->e->keylen, q->token, q->ttl, attempt_done,
+                  q);
 }
 
 static void req_timer_cb(struct timer *t)
@@ -545,33 +717,33 @@ static void req_timer_cb(struct timer *t)
 
     if (q->attempting)
         return;
+    enter();
     if (q->no_token) {
         log_error("getrandom failed: cannot make a lock token");
         q->last = REDLOCK_UNAVAILABLE;
         req_fail(q, PROTO_ERR_UNAVAILABLE, "no random source for a token");
-        return;
-    }
-    if (timer_now() >= q->deadline) {
+    } else if (timer_now() >= q->deadline) {
         req_give_up(q);
-        return;
-    }
-    if (e->whead == q && !e->holder) {
+    } else if (entry_head(e) == q && !e->holder) {
         M.c.wakeups_retry++;
         req_attempt(q);
-        return;
+    } else {
+        timer_start_at(&q->timer, q->deadline);
     }
-    timer_start_at(&q->timer, q->deadline);
+    leave();
 }
 
-void lockmgr_lock(struct session *s, const char *resource, size_t len,
+void lockmgr_lock(struct lockmgr_owner *o, const char *resource, size_t len,
                   uint32_t ttl, uint32_t wait, bool renew)
 {
-    struct lock_entry *e = entry_get(resource, len);
+    struct lock_entry *e;
     struct lockreq *q = mem_alloc(sizeof(*q));
 
-    q->s = s;
-    session_ref(s);
-    s->lockreq = q;
+    enter();
+    e = entry_get(resource, len);
+    q->o = o;
+    owner_ref(o);
+    o->pending = q;
     q->ttl = ttl;
     q->renew = renew;
     q->last = REDLOCK_BUSY;
@@ -581,44 +753,43 @@ void lockmgr_lock(struct session *s, const char *resource, size_t len,
     if (wait)
         M.c.waits++;
 
-    if (e->whead == q && !e->holder) {
+    if (entry_head(e) == q && !e->holder) {
         req_attempt(q);
-        return;
-    }
-    if (e->whead == q && e->releasing) {
-        /* The last holder's keys are being deleted right now (UNLOCK on
-         * another session, or a lost lease being cleaned up): that ends
+    } else if (entry_head(e) == q && e->releasing) {
+        /* The last holder's keys are being deleted right now (UNLOCK by
+         * another owner, or a lost lease being cleaned up): that ends
          * within a round trip, and release_done() kicks this request, so
          * even a wait=0 LOCK waits for it instead of seeing a stale BUSY. */
-        return;
-    }
-    /* Held here, or others wait first: first come, first served. */
-    if (!wait) {
+    } else if (!wait) {
+        /* Held here, or others wait first: first come, first served. */
         req_give_up(q);
-        return;
+    } else {
+        timer_start_at(&q->timer, q->deadline);
     }
-    timer_start_at(&q->timer, q->deadline);
+    leave();
 }
 
-/* ---- session-facing operations ----------------------------------------- */
+/* ---- owner-facing operations ------------------------------------------- */
 
-struct lease *lockmgr_held(const struct session *s, const char *resource,
-                           size_t len)
+struct lease *lockmgr_held(const struct lockmgr_owner *o,
+                           const char *resource, size_t len)
 {
     struct lock_entry *e = entry_find(resource, len);
-    if (!e || !e->holder || e->holder->gone || e->holder->session != s)
+    if (!e || !e->holder || e->holder->gone || e->holder->owner != o)
         return NULL;
     return e->holder;
 }
 
-void lockmgr_unlock(struct session *s, struct lease *l)
+void lockmgr_unlock(struct lockmgr_owner *o, struct lease *l)
 {
-    lease_release(l, 0, s);
+    enter();
+    lease_release(l, 0, o);
+    leave();
 }
 
 struct extend_ctx {
     struct lease *l;
-    struct session *s;      /* (ref) */
+    struct lockmgr_owner *o;    /* (ref) */
     uint32_t ttl;
 };
 
@@ -626,16 +797,15 @@ static void extend_done(void *ud, const struct redlock_result *res)
 {
     struct extend_ctx *x = ud;
     struct lease *l = x->l;
-    struct session *s = x->s;
-    uint32_t ttl = x->ttl;
+    struct lockmgr_owner *o = x->o;
     enum proto_err err = PROTO_ERR_NONE;
 
-    free(x);
+    enter();
     M.c.extends++;
     if (l->gone) {
         err = PROTO_ERR_LOST;
     } else if (res->status == REDLOCK_OK) {
-        l->ttl = ttl;
+        l->ttl = x->ttl;
         l->valid_until = timer_now() + (uint64_t)res->validity;
         lease_arm(l);
     } else if (res->status == REDLOCK_LOST) {
@@ -645,97 +815,156 @@ static void extend_done(void *ud, const struct redlock_result *res)
     } else {
         err = PROTO_ERR_UNAVAILABLE;
     }
-    session_extend_done(s, l, err, res->validity);
-    session_unref(s);
+    struct notice *n = notice_new(N_EXTENDED, o, l->resource, NULL);
+    n->err = err;
+    n->ttl = l->ttl;
+    n->validity = res->validity;
+    free(x);
+    owner_unref(o);
     l->ops--;
     lease_put(l);
+    leave();
 }
 
-void lockmgr_extend(struct session *s, struct lease *l, uint32_t ttl)
+void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl)
 {
     struct extend_ctx *x = mem_alloc(sizeof(*x));
 
+    enter();
     x->l = l;
-    x->s = s;
+    x->o = o;
     x->ttl = ttl;
-    session_ref(s);
+    owner_ref(o);
     l->ops++;
-    redlock_extend(l->entry->key, l->entry->keylen, l->token, ttl,
-                   extend_done, x);
+    M.rl->extend(l->entry->key, l->entry->keylen, l->token, ttl,
+                 extend_done, x);
+    leave();
 }
 
-void lockmgr_cut_wait(struct session *s)
+void lockmgr_cut_wait(struct lockmgr_owner *o)
 {
-    struct lockreq *q = s->lockreq;
+    struct lockreq *q = o->pending;
 
     if (!q || !q->deadline)
         return;     /* wait=0 requests end on their own, soon */
+    enter();
     q->deadline = 0;
-    if (q->attempting)
-        return;
-    M.c.acquire_timeout++;
-    req_fail(q, PROTO_ERR_TIMEOUT, "the client closed the connection while "
-             "waiting");
+    if (!q->attempting) {
+        M.c.acquire_timeout++;
+        req_fail(q, PROTO_ERR_TIMEOUT, "the client closed the connection "
+                 "while waiting");
+    }
+    leave();
 }
 
-void lockmgr_session_end(struct session *s, bool died)
+void lockmgr_owner_end(struct lockmgr_owner *o, bool died)
 {
-    struct lockreq *q = s->lockreq;
+    struct lockreq *q = o->pending;
+    uint32_t delay = died ? M.conf->locks.lock_delay_ms : 0;
+    struct list *link;
 
+    enter();
+    o->ended = true;
     if (q) {
-        s->lockreq = NULL;
-        q->s = NULL;
+        o->pending = NULL;
+        q->o = NULL;
         if (!q->attempting)
             req_drop(q);
-        session_unref(s);   /* the request's reference */
+        owner_unref(o);     /* the request's reference */
     }
-    uint32_t delay = died ? M.conf->locks.lock_delay_ms : 0;
-    while (s->leases) {
-        struct lease *l = s->leases;
+    while ((link = list_first(&o->leases))) {
+        struct lease *l = list_entry(link, struct lease, olink);
         if (delay)
             log_info("%s: keeping %s for lock_delay_ms=%u after the "
-                     "connection dropped", s->idstr,
-                     lockmgr_lease_resource(l), delay);
+                     "connection dropped", o->id, l->resource, delay);
         lease_release(l, delay, NULL);
     }
+    leave();
 }
 
 void lockmgr_on_release(const char *key, size_t len)
 {
+    struct hmap_node *n;
+    struct lock_entry *e;
+    struct lockreq *q;
+
     if (len < M.prefixlen ||
         memcmp(key, M.conf->locks.key_prefix, M.prefixlen) != 0)
         return;
-    struct hmap_node *n = hmap_get(&M.table, key, len);
+    n = hmap_get(&M.table, key, len);
     if (!n)
         return;
-    struct lock_entry *e = container_of(n, struct lock_entry, node);
-    struct lockreq *q = e->whead;
+    e = container_of(n, struct lock_entry, node);
+    q = entry_head(e);
     if (!q || e->holder)
         return;
     if (q->attempting) {
         e->notified = true;
         return;
     }
+    enter();
     M.c.wakeups_notified++;
     req_attempt(q);
+    leave();
 }
 
-/* ---- STATUS ------------------------------------------------------------- */
+/* ---- inspection --------------------------------------------------------- */
+
+static json_t *lease_json(const struct lease *l)
+{
+    uint64_t now = timer_now();
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:b, s:I}",
+                     "resource", l->resource,
+                     "fence", (json_int_t)l->fence,
+                     "ttl", (json_int_t)l->ttl,
+                     "validity", (json_int_t)lease_validity(l),
+                     "held_ms", (json_int_t)(now - l->acquired_at),
+                     "renew", l->renew,
+                     "renewals", (json_int_t)l->renewals);
+}
+
+json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o)
+{
+    json_t *arr = json_array();
+    const struct list *link;
+
+    list_foreach(link, &o->leases)
+        json_array_append_new(arr, lease_json(
+            list_entry(link, const struct lease, olink)));
+    return arr;
+}
 
 struct status_ctx {
-    struct session *s;      /* (ref) */
+    struct lockmgr_owner *o;    /* (ref) */
     size_t len;
     char resource[];
 };
 
+static json_t *status_holder(const struct lock_entry *e)
+{
+    const struct lease *l = e ? e->holder : NULL;
+
+    if (!l || l->gone || !l->owner)
+        return json_null();
+    return json_pack("{s:s, s:s?, s:I, s:I, s:I}",
+                     "session", l->owner->id,
+                     "name", l->owner->name[0] ? l->owner->name : NULL,
+                     "fence", (json_int_t)l->fence,
+                     "held_ms", (json_int_t)(timer_now() - l->acquired_at),
+                     "validity", (json_int_t)lease_validity(l));
+}
+
 static void status_done(void *ud, const struct redlock_node_view *v, int n)
 {
     struct status_ctx *x = ud;
-    struct lock_entry *e = entry_find(x->resource, x->len);
+    struct lock_entry *e;
     json_t *nodes = json_array();
-    json_t *holder = json_null();
+    json_t *holder;
     int present = 0;
+    size_t keylen;
 
+    enter();
+    e = entry_find(x->resource, x->len);
     for (int i = 0; i < n; i++) {
         json_t *pttl = v[i].answered ? json_integer(v[i].pttl) : json_null();
         if (v[i].answered && v[i].pttl != -2)
@@ -744,41 +973,34 @@ static void status_done(void *ud, const struct redlock_node_view *v, int n)
                               "node", v[i].name, "up", v[i].up,
                               "voting", v[i].voting, "pttl", pttl));
     }
-    if (e && e->holder && !e->holder->gone && e->holder->session) {
-        const struct lease *l = e->holder;
-        const struct session *hs = l->session;
-        holder = json_pack("{s:s, s:s?, s:I, s:I, s:I}",
-                           "session", hs->idstr,
-                           "name", hs->name[0] ? hs->name : NULL,
-                           "fence", (json_int_t)l->fence,
-                           "held_ms", (json_int_t)(timer_now() - l->acquired_at),
-                           "validity", (json_int_t)lockmgr_lease_validity(l));
-    }
-    bool held = !json_is_null(holder) || present >= pool_quorum();
-    char key[2048];
-    snprintf(key, sizeof(key), "%s%s", M.conf->locks.key_prefix, x->resource);
-    json_t *o = json_pack("{s:s, s:s, s:b, s:o, s:I, s:o}",
-                          "resource", x->resource, "key", key, "held", held,
-                          "holder", holder,
-                          "waiters", (json_int_t)(e ? e->nwait : 0),
-                          "nodes", nodes);
-    struct session *s = x->s;
+    holder = status_holder(e);
+    bool held = !json_is_null(holder) || present >= M.rl->quorum();
+    const char *key = entry_key(x->resource, x->len, &keylen);
+    struct notice *no = notice_new(N_STATUS, x->o, NULL, NULL);
+    no->json = json_pack("{s:s, s:s, s:b, s:o, s:I, s:o}",
+                         "resource", x->resource, "key", key, "held", held,
+                         "holder", holder,
+                         "waiters", (json_int_t)(e ? e->nwait : 0),
+                         "nodes", nodes);
+    owner_unref(x->o);
     free(x);
-    session_status_done(s, o);
-    session_unref(s);
+    leave();
 }
 
-void lockmgr_status(struct session *s, const char *resource, size_t len)
+void lockmgr_status(struct lockmgr_owner *o, const char *resource,
+                    size_t len)
 {
     struct status_ctx *x = mem_alloc(sizeof(*x) + len + 1);
-    char key[2048];
+    size_t keylen;
+    const char *key;
 
-    x->s = s;
-    session_ref(s);
+    enter();
+    x->o = o;
+    owner_ref(o);
     x->len = len;
     memcpy(x->resource, resource, len);
     x->resource[len] = '\0';
-    int k = snprintf(key, sizeof(key), "%s%s", M.conf->locks.key_prefix,
-                     x->resource);
-    redlock_inspect(key, (size_t)k, status_done, x);
+    key = entry_key(resource, len, &keylen);
+    M.rl->inspect(key, keylen, status_done, x);
+    leave();
 }

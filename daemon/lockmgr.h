@@ -1,17 +1,19 @@
 /*
  * lockmgr: the lock table. resource -> this daemon's holder (a lease of one
- * session) and a FIFO of waiting LOCK requests.
+ * owner) and a FIFO of waiting LOCK requests.
  *
- * It turns session requests into redlock operations and owns the lease
- * lifecycle: renewal while the session lives, EVENT LOST when a lease cannot
- * be kept, release (or lock-delay) when the session ends, and waking waiters
+ * It turns an owner's requests into redlock operations and owns the lease
+ * lifecycle: renewal while the owner lives, LOST when a lease cannot be
+ * kept, release (or lock-delay) when the owner ends, and waking waiters
  * when a resource is released here, on another daemon (Redis pub/sub) or by
  * key expiry, with a jittered retry as the fallback.
  *
- * Results go back to the session through session_*_done() calls. Every
- * session pointer held across an async operation carries a reference
- * (session_ref/unref), so a reply for a session that has gone finds it
- * marked closed, never freed.
+ * lockmgr is a leaf: it knows owners only as a struct lockmgr_owner (which
+ * the session embeds) and a table of callbacks, and Redis only through a
+ * struct redlock_ops. Answers to an owner are never made from inside a call
+ * into lockmgr's state: they are queued with a reference on the owner and
+ * delivered once lockmgr has finished what it was doing, so an owner's
+ * callback may freely call lockmgr again, or end the owner.
  */
 #ifndef REDLOCKD_LOCKMGR_H
 #define REDLOCKD_LOCKMGR_H
@@ -22,61 +24,56 @@
 
 #include <jansson.h>
 
+#include "list.h"
+#include "proto.h"
 #include "redlock.h"
-#include "timer.h"
 
 struct conf;
-struct session;
-struct lock_entry;
-
-/* One lock held by one session. Owned by lockmgr; listed in its session. */
-struct lease {
-    struct lease *s_prev, *s_next;  /* session's list of leases */
-    struct session *session;        /* NULL once detached from it */
-    struct lock_entry *entry;
-    char token[REDLOCK_TOKEN_LEN + 1];
-    uint64_t fence;
-    uint32_t ttl;                   /* current lease on Redis (ms) */
-    bool renew;
-    bool gone;                      /* released or lost: free when idle */
-    int ops;                        /* redlock ops in flight for it */
-    uint64_t acquired_at;           /* uv_now ms */
-    uint64_t valid_until;           /* uv_now ms the validity runs out */
-    uint64_t renewals;
-    struct timer timer;             /* next renewal, or expiry */
-};
+struct lease;
+struct lockreq;
+struct lockmgr_owner;
 
 enum lockmgr_lost_reason { LOST_EXPIRED, LOST_QUORUM, LOST_NODE };
 
-void lockmgr_init(const struct conf *conf);
-void lockmgr_deinit(void);
+/* What lockmgr tells an owner. Strings live only during the call. */
+struct lockmgr_grant {
+    const char *resource;
+    const char *token;
+    uint64_t fence;
+    uint32_t ttl;
+    int64_t validity;       /* ms left when the answer was made */
+};
 
-/*
- * Acquire resource for s (which must not hold it; the session checks HELD
- * and limits first). Answers later, or synchronously when every node is
- * down, through session_lock_done().
- */
-void lockmgr_lock(struct session *s, const char *resource, size_t len,
-                  uint32_t ttl, uint32_t wait, bool renew);
-/* The lease s holds on resource, or NULL. */
-struct lease *lockmgr_held(const struct session *s, const char *resource,
-                           size_t len);
-/* UNLOCK: answers through session_unlock_done(). */
-void lockmgr_unlock(struct session *s, struct lease *l);
-/* EXTEND: answers through session_extend_done(). */
-void lockmgr_extend(struct session *s, struct lease *l, uint32_t ttl);
-/* The client will not wait any longer (EOF): a LOCK of s sleeping in the
- * queue answers ERR TIMEOUT now; one talking to Redis answers after that
- * try, without sleeping again. */
-void lockmgr_cut_wait(struct session *s);
-/* The session is ending: cancel its pending LOCK and release all it holds
- * (keeping keys for lock_delay_ms when `died` and the delay is set). */
-void lockmgr_session_end(struct session *s, bool died);
-/* STATUS: answers through session_status_done(s, json). */
-void lockmgr_status(struct session *s, const char *resource, size_t len);
+struct lockmgr_owner_ops {
+    void (*ref)(struct lockmgr_owner *o);
+    void (*unref)(struct lockmgr_owner *o);
+    /* The LOCK succeeded (g) or failed (err, msg). */
+    void (*locked)(struct lockmgr_owner *o, const struct lockmgr_grant *g,
+                   enum proto_err err, const char *msg);
+    /* UNLOCK done: keys deleted on `nodes` nodes, or err (LOST). */
+    void (*unlocked)(struct lockmgr_owner *o, const char *resource,
+                     int nodes, enum proto_err err);
+    /* EXTEND done: the new lease (ttl, validity), or err. */
+    void (*extended)(struct lockmgr_owner *o, const char *resource,
+                     uint32_t ttl, int64_t validity, enum proto_err err);
+    /* A lease was lost; the owner no longer holds it. */
+    void (*lost)(struct lockmgr_owner *o, const char *resource,
+                 uint64_t fence, enum lockmgr_lost_reason why);
+    /* STATUS: the receiver owns the JSON object. */
+    void (*status)(struct lockmgr_owner *o, json_t *status);
+};
 
-/* A release notification for a Redis key (pub/sub). */
-void lockmgr_on_release(const char *key, size_t len);
+/* Embedded in whoever holds locks (a session). Fields are lockmgr's except
+ * ops, id and name, which the owner sets with lockmgr_owner_init. */
+struct lockmgr_owner {
+    const struct lockmgr_owner_ops *ops;
+    const char *id;             /* "s42": logs, STATUS (owner's storage) */
+    const char *name;           /* client name or "" (owner's storage) */
+    struct list leases;         /* held leases */
+    size_t nleases;
+    struct lockreq *pending;    /* a LOCK queued or in flight, or NULL */
+    bool ended;
+};
 
 /* lockmgr's own counters (it is a leaf: whoever reports them reads them
  * here). They only grow. */
@@ -94,12 +91,48 @@ struct lockmgr_counters {
     uint64_t wakeups_notified;      /* pub/sub or local release */
     uint64_t wakeups_retry;         /* fallback timer */
 };
-const struct lockmgr_counters *lockmgr_counters(void);
 
-const char *lockmgr_lease_resource(const struct lease *l);
-int64_t lockmgr_lease_validity(const struct lease *l);
+/* rl is the Redis side: &redlock_ops_default, or a test's fake. */
+void lockmgr_init(const struct conf *conf, const struct redlock_ops *rl);
+void lockmgr_deinit(void);
+
+void lockmgr_owner_init(struct lockmgr_owner *o,
+                        const struct lockmgr_owner_ops *ops,
+                        const char *id, const char *name);
+/* The owner is ending: cancel its pending LOCK and release all it holds
+ * (keeping keys for lock_delay_ms when `died` and the delay is set). No
+ * callback reaches o after this returns. */
+void lockmgr_owner_end(struct lockmgr_owner *o, bool died);
+
+/* Acquire resource for o, which must not hold it and have no LOCK pending
+ * (the caller checks HELD and limits first). Answers through ->locked. */
+void lockmgr_lock(struct lockmgr_owner *o, const char *resource, size_t len,
+                  uint32_t ttl, uint32_t wait, bool renew);
+/* The lease o holds on resource, or NULL. */
+struct lease *lockmgr_held(const struct lockmgr_owner *o,
+                           const char *resource, size_t len);
+/* UNLOCK: answers through ->unlocked. */
+void lockmgr_unlock(struct lockmgr_owner *o, struct lease *l);
+/* EXTEND: answers through ->extended. */
+void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl);
+/* The client will not wait any longer (EOF): a LOCK of o sleeping in the
+ * queue answers ERR TIMEOUT now; one talking to Redis answers after that
+ * try, without sleeping again. */
+void lockmgr_cut_wait(struct lockmgr_owner *o);
+/* STATUS: answers through ->status. */
+void lockmgr_status(struct lockmgr_owner *o, const char *resource,
+                    size_t len);
+/* LOCKS: o's leases as a JSON array (caller owns it). */
+json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o);
+
+/* A release notification for a Redis key (pub/sub). */
+void lockmgr_on_release(const char *key, size_t len);
+
 const char *lockmgr_lost_reason_name(enum lockmgr_lost_reason r);
+const struct lockmgr_counters *lockmgr_counters(void);
 size_t lockmgr_held_count(void);
 size_t lockmgr_waiter_count(void);
+/* Operations in flight or answers not yet delivered (shutdown waits). */
+bool lockmgr_busy(void);
 
 #endif

@@ -174,7 +174,7 @@ static int run(void)
     timer_sys_init(&D.loop);
     stats_init();
     redlock_init(&D.conf);
-    lockmgr_init(&D.conf);
+    lockmgr_init(&D.conf, &redlock_ops_default);
     uv_signal_init(&D.loop, &D.sigint);
     uv_signal_init(&D.loop, &D.sigterm);
     uv_signal_start(&D.sigint, on_signal, SIGINT);

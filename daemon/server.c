@@ -18,6 +18,7 @@
 #endif
 
 #include "conf.h"
+#include "conn.h"
 #include "log.h"
 #include "mem.h"
 #include "session.h"
@@ -120,14 +121,9 @@ static void peer_describe(struct session *s, bool is_unix)
 static void session_reject(struct session *s, enum proto_err code,
                            const char *msg, const char *why)
 {
-    struct sbuf b = SBUF_INIT;
-
     stats.connections_rejected++;
-    proto_format_err(&b, code, msg);
-    conn_send_buf(s, &b);
-    sbuf_deinit(&b);
-    s->quit = true;
-    s->close_after_write = true;
+    conn_err(s, code, msg);
+    conn_close_after_reply(s, why, false);
     conn_flush(s);
     log_info("%s rejected (%s): %s", s->idstr, s->peer, why);
 }
@@ -142,7 +138,7 @@ static void on_connection(uv_stream_t *ls, int status)
         return;
     }
     size_t active = session_count();
-    struct session *s = session_create(c);
+    struct session *s = session_create();
     int rc = l->is_unix ? uv_pipe_init(server.loop, &s->h.pipe, 0)
                         : uv_tcp_init(server.loop, &s->h.tcp);
     if (rc != 0) {

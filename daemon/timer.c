@@ -9,7 +9,8 @@
 #include <stdlib.h>
 
 static struct {
-    uv_loop_t *loop;
+    uv_loop_t *loop;        /* NULL on the manual clock */
+    uint64_t manual_now;
     uv_timer_t handle;
     struct timer **heap;
     size_t len, cap;
@@ -25,9 +26,17 @@ int timer_sys_init(uv_loop_t *loop)
     return uv_timer_init(loop, &ts.handle);
 }
 
+void timer_sys_init_manual(uint64_t now)
+{
+    ts.loop = NULL;
+    ts.manual_now = now;
+    ts.len = 0;
+}
+
 void timer_sys_deinit(void)
 {
-    uv_close((uv_handle_t *)&ts.handle, NULL);
+    if (ts.loop)
+        uv_close((uv_handle_t *)&ts.handle, NULL);
     free(ts.heap);
     ts.heap = NULL;
     ts.len = ts.cap = 0;
@@ -35,7 +44,12 @@ void timer_sys_deinit(void)
 
 uint64_t timer_now(void)
 {
-    return uv_now(ts.loop);
+    return ts.loop ? uv_now(ts.loop) : ts.manual_now;
+}
+
+size_t timer_count(void)
+{
+    return ts.len;
 }
 
 void timer_init(struct timer *t, timer_cb cb, void *data)
@@ -87,13 +101,13 @@ static void heap_down(size_t i)
 
 static void timer_rearm(void)
 {
-    if (ts.running)
+    if (ts.running || !ts.loop)
         return;
     if (ts.len == 0) {
         uv_timer_stop(&ts.handle);
         return;
     }
-    uint64_t now = uv_now(ts.loop), due = ts.heap[0]->due;
+    uint64_t now = timer_now(), due = ts.heap[0]->due;
     uv_timer_start(&ts.handle, timer_fire, due > now ? due - now : 0, 0);
 }
 
@@ -142,20 +156,33 @@ void timer_start_at(struct timer *t, uint64_t due)
 
 void timer_start(struct timer *t, uint64_t ms)
 {
-    timer_start_at(t, uv_now(ts.loop) + ms);
+    timer_start_at(t, timer_now() + ms);
+}
+
+/* Fire every timer due at or before `now`, earliest first. */
+static void timer_run(uint64_t now)
+{
+    ts.running = 1;
+    while (ts.len > 0 && ts.heap[0]->due <= now) {
+        struct timer *t = ts.heap[0];
+        heap_remove(0);
+        if (!ts.loop && t->due > ts.manual_now)
+            ts.manual_now = t->due;
+        t->cb(t);       /* may start or stop any timer, or free t */
+    }
+    ts.running = 0;
+    timer_rearm();
 }
 
 static void timer_fire(uv_timer_t *h)
 {
     (void)h;
-    uint64_t now = uv_now(ts.loop);
+    timer_run(uv_now(ts.loop));
+}
 
-    ts.running = 1;
-    while (ts.len > 0 && ts.heap[0]->due <= now) {
-        struct timer *t = ts.heap[0];
-        heap_remove(0);
-        t->cb(t);       /* may start or stop any timer, or free t */
-    }
-    ts.running = 0;
-    timer_rearm();
+void timer_advance(uint64_t ms)
+{
+    uint64_t until = ts.manual_now + ms;
+    timer_run(until);
+    ts.manual_now = until;
 }
