@@ -1,0 +1,1062 @@
+/*
+ * Unit tests for daemon/lockmgr.c: the lock table, FIFO wait queues,
+ * renewal scheduling, EXTEND, LOST, lock-delay and the end of an owner,
+ * with the races between them.
+ *
+ * No sockets and no Redis: lockmgr runs against a fake redlock (every
+ * operation is recorded and answered by the test, in any order, with any
+ * result) and the timer's manual clock. The build links only lockmgr and
+ * the leaves below it, which is itself the test that lockmgr is a leaf.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf.h"
+#include "lockmgr.h"
+#include "log.h"
+#include "timer.h"
+
+/* ---- the fake redlock --------------------------------------------------- */
+
+enum fop { F_ACQUIRE, F_RELEASE, F_EXTEND, F_INSPECT };
+
+struct fcall {
+    enum fop op;
+    char key[256];
+    char token[REDLOCK_TOKEN_LEN + 1];
+    uint32_t ttl;
+    redlock_cb cb;
+    redlock_inspect_cb icb;
+    void *ud;
+    bool done;
+};
+
+#define MAX_CALLS 256
+static struct fcall calls[MAX_CALLS];
+static int ncalls;
+static unsigned token_seq;
+static bool token_fails;
+
+static struct fcall *record(enum fop op, const char *key, size_t keylen,
+                            const char *token, uint32_t ttl)
+{
+    ck_assert_int_lt(ncalls, MAX_CALLS);
+    struct fcall *c = &calls[ncalls++];
+    memset(c, 0, sizeof(*c));
+    c->op = op;
+    snprintf(c->key, sizeof(c->key), "%.*s", (int)keylen, key);
+    if (token)
+        snprintf(c->token, sizeof(c->token), "%s", token);
+    c->ttl = ttl;
+    return c;
+}
+
+static void f_acquire(const char *key, size_t keylen, const char *token,
+                      uint32_t ttl, redlock_cb cb, void *ud)
+{
+    struct fcall *c = record(F_ACQUIRE, key, keylen, token, ttl);
+    c->cb = cb;
+    c->ud = ud;
+}
+
+static void f_release(const char *key, size_t keylen, const char *token,
+                      redlock_cb cb, void *ud)
+{
+    struct fcall *c = record(F_RELEASE, key, keylen, token, 0);
+    c->cb = cb;
+    c->ud = ud;
+}
+
+static void f_extend(const char *key, size_t keylen, const char *token,
+                     uint32_t ttl, redlock_cb cb, void *ud)
+{
+    struct fcall *c = record(F_EXTEND, key, keylen, token, ttl);
+    c->cb = cb;
+    c->ud = ud;
+}
+
+static void f_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
+                      void *ud)
+{
+    struct fcall *c = record(F_INSPECT, key, keylen, NULL, 0);
+    c->icb = cb;
+    c->ud = ud;
+}
+
+static int f_token(char out[REDLOCK_TOKEN_LEN + 1])
+{
+    if (token_fails)
+        return -1;
+    snprintf(out, REDLOCK_TOKEN_LEN + 1, "%032x", ++token_seq);
+    return 0;
+}
+
+static int f_nnodes(void) { return 3; }
+static int f_quorum(void) { return 2; }
+
+static const struct redlock_ops fake_ops = {
+    .acquire = f_acquire, .release = f_release, .extend = f_extend,
+    .inspect = f_inspect, .token = f_token, .nnodes = f_nnodes,
+    .quorum = f_quorum,
+};
+
+/* The index of the only unanswered call of kind op on key, asserted. */
+static int pending(enum fop op, const char *key)
+{
+    int found = -1;
+    for (int i = 0; i < ncalls; i++) {
+        if (calls[i].done || calls[i].op != op || strcmp(calls[i].key, key))
+            continue;
+        ck_assert_msg(found < 0, "two open calls of kind %d on %s", op, key);
+        found = i;
+    }
+    ck_assert_msg(found >= 0, "no open call of kind %d on %s", op, key);
+    return found;
+}
+
+static int count_open(enum fop op, const char *key)
+{
+    int n = 0;
+    for (int i = 0; i < ncalls; i++)
+        n += !calls[i].done && calls[i].op == op && !strcmp(calls[i].key, key);
+    return n;
+}
+
+static void answer(int i, const struct redlock_result *res)
+{
+    ck_assert(!calls[i].done);
+    calls[i].done = true;
+    if (calls[i].cb)
+        calls[i].cb(calls[i].ud, res);
+}
+
+static void answer_ok(int i, uint64_t fence, int64_t validity)
+{
+    struct redlock_result r = { .status = REDLOCK_OK, .ok = 3,
+                                .fence = fence, .validity = validity,
+                                .deleted = 3 };
+    answer(i, &r);
+}
+
+static void answer_busy(int i, int64_t pttl)
+{
+    struct redlock_result r = { .status = REDLOCK_BUSY, .busy = 3,
+                                .pttl = pttl };
+    answer(i, &r);
+}
+
+static void answer_unavailable(int i)
+{
+    struct redlock_result r = { .status = REDLOCK_UNAVAILABLE, .ok = 1,
+                                .failed = 2, .pttl = -1 };
+    answer(i, &r);
+}
+
+static void answer_lost(int i)
+{
+    struct redlock_result r = { .status = REDLOCK_LOST, .busy = 3 };
+    answer(i, &r);
+}
+
+static void answer_released(int i, int deleted, int busy)
+{
+    struct redlock_result r = { .status = REDLOCK_OK, .deleted = deleted,
+                                .busy = busy };
+    answer(i, &r);
+}
+
+/* ---- a fake owner -------------------------------------------------------- */
+
+struct fowner {
+    struct lockmgr_owner o;
+    char id[16];
+    char name[16];
+    int refs;
+    int nlocked, nfailed, nunlocked, nextended, nlost, nstatus;
+    enum proto_err err;
+    uint64_t fence;
+    int64_t validity;
+    uint32_t ttl;
+    int nodes;
+    enum lockmgr_lost_reason why;
+    json_t *status;
+    /* Called from inside the ->locked callback, to test re-entry. */
+    void (*on_locked)(struct fowner *f);
+};
+
+static struct fowner *fo(struct lockmgr_owner *o)
+{
+    return container_of(o, struct fowner, o);
+}
+
+static void o_ref(struct lockmgr_owner *o) { fo(o)->refs++; }
+static void o_unref(struct lockmgr_owner *o)
+{
+    ck_assert_int_gt(fo(o)->refs, 0);
+    fo(o)->refs--;
+}
+
+static void o_locked(struct lockmgr_owner *o, const struct lockmgr_grant *g,
+                     enum proto_err err, const char *msg)
+{
+    struct fowner *f = fo(o);
+    (void)msg;
+    if (g) {
+        f->nlocked++;
+        f->fence = g->fence;
+        f->validity = g->validity;
+        f->ttl = g->ttl;
+        f->err = PROTO_ERR_NONE;
+        ck_assert_int_eq(strlen(g->token), REDLOCK_TOKEN_LEN);
+    } else {
+        f->nfailed++;
+        f->err = err;
+    }
+    if (f->on_locked)
+        f->on_locked(f);
+}
+
+static void o_unlocked(struct lockmgr_owner *o, const char *resource,
+                       int nodes, enum proto_err err)
+{
+    (void)resource;
+    fo(o)->nunlocked++;
+    fo(o)->nodes = nodes;
+    fo(o)->err = err;
+}
+
+static void o_extended(struct lockmgr_owner *o, const char *resource,
+                       uint32_t ttl, int64_t validity, enum proto_err err)
+{
+    (void)resource;
+    fo(o)->nextended++;
+    fo(o)->ttl = ttl;
+    fo(o)->validity = validity;
+    fo(o)->err = err;
+}
+
+static void o_lost(struct lockmgr_owner *o, const char *resource,
+                   uint64_t fence, enum lockmgr_lost_reason why)
+{
+    (void)resource;
+    fo(o)->nlost++;
+    fo(o)->fence = fence;
+    fo(o)->why = why;
+}
+
+static void o_status(struct lockmgr_owner *o, json_t *status)
+{
+    fo(o)->nstatus++;
+    json_decref(fo(o)->status);
+    fo(o)->status = status;
+}
+
+static const struct lockmgr_owner_ops owner_ops = {
+    .ref = o_ref, .unref = o_unref, .locked = o_locked,
+    .unlocked = o_unlocked, .extended = o_extended, .lost = o_lost,
+    .status = o_status,
+};
+
+static struct fowner A, B, C;
+static struct conf conf;
+
+static void owner_setup(struct fowner *f, const char *id)
+{
+    json_decref(f->status);
+    memset(f, 0, sizeof(*f));
+    snprintf(f->id, sizeof(f->id), "%s", id);
+    lockmgr_owner_init(&f->o, &owner_ops, f->id, f->name);
+}
+
+static void setup(void)
+{
+    log_init(LOG_LEVEL_ERROR);
+    timer_sys_init_manual(1000000);
+    conf_init(&conf);
+    ncalls = 0;
+    token_seq = 0;
+    token_fails = false;
+    lockmgr_init(&conf, &fake_ops);
+    owner_setup(&A, "s1");
+    owner_setup(&B, "s2");
+    owner_setup(&C, "s3");
+}
+
+static void teardown(void)
+{
+    lockmgr_deinit();
+    conf_deinit(&conf);
+    timer_sys_deinit();
+    json_decref(A.status);
+    json_decref(B.status);
+    json_decref(C.status);
+    A.status = B.status = C.status = NULL;
+}
+
+#define R(s) (s), strlen(s)
+
+static struct lease *held(struct fowner *f, const char *res)
+{
+    return lockmgr_held(&f->o, R(res));
+}
+
+/* f holds res with the given ttl (renewing), fence, asserted. */
+static void take(struct fowner *f, const char *res, uint32_t ttl,
+                 uint64_t fence)
+{
+    int before = f->nlocked;
+    lockmgr_lock(&f->o, R(res), ttl, 0, true);
+    char key[256];
+    snprintf(key, sizeof(key), "lock:%s", res);
+    answer_ok(pending(F_ACQUIRE, key), fence, ttl - 100);
+    ck_assert_int_eq(f->nlocked, before + 1);
+    ck_assert_ptr_nonnull(held(f, res));
+}
+
+/* Let f's owner end and every release it started complete. */
+static void end_and_release(struct fowner *f, const char *key)
+{
+    lockmgr_owner_end(&f->o, false);
+    while (count_open(F_RELEASE, key))
+        answer_released(pending(F_RELEASE, key), 3, 0);
+}
+
+/* ---- the lock table ------------------------------------------------------ */
+
+START_TEST(test_lock_uncontended)
+{
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
+    ck_assert_int_eq(A.nlocked, 0);         /* never answered inline */
+    int i = pending(F_ACQUIRE, "lock:r");
+    ck_assert_int_eq(calls[i].ttl, 30000);
+    ck_assert_ptr_eq(A.o.pending, calls[i].ud);
+    answer_ok(i, 17, 29000);
+    ck_assert_int_eq(A.nlocked, 1);
+    ck_assert_int_eq(A.fence, 17);
+    ck_assert_int_eq(A.validity, 29000);
+    ck_assert_ptr_null(A.o.pending);
+    ck_assert_uint_eq(A.o.nleases, 1);
+    ck_assert_uint_eq(lockmgr_held_count(), 1);
+    ck_assert_ptr_nonnull(held(&A, "r"));
+    ck_assert_ptr_null(held(&B, "r"));
+    ck_assert_int_eq(A.refs, 0);            /* no reference left behind */
+    ck_assert_uint_eq(lockmgr_counters()->acquire_ok, 1);
+
+    lockmgr_unlock(&A.o, held(&A, "r"));
+    ck_assert_uint_eq(A.o.nleases, 0);
+    ck_assert_int_eq(A.nunlocked, 0);
+    answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
+    ck_assert_int_eq(A.nunlocked, 1);
+    ck_assert_int_eq(A.nodes, 3);
+    ck_assert_int_eq(A.err, PROTO_ERR_NONE);
+    ck_assert_uint_eq(lockmgr_held_count(), 0);
+    ck_assert_int_eq(A.refs, 0);
+    ck_assert_uint_eq(timer_count(), 0);    /* the lease's timer is gone */
+}
+END_TEST
+
+START_TEST(test_busy_and_unavailable)
+{
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
+    answer_busy(pending(F_ACQUIRE, "lock:r"), 500);
+    ck_assert_int_eq(A.nfailed, 1);
+    ck_assert_int_eq(A.err, PROTO_ERR_BUSY);
+    ck_assert_uint_eq(lockmgr_waiter_count(), 0);
+
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
+    answer_unavailable(pending(F_ACQUIRE, "lock:r"));
+    ck_assert_int_eq(A.nfailed, 2);
+    ck_assert_int_eq(A.err, PROTO_ERR_UNAVAILABLE);
+    ck_assert_int_eq(A.refs, 0);
+    ck_assert_uint_eq(lockmgr_counters()->acquire_busy, 1);
+    ck_assert_uint_eq(lockmgr_counters()->acquire_unavailable, 1);
+    ck_assert_uint_eq(timer_count(), 0);
+}
+END_TEST
+
+START_TEST(test_unlock_lost_when_no_node_had_it)
+{
+    take(&A, "r", 30000, 1);
+    lockmgr_unlock(&A.o, held(&A, "r"));
+    answer_released(pending(F_RELEASE, "lock:r"), 0, 3);
+    ck_assert_int_eq(A.nunlocked, 1);
+    ck_assert_int_eq(A.err, PROTO_ERR_LOST);
+}
+END_TEST
+
+START_TEST(test_fifo_queue)
+{
+    take(&A, "r", 30000, 1);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&C.o, R("r"), 30000, 5000, true);
+    /* Held here: nobody asks Redis while the holder lives. */
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+    ck_assert_uint_eq(lockmgr_waiter_count(), 2);
+
+    lockmgr_unlock(&A.o, held(&A, "r"));
+    /* Not before the holder's keys are gone. */
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+    answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
+    /* The head, and only the head, tries. */
+    int i = pending(F_ACQUIRE, "lock:r");
+    ck_assert_ptr_eq(calls[i].ud, B.o.pending);
+    answer_ok(i, 2, 29000);
+    ck_assert_int_eq(B.nlocked, 1);
+    ck_assert_int_eq(C.nlocked, 0);
+    ck_assert_uint_eq(lockmgr_waiter_count(), 1);
+
+    lockmgr_unlock(&B.o, held(&B, "r"));
+    answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
+    i = pending(F_ACQUIRE, "lock:r");
+    ck_assert_ptr_eq(calls[i].ud, C.o.pending);
+    answer_ok(i, 3, 29000);
+    ck_assert_int_eq(C.nlocked, 1);
+    ck_assert_int_eq(C.fence, 3);
+    ck_assert_uint_eq(lockmgr_counters()->wakeups_notified, 2);
+}
+END_TEST
+
+START_TEST(test_wait_zero_behind_holder_is_busy)
+{
+    take(&A, "r", 30000, 1);
+    lockmgr_lock(&B.o, R("r"), 30000, 0, true);
+    ck_assert_int_eq(B.nfailed, 1);
+    ck_assert_int_eq(B.err, PROTO_ERR_BUSY);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+}
+END_TEST
+
+START_TEST(test_wait_zero_during_release_waits_for_it)
+{
+    take(&A, "r", 30000, 1);
+    lockmgr_unlock(&A.o, held(&A, "r"));
+    lockmgr_lock(&B.o, R("r"), 30000, 0, true);
+    ck_assert_int_eq(B.nfailed, 0);         /* no stale BUSY */
+    answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
+    answer_ok(pending(F_ACQUIRE, "lock:r"), 2, 29000);
+    ck_assert_int_eq(B.nlocked, 1);
+}
+END_TEST
+
+START_TEST(test_wait_times_out)
+{
+    take(&A, "r", 30000, 1);
+    lockmgr_lock(&B.o, R("r"), 30000, 1000, true);
+    timer_advance(999);
+    ck_assert_int_eq(B.nfailed, 0);
+    timer_advance(1);
+    ck_assert_int_eq(B.nfailed, 1);
+    ck_assert_int_eq(B.err, PROTO_ERR_TIMEOUT);
+    ck_assert_int_eq(B.refs, 0);
+    ck_assert_uint_eq(lockmgr_waiter_count(), 0);
+}
+END_TEST
+
+START_TEST(test_wait_retries_after_busy_elsewhere)
+{
+    /* Held by another daemon: the head sleeps until the key's PTTL (or a
+     * jittered retry), then asks again. */
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    answer_busy(pending(F_ACQUIRE, "lock:r"), 200);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+    timer_advance(200);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+    timer_advance(1);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);
+    ck_assert_uint_eq(lockmgr_counters()->wakeups_retry, 1);
+    answer_ok(pending(F_ACQUIRE, "lock:r"), 9, 29000);
+    ck_assert_int_eq(A.nlocked, 1);
+}
+END_TEST
+
+START_TEST(test_release_notification_wakes_sleeper)
+{
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    answer_busy(pending(F_ACQUIRE, "lock:r"), 20000);
+    lockmgr_on_release(R("lock:other"));
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+    lockmgr_on_release(R("lock:r"));
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);
+    ck_assert_uint_eq(lockmgr_counters()->wakeups_notified, 1);
+}
+END_TEST
+
+START_TEST(test_notification_during_attempt_retries_at_once)
+{
+    /* Race: the head is talking to Redis when the holder elsewhere
+     * releases. Its BUSY answer is stale: it asks again without sleeping. */
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    int i = pending(F_ACQUIRE, "lock:r");
+    lockmgr_on_release(R("lock:r"));
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);   /* not twice */
+    answer_busy(i, 20000);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);   /* at once */
+    answer_ok(pending(F_ACQUIRE, "lock:r"), 4, 29000);
+    ck_assert_int_eq(A.nlocked, 1);
+}
+END_TEST
+
+START_TEST(test_woken_waiter_while_head_attempts)
+{
+    /* Race: a local release kicks the queue while the head's attempt is
+     * in flight: no second attempt, and the head's answer decides. */
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    int i = pending(F_ACQUIRE, "lock:r");
+    lockmgr_on_release(R("lock:r"));
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);
+    answer_ok(i, 5, 29000);
+    ck_assert_int_eq(A.nlocked, 1);
+    ck_assert_int_eq(B.nlocked + B.nfailed, 0);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+}
+END_TEST
+
+START_TEST(test_cut_wait)
+{
+    take(&A, "r", 30000, 1);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    lockmgr_cut_wait(&B.o);
+    ck_assert_int_eq(B.nfailed, 1);
+    ck_assert_int_eq(B.err, PROTO_ERR_TIMEOUT);
+    ck_assert_uint_eq(lockmgr_waiter_count(), 0);
+}
+END_TEST
+
+START_TEST(test_cut_wait_during_attempt)
+{
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    int i = pending(F_ACQUIRE, "lock:r");
+    lockmgr_cut_wait(&A.o);
+    ck_assert_int_eq(A.nfailed, 0);         /* answers after that try */
+    answer_busy(i, 20000);
+    ck_assert_int_eq(A.nfailed, 1);
+    ck_assert_int_eq(A.err, PROTO_ERR_BUSY);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);   /* no sleep */
+}
+END_TEST
+
+START_TEST(test_no_random_source)
+{
+    token_fails = true;
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
+    ck_assert_int_eq(A.nfailed, 0);         /* from the timer, not inline */
+    timer_advance(0);
+    ck_assert_int_eq(A.nfailed, 1);
+    ck_assert_int_eq(A.err, PROTO_ERR_UNAVAILABLE);
+    ck_assert_int_eq(ncalls, 0);
+}
+END_TEST
+
+/* ---- leases: renewal, expiry, EXTEND, LOST -------------------------------- */
+
+START_TEST(test_renewal_schedule)
+{
+    take(&A, "r", 3000, 1);
+    timer_advance(999);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 0);
+    timer_advance(1);                       /* every ttl/3 */
+    int i = pending(F_EXTEND, "lock:r");
+    ck_assert_int_eq(calls[i].ttl, 3000);
+    answer_ok(i, 0, 2900);
+    timer_advance(999);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 0);
+    timer_advance(1);
+    answer_ok(pending(F_EXTEND, "lock:r"), 0, 2900);
+    ck_assert_int_eq(A.nlost, 0);
+    ck_assert_uint_eq(lockmgr_counters()->renewals, 2);
+}
+END_TEST
+
+START_TEST(test_renew0_expires)
+{
+    lockmgr_lock(&A.o, R("r"), 3000, 0, false);
+    answer_ok(pending(F_ACQUIRE, "lock:r"), 7, 2950);
+    timer_advance(2949);
+    ck_assert_int_eq(A.nlost, 0);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 0);   /* no renewal */
+    timer_advance(1);
+    ck_assert_int_eq(A.nlost, 1);
+    ck_assert_int_eq(A.why, LOST_EXPIRED);
+    ck_assert_int_eq(A.fence, 7);
+    ck_assert_ptr_null(held(&A, "r"));
+    ck_assert_uint_eq(A.o.nleases, 0);
+}
+END_TEST
+
+START_TEST(test_renewal_lost_on_nodes)
+{
+    take(&A, "r", 3000, 1);
+    timer_advance(1000);
+    answer_lost(pending(F_EXTEND, "lock:r"));
+    ck_assert_int_eq(A.nlost, 1);
+    ck_assert_int_eq(A.why, LOST_NODE);
+    ck_assert_ptr_null(held(&A, "r"));
+}
+END_TEST
+
+START_TEST(test_renewal_retries_then_lost)
+{
+    take(&A, "r", 3000, 1);                 /* validity 2900 */
+    timer_advance(1000);
+    answer_unavailable(pending(F_EXTEND, "lock:r"));
+    ck_assert_int_eq(A.nlost, 0);
+    /* Retried every ttl/10 (300 ms) while validity lasts. */
+    timer_advance(299);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 0);
+    timer_advance(1);
+    answer_unavailable(pending(F_EXTEND, "lock:r"));
+    for (int k = 0; k < 20 && A.nlost == 0; k++) {
+        timer_advance(300);
+        if (count_open(F_EXTEND, "lock:r"))
+            answer_unavailable(pending(F_EXTEND, "lock:r"));
+    }
+    ck_assert_int_eq(A.nlost, 1);
+    ck_assert_int_eq(A.why, LOST_QUORUM);
+    ck_assert_uint_ge(lockmgr_counters()->renewal_failures, 2);
+}
+END_TEST
+
+START_TEST(test_extend)
+{
+    take(&A, "r", 3000, 1);
+    lockmgr_extend(&A.o, held(&A, "r"), 9000);
+    int i = pending(F_EXTEND, "lock:r");
+    ck_assert_int_eq(calls[i].ttl, 9000);
+    answer_ok(i, 0, 8800);
+    ck_assert_int_eq(A.nextended, 1);
+    ck_assert_int_eq(A.err, PROTO_ERR_NONE);
+    ck_assert_int_eq(A.ttl, 9000);
+    ck_assert_int_eq(A.validity, 8800);
+    /* The new ttl is the renewal lease now: next renewal at 9000/3. */
+    timer_advance(2999);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 0);
+    timer_advance(1);
+    ck_assert_int_eq(calls[pending(F_EXTEND, "lock:r")].ttl, 9000);
+}
+END_TEST
+
+START_TEST(test_extend_lost_and_unavailable)
+{
+    take(&A, "r", 3000, 1);
+    lockmgr_extend(&A.o, held(&A, "r"), 9000);
+    answer_unavailable(pending(F_EXTEND, "lock:r"));
+    ck_assert_int_eq(A.nextended, 1);
+    ck_assert_int_eq(A.err, PROTO_ERR_UNAVAILABLE);
+    ck_assert_ptr_nonnull(held(&A, "r"));
+
+    lockmgr_extend(&A.o, held(&A, "r"), 9000);
+    answer_lost(pending(F_EXTEND, "lock:r"));
+    ck_assert_int_eq(A.nextended, 2);
+    ck_assert_int_eq(A.err, PROTO_ERR_LOST);
+    ck_assert_ptr_null(held(&A, "r"));
+}
+END_TEST
+
+START_TEST(test_extend_while_renewal_in_flight)
+{
+    /* Race: EXTEND arrives while a renewal of the same lease is out. Both
+     * answers arrive; the lease stays held and consistent, and the client
+     * hears exactly one answer. */
+    take(&A, "r", 3000, 1);
+    timer_advance(1000);
+    int renewal = pending(F_EXTEND, "lock:r");
+    lockmgr_extend(&A.o, held(&A, "r"), 9000);
+    ck_assert_int_ge(ncalls, 3);
+    int ext = ncalls - 1;
+    ck_assert_int_eq(calls[ext].ttl, 9000);
+    answer_ok(ext, 0, 8800);
+    answer_ok(renewal, 0, 2900);
+    ck_assert_int_eq(A.nextended, 1);
+    ck_assert_int_eq(A.nlost, 0);
+    ck_assert_ptr_nonnull(held(&A, "r"));
+    ck_assert_int_eq(A.refs, 0);
+}
+END_TEST
+
+START_TEST(test_renewal_reply_after_lost)
+{
+    /* Race: the lease is lost (an EXTEND finds it gone) while a renewal
+     * is in flight; the renewal's late OK must not revive it. */
+    take(&A, "r", 3000, 1);
+    timer_advance(1000);
+    int renewal = pending(F_EXTEND, "lock:r");
+    lockmgr_extend(&A.o, held(&A, "r"), 9000);
+    answer_lost(ncalls - 1);
+    ck_assert_ptr_null(held(&A, "r"));
+    answer_ok(renewal, 0, 2900);
+    ck_assert_ptr_null(held(&A, "r"));
+    ck_assert_uint_eq(A.o.nleases, 0);
+    ck_assert_uint_eq(lockmgr_held_count(), 0);
+    answer_released(pending(F_RELEASE, "lock:r"), 2, 0);
+    timer_advance(100000);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 0);
+    ck_assert_uint_eq(timer_count(), 0);
+}
+END_TEST
+
+/* ---- the end of an owner ------------------------------------------------- */
+
+START_TEST(test_end_releases_everything)
+{
+    take(&A, "r1", 30000, 1);
+    take(&A, "r2", 30000, 1);
+    lockmgr_owner_end(&A.o, false);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:r1"), 1);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:r2"), 1);
+    ck_assert_uint_eq(lockmgr_held_count(), 0);
+    answer_released(pending(F_RELEASE, "lock:r1"), 3, 0);
+    answer_released(pending(F_RELEASE, "lock:r2"), 3, 0);
+    ck_assert_int_eq(A.nunlocked, 0);       /* nobody asked */
+    ck_assert_int_eq(A.refs, 0);
+}
+END_TEST
+
+START_TEST(test_lock_delay_on_drop)
+{
+    conf.locks.lock_delay_ms = 5000;
+    take(&A, "r", 30000, 1);
+    lockmgr_owner_end(&A.o, true);          /* a drop: keep the key */
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:r"), 0);
+    int i = pending(F_EXTEND, "lock:r");
+    ck_assert_int_eq(calls[i].ttl, 5000);
+    answer_ok(i, 0, 4900);
+
+    take(&B, "q", 30000, 2);
+    lockmgr_owner_end(&B.o, false);         /* QUIT: no delay */
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:q"), 1);
+}
+END_TEST
+
+START_TEST(test_end_during_acquisition)
+{
+    /* Race: the owner ends while its acquisition is in flight. The grant
+     * that arrives later is given back; the owner hears nothing. */
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    int i = pending(F_ACQUIRE, "lock:r");
+    char token[REDLOCK_TOKEN_LEN + 1];
+    snprintf(token, sizeof(token), "%s", calls[i].token);
+    lockmgr_owner_end(&A.o, false);
+    ck_assert_int_eq(A.refs, 0);
+    answer_ok(i, 3, 29000);
+    ck_assert_int_eq(A.nlocked + A.nfailed, 0);
+    int r = pending(F_RELEASE, "lock:r");
+    ck_assert_str_eq(calls[r].token, token);
+    ck_assert_uint_eq(lockmgr_held_count(), 0);
+    ck_assert_uint_eq(lockmgr_waiter_count(), 0);
+}
+END_TEST
+
+START_TEST(test_end_of_waiter_passes_the_turn)
+{
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    answer_busy(pending(F_ACQUIRE, "lock:r"), 20000);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    lockmgr_owner_end(&A.o, false);         /* the sleeping head leaves */
+    int i = pending(F_ACQUIRE, "lock:r");
+    ck_assert_ptr_eq(calls[i].ud, B.o.pending);
+    ck_assert_uint_eq(lockmgr_waiter_count(), 1);
+}
+END_TEST
+
+/* ---- re-entry from an owner's callback ----------------------------------- */
+
+static void lock_another(struct fowner *f)
+{
+    f->on_locked = NULL;
+    lockmgr_lock(&f->o, R("second"), 30000, 0, true);
+}
+
+static void end_self(struct fowner *f)
+{
+    f->on_locked = NULL;
+    lockmgr_owner_end(&f->o, false);
+}
+
+START_TEST(test_callback_may_call_back_in)
+{
+    A.on_locked = lock_another;
+    lockmgr_lock(&A.o, R("first"), 30000, 0, true);
+    answer_ok(pending(F_ACQUIRE, "lock:first"), 1, 29000);
+    ck_assert_int_eq(A.nlocked, 1);
+    answer_ok(pending(F_ACQUIRE, "lock:second"), 1, 29000);
+    ck_assert_int_eq(A.nlocked, 2);
+    ck_assert_uint_eq(A.o.nleases, 2);
+}
+END_TEST
+
+START_TEST(test_callback_may_end_owner)
+{
+    /* B ends itself from its grant callback, while the queue behind it
+     * (C) is being served: nothing is used after it is freed. */
+    take(&A, "r", 30000, 1);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&C.o, R("r"), 30000, 5000, true);
+    B.on_locked = end_self;
+    lockmgr_unlock(&A.o, held(&A, "r"));
+    answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
+    answer_ok(pending(F_ACQUIRE, "lock:r"), 2, 29000);
+    ck_assert_int_eq(B.nlocked, 1);
+    ck_assert_ptr_null(held(&B, "r"));
+    answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
+    int i = pending(F_ACQUIRE, "lock:r");
+    ck_assert_ptr_eq(calls[i].ud, C.o.pending);
+    ck_assert_int_eq(B.refs, 0);
+}
+END_TEST
+
+START_TEST(test_no_answer_after_end)
+{
+    take(&A, "r", 30000, 1);
+    lockmgr_unlock(&A.o, held(&A, "r"));
+    lockmgr_owner_end(&A.o, false);
+    answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
+    ck_assert_int_eq(A.nunlocked, 0);
+    ck_assert_int_eq(A.refs, 0);
+}
+END_TEST
+
+/* ---- inspection ----------------------------------------------------------- */
+
+START_TEST(test_status_and_leases_json)
+{
+    snprintf(A.name, sizeof(A.name), "billing");
+    take(&A, "r", 30000, 17);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    lockmgr_status(&C.o, R("r"));
+    int i = pending(F_INSPECT, "lock:r");
+    struct redlock_node_view v[3] = {
+        { "n1", true, true, true, 29000 },
+        { "n2", true, true, true, 29000 },
+        { "n3", false, false, false, -2 },
+    };
+    calls[i].done = true;
+    calls[i].icb(calls[i].ud, v, 3);
+    ck_assert_int_eq(C.nstatus, 1);
+    json_t *st = C.status;
+    ck_assert(json_is_true(json_object_get(st, "held")));
+    ck_assert_int_eq(json_integer_value(json_object_get(st, "waiters")), 1);
+    json_t *h = json_object_get(st, "holder");
+    ck_assert_str_eq(json_string_value(json_object_get(h, "session")), "s1");
+    ck_assert_str_eq(json_string_value(json_object_get(h, "name")), "billing");
+    ck_assert_int_eq(json_integer_value(json_object_get(h, "fence")), 17);
+    ck_assert_str_eq(json_string_value(json_object_get(st, "key")), "lock:r");
+    json_t *nodes = json_object_get(st, "nodes");
+    ck_assert_uint_eq(json_array_size(nodes), 3);
+    ck_assert(json_is_null(json_object_get(json_array_get(nodes, 2), "pttl")));
+    ck_assert_int_eq(C.refs, 0);
+
+    json_t *arr = lockmgr_owner_leases_json(&A.o);
+    ck_assert_uint_eq(json_array_size(arr), 1);
+    json_t *l0 = json_array_get(arr, 0);
+    ck_assert_str_eq(json_string_value(json_object_get(l0, "resource")), "r");
+    ck_assert_int_eq(json_integer_value(json_object_get(l0, "fence")), 17);
+    json_decref(arr);
+    end_and_release(&A, "lock:r");
+}
+END_TEST
+
+/* ---- timer and hmap ------------------------------------------------------- */
+
+static int fired[16], nfired;
+
+static void tcb(struct timer *t)
+{
+    fired[nfired++] = (int)(intptr_t)t->data;
+}
+
+START_TEST(test_timer_order_stop_restart)
+{
+    struct timer t[5];
+    for (int i = 0; i < 5; i++)
+        timer_init(&t[i], tcb, (void *)(intptr_t)i);
+    nfired = 0;
+    timer_start(&t[0], 50);
+    timer_start(&t[1], 10);
+    timer_start(&t[2], 30);
+    timer_start(&t[3], 30);
+    timer_start(&t[4], 70);
+    timer_stop(&t[2]);
+    timer_stop(&t[2]);          /* twice is fine */
+    timer_start(&t[4], 5);      /* re-arming moves it */
+    ck_assert_uint_eq(timer_count(), 4);
+    timer_advance(9);
+    ck_assert_int_eq(nfired, 1);
+    ck_assert_int_eq(fired[0], 4);
+    timer_advance(100);
+    ck_assert_int_eq(nfired, 4);
+    ck_assert_int_eq(fired[1], 1);
+    ck_assert_int_eq(fired[2], 3);
+    ck_assert_int_eq(fired[3], 0);
+    ck_assert_uint_eq(timer_count(), 0);
+}
+END_TEST
+
+static struct timer chain;
+static uint64_t chain_at[4];
+static int nchain;
+
+static void chain_cb(struct timer *t)
+{
+    chain_at[nchain++] = timer_now();
+    if (nchain < 4)
+        timer_start(t, 10);     /* re-arm from inside the callback */
+}
+
+START_TEST(test_timer_rearm_in_callback)
+{
+    uint64_t t0 = timer_now();
+    nchain = 0;
+    timer_init(&chain, chain_cb, NULL);
+    timer_start(&chain, 10);
+    timer_advance(1000);
+    ck_assert_int_eq(nchain, 4);
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(chain_at[i], t0 + 10 * (uint64_t)(i + 1));
+    ck_assert_uint_eq(timer_now(), t0 + 1000);
+}
+END_TEST
+
+static uint64_t many_at[1000];
+static int nmany;
+
+static void many_cb(struct timer *t)
+{
+    (void)t;
+    many_at[nmany++] = timer_now();
+}
+
+START_TEST(test_timer_many)
+{
+    enum { N = 1000 };
+    static struct timer t[N];
+    uint64_t t0 = timer_now();
+    nmany = 0;
+    for (int i = 0; i < N; i++) {
+        timer_init(&t[i], many_cb, NULL);
+        timer_start(&t[i], (uint64_t)((i * 7919) % N));
+    }
+    for (int i = 0; i < N; i += 2)
+        timer_stop(&t[i]);
+    ck_assert_uint_eq(timer_count(), N / 2);
+    timer_advance(N);
+    /* Each fired at its due time, earliest first. */
+    ck_assert_int_eq(nmany, N / 2);
+    for (int i = 1; i < nmany; i++)
+        ck_assert_uint_le(many_at[i - 1], many_at[i]);
+    ck_assert_uint_ge(many_at[0], t0);
+    ck_assert_uint_eq(timer_count(), 0);
+}
+END_TEST
+
+#include "hmap.h"
+
+struct item {
+    struct hmap_node node;
+    char key[16];
+};
+
+START_TEST(test_hmap)
+{
+    enum { N = 500 };
+    static struct item items[N];
+    struct hmap m;
+    hmap_init(&m);
+    for (int i = 0; i < N; i++) {
+        int k = snprintf(items[i].key, sizeof(items[i].key), "k%d", i);
+        hmap_put(&m, &items[i].node, items[i].key, (size_t)k);
+    }
+    ck_assert_uint_eq(m.count, N);
+    ck_assert_uint_ge(m.nbuckets, N);       /* grew past load 1 */
+    for (int i = 0; i < N; i++) {
+        char key[16];
+        int k = snprintf(key, sizeof(key), "k%d", i);
+        struct hmap_node *n = hmap_get(&m, key, (size_t)k);
+        ck_assert_ptr_eq(n, &items[i].node);
+    }
+    ck_assert_ptr_null(hmap_get(&m, "k", 1));
+    ck_assert_ptr_null(hmap_get(&m, "k5000", 5));
+    /* Deleting while iterating visits every node exactly once. */
+    struct hmap_iter it;
+    struct hmap_node *n;
+    int seen = 0;
+    hmap_iter_init(&it, &m);
+    while ((n = hmap_iter_next(&it))) {
+        struct item *x = container_of(n, struct item, node);
+        if ((x - items) % 2 == 0)
+            hmap_del(&m, n);
+        seen++;
+    }
+    ck_assert_int_eq(seen, N);
+    ck_assert_uint_eq(m.count, N / 2);
+    ck_assert_ptr_null(hmap_get(&m, "k0", 2));
+    ck_assert_ptr_eq(hmap_get(&m, "k1", 2), &items[1].node);
+    hmap_deinit(&m);
+}
+END_TEST
+
+static Suite *lockmgr_suite(void)
+{
+    Suite *s = suite_create("lockmgr");
+    TCase *t = tcase_create("table");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_lock_uncontended);
+    tcase_add_test(t, test_busy_and_unavailable);
+    tcase_add_test(t, test_unlock_lost_when_no_node_had_it);
+    tcase_add_test(t, test_fifo_queue);
+    tcase_add_test(t, test_wait_zero_behind_holder_is_busy);
+    tcase_add_test(t, test_wait_zero_during_release_waits_for_it);
+    tcase_add_test(t, test_wait_times_out);
+    tcase_add_test(t, test_wait_retries_after_busy_elsewhere);
+    tcase_add_test(t, test_release_notification_wakes_sleeper);
+    tcase_add_test(t, test_notification_during_attempt_retries_at_once);
+    tcase_add_test(t, test_woken_waiter_while_head_attempts);
+    tcase_add_test(t, test_cut_wait);
+    tcase_add_test(t, test_cut_wait_during_attempt);
+    tcase_add_test(t, test_no_random_source);
+    suite_add_tcase(s, t);
+
+    t = tcase_create("lease");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_renewal_schedule);
+    tcase_add_test(t, test_renew0_expires);
+    tcase_add_test(t, test_renewal_lost_on_nodes);
+    tcase_add_test(t, test_renewal_retries_then_lost);
+    tcase_add_test(t, test_extend);
+    tcase_add_test(t, test_extend_lost_and_unavailable);
+    tcase_add_test(t, test_extend_while_renewal_in_flight);
+    tcase_add_test(t, test_renewal_reply_after_lost);
+    suite_add_tcase(s, t);
+
+    t = tcase_create("owner");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_end_releases_everything);
+    tcase_add_test(t, test_lock_delay_on_drop);
+    tcase_add_test(t, test_end_during_acquisition);
+    tcase_add_test(t, test_end_of_waiter_passes_the_turn);
+    tcase_add_test(t, test_callback_may_call_back_in);
+    tcase_add_test(t, test_callback_may_end_owner);
+    tcase_add_test(t, test_no_answer_after_end);
+    tcase_add_test(t, test_status_and_leases_json);
+    suite_add_tcase(s, t);
+
+    t = tcase_create("timer_hmap");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_timer_order_stop_restart);
+    tcase_add_test(t, test_timer_rearm_in_callback);
+    tcase_add_test(t, test_timer_many);
+    tcase_add_test(t, test_hmap);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(lockmgr_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
