@@ -40,6 +40,7 @@ struct lockreq {
     uint64_t deadline;              /* timer_now ms; 0 = do not wait */
     bool attempting;                /* a redlock acquire is in flight */
     bool no_token;                  /* the OS random source failed */
+    bool cut;                       /* the client stopped waiting (EOF) */
     enum redlock_status last;
     struct timer timer;
     char token[REDLOCK_TOKEN_LEN + 1];
@@ -66,12 +67,22 @@ struct lease {
     uint32_t ttl;                   /* current lease on Redis (ms) */
     bool renew;
     bool gone;                      /* released or lost: free when idle */
+    bool extending;                 /* a renewal or EXTEND is in flight */
+    bool renew_due;                 /* a renewal fell due meanwhile */
+    struct extend_ctx *queued;      /* an EXTEND waiting for that one */
     int ops;                        /* redlock ops in flight for it */
     uint64_t acquired_at;           /* timer_now ms */
     uint64_t valid_until;           /* timer_now ms the validity runs out */
     uint64_t renewals;
-    struct timer timer;             /* next renewal, or expiry */
+    struct timer timer;             /* next renewal */
+    struct timer deadline;          /* LOST, op in flight or not */
     char resource[];
+};
+
+struct extend_ctx {
+    struct lease *l;
+    struct lockmgr_owner *o;        /* (ref) */
+    uint32_t ttl;
 };
 
 enum notice_kind { N_LOCKED, N_UNLOCKED, N_EXTENDED, N_LOST, N_STATUS };
@@ -364,13 +375,39 @@ static void entry_kick(struct lock_entry *e)
 /* ---- leases ------------------------------------------------------------- */
 
 static void lease_timer_cb(struct timer *t);
+static void lease_deadline_cb(struct timer *t);
+static void extend_start(struct extend_ctx *x);
+static void extend_answer(struct extend_ctx *x, enum proto_err err,
+                          int64_t validity);
 
 static void lease_put(struct lease *l)
 {
     if (l->gone && l->ops == 0) {
         timer_stop(&l->timer);
+        timer_stop(&l->deadline);
         free(l);
     }
+}
+
+/*
+ * How long before its validity runs out a lease is given up. A renewal
+ * that takes longer than command_timeout_ms counts as failed only after
+ * that (and a loop that was itself late gives the node one more period),
+ * so an answer can be due that long after the validity it would extend;
+ * the client also needs time to hear EVENT LOST and stop. So: twice the
+ * command timeout plus a twentieth of the ttl, at most a quarter of it.
+ */
+static uint64_t lease_margin(const struct lease *l)
+{
+    uint64_t m = 2 * (uint64_t)M.conf->redis.command_timeout_ms +
+                 l->ttl / 20;
+    return m < l->ttl / 4 ? m : l->ttl / 4;
+}
+
+static uint64_t lease_deadline(const struct lease *l)
+{
+    uint64_t m = lease_margin(l);
+    return l->valid_until > m ? l->valid_until - m : 0;
 }
 
 static uint64_t lease_renew_interval(const struct lease *l)
@@ -379,12 +416,23 @@ static uint64_t lease_renew_interval(const struct lease *l)
     return iv ? iv : 1;
 }
 
-static void lease_arm(struct lease *l)
+/* The validity changed: move the hard deadline, and (unless told not to)
+ * schedule the next renewal from now. */
+static void lease_arm(struct lease *l, bool renewal)
 {
-    if (l->renew)
+    timer_start_at(&l->deadline, lease_deadline(l));
+    if (renewal && l->renew)
         timer_start(&l->timer, lease_renew_interval(l));
-    else
-        timer_start_at(&l->timer, l->valid_until);
+}
+
+/* Nodes may hold the key for less than we thought (a failed EXTEND to a
+ * shorter ttl ran on some of them): never claim more than `until`. */
+static void lease_cap(struct lease *l, uint64_t until)
+{
+    if (until < l->valid_until) {
+        l->valid_until = until;
+        lease_arm(l, false);
+    }
 }
 
 static struct lease *lease_create(struct lockreq *q, uint64_t fence,
@@ -405,7 +453,8 @@ static struct lease *lease_create(struct lockreq *q, uint64_t fence,
     l->acquired_at = timer_now();
     l->valid_until = l->acquired_at + (uint64_t)(validity > 0 ? validity : 0);
     timer_init(&l->timer, lease_timer_cb, l);
-    lease_arm(l);
+    timer_init(&l->deadline, lease_deadline_cb, l);
+    lease_arm(l, true);
     return l;
 }
 
@@ -416,13 +465,25 @@ static void lease_attach(struct lease *l, struct lockmgr_owner *o)
     o->nleases++;
 }
 
-static void lease_detach(struct lease *l)
+/* The lease stops being held: off its owner, no more timers, and an
+ * EXTEND still waiting for its turn is answered LOST. */
+static void lease_end(struct lease *l)
 {
-    if (!l->owner)
-        return;
-    list_remove(&l->olink);
-    l->owner->nleases--;
-    l->owner = NULL;
+    struct extend_ctx *x = l->queued;
+
+    if (l->owner) {
+        list_remove(&l->olink);
+        l->owner->nleases--;
+        l->owner = NULL;
+    }
+    timer_stop(&l->timer);
+    timer_stop(&l->deadline);
+    l->gone = true;
+    M.held--;
+    if (x) {
+        l->queued = NULL;
+        extend_answer(x, PROTO_ERR_LOST, 0);
+    }
 }
 
 static void release_done(void *ud, const struct redlock_result *res);
@@ -443,11 +504,8 @@ static void lease_release(struct lease *l, uint32_t delay_ms,
     struct lock_entry *e = l->entry;
     struct release_ctx *x = mem_alloc(sizeof(*x));
 
-    lease_detach(l);
-    timer_stop(&l->timer);
-    l->gone = true;
+    lease_end(l);
     e->releasing = true;
-    M.held--;
     M.c.releases++;
     x->l = l;
     x->unlocker = unlocker;
@@ -458,6 +516,20 @@ static void lease_release(struct lease *l, uint32_t delay_ms,
         M.rl->extend(e->key, e->keylen, l->token, delay_ms, release_done, x);
     else
         M.rl->release(e->key, e->keylen, l->token, release_done, x);
+}
+
+/* The entry no longer has l as its holder: the first waiter may try. */
+static void entry_drop_holder(struct lock_entry *e, struct lease *l)
+{
+    if (!e || e->holder != l)
+        return;
+    struct lockreq *head = entry_head(e);
+    e->holder = NULL;
+    e->releasing = false;
+    if (head && !head->attempting)
+        M.c.wakeups_notified++;
+    entry_kick(e);
+    entry_maybe_free(e);
 }
 
 static void release_done(void *ud, const struct redlock_result *res)
@@ -474,25 +546,25 @@ static void release_done(void *ud, const struct redlock_result *res)
     if (o) {
         struct notice *n = notice_new(N_UNLOCKED, o, l->resource, NULL);
         n->nodes = res->deleted;
-        if (res->deleted == 0 && res->busy >= M.rl->quorum())
+        /* So many nodes had no key of ours that no quorum can have held
+         * it: the lock had been lost before this UNLOCK. */
+        if (res->busy > M.rl->nnodes() - M.rl->quorum())
             n->err = PROTO_ERR_LOST;
         owner_unref(o);
     }
-    if (e && e->holder == l) {
-        struct lockreq *head = entry_head(e);
-        e->holder = NULL;
-        e->releasing = false;
-        if (head && !head->attempting)
-            M.c.wakeups_notified++;
-        entry_kick(e);
-        entry_maybe_free(e);
-    }
+    entry_drop_holder(e, l);
     lease_put(l);
     leave();
 }
 
-/* The lease could not be kept: tell its owner, drop it, and remove its
- * keys wherever they are still ours. */
+/*
+ * The lease could not be kept: tell its owner and drop it. When the nodes
+ * said the key is gone or not ours (LOST_NODE), whatever is still ours is
+ * removed. Otherwise (no quorum answered in time, or a renew=0 lease ran
+ * out) the keys may still be held on the nodes: they are left to expire
+ * by their ttl, since deleting them and announcing a release would let a
+ * competitor in before the lease's time is really up.
+ */
 static void lease_lose(struct lease *l, enum lockmgr_lost_reason why)
 {
     M.c.leases_lost++;
@@ -501,7 +573,41 @@ static void lease_lose(struct lease *l, enum lockmgr_lost_reason why)
         n->fence = l->fence;
         n->why = why;
     }
-    lease_release(l, 0, NULL);
+    if (why == LOST_NODE) {
+        lease_release(l, 0, NULL);
+        return;
+    }
+    struct lock_entry *e = l->entry;
+    lease_end(l);
+    l->entry = NULL;
+    entry_drop_holder(e, l);
+    lease_put(l);
+}
+
+/* A renewal retry is worth sending only if its answer (command timeout,
+ * plus the grace a late loop gets) can come before the hard deadline. */
+static bool lease_can_retry(const struct lease *l, uint64_t at)
+{
+    return at + 2 * (uint64_t)M.conf->redis.command_timeout_ms <=
+           lease_deadline(l);
+}
+
+/* After an op of l ends: an EXTEND that waited for it goes out now. */
+static void renew_start(struct lease *l);
+
+static void lease_next_op(struct lease *l)
+{
+    struct extend_ctx *x = l->queued;
+
+    l->extending = false;
+    if (l->gone)
+        return;
+    if (x) {
+        l->queued = NULL;
+        extend_start(x);
+    } else if (l->renew_due) {
+        renew_start(l);
+    }
 }
 
 static void renew_done(void *ud, const struct redlock_result *res)
@@ -512,56 +618,72 @@ static void renew_done(void *ud, const struct redlock_result *res)
     enter();
     l->ops--;
     if (l->gone) {
-        lease_put(l);
+        lease_put(l);       /* lost meanwhile: the answer is too late */
         leave();
         return;
     }
     if (res->status == REDLOCK_OK) {
-        l->valid_until = now + (uint64_t)res->validity;
+        l->valid_until = now + (uint64_t)(res->validity > 0 ? res->validity
+                                                             : 0);
         l->renewals++;
         M.c.renewals++;
-        lease_arm(l);
+        lease_arm(l, true);
     } else if (res->status == REDLOCK_LOST) {
         M.c.renewal_failures++;
         lease_lose(l, LOST_NODE);
-    } else if (now >= l->valid_until) {
-        M.c.renewal_failures++;
-        lease_lose(l, LOST_QUORUM);
     } else {
-        /* Not enough nodes answered: try again soon, until validity ends. */
+        /* Not enough nodes answered: try again soon, while a retry can
+         * still finish before the deadline; the deadline decides. */
         uint64_t retry = l->ttl / 10;
         if (retry < 20)
             retry = 20;
         if (retry > 1000)
             retry = 1000;
         M.c.renewal_failures++;
-        log_info("renewal of %s reached %d nodes; retrying in %" PRIu64
-                 " ms (%" PRIu64 " ms of validity left)", l->resource,
-                 res->ok, retry, l->valid_until - now);
-        uint64_t next = now + retry;
-        timer_start_at(&l->timer, next < l->valid_until ? next
-                                                        : l->valid_until);
+        lease_cap(l, now + (uint64_t)(res->validity > 0 ? res->validity : 0));
+        if (lease_can_retry(l, now + retry)) {
+            log_info("renewal of %s reached %d nodes; retrying in %" PRIu64
+                     " ms (%" PRIu64 " ms of validity left)", l->resource,
+                     res->ok, retry, l->valid_until - now);
+            timer_start(&l->timer, retry);
+        }
     }
+    lease_next_op(l);
     leave();
+}
+
+static void renew_start(struct lease *l)
+{
+    l->renew_due = false;
+    l->extending = true;
+    l->ops++;
+    M.rl->extend(l->entry->key, l->entry->keylen, l->token, l->ttl,
+                 renew_done, l);
 }
 
 static void lease_timer_cb(struct timer *t)
 {
     struct lease *l = t->data;
-    uint64_t now = timer_now();
+
+    if (l->gone)
+        return;
+    if (l->extending) {
+        l->renew_due = true;    /* sent when the EXTEND out is answered */
+        return;
+    }
+    enter();
+    renew_start(l);
+    leave();
+}
+
+static void lease_deadline_cb(struct timer *t)
+{
+    struct lease *l = t->data;
 
     if (l->gone)
         return;
     enter();
-    if (now >= l->valid_until) {
-        lease_lose(l, l->renew ? LOST_QUORUM : LOST_EXPIRED);
-    } else if (!l->renew) {
-        timer_start_at(&l->timer, l->valid_until);
-    } else {
-        l->ops++;
-        M.rl->extend(l->entry->key, l->entry->keylen, l->token, l->ttl,
-                     renew_done, l);
-    }
+    lease_lose(l, l->renew ? LOST_QUORUM : LOST_EXPIRED);
     leave();
 }
 
@@ -610,10 +732,14 @@ static void req_give_up(struct lockreq *q)
         snprintf(msg, sizeof(msg), "could not reach a quorum of %d of %d "
                  "redis nodes in time", M.rl->quorum(), M.rl->nnodes());
         req_fail(q, PROTO_ERR_UNAVAILABLE, msg);
-    } else if (q->deadline) {
+    } else if (q->deadline || q->cut) {
         M.c.acquire_timeout++;
-        snprintf(msg, sizeof(msg), "%s is still held by someone else",
-                 q->e->resource);
+        if (q->cut)
+            snprintf(msg, sizeof(msg), "the client closed the connection "
+                     "while waiting for %s", q->e->resource);
+        else
+            snprintf(msg, sizeof(msg), "%s is still held by someone else",
+                     q->e->resource);
         req_fail(q, PROTO_ERR_TIMEOUT, msg);
     } else {
         M.c.acquire_busy++;
@@ -787,17 +913,26 @@ void lockmgr_unlock(struct lockmgr_owner *o, struct lease *l)
     leave();
 }
 
-struct extend_ctx {
-    struct lease *l;
-    struct lockmgr_owner *o;    /* (ref) */
-    uint32_t ttl;
-};
+static void extend_answer(struct extend_ctx *x, enum proto_err err,
+                          int64_t validity)
+{
+    struct lease *l = x->l;
+    struct notice *n = notice_new(N_EXTENDED, x->o, l->resource, NULL);
+
+    n->err = err;
+    n->ttl = l->ttl;
+    n->validity = validity;
+    owner_unref(x->o);
+    free(x);
+    l->ops--;
+}
 
 static void extend_done(void *ud, const struct redlock_result *res)
 {
     struct extend_ctx *x = ud;
     struct lease *l = x->l;
-    struct lockmgr_owner *o = x->o;
+    uint64_t now = timer_now();
+    int64_t validity = res->validity > 0 ? res->validity : 0;
     enum proto_err err = PROTO_ERR_NONE;
 
     enter();
@@ -806,24 +941,33 @@ static void extend_done(void *ud, const struct redlock_result *res)
         err = PROTO_ERR_LOST;
     } else if (res->status == REDLOCK_OK) {
         l->ttl = x->ttl;
-        l->valid_until = timer_now() + (uint64_t)res->validity;
-        lease_arm(l);
+        l->valid_until = now + (uint64_t)validity;
+        lease_arm(l, true);
     } else if (res->status == REDLOCK_LOST) {
         err = PROTO_ERR_LOST;
         M.c.leases_lost++;
         lease_release(l, 0, NULL);
     } else {
+        /* Some nodes may have taken the new ttl: if it was shorter, the
+         * lease now ends with it. */
         err = PROTO_ERR_UNAVAILABLE;
+        lease_cap(l, now + (uint64_t)validity);
+        if (!l->gone && lease_deadline(l) <= now)
+            lease_lose(l, LOST_QUORUM);
     }
-    struct notice *n = notice_new(N_EXTENDED, o, l->resource, NULL);
-    n->err = err;
-    n->ttl = l->ttl;
-    n->validity = res->validity;
-    free(x);
-    owner_unref(o);
-    l->ops--;
+    extend_answer(x, err, res->validity);
+    lease_next_op(l);
     lease_put(l);
     leave();
+}
+
+static void extend_start(struct extend_ctx *x)
+{
+    struct lease *l = x->l;
+
+    l->extending = true;
+    M.rl->extend(l->entry->key, l->entry->keylen, l->token, x->ttl,
+                 extend_done, x);
 }
 
 void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl)
@@ -836,8 +980,10 @@ void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl)
     x->ttl = ttl;
     owner_ref(o);
     l->ops++;
-    M.rl->extend(l->entry->key, l->entry->keylen, l->token, ttl,
-                 extend_done, x);
+    if (l->extending)
+        l->queued = x;      /* after the renewal in flight */
+    else
+        extend_start(x);
     leave();
 }
 
@@ -849,6 +995,7 @@ void lockmgr_cut_wait(struct lockmgr_owner *o)
         return;     /* wait=0 requests end on their own, soon */
     enter();
     q->deadline = 0;
+    q->cut = true;
     if (!q->attempting) {
         M.c.acquire_timeout++;
         req_fail(q, PROTO_ERR_TIMEOUT, "the client closed the connection "

@@ -147,10 +147,13 @@ static void answer_busy(int i, int64_t pttl)
     answer(i, &r);
 }
 
+/* As redlock reports it: for an EXTEND-type call, the validity its ttl
+ * would have given (what the nodes that did answer now hold). */
 static void answer_unavailable(int i)
 {
     struct redlock_result r = { .status = REDLOCK_UNAVAILABLE, .ok = 1,
-                                .failed = 2, .pttl = -1 };
+                                .failed = 2, .pttl = -1,
+                                .validity = (int64_t)calls[i].ttl - 100 };
     answer(i, &r);
 }
 
@@ -533,7 +536,8 @@ START_TEST(test_cut_wait_during_attempt)
     ck_assert_int_eq(A.nfailed, 0);         /* answers after that try */
     answer_busy(i, 20000);
     ck_assert_int_eq(A.nfailed, 1);
-    ck_assert_int_eq(A.err, PROTO_ERR_BUSY);
+    /* The client gave up waiting: that is a TIMEOUT, as when it sleeps. */
+    ck_assert_int_eq(A.err, PROTO_ERR_TIMEOUT);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);   /* no sleep */
 }
 END_TEST
@@ -567,22 +571,6 @@ START_TEST(test_renewal_schedule)
     answer_ok(pending(F_EXTEND, "lock:r"), 0, 2900);
     ck_assert_int_eq(A.nlost, 0);
     ck_assert_uint_eq(lockmgr_counters()->renewals, 2);
-}
-END_TEST
-
-START_TEST(test_renew0_expires)
-{
-    lockmgr_lock(&A.o, R("r"), 3000, 0, false);
-    answer_ok(pending(F_ACQUIRE, "lock:r"), 7, 2950);
-    timer_advance(2949);
-    ck_assert_int_eq(A.nlost, 0);
-    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 0);   /* no renewal */
-    timer_advance(1);
-    ck_assert_int_eq(A.nlost, 1);
-    ck_assert_int_eq(A.why, LOST_EXPIRED);
-    ck_assert_int_eq(A.fence, 7);
-    ck_assert_ptr_null(held(&A, "r"));
-    ck_assert_uint_eq(A.o.nleases, 0);
 }
 END_TEST
 
@@ -657,43 +645,213 @@ END_TEST
 
 START_TEST(test_extend_while_renewal_in_flight)
 {
-    /* Race: EXTEND arrives while a renewal of the same lease is out. Both
-     * answers arrive; the lease stays held and consistent, and the client
-     * hears exactly one answer. */
+    /* Race: EXTEND arrives while a renewal with the old ttl is out. They
+     * never run at once: the EXTEND goes out when the renewal is answered,
+     * and the renewal's longer validity cannot overwrite the EXTEND's. */
     take(&A, "r", 3000, 1);
     timer_advance(1000);
     int renewal = pending(F_EXTEND, "lock:r");
-    lockmgr_extend(&A.o, held(&A, "r"), 9000);
-    ck_assert_int_ge(ncalls, 3);
-    int ext = ncalls - 1;
-    ck_assert_int_eq(calls[ext].ttl, 9000);
-    answer_ok(ext, 0, 8800);
+    lockmgr_extend(&A.o, held(&A, "r"), 1000);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 1);
     answer_ok(renewal, 0, 2900);
+    int ext = pending(F_EXTEND, "lock:r");
+    ck_assert_int_eq(calls[ext].ttl, 1000);
+    answer_ok(ext, 0, 900);
     ck_assert_int_eq(A.nextended, 1);
-    ck_assert_int_eq(A.nlost, 0);
-    ck_assert_ptr_nonnull(held(&A, "r"));
+    ck_assert_int_eq(A.err, PROTO_ERR_NONE);
+    ck_assert_int_eq(A.validity, 900);
+    json_t *arr = lockmgr_owner_leases_json(&A.o);
+    json_int_t v = json_integer_value(json_object_get(json_array_get(arr, 0),
+                                                      "validity"));
+    json_decref(arr);
+    ck_assert_int_le(v, 900);
     ck_assert_int_eq(A.refs, 0);
+}
+END_TEST
+
+START_TEST(test_renewal_waits_for_extend)
+{
+    /* The renewal timer firing while an EXTEND is out sends nothing. */
+    take(&A, "r", 3000, 1);
+    lockmgr_extend(&A.o, held(&A, "r"), 3000);
+    int ext = pending(F_EXTEND, "lock:r");
+    timer_advance(1000);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 1);
+    answer_ok(ext, 0, 2900);
+    ck_assert_int_eq(A.nextended, 1);
+    timer_advance(1000);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 1);
+}
+END_TEST
+
+static json_int_t lease_validity_of(struct fowner *f)
+{
+    json_t *arr = lockmgr_owner_leases_json(&f->o);
+    json_int_t v = json_integer_value(json_object_get(json_array_get(arr, 0),
+                                                      "validity"));
+    json_decref(arr);
+    return v;
+}
+
+START_TEST(test_failed_shorter_extend_shortens_lease)
+{
+    /* Issue: EXTEND x ttl=100 answered UNAVAILABLE, but the nodes that
+     * answered already run PEXPIRE 100. The lease must not outlive them:
+     * its validity drops to what they hold and it is lost at once. */
+    take(&A, "r", 30000, 1);
+    lockmgr_extend(&A.o, held(&A, "r"), 100);
+    timer_advance(100);
+    struct redlock_result r = { .status = REDLOCK_UNAVAILABLE, .ok = 1,
+                                .failed = 2, .validity = 100 - 100 - 3 };
+    answer(pending(F_EXTEND, "lock:r"), &r);
+    ck_assert_int_eq(A.nextended, 1);
+    ck_assert_int_eq(A.err, PROTO_ERR_UNAVAILABLE);
+    timer_advance(0);
+    ck_assert_int_eq(A.nlost, 1);
+    ck_assert_int_eq(A.why, LOST_QUORUM);
+    ck_assert_ptr_null(held(&A, "r"));
+}
+END_TEST
+
+START_TEST(test_failed_extend_caps_validity)
+{
+    take(&A, "r", 30000, 1);
+    lockmgr_extend(&A.o, held(&A, "r"), 5000);
+    struct redlock_result r = { .status = REDLOCK_UNAVAILABLE, .ok = 1,
+                                .failed = 2, .validity = 4900 };
+    answer(pending(F_EXTEND, "lock:r"), &r);
+    ck_assert_ptr_nonnull(held(&A, "r"));
+    ck_assert_int_le(lease_validity_of(&A), 4900);
+    /* A failed EXTEND to a longer ttl keeps the old (shorter) bound. */
+    lockmgr_extend(&A.o, held(&A, "r"), 60000);
+    r.validity = 59000;
+    answer(pending(F_EXTEND, "lock:r"), &r);
+    ck_assert_int_le(lease_validity_of(&A), 4900);
+}
+END_TEST
+
+START_TEST(test_hard_deadline_with_renewal_in_flight)
+{
+    /* Issue: while a renewal is in flight nothing enforced the deadline.
+     * The lease is lost before its validity ends, whether or not an op is
+     * out, and the late answer is ignored. The keys are left to expire:
+     * nothing is deleted or announced. */
+    take(&A, "r", 3000, 1);                 /* validity 2900 */
+    timer_advance(1000);
+    int renewal = pending(F_EXTEND, "lock:r");
+    timer_advance(1899);
+    ck_assert_int_eq(A.nlost, 1);           /* before 2900 */
+    ck_assert_int_eq(A.why, LOST_QUORUM);
+    ck_assert_ptr_null(held(&A, "r"));
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:r"), 0);
+    answer_ok(renewal, 0, 2900);
+    ck_assert_ptr_null(held(&A, "r"));
+    ck_assert_int_eq(A.nlost, 1);
+    ck_assert_uint_eq(lockmgr_held_count(), 0);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:r"), 0);
+    timer_advance(100000);
+    ck_assert_uint_eq(timer_count(), 0);
+    ck_assert_int_eq(A.refs, 0);
+}
+END_TEST
+
+START_TEST(test_lost_leaves_keys_and_waiters_ask_redis)
+{
+    take(&A, "r", 3000, 1);
+    lockmgr_lock(&B.o, R("r"), 3000, 10000, true);
+    timer_advance(1000);
+    answer_unavailable(pending(F_EXTEND, "lock:r"));
+    for (int k = 0; k < 40 && A.nlost == 0; k++) {
+        timer_advance(100);
+        if (count_open(F_EXTEND, "lock:r"))
+            answer_unavailable(pending(F_EXTEND, "lock:r"));
+    }
+    ck_assert_int_eq(A.nlost, 1);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:r"), 0);
+    /* The local waiter is free to ask Redis, which knows when the keys
+     * really expire. */
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);
+}
+END_TEST
+
+START_TEST(test_no_retry_that_cannot_finish)
+{
+    /* Renewal retries stop when one could not be answered (command
+     * timeout plus grace) before the hard deadline. */
+    conf.redis.command_timeout_ms = 100;
+    take(&A, "r", 3000, 1);                 /* validity 2900 */
+    uint64_t t0 = timer_now();
+    timer_advance(1000);
+    answer_unavailable(pending(F_EXTEND, "lock:r"));
+    uint64_t last_sent = 0;
+    while (A.nlost == 0) {
+        timer_advance(10);
+        if (count_open(F_EXTEND, "lock:r")) {
+            last_sent = timer_now();
+            answer_unavailable(pending(F_EXTEND, "lock:r"));
+        }
+        ck_assert_uint_lt(timer_now(), t0 + 3000);
+    }
+    uint64_t lost_at = timer_now();
+    ck_assert_uint_gt(last_sent, 0);
+    ck_assert_uint_le(last_sent + 2 * 100, lost_at);
+    ck_assert_uint_lt(lost_at, t0 + 2900);
+}
+END_TEST
+
+START_TEST(test_renew0_lost_before_validity_keys_kept)
+{
+    lockmgr_lock(&A.o, R("r"), 3000, 0, false);
+    answer_ok(pending(F_ACQUIRE, "lock:r"), 7, 2950);
+    timer_advance(2949);
+    ck_assert_int_eq(A.nlost, 1);
+    ck_assert_int_eq(A.why, LOST_EXPIRED);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:r"), 0);
+}
+END_TEST
+
+START_TEST(test_unlock_lost_without_quorum)
+{
+    /* Issue: UNLOCK answered OK nodes=1 although a quorum no longer held
+     * the key. */
+    take(&A, "r", 30000, 1);
+    lockmgr_unlock(&A.o, held(&A, "r"));
+    answer_released(pending(F_RELEASE, "lock:r"), 1, 2);
+    ck_assert_int_eq(A.nunlocked, 1);
+    ck_assert_int_eq(A.err, PROTO_ERR_LOST);
+    /* One node down is not a loss. */
+    take(&A, "r", 30000, 2);
+    lockmgr_unlock(&A.o, held(&A, "r"));
+    struct redlock_result r = { .status = REDLOCK_OK, .deleted = 2,
+                                .failed = 1 };
+    answer(pending(F_RELEASE, "lock:r"), &r);
+    ck_assert_int_eq(A.err, PROTO_ERR_NONE);
+    ck_assert_int_eq(A.nodes, 2);
 }
 END_TEST
 
 START_TEST(test_renewal_reply_after_lost)
 {
-    /* Race: the lease is lost (an EXTEND finds it gone) while a renewal
-     * is in flight; the renewal's late OK must not revive it. */
+    /* Race: an EXTEND waits behind a renewal, and the renewal finds the
+     * key gone. The lease is lost (the keys that are still ours removed)
+     * and the waiting EXTEND is answered LOST without being sent. */
     take(&A, "r", 3000, 1);
     timer_advance(1000);
     int renewal = pending(F_EXTEND, "lock:r");
     lockmgr_extend(&A.o, held(&A, "r"), 9000);
-    answer_lost(ncalls - 1);
+    answer_lost(renewal);
+    ck_assert_int_eq(A.nlost, 1);
+    ck_assert_int_eq(A.why, LOST_NODE);
+    ck_assert_int_eq(A.nextended, 1);
+    ck_assert_int_eq(A.err, PROTO_ERR_LOST);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 0);
     ck_assert_ptr_null(held(&A, "r"));
-    answer_ok(renewal, 0, 2900);
-    ck_assert_ptr_null(held(&A, "r"));
-    ck_assert_uint_eq(A.o.nleases, 0);
     ck_assert_uint_eq(lockmgr_held_count(), 0);
     answer_released(pending(F_RELEASE, "lock:r"), 2, 0);
     timer_advance(100000);
     ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 0);
     ck_assert_uint_eq(timer_count(), 0);
+    ck_assert_int_eq(A.refs, 0);
 }
 END_TEST
 
@@ -1021,12 +1179,19 @@ static Suite *lockmgr_suite(void)
     t = tcase_create("lease");
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, test_renewal_schedule);
-    tcase_add_test(t, test_renew0_expires);
     tcase_add_test(t, test_renewal_lost_on_nodes);
     tcase_add_test(t, test_renewal_retries_then_lost);
     tcase_add_test(t, test_extend);
     tcase_add_test(t, test_extend_lost_and_unavailable);
     tcase_add_test(t, test_extend_while_renewal_in_flight);
+    tcase_add_test(t, test_renewal_waits_for_extend);
+    tcase_add_test(t, test_failed_shorter_extend_shortens_lease);
+    tcase_add_test(t, test_failed_extend_caps_validity);
+    tcase_add_test(t, test_hard_deadline_with_renewal_in_flight);
+    tcase_add_test(t, test_lost_leaves_keys_and_waiters_ask_redis);
+    tcase_add_test(t, test_no_retry_that_cannot_finish);
+    tcase_add_test(t, test_renew0_lost_before_validity_keys_kept);
+    tcase_add_test(t, test_unlock_lost_without_quorum);
     tcase_add_test(t, test_renewal_reply_after_lost);
     suite_add_tcase(s, t);
 
