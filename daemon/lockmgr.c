@@ -24,6 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "conf.h"
 #include "hmap.h"
@@ -41,6 +44,7 @@ struct lockreq {
     bool attempting;                /* a redlock acquire is in flight */
     bool no_token;                  /* the OS random source failed */
     bool cut;                       /* the client stopped waiting (EOF) */
+    bool woken;                     /* its timer is a notified wake-up */
     enum redlock_status last;
     struct timer timer;
     char token[REDLOCK_TOKEN_LEN + 1];
@@ -117,7 +121,13 @@ static struct {
     struct list notices;
     int depth;                      /* entry points on the stack */
     bool flushing;
+    uint64_t rng;                   /* xorshift64* state, never 0 */
 } M;
+
+/* How long a waiter woken by a release announcement waits before asking:
+ * up to this many ms, at random, so waiters on several daemons that hear
+ * the same announcement do not all ask in the same millisecond. */
+#define LOCKMGR_WAKE_JITTER_MS 4
 
 static void req_attempt(struct lockreq *q);
 
@@ -228,6 +238,9 @@ void lockmgr_init(const struct conf *conf, const struct redlock_ops *rl)
     M.rl = rl;
     hmap_init(&M.table);
     list_init(&M.notices);
+    if (getrandom(&M.rng, sizeof(M.rng), GRND_NONBLOCK) != sizeof(M.rng))
+        M.rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    M.rng |= 1;
     M.prefixlen = strlen(conf->locks.key_prefix);
     M.keycap = M.prefixlen + conf->locks.max_resource_len + 1;
     M.keybuf = mem_alloc(M.keycap);
@@ -749,13 +762,22 @@ static void req_give_up(struct lockreq *q)
     }
 }
 
+/* Seeded per process from the OS, so daemons do not share a sequence. */
+static uint64_t rng_below(uint64_t n)
+{
+    M.rng ^= M.rng >> 12;
+    M.rng ^= M.rng << 25;
+    M.rng ^= M.rng >> 27;
+    return n ? (M.rng * 0x2545f4914f6cdd1dULL >> 11) % n : 0;
+}
+
 static uint64_t jitter(uint64_t ms)
 {
     /* Spread retries over [ms/2, 3ms/2) so waiters on many daemons do not
      * poll in step. */
     if (ms < 2)
         return 1;
-    return ms / 2 + (uint64_t)random() % ms;
+    return ms / 2 + rng_below(ms);
 }
 
 static void req_sleep(struct lockreq *q, int64_t pttl)
@@ -763,8 +785,9 @@ static void req_sleep(struct lockreq *q, int64_t pttl)
     uint64_t now = timer_now();
     uint64_t delay = jitter(M.conf->locks.retry_ms);
 
+    /* The key expires before that: ask just after, a little spread too. */
     if (pttl >= 0 && (uint64_t)pttl + 1 < delay)
-        delay = (uint64_t)pttl + 1;     /* the key expires before that */
+        delay = (uint64_t)pttl + 1 + rng_below(LOCKMGR_WAKE_JITTER_MS + 1);
     uint64_t due = now + delay;
     if (due > q->deadline)
         due = q->deadline;
@@ -823,6 +846,7 @@ static void attempt_done(void *ud, const struct redlock_result *res)
 static void req_attempt(struct lockreq *q)
 {
     timer_stop(&q->timer);
+    q->woken = false;
     if (M.rl->token(q->token) != 0) {
         /* Answer from the timer, never from inside our caller: it may be
          * about to touch the entry this request's answer could free. */
@@ -851,7 +875,10 @@ static void req_timer_cb(struct timer *t)
     } else if (timer_now() >= q->deadline) {
         req_give_up(q);
     } else if (entry_head(e) == q && !e->holder) {
-        M.c.wakeups_retry++;
+        if (q->woken)
+            M.c.wakeups_notified++;
+        else
+            M.c.wakeups_retry++;
         req_attempt(q);
     } else {
         timer_start_at(&q->timer, q->deadline);
@@ -1049,10 +1076,10 @@ void lockmgr_on_release(const char *key, size_t len)
         e->notified = true;
         return;
     }
-    enter();
-    M.c.wakeups_notified++;
-    req_attempt(q);
-    leave();
+    if (q->woken)
+        return;     /* the same release, heard from another node */
+    q->woken = true;
+    timer_start(&q->timer, rng_below(LOCKMGR_WAKE_JITTER_MS + 1));
 }
 
 /* ---- inspection --------------------------------------------------------- */
