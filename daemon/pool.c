@@ -1,8 +1,10 @@
 /*
  * pool: see pool.h.
  *
- * Ownership: the pool owns its nodes and links (static arrays, never freed
- * until exit) and every pool_req from send until its reply callback has run.
+ * Ownership: pool_init allocates the nodes and their links, pool_free frees
+ * them; the pool owns every pool_req from send until its reply callback has
+ * run, and every pool_cleanup from pool_release_later until it is sent (or
+ * pool_free).
  * hiredis owns the redisAsyncContext; we drop our pointer to it (l->ac =
  * NULL, ac->data = NULL) *before* asking hiredis to free it, so callbacks
  * hiredis runs while freeing (NULL replies, onDisconnect) never reach a link
@@ -17,6 +19,7 @@
 
 #include <hiredis/async.h>
 
+#include "list.h"
 #include "log.h"
 #include "mem.h"
 #include "redis_uv.h"
@@ -55,7 +58,7 @@ enum link_state { LINK_DOWN, LINK_CONNECTING, LINK_UP };
 struct pool_link;
 
 struct pool_req {
-    struct pool_req *prev, *next;   /* in link->head..tail, send order */
+    struct list queue;              /* in link->queue, send order */
     struct pool_link *link;
     uint64_t deadline;              /* uv_now ms */
     uint64_t sent_ns;
@@ -74,7 +77,7 @@ struct pool_node;
 /* A release to send when a node is back: it may still execute requests
  * that were buffered on its old connection when it stopped answering. */
 struct pool_cleanup {
-    struct pool_cleanup *next;
+    struct list link;               /* in node->cleanups, oldest first */
     size_t keylen;
     char token[41];
     char key[];
@@ -87,7 +90,7 @@ struct pool_link {
     redisAsyncContext *ac;          /* (hiredis-owned) NULL when down */
     enum link_state state;
     bool subscriber;
-    struct pool_req *head, *tail;   /* requests awaiting a reply */
+    struct list queue;              /* pool_reqs awaiting a reply */
     uint64_t connect_deadline;
     uint64_t last_progress;         /* last reply, or first send into an
                                        empty queue (uv_now ms) */
@@ -116,7 +119,7 @@ struct pool_node {
     int repair_ok;
     uint64_t repair_max;
 
-    struct pool_cleanup *cleanups;  /* releases owed once it is up */
+    struct list cleanups;           /* pool_cleanups owed once it is up */
     size_t ncleanups;
 
     uint64_t requests, errors, timeouts, reconnects, restarts;
@@ -148,11 +151,13 @@ static void link_arm(struct pool_link *l)
     uint64_t due = UINT64_MAX;
     if (l->state == LINK_CONNECTING)
         due = l->connect_deadline;
-    if (l->head) {
+    struct pool_req *oldest = list_entry(list_first(&l->queue),
+                                         struct pool_req, queue);
+    if (oldest) {
         /* A node that keeps answering is alive even when a burst queues a
          * request behind thousands of others: time out only when the
          * oldest request is overdue *and* nothing came back meanwhile. */
-        uint64_t d = l->head->deadline;
+        uint64_t d = oldest->deadline;
         uint64_t quiet = l->last_progress + P.conf->redis.command_timeout_ms;
         if (quiet > d)
             d = quiet;
@@ -163,31 +168,6 @@ static void link_arm(struct pool_link *l)
         timer_stop(&l->timer);
     else
         timer_start_at(&l->timer, due);
-}
-
-static void link_push(struct pool_link *l, struct pool_req *q)
-{
-    q->link = l;
-    q->next = NULL;
-    q->prev = l->tail;
-    if (l->tail)
-        l->tail->next = q;
-    else
-        l->head = q;
-    l->tail = q;
-}
-
-static void link_unlink(struct pool_link *l, struct pool_req *q)
-{
-    if (q->prev)
-        q->prev->next = q->next;
-    else
-        l->head = q->next;
-    if (q->next)
-        q->next->prev = q->prev;
-    else
-        l->tail = q->prev;
-    q->prev = q->next = NULL;
 }
 
 static struct pool_req *req_create(int script, int nkeys, int argc,
@@ -209,6 +189,7 @@ static struct pool_req *req_create(int script, int nkeys, int argc,
         q->lens[i] = lens[i];
         p += lens[i] + 1;
     }
+    list_init(&q->queue);
     q->script = script;
     q->nkeys = nkeys;
     q->argc = argc;
@@ -249,11 +230,12 @@ static int link_send(struct pool_link *l, struct pool_req *q)
     q->deadline = timer_now() + P.conf->redis.command_timeout_ms;
     if (l->state == LINK_CONNECTING && q->deadline < l->connect_deadline)
         q->deadline = l->connect_deadline;
-    if (!l->head) {
+    if (list_empty(&l->queue)) {
         l->last_progress = timer_now();
         l->graced = false;
     }
-    link_push(l, q);
+    q->link = l;
+    list_push_tail(&l->queue, &q->queue);
     link_arm(l);
     l->node->requests++;
     P.inflight++;
@@ -275,7 +257,7 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     struct pool_node *n = l->node;
     redisReply *r = reply;
 
-    link_unlink(l, q);
+    list_remove(&q->queue);
     P.inflight--;
     if (!r) {
         /* The connection failed (or we are dropping it): fail the node once,
@@ -403,21 +385,24 @@ static void cleanup_reply(void *ud, int node, redisReply *r)
     (void)r;
 }
 
+/* Send what this node is owed, oldest first; one the pool cannot take
+ * stays owed (sending never calls back into this list). */
 static void node_send_cleanups(struct pool_node *n)
 {
-    struct pool_cleanup *c = n->cleanups, *next;
-    size_t sent = n->ncleanups;
+    struct list *pos, *tmp;
+    size_t sent = 0;
 
-    n->cleanups = NULL;
-    n->ncleanups = 0;
-    for (; c; c = next) {
-        next = c->next;
+    list_foreach_safe(pos, tmp, &n->cleanups) {
+        struct pool_cleanup *c = list_entry(pos, struct pool_cleanup, link);
         const char *argv[3] = { c->key, c->token, P.conf->locks.release_channel };
         size_t lens[3] = { c->keylen, strlen(c->token), strlen(argv[2]) };
         if (pool_script(n->idx, POOL_SCRIPT_RELEASE, 1, 2, argv, lens,
                         cleanup_reply, NULL) != 0)
-            pool_release_later(n->idx, c->key, c->keylen, c->token);
+            continue;
+        list_remove(pos);
+        n->ncleanups--;
         free(c);
+        sent++;
     }
     if (sent)
         log_info("redis %s: sent %zu owner-checked releases held back while "
@@ -440,8 +425,7 @@ void pool_release_later(int node, const char *key, size_t keylen,
     memcpy(c->key, key, keylen);
     c->keylen = keylen;
     snprintf(c->token, sizeof(c->token), "%s", token);
-    c->next = n->cleanups;
-    n->cleanups = c;
+    list_push_tail(&n->cleanups, &c->link);
     n->ncleanups++;
 }
 
@@ -837,6 +821,7 @@ static void link_init(struct pool_link *l, struct pool_node *n, bool sub)
     l->node = n;
     l->subscriber = sub;
     l->state = LINK_DOWN;
+    list_init(&l->queue);
     timer_init(&l->timer, link_timeout_cb, l);
 }
 
@@ -853,6 +838,7 @@ int pool_init(uv_loop_t *loop, const struct conf *conf,
         n->idx = i;
         n->addr = &conf->redis.nodes[i];
         n->backoff_ms = POOL_BACKOFF_MIN_MS;
+        list_init(&n->cleanups);
         n->links = mem_alloc(sizeof(struct pool_link) * conf->redis.pool_size);
         for (unsigned k = 0; k < conf->redis.pool_size; k++)
             link_init(&n->links[k], n, false);
@@ -889,11 +875,9 @@ void pool_free(void)
     if (!P.nodes)
         return;
     for (int i = 0; i < P.nnodes; i++) {
-        struct pool_cleanup *c = P.nodes[i].cleanups, *next;
-        for (; c; c = next) {
-            next = c->next;
-            free(c);
-        }
+        struct list *pos, *tmp;
+        list_foreach_safe(pos, tmp, &P.nodes[i].cleanups)
+            free(list_entry(pos, struct pool_cleanup, link));
         free(P.nodes[i].links);
     }
     free(P.nodes);
