@@ -27,6 +27,9 @@
 
 #define POOL_BACKOFF_MIN_MS 100
 #define POOL_REPAIR_RETRY_MS 1000
+#define POOL_SHA_LEN 40         /* hex chars of a script's SHA1 (SCRIPT LOAD) */
+#define POOL_EVAL_WORDS 3       /* EVALSHA sha numkeys, before a script's words */
+#define POOL_HS_STEP_MAX 32     /* "SCRIPT LOAD: " and the like, before an error */
 
 static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
     [POOL_SCRIPT_ACQUIRE] =
@@ -110,7 +113,7 @@ struct pool_node {
     unsigned backoff_ms;
     struct timer reconnect_timer;
 
-    char run_id[48];                /* last run_id seen, "" if never */
+    char run_id[POOL_RUN_ID_MAX + 1]; /* last run_id seen, "" if never */
     bool aof_always;
     bool recovering;                /* restarted: not voting yet */
     uint64_t recover_at;            /* earliest readmission (uv_now ms) */
@@ -125,7 +128,7 @@ struct pool_node {
     uint64_t requests, errors, timeouts, reconnects, restarts;
     double latency_ms;              /* moving average */
     double latency_max_ms;
-    char last_error[128];
+    char last_error[POOL_ERR_SIZE];
 };
 
 static struct {
@@ -137,7 +140,7 @@ static struct {
     bool stopping;
     uint64_t inflight;                  /* requests awaiting replies */
     uint64_t max_fence;                 /* largest fence seen or issued */
-    char sha[POOL_SCRIPT_COUNT][41];    /* from SCRIPT LOAD, "" until known */
+    char sha[POOL_SCRIPT_COUNT][POOL_SHA_LEN + 1]; /* "" until loaded */
 } P;
 
 static void link_connect(struct pool_link *l);
@@ -170,10 +173,18 @@ static void link_arm(struct pool_link *l)
         timer_start_at(&l->timer, due);
 }
 
+/* A copy of the request, or NULL (logged) when it has more words than
+ * link_send has room for. */
 static struct pool_req *req_create(int script, int nkeys, int argc,
                                    const char **argv, const size_t *lens)
 {
     size_t bytes = 0;
+
+    if (argc > POOL_MAX_ARGS) {
+        log_error("a redis request of %d words (at most %d): not sent", argc,
+                  POOL_MAX_ARGS);
+        return NULL;
+    }
     for (int i = 0; i < argc; i++)
         bytes += lens[i] + 1;
     size_t size = sizeof(struct pool_req) + (size_t)argc * (sizeof(char *) +
@@ -201,13 +212,12 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 /* Hand q to hiredis on l; 0, or -1 with q still owned by the caller. */
 static int link_send(struct pool_link *l, struct pool_req *q)
 {
-    const char *argv[64];
-    size_t lens[64];
-    char nkeys[16];
+    const char *argv[POOL_EVAL_WORDS + POOL_MAX_ARGS];
+    size_t lens[POOL_EVAL_WORDS + POOL_MAX_ARGS];
+    char nkeys[POOL_NUM_SIZE];
     int argc = 0;
 
-    if (q->argc + 3 > 64)
-        return -1;
+    /* req_create admits at most POOL_MAX_ARGS words, so argv has room. */
     if (q->script >= 0) {
         bool by_sha = !q->retried && P.sha[q->script][0];
         argv[argc] = by_sha ? "EVALSHA" : "EVAL";
@@ -474,16 +484,22 @@ static void link_ready(struct pool_link *l, const char *run_id)
         node_came_up(n, run_id);
 }
 
-/* Handshake replies: ud is the link. Any error fails the node. */
-static bool hs_check(struct pool_link *l, redisReply *r, const char *what)
+/*
+ * Handshake replies. `node` says whose reply it is; ud is NULL, or for
+ * SCRIPT LOAD the SHA slot of the script it loaded, or for INFO (the last
+ * step) the link. Any error fails the node.
+ */
+static bool hs_check(int node, redisReply *r, const char *what)
 {
+    struct pool_node *n = &P.nodes[node];
+
     if (!r)
         return false;   /* the node already failed */
     if (r->type == REDIS_REPLY_ERROR) {
-        char msg[160];
+        char msg[POOL_HS_STEP_MAX + POOL_ERR_SIZE];
         snprintf(msg, sizeof(msg), "%s: %s", what, r->str);
-        log_error("redis %s: %s", l->node->addr->text, msg);
-        node_fail(l->node, msg);
+        log_error("redis %s: %s", n->addr->text, msg);
+        node_fail(n, msg);
         return false;
     }
     return true;
@@ -491,68 +507,63 @@ static bool hs_check(struct pool_link *l, redisReply *r, const char *what)
 
 static void hs_auth_cb(void *ud, int node, redisReply *r)
 {
-    (void)node;
-    hs_check(ud, r, "AUTH");
+    (void)ud;
+    hs_check(node, r, "AUTH");
 }
 
 static void hs_select_cb(void *ud, int node, redisReply *r)
 {
-    (void)node;
-    hs_check(ud, r, "SELECT");
+    (void)ud;
+    hs_check(node, r, "SELECT");
 }
 
 static void hs_script_cb(void *ud, int node, redisReply *r)
 {
-    (void)node;
-    struct pool_link *l = ud;
-    if (!hs_check(l, r, "SCRIPT LOAD"))
+    char *sha = ud;     /* P.sha[] of the script this link loaded */
+
+    if (!hs_check(node, r, "SCRIPT LOAD"))
         return;
-    if (r->type != REDIS_REPLY_STRING || r->len != 40)
+    if (r->type != REDIS_REPLY_STRING || r->len != POOL_SHA_LEN)
         return;
-    for (int s = 0; s < POOL_SCRIPT_COUNT; s++) {
-        /* The reply does not say which script it is for. Every link loads
-         * the scripts in table order and its replies arrive in order, so the
-         * first SHA never seen before always belongs to the first empty
-         * slot. */
-        if (!P.sha[s][0]) {
-            memcpy(P.sha[s], r->str, 40);
-            P.sha[s][40] = '\0';
-            break;
-        }
-        if (memcmp(P.sha[s], r->str, 40) == 0)
-            break;
+    if (!sha[0]) {
+        memcpy(sha, r->str, POOL_SHA_LEN);
+        sha[POOL_SHA_LEN] = '\0';
     }
+}
+
+/* "CONFIG GET x" answers {x, value}: the value, or NULL when CONFIG is
+ * renamed or forbidden. */
+static const char *hs_config_value(const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[1]->type != REDIS_REPLY_STRING)
+        return NULL;
+    return r->element[1]->str;
 }
 
 static void hs_config_cb(void *ud, int node, redisReply *r)
 {
-    struct pool_link *l = ud;
-    (void)node;
-    /* CONFIG may be renamed or forbidden: then assume no AOF guarantee. */
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[1]->type != REDIS_REPLY_STRING)
-        return;
-    l->node->aof_always = strcmp(r->element[1]->str, "always") == 0;
+    const char *v = hs_config_value(r);
+    (void)ud;
+    /* Without an answer the last one stands (at first: no AOF guarantee). */
+    if (v)
+        P.nodes[node].aof_always = strcmp(v, "always") == 0;
 }
 
 static void hs_config_aof_cb(void *ud, int node, redisReply *r)
 {
-    struct pool_link *l = ud;
-    (void)node;
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[1]->type != REDIS_REPLY_STRING)
-        return;
-    if (strcmp(r->element[1]->str, "yes") != 0)
-        l->node->aof_always = false;
+    const char *v = hs_config_value(r);
+    (void)ud;
+    if (v && strcmp(v, "yes") != 0)
+        P.nodes[node].aof_always = false;
 }
 
 static void hs_info_cb(void *ud, int node, redisReply *r)
 {
     struct pool_link *l = ud;
-    char run_id[48] = "";
-    (void)node;
+    char run_id[POOL_RUN_ID_MAX + 1] = "";
 
-    if (!hs_check(l, r, "INFO"))
+    if (!hs_check(node, r, "INFO"))
         return;
     if (l->state != LINK_CONNECTING)
         return;
@@ -570,15 +581,17 @@ static void hs_info_cb(void *ud, int node, redisReply *r)
     link_ready(l, run_id);
 }
 
-static int hs_send(struct pool_link *l, pool_reply_cb cb, int argc,
+static int hs_send(struct pool_link *l, pool_reply_cb cb, void *ud, int argc,
                    const char **argv)
 {
-    size_t lens[8];
-    for (int i = 0; i < argc; i++)
+    size_t lens[POOL_MAX_ARGS];
+    for (int i = 0; i < argc && i < POOL_MAX_ARGS; i++)
         lens[i] = strlen(argv[i]);
     struct pool_req *q = req_create(-1, 0, argc, argv, lens);
+    if (!q)
+        return -1;
     q->cb = cb;
-    q->ud = l;
+    q->ud = ud;
     if (link_send(l, q) != 0) {
         free(q);
         return -1;
@@ -615,10 +628,10 @@ static void link_handshake(struct pool_link *l)
     if (c->redis.password) {
         const char *argv[3] = { "AUTH", c->redis.username, c->redis.password };
         if (c->redis.username)
-            rc |= hs_send(l, hs_auth_cb, 3, argv);
+            rc |= hs_send(l, hs_auth_cb, NULL, 3, argv);
         else {
             argv[1] = c->redis.password;
-            rc |= hs_send(l, hs_auth_cb, 2, argv);
+            rc |= hs_send(l, hs_auth_cb, NULL, 2, argv);
         }
     }
     if (l->subscriber) {
@@ -628,21 +641,21 @@ static void link_handshake(struct pool_link *l)
                                              argv, lens) != REDIS_OK)
             rc = -1;
     } else {
-        char db[16];
+        char db[POOL_NUM_SIZE];
         snprintf(db, sizeof(db), "%d", c->redis.db);
         const char *sel[2] = { "SELECT", db };
         if (c->redis.db != 0)
-            rc |= hs_send(l, hs_select_cb, 2, sel);
+            rc |= hs_send(l, hs_select_cb, NULL, 2, sel);
         for (int s = 0; s < POOL_SCRIPT_COUNT; s++) {
             const char *argv[3] = { "SCRIPT", "LOAD", pool_lua[s] };
-            rc |= hs_send(l, hs_script_cb, 3, argv);
+            rc |= hs_send(l, hs_script_cb, P.sha[s], 3, argv);
         }
         const char *cfg[3] = { "CONFIG", "GET", "appendfsync" };
         const char *aof[3] = { "CONFIG", "GET", "appendonly" };
         const char *info[2] = { "INFO", "server" };
-        rc |= hs_send(l, hs_config_cb, 3, cfg);
-        rc |= hs_send(l, hs_config_aof_cb, 3, aof);
-        rc |= hs_send(l, hs_info_cb, 2, info);
+        rc |= hs_send(l, hs_config_cb, NULL, 3, cfg);
+        rc |= hs_send(l, hs_config_aof_cb, NULL, 3, aof);
+        rc |= hs_send(l, hs_info_cb, l, 2, info);
     }
     if (rc != 0)
         node_fail(l->node, "could not queue the handshake");
@@ -656,7 +669,7 @@ static void link_on_connect(const redisAsyncContext *ac, int status)
         return;
     if (status != REDIS_OK) {
         /* hiredis frees the context after this callback returns. */
-        char why[128];
+        char why[POOL_ERR_SIZE];
         snprintf(why, sizeof(why), "%s", ac->errstr);
         l->ac = NULL;
         ((redisAsyncContext *)ac)->data = NULL;
@@ -671,7 +684,7 @@ static void link_on_disconnect(const redisAsyncContext *ac, int status)
 
     if (!l || l->ac != ac)
         return;
-    char why[128];
+    char why[POOL_ERR_SIZE];
     snprintf(why, sizeof(why), "%s", ac->errstr[0] ? ac->errstr :
              "connection closed");
     l->ac = NULL;   /* hiredis frees it after this callback */
@@ -694,7 +707,7 @@ static void link_connect(struct pool_link *l)
         return;
     }
     if (ac->err) {
-        char why[128];
+        char why[POOL_ERR_SIZE];
         snprintf(why, sizeof(why), "%s", ac->errstr);
         redisAsyncFree(ac);
         node_fail(l->node, why);
@@ -771,7 +784,7 @@ static void repair_read_cb(void *ud, int node, redisReply *r)
     }
     if (P.max_fence > n->repair_max)
         n->repair_max = P.max_fence;
-    char val[24];
+    char val[POOL_NUM_SIZE];
     snprintf(val, sizeof(val), "%" PRIu64, n->repair_max);
     const char *argv[2] = { P.conf->locks.fence_key, val };
     size_t lens[2] = { strlen(argv[0]), strlen(val) };
@@ -955,6 +968,8 @@ int pool_script(int node, enum pool_script s, int nkeys, int nargs,
                 pool_reply_cb cb, void *ud)
 {
     struct pool_req *q = req_create((int)s, nkeys, nkeys + nargs, argv, lens);
+    if (!q)
+        return -1;
     q->cb = cb;
     q->ud = ud;
     return node_send(node, q);
@@ -964,6 +979,8 @@ int pool_command(int node, int argc, const char **argv, const size_t *lens,
                  pool_reply_cb cb, void *ud)
 {
     struct pool_req *q = req_create(-1, 0, argc, argv, lens);
+    if (!q)
+        return -1;
     q->cb = cb;
     q->ud = ud;
     return node_send(node, q);

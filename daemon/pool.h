@@ -26,6 +26,16 @@
 
 #include "conf.h"
 
+/* The most words one request may carry (a script's keys and arguments, or a
+ * command with its name); acquire's 2 keys and 2 arguments are the most
+ * any caller sends. pool_script and pool_command refuse more. */
+#define POOL_MAX_ARGS 8
+/* Room for any 64-bit integer in decimal, sign and NUL included. */
+#define POOL_NUM_SIZE sizeof("-9223372036854775808")
+/* The longest run_id kept (Redis's is 40 hex chars), and an error's room. */
+#define POOL_RUN_ID_MAX 47
+#define POOL_ERR_SIZE 128
+
 enum pool_script {
     POOL_SCRIPT_ACQUIRE,    /* KEYS lock,fence ARGV token,ttl -> {1,fence}|{0,pttl} */
     POOL_SCRIPT_RELEASE,    /* KEYS lock ARGV token,channel -> 1|0 */
@@ -59,7 +69,8 @@ int pool_nodes_voting(void);
 /*
  * Send one script or command to a node. Arguments are copied. Returns 0 when
  * sent (cb will be called exactly once, later) or -1 when the node has no
- * usable connection (cb is not called: count it as a failed vote).
+ * usable connection or the request has more than POOL_MAX_ARGS words (cb is
+ * not called: count it as a failed vote).
  */
 int pool_script(int node, enum pool_script s, int nkeys, int nargs,
                 const char **argv, const size_t *lens,
