@@ -19,6 +19,7 @@
 #include "conf.h"
 #include "log.h"
 #include "mem.h"
+#include "node.h"
 #include "pool.h"
 #include "timer.h"
 
@@ -192,7 +193,7 @@ static void op_fan_out(struct op *o)
             o->pending--;
             o->res.failed++;
             if (o->kind == OP_RELEASE)
-                pool_release_later(i, o->key, o->keylen, o->token);
+                node_release_later(i, o->key, o->keylen, o->token);
         }
     }
     /* Never answer from inside the caller's call: when no node could take
@@ -217,12 +218,12 @@ static void raise_done(struct op *o);
 
 static void op_count(struct op *o, int node, redisReply *r)
 {
-    bool votes = pool_node_votes(node);
+    bool votes = node_votes(node);
 
     if (!r || r->type == REDIS_REPLY_ERROR) {
         o->res.failed++;
         if (o->kind == OP_RELEASE)
-            pool_release_later(node, o->key, o->keylen, o->token);
+            node_release_later(node, o->key, o->keylen, o->token);
         return;
     }
     switch (o->kind) {
@@ -335,9 +336,9 @@ static void raise_done(struct op *o)
 {
     /* Validity is re-checked after the second round: a grant never leaves
      * with no time left on it. */
-    if (o->res.ok >= pool_quorum() && o->res.validity > 0) {
+    if (o->res.ok >= redlock_nquorum() && o->res.validity > 0) {
         o->res.status = REDLOCK_OK;
-        pool_note_fence(o->res.fence);
+        node_note_fence(o->res.fence);
     } else {
         log_warn("fence raise reached %d of %d nodes (validity %" PRId64
                  " ms): giving the lock back", o->res.ok, pool_nnodes(),
@@ -420,7 +421,7 @@ void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
         size_t lens[2] = { 4, keylen };
         views[i].name = pool_node_name(i);
         views[i].up = pool_node_up(i);
-        views[i].voting = pool_node_votes(i);
+        views[i].voting = node_votes(i);
         views[i].pttl = -2;
         in->pending++;
         if (pool_command(i, 2, pttl, lens, inspect_reply, in) != 0)
@@ -442,6 +443,13 @@ int redlock_nnodes(void)
 int redlock_nquorum(void)
 {
     return redlock_quorum(pool_nnodes());
+}
+
+/* Deprecated, declared in pool.h for callers that have not moved to
+ * redlock_nquorum yet. */
+int pool_quorum(void)
+{
+    return redlock_nquorum();
 }
 
 const struct redlock_ops redlock_ops_default = {
