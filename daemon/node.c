@@ -236,8 +236,8 @@ static void node_restarted(struct node *n, const char *run_id)
     uint64_t delay = 0;
 
     if (!n->aof_always)
-        delay = c->locks.max_ttl_ms +
-                (uint64_t)(c->locks.max_ttl_ms * c->locks.drift_factor) + 2;
+        delay = c->locks.max_ttl_ms + (uint64_t)redlock_drift_ms(
+                    c->locks.max_ttl_ms, c->locks.drift_factor);
     n->restarts++;
     n->recovering = true;
     n->recover_at = timer_now() + delay;

@@ -67,10 +67,14 @@ int redlock_quorum(int nnodes)
     return nnodes / 2 + 1;
 }
 
+int64_t redlock_drift_ms(uint32_t ttl, double factor)
+{
+    return (int64_t)((double)ttl * factor) + REDLOCK_DRIFT_MIN_MS;
+}
+
 int64_t redlock_validity(uint32_t ttl, uint64_t elapsed_ms, double drift)
 {
-    int64_t drift_ms = (int64_t)((double)ttl * drift) + 2;
-    return (int64_t)ttl - (int64_t)elapsed_ms - drift_ms;
+    return (int64_t)ttl - (int64_t)elapsed_ms - redlock_drift_ms(ttl, drift);
 }
 
 enum redlock_status redlock_decide(int nnodes, int ok, int busy, int failed,
