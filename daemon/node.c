@@ -105,8 +105,8 @@ static void node_send_owed(struct node *n)
 
     list_foreach_safe(pos, tmp, &n->owed) {
         struct owed_release *o = list_entry(pos, struct owed_release, link);
-        const char *argv[3] = { o->key, o->token, N.conf->locks.release_channel };
-        size_t lens[3] = { o->keylen, strlen(o->token), strlen(argv[2]) };
+        const char *argv[] = { o->key, o->token, N.conf->locks.release_channel };
+        size_t lens[] = { o->keylen, strlen(o->token), strlen(argv[2]) };
         if (pool_script(n->idx, POOL_SCRIPT_RELEASE, 1, 2, argv, lens,
                         owed_reply, NULL) != 0)
             continue;
@@ -184,8 +184,8 @@ static void repair_read_cb(void *ud, int node, redisReply *r)
         n->repair_max = N.max_fence;
     char val[POOL_NUM_SIZE];
     snprintf(val, sizeof(val), "%" PRIu64, n->repair_max);
-    const char *argv[2] = { N.conf->locks.fence_key, val };
-    size_t lens[2] = { strlen(argv[0]), strlen(val) };
+    const char *argv[] = { N.conf->locks.fence_key, val };
+    size_t lens[] = { strlen(argv[0]), strlen(val) };
     if (pool_script(n->idx, POOL_SCRIPT_RAISE, 1, 1, argv, lens,
                     repair_raise_cb, n) != 0)
         timer_start(&n->recover_timer, NODE_REPAIR_RETRY_MS);
@@ -196,8 +196,8 @@ static void repair_read_cb(void *ud, int node, redisReply *r)
  * answered, raise this node's counter to their maximum, then let it vote. */
 static void node_repair(struct node *n)
 {
-    const char *argv[2] = { "GET", N.conf->locks.fence_key };
-    size_t lens[2] = { 3, strlen(N.conf->locks.fence_key) };
+    const char *argv[] = { "GET", N.conf->locks.fence_key };
+    size_t lens[] = { 3, strlen(N.conf->locks.fence_key) };
 
     n->repair_wait = 1;     /* held until every request is out */
     n->repair_ok = 0;

@@ -515,7 +515,7 @@ static void link_handshake(struct pool_link *l)
     int rc = 0;
 
     if (c->redis.password) {
-        const char *argv[3] = { "AUTH", c->redis.username, c->redis.password };
+        const char *argv[] = { "AUTH", c->redis.username, c->redis.password };
         if (c->redis.username)
             rc |= hs_send(l, hs_auth_cb, NULL, 3, argv);
         else {
@@ -524,24 +524,24 @@ static void link_handshake(struct pool_link *l)
         }
     }
     if (l->subscriber) {
-        const char *argv[2] = { "SUBSCRIBE", c->locks.release_channel };
-        size_t lens[2] = { 9, strlen(c->locks.release_channel) };
+        const char *argv[] = { "SUBSCRIBE", c->locks.release_channel };
+        size_t lens[] = { 9, strlen(c->locks.release_channel) };
         if (rc == 0 && redisAsyncCommandArgv(l->ac, sub_on_message, l, 2,
                                              argv, lens) != REDIS_OK)
             rc = -1;
     } else {
         char db[POOL_NUM_SIZE];
         snprintf(db, sizeof(db), "%d", c->redis.db);
-        const char *sel[2] = { "SELECT", db };
+        const char *sel[] = { "SELECT", db };
         if (c->redis.db != 0)
             rc |= hs_send(l, hs_select_cb, NULL, 2, sel);
         for (int s = 0; s < POOL_SCRIPT_COUNT; s++) {
-            const char *argv[3] = { "SCRIPT", "LOAD", pool_lua[s] };
+            const char *argv[] = { "SCRIPT", "LOAD", pool_lua[s] };
             rc |= hs_send(l, hs_script_cb, P.sha[s], 3, argv);
         }
-        const char *cfg[3] = { "CONFIG", "GET", "appendfsync" };
-        const char *aof[3] = { "CONFIG", "GET", "appendonly" };
-        const char *info[2] = { "INFO", "server" };
+        const char *cfg[] = { "CONFIG", "GET", "appendfsync" };
+        const char *aof[] = { "CONFIG", "GET", "appendonly" };
+        const char *info[] = { "INFO", "server" };
         rc |= hs_send(l, hs_config_cb, NULL, 3, cfg);
         rc |= hs_send(l, hs_config_aof_cb, NULL, 3, aof);
         rc |= hs_send(l, hs_info_cb, l, 2, info);

@@ -25,6 +25,10 @@
 
 enum op_kind { OP_ACQUIRE, OP_RAISE, OP_RELEASE, OP_EXTEND };
 
+/* The most words an op's script takes: acquire's lock and fence keys, its
+ * token and its ttl. */
+#define OP_MAX_WORDS 4
+
 struct op {
     enum op_kind kind;
     int pending;            /* node requests outstanding (+1 while sending) */
@@ -149,9 +153,9 @@ static uint64_t op_elapsed_ms(const struct op *o)
  * loop is done even if every request fails synchronously. */
 static void op_fan_out(struct op *o)
 {
-    const char *argv[4];
-    size_t lens[4];
-    char num[24];
+    const char *argv[OP_MAX_WORDS];
+    size_t lens[OP_MAX_WORDS];
+    char num[POOL_NUM_SIZE];
     int nkeys = 1, nargs = 2;
     enum pool_script s;
 
@@ -421,8 +425,8 @@ void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
     in->pending = 1;
     timer_init(&in->defer, inspect_deferred, in);
     for (int i = 0; i < n; i++) {
-        const char *pttl[2] = { "PTTL", key };
-        size_t lens[2] = { 4, keylen };
+        const char *pttl[] = { "PTTL", key };
+        size_t lens[] = { 4, keylen };
         views[i].name = pool_node_name(i);
         views[i].up = pool_node_up(i);
         views[i].voting = node_votes(i);
