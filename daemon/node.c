@@ -9,8 +9,9 @@
  * failed them all. node_shutdown sets `stopping` before the pool drops its
  * links, so the callbacks that run then start no timer.
  *
- * From redlock.h node uses only the pure arithmetic (quorum, drift) and the
- * token length; it never starts a lock operation.
+ * The two Redlock numbers node applies (the quorum a repair must read, and
+ * a restarted node's wait) come from redlock through node_set_rules: node
+ * sits below redlock and does not include it.
  */
 #include "node.h"
 
@@ -22,7 +23,6 @@
 #include "list.h"
 #include "log.h"
 #include "mem.h"
-#include "redlock.h"
 #include "timer.h"
 
 #define NODE_REPAIR_RETRY_MS 1000
@@ -34,8 +34,8 @@
 struct owed_release {
     struct list link;           /* in node->owed, oldest first */
     size_t keylen;
-    char token[REDLOCK_TOKEN_LEN + 1];
-    char key[];                 /* keylen bytes + NUL */
+    const char *token;          /* NUL-terminated, after the key */
+    char key[];                 /* keylen bytes + NUL, then the token */
 };
 
 struct node {
@@ -56,6 +56,7 @@ struct node {
 
 static struct {
     const struct conf *conf;
+    struct node_rules rules;    /* from node_set_rules */
     struct node *nodes;
     int nnodes;
     bool stopping;
@@ -88,10 +89,12 @@ void node_release_later(int node, const char *key, size_t keylen,
                  "by its ttl there", node_name(n), (int)keylen, key);
         return;
     }
-    struct owed_release *o = mem_alloc(sizeof(*o) + keylen + 1);
+    size_t toklen = strlen(token);
+    struct owed_release *o = mem_alloc(sizeof(*o) + keylen + 1 + toklen + 1);
     memcpy(o->key, key, keylen);
     o->keylen = keylen;
-    snprintf(o->token, sizeof(o->token), "%s", token);
+    memcpy(o->key + keylen + 1, token, toklen);
+    o->token = o->key + keylen + 1;
     list_push_tail(&n->owed, &o->link);
     n->nowed++;
 }
@@ -147,7 +150,7 @@ static void repair_raise_cb(void *ud, int node, redisReply *r)
 static void repair_read_cb(void *ud, int node, redisReply *r)
 {
     struct node *n = ud;
-    int quorum = redlock_quorum(N.nnodes);
+    int quorum = N.rules.quorum;
     (void)node;
 
     if (N.stopping)
@@ -232,12 +235,8 @@ static void node_recover_cb(struct timer *t)
  * counter is repaired. */
 static void node_restarted(struct node *n, const char *run_id)
 {
-    const struct conf *c = N.conf;
-    uint64_t delay = 0;
+    uint64_t delay = n->aof_always ? 0 : N.rules.readmit_ms;
 
-    if (!n->aof_always)
-        delay = c->locks.max_ttl_ms + (uint64_t)redlock_drift_ms(
-                    c->locks.max_ttl_ms, c->locks.drift_factor);
     n->restarts++;
     n->recovering = true;
     n->recover_at = timer_now() + delay;
@@ -275,6 +274,11 @@ static void node_on_down(int node, const char *why)
 }
 
 /* ---- public ------------------------------------------------------------ */
+
+void node_set_rules(const struct node_rules *rules)
+{
+    N.rules = *rules;
+}
 
 int node_init(uv_loop_t *loop, const struct conf *conf,
               pool_release_cb on_release)

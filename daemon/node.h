@@ -21,7 +21,9 @@
  * - the per-node STATS objects.
  *
  * node_init starts the pool with node's hooks; main stops and frees both
- * through node_shutdown and node_free.
+ * through node_shutdown and node_free. The Redlock numbers node applies are
+ * redlock's, handed down by redlock_init (node_set_rules), so that node
+ * needs nothing from the module above it.
  */
 #ifndef REDLOCKD_NODE_H
 #define REDLOCKD_NODE_H
@@ -35,6 +37,15 @@
 
 #include "conf.h"
 #include "pool.h"
+
+/* The Redlock rules node applies to restarted nodes. */
+struct node_rules {
+    int quorum;             /* counters a fence repair must read */
+    uint64_t readmit_ms;    /* a restarted node's wait before it votes,
+                               unless it runs AOF with appendfsync always */
+};
+/* Copied; may come before node_init (redlock_init calls it). */
+void node_set_rules(const struct node_rules *rules);
 
 /* Set up every node's state, then pool_init (on_release goes to the pool's
  * subscriber links). Returns pool_init's status. */
@@ -50,8 +61,8 @@ bool node_votes(int node);
 /* How many nodes vote right now. */
 int node_nvoting(void);
 
-/* Send an owner-checked release of key with token (REDLOCK_TOKEN_LEN hex
- * chars) to this node when it is next up. */
+/* Send an owner-checked release of key with token to this node when it is
+ * next up. Both are copied. */
 void node_release_later(int node, const char *key, size_t keylen,
                         const char *token);
 /* Remember the largest fence granted (repairing a restarted node uses it

@@ -61,7 +61,17 @@ static void op_deferred(struct timer *t)
 
 void redlock_init(const struct conf *conf)
 {
+    /* A restarted node may have lost keys that lived up to max_ttl_ms:
+     * it waits that long, plus drift, before voting again (the Redlock
+     * paper's delayed restart); its fence repair must read a quorum. */
+    const struct node_rules rules = {
+        .quorum = redlock_quorum((int)conf->redis.nnodes),
+        .readmit_ms = conf->locks.max_ttl_ms + (uint64_t)redlock_drift_ms(
+            conf->locks.max_ttl_ms, conf->locks.drift_factor),
+    };
+
     RC = conf;
+    node_set_rules(&rules);
 }
 
 /* ---- pure parts --------------------------------------------------------- */

@@ -17,8 +17,9 @@
  * about command_timeout_ms per round, even if every node is down. Callers
  * that may go away meanwhile keep a reference on themselves until then.
  * The arithmetic is in pure functions (redlock_quorum, redlock_drift_ms,
- * redlock_validity, redlock_decide) with unit tests; node.c uses the first
- * two for fence repair and a restarted node's readmission.
+ * redlock_validity, redlock_decide) with unit tests. redlock_init hands node
+ * the two numbers it applies to restarted nodes (node_set_rules): the
+ * quorum and max_ttl_ms plus its drift.
  */
 #ifndef REDLOCKD_REDLOCK_H
 #define REDLOCKD_REDLOCK_H
