@@ -245,7 +245,7 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     P.inflight--;
     if (!r) {
         /* The connection failed (or we are dropping it): fail the node once,
-         * unless this context was already detached by node_fail. */
+         * unless this context was already detached by pool_node_fail. */
         if (l->ac == ac)
             pool_node_fail(n, ac->errstr[0] ? ac->errstr : "connection lost");
     } else {
