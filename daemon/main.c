@@ -23,6 +23,7 @@
 #include "lockmgr.h"
 #include "log.h"
 #include "metrics.h"
+#include "node.h"
 #include "pool.h"
 #include "redlock.h"
 #include "server.h"
@@ -93,7 +94,7 @@ static void finish_cb(struct timer *t)
         timer_start(t, 0);
         return;
     }
-    pool_free();
+    node_free();
     close_own_handles();
 }
 
@@ -110,7 +111,7 @@ static void drain_cb(struct timer *t)
         log_warn("shutdown_timeout_ms passed with releases in flight; "
                  "their keys will expire by their ttl");
     }
-    pool_shutdown();
+    node_shutdown();
     D.drain.cb = finish_cb;
     timer_start(&D.drain, 0);
 }
@@ -184,7 +185,7 @@ static int run(void)
     if (rc == 0 && D.conf.metrics.listen != NULL)
         rc = metrics_start(&D.loop, D.conf.metrics.listen);
     if (rc == 0) {
-        pool_init(&D.loop, &D.conf, on_release);
+        node_init(&D.loop, &D.conf, on_release);
         D.ready_deadline = timer_now() + D.conf.redis.connect_timeout_ms;
         timer_init(&D.ready, ready_cb, NULL);
         timer_start(&D.ready, 0);

@@ -1,29 +1,31 @@
 /*
  * pool: see pool.h.
  *
- * Ownership: the pool owns its nodes and links (static arrays, never freed
- * until exit) and every pool_req from send until its reply callback has run.
- * hiredis owns the redisAsyncContext; we drop our pointer to it (l->ac =
+ * Ownership: pool_init allocates the nodes and their links, pool_free frees
+ * them; the pool owns every pool_req from send until its reply callback has
+ * run. hiredis owns the redisAsyncContext; we drop our pointer to it (l->ac =
  * NULL, ac->data = NULL) *before* asking hiredis to free it, so callbacks
  * hiredis runs while freeing (NULL replies, onDisconnect) never reach a link
  * through a context that is going away.
  */
 #include "pool.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <hiredis/async.h>
 
+#include "list.h"
 #include "log.h"
 #include "mem.h"
 #include "redis_uv.h"
 #include "timer.h"
 
 #define POOL_BACKOFF_MIN_MS 100
-#define POOL_REPAIR_RETRY_MS 1000
+#define POOL_SHA_LEN 40         /* hex chars of a script's SHA1 (SCRIPT LOAD) */
+#define POOL_EVAL_WORDS 3       /* EVALSHA sha numkeys, before a script's words */
+#define POOL_HS_STEP_MAX 32     /* "SCRIPT LOAD: " and the like, before an error */
 
 static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
     [POOL_SCRIPT_ACQUIRE] =
@@ -55,7 +57,7 @@ enum link_state { LINK_DOWN, LINK_CONNECTING, LINK_UP };
 struct pool_link;
 
 struct pool_req {
-    struct pool_req *prev, *next;   /* in link->head..tail, send order */
+    struct list queue;              /* in link->queue, send order */
     struct pool_link *link;
     uint64_t deadline;              /* uv_now ms */
     uint64_t sent_ns;
@@ -71,23 +73,12 @@ struct pool_req {
 
 struct pool_node;
 
-/* A release to send when a node is back: it may still execute requests
- * that were buffered on its old connection when it stopped answering. */
-struct pool_cleanup {
-    struct pool_cleanup *next;
-    size_t keylen;
-    char token[41];
-    char key[];
-};
-
-#define POOL_MAX_CLEANUPS 65536
-
 struct pool_link {
     struct pool_node *node;
     redisAsyncContext *ac;          /* (hiredis-owned) NULL when down */
     enum link_state state;
     bool subscriber;
-    struct pool_req *head, *tail;   /* requests awaiting a reply */
+    struct list queue;              /* pool_reqs awaiting a reply */
     uint64_t connect_deadline;
     uint64_t last_progress;         /* last reply, or first send into an
                                        empty queue (uv_now ms) */
@@ -102,44 +93,33 @@ struct pool_node {
     struct pool_link sub;           /* release notifications */
     unsigned nup;                   /* data links in LINK_UP */
     unsigned rr;                    /* round-robin cursor */
-    bool failed;                    /* between node_fail and reconnect */
-    bool down_logged;               /* warned once since it was last up */
+    bool failed;                    /* between pool_node_fail and reconnect */
+    bool identified;                /* came up with a run_id: connecting
+                                       again counts as a reconnect */
     unsigned backoff_ms;
     struct timer reconnect_timer;
+    bool aof_always;                /* appendonly yes, appendfsync always,
+                                       as the last handshake read them */
 
-    char run_id[48];                /* last run_id seen, "" if never */
-    bool aof_always;
-    bool recovering;                /* restarted: not voting yet */
-    uint64_t recover_at;            /* earliest readmission (uv_now ms) */
-    struct timer recover_timer;
-    int repair_wait;                /* GET replies outstanding */
-    int repair_ok;
-    uint64_t repair_max;
-
-    struct pool_cleanup *cleanups;  /* releases owed once it is up */
-    size_t ncleanups;
-
-    uint64_t requests, errors, timeouts, reconnects, restarts;
+    uint64_t requests, errors, timeouts, reconnects;
     double latency_ms;              /* moving average */
     double latency_max_ms;
-    char last_error[128];
+    char last_error[POOL_ERR_SIZE];
 };
 
 static struct {
     uv_loop_t *loop;
     const struct conf *conf;
-    pool_release_cb on_release;
+    struct pool_hooks hooks;            /* the user's, copied at init */
     struct pool_node *nodes;
     int nnodes;
     bool stopping;
     uint64_t inflight;                  /* requests awaiting replies */
-    uint64_t max_fence;                 /* largest fence seen or issued */
-    char sha[POOL_SCRIPT_COUNT][41];    /* from SCRIPT LOAD, "" until known */
+    char sha[POOL_SCRIPT_COUNT][POOL_SHA_LEN + 1]; /* "" until loaded */
 } P;
 
 static void link_connect(struct pool_link *l);
-static void node_fail(struct pool_node *n, const char *why);
-static void node_repair(struct pool_node *n);
+static void pool_node_fail(struct pool_node *n, const char *why);
 
 /* ---- request queue of a link ------------------------------------------ */
 
@@ -148,11 +128,13 @@ static void link_arm(struct pool_link *l)
     uint64_t due = UINT64_MAX;
     if (l->state == LINK_CONNECTING)
         due = l->connect_deadline;
-    if (l->head) {
+    struct pool_req *oldest = list_entry(list_first(&l->queue),
+                                         struct pool_req, queue);
+    if (oldest) {
         /* A node that keeps answering is alive even when a burst queues a
          * request behind thousands of others: time out only when the
          * oldest request is overdue *and* nothing came back meanwhile. */
-        uint64_t d = l->head->deadline;
+        uint64_t d = oldest->deadline;
         uint64_t quiet = l->last_progress + P.conf->redis.command_timeout_ms;
         if (quiet > d)
             d = quiet;
@@ -165,35 +147,18 @@ static void link_arm(struct pool_link *l)
         timer_start_at(&l->timer, due);
 }
 
-static void link_push(struct pool_link *l, struct pool_req *q)
-{
-    q->link = l;
-    q->next = NULL;
-    q->prev = l->tail;
-    if (l->tail)
-        l->tail->next = q;
-    else
-        l->head = q;
-    l->tail = q;
-}
-
-static void link_unlink(struct pool_link *l, struct pool_req *q)
-{
-    if (q->prev)
-        q->prev->next = q->next;
-    else
-        l->head = q->next;
-    if (q->next)
-        q->next->prev = q->prev;
-    else
-        l->tail = q->prev;
-    q->prev = q->next = NULL;
-}
-
+/* A copy of the request, or NULL (logged) when it has more words than
+ * link_send has room for. */
 static struct pool_req *req_create(int script, int nkeys, int argc,
                                    const char **argv, const size_t *lens)
 {
     size_t bytes = 0;
+
+    if (argc > POOL_MAX_ARGS) {
+        log_error("a redis request of %d words (at most %d): not sent", argc,
+                  POOL_MAX_ARGS);
+        return NULL;
+    }
     for (int i = 0; i < argc; i++)
         bytes += lens[i] + 1;
     size_t size = sizeof(struct pool_req) + (size_t)argc * (sizeof(char *) +
@@ -209,6 +174,7 @@ static struct pool_req *req_create(int script, int nkeys, int argc,
         q->lens[i] = lens[i];
         p += lens[i] + 1;
     }
+    list_init(&q->queue);
     q->script = script;
     q->nkeys = nkeys;
     q->argc = argc;
@@ -220,13 +186,12 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 /* Hand q to hiredis on l; 0, or -1 with q still owned by the caller. */
 static int link_send(struct pool_link *l, struct pool_req *q)
 {
-    const char *argv[64];
-    size_t lens[64];
-    char nkeys[16];
+    const char *argv[POOL_EVAL_WORDS + POOL_MAX_ARGS];
+    size_t lens[POOL_EVAL_WORDS + POOL_MAX_ARGS];
+    char nkeys[POOL_NUM_SIZE];
     int argc = 0;
 
-    if (q->argc + 3 > 64)
-        return -1;
+    /* req_create admits at most POOL_MAX_ARGS words, so argv has room. */
     if (q->script >= 0) {
         bool by_sha = !q->retried && P.sha[q->script][0];
         argv[argc] = by_sha ? "EVALSHA" : "EVAL";
@@ -249,18 +214,19 @@ static int link_send(struct pool_link *l, struct pool_req *q)
     q->deadline = timer_now() + P.conf->redis.command_timeout_ms;
     if (l->state == LINK_CONNECTING && q->deadline < l->connect_deadline)
         q->deadline = l->connect_deadline;
-    if (!l->head) {
+    if (list_empty(&l->queue)) {
         l->last_progress = timer_now();
         l->graced = false;
     }
-    link_push(l, q);
+    q->link = l;
+    list_push_tail(&l->queue, &q->queue);
     link_arm(l);
     l->node->requests++;
     P.inflight++;
     return 0;
 }
 
-static void node_note_latency(struct pool_node *n, uint64_t sent_ns)
+static void pool_node_note_latency(struct pool_node *n, uint64_t sent_ns)
 {
     double ms = (double)(uv_hrtime() - sent_ns) / 1e6;
     n->latency_ms = n->latency_ms == 0 ? ms : n->latency_ms * 0.9 + ms * 0.1;
@@ -275,18 +241,18 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     struct pool_node *n = l->node;
     redisReply *r = reply;
 
-    link_unlink(l, q);
+    list_remove(&q->queue);
     P.inflight--;
     if (!r) {
         /* The connection failed (or we are dropping it): fail the node once,
-         * unless this context was already detached by node_fail. */
+         * unless this context was already detached by pool_node_fail. */
         if (l->ac == ac)
-            node_fail(n, ac->errstr[0] ? ac->errstr : "connection lost");
+            pool_node_fail(n, ac->errstr[0] ? ac->errstr : "connection lost");
     } else {
         l->last_progress = timer_now();
         l->graced = false;
         link_arm(l);
-        node_note_latency(n, q->sent_ns);
+        pool_node_note_latency(n, q->sent_ns);
         if (r->type == REDIS_REPLY_ERROR) {
             if (q->script >= 0 && !q->retried &&
                 strncmp(r->str, "NOSCRIPT", 8) == 0 && l->ac == ac) {
@@ -322,31 +288,28 @@ static void link_drop(struct pool_link *l)
     }
 }
 
-static void node_reconnect_cb(struct timer *t)
+static void pool_node_reconnect_cb(struct timer *t)
 {
     struct pool_node *n = t->data;
 
     if (P.stopping)
         return;
     n->failed = false;
-    if (n->run_id[0])
+    if (n->identified)
         n->reconnects++;
     for (unsigned i = 0; i < P.conf->redis.pool_size; i++)
         link_connect(&n->links[i]);
     link_connect(&n->sub);
 }
 
-static void node_fail(struct pool_node *n, const char *why)
+static void pool_node_fail(struct pool_node *n, const char *why)
 {
     if (n->failed)
         return;
     n->failed = true;
     snprintf(n->last_error, sizeof(n->last_error), "%s", why);
-    if (!n->down_logged && !P.stopping)
-        log_warn("redis %s: down (%s)", n->addr->text, why);
-    else
-        log_debug("redis %s: still down (%s)", n->addr->text, why);
-    n->down_logged = true;
+    if (P.hooks.on_down)
+        P.hooks.on_down(n->idx, why);
     for (unsigned i = 0; i < P.conf->redis.pool_size; i++)
         link_drop(&n->links[i]);
     link_drop(&n->sub);
@@ -389,93 +352,11 @@ static void link_timeout_cb(struct timer *t)
     if (link_loop_was_late(l))
         return;
     if (l->state == LINK_CONNECTING) {
-        node_fail(n, "connect timeout");
+        pool_node_fail(n, "connect timeout");
     } else {
         n->timeouts++;
-        node_fail(n, "command timeout");
+        pool_node_fail(n, "command timeout");
     }
-}
-
-static void cleanup_reply(void *ud, int node, redisReply *r)
-{
-    (void)ud;
-    (void)node;
-    (void)r;
-}
-
-static void node_send_cleanups(struct pool_node *n)
-{
-    struct pool_cleanup *c = n->cleanups, *next;
-    size_t sent = n->ncleanups;
-
-    n->cleanups = NULL;
-    n->ncleanups = 0;
-    for (; c; c = next) {
-        next = c->next;
-        const char *argv[3] = { c->key, c->token, P.conf->locks.release_channel };
-        size_t lens[3] = { c->keylen, strlen(c->token), strlen(argv[2]) };
-        if (pool_script(n->idx, POOL_SCRIPT_RELEASE, 1, 2, argv, lens,
-                        cleanup_reply, NULL) != 0)
-            pool_release_later(n->idx, c->key, c->keylen, c->token);
-        free(c);
-    }
-    if (sent)
-        log_info("redis %s: sent %zu owner-checked releases held back while "
-                 "it was down", n->addr->text, sent);
-}
-
-void pool_release_later(int node, const char *key, size_t keylen,
-                        const char *token)
-{
-    struct pool_node *n = &P.nodes[node];
-
-    if (P.stopping)
-        return;
-    if (n->ncleanups >= POOL_MAX_CLEANUPS) {
-        log_warn("redis %s: too many releases held back; %.*s will expire "
-                 "by its ttl there", n->addr->text, (int)keylen, key);
-        return;
-    }
-    struct pool_cleanup *c = mem_alloc(sizeof(*c) + keylen + 1);
-    memcpy(c->key, key, keylen);
-    c->keylen = keylen;
-    snprintf(c->token, sizeof(c->token), "%s", token);
-    c->next = n->cleanups;
-    n->cleanups = c;
-    n->ncleanups++;
-}
-
-void pool_note_fence(uint64_t fence)
-{
-    if (fence > P.max_fence)
-        P.max_fence = fence;
-}
-
-static void node_came_up(struct pool_node *n, const char *run_id)
-{
-    n->backoff_ms = POOL_BACKOFF_MIN_MS;
-    n->down_logged = false;
-    if (n->run_id[0] && strcmp(n->run_id, run_id) != 0) {
-        uint64_t delay = 0;
-        if (!n->aof_always) {
-            const struct conf *c = P.conf;
-            delay = c->locks.max_ttl_ms +
-                    (uint64_t)(c->locks.max_ttl_ms * c->locks.drift_factor) + 2;
-        }
-        n->restarts++;
-        n->recovering = true;
-        n->recover_at = timer_now() + delay;
-        timer_start(&n->recover_timer, delay);
-        log_warn("redis %s: restarted (run_id %s -> %s); not voting for "
-                 "%" PRIu64 " ms, until keys it may have lost have expired "
-                 "and its fence counter is repaired",
-                 n->addr->text, n->run_id, run_id, delay);
-    } else {
-        log_notice("redis %s: up%s", n->addr->text,
-                   n->recovering ? " (still recovering from a restart)" : "");
-    }
-    snprintf(n->run_id, sizeof(n->run_id), "%s", run_id);
-    node_send_cleanups(n);
 }
 
 static void link_ready(struct pool_link *l, const char *run_id)
@@ -484,22 +365,30 @@ static void link_ready(struct pool_link *l, const char *run_id)
 
     l->state = LINK_UP;
     link_arm(l);
-    if (l->subscriber)
+    if (l->subscriber || n->nup++ > 0)
         return;
-    if (n->nup++ == 0)
-        node_came_up(n, run_id);
+    n->backoff_ms = POOL_BACKOFF_MIN_MS;
+    n->identified = run_id[0] != '\0';
+    if (P.hooks.on_up)
+        P.hooks.on_up(n->idx, run_id, n->aof_always);
 }
 
-/* Handshake replies: ud is the link. Any error fails the node. */
-static bool hs_check(struct pool_link *l, redisReply *r, const char *what)
+/*
+ * Handshake replies. `node` says whose reply it is; ud is NULL, or for
+ * SCRIPT LOAD the SHA slot of the script it loaded, or for INFO (the last
+ * step) the link. Any error fails the node.
+ */
+static bool hs_check(int node, redisReply *r, const char *what)
 {
+    struct pool_node *n = &P.nodes[node];
+
     if (!r)
         return false;   /* the node already failed */
     if (r->type == REDIS_REPLY_ERROR) {
-        char msg[160];
+        char msg[POOL_HS_STEP_MAX + POOL_ERR_SIZE];
         snprintf(msg, sizeof(msg), "%s: %s", what, r->str);
-        log_error("redis %s: %s", l->node->addr->text, msg);
-        node_fail(l->node, msg);
+        log_error("redis %s: %s", n->addr->text, msg);
+        pool_node_fail(n, msg);
         return false;
     }
     return true;
@@ -507,68 +396,63 @@ static bool hs_check(struct pool_link *l, redisReply *r, const char *what)
 
 static void hs_auth_cb(void *ud, int node, redisReply *r)
 {
-    (void)node;
-    hs_check(ud, r, "AUTH");
+    (void)ud;
+    hs_check(node, r, "AUTH");
 }
 
 static void hs_select_cb(void *ud, int node, redisReply *r)
 {
-    (void)node;
-    hs_check(ud, r, "SELECT");
+    (void)ud;
+    hs_check(node, r, "SELECT");
 }
 
 static void hs_script_cb(void *ud, int node, redisReply *r)
 {
-    (void)node;
-    struct pool_link *l = ud;
-    if (!hs_check(l, r, "SCRIPT LOAD"))
+    char *sha = ud;     /* P.sha[] of the script this link loaded */
+
+    if (!hs_check(node, r, "SCRIPT LOAD"))
         return;
-    if (r->type != REDIS_REPLY_STRING || r->len != 40)
+    if (r->type != REDIS_REPLY_STRING || r->len != POOL_SHA_LEN)
         return;
-    for (int s = 0; s < POOL_SCRIPT_COUNT; s++) {
-        /* The reply does not say which script it is for. Every link loads
-         * the scripts in table order and its replies arrive in order, so the
-         * first SHA never seen before always belongs to the first empty
-         * slot. */
-        if (!P.sha[s][0]) {
-            memcpy(P.sha[s], r->str, 40);
-            P.sha[s][40] = '\0';
-            break;
-        }
-        if (memcmp(P.sha[s], r->str, 40) == 0)
-            break;
+    if (!sha[0]) {
+        memcpy(sha, r->str, POOL_SHA_LEN);
+        sha[POOL_SHA_LEN] = '\0';
     }
+}
+
+/* "CONFIG GET x" answers {x, value}: the value, or NULL when CONFIG is
+ * renamed or forbidden. */
+static const char *hs_config_value(const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[1]->type != REDIS_REPLY_STRING)
+        return NULL;
+    return r->element[1]->str;
 }
 
 static void hs_config_cb(void *ud, int node, redisReply *r)
 {
-    struct pool_link *l = ud;
-    (void)node;
-    /* CONFIG may be renamed or forbidden: then assume no AOF guarantee. */
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[1]->type != REDIS_REPLY_STRING)
-        return;
-    l->node->aof_always = strcmp(r->element[1]->str, "always") == 0;
+    const char *v = hs_config_value(r);
+    (void)ud;
+    /* Without an answer the last one stands (at first: no AOF guarantee). */
+    if (v)
+        P.nodes[node].aof_always = strcmp(v, "always") == 0;
 }
 
 static void hs_config_aof_cb(void *ud, int node, redisReply *r)
 {
-    struct pool_link *l = ud;
-    (void)node;
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[1]->type != REDIS_REPLY_STRING)
-        return;
-    if (strcmp(r->element[1]->str, "yes") != 0)
-        l->node->aof_always = false;
+    const char *v = hs_config_value(r);
+    (void)ud;
+    if (v && strcmp(v, "yes") != 0)
+        P.nodes[node].aof_always = false;
 }
 
 static void hs_info_cb(void *ud, int node, redisReply *r)
 {
     struct pool_link *l = ud;
-    char run_id[48] = "";
-    (void)node;
+    char run_id[POOL_RUN_ID_MAX + 1] = "";
 
-    if (!hs_check(l, r, "INFO"))
+    if (!hs_check(node, r, "INFO"))
         return;
     if (l->state != LINK_CONNECTING)
         return;
@@ -586,15 +470,17 @@ static void hs_info_cb(void *ud, int node, redisReply *r)
     link_ready(l, run_id);
 }
 
-static int hs_send(struct pool_link *l, pool_reply_cb cb, int argc,
+static int hs_send(struct pool_link *l, pool_reply_cb cb, void *ud, int argc,
                    const char **argv)
 {
-    size_t lens[8];
-    for (int i = 0; i < argc; i++)
+    size_t lens[POOL_MAX_ARGS];
+    for (int i = 0; i < argc && i < POOL_MAX_ARGS; i++)
         lens[i] = strlen(argv[i]);
     struct pool_req *q = req_create(-1, 0, argc, argv, lens);
+    if (!q)
+        return -1;
     q->cb = cb;
-    q->ud = l;
+    q->ud = ud;
     if (link_send(l, q) != 0) {
         free(q);
         return -1;
@@ -619,8 +505,8 @@ static void sub_on_message(redisAsyncContext *ac, void *reply, void *privdata)
         return;
     }
     if (strcmp(r->element[0]->str, "message") == 0 &&
-        r->element[2]->type == REDIS_REPLY_STRING && P.on_release)
-        P.on_release(r->element[2]->str, r->element[2]->len);
+        r->element[2]->type == REDIS_REPLY_STRING && P.hooks.on_release)
+        P.hooks.on_release(r->element[2]->str, r->element[2]->len);
 }
 
 static void link_handshake(struct pool_link *l)
@@ -629,39 +515,39 @@ static void link_handshake(struct pool_link *l)
     int rc = 0;
 
     if (c->redis.password) {
-        const char *argv[3] = { "AUTH", c->redis.username, c->redis.password };
+        const char *argv[] = { "AUTH", c->redis.username, c->redis.password };
         if (c->redis.username)
-            rc |= hs_send(l, hs_auth_cb, 3, argv);
+            rc |= hs_send(l, hs_auth_cb, NULL, 3, argv);
         else {
             argv[1] = c->redis.password;
-            rc |= hs_send(l, hs_auth_cb, 2, argv);
+            rc |= hs_send(l, hs_auth_cb, NULL, 2, argv);
         }
     }
     if (l->subscriber) {
-        const char *argv[2] = { "SUBSCRIBE", c->locks.release_channel };
-        size_t lens[2] = { 9, strlen(c->locks.release_channel) };
+        const char *argv[] = { "SUBSCRIBE", c->locks.release_channel };
+        size_t lens[] = { 9, strlen(c->locks.release_channel) };
         if (rc == 0 && redisAsyncCommandArgv(l->ac, sub_on_message, l, 2,
                                              argv, lens) != REDIS_OK)
             rc = -1;
     } else {
-        char db[16];
+        char db[POOL_NUM_SIZE];
         snprintf(db, sizeof(db), "%d", c->redis.db);
-        const char *sel[2] = { "SELECT", db };
+        const char *sel[] = { "SELECT", db };
         if (c->redis.db != 0)
-            rc |= hs_send(l, hs_select_cb, 2, sel);
+            rc |= hs_send(l, hs_select_cb, NULL, 2, sel);
         for (int s = 0; s < POOL_SCRIPT_COUNT; s++) {
-            const char *argv[3] = { "SCRIPT", "LOAD", pool_lua[s] };
-            rc |= hs_send(l, hs_script_cb, 3, argv);
+            const char *argv[] = { "SCRIPT", "LOAD", pool_lua[s] };
+            rc |= hs_send(l, hs_script_cb, P.sha[s], 3, argv);
         }
-        const char *cfg[3] = { "CONFIG", "GET", "appendfsync" };
-        const char *aof[3] = { "CONFIG", "GET", "appendonly" };
-        const char *info[2] = { "INFO", "server" };
-        rc |= hs_send(l, hs_config_cb, 3, cfg);
-        rc |= hs_send(l, hs_config_aof_cb, 3, aof);
-        rc |= hs_send(l, hs_info_cb, 2, info);
+        const char *cfg[] = { "CONFIG", "GET", "appendfsync" };
+        const char *aof[] = { "CONFIG", "GET", "appendonly" };
+        const char *info[] = { "INFO", "server" };
+        rc |= hs_send(l, hs_config_cb, NULL, 3, cfg);
+        rc |= hs_send(l, hs_config_aof_cb, NULL, 3, aof);
+        rc |= hs_send(l, hs_info_cb, l, 2, info);
     }
     if (rc != 0)
-        node_fail(l->node, "could not queue the handshake");
+        pool_node_fail(l->node, "could not queue the handshake");
 }
 
 static void link_on_connect(const redisAsyncContext *ac, int status)
@@ -672,11 +558,11 @@ static void link_on_connect(const redisAsyncContext *ac, int status)
         return;
     if (status != REDIS_OK) {
         /* hiredis frees the context after this callback returns. */
-        char why[128];
+        char why[POOL_ERR_SIZE];
         snprintf(why, sizeof(why), "%s", ac->errstr);
         l->ac = NULL;
         ((redisAsyncContext *)ac)->data = NULL;
-        node_fail(l->node, why[0] ? why : "connect failed");
+        pool_node_fail(l->node, why[0] ? why : "connect failed");
     }
 }
 
@@ -687,11 +573,11 @@ static void link_on_disconnect(const redisAsyncContext *ac, int status)
 
     if (!l || l->ac != ac)
         return;
-    char why[128];
+    char why[POOL_ERR_SIZE];
     snprintf(why, sizeof(why), "%s", ac->errstr[0] ? ac->errstr :
              "connection closed");
     l->ac = NULL;   /* hiredis frees it after this callback */
-    node_fail(l->node, why);
+    pool_node_fail(l->node, why);
 }
 
 static void link_connect(struct pool_link *l)
@@ -706,19 +592,19 @@ static void link_connect(struct pool_link *l)
     else
         ac = redisAsyncConnect(a->host, a->port);
     if (!ac) {
-        node_fail(l->node, "out of memory");
+        pool_node_fail(l->node, "out of memory");
         return;
     }
     if (ac->err) {
-        char why[128];
+        char why[POOL_ERR_SIZE];
         snprintf(why, sizeof(why), "%s", ac->errstr);
         redisAsyncFree(ac);
-        node_fail(l->node, why);
+        pool_node_fail(l->node, why);
         return;
     }
     if (redis_uv_attach(ac, P.loop) != 0) {
         redisAsyncFree(ac);
-        node_fail(l->node, "cannot attach to the event loop");
+        pool_node_fail(l->node, "cannot attach to the event loop");
         return;
     }
     ac->data = l;
@@ -731,105 +617,6 @@ static void link_connect(struct pool_link *l)
     link_handshake(l);
 }
 
-/* ---- repair of a restarted node ---------------------------------------- */
-
-static void repair_raise_cb(void *ud, int node, redisReply *r)
-{
-    struct pool_node *n = ud;
-    (void)node;
-
-    if (P.stopping)
-        return;
-    if (r && r->type == REDIS_REPLY_INTEGER) {
-        n->recovering = false;
-        log_notice("redis %s: rejoined after restart (fence counter raised "
-                   "to %" PRIu64 ")", n->addr->text, n->repair_max);
-        return;
-    }
-    timer_start(&n->recover_timer, POOL_REPAIR_RETRY_MS);
-}
-
-static void repair_read_cb(void *ud, int node, redisReply *r)
-{
-    struct pool_node *n = ud;
-
-    if (P.stopping)
-        return;     /* no timers once the pool is going away */
-    if (r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)) {
-        uint64_t v = r->type == REDIS_REPLY_STRING ?
-                     strtoull(r->str, NULL, 10) : 0;
-        if (v > n->repair_max)
-            n->repair_max = v;
-        n->repair_ok++;
-    }
-    (void)node;
-    if (--n->repair_wait > 0)
-        return;
-    if (!pool_node_up(n->idx)) {
-        timer_start(&n->recover_timer, POOL_REPAIR_RETRY_MS);
-        return;
-    }
-    if (n->repair_ok < pool_quorum()) {
-        /* With one or two nodes the others can never make a quorum; fall
-         * back on the largest fence this daemon has seen, and say that the
-         * fence guarantee now rests on it. */
-        if (P.nnodes - 1 >= pool_quorum() || n->aof_always) {
-            log_info("redis %s: fence repair read %d of the %d counters it "
-                     "needs; retrying", n->addr->text, n->repair_ok,
-                     pool_quorum());
-            timer_start(&n->recover_timer, POOL_REPAIR_RETRY_MS);
-            return;
-        }
-        log_warn("redis %s: too few nodes to read the fence counter from; "
-                 "raising it to the largest fence this daemon has seen "
-                 "(%" PRIu64 "). Fences stay monotonic only for locks taken "
-                 "through daemons that saw it.", n->addr->text, P.max_fence);
-    }
-    if (P.max_fence > n->repair_max)
-        n->repair_max = P.max_fence;
-    char val[24];
-    snprintf(val, sizeof(val), "%" PRIu64, n->repair_max);
-    const char *argv[2] = { P.conf->locks.fence_key, val };
-    size_t lens[2] = { strlen(argv[0]), strlen(val) };
-    if (pool_script(n->idx, POOL_SCRIPT_RAISE, 1, 1, argv, lens,
-                    repair_raise_cb, n) != 0)
-        timer_start(&n->recover_timer, POOL_REPAIR_RETRY_MS);
-}
-
-/* Read the fence counter from every node that can be trusted with it (the
- * voting ones, and this one too if its AOF loses nothing); once a quorum
- * answered, raise this node's counter to their maximum, then let it vote. */
-static void node_repair(struct pool_node *n)
-{
-    const char *argv[2] = { "GET", P.conf->locks.fence_key };
-    size_t lens[2] = { 3, strlen(P.conf->locks.fence_key) };
-
-    n->repair_wait = 1;     /* held until every request is out */
-    n->repair_ok = 0;
-    n->repair_max = 0;
-    for (int i = 0; i < P.nnodes; i++) {
-        if (!pool_node_votes(i) && !(i == n->idx && n->aof_always))
-            continue;
-        n->repair_wait++;
-        if (pool_command(i, 2, argv, lens, repair_read_cb, n) != 0)
-            n->repair_wait--;
-    }
-    repair_read_cb(n, -1, NULL);
-}
-
-static void node_recover_cb(struct timer *t)
-{
-    struct pool_node *n = t->data;
-
-    if (!n->recovering || P.stopping)
-        return;
-    if (!pool_node_up(n->idx)) {
-        timer_start(&n->recover_timer, POOL_REPAIR_RETRY_MS);
-        return;
-    }
-    node_repair(n);
-}
-
 /* ---- public ------------------------------------------------------------ */
 
 static void link_init(struct pool_link *l, struct pool_node *n, bool sub)
@@ -837,15 +624,16 @@ static void link_init(struct pool_link *l, struct pool_node *n, bool sub)
     l->node = n;
     l->subscriber = sub;
     l->state = LINK_DOWN;
+    list_init(&l->queue);
     timer_init(&l->timer, link_timeout_cb, l);
 }
 
 int pool_init(uv_loop_t *loop, const struct conf *conf,
-              pool_release_cb on_release)
+              const struct pool_hooks *hooks)
 {
     P.loop = loop;
     P.conf = conf;
-    P.on_release = on_release;
+    P.hooks = *hooks;
     P.nnodes = (int)conf->redis.nnodes;
     P.nodes = mem_alloc(sizeof(struct pool_node) * (size_t)P.nnodes);
     for (int i = 0; i < P.nnodes; i++) {
@@ -857,11 +645,10 @@ int pool_init(uv_loop_t *loop, const struct conf *conf,
         for (unsigned k = 0; k < conf->redis.pool_size; k++)
             link_init(&n->links[k], n, false);
         link_init(&n->sub, n, true);
-        timer_init(&n->reconnect_timer, node_reconnect_cb, n);
-        timer_init(&n->recover_timer, node_recover_cb, n);
+        timer_init(&n->reconnect_timer, pool_node_reconnect_cb, n);
     }
     for (int i = 0; i < P.nnodes; i++)
-        node_reconnect_cb(&P.nodes[i].reconnect_timer);
+        pool_node_reconnect_cb(&P.nodes[i].reconnect_timer);
     return 0;
 }
 
@@ -878,24 +665,16 @@ void pool_shutdown(void)
         link_drop(&n->sub);
     }
     /* Only now: dropping a link runs callbacks that may touch any node. */
-    for (int i = 0; i < P.nnodes; i++) {
+    for (int i = 0; i < P.nnodes; i++)
         timer_stop(&P.nodes[i].reconnect_timer);
-        timer_stop(&P.nodes[i].recover_timer);
-    }
 }
 
 void pool_free(void)
 {
     if (!P.nodes)
         return;
-    for (int i = 0; i < P.nnodes; i++) {
-        struct pool_cleanup *c = P.nodes[i].cleanups, *next;
-        for (; c; c = next) {
-            next = c->next;
-            free(c);
-        }
+    for (int i = 0; i < P.nnodes; i++)
         free(P.nodes[i].links);
-    }
     free(P.nodes);
     P.nodes = NULL;
 }
@@ -910,28 +689,10 @@ int pool_nnodes(void)
     return P.nnodes;
 }
 
-int pool_quorum(void)
-{
-    return P.nnodes / 2 + 1;
-}
-
 bool pool_node_up(int node)
 {
     const struct pool_node *n = &P.nodes[node];
     return !n->failed && n->nup > 0;
-}
-
-bool pool_node_votes(int node)
-{
-    return pool_node_up(node) && !P.nodes[node].recovering;
-}
-
-int pool_nodes_voting(void)
-{
-    int k = 0;
-    for (int i = 0; i < P.nnodes; i++)
-        k += pool_node_votes(i);
-    return k;
 }
 
 const char *pool_node_name(int node)
@@ -939,7 +700,7 @@ const char *pool_node_name(int node)
     return P.nodes[node].addr->text;
 }
 
-static struct pool_link *node_pick(struct pool_node *n)
+static struct pool_link *pool_node_pick(struct pool_node *n)
 {
     unsigned size = P.conf->redis.pool_size;
     for (unsigned i = 0; i < size; i++) {
@@ -952,13 +713,13 @@ static struct pool_link *node_pick(struct pool_node *n)
     return NULL;
 }
 
-static int node_send(int node, struct pool_req *q)
+static int pool_node_send(int node, struct pool_req *q)
 {
     struct pool_node *n = &P.nodes[node];
     struct pool_link *l = NULL;
 
     if (!P.stopping && pool_node_up(node))
-        l = node_pick(n);
+        l = pool_node_pick(n);
     if (!l || link_send(l, q) != 0) {
         free(q);
         return -1;
@@ -971,46 +732,33 @@ int pool_script(int node, enum pool_script s, int nkeys, int nargs,
                 pool_reply_cb cb, void *ud)
 {
     struct pool_req *q = req_create((int)s, nkeys, nkeys + nargs, argv, lens);
+    if (!q)
+        return -1;
     q->cb = cb;
     q->ud = ud;
-    return node_send(node, q);
+    return pool_node_send(node, q);
 }
 
 int pool_command(int node, int argc, const char **argv, const size_t *lens,
                  pool_reply_cb cb, void *ud)
 {
     struct pool_req *q = req_create(-1, 0, argc, argv, lens);
+    if (!q)
+        return -1;
     q->cb = cb;
     q->ud = ud;
-    return node_send(node, q);
+    return pool_node_send(node, q);
 }
 
-json_t *pool_stats_json(void)
+void pool_node_stats(int node, struct pool_node_stats *out)
 {
-    json_t *arr = json_array();
-    uint64_t now = timer_now();
+    const struct pool_node *n = &P.nodes[node];
 
-    for (int i = 0; i < P.nnodes; i++) {
-        const struct pool_node *n = &P.nodes[i];
-        json_t *o = json_pack("{s:s, s:b, s:b, s:b, s:I, s:I, s:I, s:I, s:I,"
-                              " s:f, s:f, s:s, s:s}",
-            "node", n->addr->text,
-            "up", pool_node_up(i),
-            "voting", pool_node_votes(i),
-            "recovering", n->recovering,
-            "requests", (json_int_t)n->requests,
-            "errors", (json_int_t)n->errors,
-            "timeouts", (json_int_t)n->timeouts,
-            "reconnects", (json_int_t)n->reconnects,
-            "restarts", (json_int_t)n->restarts,
-            "latency_ms", n->latency_ms,
-            "latency_max_ms", n->latency_max_ms,
-            "run_id", n->run_id,
-            "last_error", n->last_error);
-        if (n->recovering)
-            json_object_set_new(o, "rejoin_in_ms", json_integer(
-                n->recover_at > now ? (json_int_t)(n->recover_at - now) : 0));
-        json_array_append_new(arr, o);
-    }
-    return arr;
+    out->requests = n->requests;
+    out->errors = n->errors;
+    out->timeouts = n->timeouts;
+    out->reconnects = n->reconnects;
+    out->latency_ms = n->latency_ms;
+    out->latency_max_ms = n->latency_max_ms;
+    out->last_error = n->last_error;
 }

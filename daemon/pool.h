@@ -1,18 +1,22 @@
 /*
- * pool: async connections to the N independent Redis nodes.
+ * pool: the transport to the N Redis nodes: links, requests, deadlines.
  *
- * Each node gets `pool_size` hiredis connections attached to the libuv loop
- * plus one subscriber connection for release notifications. hiredis 0.14 has
- * no timeouts, so connect and per-request deadlines are daemon timers: a
- * request not answered within command_timeout_ms marks the node down, which
- * drops its connections (hiredis then fails every pending request with a
- * NULL reply) and reconnects with capped exponential backoff.
+ * Each node gets `pool_size` hiredis connections (links) attached to the
+ * libuv loop plus one subscriber link for release notifications. A link
+ * carries requests once its handshake is done: AUTH, SELECT, SCRIPT LOAD of
+ * the scripts below, CONFIG GET of the AOF settings and INFO server (the
+ * subscriber: AUTH and SUBSCRIBE). hiredis 0.14 has no timeouts, so connect
+ * and per-request deadlines are daemon timers: a request not answered within
+ * command_timeout_ms fails the node, which drops its links (hiredis then
+ * fails every pending request with a NULL reply) and reconnects with capped
+ * exponential backoff. Scripts go out as EVALSHA, and as EVAL after a
+ * NOSCRIPT (a restarted node has an empty script cache).
  *
- * A node whose run_id changed since we last saw it may have lost its keys
- * and fence counter: it is connected but does not vote until it has been
- * repaired (fence counter raised to the quorum maximum) and, unless it runs
- * AOF with appendfsync always, max_ttl plus drift has passed (the Redlock
- * paper's delayed restart, applied by the daemon).
+ * The pool knows whether a node is reachable, not what that means for
+ * Redlock. It tells its user through struct pool_hooks when a node comes up
+ * (with the run_id and AOF settings its handshake read) and when it fails;
+ * node.c, above it, turns that into voting, restart detection, fence repair
+ * and owed releases.
  */
 #ifndef REDLOCKD_POOL_H
 #define REDLOCKD_POOL_H
@@ -25,6 +29,16 @@
 #include <uv.h>
 
 #include "conf.h"
+
+/* The most words one request may carry (a script's keys and arguments, or a
+ * command with its name); acquire's 2 keys and 2 arguments are the most
+ * any caller sends. pool_script and pool_command refuse more. */
+#define POOL_MAX_ARGS 8
+/* Room for any 64-bit integer in decimal, sign and NUL included. */
+#define POOL_NUM_SIZE sizeof("-9223372036854775808")
+/* The longest run_id kept (Redis's is 40 hex chars), and an error's room. */
+#define POOL_RUN_ID_MAX 47
+#define POOL_ERR_SIZE 128
 
 enum pool_script {
     POOL_SCRIPT_ACQUIRE,    /* KEYS lock,fence ARGV token,ttl -> {1,fence}|{0,pttl} */
@@ -40,7 +54,25 @@ typedef void (*pool_reply_cb)(void *ud, int node, redisReply *r);
 /* Called for each release notification: the key that was released. */
 typedef void (*pool_release_cb)(const char *key, size_t len);
 
-int pool_init(uv_loop_t *loop, const struct conf *conf, pool_release_cb on_release);
+/* What the pool tells its user; any of them may be NULL. */
+struct pool_hooks {
+    /* The node's first data link finished its handshake: it takes requests
+     * now. run_id is what INFO said ("" if nothing), aof_always whether it
+     * runs appendonly yes with appendfsync always (false when CONFIG is
+     * unavailable and never was). */
+    void (*on_up)(int node, const char *run_id, bool aof_always);
+    /* The node failed: once per connection attempt, which the reconnect
+     * backoff then repeats (why: the reason, also its STATS last_error).
+     * Called before its links are dropped, so the failed requests'
+     * callbacks come after it. pool_shutdown drops links without it. */
+    void (*on_down)(int node, const char *why);
+    pool_release_cb on_release;
+};
+
+/* Start connecting to every node; hooks are copied. May call on_down before
+ * it returns (a node that cannot even be attempted). */
+int pool_init(uv_loop_t *loop, const struct conf *conf,
+              const struct pool_hooks *hooks);
 /* Drop every connection and stop reconnecting; pending requests fail. */
 void pool_shutdown(void);
 /* Free the nodes (after pool_shutdown, once no operation is left). */
@@ -49,17 +81,25 @@ void pool_free(void);
 int pool_nnodes(void);
 /* Are requests still waiting for replies? (shutdown drains them) */
 bool pool_busy(void);
-int pool_quorum(void);
-/* May this node's answer count as a vote right now? */
-bool pool_node_votes(int node);
+/* Connected, handshake done, not failed: requests can be sent. */
 bool pool_node_up(int node);
 const char *pool_node_name(int node);
-int pool_nodes_voting(void);
+
+/* The transport's counters of one node, for STATS. last_error points into
+ * the pool (valid until pool_free; a later failure rewrites it). */
+struct pool_node_stats {
+    uint64_t requests, errors, timeouts, reconnects;
+    double latency_ms;              /* moving average */
+    double latency_max_ms;
+    const char *last_error;         /* "" if none yet */
+};
+void pool_node_stats(int node, struct pool_node_stats *out);
 
 /*
  * Send one script or command to a node. Arguments are copied. Returns 0 when
  * sent (cb will be called exactly once, later) or -1 when the node has no
- * usable connection (cb is not called: count it as a failed vote).
+ * usable connection or the request has more than POOL_MAX_ARGS words (cb is
+ * not called: count it as a failed vote).
  */
 int pool_script(int node, enum pool_script s, int nkeys, int nargs,
                 const char **argv, const size_t *lens,
@@ -67,15 +107,15 @@ int pool_script(int node, enum pool_script s, int nkeys, int nargs,
 int pool_command(int node, int argc, const char **argv, const size_t *lens,
                  pool_reply_cb cb, void *ud);
 
-/* Send an owner-checked release of key to this node when it is next up
- * (it was down when the release, or the undo of a failed acquisition, was
- * due, and may still run requests buffered before it stopped). */
-void pool_release_later(int node, const char *key, size_t keylen,
-                        const char *token);
-/* Remember the largest fence seen (repairing a restarted node uses it when
- * too few other nodes are there to read the counter from). */
-void pool_note_fence(uint64_t fence);
-
+/*
+ * Deprecated, kept only so that callers outside the pool's and node's files
+ * (main.c, session.c, lockmgr.c, stats.c, metrics.c) build until they move
+ * on. They are not the pool's: pool_quorum is defined in redlock.c (use
+ * redlock_nquorum), pool_nodes_voting and pool_stats_json in node.c (use
+ * node_nvoting and node_stats_json from node.h).
+ */
+int pool_quorum(void);
+int pool_nodes_voting(void);
 /* Per-node state for STATS/STATUS: an array of objects. */
 json_t *pool_stats_json(void);
 

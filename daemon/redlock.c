@@ -19,10 +19,15 @@
 #include "conf.h"
 #include "log.h"
 #include "mem.h"
+#include "node.h"
 #include "pool.h"
 #include "timer.h"
 
 enum op_kind { OP_ACQUIRE, OP_RAISE, OP_RELEASE, OP_EXTEND };
+
+/* The most words an op's script takes: acquire's lock and fence keys, its
+ * token and its ttl. */
+#define OP_MAX_WORDS 4
 
 struct op {
     enum op_kind kind;
@@ -56,7 +61,17 @@ static void op_deferred(struct timer *t)
 
 void redlock_init(const struct conf *conf)
 {
+    /* A restarted node may have lost keys that lived up to max_ttl_ms:
+     * it waits that long, plus drift, before voting again (the Redlock
+     * paper's delayed restart); its fence repair must read a quorum. */
+    const struct node_rules rules = {
+        .quorum = redlock_quorum((int)conf->redis.nnodes),
+        .readmit_ms = conf->locks.max_ttl_ms + (uint64_t)redlock_drift_ms(
+            conf->locks.max_ttl_ms, conf->locks.drift_factor),
+    };
+
     RC = conf;
+    node_set_rules(&rules);
 }
 
 /* ---- pure parts --------------------------------------------------------- */
@@ -66,10 +81,14 @@ int redlock_quorum(int nnodes)
     return nnodes / 2 + 1;
 }
 
+int64_t redlock_drift_ms(uint32_t ttl, double factor)
+{
+    return (int64_t)((double)ttl * factor) + REDLOCK_DRIFT_MIN_MS;
+}
+
 int64_t redlock_validity(uint32_t ttl, uint64_t elapsed_ms, double drift)
 {
-    int64_t drift_ms = (int64_t)((double)ttl * drift) + 2;
-    return (int64_t)ttl - (int64_t)elapsed_ms - drift_ms;
+    return (int64_t)ttl - (int64_t)elapsed_ms - redlock_drift_ms(ttl, drift);
 }
 
 enum redlock_status redlock_decide(int nnodes, int ok, int busy, int failed,
@@ -144,9 +163,9 @@ static uint64_t op_elapsed_ms(const struct op *o)
  * loop is done even if every request fails synchronously. */
 static void op_fan_out(struct op *o)
 {
-    const char *argv[4];
-    size_t lens[4];
-    char num[24];
+    const char *argv[OP_MAX_WORDS];
+    size_t lens[OP_MAX_WORDS];
+    char num[POOL_NUM_SIZE];
     int nkeys = 1, nargs = 2;
     enum pool_script s;
 
@@ -192,7 +211,7 @@ static void op_fan_out(struct op *o)
             o->pending--;
             o->res.failed++;
             if (o->kind == OP_RELEASE)
-                pool_release_later(i, o->key, o->keylen, o->token);
+                node_release_later(i, o->key, o->keylen, o->token);
         }
     }
     /* Never answer from inside the caller's call: when no node could take
@@ -217,12 +236,12 @@ static void raise_done(struct op *o);
 
 static void op_count(struct op *o, int node, redisReply *r)
 {
-    bool votes = pool_node_votes(node);
+    bool votes = node_votes(node);
 
     if (!r || r->type == REDIS_REPLY_ERROR) {
         o->res.failed++;
         if (o->kind == OP_RELEASE)
-            pool_release_later(node, o->key, o->keylen, o->token);
+            node_release_later(node, o->key, o->keylen, o->token);
         return;
     }
     switch (o->kind) {
@@ -335,9 +354,9 @@ static void raise_done(struct op *o)
 {
     /* Validity is re-checked after the second round: a grant never leaves
      * with no time left on it. */
-    if (o->res.ok >= pool_quorum() && o->res.validity > 0) {
+    if (o->res.ok >= redlock_nquorum() && o->res.validity > 0) {
         o->res.status = REDLOCK_OK;
-        pool_note_fence(o->res.fence);
+        node_note_fence(o->res.fence);
     } else {
         log_warn("fence raise reached %d of %d nodes (validity %" PRId64
                  " ms): giving the lock back", o->res.ok, pool_nnodes(),
@@ -416,11 +435,11 @@ void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
     in->pending = 1;
     timer_init(&in->defer, inspect_deferred, in);
     for (int i = 0; i < n; i++) {
-        const char *pttl[2] = { "PTTL", key };
-        size_t lens[2] = { 4, keylen };
+        const char *pttl[] = { "PTTL", key };
+        size_t lens[] = { 4, keylen };
         views[i].name = pool_node_name(i);
         views[i].up = pool_node_up(i);
-        views[i].voting = pool_node_votes(i);
+        views[i].voting = node_votes(i);
         views[i].pttl = -2;
         in->pending++;
         if (pool_command(i, 2, pttl, lens, inspect_reply, in) != 0)
@@ -442,6 +461,13 @@ int redlock_nnodes(void)
 int redlock_nquorum(void)
 {
     return redlock_quorum(pool_nnodes());
+}
+
+/* Deprecated, declared in pool.h for callers that have not moved to
+ * redlock_nquorum yet. */
+int pool_quorum(void)
+{
+    return redlock_nquorum();
 }
 
 const struct redlock_ops redlock_ops_default = {

@@ -6,12 +6,20 @@
  * the fence is raised to max+1 on a quorum before success is reported, so
  * fences strictly increase across daemons (see docs/design.md). On any
  * failure the partial keys are removed from every node, owner-checked.
+ * Release and extend are owner-checked too; inspect reads each node's PTTL.
+ *
+ * Requests go out through pool_script/pool_command; which answers count is
+ * node's call (node_votes: up and not recovering from a restart). A release
+ * that cannot reach a node is left to node_release_later, and every fence
+ * granted is reported to node_note_fence for repairs.
  *
  * An operation always completes: its callback runs exactly once, within
  * about command_timeout_ms per round, even if every node is down. Callers
  * that may go away meanwhile keep a reference on themselves until then.
- * The arithmetic is in pure functions (redlock_quorum, redlock_validity,
- * redlock_decide) with unit tests.
+ * The arithmetic is in pure functions (redlock_quorum, redlock_drift_ms,
+ * redlock_validity, redlock_decide) with unit tests. redlock_init hands node
+ * the two numbers it applies to restarted nodes (node_set_rules): the
+ * quorum and max_ttl_ms plus its drift.
  */
 #ifndef REDLOCKD_REDLOCK_H
 #define REDLOCKD_REDLOCK_H
@@ -97,6 +105,13 @@ size_t redlock_live(void);
 
 /* Pure parts. */
 int redlock_quorum(int nnodes);
+/* The clock drift allowed over ttl ms: factor * ttl (truncated) plus
+ * REDLOCK_DRIFT_MIN_MS, as the Redlock paper adds for timer granularity.
+ * Subtracted from every validity, and added to max_ttl_ms before a
+ * restarted node votes again. */
+#define REDLOCK_DRIFT_MIN_MS 2
+int64_t redlock_drift_ms(uint32_t ttl, double factor);
+/* ms of a lock's ttl left after elapsed_ms, drift taken off; <= 0: none. */
 int64_t redlock_validity(uint32_t ttl, uint64_t elapsed_ms, double drift);
 enum redlock_status redlock_decide(int nnodes, int ok, int busy, int failed,
                                    int64_t validity);

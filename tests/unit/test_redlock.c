@@ -1,6 +1,6 @@
 /*
  * Unit tests for the pure Redlock arithmetic (daemon/redlock.c): quorum,
- * validity with clock drift, the outcome of a round of votes, and tokens.
+ * clock drift, validity, the outcome of a round of votes, and tokens.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -13,6 +13,36 @@ START_TEST(test_quorum)
     static const int want[] = { 0, 1, 2, 2, 3, 3, 4, 4 };
     for (int n = 1; n <= 7; n++)
         ck_assert_int_eq(redlock_quorum(n), want[n]);
+}
+END_TEST
+
+static const struct {
+    uint32_t ttl;
+    double factor;
+    int64_t want;
+} drift_cases[] = {
+    { 30000, 0.01, 300 + 2 },
+    { 100, 0.01, 1 + 2 },                   /* truncated, not rounded */
+    { 199, 0.01, 1 + 2 },
+    { 1000, 0.0, 2 },                       /* no factor: only the 2 ms */
+    { 86400000, 0.01, 864000 + 2 },         /* max_ttl_ms's default */
+    { 4294967295u, 0.49, 2104533974 + 2 },   /* largest ttl and factor */
+};
+
+START_TEST(test_drift)
+{
+    for (size_t i = 0; i < sizeof(drift_cases) / sizeof(drift_cases[0]); i++) {
+        int64_t got = redlock_drift_ms(drift_cases[i].ttl,
+                                       drift_cases[i].factor);
+        ck_assert_msg(got == drift_cases[i].want,
+                      "case %zu: ttl=%u factor=%g: got %ld want %ld", i,
+                      drift_cases[i].ttl, drift_cases[i].factor, (long)got,
+                      (long)drift_cases[i].want);
+        /* Validity takes exactly that drift off the ttl. */
+        ck_assert_int_eq(redlock_validity(drift_cases[i].ttl, 0,
+                                          drift_cases[i].factor),
+                         (int64_t)drift_cases[i].ttl - got);
+    }
 }
 END_TEST
 
@@ -107,6 +137,7 @@ int main(void)
     Suite *s = suite_create("redlock");
     TCase *tc = tcase_create("pure");
     tcase_add_test(tc, test_quorum);
+    tcase_add_test(tc, test_drift);
     tcase_add_test(tc, test_validity);
     tcase_add_test(tc, test_decide);
     tcase_add_test(tc, test_token);
