@@ -711,15 +711,15 @@ const char *h_daemon_bin(void)
     return bin;
 }
 
-static json_t *daemon_config(const struct h_daemon *d, struct h_redis *nodes,
-                             int nnodes, const char *extra_json)
+static json_t *daemon_config(const struct h_daemon *d, const int *ports,
+                             int nports, const char *extra_json)
 {
     char tcp[64], unix_addr[310];
     json_t *conf, *extra, *list = json_array();
     json_error_t err;
 
-    for (int i = 0; i < nnodes; i++)
-        json_array_append_new(list, json_sprintf("127.0.0.1:%d", nodes[i].port));
+    for (int i = 0; i < nports; i++)
+        json_array_append_new(list, json_sprintf("127.0.0.1:%d", ports[i]));
     snprintf(tcp, sizeof(tcp), "tcp://127.0.0.1:%d", d->port);
     snprintf(unix_addr, sizeof(unix_addr), "unix:%s", d->sock_path);
     conf = json_pack("{s:[s,s], s:{s:o}, s:{s:s}}",
@@ -823,6 +823,19 @@ static void daemon_paths(struct h_daemon *d)
 void h_daemon_start(struct h_daemon *d, struct h_redis *nodes, int nnodes,
                     const char *extra_json)
 {
+    int *ports = calloc(nnodes > 0 ? (size_t)nnodes : 1, sizeof(*ports));
+
+    if (ports == NULL)
+        ck_abort_msg("harness: out of memory");
+    for (int i = 0; i < nnodes; i++)
+        ports[i] = nodes[i].port;
+    h_daemon_start_ports(d, ports, nnodes, extra_json);
+    free(ports);
+}
+
+void h_daemon_start_ports(struct h_daemon *d, const int *ports, int nports,
+                          const char *extra_json)
+{
     int ready = 0;
 
     (void)h_daemon_bin();   /* fail before creating anything */
@@ -838,7 +851,7 @@ void h_daemon_start(struct h_daemon *d, struct h_redis *nodes, int nnodes,
         if (attempt > 0 && !log_mentions(d->log_path, "in use"))
             break;
         d->port = h_free_port();
-        conf = daemon_config(d, nodes, nnodes, extra_json);
+        conf = daemon_config(d, ports, nports, extra_json);
         listen_wanted(conf, d, &tcp, &unix_sock);
         if (json_dump_file(conf, d->conf_path, JSON_INDENT(2)) != 0)
             ck_abort_msg("harness: cannot write %s", d->conf_path);
@@ -1217,6 +1230,164 @@ void h_raise_nofile(int want)
     rl.rlim_cur = (rlim_t)want;
     if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
         ck_abort_msg("harness: setrlimit: %s", strerror(errno));
+}
+
+/* ---- fault proxies ---- */
+
+const char *h_proxy_bin(void)
+{
+    const char *bin = getenv("REDLOCKD_FAULTPROXY_BIN");
+
+    if (bin == NULL || *bin == '\0')
+        ck_abort_msg("harness: REDLOCKD_FAULTPROXY_BIN is not set (run via meson test)");
+    return bin;
+}
+
+void h_proxy_dump_log(const struct h_proxy *p)
+{
+    dump_file(p->log_path, "faultproxy log");
+}
+
+/* The port of the proxy's "ready 127.0.0.1:<port>" line, 0 until then. */
+static int proxy_ready_port(const char *log)
+{
+    char line[256];
+    int port = 0;
+    FILE *f = fopen(log, "r");
+
+    if (f == NULL)
+        return 0;
+    while (port == 0 && fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "ready 127.0.0.1:%d", &port) != 1)
+            port = 0;
+    }
+    fclose(f);
+    return port;
+}
+
+void h_proxy_start(struct h_proxy *p, int target_port)
+{
+    char *argv[8];
+    char target[32];
+    uint64_t end;
+    int status;
+
+    (void)h_proxy_bin();    /* fail before creating anything */
+    memset(p, 0, sizeof(*p));
+    p->target = target_port;
+    make_tmpdir(p->dir, sizeof(p->dir), "proxy");
+    snprintf(p->ctl, sizeof(p->ctl), "%s/ctl.sock", p->dir);
+    snprintf(p->log_path, sizeof(p->log_path), "%s/faultproxy.log", p->dir);
+    guard_start(p->dir, NULL);
+    snprintf(target, sizeof(target), "127.0.0.1:%d", target_port);
+    argv[0] = (char *)h_proxy_bin();
+    argv[1] = "--listen";
+    argv[2] = "127.0.0.1:0";    /* the kernel's choice: no port race */
+    argv[3] = "--target";
+    argv[4] = target;
+    argv[5] = "--control";
+    argv[6] = p->ctl;
+    argv[7] = NULL;
+    p->pid = spawn(argv, p->log_path);
+    end = h_now_ms() + (uint64_t)h_scale(5000);
+    while (h_now_ms() < end) {
+        p->port = proxy_ready_port(p->log_path);
+        if (p->port != 0)
+            return;
+        if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
+            proc_forget(p->pid);
+            p->pid = 0;
+            break;
+        }
+        h_sleep_ms(5);
+    }
+    if (p->pid != 0)
+        kill_reap(&p->pid);
+    h_proxy_dump_log(p);
+    ck_abort_msg("harness: faultproxy to port %d did not start", target_port);
+}
+
+static char *proxy_vctl(struct h_proxy *p, bool want_ok, const char *fmt,
+                        va_list ap)
+{
+    /* Clients are large (buffers): static keeps this one off the stack. */
+    static struct h_client ctl;
+    static char reply[1024];
+    char *req = vformat(fmt, ap, "\n");
+    char *line;
+    int rc = h_connect_unix(&ctl, p->ctl);
+
+    ck_assert_msg(rc == 0, "faultproxy control %s: %s", p->ctl, strerror(-rc));
+    h_send(&ctl, req, strlen(req));
+    line = h_recv_line(&ctl, 5000);
+    req[strcspn(req, "\n")] = '\0';
+    if (line == NULL || (want_ok && !h_starts(line, "OK"))) {
+        h_proxy_dump_log(p);
+        ck_abort_msg("faultproxy \"%s\" answered \"%s\"", req,
+                     line != NULL ? line : "(nothing)");
+    }
+    snprintf(reply, sizeof(reply), "%s", line);
+    h_close(&ctl);
+    free(req);
+    return reply;
+}
+
+char *h_proxy_ctl(struct h_proxy *p, const char *fmt, ...)
+{
+    va_list ap;
+    char *reply;
+
+    va_start(ap, fmt);
+    reply = proxy_vctl(p, true, fmt, ap);
+    va_end(ap);
+    return reply;
+}
+
+char *h_proxy_try(struct h_proxy *p, const char *fmt, ...)
+{
+    va_list ap;
+    char *reply;
+
+    va_start(ap, fmt);
+    reply = proxy_vctl(p, false, fmt, ap);
+    va_end(ap);
+    return reply;
+}
+
+int h_proxy_stop(struct h_proxy *p)
+{
+    int status = 0;
+
+    if (p->pid == 0)
+        ck_abort_msg("harness: h_proxy_stop: faultproxy is not running");
+    kill(p->pid, SIGTERM);
+    if (!wait_exit(p->pid, h_scale(5000), &status)) {
+        kill_reap(&p->pid);
+        h_proxy_dump_log(p);
+        ck_abort_msg("harness: faultproxy did not exit within 5 s of SIGTERM");
+    }
+    proc_forget(p->pid);
+    p->pid = 0;
+    return exit_code(status);
+}
+
+void h_proxy_cleanup(struct h_proxy *p)
+{
+    kill_reap(&p->pid);
+    guard_end(p->dir);
+    p->dir[0] = '\0';
+}
+
+void h_proxy_start_all(struct h_proxy *ps, const struct h_redis *nodes, int n)
+{
+    for (int i = 0; i < n; i++)
+        h_proxy_start(&ps[i], nodes[i].port);
+}
+
+void h_proxy_cleanup_all(struct h_proxy *ps, int n)
+{
+    for (int i = 0; i < n; i++)
+        h_proxy_cleanup(&ps[i]);
 }
 
 /* ---- helpers shared by the test programs ---- */

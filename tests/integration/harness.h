@@ -68,6 +68,11 @@ struct h_daemon {
  */
 void h_daemon_start(struct h_daemon *d, struct h_redis *nodes, int nnodes,
                     const char *extra_json);
+/* The same with the node ports given directly (127.0.0.1:ports[i]), so a
+ * test can point the daemon at fault proxies while it talks to the Redis
+ * nodes behind them itself. */
+void h_daemon_start_ports(struct h_daemon *d, const int *ports, int nports,
+                          const char *extra_json);
 /* SIGTERM and wait (10 s, then SIGKILL and fail); returns the exit status
  * (WEXITSTATUS, or 128+signal). Tests assert it is 0 (which under the
  * valgrind wrapper also means no leaks). */
@@ -76,6 +81,46 @@ void h_daemon_kill(struct h_daemon *d);     /* SIGKILL, wait */
 void h_daemon_cleanup(struct h_daemon *d);  /* kill if running, rm -rf dir */
 /* Print the daemon log to stderr (call on failure paths to help debugging). */
 void h_daemon_dump_log(const struct h_daemon *d);
+
+/*
+ * A fault proxy (tests/tools/faultproxy.c) in front of one node: it listens
+ * on a 127.0.0.1 port the kernel picks and forwards to 127.0.0.1:target,
+ * delaying, blackholing or resetting on command. Commands and their
+ * meaning are in the top comment of faultproxy.c. REDLOCKD_FAULTPROXY_BIN
+ * names the binary (set by meson).
+ */
+struct h_proxy {
+    pid_t pid;              /* 0 when not running */
+    int port;               /* where it listens; point the daemon here */
+    int target;             /* the port it forwards to */
+    char dir[256];          /* temp dir: control socket, log */
+    char ctl[300];          /* its control socket (unix) */
+    char log_path[300];     /* its stdout and stderr */
+};
+
+/* Start a proxy to 127.0.0.1:target_port and wait until it is ready. It
+ * outlives restarts of the node behind it (connections made while the node
+ * is down are reset); a stopped proxy is not restarted, its port would
+ * change. */
+void h_proxy_start(struct h_proxy *p, int target_port);
+/* Send one control command (printf-style, no newline) and assert the
+ * reply starts with "OK"; returns it (a static buffer, overwritten by the
+ * next call). */
+char *h_proxy_ctl(struct h_proxy *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The same without the assertion: the reply, "OK ..." or "ERR ...". */
+char *h_proxy_try(struct h_proxy *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* SIGTERM and wait (5 s, then SIGKILL and fail); returns the exit status
+ * (WEXITSTATUS, or 128+signal): 0 for a clean stop. */
+int h_proxy_stop(struct h_proxy *p);
+void h_proxy_cleanup(struct h_proxy *p);    /* kill if running, rm -rf dir */
+void h_proxy_dump_log(const struct h_proxy *p);
+/* ps[i] in front of nodes[i], for i in [0, n). */
+void h_proxy_start_all(struct h_proxy *ps, const struct h_redis *nodes, int n);
+void h_proxy_cleanup_all(struct h_proxy *ps, int n);
+/* The proxy binary (REDLOCKD_FAULTPROXY_BIN); aborts when unset. */
+const char *h_proxy_bin(void);
 
 struct h_client {
     int fd;
