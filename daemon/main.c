@@ -147,17 +147,18 @@ static void ready_cb(struct timer *t)
     (void)t;
     if (D.stopping)
         return;
-    int voting = pool_nodes_voting();
-    if (voting < pool_quorum() && timer_now() < D.ready_deadline) {
+    int voting = node_nvoting();
+    int quorum = redlock_nquorum();
+    if (voting < quorum && timer_now() < D.ready_deadline) {
         timer_start(&D.ready, 10);
         return;
     }
-    if (voting < pool_quorum())
+    if (voting < quorum)
         log_warn("only %d of %d redis nodes reachable (quorum %d): LOCK "
                  "answers ERR UNAVAILABLE until more are up", voting,
-                 pool_nnodes(), pool_quorum());
+                 redlock_nnodes(), quorum);
     log_notice("redlockd %s ready: %d of %d redis node(s) up, quorum %d",
-               REDLOCKD_VERSION, voting, pool_nnodes(), pool_quorum());
+               REDLOCKD_VERSION, voting, redlock_nnodes(), quorum);
     notify("READY=1");
 }
 
