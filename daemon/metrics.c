@@ -275,7 +275,8 @@ void metrics_format(struct sbuf *b, const struct stats_values *v)
     struct metrics_instance *nodes = mem_alloc((v->nnodes + 1) *
                                                sizeof(*nodes));
 
-    sbuf_puts(b, "# HELP redlockd_build_info The running redlockd version.\n"
+    sbuf_puts(b, "# HELP redlockd_build_info The running redlockd version, "
+                 "as a label; the value is always 1.\n"
                  "# TYPE redlockd_build_info gauge\n"
                  "redlockd_build_info{version=\"");
     metrics_put_label_value(b, REDLOCKD_VERSION);

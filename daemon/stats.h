@@ -47,46 +47,56 @@
     X(connections, GAUGE, ONE, NONE, "connections",                          \
       "Client connections open now.")                                        \
     X(connections_total, COUNTER, ONE, NONE, "connections",                  \
-      "Client connections accepted.")                                        \
+      "Client connections accepted, the refused ones included.")             \
     X(connections_rejected, COUNTER, ONE, NONE, "connections_rejected",      \
-      "Connections refused (max_clients, protected mode, shutting down).")   \
+      "Client connections refused with an ERR line (max_clients, "           \
+      "protected mode, shutting down).")                                     \
     X(sessions, GAUGE, ONE, NONE, "sessions",                                \
-      "Client sessions alive now.")                                          \
+      "Client sessions alive now (one per open connection).")                \
     X(commands, COUNTER, ONE, NONE, "commands",                              \
-      "Requests processed.")                                                 \
+      "Request lines received, malformed ones included (empty lines "        \
+      "not).")                                                               \
     X(errors, COUNTER, ONE, NONE, "errors",                                  \
       "ERR replies sent.")                                                   \
     X(locks_held, GAUGE, ONE, NONE, "locks_held",                            \
       "Locks held by sessions of this daemon now.")                          \
     X(waiters, GAUGE, ONE, NONE, "waiters",                                  \
-      "LOCK requests waiting for a resource now.")                           \
+      "LOCK requests not answered yet: queued for a resource or being "      \
+      "tried on Redis now.")                                                 \
     X(acquisitions, COUNTER, ONE, RESULT, "acquisitions",                    \
       "LOCK requests answered, by result.")                                  \
     X(releases, COUNTER, ONE, NONE, "releases",                              \
-      "Locks released (UNLOCK, QUIT, disconnects).")                         \
+      "Leases released: UNLOCK, the end of a session, or a lost lease's "    \
+      "keys removed.")                                                       \
     X(extends, COUNTER, ONE, NONE, "extends",                                \
-      "EXTEND requests that succeeded.")                                     \
+      "EXTEND requests answered, granted or not (OK, ERR LOST, "             \
+      "ERR UNAVAILABLE).")                                                   \
     X(renewals, COUNTER, ONE, NONE, "renewals",                              \
-      "Automatic lease renewals that succeeded.")                            \
+      "Automatic lease renewals that reached a quorum.")                     \
     X(renewal_failures, COUNTER, ONE, NONE, "renewal_failures",              \
-      "Automatic lease renewals that failed.")                               \
+      "Automatic lease renewals that did not reach a quorum (retried "       \
+      "while the lease is valid).")                                          \
     X(leases_lost, COUNTER, ONE, NONE, "leases_lost",                        \
-      "Leases that could not be kept (EVENT LOST).")                         \
+      "Leases lost: a renewal or EXTEND found them gone, or their "          \
+      "validity ran out.")                                                   \
     X(waits, COUNTER, ONE, NONE, "waits",                                    \
-      "LOCK requests that had to wait.")                                     \
+      "LOCK requests that allowed a wait (wait= above 0).")                  \
     X(wakeups_notified, COUNTER, ONE, NONE, "wakeups_notified",              \
-      "Waiters woken by a release notification.")                            \
+      "Queued LOCK requests retried because the holder released (a "         \
+      "release notice or a local release).")                                 \
     X(wakeups_retry, COUNTER, ONE, NONE, "wakeups_retry",                    \
-      "Waiters woken by the fallback retry timer.")                          \
+      "Queued LOCK requests retried by the fallback timer "                  \
+      "(locks.retry_ms).")                                                   \
     X(output_overflows, COUNTER, ONE, NONE, "output_overflows",              \
-      "Clients disconnected for not reading their replies.")                 \
-    /* A gauge must not end in _total, which scrapers read as a counter. */  \
+      "Clients disconnected for not reading their replies "                  \
+      "(limits.max_output_bytes).")                                          \
+    /* A gauge must not end in _total, which scrapers read as a counter. */ \
     X(nodes_total, GAUGE, ONE, NONE, "nodes_configured",                     \
       "Redis nodes configured.")                                             \
     X(nodes_voting, GAUGE, ONE, NONE, "nodes_voting",                        \
       "Redis nodes whose answers count as votes now.")                       \
     X(quorum, GAUGE, ONE, NONE, "quorum",                                    \
-      "Votes needed for a lock.")
+      "Votes needed to grant a lock.")
 
 /*
  * Per Redis node, exported with a node="HOST:PORT" label. The fields are
@@ -95,25 +105,26 @@
  */
 #define STATS_NODE_CODEC(X)                                                  \
     X(up, GAUGE, ONE, NONE, "node_up",                                       \
-      "1 while the daemon is connected to this Redis node.")                 \
+      "1 while at least one connection to this Redis node is up, else 0.")   \
     X(voting, GAUGE, ONE, NONE, "node_voting",                               \
-      "1 while this node's answers count as votes.")                         \
+      "1 while this node's answers count as votes, else 0.")                 \
     X(recovering, GAUGE, ONE, NONE, "node_recovering",                       \
-      "1 while a restarted node waits before it may vote again.")            \
+      "1 while a restarted node may not vote until the leases it forgot "    \
+      "have expired, else 0.")                                               \
     X(requests, COUNTER, ONE, NONE, "node_requests",                         \
       "Requests sent to this node.")                                         \
     X(errors, COUNTER, ONE, NONE, "node_errors",                             \
-      "Error replies and connection errors from this node.")                 \
+      "Error replies from this node.")                                       \
     X(timeouts, COUNTER, ONE, NONE, "node_timeouts",                         \
-      "Requests to this node that exceeded command_timeout_ms.")             \
+      "Requests to this node unanswered within redis.command_timeout_ms.")   \
     X(reconnects, COUNTER, ONE, NONE, "node_reconnects",                     \
-      "Reconnections to this node.")                                         \
+      "Reconnection attempts to this node after it was lost.")               \
     X(restarts, COUNTER, ONE, NONE, "node_restarts",                         \
-      "Times this node came back with a new run_id.")                        \
+      "Times this node came back with a new run_id (it restarted).")         \
     X(latency_ms, GAUGE, MS, NONE, "node_latency_seconds",                   \
-      "Moving average of the request latency to this node.")                 \
+      "Moving average of this node's reply time (each reply weighs 0.1).")   \
     X(latency_max_ms, GAUGE, MS, NONE, "node_latency_max_seconds",           \
-      "Largest request latency seen from this node.")                        \
+      "Longest reply time seen from this node.")                             \
     X(rejoin_in_ms, GAUGE, MS, NONE, "node_rejoin_in_seconds",               \
       "Seconds until this recovering node may vote again.")
 
@@ -128,16 +139,18 @@
  */
 #define STATS_RESULT_LABELS(V)                                               \
     V(ok, "LOCK requests granted.")                                          \
-    V(busy, "LOCK requests answered ERR BUSY.")                              \
-    V(timeout, "LOCK requests answered ERR TIMEOUT.")                        \
-    V(unavailable, "LOCK requests answered ERR UNAVAILABLE (no quorum).")
+    V(busy, "LOCK requests answered ERR BUSY (held elsewhere, no wait).")    \
+    V(timeout, "LOCK requests answered ERR TIMEOUT (still held when the "    \
+               "wait ended).")                                               \
+    V(unavailable, "LOCK requests answered ERR UNAVAILABLE (no quorum of "   \
+                   "Redis nodes).")
 
 /*
  * A bucket set: the upper bounds of a histogram's buckets, in seconds,
  * ascending (+Inf is implied). LATENCY is for request-sized durations.
  */
 #define STATS_LATENCY_BOUNDS                                                 \
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,   \
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,  \
     0.25, 0.5, 1, 2.5, 5, 10
 
 /* What a `dim` name stands for, three ways: the member's array suffix, its
