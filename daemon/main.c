@@ -29,6 +29,7 @@
 #include "server.h"
 #include "session.h"
 #include "stats.h"
+#include "stats_glue.h"
 #include "timer.h"
 
 static struct {
@@ -167,6 +168,18 @@ static void on_release(const char *key, size_t len)
     lockmgr_on_release(key, len);
 }
 
+/* Stats, and the providers (stats_glue.c) that fill every report from the
+ * modules that do not know stats. */
+static void stats_start(void)
+{
+    stats_init();
+    if (stats_glue_register() != 0) {
+        fprintf(stderr, "redlockd: too many stats providers "
+                "(STATS_PROVIDERS_MAX)\n");
+        exit(1);
+    }
+}
+
 static int run(void)
 {
     if (uv_loop_init(&D.loop) != 0) {
@@ -174,7 +187,7 @@ static int run(void)
         return 1;
     }
     timer_sys_init(&D.loop);
-    stats_init();
+    stats_start();
     redlock_init(&D.conf);
     lockmgr_init(&D.conf, &redlock_ops_default);
     uv_signal_init(&D.loop, &D.sigint);

@@ -12,25 +12,23 @@
  * deadline, then the write and linger deadline); it is freed when the second
  * close callback has run.
  *
- * The exposition is built from stats_json() through two tables, so names,
- * types and help texts are written down in one place; a top-level STATS
- * number the tables do not know yet is still exported, as "untyped".
+ * The exposition is a walk over the stats codec's tables (stats.h): each
+ * row is a family whose name, type and help come from the row, so nothing
+ * here knows a STATS key and nothing is exported as "untyped". /healthz
+ * reads nodes_voting and quorum from the same values.
  */
 #include "metrics.h"
 
-#include <ctype.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "conf.h"
 #include "log.h"
 #include "mem.h"
-#include "pool.h"
 #include "sbuf.h"
 #include "stats.h"
 
@@ -73,139 +71,66 @@ static struct {
 
 /* ---- exposition -------------------------------------------------------- */
 
-enum metric_type { METRIC_COUNTER, METRIC_GAUGE };
-
-struct metric_def {
-    const char *key;        /* STATS key; "a.b" is member b of object a */
-    const char *name;       /* after "redlockd_"; counters get "_total" */
-    enum metric_type type;
-    double scale;           /* 0.001 turns the milliseconds of STATS into the
-                             * seconds Prometheus expects */
-    const char *help;
-};
-
-static const struct metric_def metrics_global[] = {
-    { "uptime_ms", "uptime_seconds", METRIC_GAUGE, 0.001,
-      "Seconds since the daemon started." },
-    { "connections", "connections", METRIC_GAUGE, 1,
-      "Client connections open now." },
-    { "connections_total", "connections", METRIC_COUNTER, 1,
-      "Client connections accepted." },
-    { "connections_rejected", "connections_rejected", METRIC_COUNTER, 1,
-      "Connections refused (max_clients, protected mode, shutting down)." },
-    { "sessions", "sessions", METRIC_GAUGE, 1,
-      "Client sessions alive now." },
-    { "commands", "commands", METRIC_COUNTER, 1,
-      "Requests processed." },
-    { "errors", "errors", METRIC_COUNTER, 1,
-      "ERR replies sent." },
-    { "locks_held", "locks_held", METRIC_GAUGE, 1,
-      "Locks held by sessions of this daemon now." },
-    { "waiters", "waiters", METRIC_GAUGE, 1,
-      "LOCK requests waiting for a resource now." },
-    { "acquisitions.ok", "acquisitions_ok", METRIC_COUNTER, 1,
-      "LOCK requests granted." },
-    { "acquisitions.busy", "acquisitions_busy", METRIC_COUNTER, 1,
-      "LOCK requests answered ERR BUSY." },
-    { "acquisitions.timeout", "acquisitions_timeout", METRIC_COUNTER, 1,
-      "LOCK requests answered ERR TIMEOUT." },
-    { "acquisitions.unavailable", "acquisitions_unavailable", METRIC_COUNTER, 1,
-      "LOCK requests answered ERR UNAVAILABLE (no quorum)." },
-    { "releases", "releases", METRIC_COUNTER, 1,
-      "Locks released (UNLOCK, QUIT, disconnects)." },
-    { "extends", "extends", METRIC_COUNTER, 1,
-      "EXTEND requests that succeeded." },
-    { "renewals", "renewals", METRIC_COUNTER, 1,
-      "Automatic lease renewals that succeeded." },
-    { "renewal_failures", "renewal_failures", METRIC_COUNTER, 1,
-      "Automatic lease renewals that failed." },
-    { "leases_lost", "leases_lost", METRIC_COUNTER, 1,
-      "Leases that could not be kept (EVENT LOST)." },
-    { "waits", "waits", METRIC_COUNTER, 1,
-      "LOCK requests that had to wait." },
-    { "wakeups_notified", "wakeups_notified", METRIC_COUNTER, 1,
-      "Waiters woken by a release notification." },
-    { "wakeups_retry", "wakeups_retry", METRIC_COUNTER, 1,
-      "Waiters woken by the fallback retry timer." },
-    { "output_overflows", "output_overflows", METRIC_COUNTER, 1,
-      "Clients disconnected for not reading their replies." },
-    /* A gauge must not end in _total, which scrapers read as a counter. */
-    { "nodes_total", "nodes_configured", METRIC_GAUGE, 1,
-      "Redis nodes configured." },
-    { "nodes_voting", "nodes_voting", METRIC_GAUGE, 1,
-      "Redis nodes whose answers count as votes now." },
-    { "quorum", "quorum", METRIC_GAUGE, 1,
-      "Votes needed for a lock." },
-};
-
-/* Members of each object in the STATS "nodes" array, labelled node="...". */
-static const struct metric_def metrics_node[] = {
-    { "up", "node_up", METRIC_GAUGE, 1,
-      "1 while the daemon is connected to this Redis node." },
-    { "voting", "node_voting", METRIC_GAUGE, 1,
-      "1 while this node's answers count as votes." },
-    { "recovering", "node_recovering", METRIC_GAUGE, 1,
-      "1 while a restarted node waits before it may vote again." },
-    { "requests", "node_requests", METRIC_COUNTER, 1,
-      "Requests sent to this node." },
-    { "errors", "node_errors", METRIC_COUNTER, 1,
-      "Error replies and connection errors from this node." },
-    { "timeouts", "node_timeouts", METRIC_COUNTER, 1,
-      "Requests to this node that exceeded command_timeout_ms." },
-    { "reconnects", "node_reconnects", METRIC_COUNTER, 1,
-      "Reconnections to this node." },
-    { "restarts", "node_restarts", METRIC_COUNTER, 1,
-      "Times this node came back with a new run_id." },
-    { "latency_ms", "node_latency_seconds", METRIC_GAUGE, 0.001,
-      "Moving average of the request latency to this node." },
-    { "latency_max_ms", "node_latency_max_seconds", METRIC_GAUGE, 0.001,
-      "Largest request latency seen from this node." },
-    { "rejoin_in_ms", "node_rejoin_in_seconds", METRIC_GAUGE, 0.001,
-      "Seconds until a recovering node may vote again." },
-};
-
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-/* The value at "a" or "a.b" in obj, or NULL. */
-static json_t *metrics_lookup(json_t *obj, const char *key)
-{
-    const char *dot = strchr(key, '.');
-    char first[64];
+/* One family of the exposition: a codec row, or for a `split` labelled row
+ * one of its cells (then named after the label value too). */
+struct metrics_family {
+    const struct stats_desc *d;
+    size_t split;           /* the cell, when d->labels->split */
+    bool header_done;
+};
 
-    if (dot == NULL)
-        return json_object_get(obj, key);
-    snprintf(first, sizeof(first), "%.*s", (int)(dot - key), key);
-    return json_object_get(json_object_get(obj, first), dot + 1);
+static bool metrics_is_split(const struct stats_desc *d)
+{
+    return d->labels != NULL && d->labels->split;
 }
 
-static bool metrics_is_number(const json_t *v)
+static void metrics_put_name(struct sbuf *b, const struct metrics_family *f,
+                             const char *suffix)
 {
-    return json_is_number(v) || json_is_boolean(v);
+    sbuf_printf(b, "redlockd_%s", f->d->metric);
+    if (metrics_is_split(f->d))
+        sbuf_printf(b, "_%s", f->d->labels->values[f->split]);
+    if (f->d->kind == STATS_COUNTER)
+        sbuf_puts(b, "_total");
+    sbuf_puts(b, suffix);
 }
 
-static void metrics_put_value(struct sbuf *b, const json_t *v, double scale)
+static void metrics_put_header(struct sbuf *b, struct metrics_family *f)
 {
-    double d;
+    static const char *const types[] = {
+        [STATS_COUNTER] = "counter",
+        [STATS_GAUGE] = "gauge",
+        [STATS_HISTOGRAM] = "histogram",
+    };
+    const char *help = metrics_is_split(f->d)
+                       ? f->d->labels->help[f->split] : f->d->help;
 
-    if (json_is_boolean(v)) {
-        sbuf_puts(b, json_is_true(v) ? "1" : "0");
+    if (f->header_done)
         return;
-    }
-    if (json_is_integer(v) && scale == 1) {
-        sbuf_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        return;
-    }
-    d = json_number_value(v) * scale;
+    f->header_done = true;
+    sbuf_puts(b, "# HELP ");
+    metrics_put_name(b, f, " ");
+    sbuf_printf(b, "%s\n# TYPE ", help);
+    metrics_put_name(b, f, " ");
+    sbuf_printf(b, "%s\n", types[f->d->kind]);
+}
+
+static void metrics_put_number(struct sbuf *b, double d)
+{
     if (isnan(d))
         sbuf_puts(b, "NaN");
     else if (isinf(d))
         sbuf_puts(b, d > 0 ? "+Inf" : "-Inf");
+    else if (d == floor(d) && fabs(d) < 1e15)
+        sbuf_printf(b, "%.0f", d);
     else
         sbuf_printf(b, "%.9g", d);
 }
 
 /* Label values may hold any UTF-8; these three must be escaped. */
-static void metrics_put_label(struct sbuf *b, const char *s)
+static void metrics_put_label_value(struct sbuf *b, const char *s)
 {
     for (; *s != '\0'; s++) {
         if (*s == '\\')
@@ -219,116 +144,170 @@ static void metrics_put_label(struct sbuf *b, const char *s)
     }
 }
 
-static void metrics_put_header(struct sbuf *b, const struct metric_def *m)
+/* A sample's labels, in order; a pair whose value is NULL is left out. */
+struct metrics_labels {
+    const char *name[3];
+    const char *value[3];
+};
+
+static void metrics_put_labels(struct sbuf *b, const struct metrics_labels *l)
 {
-    const char *suffix = m->type == METRIC_COUNTER ? "_total" : "";
+    char sep = '{';
 
-    sbuf_printf(b, "# HELP redlockd_%s%s %s\n", m->name, suffix, m->help);
-    sbuf_printf(b, "# TYPE redlockd_%s%s %s\n", m->name, suffix,
-                m->type == METRIC_COUNTER ? "counter" : "gauge");
-}
-
-static void metrics_put_global(struct sbuf *b, json_t *st)
-{
-    for (size_t i = 0; i < NELEM(metrics_global); i++) {
-        const struct metric_def *m = &metrics_global[i];
-        json_t *v = metrics_lookup(st, m->key);
-
-        if (!metrics_is_number(v))
+    for (size_t i = 0; i < NELEM(l->name); i++) {
+        if (l->value[i] == NULL)
             continue;
-        metrics_put_header(b, m);
-        sbuf_printf(b, "redlockd_%s%s ", m->name,
-                    m->type == METRIC_COUNTER ? "_total" : "");
-        metrics_put_value(b, v, m->scale);
-        sbuf_putc(b, '\n');
+        sbuf_printf(b, "%c%s=\"", sep, l->name[i]);
+        metrics_put_label_value(b, l->value[i]);
+        sbuf_putc(b, '"');
+        sep = ',';
     }
+    if (sep == ',')
+        sbuf_putc(b, '}');
 }
 
-/* One family at a time, every node's sample under it: the text format
- * wants the lines of a family together. */
-static void metrics_put_nodes(struct sbuf *b, json_t *nodes)
+/* A histogram cell: cumulative buckets up to +Inf, then _sum and _count.
+ * l->value[2] is the slot for le. */
+static void metrics_put_hist(struct sbuf *b, const struct metrics_family *f,
+                             struct metrics_labels *l,
+                             const struct stats_hist *h)
 {
-    for (size_t i = 0; i < NELEM(metrics_node); i++) {
-        const struct metric_def *m = &metrics_node[i];
-        bool header = false;
-        size_t k;
-        json_t *node;
+    const struct stats_buckets *bk = f->d->buckets;
+    uint64_t cum = 0;
+    char le[32];
 
-        json_array_foreach(nodes, k, node) {
-            json_t *v = json_object_get(node, m->key);
-            const char *name = json_string_value(json_object_get(node, "node"));
+    l->name[2] = "le";
+    for (size_t i = 0; i <= bk->n; i++) {
+        cum += h->in[i];
+        if (i < bk->n)
+            snprintf(le, sizeof(le), "%.9g", bk->le[i]);
+        else
+            snprintf(le, sizeof(le), "+Inf");
+        l->value[2] = le;
+        metrics_put_name(b, f, "_bucket");
+        metrics_put_labels(b, l);
+        sbuf_printf(b, " %" PRIu64 "\n", cum);
+    }
+    l->value[2] = NULL;
+    metrics_put_name(b, f, "_sum");
+    metrics_put_labels(b, l);
+    sbuf_putc(b, ' ');
+    metrics_put_number(b, h->sum);
+    sbuf_putc(b, '\n');
+    metrics_put_name(b, f, "_count");
+    metrics_put_labels(b, l);
+    sbuf_printf(b, " %" PRIu64 "\n", h->count);
+}
 
-            if (!metrics_is_number(v) || name == NULL)
-                continue;
-            if (!header) {
-                metrics_put_header(b, m);
-                header = true;
+/* Cell k of f's row at base, under the labels l; a gauge that is not
+ * reported (NaN) has no sample. */
+static void metrics_put_cell(struct sbuf *b, struct metrics_family *f,
+                             struct metrics_labels *l, const void *base,
+                             size_t k)
+{
+    const char *p = (const char *)base + f->d->offset;
+    double g;
+
+    if (f->d->kind == STATS_GAUGE && isnan(((const double *)p)[k]))
+        return;
+    metrics_put_header(b, f);
+    if (f->d->kind == STATS_HISTOGRAM) {
+        metrics_put_hist(b, f, l, &((const struct stats_hist *)p)[k]);
+        return;
+    }
+    metrics_put_name(b, f, "");
+    metrics_put_labels(b, l);
+    sbuf_putc(b, ' ');
+    if (f->d->kind == STATS_COUNTER) {
+        sbuf_printf(b, "%" PRIu64, ((const uint64_t *)p)[k]);
+    } else {
+        g = ((const double *)p)[k];
+        metrics_put_number(b, f->d->unit == STATS_UNIT_MS ? g * 0.001 : g);
+    }
+    sbuf_putc(b, '\n');
+}
+
+/* Every sample of one family, instance by instance: the text format wants
+ * the lines of a family together. */
+static void metrics_put_family(struct sbuf *b, struct metrics_family *f,
+                               const char *label,
+                               const struct metrics_instance *inst, size_t n)
+{
+    const struct stats_labels *ls = f->d->labels;
+    struct metrics_labels l = { { label, NULL, NULL }, { NULL, NULL, NULL } };
+
+    for (size_t i = 0; i < n; i++) {
+        l.value[0] = label != NULL ? inst[i].label_value : NULL;
+        if (ls == NULL) {
+            metrics_put_cell(b, f, &l, inst[i].base, 0);
+        } else if (ls->split) {
+            metrics_put_cell(b, f, &l, inst[i].base, f->split);
+        } else {
+            l.name[1] = ls->name;
+            for (size_t k = 0; k < ls->n; k++) {
+                l.value[1] = ls->values[k];
+                metrics_put_cell(b, f, &l, inst[i].base, k);
             }
-            sbuf_printf(b, "redlockd_%s%s{node=\"", m->name,
-                        m->type == METRIC_COUNTER ? "_total" : "");
-            metrics_put_label(b, name);
-            sbuf_puts(b, "\"} ");
-            metrics_put_value(b, v, m->scale);
-            sbuf_putc(b, '\n');
+            l.value[1] = NULL;
         }
     }
 }
 
-/* A STATS key as a metric name: [a-zA-Z0-9_] only. */
-static void metrics_put_name(struct sbuf *b, const char *key)
+void metrics_format_table(struct sbuf *b, const struct stats_table *t,
+                          const char *label,
+                          const struct metrics_instance *inst, size_t n)
 {
-    for (const char *p = key; *p != '\0'; p++)
-        sbuf_putc(b, (isalnum((unsigned char)*p) || *p == '_') ? *p : '_');
+    for (size_t i = 0; i < t->n; i++) {
+        const struct stats_desc *d = &t->rows[i];
+        size_t nsplit = metrics_is_split(d) ? d->labels->n : 1;
+
+        for (size_t k = 0; k < nsplit; k++) {
+            struct metrics_family f = { d, k, false };
+
+            metrics_put_family(b, &f, label, inst, n);
+        }
+    }
 }
 
-static bool metrics_known(const char *key)
+void metrics_format(struct sbuf *b, const struct stats_values *v)
 {
-    size_t n = strlen(key);
+    struct metrics_instance global = { v, NULL };
+    struct metrics_instance *nodes = mem_alloc((v->nnodes + 1) *
+                                               sizeof(*nodes));
 
-    if (strcmp(key, "nodes") == 0 || strcmp(key, "version") == 0)
-        return true;
-    for (size_t i = 0; i < NELEM(metrics_global); i++) {
-        const char *k = metrics_global[i].key;
-        if (strncmp(k, key, n) == 0 && (k[n] == '\0' || k[n] == '.'))
-            return true;
+    sbuf_puts(b, "# HELP redlockd_build_info The running redlockd version, "
+                 "as a label; the value is always 1.\n"
+                 "# TYPE redlockd_build_info gauge\n"
+                 "redlockd_build_info{version=\"");
+    metrics_put_label_value(b, REDLOCKD_VERSION);
+    sbuf_puts(b, "\"} 1\n");
+    metrics_format_table(b, &stats_table, NULL, &global, 1);
+    for (size_t i = 0; i < v->nnodes; i++) {
+        nodes[i].base = &v->nodes[i];
+        nodes[i].label_value = v->nodes[i].name;
     }
-    return false;
-}
-
-/* STATS keys added after this table was written still reach the scraper;
- * their type is unknown here, so they say so. */
-static void metrics_put_untyped(struct sbuf *b, json_t *st)
-{
-    const char *key;
-    json_t *v;
-
-    json_object_foreach(st, key, v) {
-        if (!metrics_is_number(v) || metrics_known(key))
-            continue;
-        sbuf_puts(b, "# TYPE redlockd_");
-        metrics_put_name(b, key);
-        sbuf_puts(b, " untyped\nredlockd_");
-        metrics_put_name(b, key);
-        sbuf_putc(b, ' ');
-        metrics_put_value(b, v, 1);
-        sbuf_putc(b, '\n');
-    }
+    metrics_format_table(b, &stats_node_table, "node", nodes, v->nnodes);
+    free(nodes);
 }
 
 static void metrics_render(struct sbuf *b)
 {
-    json_t *st = stats_json();
-    const char *version = json_string_value(json_object_get(st, "version"));
+    struct stats_values v;
 
-    sbuf_puts(b, "# HELP redlockd_build_info The running redlockd version.\n"
-                 "# TYPE redlockd_build_info gauge\n"
-                 "redlockd_build_info{version=\"");
-    metrics_put_label(b, version != NULL ? version : "");
-    sbuf_puts(b, "\"} 1\n");
-    metrics_put_global(b, st);
-    metrics_put_nodes(b, json_object_get(st, "nodes"));
-    metrics_put_untyped(b, st);
-    json_decref(st);
+    stats_collect(&v);
+    metrics_format(b, &v);
+    stats_values_deinit(&v);
+}
+
+static bool metrics_healthy(void)
+{
+    struct stats_values v;
+    bool ok;
+
+    stats_collect(&v);
+    ok = v.nodes_voting >= v.quorum;
+    stats_values_deinit(&v);
+    return ok;
 }
 
 /* ---- connections ------------------------------------------------------- */
@@ -429,7 +408,7 @@ static void mconn_serve_metrics(struct mconn *c)
 
 static void mconn_serve_health(struct mconn *c)
 {
-    if (pool_nodes_voting() >= pool_quorum())
+    if (metrics_healthy())
         mconn_respond_text(c, "200 OK", "", "ok\n");
     else
         mconn_respond_text(c, "503 Service Unavailable", "", "no quorum\n");

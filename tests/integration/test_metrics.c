@@ -8,7 +8,10 @@
  * Prometheus text format with counters that move after a LOCK and
  * per-node samples, /healthz flipping to 503 when two of three nodes are
  * gone, 404, 405, 400, a 10 KiB head answered 431, a request followed by
- * a half-close, and the cap of 64 connections.
+ * a half-close, and the cap of 64 connections. Against the stats codec
+ * (daemon/stats.h): every family has # HELP and a known # TYPE, every row
+ * is a STATS key and a /metrics family, and counters agree between the
+ * two.
  *
  * Every test ends with a SIGTERM stop asserted to exit 0, so under
  * REDLOCKD_TEST_WRAPPER=valgrind each scenario is also a leak check.
@@ -25,6 +28,10 @@
 #include <unistd.h>
 
 #include "harness.h"
+
+/* The codec's lists only (STATS_CODEC and friends): the rows say which
+ * keys STATS must have and which families /metrics must export. */
+#include "daemon/stats.h"
 
 #define NNODES 3
 #define MAX_CONNS 64            /* the daemon's cap, metrics.c */
@@ -250,6 +257,115 @@ static void teardown(void)
     ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
 }
 
+/* ---- the stats codec against STATS and /metrics -------------------------- */
+
+/* The label values of each `dim` a row may have; a new label set needs a
+ * line here (the build fails until it has one). */
+#define T_LABEL_VALUE(value, help) #value,
+static const char *const result_values[] = {
+    STATS_RESULT_LABELS(T_LABEL_VALUE) NULL
+};
+#define T_VALUES_NONE NULL
+#define T_VALUES_RESULT result_values
+
+struct codec_row {
+    const char *key;
+    const char *metric;
+    enum stats_kind kind;
+    const char *const *values;  /* NULL: one cell */
+};
+
+/* The cells of a row: its label values, or "" for a row of one cell. */
+static const char *const *row_cells(const struct codec_row *r)
+{
+    static const char *const one_cell[] = { "", NULL };
+
+    return r->values != NULL ? r->values : one_cell;
+}
+
+#define T_ROW(field, kind, unit, dim, metric, help) \
+    { #field, metric, STATS_##kind, T_VALUES_##dim },
+static const struct codec_row global_rows[] = { STATS_CODEC(T_ROW) };
+static const struct codec_row node_rows[] = { STATS_NODE_CODEC(T_ROW) };
+#undef T_ROW
+
+#define NROWS(a) (sizeof(a) / sizeof((a)[0]))
+#define FAMILY_MAX 128                  /* a family's name */
+#define SERIES_MAX (FAMILY_MAX + 128)   /* with a node="HOST:PORT" label */
+#define FAMILIES_MAX 256                /* in one exposition */
+
+/* The family name /metrics gives cell `cell` of r: counters end in
+ * _total, and a labelled row is one family per value, as /metrics has
+ * always named them. */
+static void family_name(char *buf, size_t size, const struct codec_row *r,
+                        const char *cell)
+{
+    snprintf(buf, size, "redlockd_%s%s%s%s", r->metric, *cell ? "_" : "",
+             cell, r->kind == STATS_COUNTER ? "_total" : "");
+}
+
+/* Cell `cell` of r in the STATS object: a member, or a member of a
+ * member for a labelled row. */
+static json_t *stats_cell(json_t *st, const struct codec_row *r,
+                          const char *cell)
+{
+    json_t *v = json_object_get(st, r->key);
+
+    return *cell ? json_object_get(v, cell) : v;
+}
+
+/* A node's gauge that is only reported in some states. */
+static bool node_key_optional(const char *key)
+{
+    return strcmp(key, "rejoin_in_ms") == 0;    /* only while recovering */
+}
+
+/* The line after "# <what> <name> " for family `name`, or NULL. */
+static const char *meta_line(const char *body, const char *what,
+                             const char *name)
+{
+    char head[FAMILY_MAX + 16];
+    const char *p;
+
+    snprintf(head, sizeof(head), "# %s %s ", what, name);
+    for (p = body; p != NULL && *p != '\0'; p = strchr(p, '\n')) {
+        if (*p == '\n')
+            p++;
+        if (strncmp(p, head, strlen(head)) == 0)
+            return p + strlen(head);
+    }
+    return NULL;
+}
+
+static bool known_type(const char *t)
+{
+    return strncmp(t, "counter\n", 8) == 0 || strncmp(t, "gauge\n", 6) == 0 ||
+           strncmp(t, "histogram\n", 10) == 0;
+}
+
+/* The family of a sample's metric name: the name itself, or for the
+ * _bucket, _sum and _count series of a histogram its base name. */
+static void sample_family(const char *body, const char *name, char *fam,
+                          size_t size)
+{
+    static const char *const suffixes[] = { "_bucket", "_sum", "_count" };
+    size_t n = strlen(name);
+
+    snprintf(fam, size, "%s", name);
+    for (size_t i = 0; i < 3; i++) {
+        size_t k = strlen(suffixes[i]);
+        const char *type;
+
+        if (n <= k || strcmp(name + n - k, suffixes[i]) != 0)
+            continue;
+        snprintf(fam, size, "%.*s", (int)(n - k), name);
+        type = meta_line(body, "TYPE", fam);
+        if (type != NULL && strncmp(type, "histogram\n", 10) == 0)
+            return;
+        snprintf(fam, size, "%s", name);
+    }
+}
+
 /* ---- tests --------------------------------------------------------------- */
 
 START_TEST(metrics_format_and_counters)
@@ -450,6 +566,158 @@ START_TEST(connection_cap)
 }
 END_TEST
 
+/* Every sample belongs to a family announced by # HELP (with text) and
+ * # TYPE (counter, gauge or histogram), and a family's lines are
+ * together. */
+START_TEST(metrics_every_family_typed)
+{
+    struct http_reply r;
+    char name[FAMILY_MAX], fam[FAMILY_MAX], prev[FAMILY_MAX] = "";
+    const char *p, *help, *type;
+    int nfamilies = 0;
+    static char seen[FAMILIES_MAX][FAMILY_MAX];     /* families so far */
+    size_t nseen = 0;
+
+    http_get("/metrics", &r);
+    ck_assert_msg(r.status == 200, "GET /metrics: %.1500s", r.raw);
+    p = strstr(r.body, " untyped\n");
+    ck_assert_msg(p == NULL, "an untyped family: %.200s",
+                  p - (p - r.body > 100 ? 100 : p - r.body));
+    for (p = r.body; *p != '\0'; p = strchr(p, '\n') + 1) {
+        size_t n;
+
+        ck_assert_msg(strchr(p, '\n') != NULL, "unterminated line: %s", p);
+        if (strncmp(p, "# TYPE ", 7) == 0) {
+            n = strcspn(p + 7, " \n");
+            snprintf(name, sizeof(name), "%.*s", (int)n, p + 7);
+            ck_assert_msg(p[7 + n] == ' ' && known_type(p + 7 + n + 1),
+                          "unknown type: %.200s", p);
+            ck_assert_msg(meta_line(r.body, "HELP", name) != NULL,
+                          "# TYPE %s without # HELP", name);
+            nfamilies++;
+        }
+        if (*p == '#')
+            continue;
+        n = strcspn(p, "{ \n");
+        snprintf(name, sizeof(name), "%.*s", (int)n, p);
+        sample_family(r.body, name, fam, sizeof(fam));
+        help = meta_line(r.body, "HELP", fam);
+        type = meta_line(r.body, "TYPE", fam);
+        ck_assert_msg(help != NULL && *help != '\n', "%s: no # HELP text", fam);
+        ck_assert_msg(type != NULL && known_type(type), "%s: no known # TYPE",
+                      fam);
+        if (strcmp(fam, prev) != 0) {
+            /* A new family: it must not have had samples before. */
+            for (size_t k = 0; k < nseen; k++)
+                ck_assert_msg(strcmp(seen[k], fam) != 0,
+                              "the samples of %s are not together", fam);
+            ck_assert_msg(nseen < FAMILIES_MAX, "over %d families",
+                          FAMILIES_MAX);
+            snprintf(seen[nseen++], FAMILY_MAX, "%s", fam);
+            snprintf(prev, sizeof(prev), "%s", fam);
+        }
+    }
+    ck_assert_msg(nfamilies > 20, "only %d families", nfamilies);
+    http_free(&r);
+}
+END_TEST
+
+/* Every row of the codec is in STATS (with its nesting) and a family in
+ * /metrics; per-node rows in every node object and under every node. */
+START_TEST(codec_rows_in_stats_and_metrics)
+{
+    struct http_reply r;
+    char fam[FAMILY_MAX];
+    json_t *st, *nodes, *node;
+    size_t i;
+
+    connect_client();
+    st = h_ok_json(&C, "STATS");
+    http_get("/metrics", &r);
+    ck_assert_msg(r.status == 200, "GET /metrics: %.1500s", r.raw);
+    for (i = 0; i < NROWS(global_rows); i++) {
+        const struct codec_row *row = &global_rows[i];
+
+        for (const char *const *cell = row_cells(row); *cell; cell++) {
+            json_t *v = stats_cell(st, row, *cell);
+
+            /* A histogram is an object with its count, sum and buckets. */
+            if (row->kind == STATS_HISTOGRAM)
+                v = json_object_get(v, "count");
+            ck_assert_msg(json_is_integer(v), "STATS has no integer \"%s\" "
+                          "\"%s\"", row->key, *cell);
+            family_name(fam, sizeof(fam), row, *cell);
+            ck_assert_msg(meta_line(r.body, "TYPE", fam) != NULL,
+                          "/metrics has no %s", fam);
+        }
+    }
+    nodes = json_object_get(st, "nodes");
+    ck_assert_int_eq(json_array_size(nodes), NNODES);
+    json_array_foreach(nodes, i, node) {
+        for (size_t k = 0; k < NROWS(node_rows); k++) {
+            const struct codec_row *row = &node_rows[k];
+            char series[SERIES_MAX];
+
+            if (node_key_optional(row->key))
+                continue;
+            ck_assert_msg(json_object_get(node, row->key) != NULL,
+                          "STATS node has no \"%s\"", row->key);
+            family_name(fam, sizeof(fam), row, "");
+            snprintf(series, sizeof(series), "%s{node=\"%s\"}", fam,
+                     h_json_str(node, "node"));
+            ck_assert_msg(sample(r.body, series) >= 0, "/metrics has no %s",
+                          series);
+        }
+    }
+    json_decref(st);
+    http_free(&r);
+}
+END_TEST
+
+/* Each counter of the codec has the same value in STATS and /metrics when
+ * nothing happens in between (STATS itself counts as a command before it
+ * answers, and an HTTP request is not one). */
+START_TEST(counters_agree)
+{
+    struct http_reply r;
+    char fam[FAMILY_MAX];
+    json_t *st;
+    char *line;
+    int checked = 0;
+
+    connect_client();
+    line = h_cmd(&C, "LOCK metrics:agree ttl=10000");
+    ck_assert_msg(h_starts(line, "OK "), "LOCK: %s", line);
+    line = h_cmd(&C, "UNLOCK metrics:agree");
+    ck_assert_msg(h_starts(line, "OK "), "UNLOCK: %s", line);
+    st = h_ok_json(&C, "STATS");
+    http_get("/metrics", &r);
+    ck_assert_msg(r.status == 200, "GET /metrics: %.1500s", r.raw);
+    for (size_t i = 0; i < NROWS(global_rows); i++) {
+        const struct codec_row *row = &global_rows[i];
+
+        if (row->kind != STATS_COUNTER)
+            continue;
+        for (const char *const *cell = row_cells(row); *cell; cell++) {
+            json_t *v = stats_cell(st, row, *cell);
+
+            family_name(fam, sizeof(fam), row, *cell);
+            ck_assert_msg(json_is_integer(v) &&
+                          sample(r.body, fam) == (double)json_integer_value(v),
+                          "%s is %g, STATS %s %s is %lld", fam,
+                          sample(r.body, fam), row->key, *cell,
+                          (long long)json_integer_value(v));
+            checked++;
+        }
+    }
+    ck_assert_msg(checked > 10, "only %d counters compared", checked);
+    ck_assert_msg(h_json_int(json_object_get(st, "acquisitions"), "ok") >= 1,
+                  "no acquisition counted");
+    json_decref(st);
+    http_free(&r);
+}
+END_TEST
+
 static Suite *metrics_suite(void)
 {
     Suite *s = suite_create("metrics");
@@ -463,6 +731,9 @@ static Suite *metrics_suite(void)
     tcase_add_test(tc, head_too_large_431);
     tcase_add_test(tc, half_close_after_request);
     tcase_add_test(tc, connection_cap);
+    tcase_add_test(tc, metrics_every_family_typed);
+    tcase_add_test(tc, codec_rows_in_stats_and_metrics);
+    tcase_add_test(tc, counters_agree);
     suite_add_tcase(s, tc);
     return s;
 }

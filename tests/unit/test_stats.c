@@ -1,0 +1,356 @@
+/*
+ * test_stats: the stats codec (daemon/stats.h) and its two views, the
+ * STATS JSON (stats.c) and the Prometheus text (metrics.c).
+ *
+ * The daemon's own lists are checked against the STATS keys tools read
+ * today, written out here by hand on purpose: a renamed row must fail
+ * this test. A small list of the test's own, built with the same
+ * generators, covers what the daemon does not use yet: a counter with a
+ * label and a histogram.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "metrics.h"
+#include "sbuf.h"
+#include "stats.h"
+#include "timer.h"
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- a codec of the test's own ----------------------------------------- */
+
+#define TEST_COLOR_LABELS(V)                                                 \
+    V(red, "Red hits.")                                                      \
+    V(blue, "Blue hits.")
+
+#define TEST_LABEL_ENUM(value, help) TEST_COLOR_##value,
+enum { TEST_COLOR_LABELS(TEST_LABEL_ENUM) TEST_COLOR_N };
+#define TEST_LABEL_VALUE(value, help) #value,
+#define TEST_LABEL_HELP(value, help) help,
+static const char *const color_values[] = {
+    TEST_COLOR_LABELS(TEST_LABEL_VALUE)
+};
+static const char *const color_help[] = { TEST_COLOR_LABELS(TEST_LABEL_HELP) };
+static const struct stats_labels color_labels = {
+    "color", TEST_COLOR_N, color_values, color_help, false,
+};
+
+/* Binary fractions, so sums and bounds print exactly. */
+static const double tiny_le[] = { 0.015625, 0.125, 1 };
+static const struct stats_buckets tiny_buckets = { NELEM(tiny_le), tiny_le };
+
+#define STATS_DIM_COLOR [TEST_COLOR_N]
+#define STATS_LABELS_COLOR (&color_labels)
+#define STATS_BUCKETS_COLOR NULL
+#define STATS_DIM_TINY
+#define STATS_LABELS_TINY NULL
+#define STATS_BUCKETS_TINY (&tiny_buckets)
+
+#define TEST_CODEC(X)                                                        \
+    X(hits, COUNTER, ONE, COLOR, "hits", "Hits, by color.")                  \
+    X(wait, HISTOGRAM, SECONDS, TINY, "wait_seconds", "Time spent waiting.") \
+    X(level_ms, GAUGE, MS, NONE, "level_seconds", "A level.")
+
+struct test_values {
+    TEST_CODEC(STATS_ROW_FIELD)
+};
+
+#define STATS_ROW_STRUCT struct test_values
+static const struct stats_desc test_rows[] = { TEST_CODEC(STATS_ROW_DESC) };
+#undef STATS_ROW_STRUCT
+static const struct stats_table test_table = { test_rows, NELEM(test_rows) };
+
+static struct test_values test_sample(void)
+{
+    struct test_values v = { .level_ms = 1500 };
+
+    v.hits[TEST_COLOR_red] = 3;
+    v.hits[TEST_COLOR_blue] = 4;
+    stats_hist_observe(&v.wait, &tiny_buckets, 0.0078125);
+    stats_hist_observe(&v.wait, &tiny_buckets, 0.5);
+    stats_hist_observe(&v.wait, &tiny_buckets, 2);
+    return v;
+}
+
+static void setup(void)
+{
+    timer_sys_init(uv_default_loop());
+    stats_init();
+}
+
+static void teardown(void)
+{
+    timer_sys_deinit();
+    uv_run(uv_default_loop(), UV_RUN_DEFAULT);
+}
+
+/* ---- Prometheus text ---------------------------------------------------- */
+
+START_TEST(prometheus_labelled_counter_and_histogram)
+{
+    static const char expect[] =
+        "# HELP redlockd_hits_total Hits, by color.\n"
+        "# TYPE redlockd_hits_total counter\n"
+        "redlockd_hits_total{color=\"red\"} 3\n"
+        "redlockd_hits_total{color=\"blue\"} 4\n"
+        "# HELP redlockd_wait_seconds Time spent waiting.\n"
+        "# TYPE redlockd_wait_seconds histogram\n"
+        "redlockd_wait_seconds_bucket{le=\"0.015625\"} 1\n"
+        "redlockd_wait_seconds_bucket{le=\"0.125\"} 1\n"
+        "redlockd_wait_seconds_bucket{le=\"1\"} 2\n"
+        "redlockd_wait_seconds_bucket{le=\"+Inf\"} 3\n"
+        "redlockd_wait_seconds_sum 2.5078125\n"
+        "redlockd_wait_seconds_count 3\n"
+        "# HELP redlockd_level_seconds A level.\n"
+        "# TYPE redlockd_level_seconds gauge\n"
+        "redlockd_level_seconds 1.5\n";
+    struct test_values v = test_sample();
+    struct metrics_instance one = { &v, NULL };
+    struct sbuf b = SBUF_INIT;
+
+    metrics_format_table(&b, &test_table, NULL, &one, 1);
+    ck_assert_str_eq(sbuf_cstr(&b), expect);
+    sbuf_deinit(&b);
+}
+END_TEST
+
+/* With an instance label (the node's), every sample carries it first, and
+ * an instance's NaN gauge has no sample. */
+START_TEST(prometheus_instance_label)
+{
+    static const char expect[] =
+        "# HELP redlockd_hits_total Hits, by color.\n"
+        "# TYPE redlockd_hits_total counter\n"
+        "redlockd_hits_total{node=\"a\",color=\"red\"} 3\n"
+        "redlockd_hits_total{node=\"a\",color=\"blue\"} 4\n"
+        "redlockd_hits_total{node=\"q\\\"\\\\\\n\",color=\"red\"} 0\n"
+        "redlockd_hits_total{node=\"q\\\"\\\\\\n\",color=\"blue\"} 0\n"
+        "# HELP redlockd_wait_seconds Time spent waiting.\n"
+        "# TYPE redlockd_wait_seconds histogram\n"
+        "redlockd_wait_seconds_bucket{node=\"a\",le=\"0.015625\"} 1\n";
+    struct test_values v[2] = { test_sample(), { .level_ms = NAN } };
+    struct metrics_instance inst[2] = { { &v[0], "a" }, { &v[1], "q\"\\\n" } };
+    struct sbuf b = SBUF_INIT;
+    const char *text;
+
+    metrics_format_table(&b, &test_table, "node", inst, 2);
+    text = sbuf_cstr(&b);
+    ck_assert_msg(strncmp(text, expect, strlen(expect)) == 0, "got:\n%s", text);
+    ck_assert_msg(strstr(text, "redlockd_wait_seconds_count{node=\"a\"} 3\n")
+                  != NULL, "got:\n%s", text);
+    ck_assert_msg(strstr(text, "\nredlockd_level_seconds{node=\"a\"} 1.5\n")
+                  != NULL, "got:\n%s", text);
+    ck_assert_msg(strstr(text, "level_seconds{node=\"q") == NULL,
+                  "a NaN gauge was exported:\n%s", text);
+    sbuf_deinit(&b);
+}
+END_TEST
+
+/* Buckets are upper bounds, inclusive; beyond the last is +Inf. */
+START_TEST(histogram_buckets)
+{
+    static const struct { double seconds; size_t bucket; } cases[] = {
+        { 0, 0 }, { 0.015625, 0 }, { 0.016, 1 }, { 0.125, 1 }, { 1, 2 },
+        { 1.5, 3 }, { 1e9, 3 },
+    };
+
+    for (size_t i = 0; i < NELEM(cases); i++) {
+        struct stats_hist h = { 0 };
+
+        stats_hist_observe(&h, &tiny_buckets, cases[i].seconds);
+        ck_assert_msg(h.in[cases[i].bucket] == 1 && h.count == 1,
+                      "%g s not in bucket %zu", cases[i].seconds,
+                      cases[i].bucket);
+        ck_assert(h.sum == cases[i].seconds);
+    }
+}
+END_TEST
+
+/* ---- JSON --------------------------------------------------------------- */
+
+START_TEST(json_labelled_and_histogram)
+{
+    struct test_values v = test_sample();
+    json_t *o = json_object();
+    char *text;
+
+    stats_table_json(&test_table, &v, o);
+    text = json_dumps(o, JSON_COMPACT);
+    ck_assert_str_eq(text, "{\"hits\":{\"red\":3,\"blue\":4},"
+                     "\"wait\":{\"count\":3,\"sum\":2.5078125,"
+                     "\"le\":[0.015625,0.125,1.0],"
+                     "\"buckets\":[1,1,2,3]},\"level_ms\":1500}");
+    free(text);
+    json_decref(o);
+}
+END_TEST
+
+/* The STATS keys tools read today, in order. */
+static const char *const stats_keys[] = {
+    "version", "uptime_ms", "connections", "connections_total",
+    "connections_rejected", "sessions", "commands", "errors", "locks_held",
+    "waiters", "acquisitions", "releases", "extends", "renewals",
+    "renewal_failures", "leases_lost", "waits", "wakeups_notified",
+    "wakeups_retry", "output_overflows", "nodes_total", "nodes_voting",
+    "quorum", "nodes",
+};
+static const char *const acquisition_keys[] = {
+    "ok", "busy", "timeout", "unavailable",
+};
+
+static void provide(struct stats_values *v, void *ud)
+{
+    struct stats_node *n = stats_nodes_alloc(v, 1);
+
+    v->acquisitions[STATS_RESULT_busy] = *(uint64_t *)ud;
+    v->nodes_voting = 1;
+    stats_node_set_name(n, "127.0.0.1:6379");
+    n->requests = 9;
+    n->latency_ms = 0.25;
+    v->nodes_json = json_pack("[{s:s}]", "node", "127.0.0.1:6379");
+}
+
+START_TEST(stats_json_shape)
+{
+    uint64_t busy = 7;
+    json_t *o, *v;
+    const char *key;
+    size_t i = 0;
+
+    stats.commands = 5;
+    ck_assert_int_eq(stats_provider_add(provide, &busy), 0);
+    o = stats_json();
+    json_object_foreach(o, key, v) {
+        ck_assert_msg(i < NELEM(stats_keys), "extra STATS key %s", key);
+        ck_assert_str_eq(key, stats_keys[i]);
+        if (strcmp(key, "version") == 0)
+            ck_assert(json_is_string(v));
+        else if (strcmp(key, "nodes") == 0)
+            ck_assert_int_eq(json_array_size(v), 1);
+        else if (strcmp(key, "acquisitions") != 0)
+            ck_assert_msg(json_is_integer(v), "%s not an integer", key);
+        i++;
+    }
+    ck_assert_int_eq(i, NELEM(stats_keys));
+    v = json_object_get(o, "acquisitions");
+    ck_assert_int_eq(json_object_size(v), NELEM(acquisition_keys));
+    for (i = 0; i < NELEM(acquisition_keys); i++)
+        ck_assert(json_is_integer(json_object_get(v, acquisition_keys[i])));
+    ck_assert_int_eq(json_integer_value(json_object_get(v, "busy")), 7);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "commands")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "nodes_voting")), 1);
+    json_decref(o);
+}
+END_TEST
+
+/* The daemon's codec in Prometheus: the split result families keep their
+ * names, node rows carry the node label, MS gauges become seconds. */
+START_TEST(daemon_prometheus)
+{
+    uint64_t busy = 7;
+    struct stats_values v;
+    struct sbuf b = SBUF_INIT;
+    const char *text;
+
+    stats.connections_total = 2;
+    stats_provider_add(provide, &busy);
+    stats_collect(&v);
+    metrics_format(&b, &v);
+    stats_values_deinit(&v);
+    text = sbuf_cstr(&b);
+    ck_assert_msg(strstr(text,
+        "# HELP redlockd_acquisitions_busy_total LOCK requests answered "
+        "ERR BUSY (held elsewhere, no wait).\n"
+        "# TYPE redlockd_acquisitions_busy_total counter\n"
+        "redlockd_acquisitions_busy_total 7\n") != NULL, "got:\n%s", text);
+    ck_assert_msg(strstr(text, "\nredlockd_connections_total 2\n") != NULL,
+                  "got:\n%s", text);
+    ck_assert_msg(strstr(text, "\nredlockd_node_requests_total"
+                         "{node=\"127.0.0.1:6379\"} 9\n") != NULL,
+                  "got:\n%s", text);
+    ck_assert_msg(strstr(text, "\nredlockd_node_latency_seconds"
+                         "{node=\"127.0.0.1:6379\"} 0.00025\n") != NULL,
+                  "got:\n%s", text);
+    ck_assert_msg(strstr(text, "rejoin_in") == NULL, "got:\n%s", text);
+    ck_assert_msg(strstr(text, "untyped") == NULL, "got:\n%s", text);
+    sbuf_deinit(&b);
+}
+END_TEST
+
+/* Glue that only has JSON reads it back by the codec's keys. */
+START_TEST(read_json_by_codec_keys)
+{
+    json_t *o = json_pack("{s:s, s:b, s:b, s:I, s:f}", "node", "n1",
+                          "up", 1, "voting", 0, "requests", (json_int_t)12,
+                          "latency_ms", 1.5);
+    struct stats_values v = { 0 };
+    struct stats_node *n = stats_nodes_alloc(&v, 1);
+
+    stats_table_read_json(&stats_node_table, o, n);
+    ck_assert(n->up == 1 && n->voting == 0);
+    ck_assert_uint_eq(n->requests, 12);
+    ck_assert_uint_eq(n->errors, 0);
+    ck_assert(n->latency_ms == 1.5);
+    ck_assert(isnan(n->rejoin_in_ms));
+    stats_values_deinit(&v);
+    json_decref(o);
+}
+END_TEST
+
+static void count_calls(struct stats_values *v, void *ud)
+{
+    (void)v;
+    (*(int *)ud)++;
+}
+
+START_TEST(providers_bounded_and_reset)
+{
+    struct stats_values v;
+    int calls = 0;
+
+    for (int i = 0; i < STATS_PROVIDERS_MAX; i++)
+        ck_assert_int_eq(stats_provider_add(count_calls, &calls), 0);
+    ck_assert_int_eq(stats_provider_add(count_calls, &calls), -1);
+    stats_collect(&v);
+    stats_values_deinit(&v);
+    ck_assert_int_eq(calls, STATS_PROVIDERS_MAX);
+    stats_init();
+    stats_collect(&v);
+    stats_values_deinit(&v);
+    ck_assert_int_eq(calls, STATS_PROVIDERS_MAX);
+}
+END_TEST
+
+static Suite *stats_suite(void)
+{
+    Suite *s = suite_create("stats");
+    TCase *tc = tcase_create("codec");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, prometheus_labelled_counter_and_histogram);
+    tcase_add_test(tc, prometheus_instance_label);
+    tcase_add_test(tc, histogram_buckets);
+    tcase_add_test(tc, json_labelled_and_histogram);
+    tcase_add_test(tc, stats_json_shape);
+    tcase_add_test(tc, daemon_prometheus);
+    tcase_add_test(tc, read_json_by_codec_keys);
+    tcase_add_test(tc, providers_bounded_and_reset);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(stats_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
