@@ -382,6 +382,7 @@ void conn_event_shutdown(struct session *s)
 
 static void conn_on_close(uv_handle_t *h)
 {
+    stats.connections--;
     session_unref(h->data);
 }
 

@@ -370,15 +370,3 @@ json_t *node_stats_json(void)
     }
     return arr;
 }
-
-/* ---- deprecated names, declared in pool.h (see there) -------------------- */
-
-int pool_nodes_voting(void)
-{
-    return node_nvoting();
-}
-
-json_t *pool_stats_json(void)
-{
-    return node_stats_json();
-}

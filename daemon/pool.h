@@ -107,16 +107,4 @@ int pool_script(int node, enum pool_script s, int nkeys, int nargs,
 int pool_command(int node, int argc, const char **argv, const size_t *lens,
                  pool_reply_cb cb, void *ud);
 
-/*
- * Deprecated, kept only so that callers outside the pool's and node's files
- * (main.c, session.c, lockmgr.c, stats.c, metrics.c) build until they move
- * on. They are not the pool's: pool_quorum is defined in redlock.c (use
- * redlock_nquorum), pool_nodes_voting and pool_stats_json in node.c (use
- * node_nvoting and node_stats_json from node.h).
- */
-int pool_quorum(void);
-int pool_nodes_voting(void);
-/* Per-node state for STATS/STATUS: an array of objects. */
-json_t *pool_stats_json(void);
-
 #endif

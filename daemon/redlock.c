@@ -463,13 +463,6 @@ int redlock_nquorum(void)
     return redlock_quorum(pool_nnodes());
 }
 
-/* Deprecated, declared in pool.h for callers that have not moved to
- * redlock_nquorum yet. */
-int pool_quorum(void)
-{
-    return redlock_nquorum();
-}
-
 const struct redlock_ops redlock_ops_default = {
     .acquire = redlock_acquire,
     .release = redlock_release,

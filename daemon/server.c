@@ -141,6 +141,8 @@ static void on_connection(uv_stream_t *ls, int status)
     struct session *s = session_create();
     int rc = l->is_unix ? uv_pipe_init(server.loop, &s->h.pipe, 0)
                         : uv_tcp_init(server.loop, &s->h.tcp);
+    if (rc == 0)
+        stats.connections++;    /* until conn_on_close */
     if (rc != 0) {
         /* No handle to close: drop the session directly. */
         log_warn("accept on %s: %s", l->name, uv_strerror(rc));

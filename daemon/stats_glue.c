@@ -4,7 +4,8 @@
 #include "stats_glue.h"
 
 #include "lockmgr.h"
-#include "pool.h"
+#include "node.h"
+#include "redlock.h"
 #include "session.h"
 #include "stats.h"
 
@@ -29,32 +30,30 @@ static void glue_lockmgr(struct stats_values *v, void *ud)
     v->wakeups_retry = c->wakeups_retry;
 }
 
-/* One session per connection: server counts accepts but not closes, so
- * both gauges are the number of live sessions. */
+/* Sessions that serve requests; `connections` (kept by server and conn)
+ * also counts sockets still being flushed or refused. */
 static void glue_sessions(struct stats_values *v, void *ud)
 {
     (void)ud;
-    v->connections = (double)session_count();
     v->sessions = (double)session_count();
 }
 
 /*
- * Temporary glue: the pool reports its nodes only as JSON
- * (pool_stats_json). STATS shows that array as is, and the per-node
- * numbers for /metrics are read back from it by the node codec's own keys.
- * When pool offers its numbers directly, fill v->nodes from them instead.
+ * STATS shows node's per-node objects as they are, and the per-node
+ * numbers for /metrics are read back from them by the node codec's own
+ * keys, so the two views cannot disagree.
  */
-static void glue_pool(struct stats_values *v, void *ud)
+static void glue_nodes(struct stats_values *v, void *ud)
 {
-    json_t *arr = pool_stats_json();
+    json_t *arr = node_stats_json();
     struct stats_node *nodes = stats_nodes_alloc(v, json_array_size(arr));
     size_t i;
     json_t *o;
     (void)ud;
 
-    v->nodes_total = pool_nnodes();
-    v->nodes_voting = pool_nodes_voting();
-    v->quorum = pool_quorum();
+    v->nodes_total = redlock_nnodes();
+    v->nodes_voting = node_nvoting();
+    v->quorum = redlock_nquorum();
     v->nodes_json = arr;
     json_array_foreach(arr, i, o) {
         const char *name = json_string_value(json_object_get(o, "node"));
@@ -68,7 +67,7 @@ int stats_glue_register(void)
 {
     if (stats_provider_add(glue_lockmgr, NULL) != 0 ||
         stats_provider_add(glue_sessions, NULL) != 0 ||
-        stats_provider_add(glue_pool, NULL) != 0)
+        stats_provider_add(glue_nodes, NULL) != 0)
         return -1;
     return 0;
 }
