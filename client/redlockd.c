@@ -6,9 +6,12 @@
  * one line out and one reply line in, read from an input buffer that also
  * carries the daemon's EVENT lines: those are handled wherever they show
  * up (before a reply, after it, or in redlockd_poll_events) and never taken
- * for a reply. Reply lines are parsed by proto/ (proto_reply_parse), which
- * also owns the error-code table; this file only maps the codes to the
- * public enum.
+ * for a reply. proto/ does the protocol's parts: request lines are built
+ * from its command table (proto_format_cmd and friends, into the handle's
+ * preallocated request buffer), reply lines are parsed by proto_reply_parse,
+ * server addresses by proto_addr_parse, numbers by its strict readers; it
+ * also owns the error-code table, which this file only maps to the public
+ * enum.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,7 +41,12 @@
 #define RL_READ_CHUNK 4096
 #define RL_IN_MAX (REDLOCKD_MAX_REPLY + 2 + RL_READ_CHUNK)
 #define RL_PASSWORD_MAX 1024
+/* The longest request line: LOCK with a resource of the longest size and
+ * every option (AUTH's password is shorter). */
 #define RL_REQ_MAX (REDLOCKD_RESOURCE_MAX + 128)
+
+_Static_assert(RL_PASSWORD_MAX + sizeof("AUTH \n") <= RL_REQ_MAX,
+               "an AUTH line fits in the request buffer");
 
 struct rl_lost {
     char *resource;
@@ -67,6 +75,11 @@ struct redlockd {
 
     struct rl_lost *lost;       /* leases reported lost */
     size_t nlost, lost_cap;
+
+    /* The request line being built. Reserved for RL_REQ_MAX bytes when the
+     * handle is made, so building a request never allocates (sbuf aborts
+     * when it cannot; a library must not). */
+    struct sbuf req;
 
     struct redlockd_info info;
     struct redlockd_error err;
@@ -212,43 +225,11 @@ const char *redlockd_code_name(int code)
 
 /* ---- small readers ------------------------------------------------------ */
 
-static int rl_parse_u64(const char *s, uint64_t *out)
+/* The length of a reply value that may be missing (NULL): proto's number
+ * readers reject NULL, so a missing key reads as a malformed number. */
+static size_t rl_len(const char *s)
 {
-    uint64_t v = 0;
-
-    if (s == NULL || *s == '\0')
-        return -1;
-    for (; *s != '\0'; s++) {
-        if (*s < '0' || *s > '9')
-            return -1;
-        if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
-            return -1;
-        v = v * 10 + (uint64_t)(*s - '0');
-    }
-    *out = v;
-    return 0;
-}
-
-static int rl_parse_i64(const char *s, int64_t *out)
-{
-    uint64_t v;
-    int neg = 0;
-
-    if (s != NULL && *s == '-') {
-        neg = 1;
-        s++;
-    }
-    if (rl_parse_u64(s, &v) < 0 || v > INT64_MAX)
-        return -1;
-    *out = neg ? -(int64_t)v : (int64_t)v;
-    return 0;
-}
-
-static int rl_parse_u32(const char *s, uint32_t *out)
-{
-    if (s == NULL)
-        return -1;
-    return proto_parse_u32(s, strlen(s), out);
+    return s != NULL ? strlen(s) : 0;
 }
 
 /* 1..max bytes of visible ASCII: resources, names and passwords. */
@@ -316,106 +297,42 @@ static int rl_wait(int fd, short events, int64_t deadline)
 
 /* ---- server addresses --------------------------------------------------- */
 
-static int rl_addr_unix(const char *path, struct redlockd_addr *a,
-                        struct redlockd_error *err)
+/* The start of untrusted text, printable, for an error message. */
+static void rl_quote(char *dst, size_t sz, const char *line, size_t len)
 {
-    /* "unix:///run/x.sock" is a common spelling of "unix:/run/x.sock". */
-    if (strncmp(path, "///", 3) == 0)
-        path += 2;
-    if (*path == '\0')
-        return rl_seterr(err, REDLOCKD_E_INVALID, "empty unix socket path");
-    if (strlen(path) >= sizeof(a->path))
-        return rl_seterr(err, REDLOCKD_E_INVALID, "unix socket path too long");
-    a->is_unix = 1;
-    strcpy(a->path, path);
-    return 0;
-}
+    size_t i, n = len < sz - 1 ? len : sz - 1;
 
-static int rl_addr_port(const char *s, struct redlockd_addr *a,
-                        struct redlockd_error *err)
-{
-    uint32_t port;
-
-    if (rl_parse_u32(s, &port) < 0 || port == 0 || port > 65535)
-        return rl_seterr(err, REDLOCKD_E_INVALID, "bad port \"%.32s\"", s);
-    snprintf(a->port, sizeof(a->port), "%u", (unsigned)port);
-    return 0;
-}
-
-static int rl_addr_host(const char *s, size_t len, struct redlockd_addr *a,
-                        struct redlockd_error *err)
-{
-    if (len == 0)
-        return rl_seterr(err, REDLOCKD_E_INVALID, "missing host");
-    if (len >= sizeof(a->host))
-        return rl_seterr(err, REDLOCKD_E_INVALID, "host name too long");
-    memcpy(a->host, s, len);
-    a->host[len] = '\0';
-    return 0;
-}
-
-static int rl_addr_tcp(const char *s, struct redlockd_addr *a,
-                       struct redlockd_error *err)
-{
-    const char *end, *colon;
-    int rc;
-
-    if (*s == '[') {
-        end = strchr(s, ']');
-        if (end == NULL)
-            return rl_seterr(err, REDLOCKD_E_INVALID,
-                             "missing ']' after IPv6 address");
-        rc = rl_addr_host(s + 1, (size_t)(end - s - 1), a, err);
-        colon = end[1] == '\0' ? NULL : end + 1;
-        if (rc == 0 && colon != NULL && *colon != ':')
-            return rl_seterr(err, REDLOCKD_E_INVALID,
-                             "junk after IPv6 address");
-    } else {
-        colon = strchr(s, ':');
-        if (colon != NULL && strchr(colon + 1, ':') != NULL)
-            return rl_seterr(err, REDLOCKD_E_INVALID,
-                             "write IPv6 addresses in brackets: [::1]:7390");
-        rc = rl_addr_host(s, colon != NULL ? (size_t)(colon - s) : strlen(s),
-                          a, err);
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)line[i];
+        dst[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
     }
-    if (rc < 0)
-        return rc;
-    if (colon == NULL) {
-        strcpy(a->port, REDLOCKD_DEFAULT_PORT);
-        return 0;
-    }
-    return rl_addr_port(colon + 1, a, err);
+    dst[n] = '\0';
 }
 
 int redlockd_addr_parse(const char *s, struct redlockd_addr *a,
                         struct redlockd_error *err)
 {
+    struct proto_addr pa;
+    enum proto_addr_err e;
+    char shown[48];
+
     memset(a, 0, sizeof(*a));
-    if (s == NULL || *s == '\0')
-        return rl_seterr(err, REDLOCKD_E_INVALID, "empty server address");
-    if (strncmp(s, "unix:", 5) == 0)
-        return rl_addr_unix(s + 5, a, err);
-    if (s[0] == '/')
-        return rl_addr_unix(s, a, err);
-    if (strncmp(s, "tcp://", 6) == 0)
-        s += 6;
-    else if (strstr(s, "://") != NULL)
-        return rl_seterr(err, REDLOCKD_E_INVALID,
-                         "unsupported address scheme (use tcp:// or unix:)");
-    return rl_addr_tcp(s, a, err);
+    e = proto_addr_parse(&pa, s, PROTO_ADDR_FOR_CLIENT);
+    if (e != PROTO_ADDR_OK) {
+        rl_quote(shown, sizeof(shown), s != NULL ? s : "", rl_len(s));
+        return rl_seterr(err, REDLOCKD_E_INVALID, "server address \"%s\": %s",
+                         shown, proto_addr_strerror(e));
+    }
+    a->is_unix = pa.kind == PROTO_ADDR_KIND_UNIX;
+    memcpy(a->host, pa.host, sizeof(a->host));
+    memcpy(a->path, pa.path, sizeof(a->path));
+    if (!a->is_unix)
+        snprintf(a->port, sizeof(a->port), "%u", (unsigned)pa.port);
+    proto_addr_format(&pa, a->text, sizeof(a->text));
+    return 0;
 }
 
 /* ---- connecting --------------------------------------------------------- */
-
-static void rl_addr_text(const struct redlockd_addr *a, char *buf, size_t sz)
-{
-    if (a->is_unix)
-        snprintf(buf, sz, "unix:%s", a->path);
-    else if (strchr(a->host, ':') != NULL)
-        snprintf(buf, sz, "[%s]:%s", a->host, a->port);
-    else
-        snprintf(buf, sz, "%s:%s", a->host, a->port);
-}
 
 /* 0 connected, else an errno value (ETIMEDOUT when the deadline passed). */
 static int rl_connect_sa(int fd, const struct sockaddr *sa, socklen_t salen,
@@ -458,13 +375,10 @@ static int rl_socket(int family, int *fd)
 static int rl_connect_err(const struct redlockd_addr *a, int e,
                           struct redlockd_error *err)
 {
-    char where[sizeof(a->host) + sizeof(a->path) + sizeof(a->port) + 8];
-
-    rl_addr_text(a, where, sizeof(where));
     if (e == ETIMEDOUT)
         return rl_seterr(err, REDLOCKD_E_IO_TIMEOUT,
-                         "connect to %s: timed out", where);
-    return rl_seterr(err, REDLOCKD_E_IO, "connect to %s: %s", where,
+                         "connect to %s: timed out", a->text);
+    return rl_seterr(err, REDLOCKD_E_IO, "connect to %s: %s", a->text,
                      strerror(e));
 }
 
@@ -616,13 +530,14 @@ static int rl_event_lost(struct redlockd *h, const struct proto_reply *ev)
 {
     const char *res = proto_reply_get(ev, "resource");
     const char *reason = proto_reply_get(ev, "reason");
+    const char *fence_s = proto_reply_get(ev, "fence");
     uint64_t fence = 0;
     int rc;
 
     if (res == NULL || *res == '\0')
         return rl_fatal(h, REDLOCKD_E_PROTO, "EVENT LOST without a resource");
     /* A missing or odd fence must not hide the loss itself. */
-    if (rl_parse_u64(proto_reply_get(ev, "fence"), &fence) < 0)
+    if (proto_parse_u64(fence_s, rl_len(fence_s), &fence) < 0)
         fence = 0;
     rc = rl_lost_add(h, res, fence);
     if (rc < 0)
@@ -794,19 +709,6 @@ int redlockd_poll_events(struct redlockd *h, int timeout_ms)
 
 /* ---- requests and replies ----------------------------------------------- */
 
-/* The start of a bad line, printable, for an error message: pointing the
- * client at the wrong port (Redis, HTTP) then says so. */
-static void rl_quote(char *dst, size_t sz, const char *line, size_t len)
-{
-    size_t i, n = len < sz - 1 ? len : sz - 1;
-
-    for (i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)line[i];
-        dst[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
-    }
-    dst[n] = '\0';
-}
-
 /* Copy a reply line out of the input buffer and parse it there. */
 static int rl_take_reply(struct redlockd *h, const char *line, size_t len,
                          struct proto_reply *r)
@@ -821,6 +723,8 @@ static int rl_take_reply(struct redlockd *h, const char *line, size_t len,
         h->reply_cap = len + 1;
     }
     memcpy(h->reply, line, len);
+    /* Quoting the line says so when the client was pointed at the wrong
+     * port (Redis, HTTP). */
     if (proto_reply_parse(h->reply, len, r) < 0) {
         rl_quote(shown, sizeof(shown), line, len);
         return rl_fatal(h, REDLOCKD_E_PROTO,
@@ -918,21 +822,37 @@ static int rl_begin(struct redlockd *h)
     return 0;
 }
 
+/* Start a request line in h->req: its command word, from the table. */
+static struct sbuf *rl_req(struct redlockd *h, enum proto_cmd cmd)
+{
+    sbuf_reset(&h->req);
+    proto_format_cmd(&h->req, cmd);
+    return &h->req;
+}
+
+/* A whole request without options ("PING\n", "UNLOCK job:42\n"). */
+static void rl_req_line(struct redlockd *h, enum proto_cmd cmd,
+                        const char *arg)
+{
+    sbuf_reset(&h->req);
+    proto_format_request(&h->req, cmd, arg);
+}
+
 /*
- * Send one request line and read its reply into r (valid until the next
- * request). ERR replies become their code. extra_ms lengthens the I/O
- * timeout for requests the daemon may hold on purpose (LOCK wait=).
- * The caller handles r, then ends with rl_finish.
+ * Send the request line built in h->req and read its reply into r (valid
+ * until the next request). ERR replies become their code. extra_ms
+ * lengthens the I/O timeout for requests the daemon may hold on purpose
+ * (LOCK wait=). The caller handles r, then ends with rl_finish.
  */
-static int rl_call(struct redlockd *h, const char *line, size_t len,
-                   uint32_t extra_ms, struct proto_reply *r)
+static int rl_call(struct redlockd *h, uint32_t extra_ms,
+                   struct proto_reply *r)
 {
     int64_t deadline = -1;
     int rc;
 
     if (h->io_timeout_ms >= 0)
         deadline = rl_now_ms() + h->io_timeout_ms + extra_ms;
-    rc = rl_send(h, line, len, deadline);
+    rc = rl_send(h, h->req.data, h->req.len, deadline);
     if (rc < 0)
         return rc;
     rc = rl_read_reply(h, deadline, r);
@@ -953,11 +873,12 @@ static int rl_finish(struct redlockd *h, int rc)
 }
 
 static int rl_expect(struct redlockd *h, const struct proto_reply *r,
-                     enum proto_reply_kind kind, const char *what)
+                     enum proto_reply_kind kind, enum proto_cmd cmd)
 {
     if (r->kind == kind)
         return 0;
-    return rl_fatal(h, REDLOCKD_E_PROTO, "unexpected reply to %s", what);
+    return rl_fatal(h, REDLOCKD_E_PROTO, "unexpected reply to %s",
+                    proto_cmd_name(cmd));
 }
 
 static int rl_check_resource(struct redlockd *h, const char *resource)
@@ -987,7 +908,8 @@ int redlockd_open_fd(struct redlockd **out, int fd,
         return -REDLOCKD_E_IO;
     }
     h = calloc(1, sizeof(*h));
-    if (h == NULL) {
+    if (h == NULL || sbuf_try_reserve(&h->req, RL_REQ_MAX) < 0) {
+        free(h);
         close(fd);
         return rl_seterr(err, REDLOCKD_E_NOMEM, "out of memory");
     }
@@ -1025,9 +947,11 @@ static void rl_copy_word(char *dst, size_t sz, const char *src)
 static int rl_hello_reply(struct redlockd *h, const struct proto_reply *r)
 {
     const char *proto = proto_reply_get(r, "proto");
+    const char *nodes = proto_reply_get(r, "nodes");
+    const char *quorum = proto_reply_get(r, "quorum");
     uint32_t n;
 
-    if (rl_expect(h, r, PROTO_REPLY_OK, "HELLO") < 0)
+    if (rl_expect(h, r, PROTO_REPLY_OK, PROTO_CMD_HELLO) < 0)
         return -REDLOCKD_E_PROTO;
     if (proto != NULL && strcmp(proto, "1") != 0)
         return rl_fatal(h, REDLOCKD_E_PROTO,
@@ -1037,28 +961,26 @@ static int rl_hello_reply(struct redlockd *h, const struct proto_reply *r)
                  proto_reply_get(r, "session"));
     rl_copy_word(h->info.server, sizeof(h->info.server),
                  proto_reply_get(r, "server"));
-    if (rl_parse_u32(proto_reply_get(r, "nodes"), &n) == 0)
+    if (proto_parse_u32(nodes, rl_len(nodes), &n) == 0)
         h->info.nodes = n;
-    if (rl_parse_u32(proto_reply_get(r, "quorum"), &n) == 0)
+    if (proto_parse_u32(quorum, rl_len(quorum), &n) == 0)
         h->info.quorum = n;
     return 0;
 }
 
 static int rl_hello(struct redlockd *h, const struct redlockd_opts *o)
 {
-    char line[128];
+    struct sbuf *b = rl_req(h, PROTO_CMD_HELLO);
     struct proto_reply r;
-    size_t n;
     int rc;
 
-    n = (size_t)snprintf(line, sizeof(line), "HELLO proto=1");
+    proto_format_opt_u64(b, PROTO_OPT_PROTO, PROTO_VERSION);
     if (o->name != NULL)
-        n += (size_t)snprintf(line + n, sizeof(line) - n, " name=%s", o->name);
+        proto_format_opt_str(b, PROTO_OPT_NAME, o->name);
     if (o->keepalive_ms > 0)
-        n += (size_t)snprintf(line + n, sizeof(line) - n, " keepalive=%u",
-                              o->keepalive_ms);
-    n += (size_t)snprintf(line + n, sizeof(line) - n, "\n");
-    rc = rl_call(h, line, n, 0, &r);
+        proto_format_opt_u64(b, PROTO_OPT_KEEPALIVE, o->keepalive_ms);
+    proto_format_end(b);
+    rc = rl_call(h, 0, &r);
     if (rc == 0)
         rc = rl_hello_reply(h, &r);
     return rl_finish(h, rc);
@@ -1066,14 +988,13 @@ static int rl_hello(struct redlockd *h, const struct redlockd_opts *o)
 
 static int rl_auth(struct redlockd *h, const char *password)
 {
-    char line[RL_PASSWORD_MAX + 16];
     struct proto_reply r;
-    int n, rc;
+    int rc;
 
-    n = snprintf(line, sizeof(line), "AUTH %s\n", password);
-    rc = rl_call(h, line, (size_t)n, 0, &r);
+    rl_req_line(h, PROTO_CMD_AUTH, password);
+    rc = rl_call(h, 0, &r);
     if (rc == 0)
-        rc = rl_expect(h, &r, PROTO_REPLY_OK, "AUTH");
+        rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_AUTH);
     return rl_finish(h, rc);
 }
 
@@ -1152,7 +1073,9 @@ static void rl_quit(struct redlockd *h)
     if (h->io_timeout_ms >= 0 && h->io_timeout_ms < timeout)
         timeout = h->io_timeout_ms;
     deadline = rl_deadline(timeout);
-    if (send(h->fd, "QUIT\n", 5, MSG_NOSIGNAL) != 5)
+    rl_req_line(h, PROTO_CMD_QUIT, NULL);
+    if (send(h->fd, h->req.data, h->req.len, MSG_NOSIGNAL)
+        != (ssize_t)h->req.len)
         return;
     for (;;) {
         n = recv(h->fd, scratch, sizeof(scratch), 0);
@@ -1180,6 +1103,7 @@ void redlockd_close(struct redlockd *h)
     free(h->lost);
     free(h->in);
     free(h->reply);
+    sbuf_deinit(&h->req);
     free(h);
 }
 
@@ -1209,12 +1133,15 @@ static int rl_lease_fill(struct redlockd *h, const struct proto_reply *r,
                          const char *resource, struct redlockd_lease *lease)
 {
     const char *token = proto_reply_get(r, "token");
+    const char *fence = proto_reply_get(r, "fence");
+    const char *ttl_s = proto_reply_get(r, "ttl");
+    const char *validity = proto_reply_get(r, "validity");
     uint32_t ttl = 0;
 
     if (token == NULL || strlen(token) > REDLOCKD_TOKEN_LEN
-        || rl_parse_u64(proto_reply_get(r, "fence"), &lease->fence) < 0
-        || rl_parse_u32(proto_reply_get(r, "ttl"), &ttl) < 0
-        || rl_parse_i64(proto_reply_get(r, "validity"), &lease->validity) < 0)
+        || proto_parse_u64(fence, rl_len(fence), &lease->fence) < 0
+        || proto_parse_u32(ttl_s, rl_len(ttl_s), &ttl) < 0
+        || proto_parse_i64(validity, rl_len(validity), &lease->validity) < 0)
         return rl_fatal(h, REDLOCKD_E_PROTO, "malformed reply to LOCK");
     lease->ttl = ttl;
     strcpy(lease->token, token);
@@ -1228,7 +1155,7 @@ static int rl_lock_reply(struct redlockd *h, const struct proto_reply *r,
     struct redlockd_lease scratch;
     int rc;
 
-    rc = rl_expect(h, r, PROTO_REPLY_OK, "LOCK");
+    rc = rl_expect(h, r, PROTO_REPLY_OK, PROTO_CMD_LOCK);
     if (rc == 0)
         rc = rl_lease_fill(h, r, resource, lease != NULL ? lease : &scratch);
     /* Events read after this reply are about the new lease. */
@@ -1240,9 +1167,8 @@ static int rl_lock_reply(struct redlockd *h, const struct proto_reply *r,
 int redlockd_lock(struct redlockd *h, const char *resource, uint32_t ttl_ms,
                   uint32_t wait_ms, int renew, struct redlockd_lease *lease)
 {
-    char line[RL_REQ_MAX];
     struct proto_reply r;
-    size_t n;
+    struct sbuf *b;
     int rc;
 
     rc = rl_begin(h);
@@ -1250,16 +1176,15 @@ int redlockd_lock(struct redlockd *h, const char *resource, uint32_t ttl_ms,
         rc = rl_check_resource(h, resource);
     if (rc < 0)
         return rc;
-    n = (size_t)snprintf(line, sizeof(line), "LOCK %s", resource);
+    b = rl_req(h, PROTO_CMD_LOCK);
+    proto_format_word(b, resource);
     if (ttl_ms > 0)
-        n += (size_t)snprintf(line + n, sizeof(line) - n, " ttl=%u",
-                              (unsigned)ttl_ms);
+        proto_format_opt_u64(b, PROTO_OPT_TTL, ttl_ms);
     if (wait_ms > 0)
-        n += (size_t)snprintf(line + n, sizeof(line) - n, " wait=%u",
-                              (unsigned)wait_ms);
-    n += (size_t)snprintf(line + n, sizeof(line) - n, " renew=%d\n",
-                          renew ? 1 : 0);
-    rc = rl_call(h, line, n, wait_ms, &r);
+        proto_format_opt_u64(b, PROTO_OPT_WAIT, wait_ms);
+    proto_format_opt_u64(b, PROTO_OPT_RENEW, renew ? 1 : 0);
+    proto_format_end(b);
+    rc = rl_call(h, wait_ms, &r);
     if (rc == 0)
         rc = rl_lock_reply(h, &r, resource, lease);
     return rl_finish(h, rc);
@@ -1267,19 +1192,18 @@ int redlockd_lock(struct redlockd *h, const char *resource, uint32_t ttl_ms,
 
 int redlockd_unlock(struct redlockd *h, const char *resource)
 {
-    char line[RL_REQ_MAX];
     struct proto_reply r;
-    int n, rc;
+    int rc;
 
     rc = rl_begin(h);
     if (rc == 0)
         rc = rl_check_resource(h, resource);
     if (rc < 0)
         return rc;
-    n = snprintf(line, sizeof(line), "UNLOCK %s\n", resource);
-    rc = rl_call(h, line, (size_t)n, 0, &r);
+    rl_req_line(h, PROTO_CMD_UNLOCK, resource);
+    rc = rl_call(h, 0, &r);
     if (rc == 0)
-        rc = rl_expect(h, &r, PROTO_REPLY_OK, "UNLOCK");
+        rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_UNLOCK);
     if (rc == 0)
         rl_lost_del(h, resource);
     else if (rc == -REDLOCKD_E_LOST && rl_lost_add(h, resource, 0) < 0)
@@ -1290,11 +1214,12 @@ int redlockd_unlock(struct redlockd *h, const char *resource)
 static int rl_extend_reply(struct redlockd *h, const struct proto_reply *r,
                            int64_t *validity_ms)
 {
+    const char *validity = proto_reply_get(r, "validity");
     int64_t v;
 
-    if (rl_expect(h, r, PROTO_REPLY_OK, "EXTEND") < 0)
+    if (rl_expect(h, r, PROTO_REPLY_OK, PROTO_CMD_EXTEND) < 0)
         return -REDLOCKD_E_PROTO;
-    if (rl_parse_i64(proto_reply_get(r, "validity"), &v) < 0)
+    if (proto_parse_i64(validity, rl_len(validity), &v) < 0)
         return rl_fatal(h, REDLOCKD_E_PROTO, "malformed reply to EXTEND");
     if (validity_ms != NULL)
         *validity_ms = v;
@@ -1304,9 +1229,9 @@ static int rl_extend_reply(struct redlockd *h, const struct proto_reply *r,
 int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
                     int64_t *validity_ms)
 {
-    char line[RL_REQ_MAX];
     struct proto_reply r;
-    int n, rc;
+    struct sbuf *b;
+    int rc;
 
     rc = rl_begin(h);
     if (rc == 0)
@@ -1315,9 +1240,11 @@ int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
         rc = rl_fail(h, REDLOCKD_E_INVALID, "EXTEND needs a ttl above 0");
     if (rc < 0)
         return rc;
-    n = snprintf(line, sizeof(line), "EXTEND %s ttl=%u\n", resource,
-                 (unsigned)ttl_ms);
-    rc = rl_call(h, line, (size_t)n, 0, &r);
+    b = rl_req(h, PROTO_CMD_EXTEND);
+    proto_format_word(b, resource);
+    proto_format_opt_u64(b, PROTO_OPT_TTL, ttl_ms);
+    proto_format_end(b);
+    rc = rl_call(h, 0, &r);
     if (rc == 0)
         rc = rl_extend_reply(h, &r, validity_ms);
     else if (rc == -REDLOCKD_E_LOST && rl_lost_add(h, resource, 0) < 0)
@@ -1333,9 +1260,10 @@ int redlockd_ping(struct redlockd *h)
     rc = rl_begin(h);
     if (rc < 0)
         return rc;
-    rc = rl_call(h, "PING\n", 5, 0, &r);
+    rl_req_line(h, PROTO_CMD_PING, NULL);
+    rc = rl_call(h, 0, &r);
     if (rc == 0)
-        rc = rl_expect(h, &r, PROTO_REPLY_PONG, "PING");
+        rc = rl_expect(h, &r, PROTO_REPLY_PONG, PROTO_CMD_PING);
     return rl_finish(h, rc);
 }
 
@@ -1351,16 +1279,17 @@ static int rl_json_reply(struct redlockd *h, const struct proto_reply *r,
     return 0;
 }
 
-/* line is the request ("STATUS job:42\n"); what names it in errors. */
-static int rl_inspect(struct redlockd *h, const char *line, const char *what,
+/* An inspection command, with its resource (STATUS) or NULL. */
+static int rl_inspect(struct redlockd *h, enum proto_cmd cmd, const char *arg,
                       char **json)
 {
     struct proto_reply r;
     int rc;
 
-    rc = rl_call(h, line, strlen(line), 0, &r);
+    rl_req_line(h, cmd, arg);
+    rc = rl_call(h, 0, &r);
     if (rc == 0)
-        rc = rl_json_reply(h, &r, what, json);
+        rc = rl_json_reply(h, &r, proto_cmd_name(cmd), json);
     rc = rl_finish(h, rc);
     if (rc < 0) {
         free(*json);
@@ -1384,32 +1313,30 @@ int redlockd_locks(struct redlockd *h, char **json)
 {
     int rc = rl_inspect_begin(h, json);
 
-    return rc < 0 ? rc : rl_inspect(h, "LOCKS\n", "LOCKS", json);
+    return rc < 0 ? rc : rl_inspect(h, PROTO_CMD_LOCKS, NULL, json);
 }
 
 int redlockd_sessions(struct redlockd *h, char **json)
 {
     int rc = rl_inspect_begin(h, json);
 
-    return rc < 0 ? rc : rl_inspect(h, "SESSIONS\n", "SESSIONS", json);
+    return rc < 0 ? rc : rl_inspect(h, PROTO_CMD_SESSIONS, NULL, json);
 }
 
 int redlockd_stats(struct redlockd *h, char **json)
 {
     int rc = rl_inspect_begin(h, json);
 
-    return rc < 0 ? rc : rl_inspect(h, "STATS\n", "STATS", json);
+    return rc < 0 ? rc : rl_inspect(h, PROTO_CMD_STATS, NULL, json);
 }
 
 int redlockd_status(struct redlockd *h, const char *resource, char **json)
 {
-    char line[RL_REQ_MAX];
     int rc = rl_inspect_begin(h, json);
 
     if (rc == 0)
         rc = rl_check_resource(h, resource);
     if (rc < 0)
         return rc;
-    snprintf(line, sizeof(line), "STATUS %s\n", resource);
-    return rl_inspect(h, line, "STATUS", json);
+    return rl_inspect(h, PROTO_CMD_STATUS, resource, json);
 }

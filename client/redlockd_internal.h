@@ -8,19 +8,21 @@
 #define REDLOCKD_CLIENT_INTERNAL_H
 
 #include <stddef.h>
-#include <sys/un.h>
 
+#include "addr.h"
 #include "redlockd.h"
 
-#define REDLOCKD_DEFAULT_PORT "7390"
 /* Replies to inspection commands are single JSON lines. */
 #define REDLOCKD_MAX_REPLY (1024 * 1024)
 
+/* A server address read by proto_addr_parse (proto/addr.h) under
+ * PROTO_ADDR_FOR_CLIENT, in the shape connect needs. */
 struct redlockd_addr {
     int is_unix;
-    char host[256];     /* without the IPv6 brackets */
-    char port[6];
-    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char host[PROTO_ADDR_HOST_MAX + 1];     /* without the IPv6 brackets */
+    char port[PROTO_PORT_TEXT_SIZE];        /* decimal, for getaddrinfo */
+    char path[PROTO_ADDR_PATH_MAX + 1];
+    char text[PROTO_ADDR_TEXT_SIZE];        /* canonical, for messages */
 };
 
 /* Parse a server address (see redlockd_opts.server).

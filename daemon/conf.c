@@ -13,24 +13,25 @@
  */
 #include "conf.h"
 
-#include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/un.h>
 
 #include <jansson.h>
+
+#include "addr.h"
+#include "num.h"
 
 #define CONF_FILE_MAX (1024 * 1024)  /* a config file is a few KiB */
 #define CONF_ADDRS_MAX 64
 #define CONF_SECRET_MAX 512
 #define CONF_NAME_MAX 256
 #define CONF_MS_MAX 2147483647LL     /* protocol durations fit in 32 bits */
-#define CONF_UNIX_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+#define CONF_STR_(x) #x
+#define CONF_STR(x) CONF_STR_(x)
 
 enum conf_type {
     CONF_T_UINT,        /* unsigned, JSON integer in [min, max] */
@@ -49,10 +50,6 @@ enum conf_type {
 #define CONF_S_NULL 0x1     /* null means "not set" */
 #define CONF_S_WORD 0x2     /* no spaces: clients send it as one word */
 
-/* Address rules (flags of CONF_T_ADDRS and CONF_T_ADDR rows). */
-#define CONF_A_UNIX 0x1     /* "unix:/PATH" allowed */
-#define CONF_A_NAME 0x2     /* host names allowed, not only IP literals */
-
 struct conf_key {
     const char *key;        /* full path, "limits.max_line" */
     enum conf_type type;
@@ -62,7 +59,7 @@ struct conf_key {
     long long ival;         /* default of integer-like types */
     double dval, dmax;      /* CONF_T_NUMBER: default, exclusive maximum */
     const char *sval;       /* default string or address */
-    unsigned flags;
+    unsigned flags;         /* CONF_S_*, or PROTO_ADDR_ALLOW_* for addresses */
 };
 
 #define F(field) offsetof(struct conf, field)
@@ -84,12 +81,14 @@ struct conf_key {
  * both were given (see conf_apply_secret_file).
  */
 static const struct conf_key conf_keys[] = {
-    K_ADDRS("listen", listen, nlisten, "tcp://127.0.0.1:7390", CONF_A_UNIX),
+    K_ADDRS("listen", listen, nlisten,
+            "tcp://127.0.0.1:" CONF_STR(PROTO_DEFAULT_PORT),
+            PROTO_ADDR_FOR_LISTEN),
     { .key = "unix_socket_mode", .type = CONF_T_MODE,
       .off = F(unix_socket_mode), .min = 0, .max = 0777, .ival = 0660 },
 
     K_ADDRS("redis.nodes", redis.nodes, redis.nnodes, "127.0.0.1:6379",
-            CONF_A_UNIX | CONF_A_NAME),
+            PROTO_ADDR_FOR_NODE),
     K_STR("redis.username", redis.username, NULL, 1, CONF_NAME_MAX,
           CONF_S_NULL | CONF_S_WORD),
     K_STR("redis.password", redis.password, NULL, 1, CONF_SECRET_MAX,
@@ -139,7 +138,8 @@ static const struct conf_key conf_keys[] = {
     { .key = "auth.protected_mode", .type = CONF_T_BOOL,
       .off = F(auth.protected_mode), .ival = 1 },
 
-    { .key = "metrics.listen", .type = CONF_T_ADDR, .off = F(metrics.listen) },
+    { .key = "metrics.listen", .type = CONF_T_ADDR, .off = F(metrics.listen),
+      .flags = PROTO_ADDR_FOR_METRICS },
     { .key = "log.level", .type = CONF_T_LEVEL, .off = F(log.level),
       .ival = CONF_LOG_INFO },
     K_UINT("shutdown_timeout_ms", shutdown_timeout_ms, 5000, 0, 3600000),
@@ -237,151 +237,38 @@ static void conf_addrs_free(struct conf_addr *v, size_t n)
     free(v);
 }
 
-static int conf_parse_port(const char *s, int *port)
+/* The conf_addr of a parsed address: its own copies, and the text as
+ * written for logs and STATS. */
+static int conf_addr_fill(struct conf_addr *a, const struct proto_addr *pa,
+                          const char *text)
 {
-    long v = 0;
-    size_t n = strlen(s);
-
-    if (n == 0 || n > 5)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    if (v < 1 || v > 65535)
-        return -1;
-    *port = (int)v;
-    return 0;
-}
-
-static bool conf_is_hostname(const char *s)
-{
-    size_t n = strlen(s);
-
-    if (n == 0 || n > 253 || !isalnum((unsigned char)s[0]))
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '-')
-            return false;
-    }
-    return true;
-}
-
-/* "1.2.3" is a name to the resolver, but surely a mistyped address here. */
-static bool conf_looks_numeric(const char *s)
-{
-    return strspn(s, "0123456789.") == strlen(s);
-}
-
-/* Store the canonical form of a literal, so duplicates compare equal. */
-static const char *conf_addr_host(struct conf_addr *a, const char *host,
-                                  int family, unsigned flags)
-{
-    unsigned char bin[sizeof(struct in6_addr)];
-    char canon[INET6_ADDRSTRLEN];
-
-    if (inet_pton(family, host, bin) == 1) {
-        if (inet_ntop(family, bin, canon, sizeof(canon)) == NULL)
-            return "cannot format the address";
-        a->host = strdup(canon);
-    } else if (family == AF_INET6) {
-        return "not a valid IPv6 address";
-    } else if (conf_looks_numeric(host)) {
-        return "not a valid IPv4 address";
-    } else if (!(flags & CONF_A_NAME)) {
-        return "host must be an IPv4 address or a [bracketed] IPv6 address";
-    } else if (!conf_is_hostname(host)) {
-        return "invalid host name";
+    if (pa->kind == PROTO_ADDR_KIND_UNIX) {
+        a->kind = CONF_ADDR_UNIX;
+        a->path = strdup(pa->path);
     } else {
-        a->host = strdup(host);
+        a->kind = CONF_ADDR_TCP;
+        a->host = strdup(pa->host);
+        a->port = pa->port;
     }
-    return a->host == NULL ? "out of memory" : NULL;
+    a->text = strdup(text);
+    return a->text != NULL && (a->path != NULL || a->host != NULL) ? 0 : -1;
 }
 
-static const char *conf_addr_unix(struct conf_addr *a, const char *path,
-                                  unsigned flags)
-{
-    if (!(flags & CONF_A_UNIX))
-        return "unix sockets are not allowed here";
-    if (path[0] != '/')
-        return "unix socket path must be absolute";
-    if (strlen(path) > CONF_UNIX_PATH_MAX)
-        return "unix socket path is longer than 107 bytes";
-    a->kind = CONF_ADDR_UNIX;
-    a->path = strdup(path);
-    return a->path == NULL ? "out of memory" : NULL;
-}
-
-/* Splits "HOST:PORT" or "[V6]:PORT"; *host is malloc'd. */
-static const char *conf_addr_split(const char *s, char **host, int *family,
-                                   const char **port)
-{
-    const char *end;
-
-    if (s[0] == '[') {
-        end = strchr(s, ']');
-        if (end == NULL)
-            return "missing ']' after the IPv6 address";
-        if (end[1] != ':')
-            return "expected [IPv6]:PORT";
-        *family = AF_INET6;
-        *port = end + 2;
-        *host = strndup(s + 1, (size_t)(end - s - 1));
-    } else {
-        end = strrchr(s, ':');
-        if (end == NULL)
-            return "expected HOST:PORT";
-        if (memchr(s, ':', (size_t)(end - s)) != NULL)
-            return "IPv6 addresses must be in brackets, as [::1]:PORT";
-        *family = AF_INET;
-        *port = end + 1;
-        *host = strndup(s, (size_t)(end - s));
-    }
-    return *host == NULL ? "out of memory" : NULL;
-}
-
-static const char *conf_addr_tcp(struct conf_addr *a, const char *s,
-                                 unsigned flags)
-{
-    const char *why, *port;
-    char *host = NULL;
-    int family;
-
-    if (strncmp(s, "tcp://", 6) == 0)
-        s += 6;
-    else if (strstr(s, "://") != NULL)
-        return "unknown scheme (use tcp:// or unix:)";
-    why = conf_addr_split(s, &host, &family, &port);
-    if (why == NULL && host[0] == '\0')
-        why = "missing host";
-    if (why == NULL && conf_parse_port(port, &a->port) < 0)
-        why = "port must be a number from 1 to 65535";
-    if (why == NULL)
-        why = conf_addr_host(a, host, family, flags);
-    free(host);
-    a->kind = CONF_ADDR_TCP;
-    return why;
-}
-
+/* flags: PROTO_ADDR_ALLOW_* (the rows use the PROTO_ADDR_FOR_* sets). */
 static int conf_addr_parse(struct conf_addr *a, const char *text,
                            unsigned flags, char *err, size_t errlen)
 {
-    const char *why;
+    struct proto_addr pa;
+    enum proto_addr_err e;
 
     memset(a, 0, sizeof(*a));
-    if (strncmp(text, "unix:", 5) == 0)
-        why = conf_addr_unix(a, text + 5, flags);
-    else
-        why = conf_addr_tcp(a, text, flags);
-    if (why == NULL) {
-        a->text = strdup(text);
-        if (a->text == NULL)
-            why = "out of memory";
-    }
-    if (why != NULL) {
+    e = proto_addr_parse(&pa, text, flags);
+    if (e != PROTO_ADDR_OK)
+        return conf_msg(err, errlen, "\"%s\": %s", text,
+                        proto_addr_strerror(e));
+    if (conf_addr_fill(a, &pa, text) < 0) {
         conf_addr_deinit(a);
-        return conf_msg(err, errlen, "\"%s\": %s", text, why);
+        return conf_msg(err, errlen, "\"%s\": out of memory", text);
     }
     return 0;
 }
@@ -389,7 +276,8 @@ static int conf_addr_parse(struct conf_addr *a, const char *text,
 int conf_parse_addr(struct conf_addr *a, const char *text, bool allow_unix,
                     char *err, size_t errlen)
 {
-    unsigned flags = CONF_A_NAME | (allow_unix ? CONF_A_UNIX : 0);
+    unsigned flags = PROTO_ADDR_ALLOW_NAMES
+                     | (allow_unix ? PROTO_ADDR_ALLOW_UNIX : 0);
 
     return conf_addr_parse(a, text, flags, err, errlen);
 }
@@ -713,14 +601,14 @@ static int conf_apply_mode(struct conf_loader *ld, const struct conf_key *k,
                            json_t *v)
 {
     const char *s = json_is_string(v) ? json_string_value(v) : "";
-    size_t n = strlen(s);
-    unsigned long mode;
+    size_t n = json_is_string(v) ? json_string_length(v) : 0;
+    uint32_t mode;
 
-    if (n < 3 || n > 4 || strspn(s, "01234567") != n)
+    /* "0660" or "660": the way chmod spells it, never a bare 0 or 07777. */
+    if (n < 3 || n > 4 || proto_parse_octal(s, n, &mode) < 0)
         return conf_fail(ld, k->key,
                          "expected an octal mode string such as \"0660\"");
-    mode = strtoul(s, NULL, 8);
-    if (mode > (unsigned long)k->max)
+    if (mode > (unsigned long long)k->max)
         return conf_fail(ld, k->key, "must be at most 0%llo",
                          (unsigned long long)k->max);
     *(unsigned *)conf_field(ld->c, k) = (unsigned)mode;

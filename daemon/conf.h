@@ -18,7 +18,11 @@
 
 enum conf_addr_kind { CONF_ADDR_TCP, CONF_ADDR_UNIX };
 
-/* A parsed "tcp://HOST:PORT", "HOST:PORT", "[V6]:PORT" or "unix:/PATH". */
+/*
+ * A parsed "tcp://HOST:PORT", "HOST:PORT", "[V6]:PORT" or "unix:/PATH": the
+ * grammar is proto/addr.h's (proto_addr_parse); this is the daemon's own
+ * copy of the result, kept with the text as written.
+ */
 struct conf_addr {
     enum conf_addr_kind kind;
     char *host;         /* TCP: "127.0.0.1" or "::1" (no brackets); else NULL */
@@ -108,7 +112,8 @@ int conf_load(struct conf *c, const char *path, char *err, size_t errlen);
 int conf_load_string(struct conf *c, const char *text, const char *name,
                      char *err, size_t errlen);
 
-/* Parse one address; 0 or -1 with a message (no key/file prefix). */
+/* Parse one address as redis.nodes does (host names allowed), and unix
+ * sockets when allow_unix; 0 or -1 with a message (no key/file prefix). */
 int conf_parse_addr(struct conf_addr *a, const char *text, bool allow_unix,
                     char *err, size_t errlen);
 void conf_addr_deinit(struct conf_addr *a);

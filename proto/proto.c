@@ -5,8 +5,9 @@
  *   - proto_parse: one untrusted request line -> struct proto_request, or an
  *     ERR code plus a safe message. This is the only place client bytes are
  *     interpreted; everything after it works on validated fields.
- *   - proto_format_*: reply and event lines, with every variable part
- *     sanitized so a value can never split or forge a line.
+ *   - proto_format_*: reply and event lines (and, for the client, request
+ *     lines from the command table), with every variable part sanitized so
+ *     a value can never split or forge a line.
  *   - proto_reply_parse: the client side of the same lines.
  *
  * Command words and error codes come from the X-macro tables in proto.h; the
@@ -102,6 +103,17 @@ const char *proto_cmd_name(enum proto_cmd cmd)
     if ((int)cmd <= PROTO_CMD_NONE || cmd >= PROTO_CMD_COUNT)
         return NULL;
     return proto_cmd_words[cmd];
+}
+
+const char *proto_opt_name(enum proto_opt opt)
+{
+    size_t i;
+
+    for (i = 0; i < PROTO_NOPTS; i++) {
+        if (proto_opt_table[i].bit == (unsigned)opt)
+            return proto_opt_table[i].name;
+    }
+    return NULL;
 }
 
 const char *proto_err_word(enum proto_err code)
@@ -238,25 +250,7 @@ static enum proto_parse_status proto_fail(struct proto_error *err,
     return PROTO_PARSE_ERROR;
 }
 
-/* ---- numbers and names ------------------------------------------------ */
-
-int proto_parse_u32(const char *s, size_t len, uint32_t *out)
-{
-    uint64_t v = 0;
-    size_t i;
-
-    if (s == NULL || len == 0 || len > 10)
-        return -1;
-    for (i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (v > UINT32_MAX)
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
+/* ---- names ------------------------------------------------------------ */
 
 static size_t proto_max_resource(const struct proto_limits *lim)
 {
@@ -576,6 +570,40 @@ void proto_format_word(struct sbuf *b, const char *word)
 void proto_format_end(struct sbuf *b)
 {
     sbuf_putc(b, '\n');
+}
+
+void proto_format_cmd(struct sbuf *b, enum proto_cmd cmd)
+{
+    const char *word = proto_cmd_name(cmd);
+
+    if (word != NULL)
+        sbuf_puts(b, word);
+}
+
+void proto_format_opt_u64(struct sbuf *b, enum proto_opt opt, uint64_t val)
+{
+    const char *name = proto_opt_name(opt);
+
+    if (name != NULL)
+        proto_format_kv_u64(b, name, val);
+}
+
+void proto_format_opt_str(struct sbuf *b, enum proto_opt opt,
+                          const char *val)
+{
+    const char *name = proto_opt_name(opt);
+
+    if (name != NULL)
+        proto_format_kv_str(b, name, val);
+}
+
+void proto_format_request(struct sbuf *b, enum proto_cmd cmd,
+                          const char *arg)
+{
+    proto_format_cmd(b, cmd);
+    if (arg != NULL)
+        proto_format_word(b, arg);
+    proto_format_end(b);
 }
 
 void proto_format_ok(struct sbuf *b)

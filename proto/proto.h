@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "num.h"
 #include "sbuf.h"
 
 #define PROTO_VERSION 1
@@ -134,14 +135,12 @@ enum proto_parse_status proto_parse(char *line, size_t len,
                                     struct proto_request *req,
                                     struct proto_error *err);
 
-/* Strict unsigned 32-bit decimal: digits only, no sign, no overflow. */
-int proto_parse_u32(const char *s, size_t len, uint32_t *out);
-
 /* 1 if s[0..len) is a valid resource name under lim, else 0. */
 int proto_valid_resource(const char *s, size_t len,
                          const struct proto_limits *lim);
 
 const char *proto_cmd_name(enum proto_cmd cmd);     /* "LOCK"; NULL if out of range */
+const char *proto_opt_name(enum proto_opt opt);     /* "ttl"; NULL if unknown */
 const char *proto_err_word(enum proto_err code);    /* "BUSY" */
 const char *proto_err_default_msg(enum proto_err code);
 enum proto_err proto_err_from_word(const char *word, size_t len); /* NONE if unknown */
@@ -157,6 +156,15 @@ enum proto_err proto_err_from_word(const char *word, size_t len); /* NONE if unk
  *
  * Values given to kv_str must not contain spaces or control bytes; any such
  * byte is replaced by '_' so a reply line can never be split or forged.
+ *
+ * Requests (the client side) are built the same way, from the command
+ * table, so a client can never spell a command differently from the
+ * parser:
+ *
+ *     proto_format_cmd(b, PROTO_CMD_LOCK);
+ *     proto_format_word(b, "job:42");
+ *     proto_format_opt_u64(b, PROTO_OPT_TTL, 5000);
+ *     proto_format_end(b);                  -> "LOCK job:42 ttl=5000\n"
  */
 void proto_format_ok_begin(struct sbuf *b);
 void proto_format_kv_str(struct sbuf *b, const char *key, const char *val);
@@ -166,6 +174,16 @@ void proto_format_kv_u64(struct sbuf *b, const char *key, uint64_t val);
 void proto_format_kv_i64(struct sbuf *b, const char *key, int64_t val);
 void proto_format_word(struct sbuf *b, const char *word);  /* " word" */
 void proto_format_end(struct sbuf *b);                     /* "\n" */
+/* "LOCK": the command's wire word; nothing for an out-of-range cmd. */
+void proto_format_cmd(struct sbuf *b, enum proto_cmd cmd);
+/* " ttl=5000", " name=alice": an option by its PROTO_OPT_* bit, named from
+ * the parser's option table; nothing for an unknown bit. */
+void proto_format_opt_u64(struct sbuf *b, enum proto_opt opt, uint64_t val);
+void proto_format_opt_str(struct sbuf *b, enum proto_opt opt,
+                          const char *val);
+/* A whole request without options: "QUIT\n", or with arg "UNLOCK x\n". */
+void proto_format_request(struct sbuf *b, enum proto_cmd cmd,
+                          const char *arg);
 
 void proto_format_ok(struct sbuf *b);                      /* "OK\n" */
 /* "OK <json>\n": json must be one line (jansson JSON_COMPACT output). */

@@ -41,25 +41,32 @@ void sbuf_reset(struct sbuf *b)
         b->data[0] = '\0';
 }
 
-/* Ensure room for `extra` more bytes plus the terminating NUL. */
-void sbuf_reserve(struct sbuf *b, size_t extra)
+/* Room for `extra` more bytes plus the terminating NUL; 0 or -1. */
+int sbuf_try_reserve(struct sbuf *b, size_t extra)
 {
     size_t need, cap;
     char *p;
 
     if (extra > SIZE_MAX - b->len - 1)
-        sbuf_oom(SIZE_MAX);
+        return -1;
     need = b->len + extra + 1;
     if (need <= b->cap)
-        return;
+        return 0;
     cap = b->cap ? b->cap : SBUF_MIN_CAP;
     while (cap < need)
         cap = cap > SIZE_MAX / 2 ? need : cap * 2;
     p = realloc(b->data, cap);
     if (p == NULL)
-        sbuf_oom(cap);
+        return -1;
     b->data = p;
     b->cap = cap;
+    return 0;
+}
+
+void sbuf_reserve(struct sbuf *b, size_t extra)
+{
+    if (sbuf_try_reserve(b, extra) < 0)
+        sbuf_oom(b->len + extra);
 }
 
 void sbuf_append(struct sbuf *b, const void *p, size_t n)

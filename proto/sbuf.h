@@ -4,7 +4,9 @@
  * Reply lines are built into an sbuf by the proto_format_* functions and
  * then handed to the connection's output queue. Allocation failure aborts
  * the process (as Redis does): a lock server that cannot allocate a reply
- * line cannot do anything useful.
+ * line cannot do anything useful. A library that must not abort (the
+ * client) reserves its largest line once with sbuf_try_reserve, so later
+ * appends within that size never allocate.
  */
 #ifndef REDLOCKD_SBUF_H
 #define REDLOCKD_SBUF_H
@@ -24,6 +26,8 @@ void sbuf_init(struct sbuf *b);
 void sbuf_deinit(struct sbuf *b);
 void sbuf_reset(struct sbuf *b);               /* len = 0, keeps memory */
 void sbuf_reserve(struct sbuf *b, size_t extra);
+/* As sbuf_reserve, but -1 instead of aborting when memory runs out. */
+int sbuf_try_reserve(struct sbuf *b, size_t extra);
 void sbuf_append(struct sbuf *b, const void *p, size_t n);
 void sbuf_puts(struct sbuf *b, const char *s);
 void sbuf_putc(struct sbuf *b, char c);

@@ -13,18 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "proto.h"
-
-#define FUZZ_CHECK(cond)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,        \
-                    __LINE__, #cond);                                     \
-            abort();                                                      \
-        }                                                                 \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char *fuzz_copy(const uint8_t *data, size_t size)
 {

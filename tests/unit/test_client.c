@@ -206,6 +206,9 @@ static const char *const t_addr_bad[] = {
     "http://host:80", "udp://1.2.3.4:5",
     ("unix:/a/very/long/path/that/does/not/fit/in/sun_path/because/it/is/"
      "longer/than/one/hundred/and/eight/bytes/which/is/the/limit/x.sock"),
+    /* The daemon's rules, now the client's too (proto/addr.h). */
+    "[127.0.0.1]:7390", "[locks.example.com]:1", "bad_host:1", "1.2.3",
+    "1.2.3:7390", "unix://host/x.sock", "tcp://tcp://h:1", "h:1\n",
 };
 
 START_TEST(test_addr_good)
@@ -235,6 +238,42 @@ START_TEST(test_addr_bad)
                   == -REDLOCKD_E_INVALID, "accepted \"%s\"", t_addr_bad[_i]);
     ck_assert_int_eq(err.code, REDLOCKD_E_INVALID);
     ck_assert_uint_gt(strlen(err.msg), 0);
+}
+END_TEST
+
+/* The default server and the default port are the same 7390. */
+START_TEST(test_addr_default)
+{
+    struct redlockd_addr a;
+    char port[PROTO_PORT_TEXT_SIZE];
+
+    ck_assert_int_eq(redlockd_addr_parse(REDLOCKD_DEFAULT_SERVER, &a, NULL), 0);
+    snprintf(port, sizeof(port), "%d", PROTO_DEFAULT_PORT);
+    ck_assert_str_eq(a.port, port);
+    ck_assert_int_eq(redlockd_addr_parse("127.0.0.1", &a, NULL), 0);
+    ck_assert_str_eq(a.port, port);
+    ck_assert_str_eq(a.text, REDLOCKD_DEFAULT_SERVER);
+    ck_assert_int_eq(redlockd_addr_parse("unix:///run/x.sock", &a, NULL), 0);
+    ck_assert_str_eq(a.text, "unix:/run/x.sock");
+    ck_assert_int_eq(redlockd_addr_parse("[2001:DB8::1]", &a, NULL), 0);
+    ck_assert_str_eq(a.text, "[2001:db8::1]:7390");
+}
+END_TEST
+
+/* The message names the address (made printable) and the rule. */
+START_TEST(test_addr_message)
+{
+    struct redlockd_addr a;
+    struct redlockd_error err;
+
+    ck_assert_int_eq(redlockd_addr_parse("host:0", &a, &err),
+                     -REDLOCKD_E_INVALID);
+    ck_assert_str_eq(err.msg, "server address \"host:0\": port must be a "
+                              "number from 1 to 65535");
+    ck_assert_int_eq(redlockd_addr_parse("h\x01:1", &a, &err),
+                     -REDLOCKD_E_INVALID);
+    ck_assert_str_eq(err.msg, "server address \"h?:1\": control character "
+                              "in the address");
 }
 END_TEST
 
@@ -869,6 +908,8 @@ static Suite *client_suite(void)
     tcase_add_loop_test(tc, test_addr_good, 0, (int)ARRAY_LEN(t_addr_good));
     tcase_add_loop_test(tc, test_addr_bad, 0, (int)ARRAY_LEN(t_addr_bad));
     tcase_add_test(tc, test_addr_null);
+    tcase_add_test(tc, test_addr_default);
+    tcase_add_test(tc, test_addr_message);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");

@@ -256,6 +256,8 @@ static const char *const good_rows[] = {
     "{\"log\": {\"level\": \"error\"}}",
     "{\"redis\": {\"nodes\": [\"localhost:6379\"]}}",
     "{\"listen\": [\"127.0.0.1:7390\", \"unix:/tmp/r.sock\"]}",
+    ("{\"listen\": [\"unix:///run/r.sock\"], \"redis\": {\"nodes\":"
+     " [\"tcp://redis-a:6379\", \"unix:///run/redis.sock\"]}}"),
 };
 
 START_TEST(test_good_values)
@@ -381,6 +383,16 @@ static const struct bad_row bad_rows[] = {
       "host must be an IPv4 address" },
     { "{\"redis\": {\"nodes\": [\"127.0.0.1:6379\", \"bad_host:1\"]}}",
       "redis.nodes[1]", "invalid host name" },
+    { "{\"redis\": {\"nodes\": [\"redis\"]}}", "redis.nodes[0]",
+      "expected HOST:PORT" },
+    { "{\"redis\": {\"nodes\": [\"/run/redis.sock\"]}}", "redis.nodes[0]",
+      "write a unix socket as unix:/PATH" },
+    { "{\"listen\": [\"[fe80::1%eth0]:7390\"]}", "listen[0]",
+      "not a valid IPv6 address" },
+    { "{\"metrics\": {\"listen\": \"tcp://[::1]\"}}", "metrics.listen",
+      "expected [IPv6]:PORT" },
+    { "{\"listen\": [\"127.0.0.1:7390\\n\"]}", "listen[0]",
+      "control character in the address" },
 };
 
 START_TEST(test_bad_values)
@@ -474,6 +486,8 @@ static const struct bad_row cross_rows[] = {
       "repeats listen[0]" },
     { "{\"listen\": [\"unix:/tmp/a\", \"127.0.0.1:1\", \"unix:/tmp/a\"]}",
       "listen[2]", "repeats listen[0]" },
+    { "{\"listen\": [\"unix:/tmp/a\", \"unix:///tmp/a\"]}", "listen[1]",
+      "repeats listen[0]" },
     { "{\"redis\": {\"nodes\": [\"a.example:6379\", \"b:1\","
       " \"A.EXAMPLE:6379\"]}}", "redis.nodes[2]", "repeats redis.nodes[0]" },
     { "{\"metrics\": {\"listen\": \"127.0.0.1:7390\"}}", "metrics.listen",
@@ -701,6 +715,8 @@ static const struct addr_row addr_rows[] = {
     { "unix:/run/redlockd/redlockd.sock", true, 1, UNX,
       "/run/redlockd/redlockd.sock", 0 },
     { "unix:/a", true, 1, UNX, "/a", 0 },
+    { "unix:///run/x.sock", true, 1, UNX, "/run/x.sock", 0 },
+    { "tcp://redis-a:6379", false, 1, TCP, "redis-a", 6379 },
     /* 107 bytes of path: the longest that fits in sun_path */
     { "unix:/" "123456789012345678901234567890123456789012345678901234567890"
       "1234567890123456789012345678901234567890123456", true, 1, UNX,
@@ -732,6 +748,10 @@ static const struct addr_row addr_rows[] = {
     { "http://127.0.0.1:80", false, 0, TCP, NULL, 0 },
     { "tcp://", false, 0, TCP, NULL, 0 },
     { "bad_host:1", false, 0, TCP, NULL, 0 },
+    { "1.2.3.4.5:1", false, 0, TCP, NULL, 0 },
+    { "/run/x.sock", true, 0, UNX, NULL, 0 },
+    { "unix://host/x.sock", true, 0, UNX, NULL, 0 },
+    { "tcp://unix:/x", true, 0, TCP, NULL, 0 },
     { "-bad:1", false, 0, TCP, NULL, 0 },
     { "", false, 0, TCP, NULL, 0 },
 };

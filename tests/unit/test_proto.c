@@ -1,11 +1,13 @@
 /*
- * Unit tests for proto/: the request parser, the number and name readers,
- * the reply formatters, the client-side reply parser and sbuf.
+ * Unit tests for proto/: the request parser, the number and name readers
+ * (num.c), the reply and request formatters, the client-side reply parser
+ * and sbuf. The address grammar (addr.c) has its own test_addr.c.
  *
  * Inputs that vary are kept in tables and run with tcase_add_loop_test, so
  * a failure names the table row (the loop index) and the line under test.
  */
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -488,6 +490,176 @@ START_TEST(test_parse_u32_len)
 }
 END_TEST
 
+/*
+ * The unsigned readers of num.h, one table: rc -1 means refused, and then
+ * the output must be left as it was.
+ */
+enum t_reader { T_U64, T_PORT, T_OCTAL };
+
+struct t_num {
+    enum t_reader reader;
+    const char *s;
+    int rc;
+    uint64_t v;
+};
+
+static const struct t_num t_num_rows[] = {
+    { T_U64, "0", 0, 0 },
+    { T_U64, "18446744073709551615", 0, UINT64_MAX },
+    { T_U64, "00000000000000000001", 0, 1 },
+    { T_U64, "18446744073709551616", -1, 0 },
+    { T_U64, "99999999999999999999", -1, 0 },
+    { T_U64, "000000000000000000001", -1, 0 },
+    { T_U64, "", -1, 0 },
+    { T_U64, "-1", -1, 0 },
+    { T_U64, "+1", -1, 0 },
+    { T_U64, "1 ", -1, 0 },
+    { T_U64, "1e3", -1, 0 },
+    { T_PORT, "1", 0, 1 },
+    { T_PORT, "7390", 0, 7390 },
+    { T_PORT, "65535", 0, 65535 },
+    { T_PORT, "07390", 0, 7390 },
+    { T_PORT, "0", -1, 0 },
+    { T_PORT, "00000", -1, 0 },
+    { T_PORT, "65536", -1, 0 },
+    { T_PORT, "99999", -1, 0 },
+    { T_PORT, "007390", -1, 0 },
+    { T_PORT, "4294967297", -1, 0 },
+    { T_PORT, "", -1, 0 },
+    { T_PORT, "-1", -1, 0 },
+    { T_PORT, "+80", -1, 0 },
+    { T_PORT, "80x", -1, 0 },
+    { T_PORT, " 80", -1, 0 },
+    { T_OCTAL, "0", 0, 0 },
+    { T_OCTAL, "0660", 0, 0660 },
+    { T_OCTAL, "660", 0, 0660 },
+    { T_OCTAL, "0777", 0, 0777 },
+    { T_OCTAL, "1777", 0, 01777 },
+    { T_OCTAL, "37777777777", 0, 037777777777 },
+    { T_OCTAL, "40000000000", -1, 0 },
+    { T_OCTAL, "000000000001", -1, 0 },
+    { T_OCTAL, "0680", -1, 0 },
+    { T_OCTAL, "0x1a", -1, 0 },
+    { T_OCTAL, "-660", -1, 0 },
+    { T_OCTAL, " 660", -1, 0 },
+    { T_OCTAL, "", -1, 0 },
+};
+
+/* Runs one row's reader, widening its result. */
+static int t_read(const struct t_num *t, uint64_t *v)
+{
+    size_t len = strlen(t->s);
+    uint16_t p = (uint16_t)*v;
+    uint32_t o = (uint32_t)*v;
+    int rc;
+
+    switch (t->reader) {
+    case T_U64:
+        return proto_parse_u64(t->s, len, v);
+    case T_PORT:
+        rc = proto_parse_port(t->s, len, &p);
+        *v = p;
+        return rc;
+    case T_OCTAL:
+        rc = proto_parse_octal(t->s, len, &o);
+        *v = o;
+        return rc;
+    }
+    return -2;
+}
+
+START_TEST(test_parse_num)
+{
+    const struct t_num *t = &t_num_rows[_i];
+    uint64_t v = 12345;
+    int rc = t_read(t, &v);
+
+    ck_assert_msg(rc == t->rc, "reader %d \"%s\": rc %d", t->reader, t->s, rc);
+    ck_assert_uint_eq(v, rc == 0 ? t->v : 12345);
+}
+END_TEST
+
+struct t_i64 {
+    const char *s;
+    int rc;
+    int64_t v;
+};
+
+static const struct t_i64 t_i64_rows[] = {
+    { "0", 0, 0 },
+    { "-0", 0, 0 },
+    { "24100", 0, 24100 },
+    { "-5", 0, -5 },
+    { "9223372036854775807", 0, INT64_MAX },
+    { "-9223372036854775808", 0, INT64_MIN },
+    { "9223372036854775808", -1, 0 },
+    { "-9223372036854775809", -1, 0 },
+    { "-", -1, 0 },
+    { "--1", -1, 0 },
+    { "+1", -1, 0 },
+    { "- 1", -1, 0 },
+    { "1-", -1, 0 },
+    { "", -1, 0 },
+};
+
+START_TEST(test_parse_i64)
+{
+    const struct t_i64 *t = &t_i64_rows[_i];
+    int64_t v = 12345;
+    int rc = proto_parse_i64(t->s, strlen(t->s), &v);
+
+    ck_assert_msg(rc == t->rc, "\"%s\": rc %d", t->s, rc);
+    ck_assert_int_eq(v, rc == 0 ? t->v : 12345);
+}
+END_TEST
+
+START_TEST(test_parse_range)
+{
+    uint64_t v = 7;
+
+    ck_assert_int_eq(proto_parse_range("10", 2, 10, 20, &v), 0);
+    ck_assert_uint_eq(v, 10);
+    ck_assert_int_eq(proto_parse_range("20", 2, 10, 20, &v), 0);
+    ck_assert_uint_eq(v, 20);
+    ck_assert_int_eq(proto_parse_range("9", 1, 10, 20, &v), -1);
+    ck_assert_int_eq(proto_parse_range("21", 2, 10, 20, &v), -1);
+    ck_assert_int_eq(proto_parse_range("123", 2, 10, 20, &v), 0);
+    ck_assert_uint_eq(v, 12);
+    ck_assert_int_eq(proto_parse_range("18446744073709551615", 20, 0,
+                                       UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, UINT64_MAX);
+    v = 7;
+    ck_assert_int_eq(proto_parse_range("5", 1, 6, 5, &v), -1);
+    ck_assert_int_eq(proto_parse_range("1x", 2, 0, 100, &v), -1);
+    ck_assert_uint_eq(v, 7);
+}
+END_TEST
+
+/* Every reader reads only len bytes, and refuses NULL. */
+START_TEST(test_parse_num_len)
+{
+    uint64_t u = 0;
+    int64_t i = 0;
+    uint16_t p = 0;
+    uint32_t o = 0;
+
+    ck_assert_int_eq(proto_parse_u64("123456", 3, &u), 0);
+    ck_assert_uint_eq(u, 123);
+    ck_assert_int_eq(proto_parse_i64("-123456", 3, &i), 0);
+    ck_assert_int_eq(i, -12);
+    ck_assert_int_eq(proto_parse_port("80801", 4, &p), 0);
+    ck_assert_uint_eq(p, 8080);
+    ck_assert_int_eq(proto_parse_octal("06601", 4, &o), 0);
+    ck_assert_uint_eq(o, 0660);
+    ck_assert_int_eq(proto_parse_port("8\0" "0", 3, &p), -1);
+    ck_assert_int_eq(proto_parse_u64(NULL, 0, &u), -1);
+    ck_assert_int_eq(proto_parse_i64(NULL, 0, &i), -1);
+    ck_assert_int_eq(proto_parse_port(NULL, 0, &p), -1);
+    ck_assert_int_eq(proto_parse_octal(NULL, 0, &o), -1);
+    ck_assert_int_eq(proto_parse_range(NULL, 0, 0, 1, &u), -1);
+}
+END_TEST
+
 /* ---- tables ------------------------------------------------------------ */
 
 /* The contract's words, written out independently of proto.h. */
@@ -683,6 +855,89 @@ START_TEST(test_format_err_all)
     snprintf(want, sizeof(want), "ERR %s custom text\n", t_err_words[code]);
     ck_assert_str_eq(sbuf_cstr(&b), want);
     sbuf_deinit(&b);
+}
+END_TEST
+
+/* Requests as the client builds them, every word from the tables. */
+START_TEST(test_format_request)
+{
+    struct sbuf b = SBUF_INIT;
+
+    proto_format_cmd(&b, PROTO_CMD_LOCK);
+    proto_format_word(&b, "job:42");
+    proto_format_opt_u64(&b, PROTO_OPT_TTL, 30000);
+    proto_format_opt_u64(&b, PROTO_OPT_WAIT, 4294967295u);
+    proto_format_opt_u64(&b, PROTO_OPT_RENEW, 1);
+    proto_format_end(&b);
+    ck_assert_str_eq(sbuf_cstr(&b),
+                     "LOCK job:42 ttl=30000 wait=4294967295 renew=1\n");
+
+    sbuf_reset(&b);
+    proto_format_cmd(&b, PROTO_CMD_HELLO);
+    proto_format_opt_u64(&b, PROTO_OPT_PROTO, PROTO_VERSION);
+    proto_format_opt_str(&b, PROTO_OPT_NAME, "alice");
+    proto_format_opt_u64(&b, PROTO_OPT_KEEPALIVE, 5000);
+    proto_format_end(&b);
+    ck_assert_str_eq(sbuf_cstr(&b),
+                     "HELLO proto=1 name=alice keepalive=5000\n");
+
+    sbuf_reset(&b);
+    proto_format_request(&b, PROTO_CMD_QUIT, NULL);
+    proto_format_request(&b, PROTO_CMD_UNLOCK, "job:42");
+    proto_format_request(&b, PROTO_CMD_AUTH, "pa=ss");
+    ck_assert_str_eq(sbuf_cstr(&b), "QUIT\nUNLOCK job:42\nAUTH pa=ss\n");
+
+    /* Out of range: nothing, so a bad call can not forge a word. */
+    sbuf_reset(&b);
+    proto_format_cmd(&b, PROTO_CMD_NONE);
+    proto_format_cmd(&b, PROTO_CMD_COUNT);
+    proto_format_opt_u64(&b, (enum proto_opt)0, 1);
+    proto_format_opt_str(&b, (enum proto_opt)(1u << 20), "x");
+    ck_assert_str_eq(sbuf_cstr(&b), "");
+
+    /* An argument can not split the line. */
+    proto_format_request(&b, PROTO_CMD_STATUS, "a b\nPING");
+    ck_assert_str_eq(sbuf_cstr(&b), "STATUS a_b_PING\n");
+    sbuf_deinit(&b);
+}
+END_TEST
+
+/* Every command's request reads back as that command. */
+START_TEST(test_format_request_parses)
+{
+    static const struct proto_limits lim = PROTO_LIMITS_DEFAULT;
+    struct proto_request req;
+    struct proto_error err;
+    struct sbuf b = SBUF_INIT;
+    int i;
+
+    for (i = PROTO_CMD_NONE + 1; i < PROTO_CMD_COUNT; i++) {
+        sbuf_reset(&b);
+        proto_format_cmd(&b, (enum proto_cmd)i);
+        if (i == PROTO_CMD_AUTH || i == PROTO_CMD_LOCK || i == PROTO_CMD_UNLOCK
+            || i == PROTO_CMD_EXTEND || i == PROTO_CMD_STATUS)
+            proto_format_word(&b, "x");
+        if (i == PROTO_CMD_EXTEND)
+            proto_format_opt_u64(&b, PROTO_OPT_TTL, 1);
+        proto_format_end(&b);
+        ck_assert_int_eq(t_parsen(b.data, b.len - 1, &lim, &req, &err),
+                         PROTO_PARSE_OK);
+        ck_assert_int_eq(req.cmd, i);
+    }
+    sbuf_deinit(&b);
+}
+END_TEST
+
+START_TEST(test_opt_names)
+{
+    ck_assert_str_eq(proto_opt_name(PROTO_OPT_TTL), "ttl");
+    ck_assert_str_eq(proto_opt_name(PROTO_OPT_WAIT), "wait");
+    ck_assert_str_eq(proto_opt_name(PROTO_OPT_RENEW), "renew");
+    ck_assert_str_eq(proto_opt_name(PROTO_OPT_PROTO), "proto");
+    ck_assert_str_eq(proto_opt_name(PROTO_OPT_NAME), "name");
+    ck_assert_str_eq(proto_opt_name(PROTO_OPT_KEEPALIVE), "keepalive");
+    ck_assert_ptr_null(proto_opt_name((enum proto_opt)0));
+    ck_assert_ptr_null(proto_opt_name(PROTO_OPT_TTL | PROTO_OPT_WAIT));
 }
 END_TEST
 
@@ -911,6 +1166,31 @@ START_TEST(test_sbuf_binary)
 }
 END_TEST
 
+/* A reserved buffer takes lines up to that size without growing. */
+START_TEST(test_sbuf_try_reserve)
+{
+    struct sbuf b = SBUF_INIT;
+    char *data;
+    size_t cap;
+
+    ck_assert_int_eq(sbuf_try_reserve(&b, 1000), 0);
+    ck_assert_uint_ge(b.cap, 1001);
+    data = b.data;
+    cap = b.cap;
+    proto_format_request(&b, PROTO_CMD_PING, NULL);
+    sbuf_reset(&b);
+    proto_format_cmd(&b, PROTO_CMD_LOCK);
+    proto_format_opt_u64(&b, PROTO_OPT_TTL, UINT64_MAX);
+    ck_assert_ptr_eq(b.data, data);
+    ck_assert_uint_eq(b.cap, cap);
+    /* Too big to add up: refused before any allocation is tried. */
+    ck_assert_int_eq(sbuf_try_reserve(&b, SIZE_MAX), -1);
+    ck_assert_int_eq(sbuf_try_reserve(&b, SIZE_MAX - b.len), -1);
+    ck_assert_str_eq(sbuf_cstr(&b), "LOCK ttl=18446744073709551615");
+    sbuf_deinit(&b);
+}
+END_TEST
+
 /* ---- suite ------------------------------------------------------------- */
 
 static Suite *proto_suite(void)
@@ -928,6 +1208,10 @@ static Suite *proto_suite(void)
     tcase_add_loop_test(tc, test_resource_bytes, 0, ARRAY_LEN(t_byte_rows));
     tcase_add_loop_test(tc, test_parse_u32, 0, ARRAY_LEN(t_u32_rows));
     tcase_add_test(tc, test_parse_u32_len);
+    tcase_add_loop_test(tc, test_parse_num, 0, ARRAY_LEN(t_num_rows));
+    tcase_add_loop_test(tc, test_parse_i64, 0, ARRAY_LEN(t_i64_rows));
+    tcase_add_test(tc, test_parse_range);
+    tcase_add_test(tc, test_parse_num_len);
     tcase_add_test(tc, test_tables);
     suite_add_tcase(s, tc);
 
@@ -938,6 +1222,9 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_format_err);
     tcase_add_loop_test(tc, test_format_err_all, 0, PROTO_ERR_COUNT - 1);
     tcase_add_test(tc, test_format_appends);
+    tcase_add_test(tc, test_format_request);
+    tcase_add_test(tc, test_format_request_parses);
+    tcase_add_test(tc, test_opt_names);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("reply");
@@ -951,6 +1238,7 @@ static Suite *proto_suite(void)
     tc = tcase_create("sbuf");
     tcase_add_test(tc, test_sbuf);
     tcase_add_test(tc, test_sbuf_binary);
+    tcase_add_test(tc, test_sbuf_try_reserve);
     suite_add_tcase(s, tc);
     return s;
 }

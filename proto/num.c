@@ -1,0 +1,113 @@
+/*
+ * num: strict number readers (see num.h).
+ *
+ * One digit loop serves every reader; the public functions only choose the
+ * base, the digit cap and the largest value. Keeping them in one place is
+ * what makes "a number" mean the same thing on the wire, in the config
+ * file and in the client library.
+ */
+#include "num.h"
+
+#include <stdbool.h>
+
+#define NUM_U16_DIGITS 5
+#define NUM_U32_DIGITS 10
+#define NUM_U64_DIGITS 20
+#define NUM_U32_OCTAL_DIGITS 11
+
+static bool num_digit(char c, unsigned base, unsigned *d)
+{
+    if (c < '0' || c > '9' || (unsigned)(c - '0') >= base)
+        return false;
+    *d = (unsigned)(c - '0');
+    return true;
+}
+
+/* s[0..len): 1..maxdigits digits of base, value at most max. */
+static int num_read(const char *s, size_t len, unsigned base,
+                    size_t maxdigits, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+    unsigned d;
+    size_t i;
+
+    if (s == NULL || len == 0 || len > maxdigits)
+        return -1;
+    for (i = 0; i < len; i++) {
+        if (!num_digit(s[i], base, &d) || v > (max - d) / base)
+            return -1;
+        v = v * base + d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* num_read into a uint32_t. */
+static int num_read_u32(const char *s, size_t len, unsigned base,
+                        size_t maxdigits, uint32_t *out)
+{
+    uint64_t v;
+
+    if (num_read(s, len, base, maxdigits, UINT32_MAX, &v) < 0)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int proto_parse_u32(const char *s, size_t len, uint32_t *out)
+{
+    return num_read_u32(s, len, 10, NUM_U32_DIGITS, out);
+}
+
+int proto_parse_u64(const char *s, size_t len, uint64_t *out)
+{
+    return num_read(s, len, 10, NUM_U64_DIGITS, UINT64_MAX, out);
+}
+
+int proto_parse_i64(const char *s, size_t len, int64_t *out)
+{
+    bool neg = s != NULL && len > 0 && s[0] == '-';
+    /* INT64_MIN's magnitude is one more than INT64_MAX. */
+    uint64_t max = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    uint64_t v;
+
+    if (neg) {
+        s++;
+        len--;
+    }
+    if (num_read(s, len, 10, NUM_U64_DIGITS, max, &v) < 0)
+        return -1;
+    if (!neg)
+        *out = (int64_t)v;
+    else if (v == (uint64_t)INT64_MAX + 1)
+        *out = INT64_MIN;
+    else
+        *out = -(int64_t)v;
+    return 0;
+}
+
+int proto_parse_range(const char *s, size_t len, uint64_t min, uint64_t max,
+                      uint64_t *out)
+{
+    uint64_t v;
+
+    if (num_read(s, len, 10, NUM_U64_DIGITS, max, &v) < 0 || v < min)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int proto_parse_port(const char *s, size_t len, uint16_t *out)
+{
+    uint64_t v;
+
+    if (num_read(s, len, 10, NUM_U16_DIGITS, UINT16_MAX, &v) < 0 || v == 0)
+        return -1;
+    *out = (uint16_t)v;
+    return 0;
+}
+
+int proto_parse_octal(const char *s, size_t len, uint32_t *out)
+{
+    return num_read_u32(s, len, 8, NUM_U32_OCTAL_DIGITS, out);
+}

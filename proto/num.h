@@ -1,0 +1,33 @@
+/*
+ * num: the strict number readers shared by the request parser, the config
+ * loader and the client library.
+ *
+ * Every reader takes s[0..len) (no NUL needed; a NUL inside is just a bad
+ * byte), accepts digits of its base only (no sign unless it says so, no
+ * spaces, no "0x", no trailing garbage), rejects overflow, returns 0 or -1,
+ * and leaves *out untouched on failure. A reader also caps the number of
+ * digits at what its largest value needs, so "00000000001" is not a u32
+ * (the wire protocol has always read numbers this way).
+ */
+#ifndef REDLOCKD_NUM_H
+#define REDLOCKD_NUM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Decimal 0..4294967295, at most 10 digits. */
+int proto_parse_u32(const char *s, size_t len, uint32_t *out);
+/* Decimal 0..18446744073709551615, at most 20 digits. */
+int proto_parse_u64(const char *s, size_t len, uint64_t *out);
+/* Decimal with an optional leading '-' (never '+'), INT64_MIN..INT64_MAX.
+ * Only for numbers a daemon writes (validity=); requests take no sign. */
+int proto_parse_i64(const char *s, size_t len, int64_t *out);
+/* Decimal in [min, max], at most 20 digits. */
+int proto_parse_range(const char *s, size_t len, uint64_t min, uint64_t max,
+                      uint64_t *out);
+/* A TCP port: decimal 1..65535, at most 5 digits ("07390" is 7390). */
+int proto_parse_port(const char *s, size_t len, uint16_t *out);
+/* Octal digits only, 0..037777777777, at most 11 digits (file modes). */
+int proto_parse_octal(const char *s, size_t len, uint32_t *out);
+
+#endif
