@@ -19,10 +19,19 @@
 #include <stdint.h>
 
 #include <jansson.h>
+#include <uv.h>
 
 #include "proto.h"
 
 struct session;
+
+/* A client connection or a listener: a TCP or a unix stream. */
+union conn_stream {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+};
 
 /* Start reading a freshly accepted stream (its handle already set up). */
 void conn_start(struct session *s);

@@ -346,23 +346,22 @@ json_t *node_stats_json(void)
 
     for (int i = 0; i < N.nnodes; i++) {
         const struct node *n = &N.nodes[i];
-        struct pool_node_stats s;
-        pool_node_stats(i, &s);
+        const struct pool_node_stats *s = pool_node_stats(i);
         json_t *o = json_pack("{s:s, s:b, s:b, s:b, s:I, s:I, s:I, s:I, s:I,"
                               " s:f, s:f, s:s, s:s}",
             "node", node_name(n),
             "up", pool_node_up(i),
             "voting", node_votes(i),
             "recovering", n->recovering,
-            "requests", (json_int_t)s.requests,
-            "errors", (json_int_t)s.errors,
-            "timeouts", (json_int_t)s.timeouts,
-            "reconnects", (json_int_t)s.reconnects,
+            "requests", (json_int_t)s->requests,
+            "errors", (json_int_t)s->errors,
+            "timeouts", (json_int_t)s->timeouts,
+            "reconnects", (json_int_t)s->reconnects,
             "restarts", (json_int_t)n->restarts,
-            "latency_ms", s.latency_ms,
-            "latency_max_ms", s.latency_max_ms,
+            "latency_ms", s->latency_ms,
+            "latency_max_ms", s->latency_max_ms,
             "run_id", n->run_id,
-            "last_error", s.last_error);
+            "last_error", s->last_error);
         if (n->recovering)
             json_object_set_new(o, "rejoin_in_ms", json_integer(
                 n->recover_at > now ? (json_int_t)(n->recover_at - now) : 0));

@@ -101,10 +101,7 @@ struct pool_node {
     bool aof_always;                /* appendonly yes, appendfsync always,
                                        as the last handshake read them */
 
-    uint64_t requests, errors, timeouts, reconnects;
-    double latency_ms;              /* moving average */
-    double latency_max_ms;
-    char last_error[POOL_ERR_SIZE];
+    struct pool_node_stats st;
 };
 
 static struct {
@@ -221,7 +218,7 @@ static int link_send(struct pool_link *l, struct pool_req *q)
     q->link = l;
     list_push_tail(&l->queue, &q->queue);
     link_arm(l);
-    l->node->requests++;
+    l->node->st.requests++;
     P.inflight++;
     return 0;
 }
@@ -229,9 +226,9 @@ static int link_send(struct pool_link *l, struct pool_req *q)
 static void pool_node_note_latency(struct pool_node *n, uint64_t sent_ns)
 {
     double ms = (double)(uv_hrtime() - sent_ns) / 1e6;
-    n->latency_ms = n->latency_ms == 0 ? ms : n->latency_ms * 0.9 + ms * 0.1;
-    if (ms > n->latency_max_ms)
-        n->latency_max_ms = ms;
+    n->st.latency_ms = n->st.latency_ms == 0 ? ms : n->st.latency_ms * 0.9 + ms * 0.1;
+    if (ms > n->st.latency_max_ms)
+        n->st.latency_max_ms = ms;
 }
 
 static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
@@ -263,8 +260,8 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
                 if (link_send(l, q) == 0)
                     return;
             }
-            n->errors++;
-            snprintf(n->last_error, sizeof(n->last_error), "%s", r->str);
+            n->st.errors++;
+            snprintf(n->st.last_error, sizeof(n->st.last_error), "%s", r->str);
         }
     }
     q->cb(q->ud, n->idx, r);
@@ -296,7 +293,7 @@ static void pool_node_reconnect_cb(struct timer *t)
         return;
     n->failed = false;
     if (n->identified)
-        n->reconnects++;
+        n->st.reconnects++;
     for (unsigned i = 0; i < P.conf->redis.pool_size; i++)
         link_connect(&n->links[i]);
     link_connect(&n->sub);
@@ -307,7 +304,7 @@ static void pool_node_fail(struct pool_node *n, const char *why)
     if (n->failed)
         return;
     n->failed = true;
-    snprintf(n->last_error, sizeof(n->last_error), "%s", why);
+    snprintf(n->st.last_error, sizeof(n->st.last_error), "%s", why);
     if (P.hooks.on_down)
         P.hooks.on_down(n->idx, why);
     for (unsigned i = 0; i < P.conf->redis.pool_size; i++)
@@ -354,7 +351,7 @@ static void link_timeout_cb(struct timer *t)
     if (l->state == LINK_CONNECTING) {
         pool_node_fail(n, "connect timeout");
     } else {
-        n->timeouts++;
+        n->st.timeouts++;
         pool_node_fail(n, "command timeout");
     }
 }
@@ -750,15 +747,7 @@ int pool_command(int node, int argc, const char **argv, const size_t *lens,
     return pool_node_send(node, q);
 }
 
-void pool_node_stats(int node, struct pool_node_stats *out)
+const struct pool_node_stats *pool_node_stats(int node)
 {
-    const struct pool_node *n = &P.nodes[node];
-
-    out->requests = n->requests;
-    out->errors = n->errors;
-    out->timeouts = n->timeouts;
-    out->reconnects = n->reconnects;
-    out->latency_ms = n->latency_ms;
-    out->latency_max_ms = n->latency_max_ms;
-    out->last_error = n->last_error;
+    return &P.nodes[node].st;
 }

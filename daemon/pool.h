@@ -91,9 +91,9 @@ struct pool_node_stats {
     uint64_t requests, errors, timeouts, reconnects;
     double latency_ms;              /* moving average */
     double latency_max_ms;
-    const char *last_error;         /* "" if none yet */
+    char last_error[POOL_ERR_SIZE]; /* "" if none yet */
 };
-void pool_node_stats(int node, struct pool_node_stats *out);
+const struct pool_node_stats *pool_node_stats(int node);
 
 /*
  * Send one script or command to a node. Arguments are copied. Returns 0 when

@@ -464,11 +464,8 @@ int redlock_nquorum(void)
 }
 
 const struct redlock_ops redlock_ops_default = {
-    .acquire = redlock_acquire,
-    .release = redlock_release,
-    .extend = redlock_extend,
-    .inspect = redlock_inspect,
+    .acquire = redlock_acquire, .release = redlock_release,
+    .extend = redlock_extend, .inspect = redlock_inspect,
     .token = redlock_token,
-    .nnodes = redlock_nnodes,
-    .quorum = redlock_nquorum,
+    .nnodes = redlock_nnodes, .quorum = redlock_nquorum,
 };

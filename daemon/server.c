@@ -27,12 +27,7 @@
 struct server server;
 
 struct listener {
-    union {
-        uv_handle_t handle;
-        uv_stream_t stream;
-        uv_tcp_t tcp;
-        uv_pipe_t pipe;
-    } h;
+    union conn_stream h;
     bool is_unix;
     char name[128];
     char *unlink_path;      /* (owned) socket file we created */

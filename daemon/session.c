@@ -604,13 +604,9 @@ static void owner_status(struct lockmgr_owner *o, json_t *status)
 }
 
 static const struct lockmgr_owner_ops session_owner_ops = {
-    .ref = owner_ref,
-    .unref = owner_unref,
-    .locked = owner_locked,
-    .unlocked = owner_unlocked,
-    .extended = owner_extended,
-    .lost = owner_lost,
-    .status = owner_status,
+    .ref = owner_ref, .unref = owner_unref,
+    .locked = owner_locked, .unlocked = owner_unlocked,
+    .extended = owner_extended, .lost = owner_lost, .status = owner_status,
 };
 
 /* ---- the end of a session ---------------------------------------------- */

@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "conn.h"
 #include "list.h"
 #include "lockmgr.h"
 #include "proto.h"
@@ -41,12 +42,7 @@ struct lost_lease {         /* a resource whose lease was lost (ERR LOST) */
 
 struct session {
     /* ---- I/O (conn.c) ---- */
-    union {
-        uv_handle_t handle;
-        uv_stream_t stream;
-        uv_tcp_t tcp;
-        uv_pipe_t pipe;
-    } h;
+    union conn_stream h;
     char peer[80];
     bool trusted;           /* loopback or unix socket peer */
     char *rbuf;             /* bytes read, not yet framed */

@@ -51,7 +51,7 @@ static const struct stats_desc global_rows[] = {
 
 #define STATS_ROW_STRUCT struct stats_node
 static const struct stats_desc node_rows[] = {
-    STATS_NODE_CODEC(STATS_ROW_DESC)
+    STATS_NODE_CODEC(STATS_NODE_ROW_DESC)
 };
 #undef STATS_ROW_STRUCT
 

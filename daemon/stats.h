@@ -42,61 +42,29 @@
  * in /metrics.
  */
 #define STATS_CODEC(X)                                                       \
-    X(uptime_ms, GAUGE, MS, NONE, "uptime_seconds",                          \
-      "Seconds since the daemon started.")                                   \
-    X(connections, GAUGE, ONE, NONE, "connections",                          \
-      "Client connections open now.")                                        \
-    X(connections_total, COUNTER, ONE, NONE, "connections",                  \
-      "Client connections accepted, the refused ones included.")             \
-    X(connections_rejected, COUNTER, ONE, NONE, "connections_rejected",      \
-      "Client connections refused with an ERR line (max_clients, "           \
-      "protected mode, shutting down).")                                     \
-    X(sessions, GAUGE, ONE, NONE, "sessions",                                \
-      "Client sessions alive now (one per open connection).")                \
-    X(commands, COUNTER, ONE, NONE, "commands",                              \
-      "Request lines received, malformed ones included (empty lines "        \
-      "not).")                                                               \
-    X(errors, COUNTER, ONE, NONE, "errors",                                  \
-      "ERR replies sent.")                                                   \
-    X(locks_held, GAUGE, ONE, NONE, "locks_held",                            \
-      "Locks held by sessions of this daemon now.")                          \
-    X(waiters, GAUGE, ONE, NONE, "waiters",                                  \
-      "LOCK requests not answered yet: queued for a resource or being "      \
-      "tried on Redis now.")                                                 \
-    X(acquisitions, COUNTER, ONE, RESULT, "acquisitions",                    \
-      "LOCK requests answered, by result.")                                  \
-    X(releases, COUNTER, ONE, NONE, "releases",                              \
-      "Leases released: UNLOCK, the end of a session, or a lost lease's "    \
-      "keys removed.")                                                       \
-    X(extends, COUNTER, ONE, NONE, "extends",                                \
-      "EXTEND requests answered, granted or not (OK, ERR LOST, "             \
-      "ERR UNAVAILABLE).")                                                   \
-    X(renewals, COUNTER, ONE, NONE, "renewals",                              \
-      "Automatic lease renewals that reached a quorum.")                     \
-    X(renewal_failures, COUNTER, ONE, NONE, "renewal_failures",              \
-      "Automatic lease renewals that did not reach a quorum (retried "       \
-      "while the lease is valid).")                                          \
-    X(leases_lost, COUNTER, ONE, NONE, "leases_lost",                        \
-      "Leases lost: a renewal or EXTEND found them gone, or their "          \
-      "validity ran out.")                                                   \
-    X(waits, COUNTER, ONE, NONE, "waits",                                    \
-      "LOCK requests that allowed a wait (wait= above 0).")                  \
-    X(wakeups_notified, COUNTER, ONE, NONE, "wakeups_notified",              \
-      "Queued LOCK requests retried because the holder released (a "         \
-      "release notice or a local release).")                                 \
-    X(wakeups_retry, COUNTER, ONE, NONE, "wakeups_retry",                    \
-      "Queued LOCK requests retried by the fallback timer "                  \
-      "(locks.retry_ms).")                                                   \
-    X(output_overflows, COUNTER, ONE, NONE, "output_overflows",              \
-      "Clients disconnected for not reading their replies "                  \
-      "(limits.max_output_bytes).")                                          \
+    X(uptime_ms, GAUGE, MS, NONE, "uptime_seconds", "Seconds since the daemon started.") \
+    X(connections, GAUGE, ONE, NONE, "connections", "Client connections open now.") \
+    X(connections_total, COUNTER, ONE, NONE, "connections", "Client connections accepted, the refused ones included.") \
+    X(connections_rejected, COUNTER, ONE, NONE, "connections_rejected", "Client connections refused with an ERR line (max_clients, protected mode, shutting down).") \
+    X(sessions, GAUGE, ONE, NONE, "sessions", "Client sessions alive now (one per open connection).") \
+    X(commands, COUNTER, ONE, NONE, "commands", "Request lines received, malformed ones included (empty lines not).") \
+    X(errors, COUNTER, ONE, NONE, "errors", "ERR replies sent.") \
+    X(locks_held, GAUGE, ONE, NONE, "locks_held", "Locks held by sessions of this daemon now.") \
+    X(waiters, GAUGE, ONE, NONE, "waiters", "LOCK requests not answered yet: queued for a resource or being tried on Redis now.") \
+    X(acquisitions, COUNTER, ONE, RESULT, "acquisitions", "LOCK requests answered, by result.") \
+    X(releases, COUNTER, ONE, NONE, "releases", "Leases released: UNLOCK, the end of a session, or a lost lease's keys removed.") \
+    X(extends, COUNTER, ONE, NONE, "extends", "EXTEND requests answered, granted or not (OK, ERR LOST, ERR UNAVAILABLE).") \
+    X(renewals, COUNTER, ONE, NONE, "renewals", "Automatic lease renewals that reached a quorum.") \
+    X(renewal_failures, COUNTER, ONE, NONE, "renewal_failures", "Automatic lease renewals that did not reach a quorum (retried while the lease is valid).") \
+    X(leases_lost, COUNTER, ONE, NONE, "leases_lost", "Leases lost: a renewal or EXTEND found them gone, or their validity ran out.") \
+    X(waits, COUNTER, ONE, NONE, "waits", "LOCK requests that allowed a wait (wait= above 0).") \
+    X(wakeups_notified, COUNTER, ONE, NONE, "wakeups_notified", "Queued LOCK requests retried because the holder released (a release notice or a local release).") \
+    X(wakeups_retry, COUNTER, ONE, NONE, "wakeups_retry", "Queued LOCK requests retried by the fallback timer (locks.retry_ms).") \
+    X(output_overflows, COUNTER, ONE, NONE, "output_overflows", "Clients disconnected for not reading their replies (limits.max_output_bytes).") \
     /* A gauge must not end in _total, which scrapers read as a counter. */ \
-    X(nodes_total, GAUGE, ONE, NONE, "nodes_configured",                     \
-      "Redis nodes configured.")                                             \
-    X(nodes_voting, GAUGE, ONE, NONE, "nodes_voting",                        \
-      "Redis nodes whose answers count as votes now.")                       \
-    X(quorum, GAUGE, ONE, NONE, "quorum",                                    \
-      "Votes needed to grant a lock.")
+    X(nodes_total, GAUGE, ONE, NONE, "nodes_configured", "Redis nodes configured.") \
+    X(nodes_voting, GAUGE, ONE, NONE, "nodes_voting", "Redis nodes whose answers count as votes now.") \
+    X(quorum, GAUGE, ONE, NONE, "quorum", "Votes needed to grant a lock.")
 
 /*
  * Per Redis node, exported with a node="HOST:PORT" label. The fields are
@@ -104,29 +72,17 @@
  * see stats_glue.c).
  */
 #define STATS_NODE_CODEC(X)                                                  \
-    X(up, GAUGE, ONE, NONE, "node_up",                                       \
-      "1 while at least one connection to this Redis node is up, else 0.")   \
-    X(voting, GAUGE, ONE, NONE, "node_voting",                               \
-      "1 while this node's answers count as votes, else 0.")                 \
-    X(recovering, GAUGE, ONE, NONE, "node_recovering",                       \
-      "1 while a restarted node may not vote until the leases it forgot "    \
-      "have expired, else 0.")                                               \
-    X(requests, COUNTER, ONE, NONE, "node_requests",                         \
-      "Requests sent to this node.")                                         \
-    X(errors, COUNTER, ONE, NONE, "node_errors",                             \
-      "Error replies from this node.")                                       \
-    X(timeouts, COUNTER, ONE, NONE, "node_timeouts",                         \
-      "Requests to this node unanswered within redis.command_timeout_ms.")   \
-    X(reconnects, COUNTER, ONE, NONE, "node_reconnects",                     \
-      "Reconnection attempts to this node after it was lost.")               \
-    X(restarts, COUNTER, ONE, NONE, "node_restarts",                         \
-      "Times this node came back with a new run_id (it restarted).")         \
-    X(latency_ms, GAUGE, MS, NONE, "node_latency_seconds",                   \
-      "Moving average of this node's reply time (each reply weighs 0.1).")   \
-    X(latency_max_ms, GAUGE, MS, NONE, "node_latency_max_seconds",           \
-      "Longest reply time seen from this node.")                             \
-    X(rejoin_in_ms, GAUGE, MS, NONE, "node_rejoin_in_seconds",               \
-      "Seconds until this recovering node may vote again.")
+    X(up, GAUGE, ONE, "node_up", "1 while at least one connection to this Redis node is up, else 0.") \
+    X(voting, GAUGE, ONE, "node_voting", "1 while this node's answers count as votes, else 0.") \
+    X(recovering, GAUGE, ONE, "node_recovering", "1 while a restarted node may not vote until the leases it forgot have expired, else 0.") \
+    X(requests, COUNTER, ONE, "node_requests", "Requests sent to this node.") \
+    X(errors, COUNTER, ONE, "node_errors", "Error replies from this node.") \
+    X(timeouts, COUNTER, ONE, "node_timeouts", "Requests to this node unanswered within redis.command_timeout_ms.") \
+    X(reconnects, COUNTER, ONE, "node_reconnects", "Reconnection attempts to this node after it was lost.") \
+    X(restarts, COUNTER, ONE, "node_restarts", "Times this node came back with a new run_id (it restarted).") \
+    X(latency_ms, GAUGE, MS, "node_latency_seconds", "Moving average of this node's reply time (each reply weighs 0.1).") \
+    X(latency_max_ms, GAUGE, MS, "node_latency_max_seconds", "Longest reply time seen from this node.") \
+    X(rejoin_in_ms, GAUGE, MS, "node_rejoin_in_seconds", "Seconds until this recovering node may vote again.")
 
 /* ---- label sets and bucket sets ---------------------------------------- */
 
@@ -213,6 +169,11 @@ enum stats_unit { STATS_UNIT_ONE, STATS_UNIT_MS, STATS_UNIT_SECONDS };
     { #field, metric, help, STATS_##kind, STATS_UNIT_##unit,                 \
       STATS_LABELS_##dim, STATS_BUCKETS_##dim,                               \
       offsetof(STATS_ROW_STRUCT, field) },
+/* Node rows have no dim: one number per node, the node is the label. */
+#define STATS_NODE_ROW_FIELD(field, kind, unit, metric, help)               \
+    STATS_ROW_FIELD(field, kind, unit, NONE, metric, help)
+#define STATS_NODE_ROW_DESC(field, kind, unit, metric, help)                \
+    STATS_ROW_DESC(field, kind, unit, NONE, metric, help)
 
 struct stats_desc {
     const char *key;
@@ -232,7 +193,7 @@ struct stats_table {
 
 struct stats_node {
     char *name;                     /* (owned) HOST:PORT, the node label */
-    STATS_NODE_CODEC(STATS_ROW_FIELD)
+    STATS_NODE_CODEC(STATS_NODE_ROW_FIELD)
 };
 
 struct stats_values {

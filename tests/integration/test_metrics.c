@@ -286,7 +286,10 @@ static const char *const *row_cells(const struct codec_row *r)
 #define T_ROW(field, kind, unit, dim, metric, help) \
     { #field, metric, STATS_##kind, T_VALUES_##dim },
 static const struct codec_row global_rows[] = { STATS_CODEC(T_ROW) };
-static const struct codec_row node_rows[] = { STATS_NODE_CODEC(T_ROW) };
+#define T_NODE_ROW(field, kind, unit, metric, help) \
+    T_ROW(field, kind, unit, NONE, metric, help)
+static const struct codec_row node_rows[] = { STATS_NODE_CODEC(T_NODE_ROW) };
+#undef T_NODE_ROW
 #undef T_ROW
 
 #define NROWS(a) (sizeof(a) / sizeof((a)[0]))
