@@ -269,12 +269,12 @@ static int ctl_read_password(struct ctl *c)
     FILE *f = fopen(c->password_file, "r");
     size_t len;
 
-    if (f == NULL) {
+    if (!f) {
         ctl_err("cannot open password file %s: %s", c->password_file,
                 strerror(errno));
         return -1;
     }
-    if (fgets(c->password, sizeof(c->password), f) == NULL)
+    if (!fgets(c->password, sizeof(c->password), f))
         c->password[0] = '\0';
     fclose(f);
     len = strcspn(c->password, "\r\n");
@@ -293,7 +293,7 @@ static int ctl_report(const char *what, int rc, const char *msg)
     /* The daemon's own refusals get their code word, for grep. */
     int refused = code < REDLOCKD_E_IO;
 
-    if (what == NULL)
+    if (!what)
         ctl_err("%s", msg);
     else if (!refused)
         ctl_err("%s: %s", what, msg);
@@ -309,9 +309,9 @@ static const char *ctl_server(const struct ctl *c)
 {
     const char *env = getenv(REDLOCKD_SERVER_ENV);
 
-    if (c->server != NULL)
+    if (c->server)
         return c->server;
-    return env != NULL && *env != '\0' ? env : REDLOCKD_DEFAULT_SERVER;
+    return env && *env != '\0' ? env : REDLOCKD_DEFAULT_SERVER;
 }
 
 static int ctl_connect(struct ctl *c, struct redlockd_opts *o,
@@ -320,13 +320,13 @@ static int ctl_connect(struct ctl *c, struct redlockd_opts *o,
     struct redlockd_error err;
     int rc;
 
-    if (c->password_file != NULL && ctl_read_password(c) < 0)
+    if (c->password_file && ctl_read_password(c) < 0)
         return EX_USAGE;
     o->server = c->server;
     o->connect_timeout_ms = c->timeout_ms;
     o->io_timeout_ms = c->timeout_ms;
-    o->name = c->name != NULL ? c->name : c->default_name;
-    o->password = c->password_file != NULL ? c->password : NULL;
+    o->name = c->name ? c->name : c->default_name;
+    o->password = c->password_file ? c->password : NULL;
     rc = redlockd_connect(h, o, &err);
     /* Connect errors name the address already. */
     if (rc == -REDLOCKD_E_IO || rc == -REDLOCKD_E_IO_TIMEOUT)
@@ -354,7 +354,7 @@ static void ctl_table_add(struct ctl_table *t, const char *const *row)
     size_t i;
 
     grown = realloc(t->cells, (t->nrows + 1) * t->ncols * sizeof(*grown));
-    if (grown == NULL) {
+    if (!grown) {
         ctl_err("out of memory");
         exit(EX_OSERR);
     }
@@ -362,8 +362,8 @@ static void ctl_table_add(struct ctl_table *t, const char *const *row)
     for (i = 0; i < t->ncols; i++) {
         char **cell = &t->cells[t->nrows * t->ncols + i];
 
-        *cell = strdup(row[i] != NULL ? row[i] : "-");
-        if (*cell == NULL) {
+        *cell = strdup(row[i] ? row[i] : "-");
+        if (!*cell) {
             ctl_err("out of memory");
             exit(EX_OSERR);
         }
@@ -421,7 +421,7 @@ static const char *ctl_field(json_t *obj, const char *key, char *buf, size_t sz)
 {
     json_t *v = json_object_get(obj, key);
 
-    return v == NULL ? NULL : ctl_scalar(v, buf, sz);
+    return !v ? NULL : ctl_scalar(v, buf, sz);
 }
 
 /* A member for printf: "-" when missing. */
@@ -429,7 +429,7 @@ static const char *ctl_text(json_t *obj, const char *key, char *buf, size_t sz)
 {
     const char *s = ctl_field(obj, key, buf, sz);
 
-    return s != NULL ? s : "-";
+    return s ? s : "-";
 }
 
 /* Milliseconds as "850 ms", "5.9 s", "3 min 20 s". */
@@ -455,9 +455,9 @@ static json_t *ctl_parse_json(const char *text)
     json_error_t jerr;
     json_t *root = json_loads(text, 0, &jerr);
 
-    if (root == NULL || !json_is_object(root)) {
+    if (!root || !json_is_object(root)) {
         ctl_err("the daemon sent unreadable JSON: %s",
-                root == NULL ? jerr.text : "not an object");
+                !root ? jerr.text : "not an object");
         json_decref(root);
         return NULL;
     }
@@ -480,10 +480,10 @@ static void ctl_print_holder(json_t *root)
            ctl_text(holder, "session", session, sizeof(session)));
     if (json_is_string(name))
         printf(" (%s)", json_string_value(name));
-    if (ctl_field(holder, "fence", fence, sizeof(fence)) != NULL)
+    if (ctl_field(holder, "fence", fence, sizeof(fence)))
         printf(", fence %s", fence);
     if (ctl_duration(json_object_get(holder, "held_ms"), held,
-                     sizeof(held)) != NULL)
+                     sizeof(held)))
         printf(", held for %s", held);
     putchar('\n');
 }
@@ -512,7 +512,7 @@ static void ctl_print_status(json_t *root)
     printf("held      %s\n",
            json_is_true(json_object_get(root, "held")) ? "yes" : "no");
     ctl_print_holder(root);
-    if (ctl_field(root, "waiters", b1, sizeof(b1)) != NULL)
+    if (ctl_field(root, "waiters", b1, sizeof(b1)))
         printf("waiters   %s\n", b1);
     if (json_array_size(json_object_get(root, "nodes")) == 0)
         return;
@@ -599,7 +599,7 @@ static int ctl_show(struct ctl *c, const char *json, void (*print)(json_t *))
         return 0;
     }
     root = ctl_parse_json(json);
-    if (root == NULL)
+    if (!root)
         return EX_UNAVAILABLE;
     print(root);
     json_decref(root);
@@ -684,9 +684,9 @@ static void ctl_ping_json(const struct redlockd_info *info, double rtt)
                           "session", info->session,
                           "nodes", (json_int_t)info->nodes,
                           "quorum", (json_int_t)info->quorum, "rtt_ms", rtt);
-    char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 
-    if (text != NULL)
+    if (text)
         printf("%s\n", text);
     free(text);
     json_decref(o);
@@ -789,7 +789,7 @@ static void ctl_on_lost(const char *resource, uint64_t fence,
     (void)fence;
     if (r->lost)
         return;
-    if (resource == NULL)
+    if (!resource)
         snprintf(r->lost_reason, sizeof(r->lost_reason),
                  "the connection to the daemon was lost");
     else if (strcmp(resource, r->resource) == 0)
@@ -1089,7 +1089,7 @@ static int ctl_dispatch(struct ctl *c, const char *cmd, int argc, char **argv)
 
     if (strcmp(cmd, "run") == 0)
         return ctl_run(c, argc, argv);
-    if (in == NULL && !ping) {
+    if (!in && !ping) {
         ctl_err("unknown command \"%s\" (try --help)", cmd);
         return EX_USAGE;
     }
@@ -1098,8 +1098,8 @@ static int ctl_dispatch(struct ctl *c, const char *cmd, int argc, char **argv)
                 "options of run", cmd);
         return EX_USAGE;
     }
-    if (argc != (in != NULL ? in->nargs : 0)) {
-        ctl_err(in != NULL && in->nargs ? "%s: expected one RESOURCE"
+    if (argc != (in ? in->nargs : 0)) {
+        ctl_err(in && in->nargs ? "%s: expected one RESOURCE"
                                         : "%s takes no arguments", cmd);
         return EX_USAGE;
     }

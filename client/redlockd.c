@@ -99,7 +99,7 @@ static const int rl_code_of_proto[PROTO_ERR_COUNT] = {
 static int rl_vseterr(struct redlockd_error *e, int code, const char *fmt,
                       va_list ap)
 {
-    if (e != NULL) {
+    if (e) {
         e->code = code;
         vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
     }
@@ -140,7 +140,7 @@ static void rl_disconnect(struct redlockd *h)
     close(h->fd);
     h->fd = -1;
     snprintf(h->dead, sizeof(h->dead), "%s", h->err.msg);
-    if (h->on_lost != NULL) {
+    if (h->on_lost) {
         h->in_callback++;
         h->on_lost(NULL, 0, "disconnected", h->ud);
         h->in_callback--;
@@ -229,7 +229,7 @@ const char *redlockd_code_name(int code)
  * readers reject NULL, so a missing key reads as a malformed number. */
 static size_t rl_len(const char *s)
 {
-    return s != NULL ? strlen(s) : 0;
+    return s ? strlen(s) : 0;
 }
 
 /* 1..max bytes of visible ASCII: resources, names and passwords. */
@@ -237,7 +237,7 @@ static int rl_visible_word(const char *s, size_t max)
 {
     size_t len;
 
-    if (s == NULL)
+    if (!s)
         return 0;
     len = strlen(s);
     if (len == 0 || len > max)
@@ -319,7 +319,7 @@ int redlockd_addr_parse(const char *s, struct redlockd_addr *a,
     memset(a, 0, sizeof(*a));
     e = proto_addr_parse(&pa, s, PROTO_ADDR_FOR_CLIENT);
     if (e != PROTO_ADDR_OK) {
-        rl_quote(shown, sizeof(shown), s != NULL ? s : "", rl_len(s));
+        rl_quote(shown, sizeof(shown), s ? s : "", rl_len(s));
         return rl_seterr(err, REDLOCKD_E_INVALID, "server address \"%s\": %s",
                          shown, proto_addr_strerror(e));
     }
@@ -419,7 +419,7 @@ static int rl_connect_ai(struct addrinfo *res, int64_t deadline, int *fd)
     struct addrinfo *ai;
     int e = ECONNREFUSED;
 
-    for (ai = res; ai != NULL; ai = ai->ai_next) {
+    for (ai = res; ai; ai = ai->ai_next) {
         e = rl_socket(ai->ai_family, fd);
         if (e != 0)
             continue;
@@ -480,21 +480,21 @@ static int rl_lost_add(struct redlockd *h, const char *resource, uint64_t fence)
     struct rl_lost *l = rl_lost_find(h, resource), *grown;
     size_t cap;
 
-    if (l != NULL) {
+    if (l) {
         l->fence = fence;
         return 0;
     }
     if (h->nlost == h->lost_cap) {
         cap = h->lost_cap ? h->lost_cap * 2 : 8;
         grown = realloc(h->lost, cap * sizeof(*grown));
-        if (grown == NULL)
+        if (!grown)
             return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
         h->lost = grown;
         h->lost_cap = cap;
     }
     l = &h->lost[h->nlost];
     l->resource = strdup(resource);
-    if (l->resource == NULL)
+    if (!l->resource)
         return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
     l->fence = fence;
     h->nlost++;
@@ -505,7 +505,7 @@ static void rl_lost_del(struct redlockd *h, const char *resource)
 {
     struct rl_lost *l = rl_lost_find(h, resource);
 
-    if (l == NULL)
+    if (!l)
         return;
     free(l->resource);
     *l = h->lost[--h->nlost];
@@ -515,7 +515,7 @@ int redlockd_lost(const struct redlockd *h, const char *resource)
 {
     if (h->fd < 0)
         return 1;
-    return resource != NULL && rl_lost_find(h, resource) != NULL;
+    return resource && rl_lost_find(h, resource);
 }
 
 /* ---- events ------------------------------------------------------------- */
@@ -534,7 +534,7 @@ static int rl_event_lost(struct redlockd *h, const struct proto_reply *ev)
     uint64_t fence = 0;
     int rc;
 
-    if (res == NULL || *res == '\0')
+    if (!res || *res == '\0')
         return rl_fatal(h, REDLOCKD_E_PROTO, "EVENT LOST without a resource");
     /* A missing or odd fence must not hide the loss itself. */
     if (proto_parse_u64(fence_s, rl_len(fence_s), &fence) < 0)
@@ -542,9 +542,9 @@ static int rl_event_lost(struct redlockd *h, const struct proto_reply *ev)
     rc = rl_lost_add(h, res, fence);
     if (rc < 0)
         return rc;
-    if (h->on_lost != NULL) {
+    if (h->on_lost) {
         h->in_callback++;
-        h->on_lost(res, fence, reason != NULL ? reason : "", h->ud);
+        h->on_lost(res, fence, reason ? reason : "", h->ud);
         h->in_callback--;
     }
     return 0;
@@ -586,7 +586,7 @@ static int rl_in_reserve(struct redlockd *h)
     if (cap > RL_IN_MAX)
         cap = RL_IN_MAX;
     grown = realloc(h->in, cap);
-    if (grown == NULL)
+    if (!grown)
         return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
     h->in = grown;
     h->in_cap = cap;
@@ -605,7 +605,7 @@ static int rl_next_line(struct redlockd *h, char **line, size_t *len)
         if (h->in_scan == h->in_len)
             return 0;
         lf = memchr(h->in + h->in_scan, '\n', h->in_len - h->in_scan);
-        if (lf == NULL) {
+        if (!lf) {
             h->in_scan = h->in_len;
             return 0;
         }
@@ -717,7 +717,7 @@ static int rl_take_reply(struct redlockd *h, const char *line, size_t len,
 
     if (len + 1 > h->reply_cap) {
         grown = realloc(h->reply, len + 1);
-        if (grown == NULL)
+        if (!grown)
             return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
         h->reply = grown;
         h->reply_cap = len + 1;
@@ -908,14 +908,14 @@ int redlockd_open_fd(struct redlockd **out, int fd,
         return -REDLOCKD_E_IO;
     }
     h = calloc(1, sizeof(*h));
-    if (h == NULL || sbuf_try_reserve(&h->req, RL_REQ_MAX) < 0) {
+    if (!h || sbuf_try_reserve(&h->req, RL_REQ_MAX) < 0) {
         free(h);
         close(fd);
         return rl_seterr(err, REDLOCKD_E_NOMEM, "out of memory");
     }
     h->fd = fd;
     h->io_timeout_ms = RL_IO_TIMEOUT_MS;
-    if (opts != NULL) {
+    if (opts) {
         if (opts->io_timeout_ms != 0)
             h->io_timeout_ms = opts->io_timeout_ms;
         h->on_lost = opts->on_lost;
@@ -928,11 +928,11 @@ int redlockd_open_fd(struct redlockd **out, int fd,
 static int rl_check_opts(const struct redlockd_opts *o,
                          struct redlockd_error *err)
 {
-    if (o->name != NULL && !rl_visible_word(o->name, PROTO_MAX_NAME_LEN))
+    if (o->name && !rl_visible_word(o->name, PROTO_MAX_NAME_LEN))
         return rl_seterr(err, REDLOCKD_E_INVALID,
                          "a client name is 1 to %d visible ASCII characters",
                          PROTO_MAX_NAME_LEN);
-    if (o->password != NULL && !rl_visible_word(o->password, RL_PASSWORD_MAX))
+    if (o->password && !rl_visible_word(o->password, RL_PASSWORD_MAX))
         return rl_seterr(err, REDLOCKD_E_INVALID,
                          "a password is 1 to %d visible ASCII characters "
                          "(no spaces)", RL_PASSWORD_MAX);
@@ -941,7 +941,7 @@ static int rl_check_opts(const struct redlockd_opts *o,
 
 static void rl_copy_word(char *dst, size_t sz, const char *src)
 {
-    snprintf(dst, sz, "%s", src != NULL ? src : "");
+    snprintf(dst, sz, "%s", src ? src : "");
 }
 
 static int rl_hello_reply(struct redlockd *h, const struct proto_reply *r)
@@ -953,7 +953,7 @@ static int rl_hello_reply(struct redlockd *h, const struct proto_reply *r)
 
     if (rl_expect(h, r, PROTO_REPLY_OK, PROTO_CMD_HELLO) < 0)
         return -REDLOCKD_E_PROTO;
-    if (proto != NULL && strcmp(proto, "1") != 0)
+    if (proto && strcmp(proto, "1") != 0)
         return rl_fatal(h, REDLOCKD_E_PROTO,
                         "the daemon speaks protocol %.16s, this library 1",
                         proto);
@@ -975,7 +975,7 @@ static int rl_hello(struct redlockd *h, const struct redlockd_opts *o)
     int rc;
 
     proto_format_opt_u64(b, PROTO_OPT_PROTO, PROTO_VERSION);
-    if (o->name != NULL)
+    if (o->name)
         proto_format_opt_str(b, PROTO_OPT_NAME, o->name);
     if (o->keepalive_ms > 0)
         proto_format_opt_u64(b, PROTO_OPT_KEEPALIVE, o->keepalive_ms);
@@ -1007,7 +1007,7 @@ int redlockd_handshake(struct redlockd *h, const struct redlockd_opts *opts)
         rc = rl_check_opts(opts, &h->err);
     if (rc == 0)
         rc = rl_hello(h, opts);
-    if (rc == 0 && opts->password != NULL)
+    if (rc == 0 && opts->password)
         rc = rl_auth(h, opts->password);
     return rc;
 }
@@ -1016,10 +1016,10 @@ static const char *rl_server(const struct redlockd_opts *o)
 {
     const char *env;
 
-    if (o->server != NULL)
+    if (o->server)
         return o->server;
     env = getenv(REDLOCKD_SERVER_ENV);
-    return env != NULL && *env != '\0' ? env : REDLOCKD_DEFAULT_SERVER;
+    return env && *env != '\0' ? env : REDLOCKD_DEFAULT_SERVER;
 }
 
 int redlockd_connect(struct redlockd **out, const struct redlockd_opts *opts,
@@ -1031,7 +1031,7 @@ int redlockd_connect(struct redlockd **out, const struct redlockd_opts *opts,
     int fd, rc, timeout;
 
     *out = NULL;
-    if (opts == NULL) {
+    if (!opts) {
         memset(&none, 0, sizeof(none));
         opts = &none;
     }
@@ -1051,7 +1051,7 @@ int redlockd_connect(struct redlockd **out, const struct redlockd_opts *opts,
     h->on_lost = NULL;
     rc = redlockd_handshake(h, opts);
     if (rc < 0) {
-        if (err != NULL)
+        if (err)
             *err = h->err;
         redlockd_close(h);
         return rc;
@@ -1092,7 +1092,7 @@ void redlockd_close(struct redlockd *h)
 {
     size_t i;
 
-    if (h == NULL)
+    if (!h)
         return;
     if (h->fd >= 0) {
         rl_quit(h);
@@ -1138,7 +1138,7 @@ static int rl_lease_fill(struct redlockd *h, const struct proto_reply *r,
     const char *validity = proto_reply_get(r, "validity");
     uint32_t ttl = 0;
 
-    if (token == NULL || strlen(token) > REDLOCKD_TOKEN_LEN
+    if (!token || strlen(token) > REDLOCKD_TOKEN_LEN
         || proto_parse_u64(fence, rl_len(fence), &lease->fence) < 0
         || proto_parse_u32(ttl_s, rl_len(ttl_s), &ttl) < 0
         || proto_parse_i64(validity, rl_len(validity), &lease->validity) < 0)
@@ -1157,7 +1157,7 @@ static int rl_lock_reply(struct redlockd *h, const struct proto_reply *r,
 
     rc = rl_expect(h, r, PROTO_REPLY_OK, PROTO_CMD_LOCK);
     if (rc == 0)
-        rc = rl_lease_fill(h, r, resource, lease != NULL ? lease : &scratch);
+        rc = rl_lease_fill(h, r, resource, lease ? lease : &scratch);
     /* Events read after this reply are about the new lease. */
     if (rc == 0)
         rl_lost_del(h, resource);
@@ -1221,7 +1221,7 @@ static int rl_extend_reply(struct redlockd *h, const struct proto_reply *r,
         return -REDLOCKD_E_PROTO;
     if (proto_parse_i64(validity, rl_len(validity), &v) < 0)
         return rl_fatal(h, REDLOCKD_E_PROTO, "malformed reply to EXTEND");
-    if (validity_ms != NULL)
+    if (validity_ms)
         *validity_ms = v;
     return 0;
 }
@@ -1274,7 +1274,7 @@ static int rl_json_reply(struct redlockd *h, const struct proto_reply *r,
         return rl_fatal(h, REDLOCKD_E_PROTO, "%s did not answer with JSON",
                         what);
     *json = strdup(r->text);
-    if (*json == NULL)
+    if (!*json)
         return rl_fail(h, REDLOCKD_E_NOMEM, "out of memory");
     return 0;
 }
@@ -1302,7 +1302,7 @@ static int rl_inspect_begin(struct redlockd *h, char **json)
 {
     int rc = rl_begin(h);
 
-    if (rc == 0 && json == NULL)
+    if (rc == 0 && !json)
         rc = rl_fail(h, REDLOCKD_E_INVALID, "json must not be NULL");
     if (rc == 0)
         *json = NULL;

@@ -176,7 +176,7 @@ static void conf_vmsg(char *err, size_t errlen, const char *prefix,
 {
     size_t n;
 
-    if (err == NULL || errlen == 0)
+    if (!err || errlen == 0)
         return;
     snprintf(err, errlen, "%s", prefix);
     n = strlen(err);
@@ -222,7 +222,7 @@ static int conf_fail(struct conf_loader *ld, const char *key,
 
 void conf_addr_deinit(struct conf_addr *a)
 {
-    if (a == NULL)
+    if (!a)
         return;
     free(a->host);
     free(a->path);
@@ -251,7 +251,7 @@ static int conf_addr_fill(struct conf_addr *a, const struct proto_addr *pa,
         a->port = pa->port;
     }
     a->text = strdup(text);
-    return a->text != NULL && (a->path != NULL || a->host != NULL) ? 0 : -1;
+    return a->text && (a->path || a->host) ? 0 : -1;
 }
 
 /* flags: PROTO_ADDR_ALLOW_* (the rows use the PROTO_ADDR_FOR_* sets). */
@@ -303,7 +303,7 @@ static int conf_default_addrs(struct conf *c, const struct conf_key *k)
 {
     struct conf_addr *v = calloc(1, sizeof(*v));
 
-    if (v == NULL)
+    if (!v)
         return -1;
     if (conf_addr_parse(v, k->sval, k->flags, NULL, 0) < 0) {
         free(v);
@@ -334,10 +334,10 @@ static int conf_default(struct conf *c, const struct conf_key *k)
         *(double *)p = k->dval;
         return 0;
     case CONF_T_STRING:
-        if (k->sval == NULL)
+        if (!k->sval)
             return 0;
         *(char **)p = strdup(k->sval);
-        return *(char **)p == NULL ? -1 : 0;
+        return !*(char **)p ? -1 : 0;
     case CONF_T_ADDRS:
         return conf_default_addrs(c, k);
     case CONF_T_SECRET_FILE:
@@ -369,7 +369,7 @@ void conf_init(struct conf *c)
 /* Secrets may end up in a core dump otherwise. */
 static void conf_free_secret(char *s)
 {
-    if (s == NULL)
+    if (!s)
         return;
     explicit_bzero(s, strlen(s));
     free(s);
@@ -377,7 +377,7 @@ static void conf_free_secret(char *s)
 
 void conf_deinit(struct conf *c)
 {
-    if (c == NULL)
+    if (!c)
         return;
     free(c->path);
     conf_addrs_free(c->listen, c->nlisten);
@@ -428,7 +428,7 @@ static int conf_walk(struct conf_loader *ld, json_t *obj, const char *prefix)
         snprintf(path, sizeof(path), "%s%s%s", prefix,
                  prefix[0] != '\0' ? "." : "", k);
         /* A dotted key must not reach a nested row: "redis.db" at the top. */
-        dotted = strchr(k, '.') != NULL;
+        dotted = strchr(k, '.');
         i = dotted ? -1 : conf_find(path);
         if (i >= 0) {
             ld->given[i] = v;
@@ -522,7 +522,7 @@ static int conf_apply_string(struct conf_loader *ld,
                             why, sizeof(why)) < 0)
             return conf_fail(ld, k->key, "%s", why);
         s = strdup(json_string_value(v));
-        if (s == NULL)
+        if (!s)
             return conf_fail(ld, k->key, "out of memory");
     }
     conf_free_secret(*p);
@@ -541,7 +541,7 @@ static int conf_read_line(const char *path, char *buf, size_t size,
     size_t n;
     char *nl;
 
-    if (f == NULL)
+    if (!f)
         return conf_msg(why, whylen, "cannot open: %s", strerror(errno));
     n = fread(buf, 1, size - 1, f);
     if (ferror(f)) {
@@ -551,14 +551,14 @@ static int conf_read_line(const char *path, char *buf, size_t size,
     }
     fclose(f);
     nl = memchr(buf, '\n', n);
-    if (nl == NULL && n == size - 1)
+    if (!nl && n == size - 1)
         return conf_msg(why, whylen, "the first line is too long");
-    if (nl != NULL)
+    if (nl)
         n = (size_t)(nl - buf);
     if (n > 0 && buf[n - 1] == '\r')
         n--;
     buf[n] = '\0';
-    if (memchr(buf, '\0', n) != NULL)
+    if (memchr(buf, '\0', n))
         return conf_msg(why, whylen, "the first line contains a NUL byte");
     if (n == 0)
         return conf_msg(why, whylen, "the first line is empty");
@@ -579,7 +579,7 @@ static int conf_apply_secret_file(struct conf_loader *ld,
         return 0;
     if (!json_is_string(v))
         return conf_fail(ld, k->key, "expected a string or null");
-    if (*p != NULL)
+    if (*p)
         return conf_fail(ld, k->key, "cannot be used together with %.*s",
                          peer_len, k->key);
     path = json_string_value(v);
@@ -588,7 +588,7 @@ static int conf_apply_secret_file(struct conf_loader *ld,
         rc = conf_check_text(k, buf, strlen(buf), why, sizeof(why));
     if (rc == 0) {
         *p = strdup(buf);
-        if (*p == NULL)
+        if (!*p)
             rc = conf_msg(why, sizeof(why), "out of memory");
     }
     explicit_bzero(buf, sizeof(buf));
@@ -658,7 +658,7 @@ static int conf_apply_addrs(struct conf_loader *ld, const struct conf_key *k,
         return conf_fail(ld, k->key, "must have %lld to %lld addresses",
                          k->min, k->max);
     list = calloc(n, sizeof(*list));
-    if (list == NULL)
+    if (!list)
         return conf_fail(ld, k->key, "out of memory");
     for (size_t i = 0; i < n; i++) {
         if (conf_apply_addr_at(ld, k, &list[i], json_array_get(v, i), i) < 0) {
@@ -683,7 +683,7 @@ static int conf_apply_addr(struct conf_loader *ld, const struct conf_key *k,
         return conf_fail(ld, k->key, "expected a string or null");
     if (json_is_string(v)) {
         a = calloc(1, sizeof(*a));
-        if (a == NULL)
+        if (!a)
             return conf_fail(ld, k->key, "out of memory");
         if (conf_addr_parse(a, json_string_value(v), k->flags,
                             why, sizeof(why)) < 0) {
@@ -766,7 +766,7 @@ static int conf_check_metrics(struct conf_loader *ld)
 {
     const struct conf *c = ld->c;
 
-    for (size_t i = 0; c->metrics.listen != NULL && i < c->nlisten; i++) {
+    for (size_t i = 0; c->metrics.listen && i < c->nlisten; i++) {
         if (conf_addr_same(c->metrics.listen, &c->listen[i]))
             return conf_fail(ld, "metrics.listen",
                              "\"%s\" is also listen[%zu]",
@@ -781,7 +781,7 @@ static int conf_check_secrets(struct conf_loader *ld)
     /* "AUTH " + password + CR LF must fit in one request line. */
     size_t auth_len = c->auth.password ? strlen(c->auth.password) + 7 : 0;
 
-    if (c->redis.username != NULL && c->redis.password == NULL)
+    if (c->redis.username && !c->redis.password)
         return conf_fail(ld, "redis.username",
                          "needs redis.password or redis.password_file");
     if (auth_len > c->limits.max_line)
@@ -841,7 +841,7 @@ static json_t *conf_parse_json(const char *text, size_t len, const char *name,
     json_t *root;
 
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
-    if (root == NULL) {
+    if (!root) {
         conf_msg(err, errlen, "%s:%d:%d: JSON syntax error: %s",
                  name, je.line, je.column, je.text);
         return NULL;
@@ -859,7 +859,7 @@ static int conf_load_tree(struct conf_loader *ld, json_t *root)
     if (conf_walk(ld, root, "") < 0)
         return -1;
     for (size_t i = 0; i < CONF_NKEYS; i++) {
-        if (ld->given[i] != NULL &&
+        if (ld->given[i] &&
             conf_apply(ld, &conf_keys[i], ld->given[i]) < 0)
             return -1;
     }
@@ -880,7 +880,7 @@ static int conf_load_buf(struct conf *c, const char *text, size_t len,
         return conf_msg(err, errlen, "%s: out of memory", name);
     }
     root = conf_parse_json(text, len, name, err, errlen);
-    rc = root != NULL ? conf_load_tree(&ld, root) : -1;
+    rc = root ? conf_load_tree(&ld, root) : -1;
     json_decref(root);
     if (rc < 0) {
         conf_deinit(c);
@@ -892,7 +892,7 @@ static int conf_load_buf(struct conf *c, const char *text, size_t len,
 int conf_load_string(struct conf *c, const char *text, const char *name,
                      char *err, size_t errlen)
 {
-    if (name == NULL)
+    if (!name)
         name = "(config)";
     return conf_load_buf(c, text, strlen(text), name, err, errlen);
 }
@@ -905,14 +905,14 @@ static char *conf_slurp(const char *path, size_t *len, char *err,
     char *buf;
     size_t n;
 
-    if (f == NULL) {
+    if (!f) {
         conf_msg(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     buf = malloc(CONF_FILE_MAX + 1);
-    n = buf != NULL ? fread(buf, 1, CONF_FILE_MAX + 1, f) : 0;
-    if (buf == NULL || ferror(f) || n > CONF_FILE_MAX) {
-        if (buf == NULL)
+    n = buf ? fread(buf, 1, CONF_FILE_MAX + 1, f) : 0;
+    if (!buf || ferror(f) || n > CONF_FILE_MAX) {
+        if (!buf)
             conf_msg(err, errlen, "%s: out of memory", path);
         else if (ferror(f))
             conf_msg(err, errlen, "%s: cannot read: %s", path,
@@ -935,7 +935,7 @@ int conf_load(struct conf *c, const char *path, char *err, size_t errlen)
     char *text = conf_slurp(path, &len, err, errlen);
     int rc;
 
-    if (text == NULL) {
+    if (!text) {
         conf_init(c);
         return -1;
     }
@@ -943,7 +943,7 @@ int conf_load(struct conf *c, const char *path, char *err, size_t errlen)
     free(text);
     if (rc == 0) {
         c->path = strdup(path);
-        if (c->path == NULL) {
+        if (!c->path) {
             conf_deinit(c);
             conf_init(c);
             return conf_msg(err, errlen, "%s: out of memory", path);

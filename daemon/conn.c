@@ -21,7 +21,6 @@
 
 #include "conf.h"
 #include "log.h"
-#include "server.h"
 #include "session.h"
 #include "stats.h"
 
@@ -30,6 +29,13 @@
 /* Reads land in one loop-wide buffer; a session keeps its own buffer only
  * for an unfinished line, so an idle connection costs no read memory. */
 static char conn_rdbuf[CONN_READ_SIZE];
+
+static const struct conf *conn_conf;     /* limits.*: read live */
+
+void conn_init(const struct conf *conf)
+{
+    conn_conf = conf;
+}
 
 static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
@@ -60,7 +66,7 @@ static int conn_keep(struct session *s, const char *p, size_t n)
  * returns how many bytes were consumed. */
 static size_t conn_frame(struct session *s, const char *buf, size_t len)
 {
-    const struct conf *c = server.conf;
+    const struct conf *c = conn_conf;
     size_t start = 0;
 
     while (!s->closing && s->qlen < c->limits.max_pipeline) {
@@ -159,7 +165,7 @@ void conn_start(struct session *s)
 
 void conn_update_reading(struct session *s)
 {
-    const struct conf *c = server.conf;
+    const struct conf *c = conn_conf;
     /* Read more only when the queue has room and rbuf holds at most an
      * unfinished line, so one client's read-ahead stays bounded. */
     bool want = !s->closing && !s->close_why &&
@@ -242,7 +248,7 @@ void conn_flush(struct session *s)
  * closing or has stopped reading its replies (then it is closed). */
 static struct sbuf *conn_out(struct session *s)
 {
-    const struct conf *c = server.conf;
+    const struct conf *c = conn_conf;
 
     if (s->closing)
         return NULL;

@@ -23,6 +23,7 @@
 
 #include "proto.h"
 
+struct conf;
 struct session;
 
 /* A client connection or a listener: a TCP or a unix stream. */
@@ -33,6 +34,9 @@ union conn_stream {
     uv_pipe_t pipe;
 };
 
+/* The limits conn applies are read from conf at each use (a reload
+ * changes them in place). */
+void conn_init(const struct conf *conf);
 /* Start reading a freshly accepted stream (its handle already set up). */
 void conn_start(struct session *s);
 

@@ -20,7 +20,7 @@ static const int log_prio[] = { 7, 6, 5, 4, 3 };
 void log_init(enum log_level level)
 {
     log_min = level;
-    log_journal = getenv("JOURNAL_STREAM") != NULL;
+    log_journal = getenv("JOURNAL_STREAM") ? 1 : 0;
 }
 
 int log_enabled(enum log_level level)

@@ -196,7 +196,7 @@ static int run(void)
     uv_signal_start(&D.sigterm, on_signal, SIGTERM);
 
     int rc = server_start(&D.loop, &D.conf);
-    if (rc == 0 && D.conf.metrics.listen != NULL)
+    if (rc == 0 && D.conf.metrics.listen)
         rc = metrics_start(&D.loop, D.conf.metrics.listen);
     if (rc == 0) {
         node_init(&D.loop, &D.conf, on_release);

@@ -83,7 +83,7 @@ struct metrics_family {
 
 static bool metrics_is_split(const struct stats_desc *d)
 {
-    return d->labels != NULL && d->labels->split;
+    return d->labels && d->labels->split;
 }
 
 static void metrics_put_name(struct sbuf *b, const struct metrics_family *f,
@@ -155,7 +155,7 @@ static void metrics_put_labels(struct sbuf *b, const struct metrics_labels *l)
     char sep = '{';
 
     for (size_t i = 0; i < NELEM(l->name); i++) {
-        if (l->value[i] == NULL)
+        if (!l->value[i])
             continue;
         sbuf_printf(b, "%c%s=\"", sep, l->name[i]);
         metrics_put_label_value(b, l->value[i]);
@@ -237,8 +237,8 @@ static void metrics_put_family(struct sbuf *b, struct metrics_family *f,
     struct metrics_labels l = { { label, NULL, NULL }, { NULL, NULL, NULL } };
 
     for (size_t i = 0; i < n; i++) {
-        l.value[0] = label != NULL ? inst[i].label_value : NULL;
-        if (ls == NULL) {
+        l.value[0] = label ? inst[i].label_value : NULL;
+        if (!ls) {
             metrics_put_cell(b, f, &l, inst[i].base, 0);
         } else if (ls->split) {
             metrics_put_cell(b, f, &l, inst[i].base, f->split);
@@ -327,11 +327,11 @@ static void mconn_close(struct mconn *c)
     if (c->state == MCONN_CLOSING)
         return;
     c->state = MCONN_CLOSING;
-    if (c->prev != NULL)
+    if (c->prev)
         c->prev->next = c->next;
     else
         M.conns = c->next;
-    if (c->next != NULL)
+    if (c->next)
         c->next->prev = c->prev;
     M.nconns--;
     /* A write or shutdown still pending is cancelled by the close; its
@@ -444,8 +444,8 @@ static void mconn_dispatch(struct mconn *c)
         eol[-1] = '\0';
     method = line;
     target = strchr(method, ' ');
-    version = target != NULL ? strchr(target + 1, ' ') : NULL;
-    if (target == NULL || version == NULL || target == method ||
+    version = target ? strchr(target + 1, ' ') : NULL;
+    if (!target || !version || target == method ||
         strncmp(version + 1, "HTTP/1.", 7) != 0 || target[1] != '/') {
         mconn_respond_text(c, "400 Bad Request", "", "bad request\n");
         return;
@@ -453,7 +453,7 @@ static void mconn_dispatch(struct mconn *c)
     *target++ = '\0';
     *version = '\0';
     q = strchr(target, '?');
-    if (q != NULL)
+    if (q)
         *q = '\0';
     if (strcmp(method, "GET") != 0)
         mconn_respond_text(c, "405 Method Not Allowed", "Allow: GET\r\n",
@@ -570,7 +570,7 @@ static void metrics_on_connection(uv_stream_t *ls, int status)
     c->open_handles = 2;
     c->state = MCONN_READING;
     c->next = M.conns;
-    if (M.conns != NULL)
+    if (M.conns)
         M.conns->prev = c;
     M.conns = c;
     M.nconns++;
@@ -597,7 +597,7 @@ int metrics_start(uv_loop_t *loop, const struct conf_addr *addr)
         return -1;
     }
     M.loop = loop;
-    v6 = strchr(addr->host, ':') != NULL;
+    v6 = strchr(addr->host, ':');
     rc = v6 ? uv_ip6_addr(addr->host, addr->port, (struct sockaddr_in6 *)&ss)
             : uv_ip4_addr(addr->host, addr->port, (struct sockaddr_in *)&ss);
     if (rc != 0) {
@@ -624,10 +624,10 @@ int metrics_start(uv_loop_t *loop, const struct conf_addr *addr)
 
 void metrics_stop(void)
 {
-    if (M.listener != NULL) {
+    if (M.listener) {
         uv_close((uv_handle_t *)M.listener, metrics_on_close_free);
         M.listener = NULL;
     }
-    while (M.conns != NULL)
+    while (M.conns)
         mconn_close(M.conns);
 }

@@ -247,7 +247,8 @@ int server_start(uv_loop_t *loop, const struct conf *c)
 {
     server.loop = loop;
     server.conf = c;
-    server.limits.max_resource_len = c->locks.max_resource_len;
+    conn_init(c);
+    session_init(c);
 
 #ifdef HAVE_SYSTEMD
     int n = sd_listen_fds(1);

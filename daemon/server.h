@@ -20,7 +20,6 @@ struct conf;
 struct server {
     uv_loop_t *loop;
     const struct conf *conf;
-    struct proto_limits limits;
     bool stopping;
 };
 

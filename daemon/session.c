@@ -18,15 +18,22 @@
 #include "conn.h"
 #include "log.h"
 #include "mem.h"
-#include "server.h"
 #include "stats.h"
 
 static struct {
+    const struct conf *conf;    /* read live: a reload changes it in place */
+    struct proto_limits limits;
     struct list live;           /* sessions not closing */
     size_t count;
     uint64_t next_id;
     bool shutdown;
-} S = { LIST_INIT(S.live), 0, 0, false };
+} S = { .live = LIST_INIT(S.live) };
+
+void session_init(const struct conf *conf)
+{
+    S.conf = conf;
+    S.limits.max_resource_len = conf->locks.max_resource_len;
+}
 
 static const struct lockmgr_owner_ops session_owner_ops;
 
@@ -113,7 +120,7 @@ size_t session_count(void)
 
 static uint64_t session_idle_limit(const struct session *s, const char **why)
 {
-    const struct conf *c = server.conf;
+    const struct conf *c = S.conf;
     uint64_t limit = 0;
 
     if (!s->got_line) {
@@ -247,7 +254,7 @@ static bool secret_equal(const char *a, size_t alen, const char *b)
 
 static void cmd_auth(struct session *s, const struct proto_request *r)
 {
-    const char *pw = server.conf->auth.password;
+    const char *pw = S.conf->auth.password;
 
     if (!pw) {
         conn_err(s, PROTO_ERR_AUTH, "no password is configured");
@@ -281,7 +288,7 @@ static bool session_take_lost(struct session *s, const char *res, size_t len)
 
 static bool check_ttl(struct session *s, uint32_t ttl)
 {
-    const struct conf *c = server.conf;
+    const struct conf *c = S.conf;
     if (ttl < c->locks.min_ttl_ms || ttl > c->locks.max_ttl_ms) {
         conn_errf(s, PROTO_ERR_ARG, "ttl must be between %u and %u ms",
                   c->locks.min_ttl_ms, c->locks.max_ttl_ms);
@@ -292,7 +299,7 @@ static bool check_ttl(struct session *s, uint32_t ttl)
 
 static void cmd_lock(struct session *s, const struct proto_request *r)
 {
-    const struct conf *c = server.conf;
+    const struct conf *c = S.conf;
     uint32_t ttl = (r->has & PROTO_OPT_TTL) ? r->ttl : c->locks.default_ttl_ms;
     /* Nobody is left to wait for the answer after EOF. */
     uint32_t wait = (r->has & PROTO_OPT_WAIT) && !s->eof ? r->wait : 0;
@@ -422,7 +429,7 @@ static void session_execute(struct session *s, struct line *ln)
     struct proto_request r;
     struct proto_error err;
 
-    enum proto_parse_status st = proto_parse(ln->data, ln->len, &server.limits,
+    enum proto_parse_status st = proto_parse(ln->data, ln->len, &S.limits,
                                              &r, &err);
     if (st == PROTO_PARSE_EMPTY)
         return;
@@ -431,7 +438,7 @@ static void session_execute(struct session *s, struct line *ln)
         conn_err(s, err.code, err.msg);
         return;
     }
-    if (!s->authed && server.conf->auth.password && cmd_needs_auth(r.cmd)) {
+    if (!s->authed && S.conf->auth.password && cmd_needs_auth(r.cmd)) {
         conn_err(s, PROTO_ERR_NOAUTH, "authentication required: send AUTH "
                  "<password> first");
         return;
@@ -469,7 +476,7 @@ void session_process(struct session *s)
         if (ln->toolong) {
             conn_errf(s, PROTO_ERR_TOOLONG, "request line longer than %u "
                       "bytes (limits.max_line); closing",
-                      server.conf->limits.max_line);
+                      S.conf->limits.max_line);
             free(ln);
             session_stop(s, "request line too long", true);
             break;
@@ -581,7 +588,7 @@ static void owner_lost(struct lockmgr_owner *o, const char *resource,
              lockmgr_lost_reason_name(why));
     /* Remember it so a later UNLOCK/EXTEND says LOST, not NOTHELD; bounded
      * like the leases themselves. */
-    if (s->nlost < server.conf->limits.max_locks_per_session) {
+    if (s->nlost < S.conf->limits.max_locks_per_session) {
         struct lost_lease *x = mem_alloc(sizeof(*x) + len + 1);
         memcpy(x->resource, resource, len + 1);
         list_push_head(&s->lost, &x->link);

@@ -82,6 +82,10 @@ struct session {
     struct list link;           /* all live sessions */
 };
 
+struct conf;
+
+/* Before the first session: the config sessions read (live). */
+void session_init(const struct conf *conf);
 struct session *session_create(void);
 void session_ref(struct session *s);
 void session_unref(struct session *s);

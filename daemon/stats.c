@@ -115,7 +115,7 @@ static void stats_table_clear_gauges(const struct stats_table *t, void *base)
 {
     for (size_t i = 0; i < t->n; i++) {
         const struct stats_desc *d = &t->rows[i];
-        size_t ncells = d->labels != NULL ? d->labels->n : 1;
+        size_t ncells = d->labels ? d->labels->n : 1;
         double *cell = (double *)((char *)base + d->offset);
 
         if (d->kind != STATS_GAUGE)
@@ -204,7 +204,7 @@ static json_t *stats_cell_json(const struct stats_desc *d, const void *base,
 
 static void stats_set_cell(json_t *obj, const char *key, json_t *v)
 {
-    if (v != NULL)
+    if (v)
         json_object_set_new(obj, key, v);
 }
 
@@ -215,7 +215,7 @@ void stats_table_json(const struct stats_table *t, const void *base,
         const struct stats_desc *d = &t->rows[i];
         json_t *sub;
 
-        if (d->labels == NULL) {
+        if (!d->labels) {
             stats_set_cell(obj, d->key, stats_cell_json(d, base, 0));
             continue;
         }
@@ -248,7 +248,7 @@ void stats_table_read_json(const struct stats_table *t, const json_t *obj,
         const struct stats_desc *d = &t->rows[i];
         const json_t *v = json_object_get(obj, d->key);
 
-        if (d->labels == NULL) {
+        if (!d->labels) {
             stats_cell_read(d, v, base, 0);
             continue;
         }
@@ -264,7 +264,7 @@ json_t *stats_values_json(const struct stats_values *v)
 
     json_object_set_new(o, "version", json_string(REDLOCKD_VERSION));
     stats_table_json(&stats_table, v, o);
-    json_object_set_new(o, "nodes", v->nodes_json != NULL
+    json_object_set_new(o, "nodes", v->nodes_json
                         ? json_incref(v->nodes_json) : json_array());
     return o;
 }

@@ -58,7 +58,7 @@ static void glue_nodes(struct stats_values *v, void *ud)
     json_array_foreach(arr, i, o) {
         const char *name = json_string_value(json_object_get(o, "node"));
 
-        stats_node_set_name(&nodes[i], name != NULL ? name : "");
+        stats_node_set_name(&nodes[i], name ? name : "");
         stats_table_read_json(&stats_node_table, o, &nodes[i]);
     }
 }

@@ -62,7 +62,7 @@ static bool addr_has_control(const char *s)
 static bool addr_all_of(const char *s, size_t len, const char *extra)
 {
     for (size_t i = 0; i < len; i++) {
-        if (!addr_is_alnum(s[i]) && strchr(extra, s[i]) == NULL)
+        if (!addr_is_alnum(s[i]) && !strchr(extra, s[i]))
             return false;
     }
     return true;
@@ -108,7 +108,7 @@ static enum proto_addr_err addr_split_v6(const char *s, struct addr_split *sp)
 {
     const char *end = strchr(s, ']');
 
-    if (end == NULL)
+    if (!end)
         return PROTO_ADDR_E_BRACKET;
     sp->host = s + 1;
     sp->hlen = (size_t)(end - s - 1);
@@ -130,11 +130,11 @@ static enum proto_addr_err addr_split(const char *s, struct addr_split *sp)
         return addr_split_v6(s, sp);
     colon = strchr(s, ':');
     /* "::1:7390" cannot be split safely: which colon is the port's? */
-    if (colon != NULL && strchr(colon + 1, ':') != NULL)
+    if (colon && strchr(colon + 1, ':'))
         return PROTO_ADDR_E_UNBRACKETED;
     sp->host = s;
-    sp->hlen = colon != NULL ? (size_t)(colon - s) : strlen(s);
-    sp->port = colon != NULL ? colon + 1 : NULL;
+    sp->hlen = colon ? (size_t)(colon - s) : strlen(s);
+    sp->port = colon ? colon + 1 : NULL;
     sp->v6 = false;
     return PROTO_ADDR_OK;
 }
@@ -142,7 +142,7 @@ static enum proto_addr_err addr_split(const char *s, struct addr_split *sp)
 static enum proto_addr_err addr_port(const struct addr_split *sp,
                                      unsigned flags, uint16_t *port)
 {
-    if (sp->port != NULL)
+    if (sp->port)
         return proto_parse_port(sp->port, strlen(sp->port), port) == 0
                    ? PROTO_ADDR_OK : PROTO_ADDR_E_PORT;
     if (!(flags & PROTO_ADDR_ALLOW_DEFAULT_PORT))
@@ -172,11 +172,11 @@ static enum proto_addr_err addr_host_v6(struct proto_addr *a, const char *h,
                                         size_t len, unsigned flags)
 {
     const char *pct = memchr(h, '%', len);
-    size_t alen = pct != NULL ? (size_t)(pct - h) : len;
+    size_t alen = pct ? (size_t)(pct - h) : len;
     unsigned char bin[sizeof(struct in6_addr)];
     char lit[INET6_ADDRSTRLEN];
 
-    if (pct != NULL && !(flags & PROTO_ADDR_ALLOW_ZONE))
+    if (pct && !(flags & PROTO_ADDR_ALLOW_ZONE))
         return PROTO_ADDR_E_IPV6;
     /* Every valid spelling fits in INET6_ADDRSTRLEN. */
     if (alen >= sizeof(lit))
@@ -185,9 +185,9 @@ static enum proto_addr_err addr_host_v6(struct proto_addr *a, const char *h,
     lit[alen] = '\0';
     if (inet_pton(AF_INET6, lit, bin) != 1)
         return PROTO_ADDR_E_IPV6;
-    if (inet_ntop(AF_INET6, bin, a->host, sizeof(a->host)) == NULL)
+    if (!inet_ntop(AF_INET6, bin, a->host, sizeof(a->host)))
         return PROTO_ADDR_E_IPV6;
-    if (pct != NULL)
+    if (pct)
         return addr_zone(a, pct + 1, len - alen - 1);
     return PROTO_ADDR_OK;
 }
@@ -247,7 +247,7 @@ static enum proto_addr_err addr_tcp(struct proto_addr *a, const char *s,
 static enum proto_addr_err addr_dispatch(struct proto_addr *a, const char *s,
                                          unsigned flags)
 {
-    if (s == NULL || *s == '\0')
+    if (!s || *s == '\0')
         return PROTO_ADDR_E_EMPTY;
     if (addr_has_control(s))
         return PROTO_ADDR_E_CONTROL;
@@ -261,7 +261,7 @@ static enum proto_addr_err addr_dispatch(struct proto_addr *a, const char *s,
     }
     if (strncmp(s, "tcp://", 6) == 0)
         s += 6;
-    if (strstr(s, "://") != NULL)
+    if (strstr(s, "://"))
         return PROTO_ADDR_E_SCHEME;
     return addr_tcp(a, s, flags);
 }
@@ -285,7 +285,7 @@ int proto_addr_format(const struct proto_addr *a, char *buf, size_t size)
     if (a->kind == PROTO_ADDR_KIND_UNIX)
         return snprintf(buf, size, "unix:%s%s",
                         strncmp(a->path, "//", 2) == 0 ? "//" : "", a->path);
-    if (strchr(a->host, ':') != NULL)
+    if (strchr(a->host, ':'))
         return snprintf(buf, size, "[%s]:%u", a->host, (unsigned)a->port);
     /* "unix:6379" is a unix socket; a host named unix needs the scheme. */
     return snprintf(buf, size, "%s%s:%u",

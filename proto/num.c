@@ -31,7 +31,7 @@ static int num_read(const char *s, size_t len, unsigned base,
     unsigned d;
     size_t i;
 
-    if (s == NULL || len == 0 || len > maxdigits)
+    if (!s || len == 0 || len > maxdigits)
         return -1;
     for (i = 0; i < len; i++) {
         if (!num_digit(s[i], base, &d) || v > (max - d) / base)
@@ -66,7 +66,7 @@ int proto_parse_u64(const char *s, size_t len, uint64_t *out)
 
 int proto_parse_i64(const char *s, size_t len, int64_t *out)
 {
-    bool neg = s != NULL && len > 0 && s[0] == '-';
+    bool neg = s && len > 0 && s[0] == '-';
     /* INT64_MIN's magnitude is one more than INT64_MAX. */
     uint64_t max = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
     uint64_t v;

@@ -256,7 +256,7 @@ static size_t proto_max_resource(const struct proto_limits *lim)
 {
     static const struct proto_limits def = PROTO_LIMITS_DEFAULT;
 
-    return (lim != NULL ? lim : &def)->max_resource_len;
+    return (lim ? lim : &def)->max_resource_len;
 }
 
 static bool proto_all_visible(const char *s, size_t len)
@@ -273,7 +273,7 @@ static bool proto_all_visible(const char *s, size_t len)
 int proto_valid_resource(const char *s, size_t len,
                          const struct proto_limits *lim)
 {
-    if (s == NULL || len == 0 || len > proto_max_resource(lim))
+    if (!s || len == 0 || len > proto_max_resource(lim))
         return 0;
     return proto_all_visible(s, len) ? 1 : 0;
 }
@@ -384,7 +384,7 @@ static enum proto_parse_status proto_parse_opt(struct proto_request *req,
         return proto_fail(err, PROTO_ERR_ARG,
                           "option names are lower-case (got '%s')", q);
     o = proto_opt_lookup(word, nlen);
-    if (o == NULL || (sp->opts & o->bit) == 0)
+    if (!o || (sp->opts & o->bit) == 0)
         return proto_fail(err, PROTO_ERR_ARG, "unknown option '%s' for %s",
                           q, cmd);
     if (req->has & o->bit)
@@ -403,7 +403,7 @@ static enum proto_parse_status proto_parse_arg(struct proto_request *req,
 
     if (sp->max_args == 0)
         return proto_fail(err, PROTO_ERR_ARG, "%s takes no arguments", cmd);
-    if (req->arg != NULL)
+    if (req->arg)
         return proto_fail(err, PROTO_ERR_ARG,
                           "wrong number of arguments for %s", cmd);
     if (sp->resource && wlen > proto_max_resource(lim))
@@ -428,16 +428,16 @@ static enum proto_parse_status proto_parse_words(struct proto_request *req,
     char *word, *eq;
     size_t wlen;
 
-    while ((word = proto_next_word(&pos, &wlen)) != NULL) {
+    while ((word = proto_next_word(&pos, &wlen))) {
         eq = memchr(word, '=', wlen);
-        if (eq != NULL && !(sp->raw_first && req->arg == NULL))
+        if (eq && !(sp->raw_first && !req->arg))
             st = proto_parse_opt(req, sp, word, wlen, eq, err);
         else
             st = proto_parse_arg(req, sp, lim, word, wlen, err);
         if (st != PROTO_PARSE_OK)
             return st;
     }
-    if (sp->min_args > 0 && req->arg == NULL)
+    if (sp->min_args > 0 && !req->arg)
         return proto_fail(err, PROTO_ERR_ARG, "%s", sp->missing);
     if ((sp->required & PROTO_OPT_TTL) && !(req->has & PROTO_OPT_TTL))
         return proto_fail(err, PROTO_ERR_ARG, "%s needs ttl=<ms>",
@@ -477,7 +477,7 @@ enum proto_parse_status proto_parse(char *line, size_t len,
     if (proto_has_ctl(line, len))
         return proto_fail(err, PROTO_ERR_ARG, "control character in request");
     word = proto_next_word(&pos, &wlen);
-    if (word == NULL)
+    if (!word)
         return PROTO_PARSE_EMPTY;
     req->cmd = proto_cmd_lookup(word, wlen);
     if (req->cmd == PROTO_CMD_NONE) {
@@ -538,13 +538,13 @@ void proto_format_kv_strn(struct sbuf *b, const char *key, const char *val,
     sbuf_putc(b, ' ');
     proto_put_clean(b, key, strlen(key), proto_bad_in_word, '_');
     sbuf_putc(b, '=');
-    if (val != NULL)
+    if (val)
         proto_put_clean(b, val, len, proto_bad_in_word, '_');
 }
 
 void proto_format_kv_str(struct sbuf *b, const char *key, const char *val)
 {
-    proto_format_kv_strn(b, key, val, val != NULL ? strlen(val) : 0);
+    proto_format_kv_strn(b, key, val, val ? strlen(val) : 0);
 }
 
 void proto_format_kv_u64(struct sbuf *b, const char *key, uint64_t val)
@@ -576,7 +576,7 @@ void proto_format_cmd(struct sbuf *b, enum proto_cmd cmd)
 {
     const char *word = proto_cmd_name(cmd);
 
-    if (word != NULL)
+    if (word)
         sbuf_puts(b, word);
 }
 
@@ -584,7 +584,7 @@ void proto_format_opt_u64(struct sbuf *b, enum proto_opt opt, uint64_t val)
 {
     const char *name = proto_opt_name(opt);
 
-    if (name != NULL)
+    if (name)
         proto_format_kv_u64(b, name, val);
 }
 
@@ -593,7 +593,7 @@ void proto_format_opt_str(struct sbuf *b, enum proto_opt opt,
 {
     const char *name = proto_opt_name(opt);
 
-    if (name != NULL)
+    if (name)
         proto_format_kv_str(b, name, val);
 }
 
@@ -601,7 +601,7 @@ void proto_format_request(struct sbuf *b, enum proto_cmd cmd,
                           const char *arg)
 {
     proto_format_cmd(b, cmd);
-    if (arg != NULL)
+    if (arg)
         proto_format_word(b, arg);
     proto_format_end(b);
 }
@@ -613,7 +613,7 @@ void proto_format_ok(struct sbuf *b)
 
 void proto_format_ok_json(struct sbuf *b, const char *json)
 {
-    if (json == NULL)
+    if (!json)
         json = "{}";
     sbuf_puts(b, "OK ");
     proto_put_clean(b, json, strlen(json), proto_bad_in_json, ' ');
@@ -623,7 +623,7 @@ void proto_format_ok_json(struct sbuf *b, const char *json)
 void proto_format_pong(struct sbuf *b, const char *word, size_t len)
 {
     sbuf_puts(b, "PONG");
-    if (word != NULL && len > 0) {
+    if (word && len > 0) {
         sbuf_putc(b, ' ');
         proto_put_clean(b, word, len, proto_bad_in_word, '_');
     }
@@ -637,11 +637,11 @@ static void proto_put_err(struct sbuf *b, enum proto_err code,
     const char *word = proto_err_word(code);
 
     /* An out-of-range code is a bug in the caller; still send a valid line. */
-    if (word == NULL) {
+    if (!word) {
         code = PROTO_ERR_ARG;
         word = proto_err_word(code);
     }
-    if (msg == NULL || len == 0) {
+    if (!msg || len == 0) {
         msg = proto_err_default_msg(code);
         len = strlen(msg);
     }
@@ -652,7 +652,7 @@ static void proto_put_err(struct sbuf *b, enum proto_err code,
 
 void proto_format_err(struct sbuf *b, enum proto_err code, const char *msg)
 {
-    proto_put_err(b, code, msg, msg != NULL ? strlen(msg) : 0);
+    proto_put_err(b, code, msg, msg ? strlen(msg) : 0);
 }
 
 void proto_format_errf(struct sbuf *b, enum proto_err code, const char *fmt,
@@ -702,13 +702,13 @@ static void proto_reply_kvs(struct proto_reply *r, char *pos)
     char *word, *eq;
     size_t wlen;
 
-    while ((word = proto_next_word(&pos, &wlen)) != NULL) {
+    while ((word = proto_next_word(&pos, &wlen))) {
         if (r->nkv == PROTO_REPLY_MAX_KV)
             return;
         eq = memchr(word, '=', wlen);
         r->kv[r->nkv].key = word;
         r->kv[r->nkv].val = "";
-        if (eq != NULL) {
+        if (eq) {
             *eq = '\0';
             r->kv[r->nkv].val = eq + 1;
         }
@@ -734,10 +734,10 @@ static int proto_reply_pong(struct proto_reply *r, char *pos)
     size_t wlen;
 
     word = proto_next_word(&pos, &wlen);
-    if (word != NULL && proto_next_word(&pos, &wlen) != NULL)
+    if (word && proto_next_word(&pos, &wlen))
         return -1;
     r->kind = PROTO_REPLY_PONG;
-    if (word != NULL)
+    if (word)
         r->text = word;
     return 0;
 }
@@ -748,7 +748,7 @@ static int proto_reply_err(struct proto_reply *r, char *pos)
     size_t wlen;
 
     word = proto_next_word(&pos, &wlen);
-    if (word == NULL)
+    if (!word)
         return -1;
     while (proto_is_sep(*pos))
         pos++;
@@ -765,7 +765,7 @@ static int proto_reply_event(struct proto_reply *r, char *pos)
     size_t wlen;
 
     word = proto_next_word(&pos, &wlen);
-    if (word == NULL)
+    if (!word)
         return -1;
     r->kind = PROTO_REPLY_EVENT;
     r->text = word;
@@ -779,7 +779,7 @@ static int proto_reply_dispatch(struct proto_reply *r, char *line)
     size_t wlen;
 
     word = proto_next_word(&pos, &wlen);
-    if (word == NULL)
+    if (!word)
         return -1;
     if (strcmp(word, "OK") == 0)
         return proto_reply_ok(r, pos);

@@ -37,7 +37,7 @@ void sbuf_deinit(struct sbuf *b)
 void sbuf_reset(struct sbuf *b)
 {
     b->len = 0;
-    if (b->data != NULL)
+    if (b->data)
         b->data[0] = '\0';
 }
 
@@ -56,7 +56,7 @@ int sbuf_try_reserve(struct sbuf *b, size_t extra)
     while (cap < need)
         cap = cap > SIZE_MAX / 2 ? need : cap * 2;
     p = realloc(b->data, cap);
-    if (p == NULL)
+    if (!p)
         return -1;
     b->data = p;
     b->cap = cap;
@@ -135,7 +135,7 @@ void sbuf_consume(struct sbuf *b, size_t n)
 
 const char *sbuf_cstr(struct sbuf *b)
 {
-    if (b->data == NULL)
+    if (!b->data)
         return "";
     b->data[b->len] = '\0';
     return b->data;

@@ -264,7 +264,7 @@ static void *xrealloc(void *p, size_t n)
 {
     void *r = realloc(p, n);
 
-    if (r == NULL)
+    if (!r)
         die("out of memory (%zu bytes)", n);
     return r;
 }
@@ -284,9 +284,9 @@ static long proc_rss_kib(pid_t pid)
 
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
     f = fopen(path, "r");
-    if (f == NULL)
+    if (!f)
         return -1;
-    while (fgets(line, sizeof(line), f) != NULL) {
+    while (fgets(line, sizeof(line), f)) {
         if (strncmp(line, "VmRSS:", 6) == 0) {
             kib = strtol(line + 6, NULL, 10);
             break;
@@ -307,7 +307,7 @@ static double proc_cpu_s(pid_t pid)
 
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     f = fopen(path, "r");
-    if (f == NULL)
+    if (!f)
         return -1;
     n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
@@ -315,7 +315,7 @@ static double proc_cpu_s(pid_t pid)
     /* The command name may hold spaces and parentheses; fields resume
      * after the last ')'. utime and stime are fields 14 and 15. */
     p = strrchr(buf, ')');
-    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
                             "%llu %llu", &ut, &st) != 2)
         return -1;
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
@@ -331,7 +331,7 @@ static unsigned long listener_inode(void)
         const struct sockaddr_un *un = (const void *)&B.sa;
         FILE *f = fopen("/proc/net/unix", "r");
 
-        while (f != NULL && inode == 0 && fgets(line, sizeof(line), f)) {
+        while (f && inode == 0 && fgets(line, sizeof(line), f)) {
             unsigned long flags, ino;
             char path[512] = "";
 
@@ -341,7 +341,7 @@ static unsigned long listener_inode(void)
                 strcmp(path, un->sun_path) == 0)
                 inode = ino;
         }
-        if (f != NULL)
+        if (f)
             fclose(f);
         return inode;
     }
@@ -351,7 +351,7 @@ static unsigned long listener_inode(void)
                               ? ((const struct sockaddr_in *)&B.sa)->sin_port
                               : ((const struct sockaddr_in6 *)&B.sa)->sin6_port);
 
-        while (f != NULL && inode == 0 && fgets(line, sizeof(line), f)) {
+        while (f && inode == 0 && fgets(line, sizeof(line), f)) {
             unsigned lport, st;
             unsigned long ino;
 
@@ -360,7 +360,7 @@ static unsigned long listener_inode(void)
                        &lport, &st, &ino) == 3 && st == 0x0A && lport == port)
                 inode = ino;
         }
-        if (f != NULL)
+        if (f)
             fclose(f);
     }
     return inode;
@@ -380,7 +380,7 @@ static pid_t find_daemon_pid(void)
         return 0;
     snprintf(want, sizeof(want), "socket:[%lu]", inode);
     proc = opendir("/proc");
-    while (proc != NULL && found == 0 && (pe = readdir(proc)) != NULL) {
+    while (proc && found == 0 && (pe = readdir(proc))) {
         struct dirent *fe;
         DIR *fds;
 
@@ -388,7 +388,7 @@ static pid_t find_daemon_pid(void)
             continue;
         snprintf(path, sizeof(path), "/proc/%s/fd", pe->d_name);
         fds = opendir(path);
-        while (fds != NULL && found == 0 && (fe = readdir(fds)) != NULL) {
+        while (fds && found == 0 && (fe = readdir(fds))) {
             ssize_t n;
 
             snprintf(path, sizeof(path), "/proc/%s/fd/%s", pe->d_name,
@@ -400,10 +400,10 @@ static pid_t find_daemon_pid(void)
                     found = (pid_t)atoi(pe->d_name);
             }
         }
-        if (fds != NULL)
+        if (fds)
             closedir(fds);
     }
-    if (proc != NULL)
+    if (proc)
         closedir(proc);
     return found;
 }
@@ -436,13 +436,13 @@ static void parse_server(const char *s)
     if (s[0] == '[') {
         const char *rb = strchr(s, ']');
 
-        if (rb == NULL || rb[1] != ':' || (size_t)(rb - s - 1) >= sizeof(host))
+        if (!rb || rb[1] != ':' || (size_t)(rb - s - 1) >= sizeof(host))
             die("bad server address: %s", s);
         snprintf(host, sizeof(host), "%.*s", (int)(rb - s - 1), s + 1);
         colon = rb + 1;
     } else {
         colon = strrchr(s, ':');
-        if (colon == NULL || (size_t)(colon - s) >= sizeof(host))
+        if (!colon || (size_t)(colon - s) >= sizeof(host))
             die("bad server address (want HOST:PORT or /path): %s", s);
         snprintf(host, sizeof(host), "%.*s", (int)(colon - s), s);
     }
@@ -792,7 +792,7 @@ static void on_reply(struct bconn *c, enum req_kind kind, const char *line,
         B.requests++;
     switch (kind) {
     case REQ_HELLO:
-        if (!ok || strstr(line, "proto=1") == NULL) {
+        if (!ok || !strstr(line, "proto=1")) {
             warnx("HELLO answered: %.200s", line);
             conn_close(c);
             return;
@@ -1059,7 +1059,7 @@ static const char *ctl_line(struct ctl *k, int timeout_ms)
     for (;;) {
         char *nl = memchr(k->buf, '\n', k->len);
 
-        if (nl != NULL) {
+        if (nl) {
             size_t n = (size_t)(nl - k->buf);
 
             memcpy(k->line, k->buf, n);
@@ -1105,7 +1105,7 @@ static long long ctl_stat(const char *key)
     const char *line;
 
     if (ctl_open(k) == 0 && ctl_write(k, "STATS\n", 6) &&
-        (line = ctl_line(k, BENCH_CTL_TIMEOUT_MS)) != NULL &&
+        (line = ctl_line(k, BENCH_CTL_TIMEOUT_MS)) &&
         strncmp(line, "OK {", 4) == 0) {
         json_t *o = json_loads(line + 3, 0, NULL);
 
@@ -1154,13 +1154,13 @@ static unsigned idle_check_released(double *took_s, unsigned *rounds)
             for (unsigned i = off; i < end; i++) {
                 const char *line = io_ok ? ctl_line(k, BENCH_CTL_TIMEOUT_MS)
                                          : NULL;
-                json_t *o = line != NULL && strncmp(line, "OK {", 4) == 0
+                json_t *o = line && strncmp(line, "OK {", 4) == 0
                             ? json_loads(line + 3, 0, NULL) : NULL;
 
-                if (o == NULL || !json_is_false(json_object_get(o, "held")))
+                if (!o || !json_is_false(json_object_get(o, "held")))
                     todo[left++] = todo[i];
                 json_decref(o);
-                if (line == NULL)
+                if (!line)
                     io_ok = false;
             }
             if (!io_ok) {
@@ -1272,7 +1272,7 @@ static void emit(json_t *o, void (*human)(FILE *, json_t *))
                         json_integer((json_int_t)B.unexpected));
     json_object_set_new(o, "events_lost", json_integer((json_int_t)B.lost_events));
     json_object_set_new(o, "interrupted", json_boolean(interrupted != 0));
-    if (B.json_file != NULL && json_dump_file(o, B.json_file, flags) != 0)
+    if (B.json_file && json_dump_file(o, B.json_file, flags) != 0)
         warnx("cannot write %s", B.json_file);
     if (B.json) {
         json_dumpf(o, stdout, flags);
@@ -1309,7 +1309,7 @@ static void human_throughput(FILE *f, json_t *o)
     hist_print(f, "UNLOCK", &B.h[H_UNLOCK]);
     hist_print(f, "PING", &B.h[H_PING]);
     hist_print(f, "UNLOCK->next grant", &B.h[H_HANDOFF]);
-    if (cpu >= 0 && json_object_get(o, "daemon_cpu_percent") != NULL)
+    if (cpu >= 0 && json_object_get(o, "daemon_cpu_percent"))
         fprintf(f, "  daemon pid %d: CPU %.1f%% of one core, RSS %.1f MiB\n",
                 (int)B.pid, cpu, jnum(o, "daemon_rss_kib") / 1024.0);
 }
@@ -1387,7 +1387,7 @@ static void human_idle(FILE *f, json_t *o)
             B.conns, jnum(o, "setup_s"));
     errors_print(f);
     hist_print(f, "LOCK", &B.h[H_LOCK]);
-    if (rss != NULL) {
+    if (rss) {
         fprintf(f, "  daemon RSS: %.1f MiB before, %.1f MiB with the sessions "
                 "locked, %.1f MiB after the hold\n",
                 jnum(rss, "before") / 1024.0, jnum(rss, "locked") / 1024.0,
@@ -1395,12 +1395,12 @@ static void human_idle(FILE *f, json_t *o)
         fprintf(f, "  memory per session with one lock: %.0f bytes\n",
                 jnum(o, "bytes_per_session"));
     }
-    if (json_object_get(o, "hold_cpu_percent") != NULL)
+    if (json_object_get(o, "hold_cpu_percent"))
         fprintf(f, "  daemon CPU while holding: %.2f%% of one core", cpu);
     if (renewals >= 0) {
         fprintf(f, ", %lld renewals (%.0f/s)", renewals,
                 jnum(o, "hold_renewals_per_s"));
-        if (json_object_get(o, "cpu_us_per_renewal") != NULL)
+        if (json_object_get(o, "cpu_us_per_renewal"))
             fprintf(f, ", %.1f us CPU each", jnum(o, "cpu_us_per_renewal"));
     }
     fputc('\n', f);
@@ -1626,7 +1626,7 @@ int main(int argc, char **argv)
     if (B.ep < 0)
         die("epoll_create1: %s", strerror(errno));
     B.c = calloc(B.conns, sizeof(*B.c));
-    if (B.c == NULL)
+    if (!B.c)
         die("out of memory");
     for (unsigned i = 0; i < B.conns; i++) {
         B.c[i].idx = i;

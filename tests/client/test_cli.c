@@ -196,7 +196,7 @@ static bool read_file(const char *path, char *buf, size_t size)
     size_t n;
 
     buf[0] = '\0';
-    if (f == NULL)
+    if (!f)
         return false;
     n = fread(buf, 1, size - 1, f);
     buf[n] = '\0';
@@ -219,7 +219,7 @@ static long wait_file_number(const char *path, int timeout_ms)
     char buf[256];
 
     while (h_since(t0) < timeout_ms) {
-        if (read_file(path, buf, sizeof(buf)) && strchr(buf, '\n') != NULL)
+        if (read_file(path, buf, sizeof(buf)) && strchr(buf, '\n'))
             return strtol(buf, NULL, 10);
         h_sleep_ms(10);
     }
@@ -237,7 +237,7 @@ static bool pid_gone(pid_t pid)
     if (!read_file(path, buf, sizeof(buf)))
         return true;
     paren = strrchr(buf, ')');
-    return paren != NULL && (paren[2] == 'Z' || paren[2] == 'X');
+    return paren && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
 static bool wait_pid_gone(pid_t pid, int timeout_ms)
@@ -258,7 +258,7 @@ static const char *env_bin(const char *var)
 {
     const char *bin = getenv(var);
 
-    if (bin == NULL || *bin == '\0')
+    if (!bin || *bin == '\0')
         ck_abort_msg("%s is not set (run through meson test)", var);
     return bin;
 }
@@ -290,7 +290,7 @@ static void child_exec(const char *bin, char **argv, int out, int err,
     signal(SIGPIPE, SIG_DFL);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    if (server_env != NULL)
+    if (server_env)
         setenv("REDLOCKD_SERVER", server_env, 1);
     else
         unsetenv("REDLOCKD_SERVER");
@@ -761,7 +761,7 @@ START_TEST(run_lease_lost)
     assert_status(p, EXIT_LOST, "run whose lease was lost");
     ck_assert_msg(took < h_scale(6000), "redlockctl took %lld ms to notice the loss "
                   "of a ttl=1500 lease", took);
-    ck_assert_msg(strstr(p->err, "redlockctl:") != NULL && strstr(p->err, "lost") != NULL,
+    ck_assert_msg(strstr(p->err, "redlockctl:") && strstr(p->err, "lost"),
                   "no message about the lost lease: %s", p->err);
     ck_assert_msg(wait_pid_gone((pid_t)cmd, h_scale(3000)),
                   "the command (pid %ld) still runs after the lease was lost", cmd);
@@ -789,8 +789,8 @@ START_TEST(inspection_commands)
     p = ctl_start("-s", S, "status", "cli:insp", NULL);
     proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "status");
-    ck_assert_msg(strstr(p->out, "cli:insp") != NULL &&
-                  strstr(p->out, "cli-holder") != NULL,
+    ck_assert_msg(strstr(p->out, "cli:insp") &&
+                  strstr(p->out, "cli-holder"),
                   "status does not name the resource and its holder: %s", p->out);
 
     p = ctl_start("-s", S, "--json", "status", "cli:insp", NULL);
@@ -817,7 +817,7 @@ START_TEST(inspection_commands)
     p = ctl_start("-s", S, "sessions", NULL);
     proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "sessions");
-    ck_assert_msg(strstr(p->out, "cli-holder") != NULL, "sessions: %s", p->out);
+    ck_assert_msg(strstr(p->out, "cli-holder"), "sessions: %s", p->out);
 
     p = ctl_start("-s", S, "--json", "sessions", NULL);
     proc_wait(p, h_scale(5000));
@@ -834,7 +834,7 @@ START_TEST(inspection_commands)
     p = ctl_start("-s", S, "stats", NULL);
     proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "stats");
-    ck_assert_msg(strstr(p->out, "locks_held") != NULL, "stats: %s", p->out);
+    ck_assert_msg(strstr(p->out, "locks_held"), "stats: %s", p->out);
 
     p = ctl_start("-s", S, "--json", "stats", NULL);
     proc_wait(p, h_scale(5000));
@@ -868,7 +868,7 @@ START_TEST(inspection_commands)
     p = ctl_start("--server", D.sock_path, "status", "cli:insp", NULL);
     proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "status over /PATH");
-    ck_assert_msg(strstr(p->out, "cli-holder") != NULL, "status: %s", p->out);
+    ck_assert_msg(strstr(p->out, "cli-holder"), "status: %s", p->out);
     server_env = S;
     p = ctl_start("ping", NULL);
     proc_wait(p, h_scale(5000));
@@ -930,8 +930,8 @@ START_TEST(version_and_help)
     p = ctl_start("--help", NULL);
     proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "--help");
-    ck_assert_msg(strstr(p->out, "Usage:") != NULL && strstr(p->out, "run") != NULL &&
-                  strstr(p->out, "--conflict-exit-code") != NULL,
+    ck_assert_msg(strstr(p->out, "Usage:") && strstr(p->out, "run") &&
+                  strstr(p->out, "--conflict-exit-code"),
                   "--help: %s", p->out);
 
     p = ctl_start("--no-such-option", "ping", NULL);

@@ -101,8 +101,8 @@ static struct redlockd *open_opts(const struct redlockd_opts *o)
 
     ck_assert_int_lt(nh, HANDLES_MAX);
     rc = redlockd_connect(&h, o, &err);
-    ck_assert_msg(rc == 0 && h != NULL, "connect to %s: %d %s",
-                  o->server != NULL ? o->server : "(default)", rc,
+    ck_assert_msg(rc == 0 && h, "connect to %s: %d %s",
+                  o->server ? o->server : "(default)", rc,
                   rc < 0 ? err.msg : "");
     H[nh++] = h;
     return h;
@@ -137,7 +137,7 @@ static json_t *parse(int rc, char **textp, struct redlockd *h, const char *what)
     json_t *o;
 
     *textp = NULL;
-    ck_assert_msg(rc == 0 && text != NULL, "%s failed: %d %s", what, rc,
+    ck_assert_msg(rc == 0 && text, "%s failed: %d %s", what, rc,
                   redlockd_last_error(h)->msg);
     o = json_loads(text, 0, &jerr);
     ck_assert_msg(json_is_object(o), "%s: not a JSON object (%s): %s", what,
@@ -244,10 +244,10 @@ static void assert_keys(const char *res, const char *token)
 {
     for (int i = 0; i < nr; i++) {
         char *v = key_get(i, res);
-        bool ok = token == NULL ? v == NULL : (v != NULL && strcmp(v, token) == 0);
+        bool ok = !token ? !v : (v && strcmp(v, token) == 0);
 
         ck_assert_msg(ok, "node %d: lock:%s is %s, want %s", i, res,
-                      v != NULL ? v : "(no key)", token != NULL ? token : "(no key)");
+                      v ? v : "(no key)", token ? token : "(no key)");
         free(v);
     }
 }
@@ -278,7 +278,7 @@ static const char *describe_keys(const char *res)
 
         len += (size_t)snprintf(out + len, sizeof(out) - len,
                                 "%snode %d: %s pttl %lld", i > 0 ? ", " : "", i,
-                                v != NULL ? v : "(no key)", key_pttl(i, res));
+                                v ? v : "(no key)", key_pttl(i, res));
         free(v);
     }
     return out;
@@ -309,7 +309,7 @@ static void on_lost(const char *resource, uint64_t fence, const char *reason,
 {
     struct lost_log *l = ud;
 
-    if (resource == NULL) {
+    if (!resource) {
         l->null_calls++;
         snprintf(l->reason, sizeof(l->reason), "%s", reason);
         return;
@@ -318,7 +318,7 @@ static void on_lost(const char *resource, uint64_t fence, const char *reason,
     snprintf(l->resource, sizeof(l->resource), "%s", resource);
     snprintf(l->reason, sizeof(l->reason), "%s", reason);
     l->fence = fence;
-    if (l->h != NULL)
+    if (l->h)
         l->request_rc = redlockd_ping(l->h);
 }
 
@@ -878,16 +878,16 @@ START_TEST(strerror_all_codes)
     for (int c = 0; c < REDLOCKD_CODE_COUNT; c++) {
         const char *s = redlockd_strerror(c), *n = redlockd_code_name(c);
 
-        ck_assert_msg(s != NULL && s[0] != '\0', "strerror(%d) is empty", c);
+        ck_assert_msg(s && s[0] != '\0', "strerror(%d) is empty", c);
         ck_assert_msg(redlockd_strerror(-c) == s ||
                       strcmp(redlockd_strerror(-c), s) == 0,
                       "strerror(%d) differs from strerror(%d)", -c, c);
-        ck_assert_msg(n != NULL && n[0] != '\0' && strcmp(n, "?") != 0,
-                      "code_name(%d) is \"%s\"", c, n != NULL ? n : "(null)");
+        ck_assert_msg(n && n[0] != '\0' && strcmp(n, "?") != 0,
+                      "code_name(%d) is \"%s\"", c, n ? n : "(null)");
         for (int d = 0; d < c; d++)
             ck_assert_msg(strcmp(redlockd_code_name(d), n) != 0,
                           "codes %d and %d are both named %s", d, c, n);
-        if (c < (int)(sizeof(words) / sizeof(words[0])) && words[c] != NULL)
+        if (c < (int)(sizeof(words) / sizeof(words[0])) && words[c])
             ck_assert_str_eq(n, words[c]);
     }
     ck_assert_str_eq(redlockd_code_name(REDLOCKD_OK), "OK");

@@ -49,11 +49,11 @@ static void fuzz_check_tcp(const struct proto_addr *a, unsigned flags)
     size_t n = strnlen(a->host, sizeof(a->host));
 
     FUZZ_CHECK(n > 0 && n < sizeof(a->host));
-    FUZZ_CHECK(fuzz_printable(a->host) && strchr(a->host, ' ') == NULL);
+    FUZZ_CHECK(fuzz_printable(a->host) && !strchr(a->host, ' '));
     FUZZ_CHECK(a->port >= 1);
     FUZZ_CHECK(a->path[0] == '\0');
     if (!(flags & PROTO_ADDR_ALLOW_ZONE))
-        FUZZ_CHECK(strchr(a->host, '%') == NULL);
+        FUZZ_CHECK(!strchr(a->host, '%'));
 }
 
 static void fuzz_check_unix(const struct proto_addr *a, unsigned flags)
@@ -85,7 +85,7 @@ static void fuzz_one(const char *text, unsigned flags)
     enum proto_addr_err e = proto_addr_parse(&a, text, flags);
     const char *msg = proto_addr_strerror(e);
 
-    FUZZ_CHECK(msg != NULL && msg[0] != '\0' && fuzz_printable(msg));
+    FUZZ_CHECK(msg && msg[0] != '\0' && fuzz_printable(msg));
     if (e != PROTO_ADDR_OK) {
         FUZZ_CHECK(e > PROTO_ADDR_OK && e < PROTO_ADDR_E_COUNT);
         FUZZ_CHECK(fuzz_all_zero(&a));
@@ -107,7 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *text = malloc(size + 1);
     size_t i;
 
-    FUZZ_CHECK(text != NULL);
+    FUZZ_CHECK(text);
     if (size > 0)
         memcpy(text, data, size);
     text[size] = '\0';

@@ -20,7 +20,7 @@ static char *fuzz_copy(const uint8_t *data, size_t size)
 {
     char *p = malloc(size + 1);
 
-    FUZZ_CHECK(p != NULL);
+    FUZZ_CHECK(p);
     if (size > 0)
         memcpy(p, data, size);
     p[size] = '\0';
@@ -55,7 +55,7 @@ static void fuzz_check_request(const char *line, size_t size,
                                const struct proto_request *req)
 {
     FUZZ_CHECK(req->cmd > PROTO_CMD_NONE && req->cmd < PROTO_CMD_COUNT);
-    if (req->arg != NULL) {
+    if (req->arg) {
         FUZZ_CHECK(req->arg >= line && req->arg + req->arg_len <= line + size);
         FUZZ_CHECK(strlen(req->arg) == req->arg_len);
     }
@@ -68,7 +68,7 @@ static void fuzz_check_request(const char *line, size_t size,
         FUZZ_CHECK(req->ttl >= 1);
     if (req->has & PROTO_OPT_PROTO)
         FUZZ_CHECK(req->proto == PROTO_VERSION);
-    if (req->name != NULL)
+    if (req->name)
         FUZZ_CHECK(req->name_len >= 1 && req->name_len <= PROTO_MAX_NAME_LEN
                    && fuzz_printable(req->name, req->name_len));
 }
@@ -114,10 +114,10 @@ static void fuzz_parse_reply(const uint8_t *data, size_t size)
 
     if (proto_reply_parse(line, size, &r) == 0) {
         FUZZ_CHECK(r.kind != PROTO_REPLY_INVALID);
-        FUZZ_CHECK(r.text != NULL && r.err_word != NULL);
+        FUZZ_CHECK(r.text && r.err_word);
         FUZZ_CHECK(r.nkv <= PROTO_REPLY_MAX_KV);
         for (i = 0; i < r.nkv; i++)
-            FUZZ_CHECK(proto_reply_get(&r, r.kv[i].key) != NULL);
+            FUZZ_CHECK(proto_reply_get(&r, r.kv[i].key));
     } else {
         FUZZ_CHECK(r.kind == PROTO_REPLY_INVALID);
     }

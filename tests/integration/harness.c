@@ -88,7 +88,7 @@ bool h_slow(void)
 {
     const char *w = getenv("REDLOCKD_TEST_WRAPPER");
 
-    return w != NULL && *w != '\0';
+    return w && *w != '\0';
 }
 
 /* Valgrind makes the daemon an order of magnitude slower; stretch waits. */
@@ -99,7 +99,7 @@ int h_scale(int ms)
 
 bool h_starts(const char *line, const char *prefix)
 {
-    return line != NULL && strncmp(line, prefix, strlen(prefix)) == 0;
+    return line && strncmp(line, prefix, strlen(prefix)) == 0;
 }
 
 const char *h_kv(const char *line, const char *key)
@@ -108,7 +108,7 @@ const char *h_kv(const char *line, const char *key)
     size_t klen = strlen(key);
     const char *p = line;
 
-    while (p != NULL && *p != '\0') {
+    while (p && *p != '\0') {
         size_t wlen = strcspn(p, " \t");
 
         if (wlen > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
@@ -158,10 +158,10 @@ static void make_tmpdir(char *out, size_t size, const char *tag)
     const char *tmp = getenv("TMPDIR");
 
     /* The daemon's unix socket lives in here: keep sun_path (108) happy. */
-    if (tmp == NULL || *tmp == '\0' || strlen(tmp) > 60)
+    if (!tmp || *tmp == '\0' || strlen(tmp) > 60)
         tmp = "/tmp";
     snprintf(out, size, "%s/redlockd-%s.XXXXXX", tmp, tag);
-    if (mkdtemp(out) == NULL)
+    if (!mkdtemp(out))
         ck_abort_msg("harness: mkdtemp %s: %s", out, strerror(errno));
 }
 
@@ -195,7 +195,7 @@ static void dump_file(const char *path, const char *title)
     FILE *f = fopen(path, "r");
 
     fprintf(stderr, "---- %s (%s) ----\n", title, path);
-    if (f != NULL) {
+    if (f) {
         while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
             fwrite(buf, 1, n, stderr);
         fclose(f);
@@ -307,7 +307,7 @@ static void guard_main(int fd, const char *dir, const char *log)
         _exit(0);
     /* Give the PDEATHSIG'd children a moment to die and flush. */
     h_sleep_ms(200);
-    if (log != NULL && access(log, R_OK) == 0)
+    if (log && access(log, R_OK) == 0)
         dump_file(log, "redlockd log of a test that died");
     rm_rf(dir);
     _exit(0);
@@ -470,9 +470,9 @@ static bool port_listening(int port)
     bool found = false;
     FILE *f = fopen("/proc/net/tcp", "r");
 
-    if (f == NULL)
+    if (!f)
         return !port_bindable(port);
-    while (!found && fgets(line, sizeof(line), f) != NULL) {
+    while (!found && fgets(line, sizeof(line), f)) {
         unsigned addr, lport, state;
 
         if (sscanf(line, " %*d: %x:%x %*x:%*x %x", &addr, &lport, &state) == 3)
@@ -493,17 +493,17 @@ static bool redis_ping(int port, pid_t pid)
     redisReply *reply = NULL;
     bool ok = false;
 
-    if (c != NULL && c->err == 0) {
+    if (c && c->err == 0) {
         char want[32];
         snprintf(want, sizeof(want), "process_id:%ld\r", (long)pid);
         redisSetTimeout(c, tv);
         reply = redisCommand(c, "INFO server");
-        ok = reply != NULL && reply->type == REDIS_REPLY_STRING &&
-             strstr(reply->str, want) != NULL;
+        ok = reply && reply->type == REDIS_REPLY_STRING &&
+             strstr(reply->str, want);
     }
-    if (reply != NULL)
+    if (reply)
         freeReplyObject(reply);
-    if (c != NULL)
+    if (c)
         redisFree(c);
     return ok;
 }
@@ -570,7 +570,7 @@ static void redis_fail(const struct h_redis *r, const char *what)
 void h_redis_start(struct h_redis *r, const char *extra)
 {
     memset(r, 0, sizeof(*r));
-    snprintf(r->extra, sizeof(r->extra), "%s", extra != NULL ? extra : "");
+    snprintf(r->extra, sizeof(r->extra), "%s", extra ? extra : "");
     make_tmpdir(r->dir, sizeof(r->dir), "redis");
     guard_start(r->dir, NULL);
     for (int attempt = 0; attempt < 5; attempt++) {
@@ -634,7 +634,7 @@ static redisContext *redis_connect(const struct h_redis *r)
     struct timeval tv = { 1, 0 };
     redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
 
-    if (c != NULL && c->err == 0)
+    if (c && c->err == 0)
         redisSetTimeout(c, tv);
     return c;
 }
@@ -643,9 +643,9 @@ redisContext *h_redis_connect(const struct h_redis *r)
 {
     redisContext *c = redis_connect(r);
 
-    if (c == NULL || c->err != 0)
+    if (!c || c->err != 0)
         ck_abort_msg("harness: connect to redis port %d: %s", r->port,
-                     c != NULL ? c->errstr : "out of memory");
+                     c ? c->errstr : "out of memory");
     return c;
 }
 
@@ -659,11 +659,11 @@ static long long reply_value(const redisReply *reply, char **str)
         return -2;
     case REDIS_REPLY_STRING:
     case REDIS_REPLY_STATUS:
-        if (str != NULL)
+        if (str)
             *str = strdup(reply->str);
         return 0;
     case REDIS_REPLY_ERROR:
-        if (str != NULL)
+        if (str)
             *str = strdup(reply->str);
         return -3;
     default:
@@ -680,22 +680,22 @@ long long h_redis_cmd(const struct h_redis *r, char **str, const char *fmt, ...)
     long long v;
     va_list ap;
 
-    if (str != NULL)
+    if (str)
         *str = NULL;
-    if (c != NULL && c->err == 0) {
+    if (c && c->err == 0) {
         va_start(ap, fmt);
         reply = redisvCommand(c, fmt, ap);
         va_end(ap);
     }
-    if (reply == NULL) {
-        if (str != NULL)
-            *str = strdup(c != NULL ? c->errstr : "out of memory");
+    if (!reply) {
+        if (str)
+            *str = strdup(c ? c->errstr : "out of memory");
         v = -3;
     } else {
         v = reply_value(reply, str);
         freeReplyObject(reply);
     }
-    if (c != NULL)
+    if (c)
         redisFree(c);
     return v;
 }
@@ -706,7 +706,7 @@ const char *h_daemon_bin(void)
 {
     const char *bin = getenv("REDLOCKD_BIN");
 
-    if (bin == NULL || *bin == '\0')
+    if (!bin || *bin == '\0')
         ck_abort_msg("harness: REDLOCKD_BIN is not set (run via meson test)");
     return bin;
 }
@@ -726,9 +726,9 @@ static json_t *daemon_config(const struct h_daemon *d, const int *ports,
                      "listen", tcp, unix_addr,
                      "redis", "nodes", list,
                      "log", "level", "debug");
-    if (conf == NULL)
+    if (!conf)
         ck_abort_msg("harness: json_pack failed");
-    if (extra_json == NULL)
+    if (!extra_json)
         return conf;
     extra = json_loads(extra_json, 0, &err);
     if (!json_is_object(extra))
@@ -752,9 +752,9 @@ static void listen_wanted(json_t *conf, const struct h_daemon *d,
     json_array_foreach(json_object_get(conf, "listen"), i, v) {
         const char *s = json_string_value(v);
 
-        if (s != NULL && strcmp(s, tcp_addr) == 0)
+        if (s && strcmp(s, tcp_addr) == 0)
             *tcp = true;
-        if (s != NULL && h_starts(s, "unix:") && strcmp(s + 5, d->sock_path) == 0)
+        if (s && h_starts(s, "unix:") && strcmp(s + 5, d->sock_path) == 0)
             *unix_sock = true;
     }
 }
@@ -766,7 +766,7 @@ static pid_t daemon_spawn(const struct h_daemon *d)
     int n = 0;
     const char *w = getenv("REDLOCKD_TEST_WRAPPER");
 
-    snprintf(wrapper, sizeof(wrapper), "%s", w != NULL ? w : "");
+    snprintf(wrapper, sizeof(wrapper), "%s", w ? w : "");
     split_words(wrapper, argv, &n, H_MAX_ARGS - 4);
     argv[n++] = (char *)h_daemon_bin();
     argv[n++] = "-c";
@@ -781,12 +781,12 @@ static bool log_mentions(const char *path, const char *needle)
     size_t n;
     FILE *f = fopen(path, "r");
 
-    if (f == NULL)
+    if (!f)
         return false;
     n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
     buf[n] = '\0';
-    return strcasestr(buf, needle) != NULL;
+    return strcasestr(buf, needle);
 }
 
 /* Wait until the listeners exist. 1 = ready, 0 = exited, -1 = timeout. */
@@ -825,7 +825,7 @@ void h_daemon_start(struct h_daemon *d, struct h_redis *nodes, int nnodes,
 {
     int *ports = calloc(nnodes > 0 ? (size_t)nnodes : 1, sizeof(*ports));
 
-    if (ports == NULL)
+    if (!ports)
         ck_abort_msg("harness: out of memory");
     for (int i = 0; i < nnodes; i++)
         ports[i] = nodes[i].port;
@@ -1022,7 +1022,7 @@ static char *vformat(const char *fmt, va_list ap, const char *suffix)
     if (vasprintf(&s, fmt, ap) < 0)
         ck_abort_msg("harness: out of memory");
     line = malloc(strlen(s) + strlen(suffix) + 1);
-    if (line == NULL)
+    if (!line)
         ck_abort_msg("harness: out of memory");
     strcpy(line, s);
     strcat(line, suffix);
@@ -1096,7 +1096,7 @@ static char *recv_line_until(struct h_client *c, uint64_t deadline)
     for (;;) {
         char *lf = memchr(c->buf, '\n', c->len);
 
-        if (lf != NULL)
+        if (lf)
             return take_line(c, 0, (size_t)(lf - c->buf));
         if (client_fill(c, deadline) <= 0)
             return NULL;
@@ -1133,7 +1133,7 @@ char *h_cmd(struct h_client *c, const char *fmt, ...)
     for (;;) {
         char *line = recv_line_until(c, deadline);
 
-        if (line == NULL) {
+        if (!line) {
             req[strcspn(req, "\n")] = '\0';
             ck_abort_msg("no reply to \"%.200s\" within %d ms: %s", req,
                          h_scale(5000), fill_why);
@@ -1193,7 +1193,7 @@ static char *take_buffered(struct h_client *c, const char *prefix)
         char *lf = memchr(c->buf + off, '\n', c->len - off);
         size_t n;
 
-        if (lf == NULL)
+        if (!lf)
             return NULL;
         n = (size_t)(lf - (c->buf + off));
         if (n >= strlen(prefix) && memcmp(c->buf + off, prefix, strlen(prefix)) == 0)
@@ -1208,9 +1208,9 @@ char *h_expect_event(struct h_client *c, const char *prefix, int timeout_ms)
     uint64_t deadline = h_now_ms() + (uint64_t)h_scale(timeout_ms);
     char *line = take_event(c, prefix);
 
-    while (line == NULL) {
+    while (!line) {
         line = take_buffered(c, prefix);
-        if (line == NULL && client_fill(c, deadline) <= 0)
+        if (!line && client_fill(c, deadline) <= 0)
             return NULL;
     }
     return line;
@@ -1238,7 +1238,7 @@ const char *h_proxy_bin(void)
 {
     const char *bin = getenv("REDLOCKD_FAULTPROXY_BIN");
 
-    if (bin == NULL || *bin == '\0')
+    if (!bin || *bin == '\0')
         ck_abort_msg("harness: REDLOCKD_FAULTPROXY_BIN is not set (run via meson test)");
     return bin;
 }
@@ -1255,9 +1255,9 @@ static int proxy_ready_port(const char *log)
     int port = 0;
     FILE *f = fopen(log, "r");
 
-    if (f == NULL)
+    if (!f)
         return 0;
-    while (port == 0 && fgets(line, sizeof(line), f) != NULL) {
+    while (port == 0 && fgets(line, sizeof(line), f)) {
         if (sscanf(line, "ready 127.0.0.1:%d", &port) != 1)
             port = 0;
     }
@@ -1321,10 +1321,10 @@ static char *proxy_vctl(struct h_proxy *p, bool want_ok, const char *fmt,
     h_send(&ctl, req, strlen(req));
     line = h_recv_line(&ctl, 5000);
     req[strcspn(req, "\n")] = '\0';
-    if (line == NULL || (want_ok && !h_starts(line, "OK"))) {
+    if (!line || (want_ok && !h_starts(line, "OK"))) {
         h_proxy_dump_log(p);
         ck_abort_msg("faultproxy \"%s\" answered \"%s\"", req,
-                     line != NULL ? line : "(nothing)");
+                     line ? line : "(nothing)");
     }
     snprintf(reply, sizeof(reply), "%s", line);
     h_close(&ctl);
@@ -1499,7 +1499,7 @@ void h_kv_copy(const char *line, const char *key, char *out, size_t size)
 {
     const char *v = h_kv(line, key);
 
-    ck_assert_msg(v != NULL, "no %s= in \"%s\"", key, line);
+    ck_assert_msg(v, "no %s= in \"%s\"", key, line);
     snprintf(out, size, "%s", v);
 }
 
@@ -1536,7 +1536,7 @@ int h_wait_any_line(struct h_client **cs, int n, long long timeout_ms,
 
         /* A line already buffered would never make poll() return. */
         for (int i = 0; i < n; i++) {
-            if (memchr(cs[i]->buf, '\n', cs[i]->len) != NULL) {
+            if (memchr(cs[i]->buf, '\n', cs[i]->len)) {
                 *line = h_recv_line(cs[i], 1);
                 return i;
             }
@@ -1550,7 +1550,7 @@ int h_wait_any_line(struct h_client **cs, int n, long long timeout_ms,
         for (int i = 0; i < n; i++) {
             if (p[i].revents != 0) {
                 *line = h_recv_line(cs[i], 200);
-                ck_assert_msg(*line != NULL, "client %d: EOF or half a line", i);
+                ck_assert_msg(*line, "client %d: EOF or half a line", i);
                 return i;
             }
         }

@@ -177,7 +177,7 @@ START_TEST(two_nodes_paused)
     line = h_expect_event(a, "EVENT LOST resource=fault:pause ", 5000);
     lost_after = h_since(t_pause);
     since_locks = h_since(t_locks);
-    ck_assert_msg(line != NULL, "no EVENT LOST with two of three nodes stopped");
+    ck_assert_msg(line, "no EVENT LOST with two of three nodes stopped");
     fprintf(stderr, "two nodes paused: EVENT LOST %lld ms after the pause "
             "(validity was %lld ms)\n", lost_after, validity);
     ck_assert_str_eq(h_kv(line, "fence"), fence);
@@ -384,7 +384,7 @@ START_TEST(node_restart_empty_keeps_holder)
                       "another daemon's LOCK answered \"%s\" while the lock is held",
                       h_since(t_r), line);
         busy++;
-        ck_assert_msg(h_expect_event(a, "EVENT LOST", 1) == NULL,
+        ck_assert_msg(!h_expect_event(a, "EVENT LOST", 1),
                       "the holder lost its lock: %s", a->line);
         for (int d = 0; d < 2; d++) {
             struct node_view v = stats_node(mons[d], 0);
@@ -471,7 +471,7 @@ START_TEST(node_restart_empty_no_overlap)
     line = h_expect_event(a, "EVENT LOST resource=fault:mw ", 200);
     fprintf(stderr, "node restart, missed write: second holder granted %lld ms "
             "after the restart (%d refusals before)\n", granted, refused);
-    ck_assert_msg(line != NULL, "a second holder was granted %s %lld ms after "
+    ck_assert_msg(line, "a second holder was granted %s %lld ms after "
                   "node 0 restarted, while the first had not been told it lost it",
                   res, granted);
     h_expect(a, "ERR LOST ", "UNLOCK %s", res);
@@ -518,10 +518,10 @@ static void frozen_client(int port, int rep, int go)
     }
     h_sendf(&c, "HELLO keepalive=500\n");
     line = h_recv_line(&c, 3000);
-    report(rep, "HELLO %s", line != NULL ? line : "EOF");
+    report(rep, "HELLO %s", line ? line : "EOF");
     h_sendf(&c, "LOCK fault:stop\n");
     line = h_recv_line(&c, 3000);
-    report(rep, "LOCK %s", line != NULL ? line : "EOF");
+    report(rep, "LOCK %s", line ? line : "EOF");
     for (;;) {
         struct pollfd p = { .fd = go, .events = POLLIN };
 
@@ -529,7 +529,7 @@ static void frozen_client(int port, int rep, int go)
             break;
         h_sendf(&c, "PING\n");
         line = h_recv_line(&c, 2000);
-        if (line == NULL) {
+        if (!line) {
             report(rep, "PING %s", h_wait_eof(&c, 1) ? "EOF" : "TIMEOUT");
             report(rep, "END");
             _exit(0);
@@ -538,12 +538,12 @@ static void frozen_client(int port, int rep, int go)
             report(rep, "PING %s", line);
     }
     h_sendf(&c, "UNLOCK fault:stop\n");
-    while ((line = h_recv_line(&c, 3000)) != NULL) {
+    while ((line = h_recv_line(&c, 3000))) {
         report(rep, "UNLOCK %s", line);
         if (!h_starts(line, "EVENT "))
             break;
     }
-    if (line == NULL)
+    if (!line)
         report(rep, "UNLOCK %s", h_wait_eof(&c, 1) ? "EOF" : "TIMEOUT");
     report(rep, "END");
     _exit(0);
@@ -605,10 +605,10 @@ START_TEST(client_sigstop)
     close(go[0]);
 
     r = read_report(rep[0], buf, sizeof(buf), T(5000));
-    ck_assert_msg(h_starts(r, "HELLO OK proto=1 "), "child: %s", r != NULL ? r : "nothing");
+    ck_assert_msg(h_starts(r, "HELLO OK proto=1 "), "child: %s", r ? r : "nothing");
     r = read_report(rep[0], buf, sizeof(buf), T(5000));
     ck_assert_msg(h_starts(r, "LOCK OK resource=fault:stop "), "child: %s",
-                  r != NULL ? r : "nothing");
+                  r ? r : "nothing");
     b = client(0, &D1);
     /* Alive and PINGing, the child keeps its lock past the keepalive. */
     h_sleep_ms(800);
@@ -637,19 +637,19 @@ START_TEST(client_sigstop)
 
     ck_assert_int_eq(write(go[1], "g", 1), 1);
     ck_assert_int_eq(kill(child_pid, SIGCONT), 0);
-    while ((r = read_report(rep[0], buf, sizeof(buf), T(8000))) != NULL &&
+    while ((r = read_report(rep[0], buf, sizeof(buf), T(8000))) &&
            strcmp(r, "END") != 0) {
         snprintf(outcome + strlen(outcome), sizeof(outcome) - strlen(outcome),
                  "[%s] ", r);
         if (h_starts(r, "UNLOCK OK"))
             silent_ok = true;
         if (strcmp(r, "PING EOF") == 0 || strcmp(r, "UNLOCK EOF") == 0 ||
-            strstr(r, "EVENT LOST resource=fault:stop ") != NULL ||
+            strstr(r, "EVENT LOST resource=fault:stop ") ||
             h_starts(r, "UNLOCK ERR LOST "))
             told = true;
     }
     fprintf(stderr, "client SIGSTOP: after SIGCONT the child saw %s\n", outcome);
-    ck_assert_msg(r != NULL, "child did not finish; it saw %s", outcome);
+    ck_assert_msg(r, "child did not finish; it saw %s", outcome);
     ck_assert_msg(!silent_ok, "the resumed client's UNLOCK was answered OK: %s", outcome);
     ck_assert_msg(told, "the resumed client was not told it lost the lock: %s", outcome);
     ck_assert_int_eq(waitpid(child_pid, &status, 0), child_pid);

@@ -126,8 +126,8 @@ static void node_get(int i, const char *res, char *out, size_t size)
     long long rc = h_redis_cmd(&N[i], &s, "GET lock:%s", res);
 
     ck_assert_msg(rc == 0 || rc == -2, "GET lock:%s on node %d: %s", res, i,
-                  s != NULL ? s : "?");
-    snprintf(out, size, "%s", s != NULL ? s : "");
+                  s ? s : "?");
+    snprintf(out, size, "%s", s ? s : "");
     free(s);
 }
 
@@ -191,7 +191,7 @@ START_TEST(renewal_outlives_ttl)
         polls++;
         h_sleep_ms(250);
     }
-    ck_assert_msg(h_expect_event(a, "EVENT", 1) == NULL,
+    ck_assert_msg(!h_expect_event(a, "EVENT", 1),
                   "unexpected event while renewing: %s", a->line);
     o = h_ok_json(a, "LOCKS");
     locks = json_object_get(o, "locks");
@@ -230,7 +230,7 @@ START_TEST(renew0_expires_with_event)
     h_kv_copy(line, "fence", fence, sizeof(fence));
     line = h_expect_event(a, "EVENT LOST resource=lease:once ", 3000);
     dt = h_since(t0);
-    ck_assert_msg(line != NULL, "no EVENT LOST for a renew=0 lease with ttl=500");
+    ck_assert_msg(line, "no EVENT LOST for a renew=0 lease with ttl=500");
     ck_assert_str_eq(h_kv(line, "fence"), fence);
     ck_assert_str_eq(h_kv(line, "reason"), "expired");
     fprintf(stderr, "renew=0 ttl=500: EVENT LOST after %lld ms\n", dt);
@@ -317,16 +317,16 @@ START_TEST(wake_from_second_daemon)
     wait_waiters(mon, res, 1);
     /* Let its first attempt fail and the retry timer start. */
     h_sleep_ms(300);
-    ck_assert_msg(h_recv_line(w, 1) == NULL, "waiter answered early: %s", w->line);
+    ck_assert_msg(!h_recv_line(w, 1), "waiter answered early: %s", w->line);
     h_sendf(h, "UNLOCK %s\n", res);
     line = h_recv_line(h, 5000);
     t0 = h_now_ms();
     ck_assert_msg(h_starts(line, "OK resource=lease:wake "), "UNLOCK on daemon 2 answered %s",
-                  line != NULL ? line : "nothing");
+                  line ? line : "nothing");
     line = h_recv_line(w, 9000);
     t1 = h_now_ms();
     ck_assert_msg(h_starts(line, "OK resource=lease:wake "), "waiter on daemon 1 answered %s",
-                  line != NULL ? line : "nothing");
+                  line ? line : "nothing");
     delay = t1 > t0 ? (long long)(t1 - t0) : 0;
     fprintf(stderr, "wake delay: %llu ms\n", (unsigned long long)delay);
     ck_assert_msg(delay < T(1000), "waiter woken %lld ms after the release", delay);
@@ -353,8 +353,8 @@ START_TEST(wake_on_expiry)
         char *s = NULL;
         long long rc = h_redis_cmd(&N[i], &s, "SET lock:%s x NX PX 800", res);
 
-        ck_assert_msg(rc == 0 && s != NULL && strcmp(s, "OK") == 0,
-                      "SET NX PX on node %d: %s", i, s != NULL ? s : "?");
+        ck_assert_msg(rc == 0 && s && strcmp(s, "OK") == 0,
+                      "SET NX PX on node %d: %s", i, s ? s : "?");
         free(s);
     }
     line = h_cmd(w, "LOCK %s wait=3000", res);
@@ -441,7 +441,7 @@ START_TEST(waiter_disconnect)
     h_expect(w2, "OK resource=lease:gone ", "UNLOCK %s", res);
     line = h_recv_line(w3, 3000);
     ck_assert_msg(h_starts(line, "OK resource=lease:gone "), "waiter 3 answered %s",
-                  line != NULL ? line : "nothing");
+                  line ? line : "nothing");
     stop_daemons();
 }
 END_TEST
@@ -470,10 +470,10 @@ START_TEST(waiter_disconnect_at_release)
     h_close(w1);
     line = h_recv_line(h, 5000);
     ck_assert_msg(h_starts(line, "OK resource=lease:gone2 "), "UNLOCK answered %s",
-                  line != NULL ? line : "nothing");
+                  line ? line : "nothing");
     line = h_recv_line(w2, 4000);
     ck_assert_msg(h_starts(line, "OK resource=lease:gone2 "), "last waiter answered %s",
-                  line != NULL ? line : "nothing");
+                  line ? line : "nothing");
     h_kv_copy(line, "token", tok, sizeof(tok));
     assert_keys(res, tok);
     ck_assert_int_eq(status_waiters(mon, res), 0);
@@ -503,15 +503,15 @@ START_TEST(waiting_blocks_only_its_connection)
     ck_assert_msg(h_since(t0) < T(500), "another connection's PING took %lld ms",
                   h_since(t0));
     line = h_recv_line(w, 300);
-    ck_assert_msg(line == NULL, "waiting connection answered \"%s\" before its LOCK",
+    ck_assert_msg(!line, "waiting connection answered \"%s\" before its LOCK",
                   line);
     h_expect(h, "OK resource=lease:pipe ", "UNLOCK %s", res);
     line = h_recv_line(w, 3000);
     ck_assert_msg(h_starts(line, "OK resource=lease:pipe "), "first reply: %s",
-                  line != NULL ? line : "nothing");
+                  line ? line : "nothing");
     line = h_recv_line(w, 3000);
-    ck_assert_msg(line != NULL && strcmp(line, "PONG after") == 0, "second reply: %s",
-                  line != NULL ? line : "nothing");
+    ck_assert_msg(line && strcmp(line, "PONG after") == 0, "second reply: %s",
+                  line ? line : "nothing");
     stop_daemons();
 }
 END_TEST

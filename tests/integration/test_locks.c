@@ -120,7 +120,7 @@ static void hello(struct h_client *c, const char *name, char *id, size_t size)
     char *line = h_expect(c, "OK proto=1 ", "HELLO name=%s", name);
     const char *s = h_kv(line, "session");
 
-    ck_assert_msg(s != NULL && *s != '\0', "HELLO without session=: %s", line);
+    ck_assert_msg(s && *s != '\0', "HELLO without session=: %s", line);
     snprintf(id, size, "%s", s);
 }
 
@@ -130,7 +130,7 @@ static unsigned long long parse_u64(const char *s, const char *what,
     char *end;
     unsigned long long v;
 
-    ck_assert_msg(s != NULL && isdigit((unsigned char)s[0]),
+    ck_assert_msg(s && isdigit((unsigned char)s[0]),
                   "%s is not a number in \"%s\"", what, line);
     v = strtoull(s, &end, 10);
     ck_assert_msg(*end == '\0', "%s is not a number in \"%s\"", what, line);
@@ -153,9 +153,9 @@ static void check_grant(const char *line, const char *res, unsigned ttl,
     snprintf(copy, sizeof(copy), "%s", line);
     ck_assert_msg(h_starts(copy, "OK "), "LOCK %s answered \"%s\"", res, copy);
     v = h_kv(copy, "resource");
-    ck_assert_msg(v != NULL && strcmp(v, res) == 0, "wrong resource= in \"%s\"", copy);
+    ck_assert_msg(v && strcmp(v, res) == 0, "wrong resource= in \"%s\"", copy);
     v = h_kv(copy, "token");
-    ck_assert_msg(v != NULL && strlen(v) == 32, "token is not 32 chars: \"%s\"", copy);
+    ck_assert_msg(v && strlen(v) == 32, "token is not 32 chars: \"%s\"", copy);
     for (const char *p = v; *p != '\0'; p++)
         ck_assert_msg(isxdigit((unsigned char)*p), "token not hex: \"%s\"", copy);
     snprintf(g->token, sizeof(g->token), "%s", v);
@@ -184,7 +184,7 @@ static char *key_get(const struct h_redis *r, const char *res)
     long long v = h_redis_cmd(r, &s, "GET lock:%s", res);
 
     ck_assert_msg(v != -3, "GET lock:%s on port %d failed: %s", res, r->port,
-                  s != NULL ? s : "?");
+                  s ? s : "?");
     if (v == -2) {
         free(s);
         return NULL;
@@ -211,9 +211,9 @@ static void assert_keys(unsigned mask, const char *res, const char *value)
         if ((mask & (1u << i)) == 0)
             continue;
         v = key_get(&R[i], res);
-        ok = value == NULL ? v == NULL : (v != NULL && strcmp(v, value) == 0);
+        ok = !value ? !v : (v && strcmp(v, value) == 0);
         ck_assert_msg(ok, "node %d: lock:%s is %s, want %s", i, res,
-                      v != NULL ? v : "(no key)", value != NULL ? value : "(no key)");
+                      v ? v : "(no key)", value ? value : "(no key)");
         free(v);
     }
 }
@@ -234,7 +234,7 @@ static bool wait_keys_gone(unsigned mask, const char *res, const char *value,
             if ((mask & (1u << i)) == 0)
                 continue;
             v = key_get(&R[i], res);
-            if (v != NULL && (value == NULL || strcmp(v, value) == 0))
+            if (v && (!value || strcmp(v, value) == 0))
                 gone = false;
             free(v);
         }
@@ -261,7 +261,7 @@ static const char *describe_keys(unsigned mask, const char *res)
             continue;
         v = key_get(&R[i], res);
         len += (size_t)snprintf(out + len, sizeof(out) - len, "%snode %d: %s pttl %lld",
-                                len > 0 ? ", " : "", i, v != NULL ? v : "(no key)",
+                                len > 0 ? ", " : "", i, v ? v : "(no key)",
                                 key_pttl(&R[i], res));
         free(v);
     }
@@ -585,8 +585,8 @@ static void script_flush_all(void)
         char *s = NULL;
         long long v = h_redis_cmd(&R[i], &s, "SCRIPT FLUSH");
 
-        ck_assert_msg(v == 0 && s != NULL && strcmp(s, "OK") == 0,
-                      "SCRIPT FLUSH on node %d: %s", i, s != NULL ? s : "?");
+        ck_assert_msg(v == 0 && s && strcmp(s, "OK") == 0,
+                      "SCRIPT FLUSH on node %d: %s", i, s ? s : "?");
         free(s);
     }
 }
@@ -659,7 +659,7 @@ START_TEST(restart_one_of_three)
         lock_ok(&c, res, 1000, "", &g);
         v = key_get(&R[0], res);
         stats = h_ok_json(&c, "STATS");
-        back = v != NULL && strcmp(v, g.token) == 0 &&
+        back = v && strcmp(v, g.token) == 0 &&
                h_json_int(stats, "nodes_voting") == 3;
         json_decref(stats);
         free(v);
@@ -1045,7 +1045,7 @@ START_TEST(redis_password_and_db)
                       v ? v : "(nothing)", g.token);
         free(v);
         v = auth_get(&R[i], NULL, "n0deS3cret", 0, "auth:1");
-        ck_assert_msg(v == NULL, "the key leaked into db 0 on node %d", i);
+        ck_assert_msg(!v, "the key leaked into db 0 on node %d", i);
     }
     h_expect(&c, "OK resource=auth:1 nodes=3", "UNLOCK auth:1");
     h_close(&c);
@@ -1091,7 +1091,7 @@ START_TEST(redis_wrong_password)
     json_t *stats = h_ok_json(&c, "STATS");
     json_t *node = json_array_get(json_object_get(stats, "nodes"), 0);
     const char *err = h_json_str(node, "last_error");
-    ck_assert_msg(strstr(err, "AUTH") != NULL, "last_error says \"%s\"", err);
+    ck_assert_msg(strstr(err, "AUTH"), "last_error says \"%s\"", err);
     ck_assert(json_is_false(json_object_get(node, "up")));
     json_decref(stats);
     h_close(&c);

@@ -138,7 +138,7 @@ static void http_parse(struct http_reply *r)
     r->status = 0;
     if (strncmp(r->raw, "HTTP/1.", 7) == 0 && r->len >= 12)
         r->status = atoi(r->raw + 9);
-    r->body = end != NULL ? end + 4 : NULL;
+    r->body = end ? end + 4 : NULL;
 }
 
 /* Send `request` as is and return the parsed reply (status 0 when the
@@ -179,7 +179,7 @@ static double sample(const char *body, const char *series)
         if (strncmp(p, series, n) == 0 && p[n] == ' ')
             return strtod(p + n + 1, NULL);
         p = strchr(p, '\n');
-        if (p != NULL)
+        if (p)
             p++;
     }
     return -1;
@@ -280,7 +280,7 @@ static const char *const *row_cells(const struct codec_row *r)
 {
     static const char *const one_cell[] = { "", NULL };
 
-    return r->values != NULL ? r->values : one_cell;
+    return r->values ? r->values : one_cell;
 }
 
 #define T_ROW(field, kind, unit, dim, metric, help) \
@@ -363,7 +363,7 @@ static void sample_family(const char *body, const char *name, char *fam,
             continue;
         snprintf(fam, size, "%.*s", (int)(n - k), name);
         type = meta_line(body, "TYPE", fam);
-        if (type != NULL && strncmp(type, "histogram\n", 10) == 0)
+        if (type && strncmp(type, "histogram\n", 10) == 0)
             return;
         snprintf(fam, size, "%s", name);
     }
@@ -382,12 +382,12 @@ START_TEST(metrics_format_and_counters)
     ck_assert_msg(r.status == 200, "GET /metrics: %.1500s", r.raw);
     ck_assert_msg(strstr(r.raw, "\r\nContent-Type: text/plain; version=0.0.4")
                   != NULL, "no 0.0.4 content type: %.1500s", r.raw);
-    ck_assert_msg(strstr(r.raw, "\r\nConnection: close\r\n") != NULL,
+    ck_assert_msg(strstr(r.raw, "\r\nConnection: close\r\n"),
                   "no Connection: close: %.1500s", r.raw);
     ck_assert_ptr_nonnull(r.body);
     ck_assert_msg(strstr(r.body, "# TYPE redlockd_acquisitions_ok_total counter\n")
                   != NULL, "no counter TYPE line:\n%.1500s", r.body);
-    ck_assert_msg(strstr(r.body, "# TYPE redlockd_locks_held gauge\n") != NULL,
+    ck_assert_msg(strstr(r.body, "# TYPE redlockd_locks_held gauge\n"),
                   "no gauge TYPE line:\n%.1500s", r.body);
     /* Every node appears under its own label, up and voting. */
     for (int i = 0; i < NNODES; i++) {
@@ -469,7 +469,7 @@ START_TEST(errors_404_405_400)
 
     http_raw(post, sizeof(post) - 1, &r);
     ck_assert_msg(r.status == 405, "POST /metrics: %.1500s", r.raw);
-    ck_assert_msg(strstr(r.raw, "\r\nAllow: GET\r\n") != NULL, "no Allow: %s",
+    ck_assert_msg(strstr(r.raw, "\r\nAllow: GET\r\n"), "no Allow: %s",
                   r.raw);
     http_free(&r);
 
@@ -584,18 +584,18 @@ START_TEST(metrics_every_family_typed)
     http_get("/metrics", &r);
     ck_assert_msg(r.status == 200, "GET /metrics: %.1500s", r.raw);
     p = strstr(r.body, " untyped\n");
-    ck_assert_msg(p == NULL, "an untyped family: %.200s",
+    ck_assert_msg(!p, "an untyped family: %.200s",
                   p - (p - r.body > 100 ? 100 : p - r.body));
     for (p = r.body; *p != '\0'; p = strchr(p, '\n') + 1) {
         size_t n;
 
-        ck_assert_msg(strchr(p, '\n') != NULL, "unterminated line: %s", p);
+        ck_assert_msg(strchr(p, '\n'), "unterminated line: %s", p);
         if (strncmp(p, "# TYPE ", 7) == 0) {
             n = strcspn(p + 7, " \n");
             snprintf(name, sizeof(name), "%.*s", (int)n, p + 7);
             ck_assert_msg(p[7 + n] == ' ' && known_type(p + 7 + n + 1),
                           "unknown type: %.200s", p);
-            ck_assert_msg(meta_line(r.body, "HELP", name) != NULL,
+            ck_assert_msg(meta_line(r.body, "HELP", name),
                           "# TYPE %s without # HELP", name);
             nfamilies++;
         }
@@ -606,8 +606,8 @@ START_TEST(metrics_every_family_typed)
         sample_family(r.body, name, fam, sizeof(fam));
         help = meta_line(r.body, "HELP", fam);
         type = meta_line(r.body, "TYPE", fam);
-        ck_assert_msg(help != NULL && *help != '\n', "%s: no # HELP text", fam);
-        ck_assert_msg(type != NULL && known_type(type), "%s: no known # TYPE",
+        ck_assert_msg(help && *help != '\n', "%s: no # HELP text", fam);
+        ck_assert_msg(type && known_type(type), "%s: no known # TYPE",
                       fam);
         if (strcmp(fam, prev) != 0) {
             /* A new family: it must not have had samples before. */
@@ -650,7 +650,7 @@ START_TEST(codec_rows_in_stats_and_metrics)
             ck_assert_msg(json_is_integer(v), "STATS has no integer \"%s\" "
                           "\"%s\"", row->key, *cell);
             family_name(fam, sizeof(fam), row, *cell);
-            ck_assert_msg(meta_line(r.body, "TYPE", fam) != NULL,
+            ck_assert_msg(meta_line(r.body, "TYPE", fam),
                           "/metrics has no %s", fam);
         }
     }
@@ -663,7 +663,7 @@ START_TEST(codec_rows_in_stats_and_metrics)
 
             if (node_key_optional(row->key))
                 continue;
-            ck_assert_msg(json_object_get(node, row->key) != NULL,
+            ck_assert_msg(json_object_get(node, row->key),
                           "STATS node has no \"%s\"", row->key);
             family_name(fam, sizeof(fam), row, "");
             snprintf(series, sizeof(series), "%s{node=\"%s\"}", fam,

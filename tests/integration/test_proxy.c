@@ -59,7 +59,7 @@ static redisContext *R[NCONTEXTS];
 static void teardown(void)
 {
     for (int i = 0; i < NCONTEXTS; i++) {
-        if (R[i] != NULL)
+        if (R[i])
             redisFree(R[i]);
         R[i] = NULL;
     }
@@ -77,10 +77,10 @@ static redisContext *rconnect(int slot, int port, int timeout_ms)
     struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
     redisContext *c;
 
-    if (R[slot] != NULL)
+    if (R[slot])
         redisFree(R[slot]);
     c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    ck_assert_msg(c != NULL, "hiredis: out of memory");
+    ck_assert_msg(c, "hiredis: out of memory");
     if (c->err == 0)
         redisSetTimeout(c, tv);
     R[slot] = c;
@@ -92,12 +92,12 @@ static bool ping(redisContext *c, long long *ms)
 {
     uint64_t t0 = h_now_ms();
     redisReply *r = c->err == 0 ? redisCommand(c, "PING") : NULL;
-    bool ok = r != NULL && r->type == REDIS_REPLY_STATUS &&
+    bool ok = r && r->type == REDIS_REPLY_STATUS &&
               strcmp(r->str, "PONG") == 0;
 
-    if (ms != NULL)
+    if (ms)
         *ms = h_since(t0);
-    if (r != NULL)
+    if (r)
         freeReplyObject(r);
     return ok;
 }
@@ -118,7 +118,7 @@ static long long proxy_stat(struct h_proxy *p, const char *key)
     const char *line = h_proxy_ctl(p, "stats");
     const char *v = h_kv(line, key);
 
-    ck_assert_msg(v != NULL, "no %s= in \"%s\"", key, line);
+    ck_assert_msg(v, "no %s= in \"%s\"", key, line);
     return atoll(v);
 }
 
@@ -178,10 +178,10 @@ START_TEST(forwards_in_order)
 
     /* More than the cap each way: back-pressure, not loss. */
     r = redisCommand(c, "SET big %b", big, (size_t)BIG_VALUE_BYTES);
-    ck_assert_msg(r != NULL && r->type == REDIS_REPLY_STATUS, "SET big failed");
+    ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "SET big failed");
     freeReplyObject(r);
     r = redisCommand(c, "GET big");
-    ck_assert_msg(r != NULL && r->type == REDIS_REPLY_STRING &&
+    ck_assert_msg(r && r->type == REDIS_REPLY_STRING &&
                   r->len == BIG_VALUE_BYTES &&
                   memcmp(r->str, big, BIG_VALUE_BYTES) == 0,
                   "GET big did not return the value");
@@ -209,7 +209,7 @@ START_TEST(forwards_in_order)
     }
     direct = h_redis_connect(&N[0]);
     r = redisCommand(direct, "LRANGE order 0 -1");
-    ck_assert_msg(r != NULL && r->type == REDIS_REPLY_ARRAY &&
+    ck_assert_msg(r && r->type == REDIS_REPLY_ARRAY &&
                   r->elements == 2 * ORDER_BATCH, "LRANGE order");
     for (int i = 0; i < 2 * ORDER_BATCH; i++)
         ck_assert_msg(atoi(r->element[i]->str) == i,
@@ -241,7 +241,7 @@ START_TEST(control_errors)
         ck_assert_msg(h_starts(reply, "ERR "), "\"%s\" answered \"%s\"", bad[i],
                       reply);
     }
-    ck_assert_msg(strstr(h_proxy_ctl(&X[0], "help"), " blackhole") != NULL,
+    ck_assert_msg(strstr(h_proxy_ctl(&X[0], "help"), " blackhole"),
                   "help lists no blackhole");
     ck_assert_str_eq(h_proxy_ctl(&X[0], "DELAY 5"),
                      "OK blackhole=off refuse=0 delay_up=5 delay_down=5");
@@ -268,7 +268,7 @@ START_TEST(control_errors)
 
     /* Loopback only, for the target as for the listener. */
     ck_assert_int_eq(h_run(argv, out, sizeof(out)), 2);
-    ck_assert_msg(strstr(out, "only 127.0.0.1") != NULL, "output: %s", out);
+    ck_assert_msg(strstr(out, "only 127.0.0.1"), "output: %s", out);
     snprintf(target, sizeof(target), "127.0.0.2:1");
     ck_assert_int_eq(h_run(argv, out, sizeof(out)), 2);
     argv[4] = "6379x";
@@ -341,7 +341,7 @@ START_TEST(blackhole)
     h_proxy_ctl(&X[0], "pass");
     line = h_recv_line(&raw, 2000);
     ck_assert_msg(h_starts(line, "+PONG"), "held PING answered \"%s\"",
-                  line != NULL ? line : "(nothing)");
+                  line ? line : "(nothing)");
 
     /* drop: it is lost, and the connection carries on. */
     h_proxy_ctl(&X[0], "blackhole drop");
@@ -353,7 +353,7 @@ START_TEST(blackhole)
     h_sendf(&raw, "PING\r\n");
     line = h_recv_line(&raw, 2000);
     ck_assert_msg(h_starts(line, "+PONG"), "PING after drop answered \"%s\"",
-                  line != NULL ? line : "(nothing)");
+                  line ? line : "(nothing)");
 
     /* The hold is capped: past it the proxy stops reading (the sender's
      * kernel buffers fill), it does not grow. */
@@ -454,7 +454,7 @@ static long long lock_ok(const char *res, long long ttl, long long max)
     const char *v = h_kv(line, "validity");
     long long validity;
 
-    ck_assert_msg(v != NULL, "LOCK %s: no validity in \"%s\"", res, line);
+    ck_assert_msg(v, "LOCK %s: no validity in \"%s\"", res, line);
     validity = atoll(v);
     ck_assert_msg(validity > 0 && validity <= max,
                   "LOCK %s ttl=%lld: validity %lld, want 1..%lld", res, ttl,

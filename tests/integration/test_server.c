@@ -146,7 +146,7 @@ START_TEST(pipeline_100)
         char *line = h_recv_line(&c, 5000);
 
         snprintf(want, sizeof(want), "PONG %d", i);
-        ck_assert_msg(line != NULL, "no reply %d of 100", i);
+        ck_assert_msg(line, "no reply %d of 100", i);
         ck_assert_str_eq(line, want);
     }
 }
@@ -221,7 +221,7 @@ START_TEST(many_clients)
         char *line = h_recv_line(&c[i], 10000);
 
         snprintf(want, sizeof(want), "PONG c%d", i);
-        ck_assert_msg(line != NULL, "client %d of %d got no reply", i, N);
+        ck_assert_msg(line, "client %d of %d got no reply", i, N);
         ck_assert_str_eq(line, want);
     }
     for (int i = 0; i < N; i++)
@@ -381,7 +381,7 @@ START_TEST(max_clients)
     for (int tries = 0; tries < 50 && !accepted; tries++) {
         connect_tcp(&extra);
         line = h_recv_line(&extra, 100);
-        if (line == NULL) {
+        if (!line) {
             line = h_cmd(&extra, "PING");
             accepted = strcmp(line, "PONG") == 0;
             ck_assert_msg(accepted, "PING on a freed slot got %s", line);
@@ -423,8 +423,8 @@ START_TEST(help_line)
     start(NULL);
     connect_tcp(&c);
     line = h_expect(&c, "OK ", "HELP");
-    ck_assert_msg(strstr(line, "LOCK") != NULL, "HELP lacks LOCK: %s", line);
-    ck_assert_msg(strstr(line, "PING") != NULL, "HELP lacks PING: %s", line);
+    ck_assert_msg(strstr(line, "LOCK"), "HELP lacks LOCK: %s", line);
+    ck_assert_msg(strstr(line, "PING"), "HELP lacks PING: %s", line);
 }
 END_TEST
 
@@ -436,7 +436,7 @@ static bool has_session_named(json_t *sessions, const char *name)
     json_array_foreach(sessions, i, s) {
         const char *n = json_string_value(json_object_get(s, "name"));
 
-        if (n != NULL && strcmp(n, name) == 0)
+        if (n && strcmp(n, name) == 0)
             return true;
     }
     return false;
@@ -480,7 +480,7 @@ START_TEST(check_config_default)
     char *argv[] = { (char *)h_daemon_bin(), "--check-config", "-c", path, NULL };
     int rc;
 
-    ck_assert_msg(src != NULL, "REDLOCKD_SRCDIR is not set (run via meson test)");
+    ck_assert_msg(src, "REDLOCKD_SRCDIR is not set (run via meson test)");
     snprintf(path, sizeof(path), "%s/conf/redlockd.json", src);
     rc = h_run(argv, out, sizeof(out));
     ck_assert_msg(rc == 0, "--check-config %s exited %d: %s", path, rc, out);
@@ -501,7 +501,7 @@ START_TEST(check_config_bad)
     rc = h_run(argv, out, sizeof(out));
     unlink(path);
     ck_assert_msg(rc != 0, "a bad config passed --check-config: %s", out);
-    ck_assert_msg(strstr(out, "limits.max_line") != NULL,
+    ck_assert_msg(strstr(out, "limits.max_line"),
                   "error does not name limits.max_line: %s", out);
     ck_assert_msg(count_lines(out) == 1, "want one line, got: %s", out);
 }

@@ -195,7 +195,7 @@ static void *proxy_alloc(size_t size)
 {
     void *p = malloc(size);
 
-    if (p == NULL) {
+    if (!p) {
         proxy_log("out of memory");
         abort();
     }
@@ -380,7 +380,7 @@ static void flow_pump(struct flow *f)
     struct list *n;
 
     while (!c->closing && c->connected && P.blackhole == BLACKHOLE_OFF &&
-           !f->shut && (n = list_first(&f->queue)) != NULL) {
+           !f->shut && (n = list_first(&f->queue))) {
         struct chunk *k = list_entry(n, struct chunk, node);
         uint64_t now = uv_hrtime();
 
@@ -699,7 +699,7 @@ static void ctl_exec(char *line, char *out, size_t size)
     char *cmd = strtok(line, " \t");
     int argc = 0;
 
-    if (cmd == NULL) {
+    if (!cmd) {
         snprintf(out, size, "ERR empty command (try help)");
         return;
     }
@@ -780,7 +780,7 @@ static void ctl_lines(struct ctl_client *cl)
     char line[CTL_LINE_MAX], reply[CTL_REPLY_MAX];
     char *lf;
 
-    while (!cl->close_after && (lf = memchr(cl->buf, '\n', cl->len)) != NULL) {
+    while (!cl->close_after && (lf = memchr(cl->buf, '\n', cl->len))) {
         size_t n = (size_t)(lf - cl->buf);
 
         memcpy(line, cl->buf, n);
@@ -891,7 +891,7 @@ static int proxy_parse_addr(const char *s, bool zero_ok, int *port)
 
     if (strncmp(s, loopback, sizeof(loopback) - 1) == 0)
         p = s + sizeof(loopback) - 1;
-    else if (strchr(s, ':') != NULL || strchr(s, '.') != NULL)
+    else if (strchr(s, ':') || strchr(s, '.'))
         return -EPERM;
     if (*p == '\0' || strlen(p) > PORT_TEXT_MAX)
         return -EINVAL;
@@ -999,7 +999,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (optind != argc || listen_port < 0 || target_port < 0 || ctl_path == NULL) {
+    if (optind != argc || listen_port < 0 || target_port < 0 || !ctl_path) {
         proxy_usage(stderr);
         return 2;
     }

@@ -42,7 +42,7 @@ static void t_on_lost(const char *resource, uint64_t fence, const char *reason,
 {
     struct t_lost_log *log = ud;
 
-    if (resource == NULL) {
+    if (!resource) {
         log->disconnects++;
         return;
     }
@@ -50,7 +50,7 @@ static void t_on_lost(const char *resource, uint64_t fence, const char *reason,
     snprintf(log->resource, sizeof(log->resource), "%s", resource);
     log->fence = (unsigned long long)fence;
     snprintf(log->reason, sizeof(log->reason), "%s", reason);
-    if (log->h != NULL)
+    if (log->h)
         log->reentry_rc = redlockd_ping(log->h);
 }
 

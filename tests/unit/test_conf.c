@@ -54,9 +54,9 @@ static void assert_error(const char *key, const char *msg)
 {
     ck_assert_msg(strncmp(err, NAME ": ", strlen(NAME) + 2) == 0,
                   "error does not start with the file name: %s", err);
-    ck_assert_msg(strstr(err, key) != NULL, "no key \"%s\" in: %s", key, err);
-    ck_assert_msg(strstr(err, msg) != NULL, "no \"%s\" in: %s", msg, err);
-    ck_assert_msg(strchr(err, '\n') == NULL, "multi-line error: %s", err);
+    ck_assert_msg(strstr(err, key), "no key \"%s\" in: %s", key, err);
+    ck_assert_msg(strstr(err, msg), "no \"%s\" in: %s", msg, err);
+    ck_assert_msg(!strchr(err, '\n'), "multi-line error: %s", err);
 }
 
 static void assert_defaults(const struct conf *d)
@@ -601,7 +601,7 @@ START_TEST(test_password_file)
     snprintf(json, sizeof(json), "{\"%s\": {\"password_file\": \"%s\"}}",
              r->section, path);
     snprintf(key, sizeof(key), "%s.password_file", r->section);
-    if (r->want != NULL) {
+    if (r->want) {
         ck_assert_msg(load(json) == 0, "%s", err);
         got = strcmp(r->section, "auth") == 0 ? c.auth.password
                                               : c.redis.password;
@@ -609,7 +609,7 @@ START_TEST(test_password_file)
     } else {
         ck_assert_int_eq(load(json), -1);
         assert_error(key, r->msg);
-        ck_assert_msg(strstr(err, path) != NULL, "no path in: %s", err);
+        ck_assert_msg(strstr(err, path), "no path in: %s", err);
         assert_defaults(&c);
     }
     unlink(path);
@@ -764,7 +764,7 @@ START_TEST(test_parse_addr)
 
     if (!r->ok) {
         ck_assert_msg(rc == -1, "accepted \"%s\"", r->text);
-        ck_assert_msg(strstr(err, r->text) != NULL, "%s", err);
+        ck_assert_msg(strstr(err, r->text), "%s", err);
         ck_assert_ptr_null(a.host);
         ck_assert_ptr_null(a.path);
         ck_assert_ptr_null(a.text);

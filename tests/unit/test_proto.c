@@ -138,7 +138,7 @@ START_TEST(test_parse_valid)
                   (int)st, err.msg);
     ck_assert_int_eq(req.cmd, t->cmd);
     ck_assert_uint_eq(req.has, t->has);
-    if (t->arg == NULL) {
+    if (!t->arg) {
         ck_assert_ptr_null(req.arg);
         ck_assert_uint_eq(req.arg_len, 0);
     } else {
@@ -153,7 +153,7 @@ START_TEST(test_parse_valid)
     ck_assert_int_eq(req.renew, t->renew);
     ck_assert_uint_eq(req.proto, t->proto);
     ck_assert_uint_eq(req.keepalive, t->keepalive);
-    if (t->name == NULL) {
+    if (!t->name) {
         ck_assert_ptr_null(req.name);
     } else {
         ck_assert_uint_eq(req.name_len, strlen(t->name));
@@ -323,7 +323,7 @@ START_TEST(test_parse_errors)
     ck_assert_msg(st == PROTO_PARSE_ERROR, "row %d: status %d", _i, (int)st);
     ck_assert_msg(err.code == t->code, "row %d: code %s, msg \"%s\"", _i,
                   proto_err_word(err.code), err.msg);
-    ck_assert_msg(strstr(err.msg, t->want) != NULL,
+    ck_assert_msg(strstr(err.msg, t->want),
                   "row %d: \"%s\" lacks \"%s\"", _i, err.msg, t->want);
     t_assert_safe_msg(err.msg);
 }
