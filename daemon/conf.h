@@ -26,7 +26,7 @@ enum conf_addr_kind { CONF_ADDR_TCP, CONF_ADDR_UNIX };
 struct conf_addr {
     enum conf_addr_kind kind;
     char *host;         /* TCP: "127.0.0.1" or "::1" (no brackets); else NULL */
-    int port;           /* TCP: 1..65535 */
+    int port;           /* TCP */
     char *path;         /* UNIX: absolute path; else NULL */
     char *text;         /* as written in the file, for logs and STATS */
 };
@@ -36,63 +36,69 @@ enum log_level_value { /* same order as log.h's levels */
     CONF_LOG_ERROR,
 };
 
+/*
+ * The loaded configuration. Each field is the key of the same name in the
+ * file; defaults and allowed ranges live in one place, conf.c's key table
+ * (and docs/configuration.md), so they are not repeated here.
+ */
 struct conf {
-    char *path;                     /* file it came from, or NULL */
+    char *path;                     /* the file it came from, or NULL */
 
-    struct conf_addr *listen;       /* "listen" */
+    struct conf_addr *listen;
     size_t nlisten;
-    unsigned unix_socket_mode;      /* "unix_socket_mode", octal string "0660" */
+    unsigned unix_socket_mode;      /* from an octal string, e.g. "0660" */
 
     struct {
-        struct conf_addr *nodes;    /* "redis.nodes", 1..64 entries */
+        struct conf_addr *nodes;
         size_t nnodes;
-        char *username;             /* NULL = none */
-        char *password;             /* from password or password_file */
-        int db;                     /* 0..1000 */
-        unsigned pool_size;         /* 1..64, default 2 */
-        unsigned connect_timeout_ms;/* 1..600000, default 1000 */
-        unsigned command_timeout_ms;/* 1..600000, default 100 */
-        unsigned reconnect_max_ms;  /* 1..3600000, default 5000 */
+        char *username;             /* NULL: AUTH with the password alone */
+        char *password;             /* password, or password_file's line */
+        int db;
+        unsigned pool_size;         /* data connections per node */
+        unsigned connect_timeout_ms;
+        unsigned command_timeout_ms;
+        unsigned reconnect_max_ms;  /* backoff cap */
     } redis;
 
     struct {
-        char *key_prefix;           /* default "lock:", 0..128 bytes */
-        char *fence_key;            /* added: default "redlockd:fence" */
-        char *release_channel;      /* added: default "redlockd:released" */
-        unsigned default_ttl_ms;    /* 30000, within [min_ttl_ms, max_ttl_ms] */
-        unsigned min_ttl_ms;        /* 100, >= 10 */
-        unsigned max_ttl_ms;        /* 86400000 */
-        unsigned max_wait_ms;       /* 3600000 */
-        double drift_factor;        /* 0.01, 0 <= x < 0.5 */
-        unsigned lock_delay_ms;     /* 0 */
-        unsigned max_resource_len;  /* 200, 1..1024 */
-        unsigned retry_ms;          /* added: waiters' fallback poll, 500 */
+        char *key_prefix;           /* Redis key = key_prefix + resource */
+        char *fence_key;            /* the fence counter's key */
+        char *release_channel;      /* pub/sub channel of release notices */
+        unsigned default_ttl_ms;
+        unsigned min_ttl_ms;
+        unsigned max_ttl_ms;
+        unsigned max_wait_ms;
+        double drift_factor;
+        unsigned lock_delay_ms;     /* keys kept after a dropped session */
+        unsigned max_resource_len;
+        unsigned retry_ms;          /* waiters' fallback poll */
     } locks;
 
     struct {
-        unsigned max_clients;       /* 10000, 1..1000000 */
-        unsigned max_line;          /* 4096, 64..1048576 */
-        unsigned max_locks_per_session; /* 1024, 1..1000000 */
-        unsigned max_pipeline;      /* 128, 1..65536 */
-        unsigned max_output_bytes;  /* 1048576, 4096..1073741824 */
-        unsigned idle_timeout_ms;   /* 0 = off */
-        unsigned handshake_timeout_ms; /* 10000, 0 = off */
+        unsigned max_clients;
+        unsigned max_line;
+        unsigned max_locks_per_session;
+        unsigned max_pipeline;      /* requests read ahead per connection */
+        unsigned max_output_bytes;  /* unsent replies before a disconnect */
+        unsigned idle_timeout_ms;   /* 0: off */
+        unsigned handshake_timeout_ms;  /* 0: off */
     } limits;
 
     struct {
-        char *password;             /* from password or password_file; NULL = none */
-        bool protected_mode;        /* true */
+        char *password;             /* password, or password_file's line;
+                                       NULL: no AUTH needed */
+        bool protected_mode;
     } auth;
 
     struct {
-        struct conf_addr *listen;   /* NULL = none */
+        struct conf_addr *listen;   /* NULL: no metrics endpoint */
     } metrics;
 
     struct {
-        int level;                  /* enum log_level_value, default INFO */
+        int level;                  /* enum log_level_value */
     } log;
 
-    unsigned shutdown_timeout_ms;   /* 5000 */
+    unsigned shutdown_timeout_ms;
 };
 
 /* Fill in every default (no allocation needed beyond the default strings). */
