@@ -181,6 +181,8 @@ void conn_update_reading(struct session *s)
     }
 }
 
+static bool conn_write_now(struct session *s);
+
 void conn_close_after_reply(struct session *s, const char *why, bool died)
 {
     if (s->close_why)
@@ -188,6 +190,30 @@ void conn_close_after_reply(struct session *s, const char *why, bool died)
     s->close_why = why;
     s->died = died;
     conn_update_reading(s);
+}
+
+void conn_close_announced(struct session *s, const char *reason,
+                          const char *why)
+{
+    if (s->closing)
+        return;
+    if (s->close_why) {
+        /* Already closing after its replies: say why at the end. */
+        s->close_event = reason;
+        return;
+    }
+    s->close_event = reason;
+    conn_close_after_reply(s, why, true);
+}
+
+void conn_close_now_announced(struct session *s, const char *reason,
+                              const char *why)
+{
+    if (s->closing)
+        return;
+    proto_format_event_closing(&s->out, reason);
+    if (conn_write_now(s))
+        conn_close(s, true, why);
 }
 
 /* ---- writing ------------------------------------------------------------ */
@@ -207,24 +233,43 @@ static void conn_on_write(uv_write_t *req, int status)
     session_unref(s);
 }
 
+/* Hand what fits to the kernel now; false if the connection failed. */
+static bool conn_write_now(struct session *s)
+{
+    uv_buf_t ub;
+    int k;
+
+    if (s->writing || s->out.len == 0)
+        return true;
+    ub = uv_buf_init(s->out.data, (unsigned)s->out.len);
+    k = uv_try_write(&s->h.stream, &ub, 1);
+    if (k > 0)
+        sbuf_consume(&s->out, (size_t)k);
+    else if (k < 0 && k != UV_EAGAIN && k != UV_ENOSYS) {
+        conn_close(s, true, uv_strerror(k));
+        return false;
+    }
+    return true;
+}
+
 void conn_flush(struct session *s)
 {
     if (s->closing || s->writing)
         return;
-    if (s->out.len > 0) {
-        uv_buf_t ub = uv_buf_init(s->out.data, (unsigned)s->out.len);
-        int k = uv_try_write(&s->h.stream, &ub, 1);
-        if (k > 0)
-            sbuf_consume(&s->out, (size_t)k);
-        else if (k < 0 && k != UV_EAGAIN && k != UV_ENOSYS) {
-            conn_close(s, true, uv_strerror(k));
-            return;
-        }
-    }
+    if (!conn_write_now(s))
+        return;
     if (s->out.len == 0) {
         sbuf_reset(&s->out);
-        if (s->close_why && !s->busy && !session_has_queued(s))
-            conn_close(s, s->died, s->close_why);
+        if (!s->close_why || s->busy || session_has_queued(s))
+            return;
+        if (s->close_event) {
+            /* The last line: why we close (see conn_close_after_reply). */
+            proto_format_event_closing(&s->out, s->close_event);
+            s->close_event = NULL;
+            conn_flush(s);
+            return;
+        }
+        conn_close(s, s->died, s->close_why);
         return;
     }
     /* Swap buffers: `out` keeps collecting while wbuf is in flight. */
@@ -257,7 +302,7 @@ static struct sbuf *conn_out(struct session *s)
         log_warn("%s (%s): %zu bytes of replies unread: disconnecting "
                  "(limits.max_output_bytes)", s->idstr, s->peer,
                  s->out.len + s->wbuf.len);
-        conn_close(s, true, "output buffer limit");
+        conn_close_now_announced(s, "output", "output buffer limit");
         return NULL;
     }
     return &s->out;

@@ -73,6 +73,15 @@ void conn_update_reading(struct session *s);
  * output is written. `died` says whether this counts as a drop (for
  * lock_delay). The first reason given is kept. */
 void conn_close_after_reply(struct session *s, const char *why, bool died);
+/* The daemon closes this connection on its own (reason: handshake, idle,
+ * keepalive, output, auth, shutdown): the client hears one
+ * "EVENT CLOSING reason=..." line first, when it can. _announced closes
+ * after the replies already due, _now_announced at once. Either counts as
+ * a drop (lock_delay applies, except at shutdown). */
+void conn_close_announced(struct session *s, const char *reason,
+                          const char *why);
+void conn_close_now_announced(struct session *s, const char *reason,
+                              const char *why);
 /* Close now. */
 void conn_close(struct session *s, bool died, const char *why);
 

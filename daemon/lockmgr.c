@@ -45,6 +45,7 @@ struct lockreq {
     bool no_token;                  /* the OS random source failed */
     bool cut;                       /* the client stopped waiting (EOF) */
     bool woken;                     /* its timer is a notified wake-up */
+    bool shutdown;                  /* the daemon stops: no grant */
     enum redlock_status last;
     struct timer timer;
     char token[REDLOCK_TOKEN_LEN + 1];
@@ -827,6 +828,10 @@ static void attempt_done(void *ud, const struct redlock_result *res)
         if (res->status == REDLOCK_OK)
             M.rl->release(e->key, e->keylen, q->token, NULL, NULL);
         req_drop(q);
+    } else if (q->shutdown) {
+        if (res->status == REDLOCK_OK)
+            M.rl->release(e->key, e->keylen, q->token, NULL, NULL);
+        req_fail(q, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
     } else if (res->status == REDLOCK_OK) {
         req_granted(q, res);
     } else {
@@ -1028,6 +1033,22 @@ void lockmgr_cut_wait(struct lockmgr_owner *o)
         req_fail(q, PROTO_ERR_TIMEOUT, "the client closed the connection "
                  "while waiting");
     }
+    leave();
+}
+
+void lockmgr_owner_shutdown(struct lockmgr_owner *o)
+{
+    struct lockreq *q = o->pending;
+    struct list *link;
+
+    enter();
+    if (q) {
+        q->shutdown = true;
+        if (!q->attempting)
+            req_fail(q, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
+    }
+    while ((link = list_first(&o->leases)))
+        lease_release(list_entry(link, struct lease, olink), 0, NULL);
     leave();
 }
 

@@ -99,6 +99,10 @@ void lockmgr_deinit(void);
 void lockmgr_owner_init(struct lockmgr_owner *o,
                         const struct lockmgr_owner_ops *ops,
                         const char *id, const char *name);
+/* The daemon is stopping: a LOCK of o that waits is answered ERR SHUTDOWN
+ * (one talking to Redis after that try, a grant given back), and all o
+ * holds is released, owner-checked, without lock-delay. */
+void lockmgr_owner_shutdown(struct lockmgr_owner *o);
 /* The owner is ending: cancel its pending LOCK and release all it holds
  * (keeping keys for lock_delay_ms when `died` and the delay is set). No
  * callback reaches o after this returns. */

@@ -102,15 +102,22 @@ static void finish_cb(struct timer *t)
 static void drain_cb(struct timer *t)
 {
     (void)t;
-    /* Releases still in flight keep operations live; give them until the
-     * deadline (their own command timeouts bound each one). */
-    if (lockmgr_held_count() > 0 || pool_busy() || redlock_live() > 0) {
+    /* Sessions answer what they have in flight, and releases keep
+     * operations live; give them until the deadline (their own command
+     * timeouts bound each one). */
+    if (session_count() > 0 || lockmgr_held_count() > 0 || pool_busy() ||
+        redlock_live() > 0) {
         if (timer_now() < D.drain_deadline) {
             timer_start(&D.drain, 10);
             return;
         }
-        log_warn("shutdown_timeout_ms passed with releases in flight; "
-                 "their keys will expire by their ttl");
+        if (session_count() > 0)
+            log_warn("shutdown_timeout_ms passed with %zu sessions still "
+                     "waiting for an answer; closing them", session_count());
+        if (lockmgr_held_count() > 0 || redlock_live() > 0)
+            log_warn("shutdown_timeout_ms passed with releases in flight; "
+                     "their keys will expire by their ttl");
+        session_close_all("shutdown_timeout_ms passed");
     }
     node_shutdown();
     D.drain.cb = finish_cb;
@@ -129,7 +136,7 @@ static void daemon_stop(const char *why)
     session_set_shutdown();
     server_stop_listening();
     metrics_stop();
-    session_close_all("daemon shutting down");
+    session_shutdown_all();
     D.drain_deadline = timer_now() + D.conf.shutdown_timeout_ms;
     timer_init(&D.drain, drain_cb, NULL);
     timer_start(&D.drain, 0);

@@ -118,30 +118,46 @@ size_t session_count(void)
 
 /* ---- idle / handshake / keepalive -------------------------------------- */
 
-static uint64_t session_idle_limit(const struct session *s, const char **why)
+/* Why a quiet connection is closed: the EVENT CLOSING reason and the log's
+ * words. */
+struct idle_rule {
+    const char *reason;
+    const char *why;
+};
+
+static const struct idle_rule idle_handshake = {
+    "handshake", "no request within limits.handshake_timeout_ms" };
+static const struct idle_rule idle_idle = {
+    "idle", "idle for limits.idle_timeout_ms" };
+static const struct idle_rule idle_keepalive = {
+    "keepalive", "no line within the session's keepalive" };
+
+/* How long s may stay quiet, and which rule says so (0: forever). */
+static uint64_t session_idle_limit(const struct session *s,
+                                   const struct idle_rule **rule)
 {
     const struct conf *c = S.conf;
     uint64_t limit = 0;
 
     if (!s->got_line) {
-        *why = "no request within limits.handshake_timeout_ms";
+        *rule = &idle_handshake;
         return c->limits.handshake_timeout_ms;
     }
     if (c->limits.idle_timeout_ms) {
         limit = c->limits.idle_timeout_ms;
-        *why = "idle for limits.idle_timeout_ms";
+        *rule = &idle_idle;
     }
     if (s->keepalive_ms && (!limit || s->keepalive_ms < limit)) {
         limit = s->keepalive_ms;
-        *why = "keepalive expired";
+        *rule = &idle_keepalive;
     }
     return limit;
 }
 
 static void session_arm_idle(struct session *s)
 {
-    const char *why = "";
-    uint64_t limit = session_idle_limit(s, &why);
+    const struct idle_rule *rule = NULL;
+    uint64_t limit = session_idle_limit(s, &rule);
 
     if (!limit || s->closing)
         timer_stop(&s->idle_timer);
@@ -152,8 +168,8 @@ static void session_arm_idle(struct session *s)
 static void session_idle_cb(struct timer *t)
 {
     struct session *s = t->data;
-    const char *why = "";
-    uint64_t limit = session_idle_limit(s, &why);
+    const struct idle_rule *rule = NULL;
+    uint64_t limit = session_idle_limit(s, &rule);
 
     if (!limit || s->closing)
         return;
@@ -162,8 +178,8 @@ static void session_idle_cb(struct timer *t)
         timer_start_at(&s->idle_timer, s->last_line_at + limit);
         return;
     }
-    log_info("%s (%s): %s, closing", s->idstr, s->peer, why);
-    conn_close(s, true, why);
+    log_info("%s (%s): %s, closing", s->idstr, s->peer, rule->why);
+    conn_close_now_announced(s, rule->reason, rule->why);
 }
 
 /* ---- request queue ----------------------------------------------------- */
@@ -645,14 +661,27 @@ bool session_shutting_down(void)
     return S.shutdown;
 }
 
+void session_shutdown_all(void)
+{
+    struct list *p, *tmp;
+
+    list_foreach_safe(p, tmp, &S.live) {
+        struct session *s = list_entry(p, struct session, link);
+        session_ref(s);
+        conn_event_shutdown(s);
+        lockmgr_owner_shutdown(&s->owner);  /* may answer a waiting LOCK */
+        conn_close_announced(s, "shutdown", "the daemon is shutting down");
+        conn_flush(s);
+        session_unref(s);
+    }
+}
+
 void session_close_all(const char *why)
 {
     struct list *p;
 
     while ((p = list_first(&S.live))) {
         struct session *s = list_entry(p, struct session, link);
-        conn_event_shutdown(s);
-        conn_flush(s);              /* try to get it out before the close */
         conn_close(s, false, why);  /* unlists s */
     }
 }

@@ -55,6 +55,7 @@ struct session {
     bool closing;           /* close started: no more requests */
     const char *close_why;  /* close once answered and flushed (QUIT,
                                TOOLONG, EOF, rejected); NULL = stay open */
+    const char *close_event;    /* EVENT CLOSING reason= to send last */
     bool died;              /* ends without QUIT (for lock_delay) */
     bool eof;               /* the client sends no more: no waiting */
 
@@ -104,9 +105,13 @@ void session_end(struct session *s);
 /* Session table / stats. */
 size_t session_count(void);
 json_t *session_list_json(void);
-/* Shutdown: take no new locks, tell every client, close every session. */
+/* Shutdown: take no new locks (session_set_shutdown); tell every client,
+ * answer waiting LOCKs ERR SHUTDOWN, release every lease and close each
+ * session once what it has in flight is answered (session_shutdown_all);
+ * close whatever is left now (session_close_all). */
 void session_set_shutdown(void);
 bool session_shutting_down(void);
+void session_shutdown_all(void);
 void session_close_all(const char *why);
 
 #endif

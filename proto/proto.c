@@ -683,6 +683,13 @@ void proto_format_event_shutdown(struct sbuf *b)
     sbuf_puts(b, "EVENT SHUTDOWN\n");
 }
 
+void proto_format_event_closing(struct sbuf *b, const char *reason)
+{
+    sbuf_puts(b, "EVENT CLOSING");
+    proto_format_kv_str(b, "reason", reason);
+    proto_format_end(b);
+}
+
 void proto_format_help(struct sbuf *b)
 {
     int i;

@@ -200,6 +200,9 @@ void proto_format_event_lost(struct sbuf *b, const char *resource,
                              uint64_t fence, const char *reason);
 /* "EVENT SHUTDOWN\n" */
 void proto_format_event_shutdown(struct sbuf *b);
+/* "EVENT CLOSING reason=<reason>\n": the daemon closes this connection
+ * on its own (handshake, idle, keepalive, output, auth, shutdown). */
+void proto_format_event_closing(struct sbuf *b, const char *reason);
 /* "OK PING HELLO AUTH ...\n" from the command table */
 void proto_format_help(struct sbuf *b);
 

@@ -1,0 +1,407 @@
+/*
+ * test_ops: the daemon as an operator runs it, against a real redis-server.
+ *
+ * Its lifecycle: closing with a reason (EVENT CLOSING), a shutdown that
+ * answers queued waits and releases every lease, SIGHUP reloading the
+ * config (good file, bad file, a changed node list), a unix socket another
+ * daemon already serves, and config checks that pass but would fail at
+ * runtime. Each case was a bug report first.
+ */
+#include <check.h>
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static struct h_redis R;
+static struct h_daemon D;
+
+static void setup(void)
+{
+    h_redis_start(&R, NULL);
+}
+
+static void teardown(void)
+{
+    int rc = h_daemon_finish(&D);
+
+    h_daemon_cleanup(&D);
+    h_redis_cleanup(&R);
+    ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
+}
+
+static void start(const char *extra_json)
+{
+    h_daemon_start(&D, &R, 1, extra_json);
+    h_wait_voting(&D, 1, h_scale(5000));
+}
+
+/* The daemon's log so far (static buffer). */
+static const char *daemon_log(void)
+{
+    static char buf[1 << 20];
+    size_t n = 0;
+    FILE *f = fopen(D.log_path, "r");
+
+    if (f) {
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Wait up to ms for the log to mention needle. */
+static bool log_waits_for(const char *needle, int ms)
+{
+    uint64_t end = h_now_ms() + (uint64_t)h_scale(ms);
+
+    while (h_now_ms() < end) {
+        if (strstr(daemon_log(), needle))
+            return true;
+        h_sleep_ms(20);
+    }
+    return false;
+}
+
+/* The next line within ms (asserted), EVENT lines included. */
+static char *next_line(struct h_client *c, int ms)
+{
+    char *line = h_recv_line(c, h_scale(ms));
+
+    ck_assert_msg(line, "no line within %d ms", ms);
+    return line;
+}
+
+/* ---- EVENT CLOSING ------------------------------------------------------ */
+
+START_TEST(closing_handshake)
+{
+    struct h_client c;
+
+    start("{\"limits\":{\"handshake_timeout_ms\":300}}");
+    h_connect_tcp_ok(&c, D.port);
+    ck_assert_str_eq(next_line(&c, 3000), "EVENT CLOSING reason=handshake");
+    ck_assert(h_wait_eof(&c, 2000));
+    h_close(&c);
+}
+END_TEST
+
+START_TEST(closing_idle)
+{
+    struct h_client c;
+
+    start("{\"limits\":{\"idle_timeout_ms\":300}}");
+    h_connect_tcp_ok(&c, D.port);
+    ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
+    ck_assert_str_eq(next_line(&c, 3000), "EVENT CLOSING reason=idle");
+    ck_assert(h_wait_eof(&c, 2000));
+    h_close(&c);
+}
+END_TEST
+
+START_TEST(closing_keepalive)
+{
+    struct h_client c;
+
+    start(NULL);
+    h_connect_tcp_ok(&c, D.port);
+    h_expect(&c, "OK proto=1 ", "HELLO keepalive=300");
+    ck_assert_str_eq(next_line(&c, 3000), "EVENT CLOSING reason=keepalive");
+    ck_assert(h_wait_eof(&c, 2000));
+    h_close(&c);
+}
+END_TEST
+
+/* A queued LOCK wait= is answered ERR SHUTDOWN, every lease is released on
+ * Redis before the daemon exits, and each client hears why it is closed. */
+START_TEST(shutdown_answers_and_releases)
+{
+    struct h_client holder, waiter;
+    char *line;
+
+    start(NULL);
+    h_connect_tcp_ok(&holder, D.port);
+    h_connect_tcp_ok(&waiter, D.port);
+    h_expect(&holder, "OK resource=x ", "LOCK x");
+    h_expect(&holder, "OK resource=y ", "LOCK y");
+    h_sendf(&waiter, "LOCK x wait=20000\n");
+    h_sleep_ms(200);
+    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:x"), 1);
+
+    kill(D.pid, SIGTERM);
+    ck_assert_str_eq(next_line(&waiter, 3000), "EVENT SHUTDOWN");
+    line = next_line(&waiter, 3000);
+    ck_assert_msg(h_starts(line, "ERR SHUTDOWN "), "waiter got: %s", line);
+    ck_assert_str_eq(next_line(&waiter, 3000), "EVENT CLOSING reason=shutdown");
+    ck_assert(h_wait_eof(&waiter, 3000));
+    ck_assert_str_eq(next_line(&holder, 3000), "EVENT SHUTDOWN");
+    ck_assert_str_eq(next_line(&holder, 3000), "EVENT CLOSING reason=shutdown");
+    ck_assert(h_wait_eof(&holder, 3000));
+    ck_assert_int_eq(h_daemon_stop(&D), 0);
+    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:x"), 0);
+    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:y"), 0);
+    h_close(&holder);
+    h_close(&waiter);
+}
+END_TEST
+
+/* ---- SIGHUP ------------------------------------------------------------- */
+
+/* Rewrite the daemon's config file: merge `patch` (JSON object text) into
+ * what it holds now. */
+static void patch_config(const char *patch)
+{
+    json_error_t err;
+    json_t *conf = json_load_file(D.conf_path, 0, &err);
+    json_t *p = json_loads(patch, 0, &err);
+
+    ck_assert_msg(conf && p, "patch_config: %s", err.text);
+    json_object_update_recursive(conf, p);
+    ck_assert_int_eq(json_dump_file(conf, D.conf_path, JSON_INDENT(2)), 0);
+    json_decref(conf);
+    json_decref(p);
+}
+
+START_TEST(reload_good_file)
+{
+    struct h_client c;
+
+    start(NULL);
+    h_connect_tcp_ok(&c, D.port);
+    h_expect(&c, "OK resource=a ", "LOCK a");
+    h_expect(&c, "OK resource=b ", "LOCK b");
+    patch_config("{\"limits\":{\"max_locks_per_session\":2},"
+                 "\"log\":{\"level\":\"info\"}}");
+    kill(D.pid, SIGHUP);
+    ck_assert_msg(log_waits_for("limits.max_locks_per_session", 3000),
+                  "no reload line naming the changed key:\n%s", daemon_log());
+    ck_assert_msg(strstr(daemon_log(), "reload"), "%s", daemon_log());
+    /* Live: the new limit applies, the locks held stay held. */
+    h_expect(&c, "ERR LIMIT ", "LOCK c");
+    json_t *j = h_ok_json(&c, "LOCKS");
+    ck_assert_uint_eq(json_array_size(json_object_get(j, "locks")), 2);
+    json_decref(j);
+    /* Nothing died: a second reload, then work goes on. */
+    kill(D.pid, SIGHUP);
+    h_sleep_ms(200);
+    ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
+    h_close(&c);
+}
+END_TEST
+
+START_TEST(reload_bad_file_keeps_config)
+{
+    struct h_client c;
+    FILE *f;
+
+    start("{\"limits\":{\"max_locks_per_session\":5}}");
+    h_connect_tcp_ok(&c, D.port);
+    f = fopen(D.conf_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{ \"limits\": { \"max_locks_per_session\": 0 ", f);   /* broken */
+    fclose(f);
+    kill(D.pid, SIGHUP);
+    ck_assert_msg(log_waits_for("reload rejected", 3000), "%s", daemon_log());
+    ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
+    for (int i = 0; i < 5; i++)
+        h_expect(&c, "OK resource=", "LOCK r%d", i);
+    h_expect(&c, "ERR LIMIT ", "LOCK r5");
+    h_close(&c);
+}
+END_TEST
+
+START_TEST(reload_node_change_needs_restart)
+{
+    struct h_client c;
+    char patch[128];
+
+    start(NULL);
+    h_connect_tcp_ok(&c, D.port);
+    snprintf(patch, sizeof(patch), "{\"redis\":{\"nodes\":[\"127.0.0.1:%d\","
+             "\"127.0.0.1:1\"]}}", R.port);
+    patch_config(patch);
+    kill(D.pid, SIGHUP);
+    ck_assert_msg(log_waits_for("restart", 3000), "%s", daemon_log());
+    ck_assert_msg(strstr(daemon_log(), "redis.nodes"), "%s", daemon_log());
+    /* Still the one node it started with. */
+    h_expect(&c, "OK proto=1 ", "HELLO");
+    ck_assert_str_eq(h_kv(c.line, "nodes"), "1");
+    h_expect(&c, "OK resource=a ", "LOCK a");
+    h_close(&c);
+}
+END_TEST
+
+/* ---- the unix socket ---------------------------------------------------- */
+
+/* Run a second daemon with the given listen list (JSON array text) on the
+ * same node; it must exit by itself within 5 s. Returns its status and
+ * output. */
+static int second_daemon(const char *listen, char *out, size_t outsize)
+{
+    char path[400], nodes[64];
+    snprintf(path, sizeof(path), "%s/second.json", D.dir);
+    snprintf(nodes, sizeof(nodes), "127.0.0.1:%d", R.port);
+    json_error_t err;
+    json_t *l = json_loads(listen, 0, &err);
+    ck_assert_ptr_nonnull(l);
+    json_t *conf = json_pack("{s:o, s:{s:[s]}}", "listen", l, "redis",
+                             "nodes", nodes);
+    ck_assert_int_eq(json_dump_file(conf, path, 0), 0);
+    json_decref(conf);
+    char *argv[] = { "timeout", "-s", "KILL", "5", (char *)h_daemon_bin(),
+                     "-c", path, NULL };
+    return h_run(argv, out, outsize);
+}
+
+START_TEST(unix_socket_in_use)
+{
+    struct h_client c;
+    char listen[600], out[4096];
+
+    start(NULL);
+    snprintf(listen, sizeof(listen), "[\"tcp://127.0.0.1:%d\", \"unix:%s\"]",
+             h_free_port(), D.sock_path);
+    int rc = second_daemon(listen, out, sizeof(out));
+    ck_assert_msg(rc != 0 && rc != 137, "second daemon: status %d: %s", rc,
+                  out);
+    ck_assert_msg(strstr(out, "in use"), "no clear reason: %s", out);
+    /* The first daemon's socket still works. */
+    ck_assert_int_eq(h_connect_unix(&c, D.sock_path), 0);
+    ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
+    h_close(&c);
+}
+END_TEST
+
+START_TEST(unix_socket_stale_file_replaced)
+{
+    struct h_client c;
+    struct h_daemon d2;
+    char sock[400], extra[600];
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+    start(NULL);
+    /* A socket file nobody listens on: what a crashed daemon leaves. */
+    snprintf(sock, sizeof(sock), "%s/stale.sock", D.dir);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_uint_lt(strlen(sock), sizeof(sa.sun_path));
+    memcpy(sa.sun_path, sock, strlen(sock) + 1);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    close(fd);
+    snprintf(extra, sizeof(extra), "{\"listen\":[\"unix:%s\"]}", sock);
+    h_daemon_start(&d2, &R, 1, extra);
+    ck_assert_int_eq(h_connect_unix(&c, sock), 0);
+    ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
+    h_close(&c);
+    ck_assert_int_eq(h_daemon_stop(&d2), 0);
+    h_daemon_cleanup(&d2);
+}
+END_TEST
+
+START_TEST(unix_socket_missing_directory)
+{
+    char listen[600], out[4096];
+
+    start(NULL);
+    snprintf(listen, sizeof(listen), "[\"unix:%s/no/such/dir/x.sock\"]",
+             D.dir);
+    int rc = second_daemon(listen, out, sizeof(out));
+    ck_assert_msg(rc != 0 && rc != 137, "status %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "no such directory"), "got: %s", out);
+}
+END_TEST
+
+/* ---- config checks ------------------------------------------------------ */
+
+static int check_config(const char *json, char *out, size_t outsize)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/check.json", D.dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(json, f);
+    fclose(f);
+    char *argv[] = { (char *)h_daemon_bin(), "--check-config", path, NULL };
+    return h_run(argv, out, outsize);
+}
+
+START_TEST(config_same_port_twice)
+{
+    char out[4096];
+
+    start(NULL);
+    int rc = check_config("{\"listen\":[\"tcp://127.0.0.1:7399\","
+                          "\"tcp://0.0.0.0:7399\"]}", out, sizeof(out));
+    ck_assert_msg(rc != 0, "accepted: %s", out);
+    ck_assert_msg(strstr(out, "7399"), "%s", out);
+}
+END_TEST
+
+START_TEST(config_duplicate_nodes)
+{
+    char out[4096];
+
+    start(NULL);
+    int rc = check_config("{\"redis\":{\"nodes\":[\"127.0.0.1:6379\","
+                          "\"127.0.0.1:6380\",\"127.0.0.1:6379\"]}}",
+                          out, sizeof(out));
+    ck_assert_msg(rc != 0, "accepted: %s", out);
+    ck_assert_msg(strstr(out, "redis.nodes"), "%s", out);
+}
+END_TEST
+
+START_TEST(config_open_without_password_warns)
+{
+    char out[4096];
+
+    start(NULL);
+    int rc = check_config("{\"listen\":[\"tcp://0.0.0.0:7399\"]}", out,
+                          sizeof(out));
+    ck_assert_msg(rc == 0, "refused: %s", out);
+    ck_assert_msg(strstr(out, "protected"), "no warning: %s", out);
+}
+END_TEST
+
+static Suite *ops_suite(void)
+{
+    Suite *s = suite_create("ops");
+    TCase *tc = tcase_create("ops");
+    int timeout = h_slow() ? 150 : 30;
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, timeout);
+    tcase_add_test(tc, closing_handshake);
+    tcase_add_test(tc, closing_idle);
+    tcase_add_test(tc, closing_keepalive);
+    tcase_add_test(tc, shutdown_answers_and_releases);
+    tcase_add_test(tc, reload_good_file);
+    tcase_add_test(tc, reload_bad_file_keeps_config);
+    tcase_add_test(tc, reload_node_change_needs_restart);
+    tcase_add_test(tc, unix_socket_in_use);
+    tcase_add_test(tc, unix_socket_stale_file_replaced);
+    tcase_add_test(tc, unix_socket_missing_directory);
+    tcase_add_test(tc, config_same_port_twice);
+    tcase_add_test(tc, config_duplicate_nodes);
+    tcase_add_test(tc, config_open_without_password_warns);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(ops_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
