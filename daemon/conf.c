@@ -282,6 +282,14 @@ int conf_parse_addr(struct conf_addr *a, const char *text, bool allow_unix,
     return conf_addr_parse(a, text, flags, err, errlen);
 }
 
+static bool conf_host_any(const char *host)
+{
+    return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
+}
+
+/* Would binding both fail, or mean the same place? A wildcard address
+ * takes its port on every address of its family (IPv6 listeners are
+ * IPv6-only). */
 static bool conf_addr_same(const struct conf_addr *x,
                            const struct conf_addr *y)
 {
@@ -289,7 +297,12 @@ static bool conf_addr_same(const struct conf_addr *x,
         return false;
     if (x->kind == CONF_ADDR_UNIX)
         return strcmp(x->path, y->path) == 0;
-    return x->port == y->port && strcasecmp(x->host, y->host) == 0;
+    if (x->port != y->port)
+        return false;
+    if (strcasecmp(x->host, y->host) == 0)
+        return true;
+    bool v6x = strchr(x->host, ':'), v6y = strchr(y->host, ':');
+    return v6x == v6y && (conf_host_any(x->host) || conf_host_any(y->host));
 }
 
 /* ---- defaults and teardown -------------------------------------------- */
@@ -755,6 +768,11 @@ static int conf_check_dups(struct conf_loader *ld, const char *key,
             if (!conf_addr_same(&v[i], &v[j]))
                 continue;
             snprintf(at, sizeof(at), "%s[%zu]", key, i);
+            if (v[i].kind == CONF_ADDR_TCP &&
+                strcasecmp(v[i].host, v[j].host) != 0)
+                return conf_fail(ld, at, "\"%s\" and %s[%zu] (\"%s\") "
+                                 "both take port %d", v[i].text, key, j,
+                                 v[j].text, v[i].port);
             return conf_fail(ld, at, "\"%s\" repeats %s[%zu] (\"%s\")",
                              v[i].text, key, j, v[j].text);
         }
@@ -950,4 +968,167 @@ int conf_load(struct conf *c, const char *path, char *err, size_t errlen)
         }
     }
     return rc;
+}
+
+/* ---- reload and warnings ------------------------------------------------ */
+
+/* Keys a running daemon applies on SIGHUP (by prefix); the rest need a
+ * restart. */
+static const char *const conf_live_keys[] = {
+    "log.", "limits.", "auth.", "redis.username", "redis.password",
+    "redis.probe_interval_ms", "locks.default_ttl_ms", "locks.min_ttl_ms",
+    "locks.max_ttl_ms", "locks.max_wait_ms", "locks.lock_delay_ms",
+    "locks.retry_ms", "locks.max_limit", "locks.max_multi",
+    "shutdown_timeout_ms",
+};
+
+static bool conf_key_live(const struct conf_key *k)
+{
+    for (size_t i = 0; i < sizeof(conf_live_keys) / sizeof(*conf_live_keys);
+         i++) {
+        const char *p = conf_live_keys[i];
+        if (strncmp(k->key, p, strlen(p)) == 0)
+            return true;
+    }
+    return false;
+}
+
+static bool conf_str_same(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Do live and fresh differ in k? `was`/`now` describe the values (empty
+ * for secrets and lists). */
+static bool conf_differs(const struct conf_key *k, struct conf *live,
+                         struct conf *fresh, char *was, char *now,
+                         size_t size)
+{
+    void *a = conf_field(live, k), *b = conf_field(fresh, k);
+
+    was[0] = now[0] = '\0';
+    switch (k->type) {
+    case CONF_T_UINT:
+    case CONF_T_MODE:
+        snprintf(was, size, "%u", *(unsigned *)a);
+        snprintf(now, size, "%u", *(unsigned *)b);
+        return *(unsigned *)a != *(unsigned *)b;
+    case CONF_T_INT:
+        snprintf(was, size, "%d", *(int *)a);
+        snprintf(now, size, "%d", *(int *)b);
+        return *(int *)a != *(int *)b;
+    case CONF_T_LEVEL:
+        snprintf(was, size, "%s", conf_level_names[*(int *)a]);
+        snprintf(now, size, "%s", conf_level_names[*(int *)b]);
+        return *(int *)a != *(int *)b;
+    case CONF_T_BOOL:
+        snprintf(was, size, "%s", *(bool *)a ? "true" : "false");
+        snprintf(now, size, "%s", *(bool *)b ? "true" : "false");
+        return *(bool *)a != *(bool *)b;
+    case CONF_T_NUMBER:
+        snprintf(was, size, "%g", *(double *)a);
+        snprintf(now, size, "%g", *(double *)b);
+        return *(double *)a != *(double *)b;
+    case CONF_T_STRING:
+    case CONF_T_SECRET_FILE:
+        return !conf_str_same(*(char **)a, *(char **)b);
+    case CONF_T_ADDRS: {
+        struct conf_addr *x = *(struct conf_addr **)a;
+        struct conf_addr *y = *(struct conf_addr **)b;
+        size_t n = *(size_t *)((char *)live + k->count_off);
+        if (n != *(size_t *)((char *)fresh + k->count_off))
+            return true;
+        for (size_t i = 0; i < n; i++) {
+            if (!conf_str_same(x[i].text, y[i].text))
+                return true;
+        }
+        return false;
+    }
+    case CONF_T_ADDR: {
+        struct conf_addr *x = *(struct conf_addr **)a;
+        struct conf_addr *y = *(struct conf_addr **)b;
+        return !conf_str_same(x ? x->text : NULL, y ? y->text : NULL);
+    }
+    }
+    return false;
+}
+
+/* Take k's value from fresh (fresh gets the old one, to free). */
+static void conf_take(const struct conf_key *k, struct conf *live,
+                      struct conf *fresh)
+{
+    char *a = conf_field(live, k), *b = conf_field(fresh, k);
+    size_t size;
+
+    switch (k->type) {
+    case CONF_T_UINT:
+    case CONF_T_MODE:
+        size = sizeof(unsigned);
+        break;
+    case CONF_T_INT:
+    case CONF_T_LEVEL:
+        size = sizeof(int);
+        break;
+    case CONF_T_BOOL:
+        size = sizeof(bool);
+        break;
+    case CONF_T_NUMBER:
+        size = sizeof(double);
+        break;
+    default:
+        size = sizeof(char *);
+        break;
+    }
+    char tmp[sizeof(double) > sizeof(char *) ? sizeof(double)
+                                             : sizeof(char *)];
+    memcpy(tmp, a, size);
+    memcpy(a, b, size);
+    memcpy(b, tmp, size);
+}
+
+int conf_reload(struct conf *live, struct conf *fresh, conf_report_fn *report,
+                void *ud)
+{
+    int restart = 0;
+
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        const struct conf_key *k = &conf_keys[i];
+        char was[64], now[64];
+
+        /* A *_file row fills the field of the row before it. */
+        if (i > 0 && conf_keys[i - 1].off == k->off)
+            continue;
+        if (!conf_differs(k, live, fresh, was, now, sizeof(was)))
+            continue;
+        if (k->type == CONF_T_SECRET_FILE ||
+            (k->type == CONF_T_STRING && strstr(k->key, "password")))
+            was[0] = now[0] = '\0';     /* never log a secret */
+        if (conf_key_live(k)) {
+            conf_take(k, live, fresh);
+            report(ud, k->key, was, now, true);
+        } else {
+            report(ud, k->key, was, now, false);
+            restart++;
+        }
+    }
+    return restart;
+}
+
+void conf_warnings(const struct conf *c, conf_warn_fn *warn, void *ud)
+{
+    char msg[CONF_ERRLEN];
+
+    for (size_t i = 0; i < c->nlisten; i++) {
+        const struct conf_addr *a = &c->listen[i];
+        bool loopback = a->kind == CONF_ADDR_UNIX ||
+                        strncmp(a->host, "127.", 4) == 0 ||
+                        strcmp(a->host, "::1") == 0;
+        if (loopback || c->auth.password || !c->auth.protected_mode)
+            continue;
+        snprintf(msg, sizeof(msg), "listen \"%s\" accepts remote peers, but "
+                 "with no auth.password protected mode refuses every one "
+                 "of them; set auth.password, or auth.protected_mode false "
+                 "on a trusted network", a->text);
+        warn(ud, msg);
+    }
 }

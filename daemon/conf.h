@@ -13,7 +13,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* From meson (sysconfdir), so the daemon looks where `meson install` put
+ * the file. */
+#ifdef REDLOCKD_CONF_PATH
+#define CONF_DEFAULT_PATH REDLOCKD_CONF_PATH
+#else
 #define CONF_DEFAULT_PATH "/etc/redlockd/redlockd.json"
+#endif
 #define CONF_ERRLEN 512
 
 enum conf_addr_kind { CONF_ADDR_TCP, CONF_ADDR_UNIX };
@@ -123,5 +129,25 @@ int conf_load_string(struct conf *c, const char *text, const char *name,
 int conf_parse_addr(struct conf_addr *a, const char *text, bool allow_unix,
                     char *err, size_t errlen);
 void conf_addr_deinit(struct conf_addr *a);
+
+/*
+ * SIGHUP: take from `fresh` (a conf that loaded and validated) every key a
+ * running daemon can change in place (log level, limits, passwords, ttl
+ * bounds, lock delay, probe interval, ...), so pointers to `live` stay
+ * valid. Every key that differs is reported once: applied, or needing a
+ * restart (listen, nodes, key prefix, ...) and left as it was; was/now
+ * are the values as text ("" for secrets and lists). Returns how many need
+ * a restart. fresh keeps what live gave up: conf_deinit it after.
+ */
+typedef void conf_report_fn(void *ud, const char *key, const char *was,
+                            const char *now, bool applied);
+int conf_reload(struct conf *live, struct conf *fresh, conf_report_fn *report,
+                void *ud);
+
+/* Settings that load but will not do what the operator likely meant (an
+ * open address that protected mode will refuse every peer on): one
+ * message each. */
+typedef void conf_warn_fn(void *ud, const char *msg);
+void conf_warnings(const struct conf *c, conf_warn_fn *warn, void *ud);
 
 #endif

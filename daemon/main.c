@@ -35,7 +35,7 @@
 static struct {
     uv_loop_t loop;
     struct conf conf;
-    uv_signal_t sigint, sigterm;
+    uv_signal_t sigint, sigterm, sighup;
     struct timer drain;
     uint64_t drain_deadline;
     int finish_turns;
@@ -83,6 +83,7 @@ static void close_own_handles(void)
 {
     uv_close((uv_handle_t *)&D.sigint, NULL);
     uv_close((uv_handle_t *)&D.sigterm, NULL);
+    uv_close((uv_handle_t *)&D.sighup, NULL);
     timer_sys_deinit();
 }
 
@@ -140,6 +141,64 @@ static void daemon_stop(const char *why)
     D.drain_deadline = timer_now() + D.conf.shutdown_timeout_ms;
     timer_init(&D.drain, drain_cb, NULL);
     timer_start(&D.drain, 0);
+}
+
+/* ---- SIGHUP: reload ------------------------------------------------------ */
+
+struct reload_tally {
+    int applied, restart;
+};
+
+static void reload_report(void *ud, const char *key, const char *was,
+                          const char *now, bool applied)
+{
+    struct reload_tally *t = ud;
+
+    if (applied)
+        t->applied++;
+    if (was[0] || now[0])
+        log_notice("reload: %s %s -> %s%s", key, was, now,
+                   applied ? "" : " (needs a restart; ignored until then)");
+    else
+        log_notice("reload: %s changed%s", key,
+                   applied ? "" : " (needs a restart; ignored until then)");
+}
+
+static void warn_log(void *ud, const char *msg)
+{
+    (void)ud;
+    log_warn("%s", msg);
+}
+
+static void reload(void)
+{
+    struct conf fresh;
+    struct reload_tally t = { 0, 0 };
+    char err[CONF_ERRLEN];
+
+    notify("RELOADING=1");
+    if (conf_load(&fresh, D.conf.path, err, sizeof(err)) != 0) {
+        log_error("reload rejected: %s; the running configuration stays",
+                  err);
+        conf_deinit(&fresh);
+        notify("READY=1");
+        return;
+    }
+    t.restart = conf_reload(&D.conf, &fresh, reload_report, &t);
+    conf_deinit(&fresh);
+    log_init((enum log_level)D.conf.log.level);
+    log_notice("reloaded %s: %d change(s) applied, %d need a restart",
+               D.conf.path, t.applied, t.restart);
+    conf_warnings(&D.conf, warn_log, NULL);
+    notify("READY=1");
+}
+
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    (void)h;
+    (void)signum;
+    if (!D.stopping)
+        reload();
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -201,6 +260,8 @@ static int run(void)
     uv_signal_init(&D.loop, &D.sigterm);
     uv_signal_start(&D.sigint, on_signal, SIGINT);
     uv_signal_start(&D.sigterm, on_signal, SIGTERM);
+    uv_signal_init(&D.loop, &D.sighup);
+    uv_signal_start(&D.sighup, on_sighup, SIGHUP);
 
     int rc = server_start(&D.loop, &D.conf);
     if (rc == 0 && D.conf.metrics.listen)
@@ -227,6 +288,12 @@ static int run(void)
     lockmgr_deinit();
     uv_loop_close(&D.loop);
     return rc == 0 ? 0 : 1;
+}
+
+static void warn_stderr(void *ud, const char *msg)
+{
+    (void)ud;
+    fprintf(stderr, "redlockd: warning: %s\n", msg);
 }
 
 int main(int argc, char **argv)
@@ -270,12 +337,14 @@ int main(int argc, char **argv)
         return 1;
     }
     if (check) {
+        conf_warnings(&D.conf, warn_stderr, NULL);
         printf("%s: configuration OK (%zu listen address(es), %zu redis "
                "node(s))\n", path, D.conf.nlisten, D.conf.redis.nnodes);
         conf_deinit(&D.conf);
         return 0;
     }
     log_init((enum log_level)D.conf.log.level);
+    conf_warnings(&D.conf, warn_log, NULL);
     signal(SIGPIPE, SIG_IGN);
     int rc = run();
     conf_deinit(&D.conf);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@ struct listener {
     bool is_unix;
     char name[128];
     char *unlink_path;      /* (owned) socket file we created */
+    ino_t unlink_ino;       /* ... and its inode, so only it is removed */
     struct listener *next;
 };
 
@@ -196,15 +198,66 @@ static int listen_tcp(const struct conf_addr *a)
     return listener_finish(l, rc);
 }
 
-static int listen_unix(const struct conf_addr *a, unsigned mode)
+/* Does a process accept connections on the unix socket at path? */
+static bool unix_socket_alive(const char *path)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    int fd, rc;
+
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return false;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    /* EAGAIN: alive, its backlog is full. */
+    bool alive = rc == 0 || errno == EAGAIN;
+    close(fd);
+    return alive;
+}
+
+/* The directory part of path exists? */
+static bool parent_exists(const char *path)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    const char *slash = strrchr(path, '/');
+    struct stat st;
+
+    if (!slash || slash == path)
+        return true;
+    if ((size_t)(slash - path) >= sizeof(dir))
+        return false;
+    memcpy(dir, path, (size_t)(slash - path));
+    dir[slash - path] = '\0';
+    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/*
+ * A socket file left by an earlier run would make bind fail: remove it,
+ * but only if nothing answers on it (a second daemon must not take over
+ * the socket of a running one) and never anything that is not a socket.
+ */
+static int listen_unix(const struct conf_addr *a, unsigned mode,
+                       const char **why)
 {
     struct stat st;
 
-    /* A socket file left by an earlier run would make bind fail; remove
-     * it, but never anything that is not a socket. */
+    if (!parent_exists(a->path)) {
+        *why = "no such directory";
+        return UV_ENOENT;
+    }
     if (lstat(a->path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode))
+        if (!S_ISSOCK(st.st_mode)) {
+            *why = "the path exists and is not a socket";
             return UV_EEXIST;
+        }
+        if (unix_socket_alive(a->path)) {
+            *why = "the socket is in use by another process (another "
+                   "redlockd?)";
+            return UV_EADDRINUSE;
+        }
+        log_notice("removing the stale socket file %s", a->path);
         unlink(a->path);
     }
     struct listener *l = listener_new(true, a->text);
@@ -215,6 +268,8 @@ static int listen_unix(const struct conf_addr *a, unsigned mode)
         l->unlink_path = strdup(a->path);
         if (chmod(a->path, mode) != 0)
             rc = uv_translate_sys_error(errno);
+        else if (lstat(a->path, &st) == 0)
+            l->unlink_ino = st.st_ino;
     }
     return listener_finish(l, rc);
 }
@@ -266,10 +321,13 @@ int server_start(uv_loop_t *loop, const struct conf *c)
 #endif
     for (size_t i = 0; i < c->nlisten; i++) {
         const struct conf_addr *a = &c->listen[i];
-        int rc = a->kind == CONF_ADDR_UNIX ? listen_unix(a, c->unix_socket_mode)
-                                           : listen_tcp(a);
+        const char *why = NULL;
+        int rc = a->kind == CONF_ADDR_UNIX
+                 ? listen_unix(a, c->unix_socket_mode, &why)
+                 : listen_tcp(a);
         if (rc != 0) {
-            log_error("cannot listen on %s: %s", a->text, uv_strerror(rc));
+            log_error("cannot listen on %s: %s", a->text,
+                      why ? why : uv_strerror(rc));
             return -1;
         }
         log_notice("listening on %s", a->text);
@@ -283,7 +341,10 @@ void server_stop_listening(void)
 
     for (; l; l = next) {
         next = l->next;
-        if (l->unlink_path)
+        struct stat st;
+        /* Only the file we made: not one someone put there since. */
+        if (l->unlink_path && lstat(l->unlink_path, &st) == 0 &&
+            st.st_ino == l->unlink_ino)
             unlink(l->unlink_path);
         uv_close(&l->h.handle, listener_closed);
     }

@@ -298,7 +298,14 @@ START_TEST(unix_socket_stale_file_replaced)
     close(fd);
     snprintf(extra, sizeof(extra), "{\"listen\":[\"unix:%s\"]}", sock);
     h_daemon_start(&d2, &R, 1, extra);
-    ck_assert_int_eq(h_connect_unix(&c, sock), 0);
+    /* The harness waits only for its own listeners: wait for this one. */
+    int rc = -1;
+    for (int i = 0; i < 200 && rc != 0; i++) {
+        rc = h_connect_unix(&c, sock);
+        if (rc != 0)
+            h_sleep_ms(10);
+    }
+    ck_assert_int_eq(rc, 0);
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
     h_close(&c);
     ck_assert_int_eq(h_daemon_stop(&d2), 0);
