@@ -1,0 +1,1328 @@
+/*
+ * test_mutex: mutual exclusion under faults, checked from the outside
+ * (suite "fault").
+ *
+ * Three redis-server nodes (appendonly yes, appendfsync always), two
+ * redlockd daemons on them, 16 clients over 4 resources and two plain
+ * Redlock clients (SET NX PX, compare-and-delete) on the same keys. One
+ * single-threaded driver advances every client's small state machine
+ * (connect, LOCK, hold while refreshing its deadline, UNLOCK, again) and a
+ * seeded fault schedule: a node stopped and continued, a node killed with
+ * -9 and restarted on its data, a daemon killed with -9 (its clients move
+ * to the other one) and restarted, a daemon stopped for longer than the
+ * ttl, clients disconnecting abruptly.
+ *
+ * Each holder records the interval during which it may work, by the
+ * client-side lease bound: its deadline is the time it sent a request
+ * plus the validity the reply reports (LOCK's validity=, then the
+ * "validity" of LOCKS, sent at least every ttl/4 while holding). The
+ * interval is [the OK for LOCK arrived, min(it sent UNLOCK, its deadline,
+ * it saw EVENT LOST or lost the connection)]; a plain client's is
+ * [quorum seen, min(release started, start + validity)].
+ *
+ * Asserted: no two intervals of one resource overlap; the fences of one
+ * resource increase strictly in the order the holders started; no key is
+ * left on a node longer than ttl (plus slack) after the last holder of its
+ * resource was done; no daemon died except those killed on purpose
+ * (and every running one exits 0 on SIGTERM). The second test shows the
+ * checker is not blind: two daemons with different key prefixes do not see
+ * each other's locks, and the checker must report overlaps.
+ *
+ * The schedule and the clients' choices come from one seed, printed and
+ * overridable with REDLOCKD_MUTEX_SEED; timing still varies from run to
+ * run, so a seed reproduces the faults, not every interleaving.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "mutex_checker.h"
+
+#define NNODES 3
+#define NDAEMONS 2
+#define NCLIENTS 16
+#define NPLAIN 2
+#define NRES 4
+#define QUORUM (NNODES / 2 + 1)
+
+#define TTL_MS 1500
+/* Below the validity of a fresh grant, so a LOCK that waited to the end
+ * still leaves its holder time to work: a grant known only after its
+ * deadline then means the daemon or the driver stalled. */
+#define WAIT_MS 1000
+#define REFRESH_MS (TTL_MS / 4)         /* the rule asks for ttl/3 at most */
+#define DRIFT_MS (TTL_MS / 100 + 2)     /* the plain clients' drift allowance */
+#define KEY_SLACK_MS 500
+#define DRAIN_MS 15000                  /* the end: outstanding requests */
+#define IMPATIENT_MS 1200               /* reply timeout before failing over */
+#define PATIENT_MS 8000                 /* outlasts a stopped daemon */
+#define PLAIN_IO_MS 100                 /* plain clients' per-node timeout */
+
+#define CLIENT_BUF 8192                 /* replies are short; LOCKS of one lock */
+#define RES_NAME "mx:%d"
+#define RES_NAME_MAX 16
+#define KEY_MAX 64
+
+#define US(ms) ((int64_t)(ms) * 1000)
+
+/* ---- what one run is --------------------------------------------------- */
+
+struct run_conf {
+    const char *name;
+    int min_ms;                 /* the run lasts at least this long */
+    int cap_ms;                 /* and starts no round after this */
+    int rounds;                 /* LOCK attempts per client, at least */
+    int plain_rounds;           /* attempts per plain client, at least */
+    int nplain;
+    bool faults;
+    const char *daemon_json[NDAEMONS];
+    const char *prefix[NDAEMONS];   /* each daemon's key prefix */
+};
+
+enum fault_kind { F_NODE_STOP, F_NODE_KILL, F_DAEMON_KILL, F_DAEMON_STOP, F_NKINDS };
+
+static const char *const fault_names[F_NKINDS] = {
+    "node-stop", "node-kill", "daemon-kill", "daemon-stop",
+};
+
+#define FAULT_CYCLES 2
+#define MAX_FAULTS (FAULT_CYCLES * F_NKINDS)
+
+struct fault {
+    enum fault_kind kind;
+    int target;
+    int64_t at, until;          /* us since the start of the run */
+    bool started;
+};
+
+enum req { REQ_NONE, REQ_HELLO, REQ_LOCK, REQ_LOCKS, REQ_UNLOCK };
+
+/* A redlockd client: one connection, one request in flight at a time, at
+ * most one lock. */
+struct client {
+    int id;
+    int fd;                     /* -1: not connected */
+    int daemon;                 /* where it connects next / is connected */
+    bool patient;               /* rides out a silent daemon */
+    char buf[CLIENT_BUF];
+    size_t len;
+    enum req req;
+    int64_t req_sent, req_timeout;
+    int res;                    /* of the LOCK in flight or the lock held */
+    int64_t next_at;            /* reconnect / next round not before */
+    int rounds;                 /* LOCK requests sent */
+    /* the grant: */
+    bool held;                  /* the session holds it: UNLOCK is due */
+    bool working;               /* its interval is open */
+    uint64_t fence;
+    int64_t start, deadline, hold_until, refreshed;
+};
+
+/* A plain Redlock client: synchronous hiredis to each node. */
+struct plain {
+    int id;
+    redisContext *ctx[NNODES];
+    int64_t retry_at[NNODES];
+    int64_t next_at;
+    bool holding;
+    int res;
+    char token[33];
+    int64_t t0, start, valid_end, hold_until;
+};
+
+struct counts {
+    int rounds, grants, grants_on[NDAEMONS], plain_rounds, plain_grants;
+    int refused, lost, expired, late, dropped, unexpected;
+    int faults[F_NKINDS], disconnects, crashed, key_violations;
+    long long key_outlived_ms;  /* the longest a key outlived its last holder */
+};
+
+static struct h_redis N[NNODES];
+static struct h_daemon D[NDAEMONS];
+static bool d_stopped[NDAEMONS];    /* SIGSTOPped */
+static bool d_crashed[NDAEMONS];    /* died unasked */
+/* Static: clients hold large buffers. */
+static struct client C[NCLIENTS];
+static struct plain P[NPLAIN];
+static struct mc_log ivlog;
+static struct counts cnt;
+static struct fault faults[MAX_FAULTS];
+static int nfaults;
+static const struct run_conf *rc;
+static int64_t t_run;               /* us: the run's time zero */
+static int64_t touch[NRES];         /* us: the last holder of each was done */
+static bool stopping;
+static uint64_t rng_state;
+static char unexpected_msg[1024];
+
+/* ---- time and randomness ----------------------------------------------- */
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static double secs(int64_t t)
+{
+    return (double)(t - t_run) / 1e6;
+}
+
+/* splitmix64: small, good enough, and the same on every platform. */
+static uint64_t rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi]. */
+static int rng_range(int lo, int hi)
+{
+    return lo + (int)(rng_next() % (uint64_t)(hi - lo + 1));
+}
+
+static uint64_t seed_init(void)
+{
+    const char *s = getenv("REDLOCKD_MUTEX_SEED");
+    uint64_t seed;
+
+    if (s != NULL && *s != '\0') {
+        char *end;
+
+        errno = 0;
+        seed = strtoull(s, &end, 0);
+        ck_assert_msg(errno == 0 && *end == '\0',
+                      "REDLOCKD_MUTEX_SEED is not a number: %s", s);
+    } else if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) {
+        seed = (uint64_t)now_us() ^ ((uint64_t)getpid() << 32);
+    }
+    rng_state = seed;
+    return seed;
+}
+
+static void note_touch(int res, int64_t t)
+{
+    if (res >= 0 && t > touch[res])
+        touch[res] = t;
+}
+
+static void note_unexpected(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void note_unexpected(const char *fmt, ...)
+{
+    size_t len = strlen(unexpected_msg);
+    va_list ap;
+
+    cnt.unexpected++;
+    if (len + 2 >= sizeof(unexpected_msg))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(unexpected_msg + len, sizeof(unexpected_msg) - len - 1, fmt, ap);
+    va_end(ap);
+    len = strlen(unexpected_msg);
+    unexpected_msg[len] = '\n';
+    unexpected_msg[len + 1] = '\0';
+}
+
+static void record(int res, int holder, enum mc_kind kind, uint64_t fence,
+                   int64_t start, int64_t end)
+{
+    struct mc_interval iv = {
+        .res = res, .holder = holder, .kind = kind, .fence = fence,
+        .start = start - t_run, .end = end - t_run,
+    };
+
+    ck_assert_int_eq(mc_log_add(&ivlog, &iv), 0);
+    note_touch(res, end > start ? end : start);
+}
+
+/* ---- daemons ------------------------------------------------------------ */
+
+static bool daemon_usable(int i)
+{
+    return D[i].pid != 0 && !d_crashed[i];
+}
+
+/* A daemon that exited while nobody meant it to. WNOWAIT leaves it a
+ * zombie, so h_daemon_stop still collects its status at the end. */
+static void daemon_watch(void)
+{
+    for (int i = 0; i < NDAEMONS; i++) {
+        siginfo_t si;
+
+        if (!daemon_usable(i))
+            continue;
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_PID, (id_t)D[i].pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            si.si_pid == D[i].pid) {
+            d_crashed[i] = true;
+            cnt.crashed++;
+            fprintf(stderr, "mutex: +%.1f s daemon %d (pid %d) died: %s %d\n",
+                    secs(now_us()), i, (int)D[i].pid,
+                    si.si_code == CLD_EXITED ? "exit status" : "signal",
+                    si.si_status);
+        }
+    }
+}
+
+static void daemon_start(int i)
+{
+    h_daemon_start(&D[i], N, NNODES, rc->daemon_json[i]);
+}
+
+/* ---- redlockd clients --------------------------------------------------- */
+
+static int other_daemon(int i)
+{
+    return (i + 1) % NDAEMONS;
+}
+
+/* The interval ends at t, or at the deadline if that came first. */
+static void work_end(struct client *c, int64_t t)
+{
+    int64_t end = t < c->deadline ? t : c->deadline;
+
+    if (!c->working)
+        return;
+    if (c->deadline <= t)
+        cnt.expired++;
+    record(c->res, c->id, MC_REDLOCKD, c->fence, c->start, end);
+    c->working = false;
+}
+
+/* Close the connection at once, whatever is in flight. `failover`: the
+ * daemon failed us, so try the other one next; otherwise go home, so the
+ * clients that a killed daemon sent away come back over time. */
+static void client_drop(struct client *c, bool failover)
+{
+    int64_t now = now_us();
+
+    work_end(c, now);
+    if (c->req == REQ_LOCK || c->held)
+        note_touch(c->res, now);
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->len = 0;
+    c->req = REQ_NONE;
+    c->held = false;
+    c->res = -1;
+    c->daemon = failover ? other_daemon(c->daemon) : c->id % NDAEMONS;
+    c->next_at = now + US(rng_range(50, 200));
+    cnt.dropped++;
+}
+
+static void client_send(struct client *c, enum req req, int timeout_ms,
+                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void client_send(struct client *c, enum req req, int timeout_ms,
+                        const char *fmt, ...)
+{
+    char line[256];
+    va_list ap;
+    int n;
+    ssize_t w;
+
+    va_start(ap, fmt);
+    n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+    va_end(ap);
+    ck_assert(n > 0 && n < (int)sizeof(line) - 1);
+    line[n++] = '\n';
+    c->req = req;
+    c->req_sent = now_us();
+    c->req_timeout = c->req_sent + US(timeout_ms);
+    do {
+        w = send(c->fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (w < 0 && errno == EINTR);
+    /* A short line into an empty socket buffer: anything else means the
+     * connection is gone, which the next read reports too. */
+    if (w != n)
+        client_drop(c, true);
+}
+
+static int reply_timeout(const struct client *c)
+{
+    return c->patient ? PATIENT_MS : IMPATIENT_MS;
+}
+
+static void client_connect(struct client *c, int64_t now)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    int fd;
+
+    if (!daemon_usable(c->daemon))
+        c->daemon = other_daemon(c->daemon);
+    if (!daemon_usable(c->daemon)) {
+        c->next_at = now + US(100);
+        return;
+    }
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
+    sa.sin_port = htons((uint16_t)D[c->daemon].port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    /* Loopback: refused at once, or accepted by the kernel even when the
+     * daemon is stopped. */
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        c->daemon = other_daemon(c->daemon);
+        c->next_at = now + US(100);
+        return;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    c->fd = fd;
+    c->len = 0;
+    client_send(c, REQ_HELLO, reply_timeout(c), "HELLO name=mx%d", c->id);
+}
+
+static void client_lock(struct client *c)
+{
+    char name[RES_NAME_MAX];
+
+    c->res = rng_range(0, NRES - 1);
+    snprintf(name, sizeof(name), RES_NAME, c->res);
+    cnt.rounds++;
+    c->rounds++;
+    client_send(c, REQ_LOCK, WAIT_MS + reply_timeout(c), "LOCK %s ttl=%d wait=%d",
+                name, TTL_MS, WAIT_MS);
+}
+
+static void client_unlock(struct client *c)
+{
+    char name[RES_NAME_MAX];
+
+    snprintf(name, sizeof(name), RES_NAME, c->res);
+    /* The holder stops working before the request leaves. */
+    work_end(c, now_us());
+    client_send(c, REQ_UNLOCK, reply_timeout(c), "UNLOCK %s", name);
+}
+
+static void round_done(struct client *c, int64_t now)
+{
+    c->res = -1;
+    c->next_at = now + US(rng_range(0, 150));
+}
+
+static int hold_ms(void)
+{
+    /* Mostly short, some past the ttl: those live on renewals alone. */
+    return rng_range(0, 99) < 85 ? rng_range(20, 400) : rng_range(1000, 3000);
+}
+
+static bool resource_is(const char *name, int res)
+{
+    char want[RES_NAME_MAX];
+
+    snprintf(want, sizeof(want), RES_NAME, res);
+    return name != NULL && strcmp(name, want) == 0;
+}
+
+static void on_lock_reply(struct client *c, const char *line, int64_t now)
+{
+    const char *v;
+    long long validity;
+
+    if (h_starts(line, "OK resource=")) {
+        ck_assert_msg(resource_is(h_kv(line, "resource"), c->res), "%s", line);
+        v = h_kv(line, "fence");
+        ck_assert_msg(v != NULL, "LOCK reply without fence: %s", line);
+        c->fence = strtoull(v, NULL, 10);
+        v = h_kv(line, "validity");
+        ck_assert_msg(v != NULL, "LOCK reply without validity: %s", line);
+        validity = strtoll(v, NULL, 10);
+        cnt.grants++;
+        cnt.grants_on[c->daemon]++;
+        c->held = true;
+        c->start = now;
+        c->deadline = c->req_sent + US(validity);
+        c->refreshed = c->req_sent;
+        c->hold_until = now + US(hold_ms());
+        if (c->deadline > now) {
+            c->working = true;
+        } else {
+            /* Over before it was known: the holder never works. */
+            cnt.late++;
+            record(c->res, c->id, MC_REDLOCKD, c->fence, now, c->deadline);
+        }
+        return;
+    }
+    if (h_starts(line, "ERR BUSY ") || h_starts(line, "ERR TIMEOUT ") ||
+        h_starts(line, "ERR UNAVAILABLE ")) {
+        cnt.refused++;
+        round_done(c, now);
+        return;
+    }
+    if (h_starts(line, "ERR SHUTDOWN ")) {
+        client_drop(c, true);
+        return;
+    }
+    note_unexpected("client %d: LOCK answered \"%s\"", c->id, line);
+    round_done(c, now);
+}
+
+/* The lock in a LOCKS reply, or NULL. */
+static json_t *locks_find(json_t *o, const struct client *c)
+{
+    json_t *locks = json_object_get(o, "locks"), *l;
+    size_t i;
+
+    json_array_foreach(locks, i, l) {
+        const char *name = json_string_value(json_object_get(l, "resource"));
+        json_t *fence = json_object_get(l, "fence");
+
+        if (resource_is(name, c->res) && json_is_integer(fence) &&
+            (uint64_t)json_integer_value(fence) == c->fence)
+            return l;
+    }
+    return NULL;
+}
+
+static void on_locks_reply(struct client *c, const char *line, int64_t now)
+{
+    json_t *o, *l, *v;
+    json_error_t err;
+
+    if (!h_starts(line, "OK {")) {
+        note_unexpected("client %d: LOCKS answered \"%s\"", c->id, line);
+        return;
+    }
+    o = json_loads(line + 3, 0, &err);
+    ck_assert_msg(json_is_object(o), "LOCKS: bad JSON (%s): %s", err.text, line);
+    l = locks_find(o, c);
+    v = l != NULL ? json_object_get(l, "validity") : NULL;
+    if (l != NULL && !json_is_integer(v))
+        note_unexpected("client %d: LOCKS without validity: %s", c->id, line);
+    if (l == NULL || !json_is_integer(v)) {
+        /* No longer held: it learns so now (its deadline may come first). */
+        work_end(c, now);
+        c->held = false;
+    } else {
+        int64_t deadline = c->req_sent + US(json_integer_value(v));
+
+        /* A shorter lease than it thought, already over: it learns so now,
+         * not back when the new deadline was. */
+        if (deadline <= now)
+            work_end(c, now);
+        else
+            c->deadline = deadline;
+    }
+    json_decref(o);
+}
+
+static void on_unlock_reply(struct client *c, const char *line, int64_t now)
+{
+    if (!h_starts(line, "OK resource=") && !h_starts(line, "ERR LOST ") &&
+        !h_starts(line, "ERR NOTHELD "))
+        note_unexpected("client %d: UNLOCK answered \"%s\"", c->id, line);
+    c->held = false;
+    round_done(c, now);
+}
+
+static void on_event(struct client *c, const char *line, int64_t now)
+{
+    const char *v;
+
+    if (!h_starts(line, "EVENT LOST "))
+        return;     /* SHUTDOWN, CLOSING: the connection's end tells */
+    if (c->res < 0 || !c->held || !resource_is(h_kv(line, "resource"), c->res))
+        return;
+    v = h_kv(line, "fence");
+    if (v == NULL || strtoull(v, NULL, 10) != c->fence)
+        return;
+    cnt.lost++;
+    work_end(c, now);
+    c->held = false;
+}
+
+static void client_line(struct client *c, const char *line, int64_t now)
+{
+    enum req req = c->req;
+
+    if (h_starts(line, "EVENT ")) {
+        on_event(c, line, now);
+        return;
+    }
+    c->req = REQ_NONE;
+    switch (req) {
+    case REQ_HELLO:
+        if (!h_starts(line, "OK proto=1 "))
+            note_unexpected("client %d: HELLO answered \"%s\"", c->id, line);
+        c->next_at = now;
+        break;
+    case REQ_LOCK:
+        on_lock_reply(c, line, now);
+        break;
+    case REQ_LOCKS:
+        on_locks_reply(c, line, now);
+        break;
+    case REQ_UNLOCK:
+        on_unlock_reply(c, line, now);
+        break;
+    case REQ_NONE:
+        note_unexpected("client %d: a reply nobody asked for: \"%s\"", c->id, line);
+        break;
+    }
+}
+
+/* Read what has arrived and act on every complete line. */
+static void client_read(struct client *c)
+{
+    for (;;) {
+        ssize_t n = recv(c->fd, c->buf + c->len, sizeof(c->buf) - 1 - c->len, 0);
+        int64_t now = now_us();
+        char *lf;
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            client_drop(c, true);
+            return;
+        }
+        c->len += (size_t)n;
+        while (c->fd >= 0 && (lf = memchr(c->buf, '\n', c->len)) != NULL) {
+            size_t ll = (size_t)(lf - c->buf);
+
+            *lf = '\0';
+            client_line(c, c->buf, now);
+            if (c->fd < 0)
+                return;
+            memmove(c->buf, lf + 1, c->len - ll - 1);
+            c->len -= ll + 1;
+        }
+        ck_assert_msg(c->len < sizeof(c->buf) - 1, "client %d: a line of %zu bytes",
+                      c->id, c->len);
+    }
+}
+
+static bool client_busy(const struct client *c)
+{
+    return c->fd >= 0 && (c->req != REQ_NONE || c->held);
+}
+
+static bool rounds_done(void)
+{
+    for (int i = 0; i < NCLIENTS; i++) {
+        if (C[i].rounds < rc->rounds)
+            return false;
+    }
+    return true;
+}
+
+static void client_tick(struct client *c, int64_t now)
+{
+    if (c->fd < 0) {
+        if (!stopping && now >= c->next_at)
+            client_connect(c, now);
+        return;
+    }
+    if (c->working && now >= c->deadline)
+        work_end(c, now);
+    if (c->req != REQ_NONE) {
+        if (now >= c->req_timeout)
+            client_drop(c, true);
+        return;
+    }
+    if (c->held) {
+        if (!c->working || stopping || now >= c->hold_until) {
+            client_unlock(c);
+        } else if (now - c->refreshed >= US(REFRESH_MS)) {
+            c->refreshed = now;
+            client_send(c, REQ_LOCKS, reply_timeout(c), "LOCKS");
+        }
+        return;
+    }
+    if (!stopping && now >= c->next_at)
+        client_lock(c);
+}
+
+/* ---- plain Redlock clients ---------------------------------------------- */
+
+static const char plain_cad[] =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    "return redis.call('del', KEYS[1]) else return 0 end";
+
+static void plain_fail(struct plain *p, int i, int64_t now)
+{
+    if (p->ctx[i] != NULL)
+        redisFree(p->ctx[i]);
+    p->ctx[i] = NULL;
+    /* A stopped node accepts connections and never answers: do not pay
+     * the timeout on every attempt. */
+    p->retry_at[i] = now + US(1000);
+}
+
+static redisContext *plain_ctx(struct plain *p, int i, int64_t now)
+{
+    struct timeval tv = { 0, PLAIN_IO_MS * 1000 };
+    redisContext *ctx;
+
+    if (p->ctx[i] != NULL || now < p->retry_at[i])
+        return p->ctx[i];
+    ctx = redisConnectWithTimeout("127.0.0.1", N[i].port, tv);
+    if (ctx == NULL || ctx->err != 0 || redisSetTimeout(ctx, tv) != REDIS_OK) {
+        if (ctx != NULL)
+            redisFree(ctx);
+        p->retry_at[i] = now + US(300);
+        return NULL;
+    }
+    p->ctx[i] = ctx;
+    return ctx;
+}
+
+static void plain_key(char *key, size_t size, int res)
+{
+    char name[RES_NAME_MAX];
+
+    snprintf(name, sizeof(name), RES_NAME, res);
+    snprintf(key, size, "%s%s", rc->prefix[0], name);
+}
+
+/* Send one command to every reachable node at once, then collect: a
+ * stopped node costs one timeout, not one per node. Returns how many
+ * answered with `want` (a status text, or an integer 1 when NULL). */
+static int plain_all(struct plain *p, const char *want, const char *fmt, ...)
+{
+    bool sent[NNODES] = { false };
+    int64_t now = now_us();
+    int ok = 0;
+    va_list ap;
+
+    for (int i = 0; i < NNODES; i++) {
+        redisContext *ctx = plain_ctx(p, i, now);
+
+        if (ctx == NULL)
+            continue;
+        va_start(ap, fmt);
+        sent[i] = redisvAppendCommand(ctx, fmt, ap) == REDIS_OK;
+        va_end(ap);
+        if (!sent[i])
+            plain_fail(p, i, now);
+    }
+    for (int i = 0; i < NNODES; i++) {
+        redisReply *r = NULL;
+
+        if (!sent[i])
+            continue;
+        if (redisGetReply(p->ctx[i], (void **)&r) != REDIS_OK || r == NULL) {
+            plain_fail(p, i, now_us());
+            continue;
+        }
+        if (want != NULL ? r->type == REDIS_REPLY_STATUS && strcmp(r->str, want) == 0
+                         : r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+            ok++;
+        freeReplyObject(r);
+    }
+    return ok;
+}
+
+static void plain_release(struct plain *p)
+{
+    char key[KEY_MAX];
+
+    plain_key(key, sizeof(key), p->res);
+    plain_all(p, NULL, "EVAL %s 1 %s %s", plain_cad, key, p->token);
+}
+
+static void plain_try(struct plain *p)
+{
+    char key[KEY_MAX];
+    int ok;
+    int64_t now, validity;
+
+    p->res = rng_range(0, NRES - 1);
+    for (int i = 0; i < 32; i++)
+        p->token[i] = "0123456789abcdef"[rng_next() % 16];
+    p->token[32] = '\0';
+    plain_key(key, sizeof(key), p->res);
+    cnt.plain_rounds++;
+    p->t0 = now_us();
+    ok = plain_all(p, "OK", "SET %s %s NX PX %d", key, p->token, TTL_MS);
+    now = now_us();
+    validity = US(TTL_MS) - (now - p->t0) - US(DRIFT_MS);
+    if (ok >= QUORUM && validity > 0) {
+        int64_t hold = US(rng_range(10, 300));
+
+        cnt.plain_grants++;
+        p->holding = true;
+        p->start = now;
+        p->valid_end = p->t0 + validity;
+        /* Always release within the validity, by the driver's own clock. */
+        if (hold > validity - US(20))
+            hold = validity > US(20) ? validity - US(20) : 0;
+        p->hold_until = now + hold;
+        return;
+    }
+    /* Partial keys: gone at once, or by their ttl. */
+    note_touch(p->res, p->t0);
+    plain_release(p);
+    p->next_at = now_us() + US(rng_range(50, 250));
+}
+
+static void plain_tick(struct plain *p, int64_t now)
+{
+    if (p->holding) {
+        if (now >= p->hold_until || stopping) {
+            int64_t t = now_us();
+
+            record(p->res, 100 + p->id, MC_PLAIN, 0, p->start,
+                   t < p->valid_end ? t : p->valid_end);
+            p->holding = false;
+            plain_release(p);
+            p->next_at = now_us() + US(rng_range(20, 200));
+        }
+        return;
+    }
+    if (!stopping && now >= p->next_at)
+        plain_try(p);
+}
+
+static void plain_close(struct plain *p)
+{
+    for (int i = 0; i < NNODES; i++) {
+        if (p->ctx[i] != NULL)
+            redisFree(p->ctx[i]);
+        p->ctx[i] = NULL;
+    }
+}
+
+/* ---- the fault schedule ------------------------------------------------- */
+
+static void faults_plan(void)
+{
+    int64_t t = US(3000);
+
+    nfaults = 0;
+    for (int cycle = 0; cycle < FAULT_CYCLES; cycle++) {
+        enum fault_kind order[F_NKINDS] = {
+            F_NODE_STOP, F_NODE_KILL, F_DAEMON_KILL, F_DAEMON_STOP,
+        };
+
+        for (int i = F_NKINDS - 1; i > 0; i--) {
+            int j = rng_range(0, i);
+            enum fault_kind k = order[i];
+
+            order[i] = order[j];
+            order[j] = k;
+        }
+        for (int i = 0; i < F_NKINDS; i++) {
+            struct fault *f = &faults[nfaults++];
+            int ms = 0;
+
+            f->kind = order[i];
+            f->started = false;
+            switch (f->kind) {
+            case F_NODE_STOP:
+                f->target = rng_range(0, NNODES - 1);
+                ms = rng_range(1000, 3000);
+                break;
+            case F_NODE_KILL:
+                f->target = rng_range(0, NNODES - 1);
+                ms = rng_range(500, 2000);
+                break;
+            case F_DAEMON_KILL:
+                f->target = rng_range(0, NDAEMONS - 1);
+                ms = rng_range(2000, 4000);
+                break;
+            case F_DAEMON_STOP:
+                /* Longer than the ttl: leases run out while it sleeps. */
+                f->target = rng_range(0, NDAEMONS - 1);
+                ms = 2 * TTL_MS + rng_range(0, 1000);
+                break;
+            case F_NKINDS:
+                break;
+            }
+            f->at = t;
+            f->until = t + US(ms);
+            t = f->until + US(rng_range(2000, 3500));
+        }
+    }
+}
+
+static int64_t faults_end(void)
+{
+    return nfaults > 0 ? faults[nfaults - 1].until : 0;
+}
+
+static int fault_daemon(int want)
+{
+    if (daemon_usable(want) && !d_stopped[want])
+        return want;
+    want = other_daemon(want);
+    return daemon_usable(want) && !d_stopped[want] ? want : -1;
+}
+
+static void fault_begin(struct fault *f)
+{
+    int64_t ms = (f->until - f->at) / 1000;
+
+    switch (f->kind) {
+    case F_NODE_STOP:
+        h_redis_pause(&N[f->target]);
+        break;
+    case F_NODE_KILL:
+        h_redis_kill(&N[f->target]);
+        break;
+    case F_DAEMON_KILL:
+        f->target = fault_daemon(f->target);
+        if (f->target < 0)
+            break;
+        h_daemon_kill(&D[f->target]);
+        break;
+    case F_DAEMON_STOP:
+        f->target = fault_daemon(f->target);
+        if (f->target < 0)
+            break;
+        ck_assert_int_eq(kill(D[f->target].pid, SIGSTOP), 0);
+        d_stopped[f->target] = true;
+        break;
+    case F_NKINDS:
+        break;
+    }
+    if (f->target >= 0)
+        cnt.faults[f->kind]++;
+    fprintf(stderr, "mutex: +%.1f s %s %s %d for %" PRId64 " ms\n",
+            secs(now_us()), fault_names[f->kind],
+            f->kind == F_NODE_STOP || f->kind == F_NODE_KILL ? "node" : "daemon",
+            f->target, ms);
+}
+
+static void fault_end(struct fault *f)
+{
+    if (f->target < 0)
+        return;
+    switch (f->kind) {
+    case F_NODE_STOP:
+        h_redis_resume(&N[f->target]);
+        break;
+    case F_NODE_KILL:
+        /* Same port and directory: the append-only file brings it back. */
+        h_redis_restart(&N[f->target]);
+        break;
+    case F_DAEMON_KILL:
+        h_daemon_cleanup(&D[f->target]);
+        daemon_start(f->target);
+        break;
+    case F_DAEMON_STOP:
+        ck_assert_int_eq(kill(D[f->target].pid, SIGCONT), 0);
+        d_stopped[f->target] = false;
+        break;
+    case F_NKINDS:
+        break;
+    }
+}
+
+static void faults_tick(int64_t now, int64_t *next_disconnect)
+{
+    int64_t t = now - t_run;
+
+    for (int i = 0; i < nfaults; i++) {
+        struct fault *f = &faults[i];
+
+        if (!f->started && t >= f->at) {
+            f->started = true;
+            fault_begin(f);
+        }
+        if (f->started && f->until >= 0 && t >= f->until) {
+            fault_end(f);
+            f->until = -1;  /* done */
+        }
+    }
+    /* Abrupt disconnects: half of them hit a holder. */
+    if (t >= *next_disconnect && t < faults_end()) {
+        int pick = rng_range(0, NCLIENTS - 1);
+        bool want_holder = rng_range(0, 1) == 0;
+
+        for (int k = 0; k < NCLIENTS; k++) {
+            struct client *c = &C[(pick + k) % NCLIENTS];
+
+            if (c->fd >= 0 && (!want_holder || c->working)) {
+                client_drop(c, false);
+                cnt.disconnects++;
+                break;
+            }
+        }
+        *next_disconnect = t + US(rng_range(1000, 2500));
+    }
+}
+
+static bool faults_over(void)
+{
+    for (int i = 0; i < nfaults; i++) {
+        if (faults[i].until >= 0)
+            return false;
+    }
+    return true;
+}
+
+/* ---- the end: keys ------------------------------------------------------ */
+
+/*
+ * After every client is done, each lock key must vanish from every node
+ * within ttl (plus slack) of the last holder of its resource.
+ */
+static void keys_check(void)
+{
+    redisContext *ctx[NNODES];
+    bool gone[NDAEMONS][NRES][NNODES];
+    int64_t last_seen[NDAEMONS][NRES][NNODES];
+    int nprefix = strcmp(rc->prefix[0], rc->prefix[1]) == 0 ? 1 : NDAEMONS;
+    int64_t until = 0;
+    bool all_gone = false;
+
+    for (int i = 0; i < NNODES; i++)
+        ctx[i] = h_redis_connect(&N[i]);
+    memset(gone, 0, sizeof(gone));
+    for (int r = 0; r < NRES; r++) {
+        int64_t u = touch[r] + US(TTL_MS + KEY_SLACK_MS);
+
+        if (u > until)
+            until = u;
+        for (int k = 0; k < NDAEMONS; k++) {
+            for (int i = 0; i < NNODES; i++)
+                last_seen[k][r][i] = -1;
+        }
+    }
+    while (!all_gone) {
+        int64_t now = now_us();
+
+        all_gone = true;
+        for (int k = 0; k < nprefix; k++) {
+            for (int r = 0; r < NRES; r++) {
+                char name[RES_NAME_MAX];
+
+                snprintf(name, sizeof(name), RES_NAME, r);
+                for (int i = 0; i < NNODES; i++) {
+                    redisReply *rep;
+
+                    if (gone[k][r][i])
+                        continue;
+                    rep = redisCommand(ctx[i], "EXISTS %s%s", rc->prefix[k], name);
+                    ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_INTEGER,
+                                  "EXISTS on node %d: %s", i,
+                                  rep == NULL ? ctx[i]->errstr : "not an integer");
+                    if (rep->integer == 0)
+                        gone[k][r][i] = true;
+                    else
+                        last_seen[k][r][i] = now;
+                    all_gone = all_gone && gone[k][r][i];
+                    freeReplyObject(rep);
+                }
+            }
+        }
+        if (now > until)
+            break;
+        if (!all_gone)
+            h_sleep_ms(20);
+    }
+    for (int k = 0; k < nprefix; k++) {
+        for (int r = 0; r < NRES; r++) {
+            for (int i = 0; i < NNODES; i++) {
+                long long outlived;
+
+                if (last_seen[k][r][i] < 0)
+                    continue;
+                outlived = (long long)(last_seen[k][r][i] - touch[r]) / 1000;
+                if (outlived > cnt.key_outlived_ms)
+                    cnt.key_outlived_ms = outlived;
+                if (!gone[k][r][i] ||
+                    last_seen[k][r][i] > touch[r] + US(TTL_MS + KEY_SLACK_MS)) {
+                    cnt.key_violations++;
+                    fprintf(stderr, "mutex: key %s" RES_NAME " still on node %d "
+                            "%lld ms after its last holder (ttl %d)\n",
+                            rc->prefix[k], r, i, outlived, TTL_MS);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < NNODES; i++)
+        redisFree(ctx[i]);
+}
+
+/* ---- one run ------------------------------------------------------------ */
+
+static void run_init(const struct run_conf *conf)
+{
+    rc = conf;
+    memset(&cnt, 0, sizeof(cnt));
+    memset(touch, 0, sizeof(touch));
+    memset(d_stopped, 0, sizeof(d_stopped));
+    memset(d_crashed, 0, sizeof(d_crashed));
+    unexpected_msg[0] = '\0';
+    stopping = false;
+    nfaults = 0;
+    mc_log_init(&ivlog);
+    h_redis_start_all(N, NNODES, "--appendonly yes --appendfsync always");
+    for (int i = 0; i < NDAEMONS; i++) {
+        daemon_start(i);
+        h_wait_voting(&D[i], NNODES, h_scale(5000));
+    }
+    for (int i = 0; i < NCLIENTS; i++) {
+        struct client *c = &C[i];
+
+        c->id = i;
+        c->fd = -1;
+        c->daemon = i % NDAEMONS;
+        c->patient = rng_range(0, 1) == 0;
+        c->req = REQ_NONE;
+        c->res = -1;
+        c->held = c->working = false;
+        c->next_at = 0;
+        c->rounds = 0;
+    }
+    for (int i = 0; i < NPLAIN; i++) {
+        memset(&P[i], 0, sizeof(P[i]));
+        P[i].id = i;
+    }
+    if (conf->faults)
+        faults_plan();
+}
+
+static bool plain_rounds_done(void)
+{
+    return cnt.plain_rounds >= rc->plain_rounds * rc->nplain;
+}
+
+/* Clients, plain clients and faults until the rounds are done, the
+ * schedule has run and the run is long enough; then let every holder
+ * finish, and close everything. */
+static void run_drive(void)
+{
+    int64_t next_disconnect = US(1500), next_watch = 0, drain_until = 0;
+
+    t_run = now_us();
+    for (;;) {
+        struct pollfd pfd[NCLIENTS];
+        int map[NCLIENTS], n = 0;
+        int64_t now = now_us(), t = now - t_run;
+        bool busy = false;
+
+        if (now >= next_watch) {
+            daemon_watch();
+            next_watch = now + US(250);
+        }
+        if (rc->faults)
+            faults_tick(now, &next_disconnect);
+        if (!stopping && ((rounds_done() && plain_rounds_done() && faults_over() &&
+                           t >= US(rc->min_ms) &&
+                           (!rc->faults || t >= faults_end() + US(5000))) ||
+                          t >= US(rc->cap_ms))) {
+            stopping = true;
+            drain_until = now + US(DRAIN_MS);
+            ck_assert_msg(faults_over(), "the run cap came before the faults ended");
+        }
+        for (int i = 0; i < NCLIENTS; i++) {
+            client_tick(&C[i], now);
+            busy = busy || client_busy(&C[i]);
+        }
+        for (int i = 0; i < rc->nplain; i++) {
+            plain_tick(&P[i], now_us());
+            busy = busy || P[i].holding;
+        }
+        if (stopping && (!busy || now >= drain_until))
+            break;
+        for (int i = 0; i < NCLIENTS; i++) {
+            if (C[i].fd >= 0) {
+                pfd[n].fd = C[i].fd;
+                pfd[n].events = POLLIN;
+                map[n++] = i;
+            }
+        }
+        if (poll(pfd, (nfds_t)n, 5) > 0) {
+            for (int k = 0; k < n; k++) {
+                if (pfd[k].revents != 0 && C[map[k]].fd >= 0)
+                    client_read(&C[map[k]]);
+            }
+        }
+    }
+    for (int i = 0; i < NCLIENTS; i++) {
+        if (C[i].fd >= 0)
+            client_drop(&C[i], false);
+    }
+    for (int i = 0; i < rc->nplain; i++)
+        plain_close(&P[i]);
+}
+
+struct run_result {
+    struct mc_report rep;
+    int exit_status[NDAEMONS];
+    double seconds;
+};
+
+static void run_finish(uint64_t seed, struct run_result *res)
+{
+    int64_t t_end;
+
+    /* No fault outlives the run (the cap assertion covers it), but a
+     * daemon SIGCONT is cheap insurance for the key check. */
+    for (int i = 0; i < NDAEMONS; i++) {
+        if (d_stopped[i] && D[i].pid != 0)
+            kill(D[i].pid, SIGCONT);
+    }
+    keys_check();
+    daemon_watch();
+    for (int i = 0; i < NDAEMONS; i++)
+        res->exit_status[i] = h_daemon_finish(&D[i]);
+    t_end = now_us();
+    res->seconds = (double)(t_end - t_run) / 1e6;
+    ck_assert_int_eq(mc_check(&ivlog, &res->rep), 0);
+    fprintf(stderr,
+            "mutex[%s]: seed=%" PRIu64 " rounds=%d grants=%d (redlockd %d: d0 %d, "
+            "d1 %d; plain %d of %d rounds) intervals=%zu late=%d lost=%d "
+            "expired=%d refused=%d drops=%d faults: node-stop=%d node-kill=%d "
+            "daemon-kill=%d daemon-stop=%d disconnects=%d violations: "
+            "overlap=%zu fence=%zu key=%d (keys outlived holders by <= %lld ms) "
+            "crashed=%d exit=%d/%d unexpected=%d time=%.1f s\n",
+            rc->name, seed, cnt.rounds, cnt.grants + cnt.plain_grants, cnt.grants,
+            cnt.grants_on[0], cnt.grants_on[1], cnt.plain_grants, cnt.plain_rounds,
+            res->rep.intervals, cnt.late, cnt.lost, cnt.expired, cnt.refused,
+            cnt.dropped, cnt.faults[F_NODE_STOP], cnt.faults[F_NODE_KILL],
+            cnt.faults[F_DAEMON_KILL], cnt.faults[F_DAEMON_STOP], cnt.disconnects,
+            res->rep.overlaps, res->rep.fence_violations, cnt.key_violations,
+            cnt.key_outlived_ms, cnt.crashed, res->exit_status[0],
+            res->exit_status[1], cnt.unexpected, res->seconds);
+    if (res->rep.msg[0] != '\0')
+        fprintf(stderr, "mutex[%s]: seed=%" PRIu64 " violations:\n%s", rc->name,
+                seed, res->rep.msg);
+    if (unexpected_msg[0] != '\0')
+        fprintf(stderr, "mutex[%s]: unexpected replies:\n%s", rc->name,
+                unexpected_msg);
+    mc_log_deinit(&ivlog);
+}
+
+static void teardown(void)
+{
+    for (int i = 0; i < NCLIENTS; i++) {
+        if (C[i].fd >= 0)
+            close(C[i].fd);
+        C[i].fd = -1;
+    }
+    for (int i = 0; i < NPLAIN; i++)
+        plain_close(&P[i]);
+    for (int i = 0; i < NDAEMONS; i++)
+        h_daemon_cleanup(&D[i]);
+    h_redis_cleanup_all(N, NNODES);
+}
+
+/* ---- the tests ---------------------------------------------------------- */
+
+static const struct run_conf mutex_conf = {
+    .name = "faults",
+    .min_ms = 60000,
+    .cap_ms = 120000,
+    .rounds = 40,
+    .plain_rounds = 150,
+    .nplain = NPLAIN,
+    .faults = true,
+    .daemon_json = {
+        "{\"redis\":{\"command_timeout_ms\":100,\"reconnect_max_ms\":250}}",
+        "{\"redis\":{\"command_timeout_ms\":100,\"reconnect_max_ms\":250}}",
+    },
+    .prefix = { "lock:", "lock:" },
+};
+
+START_TEST(mutex_under_faults)
+{
+    struct run_result res;
+    uint64_t seed = seed_init();
+
+    fprintf(stderr, "mutex[faults]: seed=%" PRIu64 " (set REDLOCKD_MUTEX_SEED to "
+            "replay its schedule)\n", seed);
+    run_init(&mutex_conf);
+    run_drive();
+    run_finish(seed, &res);
+    ck_assert_msg(res.rep.overlaps == 0, "seed %" PRIu64 ": %zu overlapping "
+                  "intervals:\n%s", seed, res.rep.overlaps, res.rep.msg);
+    ck_assert_msg(res.rep.fence_violations == 0, "seed %" PRIu64 ": %zu fences "
+                  "not above the previous holder's:\n%s", seed,
+                  res.rep.fence_violations, res.rep.msg);
+    ck_assert_msg(cnt.key_violations == 0, "seed %" PRIu64 ": %d keys outlived "
+                  "their last holder by more than the ttl", seed,
+                  cnt.key_violations);
+    ck_assert_msg(cnt.crashed == 0 && res.exit_status[0] == 0 &&
+                  res.exit_status[1] == 0, "seed %" PRIu64 ": a daemon died "
+                  "(%d during the run) or did not exit 0 on SIGTERM (%d, %d)",
+                  seed, cnt.crashed, res.exit_status[0], res.exit_status[1]);
+    ck_assert_msg(cnt.unexpected == 0, "seed %" PRIu64 ": unexpected replies:\n%s",
+                  seed, unexpected_msg);
+    ck_assert_msg(res.rep.intervals > 0, "no holder ever worked");
+}
+END_TEST
+
+/* The checker must see what is wrong: daemons with different key prefixes
+ * each grant every resource on their own. */
+static const struct run_conf broken_conf = {
+    .name = "broken",
+    .min_ms = 15000,
+    .cap_ms = 15000,
+    .rounds = 5,
+    .plain_rounds = 0,
+    .nplain = 0,
+    .faults = false,
+    .daemon_json = {
+        "{\"locks\":{\"key_prefix\":\"a:\"}}",
+        "{\"locks\":{\"key_prefix\":\"b:\"}}",
+    },
+    .prefix = { "a:", "b:" },
+};
+
+START_TEST(checker_sees_split_prefixes)
+{
+    struct run_result res;
+    uint64_t seed = seed_init();
+
+    fprintf(stderr, "mutex[broken]: seed=%" PRIu64 "\n", seed);
+    run_init(&broken_conf);
+    run_drive();
+    run_finish(seed, &res);
+    ck_assert_msg(res.rep.overlaps > 0, "seed %" PRIu64 ": two daemons that do not "
+                  "see each other's keys, and the checker found no overlap in %zu "
+                  "intervals", seed, res.rep.intervals);
+    ck_assert_msg(cnt.crashed == 0 && res.exit_status[0] == 0 &&
+                  res.exit_status[1] == 0, "a daemon died or did not exit 0");
+}
+END_TEST
+
+static Suite *mutex_suite(void)
+{
+    Suite *s = suite_create("mutex");
+    TCase *tc = tcase_create("mutex");
+
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_set_timeout(tc, 280);
+    tcase_add_test(tc, mutex_under_faults);
+    tcase_add_test(tc, checker_sees_split_prefixes);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(mutex_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
