@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 #include <jansson.h>
@@ -29,6 +30,7 @@
 #define CONF_ADDRS_MAX 64
 #define CONF_SECRET_MAX 512
 #define CONF_NAME_MAX 256
+#define CONF_ID_MAX 64          /* "id": a word in holder labels and logs */
 #define CONF_MS_MAX 2147483647LL     /* protocol durations fit in 32 bits */
 #define CONF_STR_(x) #x
 #define CONF_STR(x) CONF_STR_(x)
@@ -81,6 +83,7 @@ struct conf_key {
  * both were given (see conf_apply_secret_file).
  */
 static const struct conf_key conf_keys[] = {
+    K_STR("id", id, NULL, 1, CONF_ID_MAX, CONF_S_NULL | CONF_S_WORD),
     K_ADDRS("listen", listen, nlisten,
             "tcp://127.0.0.1:" CONF_STR(PROTO_DEFAULT_PORT),
             PROTO_ADDR_FOR_LISTEN),
@@ -119,6 +122,8 @@ static const struct conf_key conf_keys[] = {
     K_UINT("locks.lock_delay_ms", locks.lock_delay_ms, 0, 0, 86400000),
     K_UINT("locks.max_resource_len", locks.max_resource_len, 200, 1, 1024),
     K_UINT("locks.retry_ms", locks.retry_ms, 500, 10, 600000),
+    K_UINT("locks.max_limit", locks.max_limit, 1024, 1, 65536),
+    K_UINT("locks.max_multi", locks.max_multi, 16, 1, 256),
 
     K_UINT("limits.max_clients", limits.max_clients, 10000, 1, 1000000),
     K_UINT("limits.max_line", limits.max_line, 4096, 64, 1048576),
@@ -131,10 +136,19 @@ static const struct conf_key conf_keys[] = {
            0, CONF_MS_MAX),
     K_UINT("limits.handshake_timeout_ms", limits.handshake_timeout_ms, 10000,
            0, 3600000),
+    K_UINT("limits.max_clients_per_ip", limits.max_clients_per_ip, 0,
+           0, 1000000),
+    K_UINT("limits.max_waiters_per_resource",
+           limits.max_waiters_per_resource, 0, 0, 1000000),
+    K_UINT("limits.max_auth_failures", limits.max_auth_failures, 5,
+           1, 1000000),
 
     K_STR("auth.password", auth.password, NULL, 1, CONF_SECRET_MAX,
           CONF_S_NULL | CONF_S_WORD),
     K_SECRET("auth.password_file", auth.password, CONF_S_WORD),
+    K_STR("auth.admin_password", auth.admin_password, NULL, 1,
+          CONF_SECRET_MAX, CONF_S_NULL | CONF_S_WORD),
+    K_SECRET("auth.admin_password_file", auth.admin_password, CONF_S_WORD),
     { .key = "auth.protected_mode", .type = CONF_T_BOOL,
       .off = F(auth.protected_mode), .ival = 1 },
 
@@ -401,6 +415,8 @@ void conf_deinit(struct conf *c)
     free(c->locks.fence_key);
     free(c->locks.release_channel);
     conf_free_secret(c->auth.password);
+    conf_free_secret(c->auth.admin_password);
+    free(c->id);
     conf_addr_deinit(c->metrics.listen);
     free(c->metrics.listen);
     memset(c, 0, sizeof(*c));
@@ -806,6 +822,36 @@ static int conf_check_secrets(struct conf_loader *ld)
         return conf_fail(ld, "auth.password",
                          "too long for an AUTH line of limits.max_line "
                          "(%u bytes)", c->limits.max_line);
+    if (c->auth.admin_password &&
+        strlen(c->auth.admin_password) + 7 > c->limits.max_line)
+        return conf_fail(ld, "auth.admin_password",
+                         "too long for an AUTH line of limits.max_line "
+                         "(%u bytes)", c->limits.max_line);
+    if (c->auth.admin_password && c->auth.password &&
+        strcmp(c->auth.admin_password, c->auth.password) == 0)
+        return conf_fail(ld, "auth.admin_password",
+                         "must differ from auth.password, or every client "
+                         "could force-release any lock");
+    return 0;
+}
+
+/* "id" defaults to the host name, made one visible word. */
+static int conf_default_id(struct conf_loader *ld)
+{
+    char host[CONF_ID_MAX + 1] = "";
+    struct conf *c = ld->c;
+
+    if (c->id)
+        return 0;
+    if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
+        snprintf(host, sizeof(host), "redlockd");
+    for (char *p = host; *p; p++) {
+        if (*p < 0x21 || *p > 0x7e)
+            *p = '_';
+    }
+    c->id = strdup(host);
+    if (!c->id)
+        return conf_fail(ld, "id", "out of memory");
     return 0;
 }
 
@@ -845,7 +891,8 @@ static int conf_validate(struct conf_loader *ld)
         conf_check_dups(ld, "redis.nodes", ld->c->redis.nodes,
                         ld->c->redis.nnodes) < 0 ||
         conf_check_metrics(ld) < 0 ||
-        conf_check_secrets(ld) < 0)
+        conf_check_secrets(ld) < 0 ||
+        conf_default_id(ld) < 0)
         return -1;
     return 0;
 }

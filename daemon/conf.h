@@ -49,6 +49,8 @@ enum log_level_value { /* same order as log.h's levels */
  */
 struct conf {
     char *path;                     /* the file it came from, or NULL */
+    char *id;                       /* this daemon's name; default: the
+                                       host name */
 
     struct conf_addr *listen;
     size_t nlisten;
@@ -78,6 +80,8 @@ struct conf {
         unsigned lock_delay_ms;     /* keys kept after a dropped session */
         unsigned max_resource_len;
         unsigned retry_ms;          /* waiters' fallback poll */
+        unsigned max_limit;         /* largest LOCK limit= (semaphores) */
+        unsigned max_multi;         /* most resources in one LOCK */
     } locks;
 
     struct {
@@ -88,11 +92,15 @@ struct conf {
         unsigned max_output_bytes;  /* unsent replies before a disconnect */
         unsigned idle_timeout_ms;   /* 0: off */
         unsigned handshake_timeout_ms;  /* 0: off */
+        unsigned max_clients_per_ip;    /* 0: no cap */
+        unsigned max_waiters_per_resource;  /* 0: no cap */
+        unsigned max_auth_failures; /* wrong AUTHs before a close */
     } limits;
 
     struct {
         char *password;             /* password, or password_file's line;
                                        NULL: no AUTH needed */
+        char *admin_password;       /* enables FORCEUNLOCK; NULL: off */
         bool protected_mode;
     } auth;
 

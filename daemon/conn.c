@@ -393,6 +393,13 @@ void conn_help(struct session *s)
         proto_format_help(b);
 }
 
+void conn_usage(struct session *s, enum proto_cmd cmd)
+{
+    struct sbuf *b = conn_out(s);
+    if (b)
+        proto_format_usage(b, cmd);
+}
+
 void conn_err(struct session *s, enum proto_err code, const char *msg)
 {
     struct sbuf *b = conn_out(s);

@@ -53,6 +53,7 @@ void conn_end(struct session *s);                       /* ... LF */
 void conn_json(struct session *s, json_t *j);
 void conn_pong(struct session *s, const char *word, size_t len);
 void conn_help(struct session *s);
+void conn_usage(struct session *s, enum proto_cmd cmd);     /* HELP cmd */
 /* "ERR CODE msg" (msg NULL: the code's default message). */
 void conn_err(struct session *s, enum proto_err code, const char *msg);
 void conn_errf(struct session *s, enum proto_err code, const char *fmt, ...)

@@ -267,12 +267,13 @@ void lockmgr_deinit(void)
 
 void lockmgr_owner_init(struct lockmgr_owner *o,
                         const struct lockmgr_owner_ops *ops,
-                        const char *id, const char *name)
+                        const char *id, const char *name, const char *peer)
 {
     memset(o, 0, sizeof(*o));
     o->ops = ops;
     o->id = id;
     o->name = name;
+    o->peer = peer;
     list_init(&o->leases);
 }
 
@@ -305,6 +306,24 @@ static int64_t lease_validity(const struct lease *l)
 {
     uint64_t now = timer_now();
     return l->valid_until > now ? (int64_t)(l->valid_until - now) : 0;
+}
+
+/* ---- the audit trail ------------------------------------------------------
+ * One info line per grant, release and loss (a warning for a loss the
+ * holder did not choose), naming the session, its client name and peer. */
+
+#define AUDIT_FMT "%s fence=%" PRIu64 " %s %s (name=%s peer=%s)"
+#define AUDIT_ARGS(what, l, o) what, (l)->fence, (l)->resource, (o)->id, \
+    (o)->name[0] ? (o)->name : "-", (o)->peer ? (o)->peer : "-"
+
+static void audit(const struct lease *l, const struct lockmgr_owner *o,
+                  const char *what, const char *why)
+{
+    if (o)
+        log_info(AUDIT_FMT ": %s", AUDIT_ARGS(what, l, o), why);
+    else
+        log_info("%s fence=%" PRIu64 " %s: %s", what, l->fence, l->resource,
+                 why);
 }
 
 /* ---- entries ------------------------------------------------------------ */
@@ -513,11 +532,12 @@ struct release_ctx {
 };
 
 static void lease_release(struct lease *l, uint32_t delay_ms,
-                          struct lockmgr_owner *unlocker)
+                          struct lockmgr_owner *unlocker, const char *why)
 {
     struct lock_entry *e = l->entry;
     struct release_ctx *x = mem_alloc(sizeof(*x));
 
+    audit(l, l->owner, "release", why);
     lease_end(l);
     e->releasing = true;
     M.c.releases++;
@@ -581,14 +601,28 @@ static void release_done(void *ud, const struct redlock_result *res)
  */
 static void lease_lose(struct lease *l, enum lockmgr_lost_reason why)
 {
+    static const char *const what[] = {
+        [LOST_EXPIRED] = "its validity ran out (renew=0)",
+        [LOST_QUORUM] = "no quorum renewed it in time; its keys expire "
+                        "by their ttl",
+        [LOST_NODE] = "the nodes no longer hold its key",
+    };
+
     M.c.leases_lost++;
     if (l->owner) {
         struct notice *n = notice_new(N_LOST, l->owner, l->resource, NULL);
         n->fence = l->fence;
         n->why = why;
+        /* A renew=0 lease running out is what its holder asked for. */
+        if (why == LOST_EXPIRED)
+            log_info(AUDIT_FMT ": %s", AUDIT_ARGS("lost", l, l->owner),
+                     what[why]);
+        else
+            log_warn(AUDIT_FMT ": %s", AUDIT_ARGS("lost", l, l->owner),
+                     what[why]);
     }
     if (why == LOST_NODE) {
-        lease_release(l, 0, NULL);
+        lease_release(l, 0, NULL, "removing what is left of a lost lease");
         return;
     }
     struct lock_entry *e = l->entry;
@@ -808,6 +842,8 @@ static void req_granted(struct lockreq *q, const struct redlock_result *res)
     memcpy(n->token, l->token, sizeof(n->token));
     e->holder = l;
     lease_attach(l, o);
+    audit(l, o, "grant", l->renew ? "renewed while the session lives"
+                                  : "renew=0");
     M.held++;
     M.c.acquire_ok++;
     entry_remove(e, q);
@@ -921,6 +957,13 @@ void lockmgr_lock(struct lockmgr_owner *o, const char *resource, size_t len,
     } else if (!wait) {
         /* Held here, or others wait first: first come, first served. */
         req_give_up(q);
+    } else if (M.conf->limits.max_waiters_per_resource &&
+               e->nwait > M.conf->limits.max_waiters_per_resource) {
+        char msg[PROTO_MAX_ERRMSG];
+        snprintf(msg, sizeof(msg), "%zu requests already wait for %s "
+                 "(limits.max_waiters_per_resource)", e->nwait - 1,
+                 e->resource);
+        req_fail(q, PROTO_ERR_LIMIT, msg);
     } else {
         timer_start_at(&q->timer, q->deadline);
     }
@@ -941,7 +984,7 @@ struct lease *lockmgr_held(const struct lockmgr_owner *o,
 void lockmgr_unlock(struct lockmgr_owner *o, struct lease *l)
 {
     enter();
-    lease_release(l, 0, o);
+    lease_release(l, 0, o, "UNLOCK");
     leave();
 }
 
@@ -978,7 +1021,7 @@ static void extend_done(void *ud, const struct redlock_result *res)
     } else if (res->status == REDLOCK_LOST) {
         err = PROTO_ERR_LOST;
         M.c.leases_lost++;
-        lease_release(l, 0, NULL);
+        lease_release(l, 0, NULL, "EXTEND found it lost");
     } else {
         /* Some nodes may have taken the new ttl: if it was shorter, the
          * lease now ends with it. */
@@ -1048,7 +1091,8 @@ void lockmgr_owner_shutdown(struct lockmgr_owner *o)
             req_fail(q, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
     }
     while ((link = list_first(&o->leases)))
-        lease_release(list_entry(link, struct lease, olink), 0, NULL);
+        lease_release(list_entry(link, struct lease, olink), 0, NULL,
+                      "the daemon is shutting down");
     leave();
 }
 
@@ -1069,10 +1113,9 @@ void lockmgr_owner_end(struct lockmgr_owner *o, bool died)
     }
     while ((link = list_first(&o->leases))) {
         struct lease *l = list_entry(link, struct lease, olink);
-        if (delay)
-            log_info("%s: keeping %s for lock_delay_ms=%u after the "
-                     "connection dropped", o->id, l->resource, delay);
-        lease_release(l, delay, NULL);
+        lease_release(l, delay, NULL, delay ? "the connection dropped; "
+                      "keys kept for locks.lock_delay_ms" : "the session "
+                      "ended");
     }
     leave();
 }

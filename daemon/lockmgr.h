@@ -69,6 +69,7 @@ struct lockmgr_owner {
     const struct lockmgr_owner_ops *ops;
     const char *id;             /* "s42": logs, STATUS (owner's storage) */
     const char *name;           /* client name or "" (owner's storage) */
+    const char *peer;           /* where it connects from, for the log */
     struct list leases;         /* held leases */
     size_t nleases;
     struct lockreq *pending;    /* a LOCK queued or in flight, or NULL */
@@ -98,7 +99,7 @@ void lockmgr_deinit(void);
 
 void lockmgr_owner_init(struct lockmgr_owner *o,
                         const struct lockmgr_owner_ops *ops,
-                        const char *id, const char *name);
+                        const char *id, const char *name, const char *peer);
 /* The daemon is stopping: a LOCK of o that waits is answered ERR SHUTDOWN
  * (one talking to Redis after that try, a grant given back), and all o
  * holds is released, owner-checked, without lock-delay. */

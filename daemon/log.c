@@ -41,12 +41,15 @@ void log_write(enum log_level level, const char *fmt, ...)
         fprintf(stderr, "<%d>%s\n", log_prio[level], msg);
         return;
     }
+    /* Local time with its UTC offset, so lines from hosts in different
+     * zones (or across a DST change) can be put in order. */
     struct timespec ts;
     struct tm tm;
-    char when[32];
+    char when[32], zone[8];
     clock_gettime(CLOCK_REALTIME, &ts);
     localtime_r(&ts.tv_sec, &tm);
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
-    fprintf(stderr, "%s.%03ld [%s] %s\n", when, ts.tv_nsec / 1000000L,
-            log_names[level], msg);
+    strftime(zone, sizeof(zone), "%z", &tm);
+    fprintf(stderr, "%s.%03ld%s [%s] %s\n", when, ts.tv_nsec / 1000000L,
+            zone, log_names[level], msg);
 }

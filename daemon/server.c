@@ -105,11 +105,13 @@ static void peer_describe(struct session *s, bool is_unix)
         const struct sockaddr_in *in = (const void *)&ss;
         uv_ip4_name(in, host, sizeof(host));
         snprintf(s->peer, sizeof(s->peer), "%s:%u", host, ntohs(in->sin_port));
+        snprintf(s->ip, sizeof(s->ip), "%s", host);
     } else {
         const struct sockaddr_in6 *in6 = (const void *)&ss;
         uv_ip6_name(in6, host, sizeof(host));
         snprintf(s->peer, sizeof(s->peer), "[%s]:%u", host,
                  ntohs(in6->sin6_port));
+        snprintf(s->ip, sizeof(s->ip), "%s", host);
     }
     s->trusted = addr_is_loopback(&ss);
 }
@@ -168,6 +170,14 @@ static void on_connection(uv_stream_t *ls, int status)
     if (active >= c->limits.max_clients) {
         session_reject(s, PROTO_ERR_LIMIT, "too many clients (max_clients)",
                        "max_clients reached");
+        return;
+    }
+    /* s itself is already counted among the live sessions. */
+    if (c->limits.max_clients_per_ip && s->ip[0] &&
+        session_count_ip(s->ip) > c->limits.max_clients_per_ip) {
+        session_reject(s, PROTO_ERR_LIMIT, "too many connections from this "
+                       "address (limits.max_clients_per_ip)",
+                       "max_clients_per_ip reached");
         return;
     }
     if (c->auth.protected_mode && !c->auth.password && !s->trusted) {

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "conf.h"
 #include "conn.h"
@@ -26,14 +27,32 @@ static struct {
     struct list live;           /* sessions not closing */
     size_t count;
     uint64_t next_id;
+    char epoch[16];             /* the start time in session ids */
     bool shutdown;
 } S = { .live = LIST_INIT(S.live) };
 
 void session_init(const struct conf *conf)
 {
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    struct timespec ts;
+    char tmp[16];
+    int n = 0;
+
     S.conf = conf;
     S.limits.max_resource_len = conf->locks.max_resource_len;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    do {
+        tmp[n++] = digits[ms % 36];
+        ms /= 36;
+    } while (ms && n < (int)sizeof(tmp) - 1);
+    for (int i = 0; i < n; i++)
+        S.epoch[i] = tmp[n - 1 - i];
+    S.epoch[n] = '\0';
 }
+
+static void session_auth_cb(struct timer *t);
+static void session_stop(struct session *s, const char *why, bool died);
 
 static const struct lockmgr_owner_ops session_owner_ops;
 
@@ -45,12 +64,14 @@ struct session *session_create(void)
     struct session *s = mem_alloc(sizeof(*s));
 
     s->id = ++S.next_id;
-    snprintf(s->idstr, sizeof(s->idstr), "s%" PRIu64, s->id);
+    snprintf(s->idstr, sizeof(s->idstr), "s%" PRIu64 ".%s", s->id, S.epoch);
     sbuf_init(&s->out);
     sbuf_init(&s->wbuf);
     list_init(&s->queue);
     list_init(&s->lost);
-    lockmgr_owner_init(&s->owner, &session_owner_ops, s->idstr, s->name);
+    lockmgr_owner_init(&s->owner, &session_owner_ops, s->idstr, s->name,
+                       s->peer);
+    timer_init(&s->auth_timer, session_auth_cb, s);
     s->refs = 1;                /* the handle's; dropped by its close cb */
     s->created_at = s->last_line_at = timer_now();
     timer_init(&s->idle_timer, session_idle_cb, s);
@@ -114,6 +135,16 @@ void session_unref(struct session *s)
 size_t session_count(void)
 {
     return S.count;
+}
+
+size_t session_count_ip(const char *ip)
+{
+    struct list *p;
+    size_t n = 0;
+
+    list_foreach(p, &S.live)
+        n += strcmp(list_entry(p, struct session, link)->ip, ip) == 0;
+    return n;
 }
 
 /* ---- idle / handshake / keepalive -------------------------------------- */
@@ -268,21 +299,57 @@ static bool secret_equal(const char *a, size_t alen, const char *b)
     return diff == 0;
 }
 
+/* A wrong AUTH is answered after a delay that grows with each failure
+ * (100 ms per failure so far, at most 2 s): guessing gets slow. */
+static void session_auth_cb(struct timer *t)
+{
+    struct session *s = t->data;
+
+    if (s->closing)
+        return;
+    conn_err(s, PROTO_ERR_AUTH, "invalid password");
+    request_done(s);
+}
+
+static void auth_failed(struct session *s)
+{
+    unsigned max = S.conf->limits.max_auth_failures;
+    uint64_t delay = 100 * (uint64_t)s->auth_failures;
+
+    s->auth_failures++;
+    log_notice("%s (%s): wrong password (%u of limits.max_auth_failures=%u)",
+               s->idstr, s->peer, s->auth_failures, max);
+    if (s->auth_failures >= max) {
+        conn_err(s, PROTO_ERR_AUTH, "invalid password; too many failures, "
+                 "closing (limits.max_auth_failures)");
+        session_stop(s, "too many wrong passwords", true);
+        s->close_event = "auth";
+        return;
+    }
+    s->busy = true;
+    timer_start(&s->auth_timer, delay < 2000 ? delay : 2000);
+}
+
 static void cmd_auth(struct session *s, const struct proto_request *r)
 {
     const char *pw = S.conf->auth.password;
+    const char *admin = S.conf->auth.admin_password;
 
-    if (!pw) {
+    if (!pw && !admin) {
         conn_err(s, PROTO_ERR_AUTH, "no password is configured");
         return;
     }
-    if (!secret_equal(r->arg, r->arg_len, pw)) {
-        log_notice("%s (%s): wrong password", s->idstr, s->peer);
-        conn_err(s, PROTO_ERR_AUTH, "invalid password");
-        return;
+    if (admin && secret_equal(r->arg, r->arg_len, admin)) {
+        s->authed = s->admin = true;
+        log_notice("%s (%s): authenticated as an operator (admin password)",
+                   s->idstr, s->peer);
+        conn_ok(s);
+    } else if (pw && secret_equal(r->arg, r->arg_len, pw)) {
+        s->authed = true;
+        conn_ok(s);
+    } else {
+        auth_failed(s);
     }
-    s->authed = true;
-    conn_ok(s);
 }
 
 /* Forget that the lease on res was lost; true if it was. */
@@ -440,6 +507,22 @@ static void cmd_quit(struct session *s)
     session_stop(s, "QUIT", false);
 }
 
+static void cmd_help(struct session *s, const struct proto_request *r)
+{
+    enum proto_cmd cmd;
+
+    if (!r->arg) {
+        conn_help(s);
+        return;
+    }
+    cmd = proto_cmd_lookup(r->arg, r->arg_len);
+    if (cmd == PROTO_CMD_NONE)
+        conn_errf(s, PROTO_ERR_ARG, "no such command: %.*s (HELP lists them)",
+                  (int)r->arg_len, r->arg);
+    else
+        conn_usage(s, cmd);
+}
+
 static void session_execute(struct session *s, struct line *ln)
 {
     struct proto_request r;
@@ -470,7 +553,7 @@ static void session_execute(struct session *s, struct line *ln)
     case PROTO_CMD_STATUS:   cmd_status(s, &r); break;
     case PROTO_CMD_SESSIONS: conn_json(s, session_list_json()); break;
     case PROTO_CMD_STATS:    conn_json(s, stats_json()); break;
-    case PROTO_CMD_HELP:     conn_help(s); break;
+    case PROTO_CMD_HELP:     cmd_help(s, &r); break;
     case PROTO_CMD_QUIT:     cmd_quit(s); break;
     default:                 conn_err(s, PROTO_ERR_UNKNOWN, NULL); break;
     }
@@ -600,8 +683,6 @@ static void owner_lost(struct lockmgr_owner *o, const char *resource,
 
     if (s->closing)
         return;
-    log_warn("%s (%s): lease on %s lost (%s)", s->idstr, s->peer, resource,
-             lockmgr_lost_reason_name(why));
     /* Remember it so a later UNLOCK/EXTEND says LOST, not NOTHELD; bounded
      * like the leases themselves. */
     if (s->nlost < S.conf->limits.max_locks_per_session) {
@@ -646,6 +727,7 @@ void session_on_eof(struct session *s)
 void session_end(struct session *s)
 {
     timer_stop(&s->idle_timer);
+    timer_stop(&s->auth_timer);
     session_unlist(s);
     queue_free(s);
     lockmgr_owner_end(&s->owner, s->died);

@@ -38,12 +38,17 @@ struct lost_lease {         /* a resource whose lease was lost (ERR LOST) */
     char resource[];
 };
 
-#define SESSION_ID_LEN 24   /* "s" + a 64-bit number */
+/* "s<n>.<start>": n counts this daemon's sessions, start is the daemon's
+ * start time (ms since the epoch, base 36), so ids stay unique across
+ * restarts: "s42.mifc7b9k". */
+#define SESSION_ID_LEN 40
 
 struct session {
     /* ---- I/O (conn.c) ---- */
     union conn_stream h;
     char peer[80];
+    char ip[64];            /* the peer's address without the port; "" for
+                               unix */
     bool trusted;           /* loopback or unix socket peer */
     char *rbuf;             /* bytes read, not yet framed */
     size_t rlen, rcap;
@@ -71,6 +76,9 @@ struct session {
     char idstr[SESSION_ID_LEN];     /* "s42" */
     char name[PROTO_MAX_NAME_LEN + 1];
     bool authed;
+    bool admin;             /* AUTH with auth.admin_password */
+    unsigned auth_failures;
+    struct timer auth_timer;    /* the answer to a wrong AUTH, delayed */
     bool got_line;          /* a first full line arrived (handshake) */
     uint32_t keepalive_ms;
     uint64_t created_at;
@@ -104,6 +112,8 @@ void session_end(struct session *s);
 
 /* Session table / stats. */
 size_t session_count(void);
+/* Live sessions whose peer has this address (limits.max_clients_per_ip). */
+size_t session_count_ip(const char *ip);
 json_t *session_list_json(void);
 /* Shutdown: take no new locks (session_set_shutdown); tell every client,
  * answer waiting LOCKs ERR SHUTDOWN, release every lease and close each

@@ -26,7 +26,14 @@
 
 static const char *const proto_cmd_words[PROTO_CMD_COUNT] = {
     [PROTO_CMD_NONE] = NULL,
-#define X(name, word) [PROTO_CMD_##name] = word,
+#define X(name, word, usage) [PROTO_CMD_##name] = word,
+    PROTO_COMMANDS(X)
+#undef X
+};
+
+static const char *const proto_cmd_usage[PROTO_CMD_COUNT] = {
+    [PROTO_CMD_NONE] = NULL,
+#define X(name, word, usage) [PROTO_CMD_##name] = usage,
     PROTO_COMMANDS(X)
 #undef X
 };
@@ -76,7 +83,9 @@ static const struct proto_cmd_spec proto_cmd_specs[PROTO_CMD_COUNT] = {
                            "STATUS needs a resource name" },
     [PROTO_CMD_SESSIONS] = { 0, 0, 0, 0, false, false, NULL },
     [PROTO_CMD_STATS] = { 0, 0, 0, 0, false, false, NULL },
-    [PROTO_CMD_HELP] = { 0, 0, 0, 0, false, false, NULL },
+    [PROTO_CMD_FORCEUNLOCK] = { 0, 0, 1, 1, true, false,
+                                "FORCEUNLOCK needs a resource name" },
+    [PROTO_CMD_HELP] = { 0, 0, 0, 1, false, true, NULL },
     [PROTO_CMD_QUIT] = { 0, 0, 0, 0, false, false, NULL },
 };
 
@@ -159,7 +168,7 @@ static bool proto_word_ieq(const char *upper, const char *word, size_t len)
     return true;
 }
 
-static enum proto_cmd proto_cmd_lookup(const char *word, size_t len)
+enum proto_cmd proto_cmd_lookup(const char *word, size_t len)
 {
     int i;
 
@@ -688,6 +697,13 @@ void proto_format_event_closing(struct sbuf *b, const char *reason)
     sbuf_puts(b, "EVENT CLOSING");
     proto_format_kv_str(b, "reason", reason);
     proto_format_end(b);
+}
+
+void proto_format_usage(struct sbuf *b, enum proto_cmd cmd)
+{
+    sbuf_puts(b, "OK ");
+    sbuf_puts(b, proto_cmd_usage[cmd]);
+    sbuf_putc(b, '\n');
 }
 
 void proto_format_help(struct sbuf *b)

@@ -22,24 +22,26 @@
 
 #define PROTO_VERSION 1
 
-/* X(enum suffix, wire word) */
-#define PROTO_COMMANDS(X)   \
-    X(PING, "PING")         \
-    X(HELLO, "HELLO")       \
-    X(AUTH, "AUTH")         \
-    X(LOCK, "LOCK")         \
-    X(UNLOCK, "UNLOCK")     \
-    X(EXTEND, "EXTEND")     \
-    X(LOCKS, "LOCKS")       \
-    X(STATUS, "STATUS")     \
-    X(SESSIONS, "SESSIONS") \
-    X(STATS, "STATS")       \
-    X(HELP, "HELP")         \
-    X(QUIT, "QUIT")
+/* X(enum suffix, wire word, usage line for HELP <command>) */
+#define PROTO_COMMANDS(X)                                                   \
+    X(PING, "PING", "PING [word]")                                          \
+    X(HELLO, "HELLO", "HELLO [proto=1] [name=<client-name>] "               \
+                      "[keepalive=<ms>]")                                   \
+    X(AUTH, "AUTH", "AUTH <password>")                                      \
+    X(LOCK, "LOCK", "LOCK <resource> [ttl=<ms>] [wait=<ms>] [renew=0|1]")   \
+    X(UNLOCK, "UNLOCK", "UNLOCK <resource>")                                \
+    X(EXTEND, "EXTEND", "EXTEND <resource> ttl=<ms>")                       \
+    X(LOCKS, "LOCKS", "LOCKS")                                              \
+    X(STATUS, "STATUS", "STATUS <resource>")                                \
+    X(SESSIONS, "SESSIONS", "SESSIONS")                                     \
+    X(STATS, "STATS", "STATS")                                              \
+    X(FORCEUNLOCK, "FORCEUNLOCK", "FORCEUNLOCK <resource> (admin only)")    \
+    X(HELP, "HELP", "HELP [command]")                                       \
+    X(QUIT, "QUIT", "QUIT")
 
 enum proto_cmd {
     PROTO_CMD_NONE = 0,
-#define X(name, word) PROTO_CMD_##name,
+#define X(name, word, usage) PROTO_CMD_##name,
     PROTO_COMMANDS(X)
 #undef X
     PROTO_CMD_COUNT
@@ -205,6 +207,10 @@ void proto_format_event_shutdown(struct sbuf *b);
 void proto_format_event_closing(struct sbuf *b, const char *reason);
 /* "OK PING HELLO AUTH ...\n" from the command table */
 void proto_format_help(struct sbuf *b);
+/* "OK <usage line>\n" of cmd (HELP <command>). */
+void proto_format_usage(struct sbuf *b, enum proto_cmd cmd);
+/* The command named by word (any case), or PROTO_CMD_NONE. */
+enum proto_cmd proto_cmd_lookup(const char *word, size_t len);
 
 /*
  * Reply parsing (client side). `line` is one line without LF (a trailing CR

@@ -270,7 +270,7 @@ static void owner_setup(struct fowner *f, const char *id)
     json_decref(f->status);
     memset(f, 0, sizeof(*f));
     snprintf(f->id, sizeof(f->id), "%s", id);
-    lockmgr_owner_init(&f->o, &owner_ops, f->id, f->name);
+    lockmgr_owner_init(&f->o, &owner_ops, f->id, f->name, "test");
 }
 
 static void setup(void)

@@ -123,6 +123,7 @@ static const struct t_valid t_valid_rows[] = {
     { "STATS", PROTO_CMD_STATS, NULL, 0, 0, 0, true, 0, 0, NULL },
     { "HELP", PROTO_CMD_HELP, NULL, 0, 0, 0, true, 0, 0, NULL },
     { "help\r", PROTO_CMD_HELP, NULL, 0, 0, 0, true, 0, 0, NULL },
+    { "HELP lock", PROTO_CMD_HELP, "lock", 0, 0, 0, true, 0, 0, NULL },
     { "QUIT", PROTO_CMD_QUIT, NULL, 0, 0, 0, true, 0, 0, NULL },
     { "quit", PROTO_CMD_QUIT, NULL, 0, 0, 0, true, 0, 0, NULL },
 };
@@ -171,6 +172,7 @@ START_TEST(test_parse_every_command)
         [PROTO_CMD_UNLOCK] = " r",
         [PROTO_CMD_EXTEND] = " r ttl=1",
         [PROTO_CMD_STATUS] = " r",
+        [PROTO_CMD_FORCEUNLOCK] = " r",
     };
     struct proto_request req;
     struct proto_error err;
@@ -254,7 +256,7 @@ static const struct t_bad t_bad_rows[] = {
     { "LOCKS x", 0, PROTO_ERR_ARG, "LOCKS takes no arguments" },
     { "SESSIONS x", 0, PROTO_ERR_ARG, "SESSIONS takes no arguments" },
     { "STATS x", 0, PROTO_ERR_ARG, "STATS takes no arguments" },
-    { "HELP LOCK", 0, PROTO_ERR_ARG, "HELP takes no arguments" },
+    { "HELP LOCK x", 0, PROTO_ERR_ARG, "wrong number of arguments for HELP" },
     { "QUIT now", 0, PROTO_ERR_ARG, "QUIT takes no arguments" },
     { "HELLO alice", 0, PROTO_ERR_ARG, "HELLO takes no arguments" },
     /* options */
@@ -787,7 +789,7 @@ START_TEST(test_format_simple)
     sbuf_reset(&b);
     proto_format_help(&b);
     ck_assert_str_eq(sbuf_cstr(&b), "OK PING HELLO AUTH LOCK UNLOCK EXTEND "
-                     "LOCKS STATUS SESSIONS STATS HELP QUIT\n");
+                     "LOCKS STATUS SESSIONS STATS FORCEUNLOCK HELP QUIT\n");
     sbuf_deinit(&b);
 }
 END_TEST
@@ -915,7 +917,8 @@ START_TEST(test_format_request_parses)
         sbuf_reset(&b);
         proto_format_cmd(&b, (enum proto_cmd)i);
         if (i == PROTO_CMD_AUTH || i == PROTO_CMD_LOCK || i == PROTO_CMD_UNLOCK
-            || i == PROTO_CMD_EXTEND || i == PROTO_CMD_STATUS)
+            || i == PROTO_CMD_EXTEND || i == PROTO_CMD_STATUS
+            || i == PROTO_CMD_FORCEUNLOCK)
             proto_format_word(&b, "x");
         if (i == PROTO_CMD_EXTEND)
             proto_format_opt_u64(&b, PROTO_OPT_TTL, 1);
