@@ -1,0 +1,28 @@
+"""redlockd: a Python client for the redlockd lock service.
+
+    import redlockd
+
+    with redlockd.Client(name="billing") as client:
+        with client.lock("job:42", ttl=30000, wait=5000) as lease:
+            storage.write(data, fence=lease.fence)   # the storage checks fences
+            lease.check()                            # raises LockLost if lost
+
+Standard library only. See client/python/README.md.
+"""
+
+from .client import Client, Lease, SERVER_ENV
+from .errors import (Arg, Auth, Busy, ConnectionClosed, Error, Held, IOTimeout,
+                     Limit, LockLost, Lost, NoAuth, NotHeld, ProtocolError,
+                     RedlockdError, Shutdown, Timeout, TooLong, TransportError,
+                     Unavailable, Unknown, Unsupported, error_for)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "Lease", "SERVER_ENV",
+    "Error", "RedlockdError", "TransportError", "ConnectionClosed",
+    "IOTimeout", "ProtocolError", "LockLost",
+    "Arg", "Unsupported", "Unknown", "TooLong", "NoAuth", "Auth", "Busy",
+    "Timeout", "Held", "NotHeld", "Lost", "Unavailable", "Limit", "Shutdown",
+    "error_for",
+]

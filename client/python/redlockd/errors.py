@@ -1,0 +1,179 @@
+"""The exceptions of the redlockd client.
+
+Three families, all under :class:`Error`:
+
+- :class:`RedlockdError`: the daemon answered ``ERR <CODE> <message>``. It
+  carries ``.code`` (the protocol word, e.g. ``"BUSY"``) and ``.message``
+  (for people). Every code of the protocol has its own subclass; a code this
+  client does not know (from a newer daemon) raises :class:`RedlockdError`
+  itself, with that code.
+- :class:`TransportError`: the connection failed (refused, reset, closed by
+  the daemon, no reply in time, a line that is not the protocol). After one
+  of these the connection is gone, and with it every lock it held.
+- :class:`LockLost`: a lease is no longer safe to rely on
+  (:meth:`redlockd.Lease.check`). :class:`Lost` (``ERR LOST`` from the
+  daemon) is both a :class:`RedlockdError` and a :class:`LockLost`, so
+  ``except LockLost`` catches every way of learning of a loss.
+"""
+
+__all__ = [
+    "Error", "RedlockdError", "TransportError", "ConnectionClosed",
+    "IOTimeout", "ProtocolError", "LockLost",
+    "Arg", "Unsupported", "Unknown", "TooLong", "NoAuth", "Auth", "Busy",
+    "Timeout", "Held", "NotHeld", "Lost", "Unavailable", "Limit", "Shutdown",
+    "error_for",
+]
+
+
+class Error(Exception):
+    """Anything the redlockd client raises (besides ValueError/TypeError
+    for arguments it refuses before sending)."""
+
+
+class RedlockdError(Error):
+    """The daemon answered ``ERR <code> <message>``."""
+
+    code = None
+
+    def __init__(self, code=None, message=""):
+        if code is not None:
+            self.code = code
+        self.message = message
+        Exception.__init__(self, f"{self.code} {message}".rstrip())
+
+
+class TransportError(Error):
+    """The connection to the daemon failed; its locks are gone with it."""
+
+
+class ConnectionClosed(TransportError):
+    """The connection is closed (by us, by the daemon, or by an error).
+
+    ``.reason`` is the daemon's ``EVENT CLOSING reason=`` when it sent one,
+    ``"shutdown"`` after ``EVENT SHUTDOWN``, else None."""
+
+    def __init__(self, message="connection closed", reason=None):
+        self.reason = reason
+        super().__init__(message)
+
+
+class IOTimeout(TransportError):
+    """No reply within the client's timeout (plus ``wait`` for LOCK).
+
+    The connection is closed: a late reply could not be told apart from the
+    reply to the next request."""
+
+
+class ProtocolError(TransportError):
+    """The daemon sent a line that does not fit the protocol; the
+    connection is closed."""
+
+
+class LockLost(Error):
+    """A lease was lost: ``EVENT LOST``, its deadline passed, the daemon
+    stopped, or the connection closed. ``.resource`` and ``.reason``
+    (``"expired"``, ``"quorum"``, ``"node"`` from the daemon; ``"deadline"``,
+    ``"shutdown"``, ``"closed"``, ``"gone"`` from the client)."""
+
+    def __init__(self, resource=None, reason=None, message=None):
+        self.resource = resource
+        self.reason = reason
+        if message is None:
+            message = f"the lease on {resource} was lost ({reason})"
+        Exception.__init__(self, message)
+
+
+class Arg(RedlockdError):
+    """ARG: malformed request (option, number, name, range)."""
+    code = "ARG"
+
+
+class Unsupported(Arg):
+    """ARG for an addition this daemon does not know yet (``mode=``,
+    ``limit=``, several resources, ``HELP <command>``). Still an
+    :class:`Arg`; ``.feature`` names what was refused."""
+
+    def __init__(self, code=None, message="", feature=None):
+        self.feature = feature
+        super().__init__(code, message)
+
+
+class Unknown(RedlockdError):
+    """UNKNOWN: the daemon does not know the command."""
+    code = "UNKNOWN"
+
+
+class TooLong(RedlockdError):
+    """TOOLONG: the request line was too long; the daemon closes the
+    connection after this reply."""
+    code = "TOOLONG"
+
+
+class NoAuth(RedlockdError):
+    """NOAUTH: a password is required and was not sent (or the client is
+    not local in protected mode, or FORCEUNLOCK without the admin
+    password)."""
+    code = "NOAUTH"
+
+
+class Auth(RedlockdError):
+    """AUTH: wrong password."""
+    code = "AUTH"
+
+
+class Busy(RedlockdError):
+    """BUSY: held by someone else and ``wait`` was 0."""
+    code = "BUSY"
+
+
+class Timeout(RedlockdError):
+    """TIMEOUT: ``wait`` ran out before the lock could be had."""
+    code = "TIMEOUT"
+
+
+class Held(RedlockdError):
+    """HELD: this connection already holds the resource."""
+    code = "HELD"
+
+
+class NotHeld(RedlockdError):
+    """NOTHELD: this connection does not hold the resource."""
+    code = "NOTHELD"
+
+
+class Lost(RedlockdError, LockLost):
+    """LOST: the lease had already been lost when UNLOCK/EXTEND came."""
+    code = "LOST"
+
+    def __init__(self, code=None, message="", resource=None):
+        RedlockdError.__init__(self, code, message)
+        self.resource = resource
+        self.reason = "lost"
+
+
+class Unavailable(RedlockdError):
+    """UNAVAILABLE: a quorum of Redis nodes could not be reached in time."""
+    code = "UNAVAILABLE"
+
+
+class Limit(RedlockdError):
+    """LIMIT: a configured limit was hit."""
+    code = "LIMIT"
+
+
+class Shutdown(RedlockdError):
+    """SHUTDOWN: the daemon is stopping and takes no new locks."""
+    code = "SHUTDOWN"
+
+
+_BY_CODE = {cls.code: cls for cls in (
+    Arg, Unknown, TooLong, NoAuth, Auth, Busy, Timeout, Held, NotHeld, Lost,
+    Unavailable, Limit, Shutdown)}
+
+
+def error_for(code, message):
+    """The exception for ``ERR <code> <message>``."""
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return RedlockdError(code, message)
+    return cls(code, message)

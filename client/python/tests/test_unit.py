@@ -1,0 +1,95 @@
+"""Pure parts: addresses, replies, the exception classes. No processes."""
+
+import pytest
+
+import redlockd
+from redlockd import _proto
+
+
+@pytest.mark.parametrize("text,want", [
+    ("127.0.0.1:7390", ("tcp", "127.0.0.1", 7390)),
+    ("tcp://10.0.0.1:1", ("tcp", "10.0.0.1", 1)),
+    ("localhost", ("tcp", "localhost", 7390)),
+    ("redlock.internal:7391", ("tcp", "redlock.internal", 7391)),
+    ("[::1]:7390", ("tcp", "::1", 7390)),
+    ("[::1]", ("tcp", "::1", 7390)),
+    ("unix:/run/redlockd/redlockd.sock", ("unix", "/run/redlockd/redlockd.sock")),
+    ("unix:///run/r.sock", ("unix", "/run/r.sock")),
+    ("unix:rel.sock", ("unix", "rel.sock")),
+    ("/run/r.sock", ("unix", "/run/r.sock")),
+])
+def test_server_addresses(text, want):
+    assert _proto.parse_server(text) == want
+
+
+@pytest.mark.parametrize("text", [
+    "", "http://x:1", "1.2.3:7390", "::1:7390", "[nothost]:1", "host:0",
+    "host:65536", "host:12a", "host:", "unix:", "a b:1", "h\n:1", "unix://x/p",
+])
+def test_bad_server_addresses(text):
+    with pytest.raises(ValueError):
+        _proto.parse_server(text)
+
+
+def test_env_server_is_used_when_none_given(monkeypatch):
+    monkeypatch.setenv("REDLOCKD_SERVER", "256.1.1.1:1")
+    with pytest.raises(ValueError, match="256.1.1.1"):
+        redlockd.Client()
+
+
+@pytest.mark.parametrize("code,cls", [
+    ("ARG", redlockd.Arg), ("UNKNOWN", redlockd.Unknown),
+    ("TOOLONG", redlockd.TooLong), ("NOAUTH", redlockd.NoAuth),
+    ("AUTH", redlockd.Auth), ("BUSY", redlockd.Busy),
+    ("TIMEOUT", redlockd.Timeout), ("HELD", redlockd.Held),
+    ("NOTHELD", redlockd.NotHeld), ("LOST", redlockd.Lost),
+    ("UNAVAILABLE", redlockd.Unavailable), ("LIMIT", redlockd.Limit),
+    ("SHUTDOWN", redlockd.Shutdown),
+])
+def test_error_codes_map_to_classes(code, cls):
+    with pytest.raises(cls) as ei:
+        _proto.split_reply(f"ERR {code} some words here")
+    e = ei.value
+    assert isinstance(e, redlockd.RedlockdError)
+    assert isinstance(e, redlockd.Error)
+    assert not isinstance(e, redlockd.TransportError)
+    assert e.code == code
+    assert e.message == "some words here"
+
+
+def test_unknown_code_is_the_base_class():
+    with pytest.raises(redlockd.RedlockdError) as ei:
+        _proto.split_reply("ERR FROBBED newer daemon")
+    assert type(ei.value) is redlockd.RedlockdError
+    assert ei.value.code == "FROBBED"
+
+
+def test_hierarchy():
+    assert issubclass(redlockd.Lost, redlockd.LockLost)
+    assert issubclass(redlockd.Unsupported, redlockd.Arg)
+    for cls in (redlockd.ConnectionClosed, redlockd.IOTimeout,
+                redlockd.ProtocolError):
+        assert issubclass(cls, redlockd.TransportError)
+        assert not issubclass(cls, redlockd.RedlockdError)
+    assert not issubclass(redlockd.LockLost, redlockd.RedlockdError)
+
+
+def test_reply_parsing():
+    assert _proto.split_reply("OK") == ("OK", "")
+    assert _proto.split_reply("PONG hi") == ("PONG", "hi")
+    f = _proto.fields("resource=a token=ff fence=3 ttl=10 validity=9 mode=shared")
+    assert f["mode"] == "shared" and f["fence"] == "3"
+    assert _proto.json_body('{"a":1}') == {"a": 1}
+    with pytest.raises(redlockd.ProtocolError):
+        _proto.split_reply("WHAT")
+    with pytest.raises(redlockd.ProtocolError):
+        _proto.json_body("{bad")
+    assert _proto.event("EVENT LOST resource=a fence=2 reason=node") == \
+        ("LOST", {"resource": "a", "fence": "2", "reason": "node"})
+    assert _proto.event("EVENT SHUTDOWN") == ("SHUTDOWN", {})
+
+
+@pytest.mark.parametrize("bad", ["", "a b", "a\tb", "a=b", "a\nb", "a\x00"])
+def test_request_words_that_would_break_the_line(bad):
+    with pytest.raises(ValueError):
+        _proto.word(bad, "resource name")
