@@ -11,7 +11,7 @@ from harness import wait_until
 
 def test_hello_fields(shared):
     with redlockd.Client(shared.server, name="hello-test") as c:
-        assert re.fullmatch(r"s\d+", c.session)
+        assert re.fullmatch(r"s\d+\.[0-9a-z]+", c.session)
         assert c.server_version.startswith("redlockd/")
         assert (c.nodes, c.quorum) == (1, 1)
         assert c.ping() == ""
