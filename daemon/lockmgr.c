@@ -1146,6 +1146,55 @@ void lockmgr_on_release(const char *key, size_t len)
     timer_start(&q->timer, rng_below(LOCKMGR_WAKE_JITTER_MS + 1));
 }
 
+/* ---- FORCEUNLOCK --------------------------------------------------------- */
+
+struct force_ctx {
+    struct lockmgr_owner *o;    /* (ref) the operator */
+    size_t len;
+    char resource[];
+};
+
+static void force_done(void *ud, const struct redlock_result *res)
+{
+    struct force_ctx *x = ud;
+    struct lock_entry *e;
+    struct notice *n;
+
+    enter();
+    log_notice("forced release of %s by %s (name=%s peer=%s): deleted on "
+               "%d of %d nodes", x->resource, x->o->id,
+               x->o->name[0] ? x->o->name : "-", x->o->peer ? x->o->peer
+               : "-", res->deleted, M.rl->nnodes());
+    /* A holder here learns now what one elsewhere learns at its next
+     * renewal: the nodes no longer hold its key. */
+    e = entry_find(x->resource, x->len);
+    if (e && e->holder && !e->holder->gone)
+        lease_lose(e->holder, LOST_NODE);
+    n = notice_new(N_UNLOCKED, x->o, x->resource, NULL);
+    n->nodes = res->deleted;
+    owner_unref(x->o);
+    free(x);
+    leave();
+}
+
+void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
+                           size_t len)
+{
+    struct force_ctx *x = mem_alloc(sizeof(*x) + len + 1);
+    size_t keylen;
+    const char *key;
+
+    enter();
+    x->o = o;
+    owner_ref(o);
+    x->len = len;
+    memcpy(x->resource, resource, len);
+    x->resource[len] = '\0';
+    key = entry_key(resource, len, &keylen);
+    M.rl->force_release(key, keylen, force_done, x);
+    leave();
+}
+
 /* ---- inspection --------------------------------------------------------- */
 
 static json_t *lease_json(const struct lease *l)

@@ -124,6 +124,11 @@ void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl);
  * queue answers ERR TIMEOUT now; one talking to Redis answers after that
  * try, without sleeping again. */
 void lockmgr_cut_wait(struct lockmgr_owner *o);
+/* FORCEUNLOCK (an operator's): delete the resource's keys on every node
+ * whoever holds them; answers through ->unlocked. A holder on this daemon
+ * is told at once (->lost, reason node). */
+void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
+                           size_t len);
 /* STATUS: answers through ->status. */
 void lockmgr_status(struct lockmgr_owner *o, const char *resource,
                     size_t len);

@@ -385,24 +385,69 @@ void redlock_extend(const char *key, size_t keylen, const char *token,
     op_fan_out(op_create(OP_EXTEND, key, keylen, token, ttl, cb, ud));
 }
 
-/* ---- inspect ------------------------------------------------------------ */
+/* ---- plain rounds: STATUS and FORCEUNLOCK --------------------------------
+ * One plain command (or two, pipelined) to every node, done when the last
+ * reply is in; like an op it never completes inside the call that starts
+ * it. */
+
+struct round {
+    int pending;            /* replies outstanding (+1 while sending) */
+    struct timer defer;
+    void (*done)(struct round *r);
+};
+
+static void round_step(struct round *r)
+{
+    if (--r->pending > 0)
+        return;
+    r->done(r);
+    live--;
+}
+
+static void round_deferred(struct timer *t)
+{
+    round_step(t->data);
+}
+
+static void round_begin(struct round *r, void (*done)(struct round *))
+{
+    r->pending = 1;
+    r->done = done;
+    timer_init(&r->defer, round_deferred, r);
+    live++;
+}
+
+/* Send to node i; its reply goes to cb(ud == the struct embedding r). */
+static void round_send(struct round *r, int i, int argc, const char **argv,
+                       const size_t *lens, pool_reply_cb cb, void *ud)
+{
+    r->pending++;
+    if (pool_command(i, argc, argv, lens, cb, ud) != 0)
+        r->pending--;
+}
+
+static void round_end(struct round *r)
+{
+    if (r->pending == 1)
+        timer_start(&r->defer, 0);
+    else
+        round_step(r);
+}
 
 struct inspect {
-    int pending;
+    struct round r;         /* first */
     redlock_inspect_cb cb;
     void *ud;
     struct redlock_node_view *views;
-    struct timer defer;
 };
 
-static void inspect_step(struct inspect *in)
+static void inspect_done(struct round *r)
 {
-    if (--in->pending > 0)
-        return;
+    struct inspect *in = (struct inspect *)(void *)r;
+
     in->cb(in->ud, in->views, pool_nnodes());
     free(in->views);
     free(in);
-    live--;
 }
 
 static void inspect_reply(void *ud, int node, redisReply *r)
@@ -414,12 +459,7 @@ static void inspect_reply(void *ud, int node, redisReply *r)
         v->answered = true;
         v->pttl = r->integer;
     }
-    inspect_step(in);
-}
-
-static void inspect_deferred(struct timer *t)
-{
-    inspect_step(t->data);
+    round_step(&in->r);
 }
 
 void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
@@ -427,28 +467,77 @@ void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
 {
     int n = pool_nnodes();
     struct inspect *in = mem_alloc(sizeof(*in));
-    struct redlock_node_view *views = mem_alloc((size_t)n * sizeof(*views));
+
     in->cb = cb;
     in->ud = ud;
-    in->views = views;
-    live++;
-    in->pending = 1;
-    timer_init(&in->defer, inspect_deferred, in);
+    in->views = mem_alloc((size_t)n * sizeof(*in->views));
+    round_begin(&in->r, inspect_done);
     for (int i = 0; i < n; i++) {
         const char *pttl[] = { "PTTL", key };
         size_t lens[] = { 4, keylen };
-        views[i].name = pool_node_name(i);
-        views[i].up = pool_node_up(i);
-        views[i].voting = node_votes(i);
-        views[i].pttl = -2;
-        in->pending++;
-        if (pool_command(i, 2, pttl, lens, inspect_reply, in) != 0)
-            in->pending--;
+        in->views[i].name = pool_node_name(i);
+        in->views[i].up = pool_node_up(i);
+        in->views[i].voting = node_votes(i);
+        in->views[i].pttl = -2;
+        round_send(&in->r, i, 2, pttl, lens, inspect_reply, in);
     }
-    if (in->pending == 1)
-        timer_start(&in->defer, 0);
-    else
-        inspect_step(in);
+    round_end(&in->r);
+}
+
+struct force {
+    struct round r;         /* first */
+    redlock_cb cb;
+    void *ud;
+    struct redlock_result res;
+};
+
+static void force_done(struct round *r)
+{
+    struct force *f = (struct force *)(void *)r;
+
+    f->res.status = REDLOCK_OK;
+    f->cb(f->ud, &f->res);
+    free(f);
+}
+
+static void force_reply(void *ud, int node, redisReply *r)
+{
+    struct force *f = ud;
+    (void)node;
+
+    if (!r || r->type == REDIS_REPLY_ERROR)
+        f->res.failed++;
+    else if (r->type == REDIS_REPLY_INTEGER && r->integer > 0)
+        f->res.deleted++;
+    round_step(&f->r);
+}
+
+static void force_ignore(void *ud, int node, redisReply *r)
+{
+    (void)ud;
+    (void)node;
+    (void)r;
+}
+
+void redlock_force_release(const char *key, size_t keylen, redlock_cb cb,
+                           void *ud)
+{
+    struct force *f = mem_alloc(sizeof(*f));
+    const char *channel = RC->locks.release_channel;
+
+    f->cb = cb;
+    f->ud = ud;
+    round_begin(&f->r, force_done);
+    for (int i = 0; i < pool_nnodes(); i++) {
+        const char *del[] = { "DEL", key };
+        size_t dlens[] = { 3, keylen };
+        const char *pub[] = { "PUBLISH", channel, key };
+        size_t plens[] = { 7, strlen(channel), keylen };
+        round_send(&f->r, i, 2, del, dlens, force_reply, f);
+        /* Announced like any release, so waiters everywhere wake. */
+        pool_command(i, 3, pub, plens, force_ignore, NULL);
+    }
+    round_end(&f->r);
 }
 
 /* ---- the table lockmgr uses ---------------------------------------------- */
@@ -466,6 +555,6 @@ int redlock_nquorum(void)
 const struct redlock_ops redlock_ops_default = {
     .acquire = redlock_acquire, .release = redlock_release,
     .extend = redlock_extend, .inspect = redlock_inspect,
-    .token = redlock_token,
+    .force_release = redlock_force_release, .token = redlock_token,
     .nnodes = redlock_nnodes, .quorum = redlock_nquorum,
 };

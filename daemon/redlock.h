@@ -75,6 +75,9 @@ void redlock_extend(const char *key, size_t keylen, const char *token,
                     uint32_t ttl, redlock_cb cb, void *ud);
 void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
                      void *ud);
+/* FORCEUNLOCK (operators): see struct redlock_ops. */
+void redlock_force_release(const char *key, size_t keylen, redlock_cb cb,
+                           void *ud);
 
 /*
  * What lockmgr needs of redlock, as a table so that lockmgr's unit tests can
@@ -90,6 +93,10 @@ struct redlock_ops {
                    uint32_t ttl, redlock_cb cb, void *ud);
     void (*inspect)(const char *key, size_t keylen, redlock_inspect_cb cb,
                     void *ud);
+    /* Delete key on every node whatever it holds, and announce it;
+     * res->deleted counts the nodes that had it. */
+    void (*force_release)(const char *key, size_t keylen, redlock_cb cb,
+                          void *ud);
     int (*token)(char out[REDLOCK_TOKEN_LEN + 1]);
     int (*nnodes)(void);
     int (*quorum)(void);

@@ -462,6 +462,22 @@ static void cmd_locks(struct session *s)
                            "lost", lost));
 }
 
+static void cmd_forceunlock(struct session *s, const struct proto_request *r)
+{
+    if (!S.conf->auth.admin_password) {
+        conn_err(s, PROTO_ERR_NOAUTH, "FORCEUNLOCK is disabled: no "
+                 "auth.admin_password is configured");
+        return;
+    }
+    if (!s->admin) {
+        conn_err(s, PROTO_ERR_NOAUTH, "FORCEUNLOCK needs AUTH with the "
+                 "admin password");
+        return;
+    }
+    s->busy = true;
+    lockmgr_force_release(&s->owner, r->arg, r->arg_len);
+}
+
 static void cmd_status(struct session *s, const struct proto_request *r)
 {
     s->busy = true;
@@ -551,6 +567,7 @@ static void session_execute(struct session *s, struct line *ln)
     case PROTO_CMD_EXTEND:   cmd_extend(s, &r); break;
     case PROTO_CMD_LOCKS:    cmd_locks(s); break;
     case PROTO_CMD_STATUS:   cmd_status(s, &r); break;
+    case PROTO_CMD_FORCEUNLOCK: cmd_forceunlock(s, &r); break;
     case PROTO_CMD_SESSIONS: conn_json(s, session_list_json()); break;
     case PROTO_CMD_STATS:    conn_json(s, stats_json()); break;
     case PROTO_CMD_HELP:     cmd_help(s, &r); break;

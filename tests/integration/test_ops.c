@@ -41,7 +41,10 @@ static void teardown(void)
 static void start(const char *extra_json)
 {
     h_daemon_start(&D, &R, 1, extra_json);
-    h_wait_voting(&D, 1, h_scale(5000));
+    if (!extra_json || !strstr(extra_json, "password"))
+        h_wait_voting(&D, 1, h_scale(5000));
+    else
+        h_sleep_ms(300);    /* STATS would need AUTH */
 }
 
 /* The daemon's log so far (static buffer). */
@@ -377,6 +380,179 @@ START_TEST(config_open_without_password_warns)
 }
 END_TEST
 
+
+/* ---- operator commands and limits --------------------------------------- */
+
+START_TEST(help_for_one_command)
+{
+    struct h_client c;
+
+    start(NULL);
+    h_connect_tcp_ok(&c, D.port);
+    ck_assert_str_eq(h_cmd(&c, "HELP extend"), "OK EXTEND <resource> ttl=<ms>");
+    h_expect(&c, "OK LOCK <resource> ", "HELP LOCK");
+    h_expect(&c, "ERR ARG no such command: NOPE", "HELP NOPE");
+    h_expect(&c, "OK PING HELLO ", "HELP");
+    h_close(&c);
+}
+END_TEST
+
+START_TEST(auth_failures_close_the_connection)
+{
+    struct h_client c;
+    uint64_t t0, t1;
+
+    start("{\"auth\":{\"password\":\"right\"},"
+          "\"limits\":{\"max_auth_failures\":3}}");
+    h_connect_tcp_ok(&c, D.port);
+    h_expect(&c, "ERR AUTH ", "AUTH wrong1");      /* at once */
+    t0 = h_now_ms();
+    h_expect(&c, "ERR AUTH ", "AUTH wrong2");      /* after 100 ms */
+    t1 = h_now_ms();
+    ck_assert_msg(t1 - t0 >= 90, "second failure answered in %llu ms",
+                  (unsigned long long)(t1 - t0));
+    h_sendf(&c, "AUTH wrong3\n");
+    ck_assert(h_starts(next_line(&c, 3000), "ERR AUTH "));
+    ck_assert_str_eq(next_line(&c, 3000), "EVENT CLOSING reason=auth");
+    ck_assert(h_wait_eof(&c, 2000));
+    h_close(&c);
+    /* A right password after a wrong one still works. */
+    h_connect_tcp_ok(&c, D.port);
+    h_expect(&c, "ERR AUTH ", "AUTH nope");
+    h_expect(&c, "OK", "AUTH right");
+    h_expect(&c, "OK resource=a ", "LOCK a");
+    h_close(&c);
+}
+END_TEST
+
+START_TEST(admin_password_gates_forceunlock)
+{
+    struct h_client user, op;
+
+    start("{\"auth\":{\"password\":\"user-pw\",\"admin_password\":"
+          "\"admin-pw\"}}");
+    h_connect_tcp_ok(&user, D.port);
+    h_connect_tcp_ok(&op, D.port);
+    h_expect(&user, "OK", "AUTH user-pw");
+    h_expect(&user, "ERR NOAUTH ", "FORCEUNLOCK x");
+    h_expect(&op, "OK", "AUTH admin-pw");
+    h_expect(&op, "OK resource=a ", "LOCK a");  /* an operator may lock too */
+    ck_assert_msg(strstr(daemon_log(), "operator"), "%s", daemon_log());
+    /* A lock held by another session, and by a plain SET NX client. */
+    h_expect(&user, "OK resource=x ", "LOCK x");
+    h_expect(&op, "OK resource=x nodes=1", "FORCEUNLOCK x");
+    ck_assert_msg(h_expect_event(&user, "EVENT LOST resource=x ", 2000),
+                  "the holder was not told");
+    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:x"), 0);
+    ck_assert(h_redis_cmd(&R, NULL, "SET lock:y foreign NX PX 60000") != -3);
+    h_expect(&op, "OK resource=y nodes=1", "FORCEUNLOCK y");
+    h_expect(&user, "OK resource=y ", "LOCK y");
+    ck_assert_msg(strstr(daemon_log(), "forced release of x by"), "%s",
+                  daemon_log());
+    h_close(&user);
+    h_close(&op);
+}
+END_TEST
+
+START_TEST(forceunlock_disabled_without_admin_password)
+{
+    struct h_client c;
+
+    start(NULL);
+    h_connect_tcp_ok(&c, D.port);
+    h_expect(&c, "ERR NOAUTH ", "FORCEUNLOCK x");
+    h_close(&c);
+}
+END_TEST
+
+START_TEST(max_clients_per_ip)
+{
+    struct h_client a, b, c, u;
+
+    start("{\"limits\":{\"max_clients_per_ip\":2}}");
+    h_connect_tcp_ok(&a, D.port);
+    h_connect_tcp_ok(&b, D.port);
+    ck_assert_str_eq(h_cmd(&a, "PING"), "PONG");
+    ck_assert_str_eq(h_cmd(&b, "PING"), "PONG");
+    h_connect_tcp_ok(&c, D.port);
+    ck_assert(h_starts(next_line(&c, 3000), "ERR LIMIT "));
+    ck_assert(h_wait_eof(&c, 2000));
+    h_close(&c);
+    /* Unix socket peers are not counted. */
+    ck_assert_int_eq(h_connect_unix(&u, D.sock_path), 0);
+    ck_assert_str_eq(h_cmd(&u, "PING"), "PONG");
+    /* A slot frees when a connection closes. */
+    h_close(&a);
+    h_sleep_ms(200);
+    h_connect_tcp_ok(&c, D.port);
+    ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
+    h_close(&b);
+    h_close(&c);
+    h_close(&u);
+}
+END_TEST
+
+START_TEST(max_waiters_per_resource)
+{
+    struct h_client holder, w[3];
+
+    start("{\"limits\":{\"max_waiters_per_resource\":2}}");
+    h_connect_tcp_ok(&holder, D.port);
+    h_expect(&holder, "OK resource=x ", "LOCK x");
+    for (int i = 0; i < 3; i++)
+        h_connect_tcp_ok(&w[i], D.port);
+    h_sendf(&w[0], "LOCK x wait=10000\n");
+    h_sendf(&w[1], "LOCK x wait=10000\n");
+    h_sleep_ms(100);
+    h_expect(&w[2], "ERR LIMIT ", "LOCK x wait=10000");
+    h_expect(&w[2], "ERR BUSY ", "LOCK x");     /* not waiting: not capped */
+    h_expect(&holder, "OK resource=x ", "UNLOCK x");
+    ck_assert(h_starts(next_line(&w[0], 3000), "OK resource=x "));
+    h_close(&holder);
+    for (int i = 0; i < 3; i++)
+        h_close(&w[i]);
+}
+END_TEST
+
+/* ---- the log as an audit trail ------------------------------------------ */
+
+START_TEST(audit_lines_and_session_ids)
+{
+    struct h_client c;
+    char session[64], line[256];
+
+    start("{\"log\":{\"level\":\"info\"}}");
+    h_connect_tcp_ok(&c, D.port);
+    h_kv_copy(h_expect(&c, "OK proto=1 ", "HELLO name=billing-1"), "session",
+              session, sizeof(session));
+    const char *fence = h_kv(h_expect(&c, "OK resource=job:7 ", "LOCK job:7"),
+                             "fence");
+    snprintf(line, sizeof(line), "grant fence=%s job:7 %s (name=billing-1 "
+             "peer=127.0.0.1:", fence, session);
+    ck_assert_msg(log_waits_for(line, 2000), "no \"%s\" in:\n%s", line,
+                  daemon_log());
+    h_expect(&c, "OK resource=job:7 ", "UNLOCK job:7");
+    snprintf(line, sizeof(line), "release fence=%s job:7 %s (name=billing-1 "
+             "peer=127.0.0.1:", fence, session);
+    ck_assert_msg(log_waits_for(line, 2000), "no \"%s\" in:\n%s", line,
+                  daemon_log());
+    /* Local time with its UTC offset: "2026-12-01 10:00:00.123+0000". */
+    const char *log = daemon_log();
+    ck_assert_msg(log[23] == '+' || log[23] == '-', "no offset: %.40s", log);
+    h_close(&c);
+
+    /* Session ids are unique across restarts of the daemon. */
+    ck_assert_int_eq(h_daemon_stop(&D), 0);
+    h_sleep_ms(5);
+    h_daemon_cleanup(&D);
+    start(NULL);
+    h_connect_tcp_ok(&c, D.port);
+    h_expect(&c, "OK proto=1 ", "HELLO");
+    ck_assert_str_ne(h_kv(c.line, "session"), session);
+    h_close(&c);
+}
+END_TEST
+
 static Suite *ops_suite(void)
 {
     Suite *s = suite_create("ops");
@@ -398,6 +574,13 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, config_same_port_twice);
     tcase_add_test(tc, config_duplicate_nodes);
     tcase_add_test(tc, config_open_without_password_warns);
+    tcase_add_test(tc, help_for_one_command);
+    tcase_add_test(tc, auth_failures_close_the_connection);
+    tcase_add_test(tc, admin_password_gates_forceunlock);
+    tcase_add_test(tc, forceunlock_disabled_without_admin_password);
+    tcase_add_test(tc, max_clients_per_ip);
+    tcase_add_test(tc, max_waiters_per_resource);
+    tcase_add_test(tc, audit_lines_and_session_ids);
     suite_add_tcase(s, tc);
     return s;
 }

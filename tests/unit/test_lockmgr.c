@@ -20,7 +20,7 @@
 
 /* ---- the fake redlock --------------------------------------------------- */
 
-enum fop { F_ACQUIRE, F_RELEASE, F_EXTEND, F_INSPECT };
+enum fop { F_ACQUIRE, F_RELEASE, F_EXTEND, F_INSPECT, F_FORCE };
 
 struct fcall {
     enum fop op;
@@ -93,12 +93,20 @@ static int f_token(char out[REDLOCK_TOKEN_LEN + 1])
     return 0;
 }
 
+static void f_force(const char *key, size_t keylen, redlock_cb cb, void *ud)
+{
+    struct fcall *c = record(F_FORCE, key, keylen, NULL, 0);
+    c->cb = cb;
+    c->ud = ud;
+}
+
 static int f_nnodes(void) { return 3; }
 static int f_quorum(void) { return 2; }
 
 static const struct redlock_ops fake_ops = {
     .acquire = f_acquire, .release = f_release, .extend = f_extend,
-    .inspect = f_inspect, .token = f_token, .nnodes = f_nnodes,
+    .inspect = f_inspect, .force_release = f_force, .token = f_token,
+    .nnodes = f_nnodes,
     .quorum = f_quorum,
 };
 
@@ -983,6 +991,21 @@ START_TEST(test_no_answer_after_end)
 }
 END_TEST
 
+START_TEST(test_force_release_tells_local_holder)
+{
+    take(&A, "r", 30000, 5);
+    lockmgr_force_release(&B.o, R("r"));
+    struct redlock_result r = { .status = REDLOCK_OK, .deleted = 3 };
+    answer(pending(F_FORCE, "lock:r"), &r);
+    ck_assert_int_eq(B.nunlocked, 1);
+    ck_assert_int_eq(B.nodes, 3);
+    ck_assert_int_eq(A.nlost, 1);
+    ck_assert_int_eq(A.why, LOST_NODE);
+    ck_assert_ptr_null(held(&A, "r"));
+    ck_assert_int_eq(B.refs, 0);
+}
+END_TEST
+
 /* ---- inspection ----------------------------------------------------------- */
 
 START_TEST(test_status_and_leases_json)
@@ -1212,6 +1235,7 @@ static Suite *lockmgr_suite(void)
     tcase_add_test(t, test_callback_may_end_owner);
     tcase_add_test(t, test_no_answer_after_end);
     tcase_add_test(t, test_status_and_leases_json);
+    tcase_add_test(t, test_force_release_tells_local_holder);
     suite_add_tcase(s, t);
 
     t = tcase_create("timer_hmap");
