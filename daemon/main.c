@@ -25,6 +25,7 @@
 #include "metrics.h"
 #include "node.h"
 #include "pool.h"
+#include "redis_uv.h"
 #include "redlock.h"
 #include "server.h"
 #include "session.h"
@@ -84,6 +85,7 @@ static void close_own_handles(void)
     uv_close((uv_handle_t *)&D.sigint, NULL);
     uv_close((uv_handle_t *)&D.sigterm, NULL);
     uv_close((uv_handle_t *)&D.sighup, NULL);
+    redis_uv_close();
     timer_sys_deinit();
 }
 

@@ -15,5 +15,7 @@
 
 /* 0, or -1 (the context is untouched and may simply be freed). */
 int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop);
+/* Close the loop-wide flush handle (at exit, once no context is left). */
+void redis_uv_close(void);
 
 #endif

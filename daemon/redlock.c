@@ -107,25 +107,39 @@ enum redlock_status redlock_decide(int nnodes, int ok, int busy, int failed,
     return REDLOCK_BUSY;
 }
 
+/* Tokens come from the OS random source, read a block at a time: one
+ * getrandom per 256 tokens instead of one per LOCK. A block is used once,
+ * front to back, and wiped as it is used. */
+#define REDLOCK_RANDOM_BLOCK 4096
+
 int redlock_token(char out[REDLOCK_TOKEN_LEN + 1])
 {
     static const char hex[] = "0123456789abcdef";
-    unsigned char raw[REDLOCK_TOKEN_LEN / 2];
-    size_t got = 0;
+    static unsigned char pool[REDLOCK_RANDOM_BLOCK];
+    static size_t avail;
+    enum { RAW = REDLOCK_TOKEN_LEN / 2 };
 
-    while (got < sizeof(raw)) {
-        ssize_t k = getrandom(raw + got, sizeof(raw) - got, 0);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
+    if (avail < RAW) {
+        size_t got = 0;
+        while (got < sizeof(pool)) {
+            ssize_t k = getrandom(pool + got, sizeof(pool) - got, 0);
+            if (k < 0) {
+                if (errno == EINTR)
+                    continue;
+                avail = 0;
+                return -1;
+            }
+            got += (size_t)k;
         }
-        got += (size_t)k;
+        avail = sizeof(pool);
     }
-    for (size_t i = 0; i < sizeof(raw); i++) {
+    unsigned char *raw = pool + sizeof(pool) - avail;
+    for (size_t i = 0; i < RAW; i++) {
         out[2 * i] = hex[raw[i] >> 4];
         out[2 * i + 1] = hex[raw[i] & 15];
     }
+    memset(raw, 0, RAW);
+    avail -= RAW;
     out[REDLOCK_TOKEN_LEN] = '\0';
     return 0;
 }

@@ -142,8 +142,10 @@ size_t session_count_ip(const char *ip)
     struct list *p;
     size_t n = 0;
 
-    list_foreach(p, &S.live)
-        n += strcmp(list_entry(p, struct session, link)->ip, ip) == 0;
+    list_foreach(p, &S.live) {
+        const struct session *x = container_of(p, struct session, link);
+        n += strcmp(x->ip, ip) == 0;
+    }
     return n;
 }
 
