@@ -27,12 +27,47 @@
 #define POOL_EVAL_WORDS 3       /* EVALSHA sha numkeys, before a script's words */
 #define POOL_HS_STEP_MAX 32     /* "SCRIPT LOAD: " and the like, before an error */
 
+/*
+ * The fence scripts start alike: read the counter (KEYS[2]) into c, and
+ * refuse, before any write, a counter that is not a decimal below 10^18
+ * (INCR then stays far from overflow). Counters are compared as strings,
+ * by length and then byte by byte: Lua numbers are doubles, exact only up
+ * to 2^53, so no counter is ever turned into one.
+ */
+#define POOL_LUA_COUNTER \
+    "local function above(a, b)\n" \
+    "  if #a ~= #b then return #a > #b end\n" \
+    "  for i = 1, #a do\n" \
+    "    local x, y = string.byte(a, i), string.byte(b, i)\n" \
+    "    if x ~= y then return x > y end\n" \
+    "  end\n" \
+    "  return false\n" \
+    "end\n" \
+    "local c = redis.call('GET', KEYS[2]) or '0'\n" \
+    "if c ~= '0' and not (#c <= 18 and string.find(c, '^[1-9][0-9]*$')) then\n" \
+    "  return redis.error_reply('ERR fence counter ' .. KEYS[2] ..\n" \
+    "                           ' is not a decimal below 10^18')\n" \
+    "end\n"
+
 static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
+    /* With the key taken, the counter becomes max(c, seen) + 1 in the same
+     * script: the fence is written while the key is ours. A key of another
+     * type is no lock: an error, not a busy vote. */
     [POOL_SCRIPT_ACQUIRE] =
-        "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-        "  return {1, redis.call('GET', KEYS[2]) or '0'}\n"
+        POOL_LUA_COUNTER
+        "local m = c\n"
+        "if above(ARGV[3], m) then m = ARGV[3] end\n"
+        "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+        "  local t = redis.call('TYPE', KEYS[1])['ok']\n"
+        "  if t ~= 'string' and t ~= 'none' then\n"
+        "    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' ..\n"
+        "                             t .. ', not a lock')\n"
+        "  end\n"
+        "  return {0, redis.call('PTTL', KEYS[1])}\n"
         "end\n"
-        "return {0, redis.call('PTTL', KEYS[1])}\n",
+        "if m ~= c then redis.call('SET', KEYS[2], m) end\n"
+        "redis.call('INCR', KEYS[2])\n"
+        "return {1, redis.call('GET', KEYS[2])}\n",
     [POOL_SCRIPT_RELEASE] =
         "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
         "  redis.call('DEL', KEYS[1])\n"
@@ -50,6 +85,16 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
         "if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end\n"
         "return 1\n",
+    /* Only while the key holds our token: a raise where we hold no key
+     * proves nothing about the next holder (docs/design.md, "Fences"). */
+    [POOL_SCRIPT_RAISE_HELD] =
+        POOL_LUA_COUNTER
+        "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, c} end\n"
+        "if above(ARGV[2], c) then\n"
+        "  redis.call('SET', KEYS[2], ARGV[2])\n"
+        "  c = ARGV[2]\n"
+        "end\n"
+        "return {1, c}\n",
 };
 
 enum link_state { LINK_DOWN, LINK_CONNECTING, LINK_UP };

@@ -31,7 +31,7 @@
 #include "conf.h"
 
 /* The most words one request may carry (a script's keys and arguments, or a
- * command with its name); acquire's 2 keys and 2 arguments are the most
+ * command with its name); acquire's 2 keys and 3 arguments are the most
  * any caller sends. pool_script and pool_command refuse more. */
 #define POOL_MAX_ARGS 8
 /* Room for any 64-bit integer in decimal, sign and NUL included. */
@@ -40,11 +40,24 @@
 #define POOL_RUN_ID_MAX 47
 #define POOL_ERR_SIZE 128
 
+/*
+ * The scripts (pool.c has their text). The two fence scripts are the halves
+ * of a grant's fence (docs/design.md, "Fences"): ACQUIRE sets the counter
+ * to max(counter, seen) + 1 atomically with a successful SET NX and returns
+ * it; RAISE_HELD raises the counter to a value only while the key holds our
+ * token, and returns the counter it leaves (both as decimal strings).
+ * Either answers an error, having written nothing, when the counter is not
+ * a decimal below 10^18 or the lock's key is not a string. RAISE is node's
+ * repair of a restarted node, which owns no key.
+ */
 enum pool_script {
-    POOL_SCRIPT_ACQUIRE,    /* KEYS lock,fence ARGV token,ttl -> {1,fence}|{0,pttl} */
+    POOL_SCRIPT_ACQUIRE,    /* KEYS lock,fence ARGV token,ttl,seen
+                               -> {1,"counter"} | {0,pttl} */
     POOL_SCRIPT_RELEASE,    /* KEYS lock ARGV token,channel -> 1|0 */
     POOL_SCRIPT_EXTEND,     /* KEYS lock ARGV token,ttl -> 1|0 */
     POOL_SCRIPT_RAISE,      /* KEYS fence ARGV value -> 1 */
+    POOL_SCRIPT_RAISE_HELD, /* KEYS lock,fence ARGV token,value
+                               -> {1,"counter"} ours | {0,"counter"} not */
     POOL_SCRIPT_COUNT
 };
 

@@ -3,7 +3,9 @@
  *
  * An op is heap-allocated, owned by itself: it counts the node requests it
  * has outstanding and frees itself after the last reply and its final
- * callback. Nothing else points at it, so nothing can outlive it.
+ * callback. Nothing else points at it, so nothing can outlive it. An
+ * acquisition owns one vote per node (votes[]), which its raise round,
+ * the same op with kind OP_RAISE, updates in place.
  */
 #include "redlock.h"
 
@@ -20,22 +22,33 @@
 #include "log.h"
 #include "mem.h"
 #include "node.h"
+#include "num.h"
 #include "pool.h"
 #include "timer.h"
 
 enum op_kind { OP_ACQUIRE, OP_RAISE, OP_RELEASE, OP_EXTEND };
 
 /* The most words an op's script takes: acquire's lock and fence keys, its
- * token and its ttl. */
-#define OP_MAX_WORDS 4
+ * token, its ttl and the largest fence seen. */
+#define OP_MAX_WORDS 5
+
+/* Error replies: one node repeating one reason (OOM on every request while
+ * it is full) is logged once per REDLOCK_ERRLOG_MS, with a count of what
+ * was left out. The table remembers that many (node, reason) pairs; past
+ * it the oldest is forgotten. */
+#define REDLOCK_ERRLOG_MS 5000
+#define REDLOCK_ERRLOG_SLOTS 32
+#define REDLOCK_ERRLOG_REASON 24    /* the error's first word, NUL included */
+#define REDLOCK_ERRLOG_TEXT 200     /* of the message, once sanitized */
 
 struct op {
     enum op_kind kind;
     int pending;            /* node requests outstanding (+1 while sending) */
     struct redlock_result res;
     uint64_t start_ns;
-    uint64_t max_fence;
     uint32_t ttl;
+    bool undo;              /* acquire: some node may hold our key */
+    struct redlock_node_vote *votes;    /* (owned) acquire: one per node */
     struct timer defer;     /* completes an op no node could take */
     redlock_cb cb;
     void *ud;
@@ -46,6 +59,18 @@ struct op {
 
 static const struct conf *RC;
 static size_t live;         /* ops and inspections not finished yet */
+/* The largest fence counter this daemon has seen a voting node hold for one
+ * of its keys, or granted. Every acquisition sends it: a node behind it
+ * moves up to it, so the nodes' counters converge and the normal grant is
+ * one round. Only an optimisation: the proof needs nothing from it. */
+static uint64_t fence_seen;
+
+static struct errlog {
+    int node;               /* -1: free */
+    char reason[REDLOCK_ERRLOG_REASON];
+    uint64_t logged_at;     /* timer_now() ms */
+    uint64_t quiet;         /* errors not logged since */
+} errlog[REDLOCK_ERRLOG_SLOTS];
 
 size_t redlock_live(void)
 {
@@ -72,6 +97,8 @@ void redlock_init(const struct conf *conf)
 
     RC = conf;
     node_set_rules(&rules);
+    for (size_t i = 0; i < REDLOCK_ERRLOG_SLOTS; i++)
+        errlog[i].node = -1;
 }
 
 /* ---- pure parts --------------------------------------------------------- */
@@ -105,6 +132,56 @@ enum redlock_status redlock_decide(int nnodes, int ok, int busy, int failed,
     if (ok >= quorum || failed > 0)
         return REDLOCK_UNAVAILABLE;
     return REDLOCK_BUSY;
+}
+
+void redlock_fence_plan(const struct redlock_node_vote *v, int n,
+                        uint64_t fence, int64_t validity, bool may_raise,
+                        struct redlock_fence_plan *plan, bool *raise)
+{
+    int quorum = redlock_quorum(n);
+
+    memset(plan, 0, sizeof(*plan));
+    for (int i = 0; i < n; i++) {
+        switch (v[i].vote) {
+        case REDLOCK_VOTE_HELD:
+            plan->held++;
+            if (fence == 0 && v[i].counter > plan->fence)
+                plan->fence = v[i].counter;
+            break;
+        case REDLOCK_VOTE_BUSY:
+            plan->busy++;
+            break;
+        case REDLOCK_VOTE_FAILED:
+        default:
+            plan->failed++;
+            break;
+        }
+    }
+    if (fence != 0)
+        plan->fence = fence;
+    for (int i = 0; i < n; i++) {
+        bool holds = v[i].vote == REDLOCK_VOTE_HELD;
+        if (holds && v[i].counter >= plan->fence)
+            plan->reached++;
+        if (raise)
+            raise[i] = holds && v[i].counter < plan->fence;
+    }
+
+    if (plan->held < quorum || validity <= 0) {
+        plan->step = REDLOCK_STEP_FAIL;
+        plan->status = redlock_decide(n, plan->held, plan->busy, plan->failed,
+                                      validity);
+    } else if (plan->reached >= quorum) {
+        plan->step = REDLOCK_STEP_GRANT;
+        plan->status = REDLOCK_OK;
+    } else if (may_raise) {
+        plan->step = REDLOCK_STEP_RAISE;
+        plan->status = REDLOCK_OK;
+    } else {
+        /* A quorum holds the key, but the fence did not reach one. */
+        plan->step = REDLOCK_STEP_FAIL;
+        plan->status = REDLOCK_UNAVAILABLE;
+    }
 }
 
 /* Tokens come from the OS random source, read a block at a time: one
@@ -144,6 +221,80 @@ int redlock_token(char out[REDLOCK_TOKEN_LEN + 1])
     return 0;
 }
 
+/* ---- error replies ------------------------------------------------------ */
+
+/* The slot of (node, reason): the one it had, else a free one, else the
+ * oldest. *fresh says whether it is new to the table. */
+static struct errlog *errlog_slot(int node, const char *reason, bool *fresh)
+{
+    struct errlog *oldest = &errlog[0];
+
+    for (size_t i = 0; i < REDLOCK_ERRLOG_SLOTS; i++) {
+        struct errlog *e = &errlog[i];
+        if (e->node == node && strcmp(e->reason, reason) == 0) {
+            *fresh = false;
+            return e;
+        }
+        if (oldest->node >= 0 && (e->node < 0 ||
+                                  e->logged_at < oldest->logged_at))
+            oldest = e;
+    }
+    *fresh = true;
+    oldest->node = node;
+    snprintf(oldest->reason, sizeof(oldest->reason), "%s", reason);
+    oldest->quiet = 0;
+    return oldest;
+}
+
+/*
+ * A reply that is no vote: an error reply (its first word is the reason,
+ * as Redis writes them: OOM, NOAUTH, READONLY, WRONGTYPE, ERR...) or one
+ * of a shape the script never returns. Logged with the node, rate-limited.
+ */
+static void op_log_reply(const struct op *o, int node, const redisReply *r)
+{
+    static const char *const what[] = {
+        [OP_ACQUIRE] = "acquire", [OP_RAISE] = "fence raise",
+        [OP_RELEASE] = "release", [OP_EXTEND] = "extend",
+    };
+    char reason[REDLOCK_ERRLOG_REASON] = "reply";
+    char text[REDLOCK_ERRLOG_TEXT] = "a reply of an unexpected shape";
+    uint64_t now = timer_now();
+    bool fresh;
+
+    if (r->type == REDIS_REPLY_ERROR && r->str) {
+        /* Redis's own words, but printable before they reach the log. */
+        size_t k, w = strcspn(r->str, " ");
+        for (k = 0; k + 1 < sizeof(text) && k < r->len; k++) {
+            unsigned char ch = (unsigned char)r->str[k];
+            text[k] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+        }
+        text[k] = '\0';
+        if (w > 0) {
+            for (k = 0; k + 1 < sizeof(reason) && k < w && text[k]; k++)
+                reason[k] = text[k];
+            reason[k] = '\0';
+        }
+    }
+    struct errlog *e = errlog_slot(node, reason, &fresh);
+    if (!fresh && now - e->logged_at < REDLOCK_ERRLOG_MS) {
+        e->quiet++;
+        return;
+    }
+    if (e->quiet)
+        log_warn("redis %s: %s of %.*s failed: %s (and %" PRIu64 " more "
+                 "%s errors from it in %" PRIu64 " ms)", pool_node_name(node),
+                 what[o->kind], (int)o->keylen, o->key, text, e->quiet,
+                 e->reason, now - e->logged_at);
+    else
+        log_warn("redis %s: %s of %.*s failed: %s (a failed vote; this "
+                 "node's %s errors are logged at most every %d s)",
+                 pool_node_name(node), what[o->kind], (int)o->keylen, o->key,
+                 text, e->reason, REDLOCK_ERRLOG_MS / 1000);
+    e->logged_at = now;
+    e->quiet = 0;
+}
+
 /* ---- ops ---------------------------------------------------------------- */
 
 static struct op *op_create(enum op_kind kind, const char *key, size_t keylen,
@@ -159,6 +310,8 @@ static struct op *op_create(enum op_kind kind, const char *key, size_t keylen,
     memcpy(o->key, key, keylen);
     if (token)
         snprintf(o->token, sizeof(o->token), "%s", token);
+    if (kind == OP_ACQUIRE)
+        o->votes = mem_alloc((size_t)pool_nnodes() * sizeof(*o->votes));
     o->start_ns = uv_hrtime();
     o->res.pttl = -1;
     live++;
@@ -171,15 +324,23 @@ static uint64_t op_elapsed_ms(const struct op *o)
     return (uv_hrtime() - o->start_ns) / 1000000u;
 }
 
+/* Does this round go to node i? A raise goes to the holders below F. */
+static bool op_targets(const struct op *o, int i)
+{
+    if (o->kind != OP_RAISE)
+        return true;
+    return o->votes[i].vote == REDLOCK_VOTE_HELD &&
+           o->votes[i].counter < o->res.fence;
+}
 
-/* Send this op's script to every node; a node that cannot take it counts
- * as failed at once. The extra pending count keeps the op alive until the
- * loop is done even if every request fails synchronously. */
+/* Send this op's script to every node it goes to; a node that cannot take
+ * it counts as failed at once. The extra pending count keeps the op alive
+ * until the loop is done even if every request fails synchronously. */
 static void op_fan_out(struct op *o)
 {
     const char *argv[OP_MAX_WORDS];
     size_t lens[OP_MAX_WORDS];
-    char num[POOL_NUM_SIZE];
+    char num[POOL_NUM_SIZE], seen[POOL_NUM_SIZE];
     int nkeys = 1, nargs = 2;
     enum pool_script s;
 
@@ -189,18 +350,21 @@ static void op_fan_out(struct op *o)
     case OP_ACQUIRE:
         s = POOL_SCRIPT_ACQUIRE;
         nkeys = 2;
+        nargs = 3;
         argv[1] = RC->locks.fence_key;
         argv[2] = o->token;
         snprintf(num, sizeof(num), "%" PRIu32, o->ttl);
         argv[3] = num;
+        snprintf(seen, sizeof(seen), "%" PRIu64, fence_seen);
+        argv[4] = seen;
         break;
     case OP_RAISE:
-        s = POOL_SCRIPT_RAISE;
-        nargs = 1;
-        argv[0] = RC->locks.fence_key;
-        lens[0] = strlen(argv[0]);
+        s = POOL_SCRIPT_RAISE_HELD;
+        nkeys = 2;
+        argv[1] = RC->locks.fence_key;
+        argv[2] = o->token;
         snprintf(num, sizeof(num), "%" PRIu64, o->res.fence);
-        argv[1] = num;
+        argv[3] = num;
         break;
     case OP_RELEASE:
         s = POOL_SCRIPT_RELEASE;
@@ -220,10 +384,14 @@ static void op_fan_out(struct op *o)
 
     o->pending = 1;
     for (int i = 0; i < pool_nnodes(); i++) {
+        if (!op_targets(o, i))
+            continue;
         o->pending++;
         if (pool_script(i, s, nkeys, nargs, argv, lens, op_reply, o) != 0) {
             o->pending--;
             o->res.failed++;
+            if (o->votes)
+                o->votes[i].vote = REDLOCK_VOTE_FAILED;
             if (o->kind == OP_RELEASE)
                 node_release_later(i, o->key, o->keylen, o->token);
         }
@@ -241,6 +409,7 @@ static void op_finish(struct op *o)
     o->res.elapsed_ms = op_elapsed_ms(o);
     if (o->cb)
         o->cb(o->ud, &o->res);
+    free(o->votes);
     free(o);
     live--;
 }
@@ -248,11 +417,70 @@ static void op_finish(struct op *o)
 static void acquire_done(struct op *o);
 static void raise_done(struct op *o);
 
+/* A fence counter as the scripts return it: a decimal string. */
+static int counter_parse(const redisReply *r, uint64_t *out)
+{
+    if (r->type != REDIS_REPLY_STRING)
+        return -1;
+    return proto_parse_u64(r->str, r->len, out);
+}
+
+/* A reply of the fence scripts: {1|0, x}, where x is the counter when
+ * the key is ours and, for acquire, the PTTL when it is not. */
+static bool fence_reply(const redisReply *r, long long *owned)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER)
+        return false;
+    *owned = r->element[0]->integer;
+    return true;
+}
+
+/* One node's answer to the acquire or the raise script, as its vote. */
+static void fence_count(struct op *o, int node, const redisReply *r)
+{
+    struct redlock_node_vote *v = &o->votes[node];
+    long long owned;
+    uint64_t c;
+
+    v->vote = REDLOCK_VOTE_FAILED;
+    if (!fence_reply(r, &owned) || (owned != 0 && owned != 1)) {
+        op_log_reply(o, node, r);
+        return;
+    }
+    if (owned == 1) {
+        /* Ours there; the key stays for the undo to find if it cannot
+         * count. */
+        if (counter_parse(r->element[1], &c) != 0) {
+            op_log_reply(o, node, r);
+            return;
+        }
+        if (!node_votes(node))
+            return;
+        v->vote = REDLOCK_VOTE_HELD;
+        v->counter = c;
+        if (c > fence_seen)
+            fence_seen = c;
+        return;
+    }
+    v->vote = REDLOCK_VOTE_BUSY;
+    if (o->kind == OP_ACQUIRE) {
+        const redisReply *p = r->element[1];
+        if (p->type == REDIS_REPLY_INTEGER && p->integer >= 0 &&
+            (o->res.pttl < 0 || p->integer < o->res.pttl))
+            o->res.pttl = p->integer;
+    }
+}
+
 static void op_count(struct op *o, int node, redisReply *r)
 {
     bool votes = node_votes(node);
 
     if (!r || r->type == REDIS_REPLY_ERROR) {
+        if (r)
+            op_log_reply(o, node, r);
+        if (o->votes)
+            o->votes[node].vote = REDLOCK_VOTE_FAILED;
         o->res.failed++;
         if (o->kind == OP_RELEASE)
             node_release_later(node, o->key, o->keylen, o->token);
@@ -260,38 +488,13 @@ static void op_count(struct op *o, int node, redisReply *r)
     }
     switch (o->kind) {
     case OP_ACQUIRE:
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-            r->element[0]->type == REDIS_REPLY_INTEGER) {
-            redisReply *v = r->element[1];
-            if (r->element[0]->integer == 1) {
-                uint64_t f = v->type == REDIS_REPLY_STRING ?
-                             strtoull(v->str, NULL, 10) : 0;
-                if (!votes) {
-                    o->res.failed++;
-                    return;
-                }
-                o->res.ok++;
-                if (f > o->max_fence)
-                    o->max_fence = f;
-            } else {
-                o->res.busy++;
-                if (v->type == REDIS_REPLY_INTEGER && v->integer >= 0 &&
-                    (o->res.pttl < 0 || v->integer < o->res.pttl))
-                    o->res.pttl = v->integer;
-            }
-            return;
-        }
-        o->res.failed++;
-        return;
     case OP_RAISE:
-        if (votes)
-            o->res.ok++;
-        else
-            o->res.failed++;
+        fence_count(o, node, r);
         return;
     case OP_RELEASE:
     case OP_EXTEND:
         if (r->type != REDIS_REPLY_INTEGER) {
+            op_log_reply(o, node, r);
             o->res.failed++;
         } else if (r->integer == 1) {
             o->res.deleted++;
@@ -346,39 +549,63 @@ static void acquire_undo(const struct op *o)
     redlock_release(o->key, o->keylen, o->token, NULL, NULL);
 }
 
+/* The plan's verdict: grant, or give the keys back. */
+static void acquire_end(struct op *o, const struct redlock_fence_plan *p)
+{
+    o->res.ok = p->held;
+    o->res.busy = p->busy;
+    o->res.failed = p->failed;
+    o->res.status = p->status;
+    if (p->step == REDLOCK_STEP_GRANT) {
+        o->res.fence = p->fence;
+        if (p->fence > fence_seen)
+            fence_seen = p->fence;
+        node_note_fence(p->fence);
+    } else {
+        o->res.fence = 0;
+        if (o->undo)
+            acquire_undo(o);
+    }
+    op_finish(o);
+}
+
 static void acquire_done(struct op *o)
 {
-    o->res.status = redlock_decide(pool_nnodes(), o->res.ok, o->res.busy,
-                                   o->res.failed, o->res.validity);
-    if (o->res.status != REDLOCK_OK) {
-        if (o->res.ok > 0 || o->res.failed > 0)
-            acquire_undo(o);
-        op_finish(o);
+    struct redlock_fence_plan p;
+
+    redlock_fence_plan(o->votes, pool_nnodes(), 0, o->res.validity, true, &p,
+                       NULL);
+    /* Any node that did not say no may hold our key. */
+    o->undo = p.held > 0 || p.failed > 0;
+    o->res.rounds = 1;
+    if (p.step != REDLOCK_STEP_RAISE) {
+        acquire_end(o, &p);
         return;
     }
-    /* A quorum of nodes granted the key: now make the fence durable on a
-     * quorum before anyone is told, so the next holder reads a larger one. */
+    /* The counters differ and too few holders have F: raise the others,
+     * owner-checked, before anyone is told. */
+    log_debug("%.*s: fence raise round: %d of %d holders at fence %" PRIu64,
+              (int)o->keylen, o->key, p.reached, p.held, p.fence);
     o->kind = OP_RAISE;
-    o->res.fence = o->max_fence + 1;
-    o->res.ok = o->res.busy = o->res.failed = 0;
+    o->res.fence = p.fence;
+    o->res.rounds = 2;
     op_fan_out(o);
 }
 
 static void raise_done(struct op *o)
 {
-    /* Validity is re-checked after the second round: a grant never leaves
-     * with no time left on it. */
-    if (o->res.ok >= redlock_nquorum() && o->res.validity > 0) {
-        o->res.status = REDLOCK_OK;
-        node_note_fence(o->res.fence);
-    } else {
-        log_warn("fence raise reached %d of %d nodes (validity %" PRId64
-                 " ms): giving the lock back", o->res.ok, pool_nnodes(),
+    struct redlock_fence_plan p;
+
+    /* Validity is checked again after the second round: a grant never
+     * leaves with no time left on it. */
+    redlock_fence_plan(o->votes, pool_nnodes(), o->res.fence, o->res.validity,
+                       false, &p, NULL);
+    if (p.step != REDLOCK_STEP_GRANT)
+        log_warn("%.*s: fence %" PRIu64 " reached %d of the %d holders "
+                 "(validity %" PRId64 " ms): giving the lock back",
+                 (int)o->keylen, o->key, p.fence, p.reached, p.held,
                  o->res.validity);
-        o->res.status = REDLOCK_UNAVAILABLE;
-        acquire_undo(o);
-    }
-    op_finish(o);
+    acquire_end(o, &p);
 }
 
 void redlock_acquire(const char *key, size_t keylen, const char *token,

@@ -1,25 +1,33 @@
 /*
  * redlock: one lock operation fanned out to all N nodes at once.
  *
- * Acquire: SET NX PX on every node in parallel (the acquire script also
- * reads the node's fence counter); with a quorum of votes and validity left,
- * the fence is raised to max+1 on a quorum before success is reported, so
- * fences strictly increase across daemons (see docs/design.md). On any
- * failure the partial keys are removed from every node, owner-checked.
- * Release and extend are owner-checked too; inspect reads each node's PTTL.
+ * Acquire: one script per node takes the key with SET NX PX and, in the
+ * same step, sets that node's fence counter to max(counter, the largest
+ * fence this daemon has seen) + 1 and returns it. The fence F is the
+ * largest value the granting nodes returned. A grant counts once a quorum
+ * of nodes on which this acquisition holds the key each store a counter of
+ * at least F, written while the key was ours: when the granting nodes
+ * returned F (or a quorum of them did), that is the first round; else the
+ * ones below F are raised by an owner-checked script in a second round,
+ * and validity is checked again. Why that makes fences strictly increase
+ * across daemons is in docs/design.md, "Fences". On any failure the
+ * partial keys are removed from every node, owner-checked. Release and
+ * extend are owner-checked too; inspect reads each node's PTTL.
  *
  * Requests go out through pool_script/pool_command; which answers count is
  * node's call (node_votes: up and not recovering from a restart). A release
  * that cannot reach a node is left to node_release_later, and every fence
- * granted is reported to node_note_fence for repairs.
+ * granted is reported to node_note_fence for repairs. A Redis error reply
+ * (OOM, NOAUTH, READONLY, WRONGTYPE, ...) is a failed vote; its reason is
+ * logged, once per node and reason every few seconds.
  *
  * An operation always completes: its callback runs exactly once, within
  * about command_timeout_ms per round, even if every node is down. Callers
  * that may go away meanwhile keep a reference on themselves until then.
  * The arithmetic is in pure functions (redlock_quorum, redlock_drift_ms,
- * redlock_validity, redlock_decide) with unit tests. redlock_init hands node
- * the two numbers it applies to restarted nodes (node_set_rules): the
- * quorum and max_ttl_ms plus its drift.
+ * redlock_validity, redlock_decide, redlock_fence_plan) with unit tests.
+ * redlock_init hands node the two numbers it applies to restarted nodes
+ * (node_set_rules): the quorum and max_ttl_ms plus its drift.
  */
 #ifndef REDLOCKD_REDLOCK_H
 #define REDLOCKD_REDLOCK_H
@@ -39,11 +47,13 @@ enum redlock_status {
 
 struct redlock_result {
     enum redlock_status status;
-    int ok;                 /* counted (voting) successes */
+    int ok;                 /* counted (voting) successes; acquire: nodes
+                               holding the key at the end */
     int busy;               /* nodes holding another token (acquire) or
                                not holding ours (extend/release) */
     int failed;             /* errors, timeouts, down or non-voting nodes */
     uint64_t fence;         /* acquire: the fencing token */
+    int rounds;             /* acquire: 1, or 2 after a raise round */
     int64_t validity;       /* acquire/extend: ms of validity left */
     int64_t pttl;           /* acquire BUSY: smallest PTTL seen, -1 unknown */
     int deleted;            /* release: nodes where our key was deleted */
@@ -122,6 +132,49 @@ int64_t redlock_drift_ms(uint32_t ttl, double factor);
 int64_t redlock_validity(uint32_t ttl, uint64_t elapsed_ms, double drift);
 enum redlock_status redlock_decide(int nnodes, int ok, int busy, int failed,
                                    int64_t validity);
+
+/*
+ * The fence decision, pure (docs/design.md, "Fences"). Each node's part in
+ * an acquisition after a round:
+ */
+enum redlock_vote {
+    REDLOCK_VOTE_FAILED,    /* no answer, an error reply, or not voting */
+    REDLOCK_VOTE_BUSY,      /* the key does not hold our token there */
+    REDLOCK_VOTE_HELD,      /* a voting node where the key holds our token */
+};
+
+struct redlock_node_vote {
+    enum redlock_vote vote;
+    uint64_t counter;       /* HELD: the fence counter the node left while
+                               the key held our token */
+};
+
+enum redlock_step {
+    REDLOCK_STEP_GRANT,     /* a quorum of holders is at the fence or above */
+    REDLOCK_STEP_RAISE,     /* a quorum holds the key, too few at the fence:
+                               raise the holders below it, decide again */
+    REDLOCK_STEP_FAIL,      /* give up and undo; status says why */
+};
+
+struct redlock_fence_plan {
+    enum redlock_step step;
+    enum redlock_status status; /* REDLOCK_OK unless step is FAIL */
+    uint64_t fence;             /* F */
+    int held, busy, failed;     /* votes of each kind */
+    int reached;                /* holders with a counter of at least F */
+};
+
+/*
+ * Decide an acquisition from the votes v[0..n). fence: 0 in the first
+ * round, where F is the largest counter of the holders; after the raise
+ * round, that round's F (it is kept). may_raise: a raise round may still
+ * follow (false after it). raise, unless NULL, gets raise[i] set for each
+ * holder below F: where a raise round would go.
+ */
+void redlock_fence_plan(const struct redlock_node_vote *v, int n,
+                        uint64_t fence, int64_t validity, bool may_raise,
+                        struct redlock_fence_plan *plan, bool *raise);
+
 /* 32 lower-case hex chars + NUL from the OS random source; 0 or -1. */
 int redlock_token(char out[REDLOCK_TOKEN_LEN + 1]);
 
