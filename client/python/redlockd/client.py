@@ -468,25 +468,29 @@ class Client:
         with self._req_lock:
             return self._roundtrip(line, wait_s)
 
-    def _ok(self, line):
-        """The text after OK; the ERR's exception; ProtocolError (and the
-        connection closed: it cannot be trusted) for anything else."""
+    def _trusted(self, parse, *args):
+        """parse(*args); a ProtocolError also closes the connection (what
+        comes after a reply we could not read cannot be trusted)."""
         try:
-            head, rest = _proto.split_reply(line)
-            if head != "OK":
-                raise ProtocolError(f"expected OK, got {line!r}")
+            return parse(*args)
         except ProtocolError as e:
             self._mark_closed(str(e))
             raise
+
+    def _expect(self, want, line):
+        head, rest = self._trusted(_proto.split_reply, line)
+        if head != want:
+            self._mark_closed(f"expected {want}, got {line!r}")
+            raise ProtocolError(f"expected {want}, got {line!r}")
         return rest
 
+    def _ok(self, line):
+        """The text after OK; the ERR's exception; ProtocolError (and the
+        connection closed) for anything else."""
+        return self._expect("OK", line)
+
     def _json(self, line):
-        rest = self._ok(line)
-        try:
-            return _proto.json_body(rest)
-        except ProtocolError as e:
-            self._mark_closed(str(e))
-            raise
+        return self._trusted(_proto.json_body, self._ok(line))
 
     def command(self, *words):
         """Send one raw request (words joined by spaces); return the text
@@ -495,24 +499,13 @@ class Client:
             if not isinstance(w, str) or any(c in "\r\n" for c in w):
                 raise ValueError(f"bad request word {w!r}")
         _, line = self._request(" ".join(words))
-        try:
-            return _proto.split_reply(line)[1]
-        except ProtocolError as e:
-            self._mark_closed(str(e))
-            raise
+        return self._trusted(_proto.split_reply, line)[1]
 
     def ping(self, word=None):
         """PING; returns the word echoed (or "")."""
         words = ["PING"] if word is None else ["PING", _proto.word(word, "word")]
         _, line = self._request(" ".join(words))
-        try:
-            head, rest = _proto.split_reply(line)
-            if head != "PONG":
-                raise ProtocolError(f"expected PONG, got {line!r}")
-        except ProtocolError as e:
-            self._mark_closed(str(e))
-            raise
-        return rest
+        return self._expect("PONG", line)
 
     def auth(self, password):
         """AUTH on this connection (the client password, or the admin one
@@ -562,12 +555,8 @@ class Client:
                 rest = self._ok(line)
             except Arg as e:
                 raise _unsupported(e, features) from None
-            try:
-                lease = self._lease_from_reply(rest, line, resources, t_send,
-                                               bool(renew), mode, limit)
-            except ProtocolError as e:
-                self._mark_closed(str(e))
-                raise
+            lease = self._trusted(self._lease_from_reply, rest, line,
+                                  resources, t_send, bool(renew), mode, limit)
             self._register(lease)
         return lease
 

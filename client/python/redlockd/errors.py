@@ -98,49 +98,6 @@ class Unsupported(Arg):
         super().__init__(code, message)
 
 
-class Unknown(RedlockdError):
-    """UNKNOWN: the daemon does not know the command."""
-    code = "UNKNOWN"
-
-
-class TooLong(RedlockdError):
-    """TOOLONG: the request line was too long; the daemon closes the
-    connection after this reply."""
-    code = "TOOLONG"
-
-
-class NoAuth(RedlockdError):
-    """NOAUTH: a password is required and was not sent (or the client is
-    not local in protected mode, or FORCEUNLOCK without the admin
-    password)."""
-    code = "NOAUTH"
-
-
-class Auth(RedlockdError):
-    """AUTH: wrong password."""
-    code = "AUTH"
-
-
-class Busy(RedlockdError):
-    """BUSY: held by someone else and ``wait`` was 0."""
-    code = "BUSY"
-
-
-class Timeout(RedlockdError):
-    """TIMEOUT: ``wait`` ran out before the lock could be had."""
-    code = "TIMEOUT"
-
-
-class Held(RedlockdError):
-    """HELD: this connection already holds the resource."""
-    code = "HELD"
-
-
-class NotHeld(RedlockdError):
-    """NOTHELD: this connection does not hold the resource."""
-    code = "NOTHELD"
-
-
 class Lost(RedlockdError, LockLost):
     """LOST: the lease had already been lost when UNLOCK/EXTEND came."""
     code = "LOST"
@@ -151,24 +108,38 @@ class Lost(RedlockdError, LockLost):
         self.reason = "lost"
 
 
-class Unavailable(RedlockdError):
-    """UNAVAILABLE: a quorum of Redis nodes could not be reached in time."""
-    code = "UNAVAILABLE"
+def _code_class(name, code, doc):
+    """One RedlockdError subclass per protocol code."""
+    return type(name, (RedlockdError,), {
+        "code": code, "__doc__": f"{code}: {doc}", "__module__": __name__})
 
 
-class Limit(RedlockdError):
-    """LIMIT: a configured limit was hit."""
-    code = "LIMIT"
+# name, code, meaning (docs/protocol.md "Error codes").
+_CODES = (
+    ("Unknown", "UNKNOWN", "the daemon does not know the command."),
+    ("TooLong", "TOOLONG", "the request line was too long; the daemon "
+                           "closes the connection after this reply."),
+    ("NoAuth", "NOAUTH", "a password is required and was not sent (or the "
+                         "client is not local in protected mode, or "
+                         "FORCEUNLOCK without the admin password)."),
+    ("Auth", "AUTH", "wrong password."),
+    ("Busy", "BUSY", "held by someone else and ``wait`` was 0."),
+    ("Timeout", "TIMEOUT", "``wait`` ran out before the lock could be had."),
+    ("Held", "HELD", "this connection already holds the resource."),
+    ("NotHeld", "NOTHELD", "this connection does not hold the resource."),
+    ("Unavailable", "UNAVAILABLE", "a quorum of Redis nodes could not be "
+                                   "reached in time."),
+    ("Limit", "LIMIT", "a configured limit was hit."),
+    ("Shutdown", "SHUTDOWN", "the daemon is stopping and takes no new "
+                             "locks."),
+)
 
+for _name, _code, _doc in _CODES:
+    globals()[_name] = _code_class(_name, _code, _doc)
+del _name, _code, _doc
 
-class Shutdown(RedlockdError):
-    """SHUTDOWN: the daemon is stopping and takes no new locks."""
-    code = "SHUTDOWN"
-
-
-_BY_CODE = {cls.code: cls for cls in (
-    Arg, Unknown, TooLong, NoAuth, Auth, Busy, Timeout, Held, NotHeld, Lost,
-    Unavailable, Limit, Shutdown)}
+_BY_CODE = {cls.code: cls for cls in [Arg, Lost] + [
+    globals()[name] for name, _, _ in _CODES]}
 
 
 def error_for(code, message):

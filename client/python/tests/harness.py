@@ -92,7 +92,28 @@ class _Proc:
         return self.popen.returncode
 
 
-class Redis:
+def answers(port, request, want):
+    """Does 127.0.0.1:port answer `request` with a line starting `want`?"""
+    try:
+        with socket.create_connection(("127.0.0.1", port), 0.3) as s:
+            s.settimeout(0.5)
+            s.sendall(request)
+            return s.recv(16).startswith(want)
+    except OSError:
+        return False
+
+
+class _Signals:
+    """pause/resume for a process started by the harness (self.proc)."""
+
+    def pause(self):
+        self.proc.send(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send(signal.SIGCONT)
+
+
+class Redis(_Signals):
     def __init__(self, harness):
         self.dir = harness.mkdtemp("redis")
         self.log_path = os.path.join(self.dir, "redis.log")
@@ -117,25 +138,13 @@ class Redis:
         return f"127.0.0.1:{self.port}"
 
     def _ping(self):
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), 0.3) as s:
-                s.settimeout(0.3)
-                s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def pause(self):
-        self.proc.send(signal.SIGSTOP)
-
-    def resume(self):
-        self.proc.send(signal.SIGCONT)
+        return answers(self.port, b"PING\r\n", b"+PONG")
 
     def stop(self):
         self.proc.stop()
 
 
-class Daemon:
+class Daemon(_Signals):
     def __init__(self, harness, bin_path, nodes, extra=None):
         self.dir = harness.mkdtemp("redlockd")
         self.log_path = os.path.join(self.dir, "redlockd.log")
@@ -172,24 +181,15 @@ class Daemon:
         return f"unix:{self.sock_path}"
 
     def _ready(self):
+        if not answers(self.port, b"PING\n", b"PONG"):
+            return False
         try:
-            with socket.create_connection(("127.0.0.1", self.port), 0.3) as s:
-                s.settimeout(0.5)
-                s.sendall(b"PING\n")
-                if not s.recv(16).startswith(b"PONG"):
-                    return False
             with socket.socket(socket.AF_UNIX) as s:
                 s.settimeout(0.3)
                 s.connect(self.sock_path)
             return True
         except OSError:
             return False
-
-    def pause(self):
-        self.proc.send(signal.SIGSTOP)
-
-    def resume(self):
-        self.proc.send(signal.SIGCONT)
 
     def terminate(self):
         """SIGTERM, without waiting."""

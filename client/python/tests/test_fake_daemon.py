@@ -82,13 +82,17 @@ def fake():
         d.close()
 
 
-def test_shared_reply(fake):
+def lock_reply(fake, words):
+    """A fake daemon answering LOCK with an OK carrying `words` too."""
     def script(line):
         if line.startswith("LOCK "):
-            return [f"OK resource=r token={TOKEN} fence=5 ttl=3000 "
-                    f"validity=2990 mode=shared"]
+            return [f"OK resource=r token={TOKEN} {words}"]
         return base(line)
-    d = fake(script)
+    return fake(script)
+
+
+def test_shared_reply(fake):
+    d = lock_reply(fake, "fence=5 ttl=3000 validity=2990 mode=shared")
     with redlockd.Client(d.server, timeout=2) as c:
         lease = c.lock("r", ttl=3000, mode="shared")
         assert d.requests[-1] == "LOCK r ttl=3000 mode=shared"
@@ -96,12 +100,7 @@ def test_shared_reply(fake):
 
 
 def test_semaphore_reply(fake):
-    def script(line):
-        if line.startswith("LOCK "):
-            return [f"OK resource=r token={TOKEN} fence=6 ttl=3000 "
-                    f"validity=2990 limit=4 slot=3"]
-        return base(line)
-    d = fake(script)
+    d = lock_reply(fake, "fence=6 ttl=3000 validity=2990 limit=4 slot=3")
     with redlockd.Client(d.server, timeout=2) as c:
         lease = c.lock("r", ttl=3000, wait=100, limit=4)
         assert d.requests[-1] == "LOCK r ttl=3000 wait=100 limit=4"
@@ -160,8 +159,7 @@ def test_unlisted_lease_is_lost(fake):
         if line.startswith("LOCK "):
             return [f"OK resource=r token={TOKEN} fence=9 ttl=300 validity=290"]
         return base(line, [])          # LOCKS no longer lists it
-    d = fake(script)
-    with redlockd.Client(d.server, timeout=2) as c:
+    with redlockd.Client(fake(script).server, timeout=2) as c:
         lease = c.lock("r", ttl=300)
         assert wait_until(lambda: lease.lost, 2)
         assert lease.lost_reason == "gone"
