@@ -53,6 +53,8 @@ struct conf {
         unsigned connect_timeout_ms;/* 1..600000, default 1000 */
         unsigned command_timeout_ms;/* 1..600000, default 100 */
         unsigned reconnect_max_ms;  /* 1..3600000, default 5000 */
+        unsigned probe_interval_ms; /* 10..600000, default 1000: each node
+                                       is asked something this often */
     } redis;
 
     struct {
