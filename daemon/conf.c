@@ -106,6 +106,8 @@ static const struct conf_key conf_keys[] = {
            1, 600000),
     K_UINT("redis.reconnect_max_ms", redis.reconnect_max_ms, 5000,
            1, 3600000),
+    K_UINT("redis.probe_interval_ms", redis.probe_interval_ms, 1000,
+           10, 600000),
 
     K_STR("locks.key_prefix", locks.key_prefix, "lock:", 0, 128, 0),
     K_STR("locks.fence_key", locks.fence_key, "redlockd:fence",

@@ -66,6 +66,8 @@ struct conf {
         unsigned connect_timeout_ms;
         unsigned command_timeout_ms;
         unsigned reconnect_max_ms;  /* backoff cap */
+        unsigned probe_interval_ms; /* each node is asked something at
+                                       least this often */
     } redis;
 
     struct {

@@ -37,6 +37,7 @@ static struct {
     uv_loop_t loop;
     struct conf conf;
     uv_signal_t sigint, sigterm, sighup;
+    uv_signal_t sigusr1;    /* w2-nodes hook, see on_sigusr1 */
     struct timer drain;
     uint64_t drain_deadline;
     int finish_turns;
@@ -86,6 +87,7 @@ static void close_own_handles(void)
     uv_close((uv_handle_t *)&D.sigterm, NULL);
     uv_close((uv_handle_t *)&D.sighup, NULL);
     redis_uv_close();
+    uv_close((uv_handle_t *)&D.sigusr1, NULL);
     timer_sys_deinit();
 }
 
@@ -231,6 +233,20 @@ static void ready_cb(struct timer *t)
     notify("READY=1");
 }
 
+/* ---- w2-nodes hook: SIGUSR1 ends every node recovery ----------------------
+ * Until the admin command that calls node_end_recovery exists: an operator
+ * (and tests/integration/test_nodes.c) ends recoveries with kill -USR1.
+ * node_end_recovery logs what it did at notice. */
+static void on_sigusr1(uv_signal_t *h, int signum)
+{
+    char msg[1024];
+    (void)h;
+    (void)signum;
+    int n = node_end_recovery("all", msg, sizeof(msg));
+    log_notice("SIGUSR1: %s%s", n > 0 ? "" : "nothing to end: ", msg);
+}
+/* ---- end of the w2-nodes hook ---------------------------------------------- */
+
 static void on_release(const char *key, size_t len)
 {
     lockmgr_on_release(key, len);
@@ -264,6 +280,8 @@ static int run(void)
     uv_signal_start(&D.sigterm, on_signal, SIGTERM);
     uv_signal_init(&D.loop, &D.sighup);
     uv_signal_start(&D.sighup, on_sighup, SIGHUP);
+    uv_signal_init(&D.loop, &D.sigusr1);
+    uv_signal_start(&D.sigusr1, on_sigusr1, SIGUSR1);
 
     int rc = server_start(&D.loop, &D.conf);
     if (rc == 0 && D.conf.metrics.listen)

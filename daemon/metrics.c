@@ -15,7 +15,8 @@
  * The exposition is a walk over the stats codec's tables (stats.h): each
  * row is a family whose name, type and help come from the row, so nothing
  * here knows a STATS key and nothing is exported as "untyped". /healthz
- * reads nodes_voting and quorum from the same values.
+ * reads the node rows voting and answered_recently, and quorum, from the
+ * same values.
  */
 #include "metrics.h"
 
@@ -37,6 +38,8 @@
 #define METRICS_HEAD_TIMEOUT_MS 5000
 #define METRICS_LINGER_MS 1000
 #define METRICS_BACKLOG 64
+#define METRICS_WHY_MAX 1024            /* the /healthz reason header's value */
+#define METRICS_WHY_HEADER "X-Redlockd-Why: "
 
 #define METRICS_CTYPE_PROM "text/plain; version=0.0.4; charset=utf-8"
 #define METRICS_CTYPE_TEXT "text/plain; charset=utf-8"
@@ -299,13 +302,38 @@ static void metrics_render(struct sbuf *b)
     stats_values_deinit(&v);
 }
 
-static bool metrics_healthy(void)
+/*
+ * Healthy while a quorum of nodes vote and answered recently (within
+ * redis.probe_interval_ms + command_timeout_ms, as node reports it): a node
+ * that froze without traffic counts as gone at once, before its probe's
+ * deadline fails it. When not, `why` gets the nodes' own explanations
+ * (STATS "why"), one line, for a response header.
+ */
+static bool metrics_healthy(char *why, size_t size)
 {
     struct stats_values v;
-    bool ok;
+    size_t i, len = 0;
+    json_t *o;
+    int fresh = 0;
 
     stats_collect(&v);
-    ok = v.nodes_voting >= v.quorum;
+    for (i = 0; i < v.nnodes; i++)
+        fresh += v.nodes[i].voting == 1 && v.nodes[i].answered_recently == 1;
+    bool ok = fresh >= v.quorum;
+    why[0] = '\0';
+    json_array_foreach(v.nodes_json, i, o) {
+        const char *w = json_string_value(json_object_get(o, "why"));
+        const char *name = json_string_value(json_object_get(o, "node"));
+        if (ok || !w || !*w || !name || len >= size)
+            continue;
+        int k = snprintf(why + len, size - len, "%s%s is %s", len ? "; " : "",
+                         name, w);
+        if (k > 0)
+            len += (size_t)k;
+    }
+    for (char *p = why; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+            *p = '?';
     stats_values_deinit(&v);
     return ok;
 }
@@ -408,10 +436,18 @@ static void mconn_serve_metrics(struct mconn *c)
 
 static void mconn_serve_health(struct mconn *c)
 {
-    if (metrics_healthy())
+    char why[METRICS_WHY_MAX];
+    char header[sizeof(METRICS_WHY_HEADER) + METRICS_WHY_MAX + 2];
+
+    if (metrics_healthy(why, sizeof(why))) {
         mconn_respond_text(c, "200 OK", "", "ok\n");
-    else
-        mconn_respond_text(c, "503 Service Unavailable", "", "no quorum\n");
+        return;
+    }
+    /* The body stays "no quorum" for checks that compare it; the reason
+     * (a node recovering until when, or down and why) goes in a header. */
+    snprintf(header, sizeof(header), "%s%s\r\n", METRICS_WHY_HEADER,
+             why[0] ? why : "too few nodes answered recently");
+    mconn_respond_text(c, "503 Service Unavailable", header, "no quorum\n");
 }
 
 /* Where the head ends (after the empty line), or 0 when it has not yet.

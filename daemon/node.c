@@ -3,22 +3,35 @@
  *
  * Ownership: node_init allocates one struct node per configured node and
  * node_free frees them. An owed_release belongs to its node's `owed` list
- * from node_release_later until it is handed to the pool (or node_free).
- * Fence-repair requests carry their struct node as callback data; the
- * nodes outlive every request, since node_free comes after the pool has
- * failed them all. node_shutdown sets `stopping` before the pool drops its
- * links, so the callbacks that run then start no timer.
+ * from node_owe until it is handed to the pool (or node_free). A struct
+ * undo belongs to its outstanding requests and is freed with the last
+ * reply. A fence repair's reads carry a small heap struct naming the node
+ * being repaired; the nodes outlive every request, since node_free comes
+ * after the pool has failed them all. node_shutdown sets `stopping` before
+ * the pool drops its links, so the callbacks that run then start nothing.
  *
- * The two Redlock numbers node applies (the quorum a repair must read, and
- * a restarted node's wait) come from redlock through node_set_rules: node
- * sits below redlock and does not include it.
+ * Stale replies: every reply of a check or a repair carries the node's
+ * `gen` at the time it was sent, and gen moves on whenever the node goes
+ * up or down or is admitted. A reply for an older gen is ignored, so a
+ * check that was on its way while the node was repaired cannot undo the
+ * repair's verdict.
+ *
+ * Clocks: every deadline here (the recovery wait, retries, the "answered
+ * recently" window) is uv_now(), CLOCK_MONOTONIC. Wall-clock time appears
+ * only in messages (the "until" of a recovery) and in the fence epoch of a
+ * repair without a quorum, which needs wall clocks that are slewed, never
+ * stepped back, and roughly in sync between daemons and nodes. A node's
+ * uptime (INFO) is measured by its own clock; stepping that clock
+ * misstates when it restarted.
  */
 #include "node.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "list.h"
 #include "log.h"
@@ -26,16 +39,85 @@
 #include "timer.h"
 
 #define NODE_REPAIR_RETRY_MS 1000
-#define NODE_MAX_OWED 65536     /* owed releases kept per node */
+#define NODE_MAX_OWED 65536         /* owed releases kept per node */
+#define NODE_MARKER_SUFFIX ":admitted"
+/* Warn about nodes without appendfsync always when a restart would keep
+ * one from voting for longer than this. */
+#define NODE_WARN_READMIT_MS 60000
+/* A repair without a quorum raises the counter to at least
+ * (wall-clock seconds since NODE_EPOCH_ORIGIN) << NODE_EPOCH_SHIFT: above
+ * every fence granted before, as long as fewer than 2^21 fences are
+ * granted per second and clocks do not go back. Fences must stay below
+ * 2^53: the scripts compare them as Lua numbers (doubles), and this layout
+ * does until the year 2160. */
+#define NODE_EPOCH_SHIFT 21
+#define NODE_EPOCH_ORIGIN 1704067200u   /* 2024-01-01T00:00:00Z */
+#define NODE_WHY_SIZE 320           /* one node's explanation */
+#define NODE_TIME_SIZE sizeof("2026-12-02T10:00:00Z")
+#define NODE_POLICY_MAX 32          /* a maxmemory-policy name kept */
 
-/* An owner-checked release to send when a node is back: it may still
+enum node_state {
+    NODE_UNCHECKED,         /* up (or down), no verdict since it came up */
+    NODE_OK,                /* its data is intact: it votes */
+    NODE_NEW,               /* no marker, no counter: waits for bootstrap */
+    NODE_WAITING,           /* may have lost keys: waits until recover_at */
+    NODE_REPAIRING,         /* its fence counter is being raised */
+};
+
+static const char *const node_state_names[] = {
+    [NODE_UNCHECKED] = "checking",
+    [NODE_OK] = "voting",
+    [NODE_NEW] = "new",
+    [NODE_WAITING] = "recovering",
+    [NODE_REPAIRING] = "repairing",
+};
+
+enum node_loss {
+    NODE_LOSS_NONE,
+    NODE_LOSS_RESTART,      /* restarted from its old data, which may lack
+                               recent writes (no appendfsync always) */
+    NODE_LOSS_DATA,         /* its marker is gone: restarted empty, flushed,
+                               or new to a cluster that is in use */
+};
+
+enum node_mark { NODE_MARK_NONE, NODE_MARK_OURS, NODE_MARK_STALE };
+
+/* What one check read; complete when wait reaches 0. */
+struct node_check {
+    int wait;               /* replies outstanding (+1 while sending) */
+    bool failed;            /* one of them failed: no verdict this time */
+    char run_id[POOL_RUN_ID_MAX + 1];
+    bool have_info;
+    uint64_t uptime_ms;
+    char marker[POOL_RUN_ID_MAX + 1];
+    bool have_marker;
+    bool has_fence;
+};
+
+/* An owner-checked delete to send when a node is back: it may still
  * execute requests that were buffered on its old connection when it
  * stopped answering. */
 struct owed_release {
     struct list link;           /* in node->owed, oldest first */
+    enum pool_script script;    /* RELEASE (announced) or UNDO */
     size_t keylen;
     const char *token;          /* NUL-terminated, after the key */
     char key[];                 /* keylen bytes + NUL, then the token */
+};
+
+/* One undo fanned out to every node. */
+struct undo {
+    int pending;                /* replies outstanding (+1 while sending) */
+    size_t keylen;
+    const char *token;
+    char key[];                 /* keylen bytes + NUL, then the token */
+};
+
+/* A fence repair's read from one node, for the node being repaired. */
+struct repair_req {
+    struct node *n;
+    uint64_t gen;
+    bool trusted;               /* from a voting node other than n */
 };
 
 struct node {
@@ -43,12 +125,31 @@ struct node {
     bool down_logged;           /* warned once since it was last up */
     char run_id[POOL_RUN_ID_MAX + 1]; /* last run_id seen, "" if never */
     bool aof_always;            /* as its last handshake said */
-    bool recovering;            /* restarted: not voting yet */
-    uint64_t recover_at;        /* earliest readmission (uv_now ms) */
-    struct timer recover_timer;
-    int repair_wait;            /* GET replies outstanding */
-    int repair_ok;              /* counters read */
+    enum node_state state;
+    uint64_t gen;               /* see "Stale replies" above */
+    struct node_check chk;
+    struct timer check_timer;   /* every probe_interval_ms */
+    uint64_t uptime_ms;         /* from its last check */
+    bool has_fence;             /* from its last check */
+
+    /* The recovery it owes, kept across reconnects of the same run. */
+    enum node_loss loss;
+    char loss_run_id[POOL_RUN_ID_MAX + 1];
+    uint64_t recover_at;        /* earliest repair (uv_now ms) */
+    bool end_requested;         /* the operator ended it: no more waiting */
+    struct timer timer;         /* the wait, then repair retries */
+
+    /* The repair in flight. */
+    int repair_wait;            /* reads outstanding (+1 while sending) */
+    int repair_trusted;         /* counters read from voting nodes */
+    bool repair_epoch;          /* no quorum to read: use the clock epoch */
     uint64_t repair_max;        /* largest counter read */
+    uint64_t repair_clock_s;    /* largest TIME read (seconds) */
+    uint64_t repair_floor;      /* what the counter is raised to */
+    char repair_error[POOL_ERR_SIZE]; /* why the last attempt failed */
+
+    bool warned_aof;
+    char warned_policy[NODE_POLICY_MAX];
     struct list owed;           /* owed_releases to send once it is up */
     size_t nowed;
     uint64_t restarts;
@@ -60,12 +161,70 @@ static struct {
     struct node *nodes;
     int nnodes;
     bool stopping;
+    bool cluster_known;         /* some node had a marker: not a new cluster */
     uint64_t max_fence;         /* largest fence granted */
+    char *marker_key;           /* (owned) fence_key + NODE_MARKER_SUFFIX */
 } N;
+
+static void node_check(struct node *n, bool first);
+static void node_repair(struct node *n);
+static void node_decide_cluster(void);
 
 static const char *node_name(const struct node *n)
 {
     return pool_node_name(n->idx);
+}
+
+static bool node_recovering(const struct node *n)
+{
+    return n->loss != NODE_LOSS_NONE || n->state == NODE_NEW ||
+           n->state == NODE_WAITING || n->state == NODE_REPAIRING;
+}
+
+/* A new generation: replies sent before are ignored from now on. */
+static void node_bump(struct node *n)
+{
+    n->gen++;
+    memset(&n->chk, 0, sizeof(n->chk));
+}
+
+static void *node_gen_ud(const struct node *n)
+{
+    return (void *)(uintptr_t)n->gen;
+}
+
+static bool node_stale(const struct node *n, void *ud)
+{
+    return N.stopping || (uintptr_t)ud != (uintptr_t)n->gen;
+}
+
+/* "in 86399 s" and the like: a duration for people. */
+static void node_fmt_duration(uint64_t ms, char *buf, size_t size)
+{
+    uint64_t s = ms / 1000;
+
+    if (s >= 3600)
+        snprintf(buf, size, "%" PRIu64 " h %02" PRIu64 " min", s / 3600,
+                 s / 60 % 60);
+    else if (s >= 60)
+        snprintf(buf, size, "%" PRIu64 " min %02" PRIu64 " s", s / 60,
+                 s % 60);
+    else
+        snprintf(buf, size, "%" PRIu64 " ms", ms);
+}
+
+/* The wall-clock time (UTC) at which uv_now reaches `at`. */
+static void node_fmt_until(uint64_t at, char *buf, size_t size)
+{
+    struct timespec ts;
+    struct tm tm;
+    uint64_t now = timer_now();
+    time_t t;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    t = ts.tv_sec + (time_t)(at > now ? (at - now + 999) / 1000 : 0);
+    gmtime_r(&t, &tm);
+    strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 /* ---- owed releases ------------------------------------------------------ */
@@ -77,8 +236,8 @@ static void owed_reply(void *ud, int node, redisReply *r)
     (void)r;
 }
 
-void node_release_later(int node, const char *key, size_t keylen,
-                        const char *token)
+static void node_owe(int node, enum pool_script script, const char *key,
+                     size_t keylen, const char *token)
 {
     struct node *n = &N.nodes[node];
 
@@ -91,12 +250,19 @@ void node_release_later(int node, const char *key, size_t keylen,
     }
     size_t toklen = strlen(token);
     struct owed_release *o = mem_alloc(sizeof(*o) + keylen + 1 + toklen + 1);
+    o->script = script;
     memcpy(o->key, key, keylen);
     o->keylen = keylen;
     memcpy(o->key + keylen + 1, token, toklen);
     o->token = o->key + keylen + 1;
     list_push_tail(&n->owed, &o->link);
     n->nowed++;
+}
+
+void node_release_later(int node, const char *key, size_t keylen,
+                        const char *token)
+{
+    node_owe(node, POOL_SCRIPT_RELEASE, key, keylen, token);
 }
 
 /* Send what this node is owed, oldest first; one the pool cannot take
@@ -110,8 +276,9 @@ static void node_send_owed(struct node *n)
         struct owed_release *o = list_entry(pos, struct owed_release, link);
         const char *argv[] = { o->key, o->token, N.conf->locks.release_channel };
         size_t lens[] = { o->keylen, strlen(o->token), strlen(argv[2]) };
-        if (pool_script(n->idx, POOL_SCRIPT_RELEASE, 1, 2, argv, lens,
-                        owed_reply, NULL) != 0)
+        int nargs = o->script == POOL_SCRIPT_RELEASE ? 2 : 1;
+        if (pool_script(n->idx, o->script, 1, nargs, argv, lens, owed_reply,
+                        NULL) != 0)
             continue;
         list_remove(pos);
         n->nowed--;
@@ -123,128 +290,620 @@ static void node_send_owed(struct node *n)
                  "it was down", node_name(n), sent);
 }
 
+static void undo_put(struct undo *u)
+{
+    if (--u->pending == 0)
+        free(u);
+}
+
+static void undo_reply(void *ud, int node, redisReply *r)
+{
+    struct undo *u = ud;
+
+    if (!r || r->type == REDIS_REPLY_ERROR)
+        node_owe(node, POOL_SCRIPT_UNDO, u->key, u->keylen, u->token);
+    undo_put(u);
+}
+
+void node_undo(const char *key, size_t keylen, const char *token)
+{
+    size_t toklen = strlen(token);
+    struct undo *u = mem_alloc(sizeof(*u) + keylen + 1 + toklen + 1);
+
+    memcpy(u->key, key, keylen);
+    u->keylen = keylen;
+    memcpy(u->key + keylen + 1, token, toklen);
+    u->token = u->key + keylen + 1;
+    u->pending = 1;
+    const char *argv[] = { u->key, u->token };
+    size_t lens[] = { keylen, toklen };
+    for (int i = 0; i < N.nnodes; i++) {
+        u->pending++;
+        if (pool_script(i, POOL_SCRIPT_UNDO, 1, 1, argv, lens, undo_reply,
+                        u) != 0) {
+            u->pending--;
+            node_owe(i, POOL_SCRIPT_UNDO, key, keylen, token);
+        }
+    }
+    undo_put(u);
+}
+
 void node_note_fence(uint64_t fence)
 {
     if (fence > N.max_fence)
         N.max_fence = fence;
 }
 
-/* ---- repair of a restarted node ---------------------------------------- */
+/* ---- verdicts ------------------------------------------------------------ */
 
-static void repair_raise_cb(void *ud, int node, redisReply *r)
+/* It votes from now on. */
+static void node_admit(struct node *n, const char *how)
 {
-    struct node *n = ud;
-    (void)node;
+    bool was = n->loss != NODE_LOSS_NONE, fresh = n->state == NODE_NEW;
+
+    if (n->state == NODE_OK)
+        return;
+    node_bump(n);
+    timer_stop(&n->timer);
+    n->state = NODE_OK;
+    n->loss = NODE_LOSS_NONE;
+    n->loss_run_id[0] = '\0';
+    n->end_requested = false;
+    n->repair_error[0] = '\0';
+    if (was)
+        log_notice("redis %s: votes again: %s", node_name(n), how);
+    else if (fresh)
+        log_notice("redis %s: votes: %s", node_name(n), how);
+    else
+        log_debug("redis %s: votes: %s", node_name(n), how);
+}
+
+static void stamp_reply(void *ud, int node, redisReply *r)
+{
+    (void)ud;
+    if (!r || r->type == REDIS_REPLY_ERROR)
+        log_info("redis %s: could not write its recovery marker (%s)",
+                 pool_node_name(node), r ? r->str : "no answer");
+}
+
+/* Write the marker naming its current run, for every daemon to read. */
+static void node_stamp(struct node *n, pool_reply_cb cb, void *ud)
+{
+    const char *argv[] = { "SET", N.marker_key, n->run_id };
+    size_t lens[] = { 3, strlen(N.marker_key), strlen(n->run_id) };
+
+    if (pool_command(n->idx, 3, argv, lens, cb, ud) != 0 && cb != stamp_reply)
+        cb(ud, n->idx, NULL);
+}
+
+static const char *node_loss_text(enum node_loss loss)
+{
+    return loss == NODE_LOSS_RESTART
+        ? "restarted without appendfsync always, so it may lack recent lock "
+          "keys"
+        : "lost its data (restarted empty, flushed, or new to this cluster)";
+}
+
+/*
+ * It may have lost keys: it waits until `at` (unless an earlier verdict on
+ * the same run already set the wait, or the operator ended it), then its
+ * fence counter is repaired.
+ */
+static void node_recover(struct node *n, enum node_loss loss, uint64_t at)
+{
+    uint64_t now = timer_now();
+
+    if (n->loss != loss || strcmp(n->loss_run_id, n->run_id) != 0) {
+        char until[NODE_TIME_SIZE], in[32];
+        n->loss = loss;
+        snprintf(n->loss_run_id, sizeof(n->loss_run_id), "%s", n->run_id);
+        n->recover_at = at;
+        node_fmt_until(at, until, sizeof(until));
+        node_fmt_duration(at > now ? at - now : 0, in, sizeof(in));
+        log_warn("redis %s: %s; not voting until %s (in %s), when keys it "
+                 "may have lost have expired (locks.max_ttl_ms plus drift); "
+                 "then its fence counter is repaired", node_name(n),
+                 node_loss_text(loss), until, in);
+    }
+    if (n->state == NODE_REPAIRING)
+        return;
+    n->state = NODE_WAITING;
+    if (n->end_requested || n->recover_at <= now)
+        node_repair(n);
+    else
+        timer_start_at(&n->timer, n->recover_at);
+}
+
+static void node_saw_restart(struct node *n, const char *run_id)
+{
+    n->restarts++;
+    n->end_requested = false;
+    log_warn("redis %s: restarted (run_id %s -> %s)", node_name(n),
+             n->run_id, run_id);
+}
+
+/* What the check says about the node's data. */
+static void node_verdict(struct node *n, const struct node_check *c)
+{
+    uint64_t now = timer_now();
+    enum node_mark mark = !c->have_marker ? NODE_MARK_NONE
+        : strcmp(c->marker, c->run_id) == 0 ? NODE_MARK_OURS : NODE_MARK_STALE;
+    bool known = N.cluster_known;
+
+    if (n->run_id[0] && strcmp(n->run_id, c->run_id) != 0)
+        node_saw_restart(n, c->run_id);
+    snprintf(n->run_id, sizeof(n->run_id), "%s", c->run_id);
+    n->uptime_ms = c->uptime_ms;
+    n->has_fence = c->has_fence;
+    if (mark != NODE_MARK_NONE)
+        N.cluster_known = true;
+
+    if (mark == NODE_MARK_OURS) {
+        node_admit(n, "its data is intact (recovery marker of this run)");
+    } else if (n->state == NODE_REPAIRING) {
+        /* the repair decides */
+    } else if (mark == NODE_MARK_STALE && n->aof_always) {
+        node_admit(n, "restarted with appendfsync always, kept its data");
+        node_stamp(n, stamp_reply, NULL);
+    } else if (mark == NODE_MARK_STALE) {
+        /* Keys it lost were set before it started, with at most max_ttl. */
+        uint64_t start = now > c->uptime_ms ? now - c->uptime_ms : 0;
+        node_recover(n, NODE_LOSS_RESTART, start + N.rules.readmit_ms);
+    } else if (N.cluster_known) {
+        /* Lost when, we cannot tell: count from now (node_recover keeps
+         * the first notice of this run). */
+        node_recover(n, NODE_LOSS_DATA, now + N.rules.readmit_ms);
+    } else {
+        n->state = NODE_NEW;
+    }
+    if (!known || n->state == NODE_NEW)
+        node_decide_cluster();
+}
+
+/*
+ * No node has shown a marker yet. Once every node has answered a check:
+ * none has a fence counter either, this is a new cluster (bootstrap);
+ * every one has a counter and has run longer than the readmission wait,
+ * they were used by a daemon that wrote no markers (adopt). Anything else
+ * is a cluster that lost data on some nodes: they recover. Once some node
+ * shows a marker, the nodes still waiting here recover.
+ */
+static void node_decide_cluster(void)
+{
+    int nfence = 0, nold = 0;
+    const char *what;
+
+    if (!N.cluster_known) {
+        for (int i = 0; i < N.nnodes; i++) {
+            const struct node *n = &N.nodes[i];
+            if (n->state != NODE_NEW || !pool_node_up(i))
+                return;     /* wait until every node has answered */
+            nfence += n->has_fence;
+            nold += n->uptime_ms >= N.rules.readmit_ms;
+        }
+        if (nfence == 0 || (nfence == N.nnodes && nold == N.nnodes)) {
+            what = nfence == 0
+                ? "bootstrap: no node has a fence counter or a recovery "
+                  "marker, so this is a new cluster (had every node lost "
+                  "its data at once instead, locks granted before that are "
+                  "not protected and fences start again from 1)"
+                : "adopting nodes used by a daemon that wrote no recovery "
+                  "markers: each has a fence counter and has run longer "
+                  "than locks.max_ttl_ms";
+            log_warn("%s; all %d nodes vote", what, N.nnodes);
+            N.cluster_known = true;
+            for (int i = 0; i < N.nnodes; i++) {
+                node_admit(&N.nodes[i], nfence == 0 ? "bootstrap" : "adopted");
+                node_stamp(&N.nodes[i], stamp_reply, NULL);
+            }
+            return;
+        }
+        log_warn("no node has a recovery marker, and the nodes are neither "
+                 "all empty nor all in use for longer than the readmission "
+                 "wait (%d of %d have a fence counter, %d have run that "
+                 "long): every node recovers as one that lost its data",
+                 nfence, N.nnodes, nold);
+        N.cluster_known = true;
+    }
+    for (int i = 0; i < N.nnodes; i++) {
+        struct node *n = &N.nodes[i];
+        if (n->state == NODE_NEW)
+            node_recover(n, NODE_LOSS_DATA, timer_now() + N.rules.readmit_ms);
+    }
+}
+
+/* ---- checks -------------------------------------------------------------- */
+
+/* The value of "field:" in an INFO text, or "" */
+static void info_field(const char *info, const char *field, char *out,
+                       size_t size)
+{
+    size_t flen = strlen(field);
+    const char *p = info;
+
+    out[0] = '\0';
+    while ((p = strstr(p, field)) != NULL) {
+        if (p == info || p[-1] == '\n') {
+            p += flen;
+            size_t k = strcspn(p, "\r\n");
+            if (k >= size)
+                k = size - 1;
+            memcpy(out, p, k);
+            out[k] = '\0';
+            return;
+        }
+        p += flen;
+    }
+}
+
+static void check_step(struct node *n)
+{
+    if (--n->chk.wait > 0)
+        return;
+    struct node_check c = n->chk;
+    memset(&n->chk, 0, sizeof(n->chk));
+    if (c.failed || !c.have_info)
+        return;     /* the next check will tell */
+    node_verdict(n, &c);
+}
+
+static void check_info_cb(void *ud, int node, redisReply *r)
+{
+    struct node *n = &N.nodes[node];
+    char up[POOL_NUM_SIZE];
+
+    if (node_stale(n, ud))
+        return;
+    if (r && r->type == REDIS_REPLY_STRING) {
+        info_field(r->str, "run_id:", n->chk.run_id, sizeof(n->chk.run_id));
+        info_field(r->str, "uptime_in_seconds:", up, sizeof(up));
+        n->chk.uptime_ms = strtoull(up, NULL, 10) * 1000;
+        n->chk.have_info = up[0] != '\0';
+    } else {
+        n->chk.failed = true;
+    }
+    check_step(n);
+}
+
+static void check_marker_cb(void *ud, int node, redisReply *r)
+{
+    struct node *n = &N.nodes[node];
+
+    if (node_stale(n, ud))
+        return;
+    if (r && r->type == REDIS_REPLY_STRING) {
+        snprintf(n->chk.marker, sizeof(n->chk.marker), "%s", r->str);
+        n->chk.have_marker = true;
+    } else if (!r || r->type != REDIS_REPLY_NIL) {
+        n->chk.failed = true;
+    }
+    check_step(n);
+}
+
+static void check_fence_cb(void *ud, int node, redisReply *r)
+{
+    struct node *n = &N.nodes[node];
+
+    if (node_stale(n, ud))
+        return;
+    if (r && r->type == REDIS_REPLY_INTEGER)
+        n->chk.has_fence = r->integer > 0;
+    else
+        n->chk.failed = true;
+    check_step(n);
+}
+
+/* "CONFIG GET maxmemory*": name/value pairs. Eviction can remove lock
+ * keys (and under allkeys-* the fence counter and the marker too). */
+static void check_memory_cb(void *ud, int node, redisReply *r)
+{
+    struct node *n = &N.nodes[node];
+    const char *policy = NULL, *limit = "";
+
+    (void)ud;   /* advisory: a reply after a verdict is still worth it */
+    if (N.stopping || !r || r->type != REDIS_REPLY_ARRAY)
+        return;
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        const redisReply *k = r->element[i], *v = r->element[i + 1];
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+            continue;
+        if (strcmp(k->str, "maxmemory-policy") == 0)
+            policy = v->str;
+        else if (strcmp(k->str, "maxmemory") == 0)
+            limit = v->str;
+    }
+    if (!policy || strcmp(policy, "noeviction") == 0 ||
+        strcmp(policy, n->warned_policy) == 0)
+        return;
+    snprintf(n->warned_policy, sizeof(n->warned_policy), "%s", policy);
+    bool unlimited = strcmp(limit, "0") == 0;
+    const char *what = strncmp(policy, "allkeys-", 8) == 0
+        ? "may evict any key under memory pressure: lock keys (a held lock "
+          "silently disappears from this node), the fence counter and the "
+          "recovery marker"
+        : "may evict keys that have a ttl under memory pressure, and lock "
+          "keys have one: a held lock can silently disappear from this node";
+    if (unlimited)
+        log_info("redis %s: maxmemory-policy %s %s; maxmemory is 0, so "
+                 "nothing is evicted until a limit is set. Use noeviction",
+                 node_name(n), policy, what);
+    else
+        log_warn("redis %s: maxmemory-policy %s %s. Use noeviction (writes "
+                 "then fail instead, which redlockd reports)", node_name(n),
+                 policy, what);
+}
+
+static int node_send(struct node *n, pool_reply_cb cb, int argc,
+                     const char **argv)
+{
+    size_t lens[POOL_MAX_ARGS];
+    for (int i = 0; i < argc && i < POOL_MAX_ARGS; i++)
+        lens[i] = strlen(argv[i]);
+    return pool_command(n->idx, argc, argv, lens, cb, node_gen_ud(n));
+}
+
+/* Read what tells whether the node kept its data. */
+static void node_check(struct node *n, bool first)
+{
+    const char *info[] = { "INFO", "server" };
+    const char *marker[] = { "GET", N.marker_key };
+    const char *fence[] = { "EXISTS", N.conf->locks.fence_key };
+
+    if (n->chk.wait > 0 || !pool_node_up(n->idx) || N.stopping)
+        return;
+    memset(&n->chk, 0, sizeof(n->chk));
+    n->chk.wait = 1;        /* held until every request is out */
+    n->chk.wait++;
+    if (node_send(n, check_info_cb, 2, info) != 0) {
+        n->chk.wait--;
+        n->chk.failed = true;
+    }
+    n->chk.wait++;
+    if (node_send(n, check_marker_cb, 2, marker) != 0) {
+        n->chk.wait--;
+        n->chk.failed = true;
+    }
+    n->chk.wait++;
+    if (node_send(n, check_fence_cb, 2, fence) != 0) {
+        n->chk.wait--;
+        n->chk.failed = true;
+    }
+    if (first) {
+        const char *mem[] = { "CONFIG", "GET", "maxmemory*" };
+        size_t lens[] = { 6, 3, 10 };
+        (void)pool_command(n->idx, 3, mem, lens, check_memory_cb, NULL);
+    }
+    check_step(n);
+}
+
+static void node_check_cb(struct timer *t)
+{
+    struct node *n = t->data;
 
     if (N.stopping)
         return;
-    if (r && r->type == REDIS_REPLY_INTEGER) {
-        n->recovering = false;
-        log_notice("redis %s: rejoined after restart (fence counter raised "
-                   "to %" PRIu64 ")", node_name(n), n->repair_max);
+    timer_start(t, N.conf->redis.probe_interval_ms);
+    node_check(n, false);
+}
+
+/* ---- repair of a node that may have lost keys --------------------------- */
+
+static void repair_retry(struct node *n, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void repair_retry(struct node *n, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(n->repair_error, sizeof(n->repair_error), fmt, ap);
+    va_end(ap);
+    log_info("redis %s: fence repair: %s; retrying", node_name(n),
+             n->repair_error);
+    timer_start(&n->timer, NODE_REPAIR_RETRY_MS);
+}
+
+static void repair_stamped_cb(void *ud, int node, redisReply *r)
+{
+    struct node *n = &N.nodes[node];
+    char how[96];
+
+    if (node_stale(n, ud))
+        return;
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+        repair_retry(n, "writing the recovery marker: %s",
+                     r ? r->str : "no answer");
         return;
     }
-    timer_start(&n->recover_timer, NODE_REPAIR_RETRY_MS);
+    snprintf(how, sizeof(how), "fence counter raised to %" PRIu64 "%s",
+             n->repair_floor, n->repair_epoch ? " (clock epoch)" : "");
+    node_admit(n, how);
+}
+
+static void repair_raised_cb(void *ud, int node, redisReply *r)
+{
+    struct node *n = &N.nodes[node];
+
+    if (node_stale(n, ud))
+        return;
+    if (!r || r->type != REDIS_REPLY_INTEGER) {
+        repair_retry(n, "raising its counter: %s",
+                     r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
+        return;
+    }
+    node_stamp(n, repair_stamped_cb, node_gen_ud(n));
+}
+
+/* The fence floor from the clock, for a repair without a quorum. */
+static uint64_t node_epoch_floor(uint64_t node_clock_s)
+{
+    struct timespec ts;
+    uint64_t s;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    s = ts.tv_sec > 0 ? (uint64_t)ts.tv_sec : 0;
+    if (node_clock_s > s)
+        s = node_clock_s;
+    return s > NODE_EPOCH_ORIGIN ? (s - NODE_EPOCH_ORIGIN) << NODE_EPOCH_SHIFT
+                                 : 0;
+}
+
+/* Every read is in: raise this node's counter. */
+static void repair_raise(struct node *n)
+{
+    int quorum = N.rules.quorum;
+    char val[POOL_NUM_SIZE];
+
+    if (!n->repair_epoch && n->repair_trusted < quorum) {
+        repair_retry(n, "read %d of the %d counters of voting nodes it "
+                     "needs", n->repair_trusted, quorum);
+        return;
+    }
+    n->repair_floor = n->repair_max > N.max_fence ? n->repair_max
+                                                  : N.max_fence;
+    if (n->repair_epoch) {
+        uint64_t e = node_epoch_floor(n->repair_clock_s);
+        if (e > n->repair_floor)
+            n->repair_floor = e;
+        log_warn("redis %s: only %d of the %d nodes needed to read the "
+                 "fence counter from vote; raising it to %" PRIu64 ", above "
+                 "the largest counter any node has (%" PRIu64 "), the "
+                 "largest fence this daemon granted (%" PRIu64 ") and the "
+                 "clock epoch, so that fences stay monotonic", node_name(n),
+                 n->repair_trusted, quorum, n->repair_floor, n->repair_max,
+                 N.max_fence);
+    }
+    snprintf(val, sizeof(val), "%" PRIu64, n->repair_floor);
+    const char *argv[] = { N.conf->locks.fence_key, val };
+    size_t lens[] = { strlen(argv[0]), strlen(val) };
+    if (pool_script(n->idx, POOL_SCRIPT_RAISE, 1, 1, argv, lens,
+                    repair_raised_cb, node_gen_ud(n)) != 0)
+        repair_retry(n, "its connection is gone");
+}
+
+static void repair_step(struct node *n)
+{
+    if (--n->repair_wait > 0)
+        return;
+    if (!pool_node_up(n->idx))
+        return;     /* on_up starts over */
+    repair_raise(n);
 }
 
 static void repair_read_cb(void *ud, int node, redisReply *r)
 {
-    struct node *n = ud;
-    int quorum = N.rules.quorum;
+    struct repair_req *q = ud;
+    struct node *n = q->n;
+    bool trusted = q->trusted;
+    bool stale = N.stopping || q->gen != n->gen;
     (void)node;
 
-    if (N.stopping)
-        return;     /* no timers once the pool is going away */
+    free(q);
+    if (stale)
+        return;
     if (r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)) {
         uint64_t v = r->type == REDIS_REPLY_STRING ?
                      strtoull(r->str, NULL, 10) : 0;
         if (v > n->repair_max)
             n->repair_max = v;
-        n->repair_ok++;
+        n->repair_trusted += trusted;
     }
-    if (--n->repair_wait > 0)
-        return;
-    if (!pool_node_up(n->idx)) {
-        timer_start(&n->recover_timer, NODE_REPAIR_RETRY_MS);
-        return;
-    }
-    if (n->repair_ok < quorum) {
-        /* With one or two nodes the others can never make a quorum; fall
-         * back on the largest fence this daemon has seen, and say that the
-         * fence guarantee now rests on it. */
-        if (N.nnodes - 1 >= quorum || n->aof_always) {
-            log_info("redis %s: fence repair read %d of the %d counters it "
-                     "needs; retrying", node_name(n), n->repair_ok, quorum);
-            timer_start(&n->recover_timer, NODE_REPAIR_RETRY_MS);
-            return;
-        }
-        log_warn("redis %s: too few nodes to read the fence counter from; "
-                 "raising it to the largest fence this daemon has seen "
-                 "(%" PRIu64 "). Fences stay monotonic only for locks taken "
-                 "through daemons that saw it.", node_name(n), N.max_fence);
-    }
-    if (N.max_fence > n->repair_max)
-        n->repair_max = N.max_fence;
-    char val[POOL_NUM_SIZE];
-    snprintf(val, sizeof(val), "%" PRIu64, n->repair_max);
-    const char *argv[] = { N.conf->locks.fence_key, val };
-    size_t lens[] = { strlen(argv[0]), strlen(val) };
-    if (pool_script(n->idx, POOL_SCRIPT_RAISE, 1, 1, argv, lens,
-                    repair_raise_cb, n) != 0)
-        timer_start(&n->recover_timer, NODE_REPAIR_RETRY_MS);
+    repair_step(n);
 }
 
-/* Read the fence counter from every node that can be trusted with it (the
- * voting ones, and this one too if its AOF loses nothing); once a quorum
- * answered, raise this node's counter to their maximum, then let it vote. */
+static void repair_time_cb(void *ud, int node, redisReply *r)
+{
+    struct repair_req *q = ud;
+    struct node *n = q->n;
+    bool stale = N.stopping || q->gen != n->gen;
+    (void)node;
+
+    free(q);
+    if (stale)
+        return;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING) {
+        uint64_t s = strtoull(r->element[0]->str, NULL, 10);
+        if (s > n->repair_clock_s)
+            n->repair_clock_s = s;
+    }
+    repair_step(n);
+}
+
+static void repair_send(struct node *n, int i, bool trusted, int argc,
+                        const char **argv, pool_reply_cb cb)
+{
+    size_t lens[2] = { strlen(argv[0]), argc > 1 ? strlen(argv[1]) : 0 };
+    struct repair_req *q = mem_alloc(sizeof(*q));
+
+    q->n = n;
+    q->gen = n->gen;
+    q->trusted = trusted;
+    n->repair_wait++;
+    if (pool_command(i, argc, argv, lens, cb, q) != 0) {
+        n->repair_wait--;
+        free(q);
+    }
+}
+
+/*
+ * Read the fence counter of every node that is up (any value read is one
+ * some grant reached, so the largest is a safe floor). With a quorum of
+ * voting nodes among them, their largest is at least every fence granted
+ * (two quorums share a node); without one, the clock epoch is added.
+ */
 static void node_repair(struct node *n)
 {
-    const char *argv[] = { "GET", N.conf->locks.fence_key };
-    size_t lens[] = { 3, strlen(N.conf->locks.fence_key) };
+    const char *get[] = { "GET", N.conf->locks.fence_key };
+    const char *tm[] = { "TIME" };
+    int voting = 0;
 
+    timer_stop(&n->timer);
+    n->state = NODE_REPAIRING;
+    for (int i = 0; i < N.nnodes; i++)
+        voting += i != n->idx && node_votes(i);
+    n->repair_epoch = voting < N.rules.quorum;
     n->repair_wait = 1;     /* held until every request is out */
-    n->repair_ok = 0;
+    n->repair_trusted = 0;
     n->repair_max = 0;
+    n->repair_clock_s = 0;
     for (int i = 0; i < N.nnodes; i++) {
-        if (!node_votes(i) && !(i == n->idx && n->aof_always))
+        if (!pool_node_up(i))
             continue;
-        n->repair_wait++;
-        if (pool_command(i, 2, argv, lens, repair_read_cb, n) != 0)
-            n->repair_wait--;
+        repair_send(n, i, i != n->idx && node_votes(i), 2, get,
+                    repair_read_cb);
+        if (n->repair_epoch)
+            repair_send(n, i, false, 1, tm, repair_time_cb);
     }
-    repair_read_cb(n, -1, NULL);
+    repair_step(n);
 }
 
-static void node_recover_cb(struct timer *t)
+static void node_timer_cb(struct timer *t)
 {
     struct node *n = t->data;
 
-    if (!n->recovering || N.stopping)
-        return;
-    if (!pool_node_up(n->idx)) {
-        timer_start(&n->recover_timer, NODE_REPAIR_RETRY_MS);
-        return;
-    }
-    node_repair(n);
+    if (N.stopping || !pool_node_up(n->idx))
+        return;     /* on_up checks it again */
+    if (n->state == NODE_WAITING || n->state == NODE_REPAIRING)
+        node_repair(n);
 }
 
 /* ---- the pool's hooks ---------------------------------------------------- */
 
-/* A new run_id: keep the node from voting until keys it may have lost have
- * expired everywhere (no wait with an AOF that loses nothing) and its fence
- * counter is repaired. */
-static void node_restarted(struct node *n, const char *run_id)
+static void node_warn_aof(struct node *n)
 {
-    uint64_t delay = n->aof_always ? 0 : N.rules.readmit_ms;
+    char wait[32];
 
-    n->restarts++;
-    n->recovering = true;
-    n->recover_at = timer_now() + delay;
-    timer_start(&n->recover_timer, delay);
-    log_warn("redis %s: restarted (run_id %s -> %s); not voting for "
-             "%" PRIu64 " ms, until keys it may have lost have expired "
-             "and its fence counter is repaired",
-             node_name(n), n->run_id, run_id, delay);
+    if (n->aof_always || n->warned_aof ||
+        N.rules.readmit_ms < NODE_WARN_READMIT_MS)
+        return;
+    n->warned_aof = true;
+    node_fmt_duration(N.rules.readmit_ms, wait, sizeof(wait));
+    log_warn("redis %s: not running appendonly yes with appendfsync always "
+             "(or CONFIG is refused): after a restart it may not vote for "
+             "%s (locks.max_ttl_ms plus drift), and while a quorum of nodes "
+             "waits like that LOCK answers ERR UNAVAILABLE. Use appendfsync "
+             "always, or a smaller locks.max_ttl_ms", node_name(n), wait);
 }
 
 static void node_on_up(int node, const char *run_id, bool aof_always)
@@ -253,12 +912,17 @@ static void node_on_up(int node, const char *run_id, bool aof_always)
 
     n->down_logged = false;
     n->aof_always = aof_always;
-    if (n->run_id[0] && strcmp(n->run_id, run_id) != 0)
-        node_restarted(n, run_id);
+    node_bump(n);
+    n->state = NODE_UNCHECKED;
+    if (n->run_id[0] && run_id[0] && strcmp(n->run_id, run_id) != 0)
+        node_saw_restart(n, run_id);
     else
-        log_notice("redis %s: up%s", node_name(n),
-                   n->recovering ? " (still recovering from a restart)" : "");
-    snprintf(n->run_id, sizeof(n->run_id), "%s", run_id);
+        log_notice("redis %s: up%s", node_name(n), node_recovering(n) ?
+                   " (still recovering)" : "");
+    if (run_id[0])
+        snprintf(n->run_id, sizeof(n->run_id), "%s", run_id);
+    node_warn_aof(n);
+    node_check(n, true);
     node_send_owed(n);
 }
 
@@ -266,11 +930,136 @@ static void node_on_down(int node, const char *why)
 {
     struct node *n = &N.nodes[node];
 
+    node_bump(n);
+    timer_stop(&n->timer);
+    n->state = NODE_UNCHECKED;
     if (!n->down_logged && !N.stopping)
         log_warn("redis %s: down (%s)", node_name(n), why);
     else
         log_debug("redis %s: still down (%s)", node_name(n), why);
     n->down_logged = true;
+}
+
+/* ---- explanations -------------------------------------------------------- */
+
+/* Keep an explanation printable: error texts come from the nodes. */
+static void node_sanitize(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+            *s = '?';
+}
+
+/* Why this node does not vote, or "" when it does. */
+static void node_why(const struct node *n, char *buf, size_t size)
+{
+    const struct pool_node_stats *s = pool_node_stats(n->idx);
+    uint64_t now = timer_now();
+    char until[NODE_TIME_SIZE], in[32];
+
+    buf[0] = '\0';
+    if (!pool_node_up(n->idx)) {
+        snprintf(buf, size, "down: %s", s->last_error[0] ? s->last_error
+                 : "not connected yet");
+    } else if (n->state == NODE_UNCHECKED) {
+        snprintf(buf, size, "connected, checking whether it kept its data");
+    } else if (n->state == NODE_NEW) {
+        snprintf(buf, size, "empty and new: a new cluster starts once every "
+                 "node has answered empty");
+    } else if (n->state == NODE_WAITING) {
+        node_fmt_until(n->recover_at, until, sizeof(until));
+        node_fmt_duration(n->recover_at > now ? n->recover_at - now : 0, in,
+                          sizeof(in));
+        snprintf(buf, size, "recovering from a %s until %s (in %s)",
+                 n->loss == NODE_LOSS_RESTART ? "restart" : "loss of its data",
+                 until, in);
+    } else if (n->state == NODE_REPAIRING) {
+        snprintf(buf, size, "recovering: repairing its fence counter%s%s",
+                 n->repair_error[0] ? ": " : "", n->repair_error);
+    }
+    node_sanitize(buf);
+}
+
+size_t node_why_unavailable(char *buf, size_t size)
+{
+    size_t len = 0;
+    bool first = true;
+
+    if (size)
+        buf[0] = '\0';
+    for (int i = 0; i < N.nnodes; i++) {
+        char why[NODE_WHY_SIZE];
+        node_why(&N.nodes[i], why, sizeof(why));
+        if (!why[0])
+            continue;
+        int k = snprintf(len < size ? buf + len : NULL,
+                         len < size ? size - len : 0, "%s%s%s is %s",
+                         first ? "" : "; ", first ? "node " : "",
+                         node_name(&N.nodes[i]), why);
+        if (k > 0)
+            len += (size_t)k;
+        first = false;
+    }
+    return len;
+}
+
+int node_end_recovery(const char *name, char *msg, size_t len)
+{
+    bool all = strcmp(name, "all") == 0;
+    int matched = 0, ended = 0;
+    size_t used = 0;
+
+    if (len)
+        msg[0] = '\0';
+    if (N.stopping) {
+        snprintf(msg, len, "shutting down");
+        return 0;
+    }
+    for (int i = 0; i < N.nnodes; i++) {
+        struct node *n = &N.nodes[i];
+        char why[NODE_WHY_SIZE];
+
+        if (!all && strcmp(node_name(n), name) != 0)
+            continue;
+        matched++;
+        if (!node_recovering(n))
+            continue;
+        int k;
+        if (!pool_node_up(i)) {
+            /* What it lost by the time it is back is not known yet. */
+            k = snprintf(used < len ? msg + used : NULL,
+                         used < len ? len - used : 0, "%s%s is down: end its "
+                         "recovery once it is back", used ? "; " : "",
+                         node_name(n));
+            if (k > 0)
+                used += (size_t)k;
+            continue;
+        }
+        node_why(n, why, sizeof(why));
+        log_notice("redis %s: recovery ended by the operator (it was %s); "
+                   "its fence counter is repaired now, then it votes",
+                   node_name(n), why);
+        k = snprintf(used < len ? msg + used : NULL,
+                     used < len ? len - used : 0, "%s%s: recovery ended, "
+                     "repairing its fence counter, then it votes",
+                     used ? "; " : "", node_name(n));
+        if (k > 0)
+            used += (size_t)k;
+        ended++;
+        n->end_requested = true;
+        N.cluster_known = true;     /* no bootstrap after an operator's say */
+        if (n->state != NODE_REPAIRING && n->state != NODE_UNCHECKED)
+            node_repair(n);
+    }
+    if (!matched) {
+        snprintf(msg, len, "no node %s in redis.nodes", name);
+        return -1;
+    }
+    if (!ended && !used && all)
+        snprintf(msg, len, "no node is recovering");
+    else if (!ended && !used)
+        snprintf(msg, len, "%s is not recovering", name);
+    return ended;
 }
 
 /* ---- public ------------------------------------------------------------ */
@@ -288,15 +1077,21 @@ int node_init(uv_loop_t *loop, const struct conf *conf,
         .on_down = node_on_down,
         .on_release = on_release,
     };
+    size_t mlen = strlen(conf->locks.fence_key) + sizeof(NODE_MARKER_SUFFIX);
 
     N.conf = conf;
     N.nnodes = (int)conf->redis.nnodes;
+    N.marker_key = mem_alloc(mlen);
+    snprintf(N.marker_key, mlen, "%s%s", conf->locks.fence_key,
+             NODE_MARKER_SUFFIX);
     N.nodes = mem_alloc(sizeof(struct node) * (size_t)N.nnodes);
     for (int i = 0; i < N.nnodes; i++) {
         struct node *n = &N.nodes[i];
         n->idx = i;
         list_init(&n->owed);
-        timer_init(&n->recover_timer, node_recover_cb, n);
+        timer_init(&n->timer, node_timer_cb, n);
+        timer_init(&n->check_timer, node_check_cb, n);
+        timer_start(&n->check_timer, conf->redis.probe_interval_ms);
     }
     return pool_init(loop, conf, &hooks);
 }
@@ -308,8 +1103,10 @@ void node_shutdown(void)
     N.stopping = true;
     pool_shutdown();
     /* Only now: dropping the links runs callbacks that may touch any node. */
-    for (int i = 0; i < N.nnodes; i++)
-        timer_stop(&N.nodes[i].recover_timer);
+    for (int i = 0; i < N.nnodes; i++) {
+        timer_stop(&N.nodes[i].timer);
+        timer_stop(&N.nodes[i].check_timer);
+    }
 }
 
 void node_free(void)
@@ -323,12 +1120,14 @@ void node_free(void)
     }
     free(N.nodes);
     N.nodes = NULL;
+    free(N.marker_key);
+    N.marker_key = NULL;
     pool_free();
 }
 
 bool node_votes(int node)
 {
-    return pool_node_up(node) && !N.nodes[node].recovering;
+    return pool_node_up(node) && N.nodes[node].state == NODE_OK;
 }
 
 int node_nvoting(void)
@@ -343,16 +1142,29 @@ json_t *node_stats_json(void)
 {
     json_t *arr = json_array();
     uint64_t now = timer_now();
+    uint64_t window = (uint64_t)N.conf->redis.probe_interval_ms +
+                      N.conf->redis.command_timeout_ms;
 
     for (int i = 0; i < N.nnodes; i++) {
         const struct node *n = &N.nodes[i];
         const struct pool_node_stats *s = pool_node_stats(i);
-        json_t *o = json_pack("{s:s, s:b, s:b, s:b, s:I, s:I, s:I, s:I, s:I,"
-                              " s:f, s:f, s:s, s:s}",
+        bool recent = s->last_answer_ms && now - s->last_answer_ms <= window;
+        char why[NODE_WHY_SIZE], until[NODE_TIME_SIZE];
+
+        node_why(n, why, sizeof(why));
+        if (!why[0] && !recent)
+            snprintf(why, sizeof(why), "no answer for %" PRIu64 " ms",
+                     now - s->last_answer_ms);
+        json_t *o = json_pack("{s:s, s:b, s:b, s:b, s:b, s:s, s:s, s:b,"
+                              " s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:s, s:s}",
             "node", node_name(n),
             "up", pool_node_up(i),
             "voting", node_votes(i),
-            "recovering", n->recovering,
+            "answered_recently", recent,
+            "recovering", node_recovering(n),
+            "state", pool_node_up(i) ? node_state_names[n->state] : "down",
+            "why", why,
+            "aof_always", n->aof_always,
             "requests", (json_int_t)s->requests,
             "errors", (json_int_t)s->errors,
             "timeouts", (json_int_t)s->timeouts,
@@ -362,9 +1174,14 @@ json_t *node_stats_json(void)
             "latency_max_ms", s->latency_max_ms,
             "run_id", n->run_id,
             "last_error", s->last_error);
-        if (n->recovering)
+        if (n->loss != NODE_LOSS_NONE && n->state != NODE_REPAIRING) {
+            node_fmt_until(n->recover_at, until, sizeof(until));
+            json_object_set_new(o, "until", json_string(until));
             json_object_set_new(o, "rejoin_in_ms", json_integer(
                 n->recover_at > now ? (json_int_t)(n->recover_at - now) : 0));
+        } else {
+            json_object_set_new(o, "until", json_null());
+        }
         json_array_append_new(arr, o);
     }
     return arr;

@@ -6,19 +6,34 @@
  *
  * - up/down: it logs a node going down once, and "still down" after that,
  *   until the node is up again;
- * - voting: a node's answers count only while it is up and not recovering;
- * - restarts: a run_id that differs from the last one seen means the node
- *   may have lost its keys and its fence counter. It stays connected (it
- *   receives every write, so it catches up) but does not vote until
- *   max_ttl_ms plus drift has passed (not at all if it runs appendonly with
- *   appendfsync always) and its fence counter has been raised to the
- *   largest read from a quorum of the others, or, with too few others, to
- *   the largest fence this daemon has seen (redlock reports each grant);
+ * - voting: a node's answers count only while it is up and its data is
+ *   known to be intact (NODE_OK below);
+ * - checks: right after it comes up, and every redis.probe_interval_ms,
+ *   node reads the node's INFO (run_id, uptime), its recovery marker and
+ *   whether it has a fence counter. The marker (key `<fence_key>:admitted`)
+ *   holds the run_id under which the node was last admitted: a node whose
+ *   marker names its current run_id kept everything since; a stale marker
+ *   means it restarted from a snapshot or AOF (fine with appendfsync
+ *   always, else it may have lost recent keys); no marker means it lost
+ *   its data (restarted empty, flushed) or was never used. Any daemon,
+ *   whenever it starts, reaches the same verdict from what the node says;
+ * - recovery: a node that may have lost keys does not vote until keys it
+ *   may have lost have expired everywhere (max_ttl_ms plus drift after its
+ *   start, for a stale marker; after the loss was first noticed, for a
+ *   missing one), then its fence counter is repaired, the marker is
+ *   written, and it votes. The repair reads every reachable node's counter
+ *   and takes the largest, and the largest fence this daemon granted; when
+ *   fewer than a quorum of voting nodes are there to read from (two of
+ *   three restarted), it also raises the counter to a clock epoch in the
+ *   high bits, so fences stay monotonic without that quorum;
+ * - bootstrap: when every configured node answers and none has a marker or
+ *   a fence counter, the cluster is new: node admits them all, logged;
  * - owed releases: an owner-checked release that could not reach a node
  *   (it was down, or an acquisition's undo failed there) is kept, bounded,
  *   and sent when the node is next up, since it may still run requests
  *   buffered before it stopped;
- * - the per-node STATS objects.
+ * - the per-node STATS objects, and the sentence saying why nodes do not
+ *   vote (for ERR UNAVAILABLE, STATS and /healthz).
  *
  * node_init starts the pool with node's hooks; main stops and frees both
  * through node_shutdown and node_free. The Redlock numbers node applies are
@@ -65,9 +80,32 @@ int node_nvoting(void);
  * next up. Both are copied. */
 void node_release_later(int node, const char *key, size_t keylen,
                         const char *token);
-/* Remember the largest fence granted (repairing a restarted node uses it
- * when too few other nodes are there to read the counter from). */
+/* Undo a failed acquisition: owner-checked delete of key on every node,
+ * without announcing a release (nobody waits for keys that never made a
+ * lock). Nodes it cannot reach are owed it. Both are copied. */
+void node_undo(const char *key, size_t keylen, const char *token);
+/* Remember the largest fence granted (repairs never go below it). */
 void node_note_fence(uint64_t fence);
+
+/*
+ * One line saying why the nodes that do not vote right now do not, for
+ * ERR UNAVAILABLE and the log, e.g. "node 127.0.0.1:6380 is recovering from
+ * a restart until 2026-12-02T10:00:00Z (in 86399 s); 127.0.0.1:6381 is
+ * down: connection refused". Printable ASCII only; "" when every node
+ * votes. Returns the length it wanted (snprintf style).
+ */
+size_t node_why_unavailable(char *buf, size_t size);
+
+/*
+ * End recoveries deliberately (an operator who knows no lock outlived the
+ * loss): for the node named as in redis.nodes, or every node for "all",
+ * that is recovering or waiting for a bootstrap, repair its fence counter
+ * at once (monotonic, as any repair) and then let it vote; a node that is
+ * down is repaired as soon as it is back. Logged at notice. msg gets one
+ * line for the operator. Returns how many recoveries it ended (0: none
+ * was recovering), or -1 when the name matches no node.
+ */
+int node_end_recovery(const char *node_name_or_all, char *msg, size_t len);
 
 /* Per-node state for STATS: an array of objects, one per node. */
 json_t *node_stats_json(void);

@@ -10,9 +10,15 @@
  */
 #include "pool.h"
 
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 
 #include <hiredis/async.h>
 
@@ -26,6 +32,9 @@
 #define POOL_SHA_LEN 40         /* hex chars of a script's SHA1 (SCRIPT LOAD) */
 #define POOL_EVAL_WORDS 3       /* EVALSHA sha numkeys, before a script's words */
 #define POOL_HS_STEP_MAX 32     /* "SCRIPT LOAD: " and the like, before an error */
+#define POOL_KEEPALIVE_S 15     /* TCP keepalive idle time on node links */
+#define POOL_PROBE_SUFFIX ":probe:" /* probe channel: release channel, this,
+                                       the instance id */
 
 /*
  * The fence scripts start alike: read the counter (KEYS[2]) into c, and
@@ -71,7 +80,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
     [POOL_SCRIPT_RELEASE] =
         "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
         "  redis.call('DEL', KEYS[1])\n"
-        "  redis.call('PUBLISH', ARGV[2], KEYS[1])\n"
+        "  redis.call('PUBLISH', ARGV[2], KEYS[1] .. ' ' .. ARGV[3])\n"
         "  return 1\n"
         "end\n"
         "return 0\n",
@@ -95,6 +104,12 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "  c = ARGV[2]\n"
         "end\n"
         "return {1, c}\n",
+    [POOL_SCRIPT_UNDO] =
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+        "  redis.call('DEL', KEYS[1])\n"
+        "  return 1\n"
+        "end\n"
+        "return 0\n",
 };
 
 enum link_state { LINK_DOWN, LINK_CONNECTING, LINK_UP };
@@ -129,6 +144,15 @@ struct pool_link {
                                        empty queue (uv_now ms) */
     bool graced;                    /* got one extra period since then */
     struct timer timer;             /* earliest deadline of this link */
+    struct timer probe_timer;       /* probe_interval_ms after last_send
+                                       (data) or last_recv (subscriber) */
+    uint64_t last_send;             /* data: last request written (uv_now) */
+    bool fsync_always, aof_on;      /* data: what this handshake read */
+    /* Subscriber only: */
+    uint64_t last_recv;             /* last message or subscribe reply */
+    uint64_t probe_seq;             /* the probe message awaited */
+    uint64_t probe_deadline;        /* by when it must arrive, 0 if none */
+    bool probe_refused;             /* PUBLISH not allowed: not probed */
 };
 
 struct pool_node {
@@ -143,8 +167,7 @@ struct pool_node {
                                        again counts as a reconnect */
     unsigned backoff_ms;
     struct timer reconnect_timer;
-    bool aof_always;                /* appendonly yes, appendfsync always,
-                                       as the last handshake read them */
+    uint64_t probe_seq;             /* last probe message number sent */
 
     struct pool_node_stats st;
 };
@@ -158,6 +181,8 @@ static struct {
     bool stopping;
     uint64_t inflight;                  /* requests awaiting replies */
     char sha[POOL_SCRIPT_COUNT][POOL_SHA_LEN + 1]; /* "" until loaded */
+    char instance_id[POOL_INSTANCE_ID_LEN + 1];
+    char *probe_channel;                /* (owned) see POOL_PROBE_SUFFIX */
 } P;
 
 static void link_connect(struct pool_link *l);
@@ -183,6 +208,8 @@ static void link_arm(struct pool_link *l)
         if (d < due)
             due = d;
     }
+    if (l->probe_deadline && l->probe_deadline < due)
+        due = l->probe_deadline;
     if (due == UINT64_MAX)
         timer_stop(&l->timer);
     else
@@ -253,6 +280,7 @@ static int link_send(struct pool_link *l, struct pool_req *q)
                                         lens) != REDIS_OK)
         return -1;
     q->sent_ns = uv_hrtime();
+    l->last_send = timer_now();
     q->deadline = timer_now() + P.conf->redis.command_timeout_ms;
     if (l->state == LINK_CONNECTING && q->deadline < l->connect_deadline)
         q->deadline = l->connect_deadline;
@@ -293,6 +321,7 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     } else {
         l->last_progress = timer_now();
         l->graced = false;
+        n->st.last_answer_ms = timer_now();
         link_arm(l);
         pool_node_note_latency(n, q->sent_ns);
         if (r->type == REDIS_REPLY_ERROR) {
@@ -323,7 +352,9 @@ static void link_drop(struct pool_link *l)
         l->node->nup--;
     l->state = LINK_DOWN;
     l->ac = NULL;
+    l->probe_deadline = 0;
     timer_stop(&l->timer);
+    timer_stop(&l->probe_timer);
     if (ac) {
         ac->data = NULL;
         redisAsyncFree(ac);     /* runs pending callbacks with NULL */
@@ -382,6 +413,8 @@ static bool link_loop_was_late(struct pool_link *l)
     l->graced = true;
     uv_update_time(P.loop);
     l->last_progress = timer_now();
+    if (l->probe_deadline)
+        l->probe_deadline = timer_now() + period;
     link_arm(l);
     return true;
 }
@@ -395,6 +428,9 @@ static void link_timeout_cb(struct timer *t)
         return;
     if (l->state == LINK_CONNECTING) {
         pool_node_fail(n, "connect timeout");
+    } else if (l->subscriber) {
+        n->st.timeouts++;
+        pool_node_fail(n, "probe timeout (subscriber connection)");
     } else {
         n->st.timeouts++;
         pool_node_fail(n, "command timeout");
@@ -406,13 +442,15 @@ static void link_ready(struct pool_link *l, const char *run_id)
     struct pool_node *n = l->node;
 
     l->state = LINK_UP;
+    l->last_recv = timer_now();
     link_arm(l);
+    timer_start(&l->probe_timer, P.conf->redis.probe_interval_ms);
     if (l->subscriber || n->nup++ > 0)
         return;
     n->backoff_ms = POOL_BACKOFF_MIN_MS;
     n->identified = run_id[0] != '\0';
     if (P.hooks.on_up)
-        P.hooks.on_up(n->idx, run_id, n->aof_always);
+        P.hooks.on_up(n->idx, run_id, l->fsync_always && l->aof_on);
 }
 
 /*
@@ -472,21 +510,22 @@ static const char *hs_config_value(const redisReply *r)
     return r->element[1]->str;
 }
 
+/* Both start false at every handshake: a node whose CONFIG is refused
+ * makes no AOF promise, whatever its previous instance said. */
 static void hs_config_cb(void *ud, int node, redisReply *r)
 {
+    struct pool_link *l = ud;
     const char *v = hs_config_value(r);
-    (void)ud;
-    /* Without an answer the last one stands (at first: no AOF guarantee). */
-    if (v)
-        P.nodes[node].aof_always = strcmp(v, "always") == 0;
+    (void)node;
+    l->fsync_always = v && strcmp(v, "always") == 0;
 }
 
 static void hs_config_aof_cb(void *ud, int node, redisReply *r)
 {
+    struct pool_link *l = ud;
     const char *v = hs_config_value(r);
-    (void)ud;
-    if (v && strcmp(v, "yes") != 0)
-        P.nodes[node].aof_always = false;
+    (void)node;
+    l->aof_on = v && strcmp(v, "yes") == 0;
 }
 
 static void hs_info_cb(void *ud, int node, redisReply *r)
@@ -530,6 +569,33 @@ static int hs_send(struct pool_link *l, pool_reply_cb cb, void *ud, int argc,
     return 0;
 }
 
+/* A release notification: "<key> <instance id>". Ours is dropped (our
+ * own waiters hear of our releases directly); one without an id is a key
+ * published by an older daemon. */
+static void sub_on_release(const char *msg, size_t len)
+{
+    const size_t idlen = POOL_INSTANCE_ID_LEN;
+
+    if (len > idlen + 1 && msg[len - idlen - 1] == ' ' &&
+        strspn(msg + len - idlen, "0123456789abcdef") == idlen) {
+        if (memcmp(msg + len - idlen, P.instance_id, idlen) == 0)
+            return;
+        len -= idlen + 1;
+    }
+    if (P.hooks.on_release)
+        P.hooks.on_release(msg, len);
+}
+
+/* The subscriber heard its probe: it and its node are alive. */
+static void sub_on_probe(struct pool_link *l, const redisReply *m)
+{
+    if (strtoull(m->str, NULL, 10) != l->probe_seq || !l->probe_deadline)
+        return;
+    l->probe_deadline = 0;
+    l->graced = false;
+    link_arm(l);
+}
+
 static void sub_on_message(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct pool_link *l = privdata;
@@ -541,14 +607,21 @@ static void sub_on_message(redisAsyncContext *ac, void *reply, void *privdata)
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
         r->element[0]->type != REDIS_REPLY_STRING)
         return;
+    l->last_recv = timer_now();
+    l->node->st.last_answer_ms = l->last_recv;
     if (strcmp(r->element[0]->str, "subscribe") == 0) {
         if (l->state == LINK_CONNECTING)
             link_ready(l, "");
         return;
     }
-    if (strcmp(r->element[0]->str, "message") == 0 &&
-        r->element[2]->type == REDIS_REPLY_STRING && P.hooks.on_release)
-        P.hooks.on_release(r->element[2]->str, r->element[2]->len);
+    if (strcmp(r->element[0]->str, "message") != 0 ||
+        r->element[1]->type != REDIS_REPLY_STRING ||
+        r->element[2]->type != REDIS_REPLY_STRING)
+        return;
+    if (strcmp(r->element[1]->str, P.probe_channel) == 0)
+        sub_on_probe(l, r->element[2]);
+    else
+        sub_on_release(r->element[2]->str, r->element[2]->len);
 }
 
 static void link_handshake(struct pool_link *l)
@@ -566,9 +639,11 @@ static void link_handshake(struct pool_link *l)
         }
     }
     if (l->subscriber) {
-        const char *argv[] = { "SUBSCRIBE", c->locks.release_channel };
-        size_t lens[] = { 9, strlen(c->locks.release_channel) };
-        if (rc == 0 && redisAsyncCommandArgv(l->ac, sub_on_message, l, 2,
+        const char *argv[] = { "SUBSCRIBE", c->locks.release_channel,
+                               P.probe_channel };
+        size_t lens[] = { 9, strlen(argv[1]), strlen(argv[2]) };
+        l->probe_refused = false;
+        if (rc == 0 && redisAsyncCommandArgv(l->ac, sub_on_message, l, 3,
                                              argv, lens) != REDIS_OK)
             rc = -1;
     } else {
@@ -584,8 +659,9 @@ static void link_handshake(struct pool_link *l)
         const char *cfg[] = { "CONFIG", "GET", "appendfsync" };
         const char *aof[] = { "CONFIG", "GET", "appendonly" };
         const char *info[] = { "INFO", "server" };
-        rc |= hs_send(l, hs_config_cb, NULL, 3, cfg);
-        rc |= hs_send(l, hs_config_aof_cb, NULL, 3, aof);
+        l->fsync_always = l->aof_on = false;
+        rc |= hs_send(l, hs_config_cb, l, 3, cfg);
+        rc |= hs_send(l, hs_config_aof_cb, l, 3, aof);
         rc |= hs_send(l, hs_info_cb, l, 2, info);
     }
     if (rc != 0)
@@ -622,6 +698,20 @@ static void link_on_disconnect(const redisAsyncContext *ac, int status)
     pool_node_fail(l->node, why);
 }
 
+/* Kernel keepalive: idle POOL_KEEPALIVE_S, then 3 probes a third of that
+ * apart. Set on the socket directly: hiredis's own helper would record a
+ * failure as a context error. Best effort. */
+static void link_keepalive(int fd)
+{
+    int on = 1, idle = POOL_KEEPALIVE_S, intvl = POOL_KEEPALIVE_S / 3, cnt = 3;
+
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) != 0)
+        return;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
 static void link_connect(struct pool_link *l)
 {
     const struct conf_addr *a = l->node->addr;
@@ -644,6 +734,10 @@ static void link_connect(struct pool_link *l)
         pool_node_fail(l->node, why);
         return;
     }
+    /* A peer that vanished without a FIN is found by the probes; keepalive
+     * also lets the kernel notice it. */
+    if (a->kind == CONF_ADDR_TCP)
+        link_keepalive(ac->c.fd);
     if (redis_uv_attach(ac, P.loop) != 0) {
         redisAsyncFree(ac);
         pool_node_fail(l->node, "cannot attach to the event loop");
@@ -659,6 +753,106 @@ static void link_connect(struct pool_link *l)
     link_handshake(l);
 }
 
+/* ---- probes ------------------------------------------------------------ */
+
+static struct pool_link *pool_node_pick(struct pool_node *n);
+
+static void probe_ping_cb(void *ud, int node, redisReply *r)
+{
+    (void)ud;
+    (void)node;
+    (void)r;    /* its deadline and the reply's arrival did the work */
+}
+
+static void probe_published_cb(void *ud, int node, redisReply *r)
+{
+    struct pool_node *n = &P.nodes[node];
+    struct pool_link *sub = &n->sub;
+    (void)ud;
+
+    if (!r || sub->state != LINK_UP || !sub->probe_deadline)
+        return;
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* An ACL without this channel: the data links are still probed. */
+        log_warn("redis %s: PUBLISH to %s refused (%s); its subscriber "
+                 "connection is not probed", n->addr->text, P.probe_channel,
+                 r->str);
+        sub->probe_refused = true;
+        sub->probe_deadline = 0;
+        link_arm(sub);
+    } else if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
+        /* Nobody is subscribed there although our link says it is. */
+        pool_node_fail(n, "subscriber connection lost its subscription");
+    }
+}
+
+/* PING a data link; the request's deadline fails a node that froze. */
+static void link_probe_data(struct pool_link *l)
+{
+    const char *argv[] = { "PING" };
+    size_t lens[] = { 4 };
+    struct pool_req *q = req_create(-1, 0, 1, argv, lens);
+
+    if (!q)
+        return;
+    q->cb = probe_ping_cb;
+    if (link_send(l, q) != 0)
+        free(q);
+}
+
+/* Send the subscriber a message on its own channel through a data link;
+ * it must arrive within command_timeout_ms. */
+static void link_probe_sub(struct pool_link *l)
+{
+    struct pool_node *n = l->node;
+    struct pool_link *via = pool_node_pick(n);
+    char seq[POOL_NUM_SIZE];
+
+    if (!via)
+        return;
+    snprintf(seq, sizeof(seq), "%" PRIu64, ++n->probe_seq);
+    const char *argv[] = { "PUBLISH", P.probe_channel, seq };
+    size_t lens[] = { 7, strlen(P.probe_channel), strlen(seq) };
+    struct pool_req *q = req_create(-1, 0, 3, argv, lens);
+    if (!q)
+        return;
+    q->cb = probe_published_cb;
+    if (link_send(via, q) != 0) {
+        free(q);
+        return;
+    }
+    l->probe_seq = n->probe_seq;
+    l->probe_deadline = timer_now() + P.conf->redis.command_timeout_ms;
+    link_arm(l);
+}
+
+/* Runs probe_interval_ms after a link's last request (data) or last
+ * message (subscriber): probe it if that is still the latest. */
+static void link_probe_cb(struct timer *t)
+{
+    struct pool_link *l = t->data;
+    uint64_t every = P.conf->redis.probe_interval_ms;
+    uint64_t now = timer_now();
+    uint64_t last;
+
+    if (P.stopping || l->state != LINK_UP || l->node->failed)
+        return;
+    if (l->subscriber) {
+        if (!l->probe_deadline && !l->probe_refused &&
+            now >= l->last_recv + every)
+            link_probe_sub(l);
+        last = l->probe_deadline ? now : l->last_recv;
+    } else {
+        if (now >= l->last_send + every)
+            link_probe_data(l);
+        last = l->last_send;
+    }
+    if (l->state != LINK_UP)
+        return;     /* the probe failed the node */
+    timer_start_at(&l->probe_timer, last + every > now ? last + every
+                                                       : now + every);
+}
+
 /* ---- public ------------------------------------------------------------ */
 
 static void link_init(struct pool_link *l, struct pool_node *n, bool sub)
@@ -668,6 +862,22 @@ static void link_init(struct pool_link *l, struct pool_node *n, bool sub)
     l->state = LINK_DOWN;
     list_init(&l->queue);
     timer_init(&l->timer, link_timeout_cb, l);
+    timer_init(&l->probe_timer, link_probe_cb, l);
+}
+
+/* 64 random bits as hex; the clock and pid if the OS has no randomness
+ * to give (the id only has to differ between daemons). */
+static void pool_draw_instance_id(void)
+{
+    uint64_t v = 0;
+    ssize_t k;
+
+    do {
+        k = getrandom(&v, sizeof(v), 0);
+    } while (k < 0 && errno == EINTR);
+    if (k != (ssize_t)sizeof(v))
+        v = uv_hrtime() ^ ((uint64_t)uv_os_getpid() << 32);
+    snprintf(P.instance_id, sizeof(P.instance_id), "%016" PRIx64, v);
 }
 
 int pool_init(uv_loop_t *loop, const struct conf *conf,
@@ -677,6 +887,12 @@ int pool_init(uv_loop_t *loop, const struct conf *conf,
     P.conf = conf;
     P.hooks = *hooks;
     P.nnodes = (int)conf->redis.nnodes;
+    pool_draw_instance_id();
+    size_t chlen = strlen(conf->locks.release_channel) +
+                   strlen(POOL_PROBE_SUFFIX) + POOL_INSTANCE_ID_LEN + 1;
+    P.probe_channel = mem_alloc(chlen);
+    snprintf(P.probe_channel, chlen, "%s%s%s", conf->locks.release_channel,
+             POOL_PROBE_SUFFIX, P.instance_id);
     P.nodes = mem_alloc(sizeof(struct pool_node) * (size_t)P.nnodes);
     for (int i = 0; i < P.nnodes; i++) {
         struct pool_node *n = &P.nodes[i];
@@ -719,6 +935,8 @@ void pool_free(void)
         free(P.nodes[i].links);
     free(P.nodes);
     P.nodes = NULL;
+    free(P.probe_channel);
+    P.probe_channel = NULL;
 }
 
 bool pool_busy(void)
@@ -740,6 +958,11 @@ bool pool_node_up(int node)
 const char *pool_node_name(int node)
 {
     return P.nodes[node].addr->text;
+}
+
+const char *pool_instance_id(void)
+{
+    return P.instance_id;
 }
 
 static struct pool_link *pool_node_pick(struct pool_node *n)
@@ -773,7 +996,21 @@ int pool_script(int node, enum pool_script s, int nkeys, int nargs,
                 const char **argv, const size_t *lens,
                 pool_reply_cb cb, void *ud)
 {
-    struct pool_req *q = req_create((int)s, nkeys, nkeys + nargs, argv, lens);
+    const char *words[POOL_MAX_ARGS];
+    size_t wlens[POOL_MAX_ARGS];
+    int argc = nkeys + nargs;
+
+    /* The release script publishes who released, so that this daemon can
+     * tell its own announcements from the others' (sub_on_release). */
+    if (s == POOL_SCRIPT_RELEASE && argc < POOL_MAX_ARGS) {
+        memcpy(words, argv, sizeof(*argv) * (size_t)argc);
+        memcpy(wlens, lens, sizeof(*lens) * (size_t)argc);
+        words[argc] = P.instance_id;
+        wlens[argc++] = POOL_INSTANCE_ID_LEN;
+        argv = words;
+        lens = wlens;
+    }
+    struct pool_req *q = req_create((int)s, nkeys, argc, argv, lens);
     if (!q)
         return -1;
     q->cb = cb;

@@ -12,6 +12,21 @@
  * exponential backoff. Scripts go out as EVALSHA, and as EVAL after a
  * NOSCRIPT (a restarted node has an empty script cache).
  *
+ * Probes: every redis.probe_interval_ms each data link that sent nothing
+ * meanwhile sends a PING, and the subscriber link, when it heard nothing,
+ * is sent a message on its own probe channel (PUBLISH on a data link). A
+ * probe has the deadline of any request, so a node that froze is failed
+ * within probe_interval_ms + command_timeout_ms even without traffic. TCP
+ * links also get kernel keepalive. (A PING on the subscriber itself does
+ * not work with hiredis 0.14: it files the callback where an array reply
+ * never reaches it and looks the "pong" up as a pattern subscription.)
+ *
+ * Release notifications are "<key> <instance id>": the release script
+ * publishes this daemon's random instance id (drawn at pool_init) with the
+ * key, and notifications carrying our own id are dropped, so a daemon is
+ * never woken by its own announcement. A message without an id (an older
+ * daemon) is taken as a bare key.
+ *
  * The pool knows whether a node is reachable, not what that means for
  * Redlock. It tells its user through struct pool_hooks when a node comes up
  * (with the run_id and AOF settings its handshake read) and when it fails;
@@ -39,6 +54,8 @@
 /* The longest run_id kept (Redis's is 40 hex chars), and an error's room. */
 #define POOL_RUN_ID_MAX 47
 #define POOL_ERR_SIZE 128
+/* Hex chars of the instance id (64 random bits). */
+#define POOL_INSTANCE_ID_LEN 16
 
 /*
  * The scripts (pool.c has their text). The two fence scripts are the halves
@@ -58,21 +75,23 @@ enum pool_script {
     POOL_SCRIPT_RAISE,      /* KEYS fence ARGV value -> 1 */
     POOL_SCRIPT_RAISE_HELD, /* KEYS lock,fence ARGV token,value
                                -> {1,"counter"} ours | {0,"counter"} not */
+    POOL_SCRIPT_UNDO,       /* KEYS lock ARGV token -> 1|0 (no PUBLISH) */
     POOL_SCRIPT_COUNT
 };
 
 /* Called once per request: r is the reply, or NULL when the node failed,
  * timed out or is shutting down. r lives only during the call. */
 typedef void (*pool_reply_cb)(void *ud, int node, redisReply *r);
-/* Called for each release notification: the key that was released. */
+/* Called for each release notification from another daemon: the key that
+ * was released. */
 typedef void (*pool_release_cb)(const char *key, size_t len);
 
 /* What the pool tells its user; any of them may be NULL. */
 struct pool_hooks {
     /* The node's first data link finished its handshake: it takes requests
      * now. run_id is what INFO said ("" if nothing), aof_always whether it
-     * runs appendonly yes with appendfsync always (false when CONFIG is
-     * unavailable and never was). */
+     * runs appendonly yes with appendfsync always, as this handshake read
+     * them (false when CONFIG is refused). */
     void (*on_up)(int node, const char *run_id, bool aof_always);
     /* The node failed: once per connection attempt, which the reconnect
      * backoff then repeats (why: the reason, also its STATS last_error).
@@ -97,6 +116,9 @@ bool pool_busy(void);
 /* Connected, handshake done, not failed: requests can be sent. */
 bool pool_node_up(int node);
 const char *pool_node_name(int node);
+/* This daemon's instance id (POOL_INSTANCE_ID_LEN hex chars), valid from
+ * pool_init on. */
+const char *pool_instance_id(void);
 
 /* The transport's counters of one node, for STATS. last_error points into
  * the pool (valid until pool_free; a later failure rewrites it). */
@@ -104,6 +126,8 @@ struct pool_node_stats {
     uint64_t requests, errors, timeouts, reconnects;
     double latency_ms;              /* moving average */
     double latency_max_ms;
+    uint64_t last_answer_ms;        /* uv_now of its last reply or message
+                                       on any link, 0 if never */
     char last_error[POOL_ERR_SIZE]; /* "" if none yet */
 };
 const struct pool_node_stats *pool_node_stats(int node);

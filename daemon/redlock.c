@@ -546,7 +546,7 @@ static void op_reply(void *ud, int node, redisReply *r)
 /* Remove a failed acquisition's partial keys everywhere, owner-checked. */
 static void acquire_undo(const struct op *o)
 {
-    redlock_release(o->key, o->keylen, o->token, NULL, NULL);
+    node_undo(o->key, o->keylen, o->token);
 }
 
 /* The plan's verdict: grant, or give the keys back. */

@@ -74,7 +74,8 @@
 #define STATS_NODE_CODEC(X)                                                  \
     X(up, GAUGE, ONE, "node_up", "1 while at least one connection to this Redis node is up, else 0.") \
     X(voting, GAUGE, ONE, "node_voting", "1 while this node's answers count as votes, else 0.") \
-    X(recovering, GAUGE, ONE, "node_recovering", "1 while a restarted node may not vote until the leases it forgot have expired, else 0.") \
+    X(answered_recently, GAUGE, ONE, "node_answered_recently", "1 while this node answered within redis.probe_interval_ms + redis.command_timeout_ms, else 0.") \
+    X(recovering, GAUGE, ONE, "node_recovering", "1 while a node that may have lost keys (restarted, flushed, new) does not vote yet, else 0.") \
     X(requests, COUNTER, ONE, "node_requests", "Requests sent to this node.") \
     X(errors, COUNTER, ONE, "node_errors", "Error replies from this node.") \
     X(timeouts, COUNTER, ONE, "node_timeouts", "Requests to this node unanswered within redis.command_timeout_ms.") \
