@@ -482,6 +482,27 @@ static bool port_listening(int port)
     return found;
 }
 
+/* Is a socket listening on the unix path? (/proc/net/unix: the file
+ * exists from bind on, but connecting works only after listen.) */
+static bool unix_listening(const char *path)
+{
+    char line[1024], sock_path[512];
+    bool found = false;
+    FILE *f = fopen("/proc/net/unix", "r");
+
+    if (!f)
+        return true;
+    while (!found && fgets(line, sizeof(line), f)) {
+        unsigned flags;
+
+        if (sscanf(line, "%*s %*x %*x %x %*x %*x %*u %511s", &flags,
+                   sock_path) == 2)
+            found = (flags & 0x10000) && strcmp(sock_path, path) == 0;
+    }
+    fclose(f);
+    return found;
+}
+
 /* ---- redis ---- */
 
 /* True once the redis-server with process id `pid` answers on `port`
@@ -799,7 +820,8 @@ static int daemon_wait_ready(struct h_daemon *d, bool tcp, bool unix_sock)
     while (h_now_ms() < end) {
         bool ok_tcp = !tcp || port_listening(d->port);
         bool ok_unix = !unix_sock ||
-                       (stat(d->sock_path, &st) == 0 && S_ISSOCK(st.st_mode));
+                       (stat(d->sock_path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+                        unix_listening(d->sock_path));
 
         if (ok_tcp && ok_unix)
             return 1;

@@ -60,13 +60,24 @@ static void stop_daemons(void)
     ck_assert_int_eq(h_daemon_finish(&D2), 0);
 }
 
-/* Set node i's fence counter directly, as a diverged history left it. */
+/* Set node i's fence counter directly, as a diverged history left it,
+ * with the admission marker a daemon writes for a node that kept its data
+ * (without it the node's counter without a marker reads as data loss, and
+ * the node waits out max_ttl_ms before it votes). */
 static void set_counter(int i, long long v)
 {
-    char *s = NULL;
+    char *s = NULL, *info = NULL, run_id[64] = "";
 
     h_redis_cmd(&N[i], &s, "SET %s %lld", FENCE_KEY, v);
-    ck_assert_msg(s != NULL && strcmp(s, "OK") == 0, "SET counter on node %d", i);
+    ck_assert_msg(s && strcmp(s, "OK") == 0, "SET counter on node %d", i);
+    free(s);
+    h_redis_cmd(&N[i], &info, "INFO server");
+    const char *p = info ? strstr(info, "run_id:") : NULL;
+    ck_assert_msg(p, "no run_id from node %d", i);
+    sscanf(p + 7, "%63[0-9a-f]", run_id);
+    free(info);
+    s = NULL;
+    h_redis_cmd(&N[i], &s, "SET %s:admitted %s", FENCE_KEY, run_id);
     free(s);
 }
 
