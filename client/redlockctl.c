@@ -4,8 +4,10 @@
  * `run` guards a command with a lock: it takes the lock (the daemon renews
  * the lease while our connection lives), runs the command in its own
  * process group with the lock in its environment, forwards SIGINT, SIGTERM
- * and SIGHUP to that group, watches the connection for EVENT LOST, and
- * releases the lock when the command exits. `ping`, `status`, `sessions`
+ * and SIGHUP to that group, watches the connection for EVENT LOST,
+ * confirms the lease every ttl/3 (redlockd_refresh) and stops the command
+ * when the lease deadline passes unconfirmed, and releases the lock when
+ * the command exits. `ping`, `status`, `sessions`
  * and `stats` print the daemon's answers, as tables or (--json) raw.
  * Exit statuses are listed in usage() and in redlockctl(1); keep both in
  * step.
@@ -38,13 +40,28 @@
 #define CTL_EXIT_LOST 70            /* the lease was lost, command stopped */
 #define CTL_DEFAULT_TIMEOUT_MS 5000
 /*
- * `run` asks the daemon to end the session after a minute without a line
- * and pings four times as often, so a redlockctl that hangs (or is stopped)
- * loses the lock within a minute instead of holding it forever. A crashed
- * or killed redlockctl loses it at once: its socket closes.
+ * `run` asks the daemon to end the session after a minute without a line,
+ * so a redlockctl that hangs (or is stopped) loses the lock within a
+ * minute instead of holding it forever. A crashed or killed redlockctl
+ * loses it at once: its socket closes.
+ *
+ * It confirms the lease every third of its ttl (the daemon's renewal
+ * period), which leaves each confirmation two thirds of a ttl to arrive
+ * before the deadline of the one before; sooner when the validity left is
+ * short, and never more often than every CTL_REFRESH_MIN_MS. At most a
+ * quarter of the keepalive apart, the confirmations keep the session
+ * alive too.
+ *
+ * Unconfirmed, the command is stopped a little before the lease deadline:
+ * the keys outlive the deadline only by the daemon's drift margin (22 ms
+ * for a 2 s ttl), and stopping takes time (our wake-up, the signal, the
+ * command's exit). The daemon keeps the same twentieth of the ttl for its
+ * clients to act on EVENT LOST.
  */
 #define CTL_KEEPALIVE_MS 60000
-#define CTL_PING_EVERY_MS (CTL_KEEPALIVE_MS / 4)
+#define CTL_REFRESH_MAX_MS (CTL_KEEPALIVE_MS / 4)
+#define CTL_REFRESH_MIN_MS 50
+#define CTL_STOP_EARLY_MAX_MS 1000
 #define CTL_NAME_MAX 64
 
 struct ctl {
@@ -107,7 +124,9 @@ static void ctl_usage(FILE *out)
 "  -V, --version           show the version\n"
 "\n"
 "Run options:\n"
-"      --ttl MS            lease on Redis (default: the daemon's, 30000)\n"
+"      --ttl MS            lease on Redis (default: the daemon's, 30000);\n"
+"                          the command is stopped once MS pass without the\n"
+"                          daemon confirming the lease\n"
 "      --wait MS           wait up to MS for a busy lock (default 0: don't)\n"
 "      --on-lost kill|ignore\n"
 "                          when the lease is lost: SIGTERM the command's\n"
@@ -737,11 +756,13 @@ struct ctl_run {
     pid_t child;                /* the command; also its process group */
     int status;                 /* its wait status, once exited */
     int exited;
-    int lost;                   /* set by ctl_on_lost */
+    int lost;                   /* set by ctl_on_lost, or the deadline */
     int lost_noticed;           /* acted on (message, SIGTERM) */
     char lost_reason[160];
     double kill_at;             /* when SIGKILL is due; 0: not */
-    double next_ping;
+    double refresh_every;       /* ttl/3 within the CTL_REFRESH_* bounds */
+    double next_refresh;
+    double stop_early;          /* how long before the deadline to stop */
     bool not_taken;             /* the lock was busy or refused */
 };
 
@@ -896,6 +917,61 @@ static void ctl_handle_daemon(struct ctl_run *r)
     ctl_notice_lost(r);
 }
 
+/* When the command must have been told to stop, unless the lease is
+ * confirmed again: stop_early before its deadline. false once the lease is
+ * not held any more. */
+static bool ctl_stop_at(const struct ctl_run *r, double *at)
+{
+    int64_t deadline;
+
+    if (redlockd_lease_deadline(r->h, r->resource, &deadline) != 0)
+        return false;
+    *at = (double)deadline - r->stop_early;
+    return true;
+}
+
+/* The next confirmation: refresh_every after `sent`, or halfway to the
+ * stop time when that comes first. */
+static void ctl_schedule_refresh(struct ctl_run *r, double sent)
+{
+    double every = r->refresh_every, stop;
+
+    if (ctl_stop_at(r, &stop) && (stop - sent) / 2 < every)
+        every = (stop - sent) / 2;
+    r->next_refresh = sent + (every > CTL_REFRESH_MIN_MS ? every
+                                                         : CTL_REFRESH_MIN_MS);
+}
+
+static void ctl_refresh(struct ctl_run *r)
+{
+    double sent = ctl_now_ms(), stop;
+
+    if (!ctl_stop_at(r, &stop) || stop <= sent)
+        return;
+    /* Not waiting past the stop time; a failure closes the connection and
+     * reaches us through ctl_on_lost (disconnected). */
+    if (redlockd_refresh_within(r->h, (int)(stop - sent))
+        == -REDLOCKD_E_IO_TIMEOUT)
+        snprintf(r->lost_reason, sizeof(r->lost_reason),
+                 "the daemon did not confirm the lease");
+    ctl_schedule_refresh(r, sent);
+}
+
+/* The stop time came without a confirmation (a daemon that stalls says
+ * nothing): soon another holder may have the lock. */
+static void ctl_check_deadline(struct ctl_run *r)
+{
+    double stop;
+
+    if (r->lost || (ctl_stop_at(r, &stop) && ctl_now_ms() < stop))
+        return;
+    if (redlockd_lease_check(r->h, r->resource) == -REDLOCKD_E_NOTHELD)
+        return;
+    snprintf(r->lost_reason, sizeof(r->lost_reason),
+             "the daemon did not confirm the lease before its deadline");
+    r->lost = 1;
+}
+
 static void ctl_timers(struct ctl_run *r)
 {
     double now = ctl_now_ms();
@@ -904,19 +980,24 @@ static void ctl_timers(struct ctl_run *r)
         kill(-r->child, SIGKILL);
         r->kill_at = 0;
     }
-    if (!r->lost && now >= r->next_ping) {
-        (void)redlockd_ping(r->h);
-        r->next_ping = ctl_now_ms() + CTL_PING_EVERY_MS;
-        ctl_notice_lost(r);
-    }
+    /* A deadline passed while we were not looking (redlockctl itself was
+     * stopped) is not undone by a refresh: the command ran unconfirmed. */
+    ctl_check_deadline(r);
+    if (!r->lost && now >= r->next_refresh)
+        ctl_refresh(r);
+    ctl_check_deadline(r);
+    ctl_notice_lost(r);
 }
 
 static int ctl_poll_timeout(const struct ctl_run *r)
 {
-    double now = ctl_now_ms(), next = -1;
+    double now = ctl_now_ms(), next = -1, stop;
 
-    if (!r->lost)
-        next = r->next_ping;
+    if (!r->lost) {
+        next = r->next_refresh;
+        if (ctl_stop_at(r, &stop) && stop < next)
+            next = stop;
+    }
     if (r->kill_at > 0 && (next < 0 || r->kill_at < next))
         next = r->kill_at;
     if (next < 0)
@@ -924,12 +1005,18 @@ static int ctl_poll_timeout(const struct ctl_run *r)
     return next <= now ? 0 : (int)(next - now) + 1;
 }
 
-static void ctl_wait_child(struct ctl_run *r)
+static void ctl_wait_child(struct ctl_run *r, uint32_t ttl)
 {
     struct pollfd p[2];
     nfds_t n;
 
-    r->next_ping = ctl_now_ms() + CTL_PING_EVERY_MS;
+    r->refresh_every = ttl / 3.0;
+    if (r->refresh_every > CTL_REFRESH_MAX_MS)
+        r->refresh_every = CTL_REFRESH_MAX_MS;
+    r->stop_early = ttl / 20.0;
+    if (r->stop_early > CTL_STOP_EARLY_MAX_MS)
+        r->stop_early = CTL_STOP_EARLY_MAX_MS;
+    ctl_schedule_refresh(r, ctl_now_ms());
     while (!r->exited) {
         p[0].fd = ctl_sigpipe[0];
         p[0].events = POLLIN;
@@ -1051,7 +1138,7 @@ static int ctl_run(struct ctl *c, int argc, char **argv)
                     || ctl_spawn(&r, &lease, argv + i) < 0))
         rc = EX_OSERR;
     if (rc == 0) {
-        ctl_wait_child(&r);
+        ctl_wait_child(&r, lease.ttl);
         rc = ctl_finish(&r);
     }
     redlockd_close(r.h);

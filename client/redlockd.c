@@ -12,6 +12,12 @@
  * server addresses by proto_addr_parse, numbers by its strict readers; it
  * also owns the error-code table, which this file only maps to the public
  * enum.
+ *
+ * The handle keeps a table of its leases with their deadlines: the send
+ * time of the request that last confirmed each (LOCK, EXTEND, or the LOCKS
+ * of redlockd_refresh) plus the validity its reply reported. That is the
+ * rule of docs/protocol.md, "Writing a client: the lease deadline rule";
+ * every time here is CLOCK_MONOTONIC milliseconds.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +35,8 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "proto.h"
 #include "redlockd.h"
@@ -48,9 +56,18 @@
 _Static_assert(RL_PASSWORD_MAX + sizeof("AUTH \n") <= RL_REQ_MAX,
                "an AUTH line fits in the request buffer");
 
-struct rl_lost {
+/* A lease of the handle: held from LOCK to UNLOCK, or reported lost and
+ * kept, so that redlockd_lost() can say so, until the resource is taken
+ * again. */
+struct rl_lease {
     char *resource;
-    uint64_t fence;
+    uint64_t fence;             /* 0 when only an ERR LOST named it */
+    uint32_t ttl;
+    /* The send time of the request that last confirmed the lease plus the
+     * validity its reply reported. */
+    int64_t deadline;
+    bool lost;                  /* EVENT LOST, ERR LOST, NOTHELD, or missing
+                                   from LOCKS */
 };
 
 struct redlockd {
@@ -73,8 +90,9 @@ struct redlockd {
     char *reply;
     size_t reply_cap;
 
-    struct rl_lost *lost;       /* leases reported lost */
-    size_t nlost, lost_cap;
+    struct rl_lease *leases;
+    size_t nleases, leases_cap;
+    int64_t sent_ms;            /* when the last request went out */
 
     /* The request line being built. Reserved for RL_REQ_MAX bytes when the
      * handle is made, so building a request never allocates (sbuf aborts
@@ -461,61 +479,115 @@ static int rl_connect_fd(const struct redlockd_addr *a, int timeout_ms,
     return e == 0 ? 0 : rl_connect_err(a, e, err);
 }
 
-/* ---- leases reported lost ----------------------------------------------- */
+/* ---- leases ------------------------------------------------------------ */
 
-static struct rl_lost *rl_lost_find(const struct redlockd *h,
-                                    const char *resource)
+static struct rl_lease *rl_lease_find(const struct redlockd *h,
+                                      const char *resource)
 {
     size_t i;
 
-    for (i = 0; i < h->nlost; i++) {
-        if (strcmp(h->lost[i].resource, resource) == 0)
-            return &h->lost[i];
+    for (i = 0; i < h->nleases; i++) {
+        if (strcmp(h->leases[i].resource, resource) == 0)
+            return &h->leases[i];
     }
     return NULL;
 }
 
-static int rl_lost_add(struct redlockd *h, const char *resource, uint64_t fence)
+/* The entry of resource, made (lost, no deadline) if there is none; NULL
+ * when out of memory, the handle then closed. */
+static struct rl_lease *rl_lease_get(struct redlockd *h, const char *resource)
 {
-    struct rl_lost *l = rl_lost_find(h, resource), *grown;
+    struct rl_lease *l = rl_lease_find(h, resource), *grown;
     size_t cap;
 
-    if (l != NULL) {
-        l->fence = fence;
-        return 0;
+    if (l != NULL)
+        return l;
+    if (h->nleases == h->leases_cap) {
+        cap = h->leases_cap ? h->leases_cap * 2 : 8;
+        grown = realloc(h->leases, cap * sizeof(*grown));
+        if (grown == NULL) {
+            rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
+            return NULL;
+        }
+        h->leases = grown;
+        h->leases_cap = cap;
     }
-    if (h->nlost == h->lost_cap) {
-        cap = h->lost_cap ? h->lost_cap * 2 : 8;
-        grown = realloc(h->lost, cap * sizeof(*grown));
-        if (grown == NULL)
-            return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
-        h->lost = grown;
-        h->lost_cap = cap;
-    }
-    l = &h->lost[h->nlost];
+    l = &h->leases[h->nleases];
+    memset(l, 0, sizeof(*l));
     l->resource = strdup(resource);
-    if (l->resource == NULL)
-        return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
-    l->fence = fence;
-    h->nlost++;
-    return 0;
+    if (l->resource == NULL) {
+        rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    l->lost = true;
+    h->nleases++;
+    return l;
 }
 
-static void rl_lost_del(struct redlockd *h, const char *resource)
+static void rl_lease_del(struct redlockd *h, const char *resource)
 {
-    struct rl_lost *l = rl_lost_find(h, resource);
+    struct rl_lease *l = rl_lease_find(h, resource);
 
     if (l == NULL)
         return;
     free(l->resource);
-    *l = h->lost[--h->nlost];
+    *l = h->leases[--h->nleases];
+}
+
+/* The daemon no longer holds it for us. fence 0: not known. */
+static int rl_lease_lose(struct redlockd *h, const char *resource,
+                         uint64_t fence)
+{
+    struct rl_lease *l = rl_lease_get(h, resource);
+
+    if (l == NULL)
+        return -REDLOCKD_E_NOMEM;
+    l->lost = true;
+    if (fence != 0)
+        l->fence = fence;
+    return 0;
+}
+
+/* The last request confirmed validity_ms of the lease. */
+static void rl_lease_confirm(struct redlockd *h, struct rl_lease *l,
+                             int64_t validity_ms)
+{
+    l->deadline = h->sent_ms + (validity_ms > 0 ? validity_ms : 0);
 }
 
 int redlockd_lost(const struct redlockd *h, const char *resource)
 {
+    const struct rl_lease *l;
+
     if (h->fd < 0)
         return 1;
-    return resource != NULL && rl_lost_find(h, resource) != NULL;
+    l = resource != NULL ? rl_lease_find(h, resource) : NULL;
+    return l != NULL && l->lost;
+}
+
+int redlockd_lease_deadline(const struct redlockd *h, const char *resource,
+                            int64_t *deadline_ms)
+{
+    const struct rl_lease *l = resource != NULL ? rl_lease_find(h, resource)
+                                                : NULL;
+
+    if (l == NULL)
+        return -REDLOCKD_E_NOTHELD;
+    if (h->fd < 0 || l->lost)
+        return -REDLOCKD_E_LOST;
+    if (deadline_ms != NULL)
+        *deadline_ms = l->deadline;
+    return 0;
+}
+
+int redlockd_lease_check(const struct redlockd *h, const char *resource)
+{
+    int64_t deadline;
+    int rc = redlockd_lease_deadline(h, resource, &deadline);
+
+    if (rc == 0 && rl_now_ms() >= deadline)
+        rc = -REDLOCKD_E_LOST;
+    return rc;
 }
 
 /* ---- events ------------------------------------------------------------- */
@@ -539,7 +611,7 @@ static int rl_event_lost(struct redlockd *h, const struct proto_reply *ev)
     /* A missing or odd fence must not hide the loss itself. */
     if (proto_parse_u64(fence_s, rl_len(fence_s), &fence) < 0)
         fence = 0;
-    rc = rl_lost_add(h, res, fence);
+    rc = rl_lease_lose(h, res, fence);
     if (rc < 0)
         return rc;
     if (h->on_lost != NULL) {
@@ -733,7 +805,9 @@ static int rl_take_reply(struct redlockd *h, const char *line, size_t len,
     return 0;
 }
 
-/* Read up to the next reply, handling the events in front of it. */
+/* Read up to the next reply, handling the events in front of it. 1: none
+ * came before deadline (the caller closes the connection: a late reply
+ * would be taken for the next request's). */
 static int rl_read_reply(struct redlockd *h, int64_t deadline,
                          struct proto_reply *r)
 {
@@ -757,11 +831,8 @@ static int rl_read_reply(struct redlockd *h, int64_t deadline,
             return rl_fatal(h, REDLOCKD_E_PROTO, "reply longer than %d bytes",
                             REDLOCKD_MAX_REPLY);
         rc = rl_fill(h, deadline);
-        if (rc < 0)
+        if (rc != 0)
             return rc;
-        if (rc == 1)
-            return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT,
-                            "no reply from the daemon in time");
     }
 }
 
@@ -839,28 +910,47 @@ static void rl_req_line(struct redlockd *h, enum proto_cmd cmd,
 }
 
 /*
- * Send the request line built in h->req and read its reply into r (valid
- * until the next request). ERR replies become their code. extra_ms
- * lengthens the I/O timeout for requests the daemon may hold on purpose
- * (LOCK wait=). The caller handles r, then ends with rl_finish.
+ * Send the request line built in h->req (noting when in h->sent_ms) and
+ * read its reply into r (valid until the next request), giving up at
+ * deadline (-1: never). ERR replies become their code; 1: no reply in
+ * time, the connection still open. The caller handles r, then ends with
+ * rl_finish.
  */
-static int rl_call(struct redlockd *h, uint32_t extra_ms,
-                   struct proto_reply *r)
+static int rl_exchange(struct redlockd *h, int64_t deadline,
+                       struct proto_reply *r)
 {
-    int64_t deadline = -1;
     int rc;
 
-    if (h->io_timeout_ms >= 0)
-        deadline = rl_now_ms() + h->io_timeout_ms + extra_ms;
+    h->sent_ms = rl_now_ms();
     rc = rl_send(h, h->req.data, h->req.len, deadline);
     if (rc < 0)
         return rc;
     rc = rl_read_reply(h, deadline, r);
-    if (rc < 0)
+    if (rc != 0)
         return rc;
     if (r->kind == PROTO_REPLY_ERR)
         return rl_daemon_err(h, r);
     return 0;
+}
+
+/* -1: no deadline. */
+static int64_t rl_io_deadline(const struct redlockd *h, uint32_t extra_ms)
+{
+    return h->io_timeout_ms < 0 ? -1
+                                : rl_now_ms() + h->io_timeout_ms + extra_ms;
+}
+
+/* rl_exchange within the I/O timeout; extra_ms lengthens it for requests
+ * the daemon may hold on purpose (LOCK wait=). */
+static int rl_call(struct redlockd *h, uint32_t extra_ms,
+                   struct proto_reply *r)
+{
+    int rc = rl_exchange(h, rl_io_deadline(h, extra_ms), r);
+
+    if (rc == 1)
+        return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT,
+                        "no reply from the daemon in time");
+    return rc;
 }
 
 /* Events that came in behind the reply are handled now, so that poll() on
@@ -1098,9 +1188,9 @@ void redlockd_close(struct redlockd *h)
         rl_quit(h);
         close(h->fd);
     }
-    for (i = 0; i < h->nlost; i++)
-        free(h->lost[i].resource);
-    free(h->lost);
+    for (i = 0; i < h->nleases; i++)
+        free(h->leases[i].resource);
+    free(h->leases);
     free(h->in);
     free(h->reply);
     sbuf_deinit(&h->req);
@@ -1149,18 +1239,41 @@ static int rl_lease_fill(struct redlockd *h, const struct proto_reply *r,
     return 0;
 }
 
+static int rl_refresh(struct redlockd *h, int timeout_ms);
+
+/* A new lease: its entry, no longer lost (events read after this reply are
+ * about the new lease), with its first deadline. */
+static int rl_lease_taken(struct redlockd *h, const struct redlockd_lease *ls)
+{
+    struct rl_lease *l = rl_lease_get(h, ls->resource);
+
+    if (l == NULL)
+        return -REDLOCKD_E_NOMEM;
+    l->lost = false;
+    l->fence = ls->fence;
+    l->ttl = ls->ttl;
+    rl_lease_confirm(h, l, ls->validity);
+    return 0;
+}
+
 static int rl_lock_reply(struct redlockd *h, const struct proto_reply *r,
                          const char *resource, struct redlockd_lease *lease)
 {
     struct redlockd_lease scratch;
     int rc;
 
+    if (lease == NULL)
+        lease = &scratch;
     rc = rl_expect(h, r, PROTO_REPLY_OK, PROTO_CMD_LOCK);
     if (rc == 0)
-        rc = rl_lease_fill(h, r, resource, lease != NULL ? lease : &scratch);
-    /* Events read after this reply are about the new lease. */
+        rc = rl_lease_fill(h, r, resource, lease);
     if (rc == 0)
-        rl_lost_del(h, resource);
+        rc = rl_lease_taken(h, lease);
+    /* The deadline counts from when LOCK was sent, however long it waited
+     * for the grant: if that used up half the validity, confirm the lease
+     * again now rather than hand out a deadline about to pass. */
+    if (rc == 0 && rl_now_ms() >= h->sent_ms + lease->validity / 2)
+        rc = rl_refresh(h, -1);
     return rc;
 }
 
@@ -1190,6 +1303,18 @@ int redlockd_lock(struct redlockd *h, const char *resource, uint32_t ttl_ms,
     return rl_finish(h, rc);
 }
 
+/* After an UNLOCK or EXTEND answered rc: LOST, and NOTHELD for a lease we
+ * thought held, mean the daemon no longer holds it for us. */
+static int rl_lease_refused(struct redlockd *h, const char *resource, int rc)
+{
+    if (rc == -REDLOCKD_E_LOST
+        || (rc == -REDLOCKD_E_NOTHELD && rl_lease_find(h, resource) != NULL)) {
+        if (rl_lease_lose(h, resource, 0) < 0)
+            return -REDLOCKD_E_NOMEM;
+    }
+    return rc;
+}
+
 int redlockd_unlock(struct redlockd *h, const char *resource)
 {
     struct proto_reply r;
@@ -1205,25 +1330,44 @@ int redlockd_unlock(struct redlockd *h, const char *resource)
     if (rc == 0)
         rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_UNLOCK);
     if (rc == 0)
-        rl_lost_del(h, resource);
-    else if (rc == -REDLOCKD_E_LOST && rl_lost_add(h, resource, 0) < 0)
-        rc = -REDLOCKD_E_NOMEM;
+        rl_lease_del(h, resource);
+    else
+        rc = rl_lease_refused(h, resource, rc);
     return rl_finish(h, rc);
 }
 
 static int rl_extend_reply(struct redlockd *h, const struct proto_reply *r,
+                           const char *resource, uint32_t ttl_ms,
                            int64_t *validity_ms)
 {
     const char *validity = proto_reply_get(r, "validity");
+    struct rl_lease *l = rl_lease_find(h, resource);
     int64_t v;
 
     if (rl_expect(h, r, PROTO_REPLY_OK, PROTO_CMD_EXTEND) < 0)
         return -REDLOCKD_E_PROTO;
     if (proto_parse_i64(validity, rl_len(validity), &v) < 0)
         return rl_fatal(h, REDLOCKD_E_PROTO, "malformed reply to EXTEND");
+    if (l != NULL && !l->lost) {
+        l->ttl = ttl_ms;
+        rl_lease_confirm(h, l, v);
+    }
     if (validity_ms != NULL)
         *validity_ms = v;
     return 0;
+}
+
+/* An EXTEND that failed otherwise (UNAVAILABLE) may have set the shorter
+ * ttl on some nodes: until a refresh says how long the lease now is, it is
+ * confirmed only up to when the EXTEND went out. A longer ttl can only
+ * have lengthened it. */
+static void rl_extend_failed(struct redlockd *h, const char *resource,
+                             uint32_t ttl_ms)
+{
+    struct rl_lease *l = rl_lease_find(h, resource);
+
+    if (l != NULL && !l->lost && ttl_ms < l->ttl && h->sent_ms < l->deadline)
+        l->deadline = h->sent_ms;
 }
 
 int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
@@ -1246,9 +1390,11 @@ int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
     proto_format_end(b);
     rc = rl_call(h, 0, &r);
     if (rc == 0)
-        rc = rl_extend_reply(h, &r, validity_ms);
-    else if (rc == -REDLOCKD_E_LOST && rl_lost_add(h, resource, 0) < 0)
-        rc = -REDLOCKD_E_NOMEM;
+        rc = rl_extend_reply(h, &r, resource, ttl_ms, validity_ms);
+    else if (rc == -REDLOCKD_E_UNAVAILABLE)
+        rl_extend_failed(h, resource, ttl_ms);
+    else
+        rc = rl_lease_refused(h, resource, rc);
     return rl_finish(h, rc);
 }
 
@@ -1265,6 +1411,156 @@ int redlockd_ping(struct redlockd *h)
     if (rc == 0)
         rc = rl_expect(h, &r, PROTO_REPLY_PONG, PROTO_CMD_PING);
     return rl_finish(h, rc);
+}
+
+/* ---- refreshing the deadlines ------------------------------------------ */
+
+/* The member of a LOCKS "locks" array for resource, or NULL. */
+static json_t *rl_locks_entry(json_t *locks, const char *resource)
+{
+    json_t *e;
+    size_t i;
+
+    json_array_foreach(locks, i, e) {
+        const char *res = json_string_value(json_object_get(e, "resource"));
+
+        if (res != NULL && strcmp(res, resource) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+static bool rl_json_lists(json_t *names, const char *resource)
+{
+    json_t *e;
+    size_t i;
+
+    json_array_foreach(names, i, e) {
+        const char *res = json_string_value(e);
+
+        if (res != NULL && strcmp(res, resource) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* A lease the daemon no longer lists: lost, as if EVENT LOST had said so. */
+static void rl_lease_missing(struct redlockd *h, struct rl_lease *l)
+{
+    l->lost = true;
+    if (h->on_lost != NULL) {
+        h->in_callback++;
+        h->on_lost(l->resource, l->fence, "missing", h->ud);
+        h->in_callback--;
+    }
+}
+
+/* One held lease against the LOCKS answer: a new deadline, or lost. */
+static int rl_refresh_lease(struct redlockd *h, struct rl_lease *l,
+                            json_t *locks, json_t *lost)
+{
+    json_t *e = rl_locks_entry(locks, l->resource), *fence, *validity;
+
+    if (e == NULL || rl_json_lists(lost, l->resource)) {
+        rl_lease_missing(h, l);
+        return 0;
+    }
+    fence = json_object_get(e, "fence");
+    validity = json_object_get(e, "validity");
+    if (!json_is_integer(fence) || !json_is_integer(validity))
+        return rl_fatal(h, REDLOCKD_E_PROTO,
+                        "malformed lease %.200s in reply to LOCKS",
+                        l->resource);
+    /* Another fence is another acquisition: not the lease we hold. */
+    if ((uint64_t)json_integer_value(fence) != l->fence)
+        rl_lease_missing(h, l);
+    else
+        rl_lease_confirm(h, l, json_integer_value(validity));
+    return 0;
+}
+
+static int rl_refresh_reply(struct redlockd *h, const struct proto_reply *r)
+{
+    json_error_t jerr;
+    json_t *root, *locks;
+    size_t i;
+    int rc = 0;
+
+    if (r->kind != PROTO_REPLY_OK || r->text[0] != '{')
+        return rl_fatal(h, REDLOCKD_E_PROTO, "LOCKS did not answer with JSON");
+    root = json_loads(r->text, 0, &jerr);
+    locks = json_object_get(root, "locks");
+    if (!json_is_array(locks))
+        rc = rl_fatal(h, REDLOCKD_E_PROTO, "malformed reply to LOCKS: %s",
+                      root == NULL ? jerr.text : "no \"locks\" array");
+    for (i = 0; rc == 0 && i < h->nleases; i++) {
+        if (!h->leases[i].lost)
+            rc = rl_refresh_lease(h, &h->leases[i], locks,
+                                  json_object_get(root, "lost"));
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* The held lease whose deadline comes first among those still ahead. */
+static const struct rl_lease *rl_lease_next_due(const struct redlockd *h)
+{
+    const struct rl_lease *first = NULL;
+    int64_t now = rl_now_ms();
+    size_t i;
+
+    for (i = 0; i < h->nleases; i++) {
+        const struct rl_lease *l = &h->leases[i];
+
+        if (!l->lost && l->deadline > now
+            && (first == NULL || l->deadline < first->deadline))
+            first = l;
+    }
+    return first;
+}
+
+/* The caller may be waiting in here to stop its work at a deadline: never
+ * wait for the answer past one, nor past the I/O timeout or the caller's
+ * own timeout_ms (negative: none). */
+static int rl_refresh(struct redlockd *h, int timeout_ms)
+{
+    const struct rl_lease *due = rl_lease_next_due(h);
+    int64_t until = rl_io_deadline(h, 0);
+    struct proto_reply r;
+    bool by_lease = false;
+    int rc;
+
+    if (timeout_ms >= 0 && (until < 0 || rl_now_ms() + timeout_ms < until))
+        until = rl_now_ms() + timeout_ms;
+    if (due != NULL && (until < 0 || due->deadline < until)) {
+        until = due->deadline;
+        by_lease = true;
+    }
+    rl_req_line(h, PROTO_CMD_LOCKS, NULL);
+    rc = rl_exchange(h, until, &r);
+    if (rc == 1 && by_lease)
+        return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT,
+                        "no reply to LOCKS before the deadline of the lease "
+                        "on %.200s", due->resource);
+    if (rc == 1)
+        return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT, "no reply to LOCKS in time");
+    if (rc == 0)
+        rc = rl_refresh_reply(h, &r);
+    return rc;
+}
+
+int redlockd_refresh_within(struct redlockd *h, int timeout_ms)
+{
+    int rc = rl_begin(h);
+
+    if (rc < 0)
+        return rc;
+    return rl_finish(h, rl_refresh(h, timeout_ms));
+}
+
+int redlockd_refresh(struct redlockd *h)
+{
+    return redlockd_refresh_within(h, -1);
 }
 
 static int rl_json_reply(struct redlockd *h, const struct proto_reply *r,

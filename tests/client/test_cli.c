@@ -19,6 +19,11 @@
  *   - SIGTERM and SIGINT sent to redlockctl reach the command;
  *   - a lease lost while the command runs (two of three nodes SIGSTOPped)
  *     stops the command, and redlockctl exits 70;
+ *   - so does a lease whose deadline passes unconfirmed: with its daemon
+ *     SIGSTOPped the command is stopped before a second daemon on the same
+ *     nodes grants the lock (comparing the command's last write with the
+ *     grant), and a redlockctl that was itself stopped past the deadline
+ *     stops its command as it resumes;
  *   - status, sessions, stats and ping, as tables and as --json, over TCP,
  *     the unix socket and $REDLOCKD_SERVER; an unreachable daemon gives 69
  *     and one "redlockctl: ..." line on stderr;
@@ -38,6 +43,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -73,6 +79,9 @@ struct proc {
 static struct h_redis R[NODES_MAX];
 static int nr;
 static struct h_daemon D;
+/* A second daemon on the same nodes, for tests about what another daemon
+ * may grant. */
+static struct h_daemon D2;
 static struct proc P[PROCS_MAX];
 static int np;
 /* The daemon's TCP address as redlockctl takes it: "127.0.0.1:<port>". */
@@ -80,7 +89,7 @@ static char S[64];
 /* REDLOCKD_SERVER for the next processes started (NULL: unset). */
 static const char *server_env;
 /* Raw protocol clients are large (buffers): keep them off the stack. */
-static struct h_client A;
+static struct h_client A, B;
 
 /* ---- fixture ---- */
 
@@ -88,12 +97,14 @@ static void setup(void)
 {
     memset(R, 0, sizeof(R));
     memset(&D, 0, sizeof(D));
+    memset(&D2, 0, sizeof(D2));
     memset(P, 0, sizeof(P));
     nr = 0;
     np = 0;
     S[0] = '\0';
     server_env = NULL;
     A.fd = -1;
+    B.fd = -1;
 }
 
 static void proc_close_pipes(struct proc *p)
@@ -121,10 +132,21 @@ static void teardown(void)
     }
     if (A.fd >= 0)
         h_close(&A);
-    /* A stopped node would hold up the daemon's release at shutdown. */
+    if (B.fd >= 0)
+        h_close(&B);
+    /* A stopped node would hold up the daemon's release at shutdown, and a
+     * stopped daemon would not exit on SIGTERM. */
     h_redis_resume_all(R, nr);
+    if (D.pid != 0)
+        kill(D.pid, SIGCONT);
     rc = h_daemon_finish(&D);
     h_daemon_cleanup(&D);
+    if (D2.pid != 0) {
+        int rc2 = h_daemon_finish(&D2);
+
+        rc = rc != 0 ? rc : rc2;
+    }
+    h_daemon_cleanup(&D2);
     h_redis_cleanup_all(R, nr);
     ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
 }
@@ -734,39 +756,184 @@ END_TEST
 
 /* ---- run: the lease is lost while the command runs ---- */
 
+/* `run --ttl TTL RESOURCE` of a command that writes its pid and sleeps;
+ * the command's pid in *cmd once it runs. */
+static struct proc *run_sleeper(const char *res, const char *ttl, long *cmd)
+{
+    const char *pidf = tmp_path("pid");
+    struct proc *p;
+
+    unlink(pidf);
+    p = ctl_start("-s", S, "run", "--on-lost", "kill", "--ttl", ttl, res, "--",
+                  "sh", "-c", "echo $$ > \"$1\"; exec sleep 30", "sh", pidf, NULL);
+    *cmd = wait_file_number(pidf, h_scale(5000));
+    return p;
+}
+
+/* redlockctl p exits 70 within timeout_ms, saying `word`, and its command
+ * cmd goes with it; returns how long the exit took. */
+static long long assert_stopped_lost(struct proc *p, long cmd, int timeout_ms,
+                                     const char *word, const char *what)
+{
+    uint64_t t0 = h_now_ms();
+    long long took;
+
+    proc_wait(p, h_scale(10000));
+    took = h_since(t0);
+    fprintf(stderr, "%s: redlockctl exited after %lld ms\n", what, took);
+    assert_status(p, EXIT_LOST, what);
+    ck_assert_msg(took < timeout_ms, "%s: redlockctl took %lld ms", what, took);
+    ck_assert_msg(h_starts(p->err, "redlockctl:") && strstr(p->err, word) != NULL,
+                  "%s: no message saying \"%s\": %s", what, word, p->err);
+    ck_assert_msg(wait_pid_gone((pid_t)cmd, h_scale(3000)),
+                  "%s: the command (pid %ld) still runs", what, cmd);
+    return took;
+}
+
 START_TEST(run_lease_lost)
 {
-    const char *pidf;
     struct proc *p;
-    uint64_t t0;
-    long long took;
     long cmd;
 
     start_nodes(3);
     start_daemon(FAULT_JSON);
-    pidf = tmp_path("pid");
-    p = ctl_start("-s", S, "run", "--on-lost", "kill", "--ttl", "1500",
-                  "cli:lost", "--", "sh", "-c", "echo $$ > \"$1\"; exec sleep 30",
-                  "sh", pidf, NULL);
-    cmd = wait_file_number(pidf, h_scale(5000));
-
+    p = run_sleeper("cli:lost", "1500", &cmd);
     /* One node of three left: no renewal can reach a quorum. */
     h_redis_pause(&R[1]);
     h_redis_pause(&R[2]);
-    t0 = h_now_ms();
-    proc_wait(p, h_scale(10000));
-    took = h_since(t0);
-    fprintf(stderr, "run_lease_lost: redlockctl exited %lld ms after the pause\n",
-            took);
-    assert_status(p, EXIT_LOST, "run whose lease was lost");
-    ck_assert_msg(took < h_scale(6000), "redlockctl took %lld ms to notice the loss "
-                  "of a ttl=1500 lease", took);
-    ck_assert_msg(strstr(p->err, "redlockctl:") != NULL && strstr(p->err, "lost") != NULL,
-                  "no message about the lost lease: %s", p->err);
-    ck_assert_msg(wait_pid_gone((pid_t)cmd, h_scale(3000)),
-                  "the command (pid %ld) still runs after the lease was lost", cmd);
+    assert_stopped_lost(p, cmd, h_scale(6000), "lost",
+                        "run_lease_lost, ttl 1500, after the pause");
     h_redis_resume(&R[1]);
     h_redis_resume(&R[2]);
+}
+END_TEST
+
+/* ---- run: the daemon stalls ---- */
+
+/* Appends the wall-clock time in ns every 10 ms until it is killed: each
+ * line is a write the command made while it believed it held the lock. */
+#define STAMP_SCRIPT \
+    "echo $$ > \"$2\"; while :; do date +%s%N >> \"$1\"; sleep 0.01; done"
+
+/* CLOCK_REALTIME in ns, the clock `date +%s%N` reads. */
+static long long wall_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The number on the last complete line of a file (0 if there is none). */
+static long long last_number(const char *path)
+{
+    static char buf[1 << 20];
+    char *end, *start;
+
+    if (!read_file(path, buf, sizeof(buf)) || (end = strrchr(buf, '\n')) == NULL)
+        return 0;
+    *end = '\0';
+    start = strrchr(buf, '\n');
+    return strtoll(start != NULL ? start + 1 : buf, NULL, 10);
+}
+
+/*
+ * Safety issue 6: `run --ttl 2000` whose daemon is SIGSTOPped. Nobody
+ * renews the lease, so a second daemon on the same nodes grants the lock
+ * once the keys expire on Redis. redlockctl must have stopped the command
+ * by then: at the lease deadline (the send time of its last confirmation
+ * plus the validity reported), at most ttl after the last confirmation,
+ * which came before the pause.
+ */
+START_TEST(run_daemon_stalled)
+{
+    const int ttl = 2000;
+    const char *stamps, *pidf;
+    long long paused, granted = 0, last, try_at;
+    struct proc *p;
+    uint64_t t0;
+    bool exited;
+    long cmd;
+
+    start_nodes(3);
+    start_daemon(NULL);
+    h_daemon_start(&D2, R, nr, NULL);
+    h_wait_voting(&D2, nr, h_scale(5000));
+    stamps = tmp_path("stamps");
+    pidf = tmp_path("pid");
+    p = ctl_start("-s", S, "run", "--ttl", "2000", "cli:stall", "--", "sh", "-c",
+                  STAMP_SCRIPT, "sh", stamps, pidf, NULL);
+    cmd = wait_file_number(pidf, h_scale(5000));
+    /* Past the first renewals and confirmations. */
+    h_sleep_ms(1000);
+    h_connect_tcp_ok(&B, D2.port);
+    h_expect(&B, "ERR BUSY", "LOCK cli:stall ttl=30000");
+
+    paused = wall_ns();
+    t0 = h_now_ms();
+    ck_assert_int_eq(kill(D.pid, SIGSTOP), 0);
+    /* The other daemon takes the lock as soon as Redis lets it; the time a
+     * successful LOCK was sent is a lower bound of its grant. */
+    while (granted == 0) {
+        char *line;
+
+        try_at = wall_ns();
+        line = h_cmd(&B, "LOCK cli:stall ttl=30000");
+        if (h_starts(line, "OK "))
+            granted = try_at;
+        else
+            ck_assert_msg(h_starts(line, "ERR BUSY"), "LOCK on the second daemon: %s",
+                          line);
+        ck_assert_msg(h_since(t0) < h_scale(3 * ttl), "the second daemon could "
+                      "not take the lock %d ms after the first one stopped",
+                      h_scale(3 * ttl));
+        h_sleep_ms(2);
+    }
+    exited = proc_exited(p, h_scale(ttl + 1000) - (int)h_since(t0));
+    /* Its group is gone with it; let a straggler's write land. */
+    ck_assert_msg(!exited || wait_pid_gone((pid_t)cmd, h_scale(3000)),
+                  "the command (pid %ld) still runs after redlockctl ended", cmd);
+    h_sleep_ms(50);
+    last = last_number(stamps);
+    fprintf(stderr, "run_daemon_stalled: after the pause: the command's last write "
+            "%lld ms, the other daemon's grant %lld ms, redlockctl %s\n",
+            (last - paused) / 1000000, (granted - paused) / 1000000,
+            exited ? "exited" : "still running");
+    fprintf(stderr, "run_daemon_stalled: redlockctl said: %s", p->err);
+    ck_assert_msg(last > paused, "no write from the command before the pause");
+    ck_assert_msg(last < granted, "the command wrote %lld ms after another daemon "
+                  "granted its lock (the last write %lld ms after the pause)",
+                  (last - granted) / 1000000, (last - paused) / 1000000);
+    ck_assert_msg(last - paused <= (long long)h_scale(ttl + 100) * 1000000,
+                  "the command wrote %lld ms after the pause, ttl is %d ms",
+                  (last - paused) / 1000000, ttl);
+    ck_assert_msg(exited, "redlockctl still running %d ms after its daemon stopped; "
+                  "stderr: %s", h_scale(ttl + 1000), p->err);
+    assert_status(p, EXIT_LOST, "run whose daemon stopped");
+    ck_assert_msg(strstr(p->err, "lost") != NULL, "no message about the lost lease: %s",
+                  p->err);
+    ck_assert_int_eq(kill(D.pid, SIGCONT), 0);
+}
+END_TEST
+
+/* redlockctl itself stopped past its lease deadline: when it runs again,
+ * the command has been running unconfirmed, and is stopped at once. */
+START_TEST(run_ctl_stopped)
+{
+    struct proc *p;
+    long cmd;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    p = run_sleeper("cli:ctlstop", "1000", &cmd);
+    ck_assert_int_eq(kill(p->pid, SIGSTOP), 0);
+    h_sleep_ms(1500);
+    ck_assert_int_eq(kill(p->pid, SIGCONT), 0);
+    assert_stopped_lost(p, cmd, h_scale(500), "deadline",
+                        "run_ctl_stopped, ttl 1000, after it resumed");
+    /* The connection closed, so the daemon let the lock go. */
+    connect_to(&A);
+    assert_free("cli:ctlstop");
 }
 END_TEST
 
@@ -993,6 +1160,8 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_sigkill_releases);
     tcase_add_test(tc, run_sigterm_forwarded);
     tcase_add_test(tc, run_lease_lost);
+    tcase_add_test(tc, run_daemon_stalled);
+    tcase_add_test(tc, run_ctl_stopped);
     tcase_add_test(tc, inspection_commands);
     tcase_add_test(tc, unreachable_daemon);
     tcase_add_test(tc, version_and_help);
