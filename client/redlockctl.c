@@ -111,7 +111,8 @@ static void ctl_usage(FILE *out)
 "  status RESOURCE     what the daemon and the Redis nodes know of RESOURCE\n"
 "  sessions            the daemon's client sessions\n"
 "  stats               the daemon's counters\n"
-"  ping                check that the daemon answers\n"
+"  ping                check that the daemon answers and has a quorum of\n"
+"                      Redis nodes\n"
 "\n"
 "Options:\n"
 "  -s, --server ADDR       HOST:PORT, [IPV6]:PORT or unix:/PATH\n"
@@ -144,7 +145,8 @@ static void ctl_usage(FILE *out)
 "       70 when the lease was lost and the command was stopped for it;\n"
 "       126/127 when the command can not be run.\n"
 "  0 success; 64 usage or configuration error; 69 the daemon could not be\n"
-"  reached or refused the request.\n", out);
+"  reached or refused the request, or (ping) has no quorum of Redis nodes.\n",
+          out);
 }
 
 /* ---- option parsing ----------------------------------------------------- */
@@ -697,12 +699,47 @@ static double ctl_now_ms(void)
     return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
-static void ctl_ping_json(const struct redlockd_info *info, double rtt)
+/* What STATS says of the Redis nodes: ping's quorum check. */
+struct ctl_votes {
+    json_int_t voting;
+    json_int_t quorum;
+};
+
+static int ctl_read_votes(struct redlockd *h, struct ctl_votes *v)
 {
-    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:f}", "server", info->server,
-                          "session", info->session,
+    char *json = NULL;
+    json_t *root, *voting, *quorum;
+    int rc;
+
+    rc = redlockd_stats(h, &json);
+    if (rc < 0)
+        return ctl_report("ping: STATS", rc, redlockd_last_error(h)->msg);
+    root = ctl_parse_json(json);
+    free(json);
+    if (root == NULL)
+        return EX_UNAVAILABLE;
+    voting = json_object_get(root, "nodes_voting");
+    quorum = json_object_get(root, "quorum");
+    rc = 0;
+    if (!json_is_integer(voting) || !json_is_integer(quorum)) {
+        ctl_err("ping: STATS has no nodes_voting and quorum");
+        rc = EX_UNAVAILABLE;
+    } else {
+        v->voting = json_integer_value(voting);
+        v->quorum = json_integer_value(quorum);
+    }
+    json_decref(root);
+    return rc;
+}
+
+static void ctl_ping_json(const struct redlockd_info *info,
+                          const struct ctl_votes *v, double rtt)
+{
+    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:f}",
+                          "server", info->server, "session", info->session,
                           "nodes", (json_int_t)info->nodes,
-                          "quorum", (json_int_t)info->quorum, "rtt_ms", rtt);
+                          "quorum", v->quorum, "nodes_voting", v->voting,
+                          "quorum_ok", v->voting >= v->quorum, "rtt_ms", rtt);
     char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
 
     if (text != NULL)
@@ -711,10 +748,13 @@ static void ctl_ping_json(const struct redlockd_info *info, double rtt)
     json_decref(o);
 }
 
+/* PING for the round trip, then STATS: a daemon without a quorum of Redis
+ * nodes answers, but can grant no lock, and a health check must say so. */
 static int ctl_ping(struct ctl *c)
 {
     struct redlockd_opts o = { 0 };
     const struct redlockd_info *info;
+    struct ctl_votes v = { 0, 0 };
     struct redlockd *h;
     double t0, rtt;
     int rc;
@@ -725,20 +765,30 @@ static int ctl_ping(struct ctl *c)
     t0 = ctl_now_ms();
     rc = redlockd_ping(h);
     rtt = ctl_now_ms() - t0;
-    if (rc < 0) {
+    if (rc < 0)
         rc = ctl_report("ping", rc, redlockd_last_error(h)->msg);
+    else
+        rc = ctl_read_votes(h, &v);
+    if (rc != 0) {
         redlockd_close(h);
         return rc;
     }
     info = redlockd_info(h);
     if (c->json)
-        ctl_ping_json(info, rtt);
+        ctl_ping_json(info, &v, rtt);
     else
-        printf("PONG from %s: session %s, %u Redis node%s (quorum %u), "
-               "%.3f ms\n", info->server, info->session, info->nodes,
-               info->nodes == 1 ? "" : "s", info->quorum, rtt);
+        printf("PONG from %s: session %s, %u Redis node%s, %" JSON_INTEGER_FORMAT
+               " voting (quorum %" JSON_INTEGER_FORMAT "), %.3f ms\n",
+               info->server, info->session, info->nodes,
+               info->nodes == 1 ? "" : "s", v.voting, v.quorum, rtt);
+    if (v.voting < v.quorum) {
+        ctl_err("ping: no quorum: %" JSON_INTEGER_FORMAT " of %u Redis nodes "
+                "voting, %" JSON_INTEGER_FORMAT " needed; no lock can be "
+                "granted", v.voting, info->nodes, v.quorum);
+        rc = EX_UNAVAILABLE;
+    }
     redlockd_close(h);
-    return 0;
+    return rc;
 }
 
 /* ---- run ---------------------------------------------------------------- */

@@ -26,7 +26,8 @@
  *     stops its command as it resumes;
  *   - status, sessions, stats and ping, as tables and as --json, over TCP,
  *     the unix socket and $REDLOCKD_SERVER; an unreachable daemon gives 69
- *     and one "redlockctl: ..." line on stderr;
+ *     and one "redlockctl: ..." line on stderr, and so does ping to a
+ *     daemon without a quorum (two of three nodes SIGSTOPped);
  *   - --version, --help, and a usage error (64);
  *   - the README's library example runs and exits 0.
  */
@@ -1044,6 +1045,63 @@ START_TEST(inspection_commands)
 }
 END_TEST
 
+/* ping exits 69 while the daemon answers but has no quorum of Redis nodes
+ * to vote: a health check must not call it healthy. */
+START_TEST(ping_no_quorum)
+{
+    struct proc *p;
+    json_t *o;
+    uint64_t t0;
+    int n = 0;
+
+    start_nodes(3);
+    start_daemon(FAULT_JSON);
+    connect_to(&A);
+    p = ctl_start("-s", S, "ping", NULL);
+    proc_wait(p, h_scale(5000));
+    assert_ok_quiet(p, "ping with every node up");
+
+    h_redis_pause(&R[1]);
+    h_redis_pause(&R[2]);
+    /* A stopped node is noticed when a command to it times out: LOCK
+     * attempts (UNAVAILABLE) are the trigger. */
+    t0 = h_now_ms();
+    while (h_stats_int(&A, "nodes_voting") >= h_stats_int(&A, "quorum")) {
+        char *line = h_cmd(&A, "LOCK cli:q%d ttl=30000", n++);
+
+        ck_assert_msg(h_starts(line, "ERR UNAVAILABLE"), "LOCK with two of three "
+                      "nodes stopped: %s", line);
+        ck_assert_msg(h_since(t0) < h_scale(5000), "the daemon did not notice the "
+                      "stopped nodes in 5 s");
+    }
+
+    p = ctl_start("-s", S, "ping", NULL);
+    proc_wait(p, h_scale(5000));
+    assert_status(p, EXIT_UNAVAILABLE, "ping without a quorum");
+    ck_assert_msg(h_starts(p->out, "PONG") && strstr(p->out, "1 voting") != NULL,
+                  "ping without a quorum printed: %s", p->out);
+    ck_assert_msg(h_starts(p->err, "redlockctl: ping: no quorum") &&
+                  count_lines(p->err) == 1, "ping without a quorum said: %s", p->err);
+
+    p = ctl_start("-s", S, "--json", "ping", NULL);
+    proc_wait(p, h_scale(5000));
+    assert_status(p, EXIT_UNAVAILABLE, "--json ping without a quorum");
+    o = parse_json(p, "--json ping without a quorum");
+    ck_assert_int_eq(h_json_int(o, "nodes_voting"), 1);
+    ck_assert_int_eq(h_json_int(o, "quorum"), 2);
+    ck_assert_msg(json_is_false(json_object_get(o, "quorum_ok")), "quorum_ok: %s",
+                  p->out);
+    json_decref(o);
+
+    h_redis_resume(&R[1]);
+    h_redis_resume(&R[2]);
+    h_wait_voting(&D, nr, h_scale(10000));
+    p = ctl_start("-s", S, "ping", NULL);
+    proc_wait(p, h_scale(5000));
+    assert_ok_quiet(p, "ping once the nodes are back");
+}
+END_TEST
+
 START_TEST(unreachable_daemon)
 {
     char addr[64];
@@ -1163,6 +1221,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_daemon_stalled);
     tcase_add_test(tc, run_ctl_stopped);
     tcase_add_test(tc, inspection_commands);
+    tcase_add_test(tc, ping_no_quorum);
     tcase_add_test(tc, unreachable_daemon);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, readme_example);
