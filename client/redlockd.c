@@ -114,41 +114,25 @@ static const int rl_code_of_proto[PROTO_ERR_COUNT] = {
 
 /* ---- errors ------------------------------------------------------------- */
 
-static int rl_vseterr(struct redlockd_error *e, int code, const char *fmt,
-                      va_list ap)
+/* The one formatter of error messages; e may be NULL. */
+static int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
 {
+    va_list ap;
+
     if (e != NULL) {
         e->code = code;
+        va_start(ap, fmt);
         vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+        va_end(ap);
     }
     return -code;
 }
 
-static int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    rl_vseterr(e, code, fmt, ap);
-    va_end(ap);
-    return -code;
-}
-
-static int rl_fail(struct redlockd *h, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int rl_fail(struct redlockd *h, int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    rl_vseterr(&h->err, code, fmt, ap);
-    va_end(ap);
-    return -code;
-}
+/* A failure of a call on h: its code and message become the last error. */
+#define rl_fail(h, code, ...) rl_seterr(&(h)->err, (code), __VA_ARGS__)
 
 /* The daemon releases a dead session's locks: tell the owner all are gone. */
 static void rl_disconnect(struct redlockd *h)
@@ -165,20 +149,17 @@ static void rl_disconnect(struct redlockd *h)
     }
 }
 
-/* A transport failure: the reply stream can not be trusted any more. */
-static int rl_fatal(struct redlockd *h, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int rl_fatal(struct redlockd *h, int code, const char *fmt, ...)
+static int rl_disconnect_rc(struct redlockd *h, int rc)
 {
-    va_list ap;
-
-    va_start(ap, fmt);
-    rl_vseterr(&h->err, code, fmt, ap);
-    va_end(ap);
     rl_disconnect(h);
-    return -code;
+    return rc;
 }
+
+/* A transport failure: the reply stream can not be trusted any more, so
+ * the connection closes after the error is set (its message goes into
+ * h->dead). */
+#define rl_fatal(h, code, ...) \
+    rl_disconnect_rc((h), rl_fail((h), (code), __VA_ARGS__))
 
 static int rl_fatal_errno(struct redlockd *h, const char *what)
 {
@@ -190,55 +171,54 @@ static int rl_fatal_errno(struct redlockd *h, const char *what)
     return rl_fatal(h, REDLOCKD_E_IO, "%s: %s", what, strerror(e));
 }
 
-static int rl_proto_of_code(int code)
+/*
+ * The word and the description of every public code. The daemon's come
+ * from proto's table; the library's own are named after their enum
+ * suffix, so neither can drift from the enum.
+ */
+struct rl_code_text {
+    const char *name;
+    const char *msg;
+};
+
+#define RL_OWN_CODE(suffix, msg) [REDLOCKD_E_##suffix] = { #suffix, msg }
+
+static const struct rl_code_text rl_code_texts[REDLOCKD_CODE_COUNT] = {
+    [REDLOCKD_OK] = { "OK", "success" },
+#define X(name, word, msg) [REDLOCKD_E_##name] = { word, msg },
+    PROTO_ERRORS(X)
+#undef X
+    RL_OWN_CODE(OTHER, "the daemon answered with an unknown code"),
+    RL_OWN_CODE(IO, "connection error"),
+    RL_OWN_CODE(IO_TIMEOUT, "timed out talking to the daemon"),
+    RL_OWN_CODE(CLOSED, "the connection to the daemon is closed"),
+    RL_OWN_CODE(PROTO, "unexpected data from the daemon"),
+    RL_OWN_CODE(NOMEM, "out of memory"),
+    RL_OWN_CODE(INVALID, "invalid argument"),
+};
+
+/* The entry of a code, either sign; NULL for none. */
+static const struct rl_code_text *rl_code_text(int code)
 {
-    int i;
-
-    for (i = PROTO_ERR_NONE + 1; i < PROTO_ERR_COUNT; i++) {
-        if (rl_code_of_proto[i] == code)
-            return i;
-    }
-    return PROTO_ERR_NONE;
-}
-
-/* The codes that are the library's own (not a daemon ERR word). */
-#define RL_LOCAL_CODES(X)                                                   \
-    X(REDLOCKD_OK, "OK", "success")                                         \
-    X(REDLOCKD_E_OTHER, "OTHER", "the daemon answered with an unknown code") \
-    X(REDLOCKD_E_IO, "IO", "connection error")                             \
-    X(REDLOCKD_E_IO_TIMEOUT, "IO_TIMEOUT", "timed out talking to the daemon") \
-    X(REDLOCKD_E_CLOSED, "CLOSED", "the connection to the daemon is closed") \
-    X(REDLOCKD_E_PROTO, "PROTO", "unexpected data from the daemon")        \
-    X(REDLOCKD_E_NOMEM, "NOMEM", "out of memory")                          \
-    X(REDLOCKD_E_INVALID, "INVALID", "invalid argument")
-
-/* The word (want_name) or the description of a code, either sign. */
-static const char *rl_describe(int code, bool want_name)
-{
-    int p;
-
     if (code < 0)
         code = -code;
-    p = rl_proto_of_code(code);
-    if (p != PROTO_ERR_NONE)
-        return want_name ? proto_err_word((enum proto_err)p)
-                         : proto_err_default_msg((enum proto_err)p);
-    switch (code) {
-#define X(c, name, msg) case c: return want_name ? name : msg;
-    RL_LOCAL_CODES(X)
-#undef X
-    default: return want_name ? "?" : "unknown error code";
-    }
+    if (code >= REDLOCKD_CODE_COUNT || rl_code_texts[code].name == NULL)
+        return NULL;
+    return &rl_code_texts[code];
 }
 
 const char *redlockd_strerror(int code)
 {
-    return rl_describe(code, false);
+    const struct rl_code_text *t = rl_code_text(code);
+
+    return t != NULL ? t->msg : "unknown error code";
 }
 
 const char *redlockd_code_name(int code)
 {
-    return rl_describe(code, true);
+    const struct rl_code_text *t = rl_code_text(code);
+
+    return t != NULL ? t->name : "?";
 }
 
 /* ---- small readers ------------------------------------------------------ */
@@ -250,7 +230,7 @@ static size_t rl_len(const char *s)
     return s != NULL ? strlen(s) : 0;
 }
 
-/* 1..max bytes of visible ASCII: resources, names and passwords. */
+/* 1..max bytes of visible ASCII: client names and passwords. */
 static int rl_visible_word(const char *s, size_t max)
 {
     size_t len;
@@ -695,6 +675,24 @@ static int rl_in_overlong(const struct redlockd *h)
     return h->in_len - h->in_start > REDLOCKD_MAX_REPLY;
 }
 
+/* After a send or recv that moved nothing (errno says why): 0 to try
+ * again (interrupted, or the socket is ready now), 1 the deadline passed,
+ * negative: the connection failed and is closed. */
+static int rl_io_retry(struct redlockd *h, short events, int64_t deadline,
+                       const char *what)
+{
+    int rc;
+
+    if (errno == EINTR)
+        return 0;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return rl_fatal_errno(h, what);
+    rc = rl_wait(h->fd, events, deadline);
+    if (rc < 0)
+        return rl_fatal_errno(h, "poll");
+    return rc == 0 ? 1 : 0;
+}
+
 /* Read what the socket has, waiting until deadline. 0 read something,
  * 1 deadline passed (the caller decides whether that is an error),
  * negative: connection gone. */
@@ -720,15 +718,9 @@ static int rl_fill(struct redlockd *h, int64_t deadline)
             return rl_fatal(h, REDLOCKD_E_CLOSED,
                             "the daemon closed the connection%s",
                             h->shutdown_seen ? " (it is shutting down)" : "");
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return rl_fatal_errno(h, "receive");
-        rc = rl_wait(h->fd, POLLIN, deadline);
-        if (rc < 0)
-            return rl_fatal_errno(h, "poll");
-        if (rc == 0)
-            return 1;
+        rc = rl_io_retry(h, POLLIN, deadline, "receive");
+        if (rc != 0)
+            return rc;
     }
 }
 
@@ -751,19 +743,16 @@ static int rl_drain_events(struct redlockd *h)
     return 0;
 }
 
+static int rl_begin(struct redlockd *h);
+
 int redlockd_poll_events(struct redlockd *h, int timeout_ms)
 {
     int64_t deadline = rl_deadline(timeout_ms);
     unsigned long before = h->nevents;
-    int rc;
+    int rc = rl_begin(h);
 
-    if (h->in_callback)
-        return rl_fail(h, REDLOCKD_E_INVALID,
-                       "called from the on_lost callback");
-    if (h->fd < 0)
-        return rl_fail(h, REDLOCKD_E_CLOSED, "not connected (%.200s)", h->dead);
-    h->err.code = 0;
-    h->err.msg[0] = '\0';
+    if (rc < 0)
+        return rc;
     for (;;) {
         rc = rl_drain_events(h);
         if (rc < 0)
@@ -849,17 +838,13 @@ static int rl_send(struct redlockd *h, const char *buf, size_t len,
             len -= (size_t)n;
             continue;
         }
-        if (errno == EINTR)
-            continue;
         /* The daemon may have said why before closing: read that instead. */
         if (errno == EPIPE || errno == ECONNRESET)
             return 0;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return rl_fatal_errno(h, "send");
-        rc = rl_wait(h->fd, POLLOUT, deadline);
+        rc = rl_io_retry(h, POLLOUT, deadline, "send");
         if (rc < 0)
-            return rl_fatal_errno(h, "poll");
-        if (rc == 0)
+            return rc;
+        if (rc == 1)
             return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT, "send timed out");
     }
     return 0;
@@ -971,13 +956,51 @@ static int rl_expect(struct redlockd *h, const struct proto_reply *r,
                     proto_cmd_name(cmd));
 }
 
+/* The daemon's rule (proto_valid_resource), under the library's own cap;
+ * the daemon's configured one may be lower. */
+/* A request without options ("PING", "UNLOCK job:42") whose reply has
+ * nothing to read but its kind. */
+static int rl_call_expect(struct redlockd *h, enum proto_cmd cmd,
+                          const char *arg, enum proto_reply_kind kind)
+{
+    struct proto_reply r;
+    int rc;
+
+    rl_req_line(h, cmd, arg);
+    rc = rl_call(h, 0, &r);
+    if (rc == 0)
+        rc = rl_expect(h, &r, kind, cmd);
+    return rc;
+}
+
 static int rl_check_resource(struct redlockd *h, const char *resource)
 {
-    if (rl_visible_word(resource, REDLOCKD_RESOURCE_MAX))
+    static const struct proto_limits lim = { REDLOCKD_RESOURCE_MAX };
+
+    if (resource != NULL
+        && proto_valid_resource(resource, strlen(resource), &lim))
         return 0;
     return rl_fail(h, REDLOCKD_E_INVALID,
                    "a resource name is 1 to %d visible ASCII characters",
                    REDLOCKD_RESOURCE_MAX);
+}
+
+/* Start of a request on one resource. */
+static int rl_begin_on(struct redlockd *h, const char *resource)
+{
+    int rc = rl_begin(h);
+
+    return rc < 0 ? rc : rl_check_resource(h, resource);
+}
+
+/* "LOCK job:42": the command word and its resource, options to follow. */
+static struct sbuf *rl_req_on(struct redlockd *h, enum proto_cmd cmd,
+                              const char *resource)
+{
+    struct sbuf *b = rl_req(h, cmd);
+
+    proto_format_word(b, resource);
+    return b;
 }
 
 /* ---- the handle --------------------------------------------------------- */
@@ -1078,14 +1101,8 @@ static int rl_hello(struct redlockd *h, const struct redlockd_opts *o)
 
 static int rl_auth(struct redlockd *h, const char *password)
 {
-    struct proto_reply r;
-    int rc;
-
-    rl_req_line(h, PROTO_CMD_AUTH, password);
-    rc = rl_call(h, 0, &r);
-    if (rc == 0)
-        rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_AUTH);
-    return rl_finish(h, rc);
+    return rl_finish(h, rl_call_expect(h, PROTO_CMD_AUTH, password,
+                                       PROTO_REPLY_OK));
 }
 
 int redlockd_handshake(struct redlockd *h, const struct redlockd_opts *opts)
@@ -1282,15 +1299,11 @@ int redlockd_lock(struct redlockd *h, const char *resource, uint32_t ttl_ms,
 {
     struct proto_reply r;
     struct sbuf *b;
-    int rc;
+    int rc = rl_begin_on(h, resource);
 
-    rc = rl_begin(h);
-    if (rc == 0)
-        rc = rl_check_resource(h, resource);
     if (rc < 0)
         return rc;
-    b = rl_req(h, PROTO_CMD_LOCK);
-    proto_format_word(b, resource);
+    b = rl_req_on(h, PROTO_CMD_LOCK, resource);
     if (ttl_ms > 0)
         proto_format_opt_u64(b, PROTO_OPT_TTL, ttl_ms);
     if (wait_ms > 0)
@@ -1317,18 +1330,11 @@ static int rl_lease_refused(struct redlockd *h, const char *resource, int rc)
 
 int redlockd_unlock(struct redlockd *h, const char *resource)
 {
-    struct proto_reply r;
-    int rc;
+    int rc = rl_begin_on(h, resource);
 
-    rc = rl_begin(h);
-    if (rc == 0)
-        rc = rl_check_resource(h, resource);
     if (rc < 0)
         return rc;
-    rl_req_line(h, PROTO_CMD_UNLOCK, resource);
-    rc = rl_call(h, 0, &r);
-    if (rc == 0)
-        rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_UNLOCK);
+    rc = rl_call_expect(h, PROTO_CMD_UNLOCK, resource, PROTO_REPLY_OK);
     if (rc == 0)
         rl_lease_del(h, resource);
     else
@@ -1375,17 +1381,13 @@ int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
 {
     struct proto_reply r;
     struct sbuf *b;
-    int rc;
+    int rc = rl_begin_on(h, resource);
 
-    rc = rl_begin(h);
-    if (rc == 0)
-        rc = rl_check_resource(h, resource);
     if (rc == 0 && ttl_ms == 0)
         rc = rl_fail(h, REDLOCKD_E_INVALID, "EXTEND needs a ttl above 0");
     if (rc < 0)
         return rc;
-    b = rl_req(h, PROTO_CMD_EXTEND);
-    proto_format_word(b, resource);
+    b = rl_req_on(h, PROTO_CMD_EXTEND, resource);
     proto_format_opt_u64(b, PROTO_OPT_TTL, ttl_ms);
     proto_format_end(b);
     rc = rl_call(h, 0, &r);
@@ -1400,17 +1402,12 @@ int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
 
 int redlockd_ping(struct redlockd *h)
 {
-    struct proto_reply r;
-    int rc;
+    int rc = rl_begin(h);
 
-    rc = rl_begin(h);
     if (rc < 0)
         return rc;
-    rl_req_line(h, PROTO_CMD_PING, NULL);
-    rc = rl_call(h, 0, &r);
-    if (rc == 0)
-        rc = rl_expect(h, &r, PROTO_REPLY_PONG, PROTO_CMD_PING);
-    return rl_finish(h, rc);
+    return rl_finish(h, rl_call_expect(h, PROTO_CMD_PING, NULL,
+                                       PROTO_REPLY_PONG));
 }
 
 /* ---- refreshing the deadlines ------------------------------------------ */
