@@ -71,6 +71,7 @@ struct proc {
     pid_t pid;              /* 0 once reaped */
     int out_fd, err_fd;     /* non-blocking read ends; -1 when closed */
     int status;             /* exit status, or 128+signal */
+    char cmdline[512];      /* its arguments, for messages */
     char out[16384];
     size_t out_len;
     char err[16384];
@@ -333,9 +334,14 @@ static struct proc *proc_startv(const char *bin, const char *const *args)
     ck_assert_int_lt(np, PROCS_MAX);
     p = &P[np++];
     argv[n++] = (char *)bin;
+    p->cmdline[0] = '\0';
     for (; *args != NULL; args++) {
+        size_t len = strlen(p->cmdline);
+
         ck_assert_int_lt(n, ARGS_MAX - 1);
         argv[n++] = (char *)*args;
+        snprintf(p->cmdline + len, sizeof(p->cmdline) - len, "%s%s",
+                 len > 0 ? " " : "", *args);
     }
     argv[n] = NULL;
     ck_assert(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0);
@@ -352,21 +358,30 @@ static struct proc *proc_startv(const char *bin, const char *const *args)
     return p;
 }
 
-static struct proc *ctl_start(const char *first, ...) __attribute__((sentinel));
-static struct proc *ctl_start(const char *first, ...)
+/* redlockctl with the arguments first... (NULL-terminated). */
+static struct proc *ctl_startv(const char *first, va_list ap)
 {
     const char *args[ARGS_MAX];
     int n = 0;
-    va_list ap;
 
-    va_start(ap, first);
     for (const char *a = first; a != NULL; a = va_arg(ap, const char *)) {
         ck_assert_int_lt(n, ARGS_MAX - 1);
         args[n++] = a;
     }
-    va_end(ap);
     args[n] = NULL;
     return proc_startv(env_bin("REDLOCKCTL_BIN"), args);
+}
+
+static struct proc *ctl_start(const char *first, ...) __attribute__((sentinel));
+static struct proc *ctl_start(const char *first, ...)
+{
+    struct proc *p;
+    va_list ap;
+
+    va_start(ap, first);
+    p = ctl_startv(first, ap);
+    va_end(ap);
+    return p;
 }
 
 /* Read what a pipe has now (the writer may be gone, or may live on in a
@@ -481,6 +496,44 @@ static json_t *parse_json(const struct proc *p, const char *what)
     ck_assert_msg(json_is_object(o), "%s: output is not a JSON object (%s): %s",
                   what, jerr.text, p->out);
     return o;
+}
+
+/* redlockctl run to a quiet exit 0 (within 5 s) that printed `want`. */
+static struct proc *ctl_okv(const char *want, const char *first, va_list ap)
+{
+    struct proc *p = ctl_startv(first, ap);
+
+    proc_wait(p, h_scale(5000));
+    assert_ok_quiet(p, p->cmdline);
+    ck_assert_msg(strstr(p->out, want) != NULL, "%s printed no \"%s\": %s",
+                  p->cmdline, want, p->out);
+    return p;
+}
+
+static struct proc *ctl_ok(const char *want, const char *first, ...)
+    __attribute__((sentinel));
+static struct proc *ctl_ok(const char *want, const char *first, ...)
+{
+    struct proc *p;
+    va_list ap;
+
+    va_start(ap, first);
+    p = ctl_okv(want, first, ap);
+    va_end(ap);
+    return p;
+}
+
+/* The same for a --json command: its output parsed (the caller decrefs). */
+static json_t *ctl_ok_json(const char *first, ...) __attribute__((sentinel));
+static json_t *ctl_ok_json(const char *first, ...)
+{
+    struct proc *p;
+    va_list ap;
+
+    va_start(ap, first);
+    p = ctl_okv("{", first, ap);
+    va_end(ap);
+    return parse_json(p, p->cmdline);
 }
 
 /* ---- run: mutual exclusion and the lock in the environment ---- */
@@ -679,6 +732,20 @@ END_TEST
 
 /* ---- run: signals ---- */
 
+/* `run --ttl TTL RESOURCE` of a command that writes its pid and sleeps;
+ * the command's pid in *cmd once it runs. */
+static struct proc *run_sleeper(const char *res, const char *ttl, long *cmd)
+{
+    const char *pidf = tmp_path("pid");
+    struct proc *p;
+
+    unlink(pidf);
+    p = ctl_start("-s", S, "run", "--on-lost", "kill", "--ttl", ttl, res, "--",
+                  "sh", "-c", "echo $$ > \"$1\"; exec sleep 30", "sh", pidf, NULL);
+    *cmd = wait_file_number(pidf, h_scale(5000));
+    return p;
+}
+
 /* SIGKILL leaves redlockctl no chance to UNLOCK: the daemon must release
  * the lock as the connection drops, and the command must not run on. */
 START_TEST(run_sigkill_releases)
@@ -710,15 +777,16 @@ END_TEST
 
 START_TEST(run_sigterm_forwarded)
 {
-    const char *mark, *ready, *ready2;
+    static const int sigs[] = { SIGTERM, SIGINT };
+    const char *mark, *ready;
     char buf[256];
     struct proc *p;
+    long cmd;
 
     start_nodes(1);
     start_daemon(NULL);
     mark = tmp_path("term");
     ready = tmp_path("ready");
-    ready2 = tmp_path("ready2");
     connect_to(&A);
 
     /* The command traps TERM and says so; the loop's sleep gets TERM too
@@ -734,42 +802,19 @@ START_TEST(run_sigterm_forwarded)
                   "the command's TERM trap did not run (marker: \"%s\")", buf);
     assert_free("cli:term");
 
-    /* Not trapped: the command dies of it and redlockctl says 128+15. */
-    p = ctl_start("-s", S, "run", "cli:term", "--", "sh", "-c",
-                  "echo $$ > \"$1\"; exec sleep 30", "sh", ready2, NULL);
-    wait_file_number(ready2, h_scale(5000));
-    kill(p->pid, SIGTERM);
-    proc_wait(p, h_scale(5000));
-    assert_status(p, 128 + SIGTERM, "SIGTERM to redlockctl running sleep");
-    assert_free("cli:term");
-
-    /* SIGINT (Ctrl-C) is passed on the same way. */
-    unlink(ready2);
-    p = ctl_start("-s", S, "run", "cli:term", "--", "sh", "-c",
-                  "echo $$ > \"$1\"; exec sleep 30", "sh", ready2, NULL);
-    wait_file_number(ready2, h_scale(5000));
-    kill(p->pid, SIGINT);
-    proc_wait(p, h_scale(5000));
-    assert_status(p, 128 + SIGINT, "SIGINT to redlockctl running sleep");
-    assert_free("cli:term");
+    /* Not trapped, the command dies of it and redlockctl says 128+N; SIGINT
+     * (Ctrl-C) is passed on the same way. */
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        p = run_sleeper("cli:term", "30000", &cmd);
+        kill(p->pid, sigs[i]);
+        proc_wait(p, h_scale(5000));
+        assert_status(p, 128 + sigs[i], strsignal(sigs[i]));
+        assert_free("cli:term");
+    }
 }
 END_TEST
 
 /* ---- run: the lease is lost while the command runs ---- */
-
-/* `run --ttl TTL RESOURCE` of a command that writes its pid and sleeps;
- * the command's pid in *cmd once it runs. */
-static struct proc *run_sleeper(const char *res, const char *ttl, long *cmd)
-{
-    const char *pidf = tmp_path("pid");
-    struct proc *p;
-
-    unlink(pidf);
-    p = ctl_start("-s", S, "run", "--on-lost", "kill", "--ttl", ttl, res, "--",
-                  "sh", "-c", "echo $$ > \"$1\"; exec sleep 30", "sh", pidf, NULL);
-    *cmd = wait_file_number(pidf, h_scale(5000));
-    return p;
-}
 
 /* redlockctl p exits 70 within timeout_ms, saying `word`, and its command
  * cmd goes with it; returns how long the exit took. */
@@ -943,7 +988,6 @@ END_TEST
 START_TEST(inspection_commands)
 {
     char addr[400];
-    struct proc *p;
     json_t *o, *s, *v;
     size_t i;
     bool found = false;
@@ -954,93 +998,51 @@ START_TEST(inspection_commands)
     h_expect(&A, "OK ", "HELLO name=cli-holder");
     h_expect(&A, "OK resource=cli:insp ", "LOCK cli:insp ttl=30000");
 
-    p = ctl_start("-s", S, "status", "cli:insp", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "status");
-    ck_assert_msg(strstr(p->out, "cli:insp") != NULL &&
-                  strstr(p->out, "cli-holder") != NULL,
-                  "status does not name the resource and its holder: %s", p->out);
-
-    p = ctl_start("-s", S, "--json", "status", "cli:insp", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "--json status");
-    o = parse_json(p, "--json status");
-    ck_assert_str_eq(json_string_value(json_object_get(o, "resource")), "cli:insp");
-    ck_assert_msg(json_is_true(json_object_get(o, "held")), "status: not held: %s",
-                  p->out);
+    ctl_ok("cli-holder", "-s", S, "status", "cli:insp", NULL);
+    o = ctl_ok_json("-s", S, "--json", "status", "cli:insp", NULL);
+    ck_assert_str_eq(h_json_str(o, "resource"), "cli:insp");
+    ck_assert_msg(json_is_true(json_object_get(o, "held")), "status: not held");
     v = json_object_get(json_object_get(o, "holder"), "name");
     ck_assert_msg(json_is_string(v) && strcmp(json_string_value(v), "cli-holder") == 0,
-                  "status: holder is not cli-holder: %s", p->out);
+                  "status: holder is not cli-holder");
     json_decref(o);
 
     /* Options right after the command work too (redlockctl(1)). */
-    p = ctl_start("status", "--json", "-s", S, "cli:free", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "status --json of a free resource");
-    o = parse_json(p, "status --json of a free resource");
-    ck_assert_msg(json_is_false(json_object_get(o, "held")), "free resource held: %s",
-                  p->out);
+    o = ctl_ok_json("status", "--json", "-s", S, "cli:free", NULL);
+    ck_assert_msg(json_is_false(json_object_get(o, "held")), "free resource held");
     json_decref(o);
 
-    p = ctl_start("-s", S, "sessions", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "sessions");
-    ck_assert_msg(strstr(p->out, "cli-holder") != NULL, "sessions: %s", p->out);
-
-    p = ctl_start("-s", S, "--json", "sessions", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "--json sessions");
-    o = parse_json(p, "--json sessions");
+    ctl_ok("cli-holder", "-s", S, "sessions", NULL);
+    o = ctl_ok_json("-s", S, "--json", "sessions", NULL);
     json_array_foreach(json_object_get(o, "sessions"), i, s) {
         v = json_object_get(s, "name");
         if (json_is_string(v) && strcmp(json_string_value(v), "cli-holder") == 0)
             found = true;
     }
-    ck_assert_msg(found, "--json sessions lacks cli-holder: %s", p->out);
+    ck_assert_msg(found, "--json sessions lacks cli-holder");
     json_decref(o);
 
-    p = ctl_start("-s", S, "stats", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "stats");
-    ck_assert_msg(strstr(p->out, "locks_held") != NULL, "stats: %s", p->out);
-
-    p = ctl_start("-s", S, "--json", "stats", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "--json stats");
-    o = parse_json(p, "--json stats");
-    v = json_object_get(o, "locks_held");
-    ck_assert_msg(json_is_integer(v) && json_integer_value(v) == 1,
-                  "--json stats: locks_held is not 1: %s", p->out);
+    ctl_ok("locks_held", "-s", S, "stats", NULL);
+    o = ctl_ok_json("-s", S, "--json", "stats", NULL);
+    ck_assert_int_eq(h_json_int(o, "locks_held"), 1);
     json_decref(o);
 
-    p = ctl_start("-s", S, "ping", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "ping");
-    ck_assert_msg(h_starts(p->out, "PONG"), "ping printed: %s", p->out);
-
-    p = ctl_start("-s", S, "--json", "ping", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "--json ping");
-    o = parse_json(p, "--json ping");
-    v = json_object_get(o, "server");
-    ck_assert_msg(json_is_string(v) && h_starts(json_string_value(v), "redlockd/"),
-                  "--json ping: no server: %s", p->out);
+    ctl_ok("PONG", "-s", S, "ping", NULL);
+    o = ctl_ok_json("-s", S, "--json", "ping", NULL);
+    ck_assert_msg(h_starts(h_json_str(o, "server"), "redlockd/"), "--json ping: "
+                  "server is %s", h_json_str(o, "server"));
+    ck_assert_int_eq(h_json_int(o, "nodes_voting"), 1);
+    ck_assert(json_is_true(json_object_get(o, "quorum_ok")));
     json_decref(o);
 
     /* The unix socket, spelled both ways, and $REDLOCKD_SERVER. */
     snprintf(addr, sizeof(addr), "unix:%s", D.sock_path);
-    p = ctl_start("-s", addr, "ping", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "ping over unix:PATH");
-    ck_assert_msg(h_starts(p->out, "PONG"), "ping printed: %s", p->out);
-    p = ctl_start("--server", D.sock_path, "status", "cli:insp", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "status over /PATH");
-    ck_assert_msg(strstr(p->out, "cli-holder") != NULL, "status: %s", p->out);
+    ctl_ok("PONG", "-s", addr, "ping", NULL);
+    ctl_ok("cli-holder", "--server", D.sock_path, "status", "cli:insp", NULL);
+    snprintf(addr, sizeof(addr), "unix://%s", D.sock_path);
+    ctl_ok("PONG", "-s", addr, "ping", NULL);
     server_env = S;
-    p = ctl_start("ping", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "ping with $REDLOCKD_SERVER");
+    ctl_ok("PONG", "ping", NULL);
     server_env = NULL;
 }
 END_TEST
@@ -1057,9 +1059,7 @@ START_TEST(ping_no_quorum)
     start_nodes(3);
     start_daemon(FAULT_JSON);
     connect_to(&A);
-    p = ctl_start("-s", S, "ping", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "ping with every node up");
+    ctl_ok("3 voting", "-s", S, "ping", NULL);
 
     h_redis_pause(&R[1]);
     h_redis_pause(&R[2]);
@@ -1096,9 +1096,7 @@ START_TEST(ping_no_quorum)
     h_redis_resume(&R[1]);
     h_redis_resume(&R[2]);
     h_wait_voting(&D, nr, h_scale(10000));
-    p = ctl_start("-s", S, "ping", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "ping once the nodes are back");
+    ctl_ok("3 voting", "-s", S, "ping", NULL);
 }
 END_TEST
 
