@@ -95,9 +95,17 @@ struct redlockd_error {
  * NULL field means "the default".
  */
 struct redlockd_opts {
-    /* "tcp://HOST:PORT", "HOST:PORT", "[IPV6]:PORT", "unix:/PATH" or a path
-     * starting with '/'. The port defaults to 7390. NULL: $REDLOCKD_SERVER,
-     * else REDLOCKD_DEFAULT_SERVER. */
+    /*
+     * "tcp://HOST:PORT" or "HOST:PORT", "[IPV6]:PORT", "unix:/PATH",
+     * "unix:///PATH" (the URL spelling of the same path) or a path starting
+     * with '/'. HOST is an IPv4 address or a host name of letters, digits,
+     * '.' and '-' (not digits and dots alone, as "1.2.3"); brackets hold an
+     * IPv6 address and nothing else, with an optional "%zone"; PORT is 1 to
+     * 65535 in at most 5 digits and defaults to 7390. docs/protocol.md has
+     * the grammar. A malformed address fails redlockd_connect with
+     * REDLOCKD_E_INVALID before anything is resolved. NULL:
+     * $REDLOCKD_SERVER, else REDLOCKD_DEFAULT_SERVER.
+     */
     const char *server;
     int connect_timeout_ms;     /* 0: 5000; negative: none */
     /* How long to wait for each reply (LOCK adds its wait to it).

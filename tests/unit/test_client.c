@@ -210,6 +210,7 @@ static const char *const t_addr_bad[] = {
     /* The daemon's rules, now the client's too (proto/addr.h). */
     "[127.0.0.1]:7390", "[locks.example.com]:1", "bad_host:1", "1.2.3",
     "1.2.3:7390", "unix://host/x.sock", "tcp://tcp://h:1", "h:1\n",
+    "host:007390",      /* six digits, though the value would do */
 };
 
 START_TEST(test_addr_good)
