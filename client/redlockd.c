@@ -1256,7 +1256,7 @@ static int rl_lease_fill(struct redlockd *h, const struct proto_reply *r,
     return 0;
 }
 
-static int rl_refresh(struct redlockd *h, int timeout_ms);
+static int rl_refresh(struct redlockd *h, int timeout_ms, bool watch);
 
 /* A new lease: its entry, no longer lost (events read after this reply are
  * about the new lease), with its first deadline. */
@@ -1290,7 +1290,7 @@ static int rl_lock_reply(struct redlockd *h, const struct proto_reply *r,
      * for the grant: if that used up half the validity, confirm the lease
      * again now rather than hand out a deadline about to pass. */
     if (rc == 0 && rl_now_ms() >= h->sent_ms + lease->validity / 2)
-        rc = rl_refresh(h, -1);
+        rc = rl_refresh(h, -1, false);
     return rc;
 }
 
@@ -1517,11 +1517,12 @@ static const struct rl_lease *rl_lease_next_due(const struct redlockd *h)
 }
 
 /* The caller may be waiting in here to stop its work at a deadline: never
- * wait for the answer past one, nor past the I/O timeout or the caller's
- * own timeout_ms (negative: none). */
-static int rl_refresh(struct redlockd *h, int timeout_ms)
+ * wait for the answer past one (unless !watch: the confirmation of a new
+ * lease, whose deadline may be about to pass), nor past the I/O timeout or
+ * the caller's own timeout_ms (negative: none). */
+static int rl_refresh(struct redlockd *h, int timeout_ms, bool watch)
 {
-    const struct rl_lease *due = rl_lease_next_due(h);
+    const struct rl_lease *due = watch ? rl_lease_next_due(h) : NULL;
     int64_t until = rl_io_deadline(h, 0);
     struct proto_reply r;
     bool by_lease = false;
@@ -1552,7 +1553,7 @@ int redlockd_refresh_within(struct redlockd *h, int timeout_ms)
 
     if (rc < 0)
         return rc;
-    return rl_finish(h, rl_refresh(h, timeout_ms));
+    return rl_finish(h, rl_refresh(h, timeout_ms, true));
 }
 
 int redlockd_refresh(struct redlockd *h)

@@ -168,7 +168,9 @@ void redlockd_close(struct redlockd *h);
  * NULL. The lease's first deadline (below) counts from when LOCK was sent;
  * when the wait for the grant used up half its validity or more, the call
  * confirms the lease with a refresh before it returns, and a failure of
- * that refresh (the connection then closed) is its result.
+ * that refresh (the connection then closed) is its result. A waiting LOCK
+ * keeps the handle busy past the deadlines of its other leases: wait on
+ * a handle of its own.
  */
 int redlockd_lock(struct redlockd *h, const char *resource, uint32_t ttl_ms,
                   uint32_t wait_ms, int renew, struct redlockd_lease *lease);
