@@ -1049,14 +1049,15 @@ static void ctl_refresh(struct ctl_run *r)
  * nothing): soon another holder may have the lock. */
 static void ctl_check_deadline(struct ctl_run *r)
 {
-    double stop;
+    double stop, left;
 
-    if (r->lost || (ctl_stop_at(r, &stop) && ctl_now_ms() < stop))
+    if (r->lost || !ctl_stop_at(r, &stop) || ctl_now_ms() < stop)
         return;
-    if (redlockd_lease_check(r->h, r->resource) == -REDLOCKD_E_NOTHELD)
-        return;
+    left = stop + r->stop_early - ctl_now_ms();
     snprintf(r->lost_reason, sizeof(r->lost_reason),
-             "the daemon did not confirm the lease before its deadline");
+             "the daemon did not confirm the lease in time (its deadline %s "
+             "%.0f ms %s)", left >= 0 ? "is" : "passed",
+             left >= 0 ? left : -left, left >= 0 ? "away" : "ago");
     r->lost = 1;
 }
 

@@ -826,7 +826,8 @@ static long long assert_stopped_lost(struct proc *p, long cmd, int timeout_ms,
 
     proc_wait(p, h_scale(10000));
     took = h_since(t0);
-    fprintf(stderr, "%s: redlockctl exited after %lld ms\n", what, took);
+    fprintf(stderr, "%s: redlockctl exited after %lld ms; it said: %s", what, took,
+            p->err);
     assert_status(p, EXIT_LOST, what);
     ck_assert_msg(took < timeout_ms, "%s: redlockctl took %lld ms", what, took);
     ck_assert_msg(h_starts(p->err, "redlockctl:") && strstr(p->err, word) != NULL,
