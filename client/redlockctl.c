@@ -4,14 +4,17 @@
  * `run` guards a command with a lock: it takes the lock (the daemon renews
  * the lease while our connection lives), runs the command in its own
  * process group with the lock in its environment, forwards SIGINT, SIGTERM
- * and SIGHUP to that group, watches the connection for EVENT LOST, and
- * releases the lock when the command exits. `ping`, `status`, `sessions`
+ * and SIGHUP to that group, watches the connection for EVENT LOST,
+ * confirms the lease every ttl/3 (redlockd_refresh) and stops the command
+ * when the lease deadline passes unconfirmed, and releases the lock when
+ * the command exits. `ping`, `status`, `sessions`
  * and `stats` print the daemon's answers, as tables or (--json) raw.
  * Exit statuses are listed in usage() and in redlockctl(1); keep both in
  * step.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <err.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -38,13 +41,28 @@
 #define CTL_EXIT_LOST 70            /* the lease was lost, command stopped */
 #define CTL_DEFAULT_TIMEOUT_MS 5000
 /*
- * `run` asks the daemon to end the session after a minute without a line
- * and pings four times as often, so a redlockctl that hangs (or is stopped)
- * loses the lock within a minute instead of holding it forever. A crashed
- * or killed redlockctl loses it at once: its socket closes.
+ * `run` asks the daemon to end the session after a minute without a line,
+ * so a redlockctl that hangs (or is stopped) loses the lock within a
+ * minute instead of holding it forever. A crashed or killed redlockctl
+ * loses it at once: its socket closes.
+ *
+ * It confirms the lease every third of its ttl (the daemon's renewal
+ * period), which leaves each confirmation two thirds of a ttl to arrive
+ * before the deadline of the one before; sooner when the validity left is
+ * short, and never more often than every CTL_REFRESH_MIN_MS. At most a
+ * quarter of the keepalive apart, the confirmations keep the session
+ * alive too.
+ *
+ * Unconfirmed, the command is stopped a little before the lease deadline:
+ * the keys outlive the deadline only by the daemon's drift margin (22 ms
+ * for a 2 s ttl), and stopping takes time (our wake-up, the signal, the
+ * command's exit). The daemon keeps the same twentieth of the ttl for its
+ * clients to act on EVENT LOST.
  */
 #define CTL_KEEPALIVE_MS 60000
-#define CTL_PING_EVERY_MS (CTL_KEEPALIVE_MS / 4)
+#define CTL_REFRESH_MAX_MS (CTL_KEEPALIVE_MS / 4)
+#define CTL_REFRESH_MIN_MS 50
+#define CTL_STOP_EARLY_MAX_MS 1000
 #define CTL_NAME_MAX 64
 
 struct ctl {
@@ -61,25 +79,109 @@ struct ctl {
     unsigned kill_after_s;
     int conflict_exit;
     int quiet;
-    int run_opts_seen;              /* given to a command other than run */
+    const struct ctl_opt *run_opt;  /* the first option of run given */
 
     char password[1025];
     char default_name[CTL_NAME_MAX + 1];
 };
 
-/* ---- messages and usage ------------------------------------------------- */
+/* ---- options, usage ---------------------------------------------------- */
 
-static void ctl_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Long-only options: values above any short letter. */
+enum {
+    OPT_PASSWORD_FILE = 256,
+    OPT_NAME,
+    OPT_TIMEOUT,
+    OPT_JSON,
+    OPT_TTL,
+    OPT_WAIT,
+    OPT_ON_LOST,
+    OPT_KILL_AFTER,
+};
 
-static void ctl_err(const char *fmt, ...)
+/*
+ * Every option once: getopt's tables, the option lists of --help and the
+ * check that run's options go to run are all made from it.
+ */
+struct ctl_opt {
+    const char *name;           /* --name */
+    int val;                    /* the short letter, or OPT_* */
+    const char *arg;            /* its argument as --help shows it; NULL:
+                                   the option takes none */
+    bool run;                   /* an option of run only */
+    const char *help;           /* one or more lines, each ending in \n */
+};
+
+static const struct ctl_opt ctl_opts[] = {
+    { "server", 's', "ADDR", false,
+      "HOST:PORT, [IPV6]:PORT or unix:/PATH\n"
+      "(default: $REDLOCKD_SERVER, else 127.0.0.1:7390)\n" },
+    { "password-file", OPT_PASSWORD_FILE, "F", false,
+      "send the first line of F with AUTH\n" },
+    { "name", OPT_NAME, "NAME", false, "client name shown by `sessions`\n" },
+    { "timeout", OPT_TIMEOUT, "MS", false,
+      "connect and reply timeout (default 5000, 0: none)\n" },
+    { "json", OPT_JSON, NULL, false,
+      "print the daemon's JSON instead of a table\n" },
+    { "help", 'h', NULL, false, "show this help\n" },
+    { "version", 'V', NULL, false, "show the version\n" },
+    { "ttl", OPT_TTL, "MS", true,
+      "lease on Redis (default: the daemon's, 30000);\n"
+      "the command is stopped once MS pass without the\n"
+      "daemon confirming the lease\n" },
+    { "wait", OPT_WAIT, "MS", true,
+      "wait up to MS for a busy lock (default 0: don't)\n" },
+    { "on-lost", OPT_ON_LOST, "kill|ignore", true,
+      "when the lease is lost: SIGTERM the command's\n"
+      "process group (default), or let it finish\n" },
+    { "kill-after", OPT_KILL_AFTER, "SEC", true,
+      "SIGKILL SEC seconds after that SIGTERM (default 5)\n" },
+    { "conflict-exit-code", 'E', "N", true,
+      "exit status when the lock is busy (default 75)\n" },
+    { "quiet", 'q', NULL, true, "say nothing when the lock is busy\n" },
+};
+
+#define CTL_NOPTS (sizeof(ctl_opts) / sizeof(ctl_opts[0]))
+#define CTL_HELP_COL 26         /* where --help's descriptions start */
+
+static const struct ctl_opt *ctl_opt_find(int val)
 {
-    va_list ap;
+    size_t i;
 
-    fputs("redlockctl: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
+    for (i = 0; i < CTL_NOPTS; i++) {
+        if (ctl_opts[i].val == val)
+            return &ctl_opts[i];
+    }
+    return NULL;
+}
+
+/* "-E, --conflict-exit-code N" and its description, lined up. */
+static void ctl_usage_opt(FILE *out, const struct ctl_opt *o)
+{
+    char left[64];
+    const char *line, *nl;
+
+    snprintf(left, sizeof(left), "  %c%c%c --%s%s%s",
+             o->val < 256 ? '-' : ' ', o->val < 256 ? o->val : ' ',
+             o->val < 256 ? ',' : ' ', o->name, o->arg ? " " : "",
+             o->arg ? o->arg : "");
+    if (strlen(left) + 2 > CTL_HELP_COL)
+        fprintf(out, "%s\n%*s", left, CTL_HELP_COL, "");
+    else
+        fprintf(out, "%-*s", CTL_HELP_COL, left);
+    for (line = o->help; (nl = strchr(line, '\n')); line = nl + 1)
+        fprintf(out, "%*s%.*s\n", line == o->help ? 0 : CTL_HELP_COL, "",
+                (int)(nl - line), line);
+}
+
+static void ctl_usage_opts(FILE *out, bool run)
+{
+    size_t i;
+
+    for (i = 0; i < CTL_NOPTS; i++) {
+        if (ctl_opts[i].run == run)
+            ctl_usage_opt(out, &ctl_opts[i]);
+    }
 }
 
 static void ctl_usage(FILE *out)
@@ -94,28 +196,14 @@ static void ctl_usage(FILE *out)
 "  status RESOURCE     what the daemon and the Redis nodes know of RESOURCE\n"
 "  sessions            the daemon's client sessions\n"
 "  stats               the daemon's counters\n"
-"  ping                check that the daemon answers\n"
+"  ping                check that the daemon answers and has a quorum of\n"
+"                      Redis nodes\n"
 "\n"
-"Options:\n"
-"  -s, --server ADDR       HOST:PORT, [IPV6]:PORT or unix:/PATH\n"
-"                          (default: $REDLOCKD_SERVER, else 127.0.0.1:7390)\n"
-"      --password-file F   send the first line of F with AUTH\n"
-"      --name NAME         client name shown by `sessions`\n"
-"      --timeout MS        connect and reply timeout (default 5000, 0: none)\n"
-"      --json              print the daemon's JSON instead of a table\n"
-"  -h, --help              show this help\n"
-"  -V, --version           show the version\n"
-"\n"
-"Run options:\n"
-"      --ttl MS            lease on Redis (default: the daemon's, 30000)\n"
-"      --wait MS           wait up to MS for a busy lock (default 0: don't)\n"
-"      --on-lost kill|ignore\n"
-"                          when the lease is lost: SIGTERM the command's\n"
-"                          process group (default), or let it finish\n"
-"      --kill-after SEC    SIGKILL SEC seconds after that SIGTERM (default 5)\n"
-"  -E, --conflict-exit-code N\n"
-"                          exit status when the lock is busy (default 75)\n"
-"  -q, --quiet             say nothing when the lock is busy\n"
+"Options:\n", out);
+    ctl_usage_opts(out, false);
+    fputs("\nRun options:\n", out);
+    ctl_usage_opts(out, true);
+    fputs(
 "\n"
 "The command gets REDLOCKD_RESOURCE, REDLOCKD_TOKEN and REDLOCKD_FENCE.\n"
 "\n"
@@ -125,42 +213,15 @@ static void ctl_usage(FILE *out)
 "       70 when the lease was lost and the command was stopped for it;\n"
 "       126/127 when the command can not be run.\n"
 "  0 success; 64 usage or configuration error; 69 the daemon could not be\n"
-"  reached or refused the request.\n", out);
+"  reached or refused the request, or (ping) has no quorum of Redis nodes.\n",
+          out);
 }
 
 /* ---- option parsing ----------------------------------------------------- */
 
-enum {
-    OPT_PASSWORD_FILE = 256,
-    OPT_NAME,
-    OPT_TIMEOUT,
-    OPT_JSON,
-    OPT_TTL,
-    OPT_WAIT,
-    OPT_ON_LOST,
-    OPT_KILL_AFTER,
-};
-
-static const struct option ctl_longopts[] = {
-    { "server", required_argument, NULL, 's' },
-    { "password-file", required_argument, NULL, OPT_PASSWORD_FILE },
-    { "name", required_argument, NULL, OPT_NAME },
-    { "timeout", required_argument, NULL, OPT_TIMEOUT },
-    { "json", no_argument, NULL, OPT_JSON },
-    { "help", no_argument, NULL, 'h' },
-    { "version", no_argument, NULL, 'V' },
-    { "ttl", required_argument, NULL, OPT_TTL },
-    { "wait", required_argument, NULL, OPT_WAIT },
-    { "on-lost", required_argument, NULL, OPT_ON_LOST },
-    { "kill-after", required_argument, NULL, OPT_KILL_AFTER },
-    { "conflict-exit-code", required_argument, NULL, 'E' },
-    { "quiet", no_argument, NULL, 'q' },
-    { NULL, 0, NULL, 0 },
-};
-
 /* Decimal digits only, at most max. */
-static int ctl_number(const char *s, const char *opt, unsigned long max,
-                      unsigned long *out)
+static int ctl_number(const char *s, const struct ctl_opt *o,
+                      unsigned long max, unsigned long *out)
 {
     unsigned long v = 0;
     const char *p;
@@ -171,18 +232,20 @@ static int ctl_number(const char *s, const char *opt, unsigned long max,
             break;
     }
     if (p == s || *p != '\0') {
-        ctl_err("%s: expected a number from 0 to %lu, got \"%s\"", opt, max, s);
+        warnx("--%s: expected a number from 0 to %lu, got \"%s\"", o->name,
+              max, s);
         return -1;
     }
     *out = v;
     return 0;
 }
 
-static int ctl_number_u32(const char *s, const char *opt, uint32_t *out)
+static int ctl_number_u32(const char *s, const struct ctl_opt *o,
+                          uint32_t *out)
 {
     unsigned long v;
 
-    if (ctl_number(s, opt, UINT32_MAX, &v) < 0)
+    if (ctl_number(s, o, UINT32_MAX, &v) < 0)
         return -1;
     *out = (uint32_t)v;
     return 0;
@@ -195,19 +258,21 @@ static int ctl_on_lost_mode(struct ctl *c, const char *s)
     else if (strcmp(s, "ignore") == 0)
         c->kill_on_lost = 0;
     else {
-        ctl_err("--on-lost: expected kill or ignore, got \"%s\"", s);
+        warnx("--on-lost: expected kill or ignore, got \"%s\"", s);
         return -1;
     }
     return 0;
 }
 
 /* 0 parsed, 1 done (help/version printed), -1 usage error. */
-static int ctl_option(struct ctl *c, int opt, const char *arg)
+static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
 {
     unsigned long v;
     uint32_t u;
 
-    switch (opt) {
+    if (o->run && !c->run_opt)
+        c->run_opt = o;
+    switch (o->val) {
     case 's': c->server = arg; return 0;
     case OPT_PASSWORD_FILE: c->password_file = arg; return 0;
     case OPT_NAME: c->name = arg; return 0;
@@ -215,29 +280,26 @@ static int ctl_option(struct ctl *c, int opt, const char *arg)
     case 'h': ctl_usage(stdout); return 1;
     case 'V': printf("redlockctl %s\n", REDLOCKD_VERSION); return 1;
     case OPT_TIMEOUT:
-        if (ctl_number_u32(arg, "--timeout", &u) < 0 || u > INT32_MAX)
+        if (ctl_number_u32(arg, o, &u) < 0 || u > INT32_MAX)
             return -1;
         c->timeout_ms = u == 0 ? -1 : (int)u;
         return 0;
-    }
-    c->run_opts_seen = 1;
-    switch (opt) {
-    case OPT_TTL: return ctl_number_u32(arg, "--ttl", &c->ttl_ms);
-    case OPT_WAIT: return ctl_number_u32(arg, "--wait", &c->wait_ms);
+    case OPT_TTL: return ctl_number_u32(arg, o, &c->ttl_ms);
+    case OPT_WAIT: return ctl_number_u32(arg, o, &c->wait_ms);
     case OPT_ON_LOST: return ctl_on_lost_mode(c, arg);
     case 'q': c->quiet = 1; return 0;
     case OPT_KILL_AFTER:
-        if (ctl_number(arg, "--kill-after", 86400, &v) < 0)
+        if (ctl_number(arg, o, 86400, &v) < 0)
             return -1;
         c->kill_after_s = (unsigned)v;
         return 0;
     case 'E':
-        if (ctl_number(arg, "--conflict-exit-code", 255, &v) < 0)
+        if (ctl_number(arg, o, 255, &v) < 0)
             return -1;
         c->conflict_exit = (int)v;
         return 0;
     }
-    return -1;  /* getopt already said what was wrong */
+    return -1;
 }
 
 static void ctl_defaults(struct ctl *c)
@@ -270,8 +332,7 @@ static int ctl_read_password(struct ctl *c)
     size_t len;
 
     if (!f) {
-        ctl_err("cannot open password file %s: %s", c->password_file,
-                strerror(errno));
+        warn("cannot open password file %s", c->password_file);
         return -1;
     }
     if (!fgets(c->password, sizeof(c->password), f))
@@ -280,7 +341,7 @@ static int ctl_read_password(struct ctl *c)
     len = strcspn(c->password, "\r\n");
     c->password[len] = '\0';
     if (len == 0) {
-        ctl_err("password file %s is empty", c->password_file);
+        warnx("password file %s is empty", c->password_file);
         return -1;
     }
     return 0;
@@ -294,11 +355,11 @@ static int ctl_report(const char *what, int rc, const char *msg)
     int refused = code < REDLOCKD_E_IO;
 
     if (!what)
-        ctl_err("%s", msg);
+        warnx("%s", msg);
     else if (!refused)
-        ctl_err("%s: %s", what, msg);
+        warnx("%s: %s", what, msg);
     else
-        ctl_err("%s: %s (%s)", what, msg, redlockd_code_name(code));
+        warnx("%s: %s (%s)", what, msg, redlockd_code_name(code));
     if (code == REDLOCKD_E_INVALID || code == REDLOCKD_E_ARG)
         return EX_USAGE;
     return EX_UNAVAILABLE;
@@ -354,19 +415,15 @@ static void ctl_table_add(struct ctl_table *t, const char *const *row)
     size_t i;
 
     grown = realloc(t->cells, (t->nrows + 1) * t->ncols * sizeof(*grown));
-    if (!grown) {
-        ctl_err("out of memory");
-        exit(EX_OSERR);
-    }
+    if (!grown)
+        errx(EX_OSERR, "out of memory");
     t->cells = grown;
     for (i = 0; i < t->ncols; i++) {
         char **cell = &t->cells[t->nrows * t->ncols + i];
 
         *cell = strdup(row[i] ? row[i] : "-");
-        if (!*cell) {
-            ctl_err("out of memory");
-            exit(EX_OSERR);
-        }
+        if (!*cell)
+            errx(EX_OSERR, "out of memory");
     }
     t->nrows++;
 }
@@ -456,8 +513,8 @@ static json_t *ctl_parse_json(const char *text)
     json_t *root = json_loads(text, 0, &jerr);
 
     if (!root || !json_is_object(root)) {
-        ctl_err("the daemon sent unreadable JSON: %s",
-                !root ? jerr.text : "not an object");
+        warnx("the daemon sent unreadable JSON: %s",
+              !root ? jerr.text : "not an object");
         json_decref(root);
         return NULL;
     }
@@ -678,12 +735,47 @@ static double ctl_now_ms(void)
     return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
-static void ctl_ping_json(const struct redlockd_info *info, double rtt)
+/* What STATS says of the Redis nodes: ping's quorum check. */
+struct ctl_votes {
+    json_int_t voting;
+    json_int_t quorum;
+};
+
+static int ctl_read_votes(struct redlockd *h, struct ctl_votes *v)
 {
-    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:f}", "server", info->server,
-                          "session", info->session,
+    char *json = NULL;
+    json_t *root, *voting, *quorum;
+    int rc;
+
+    rc = redlockd_stats(h, &json);
+    if (rc < 0)
+        return ctl_report("ping: STATS", rc, redlockd_last_error(h)->msg);
+    root = ctl_parse_json(json);
+    free(json);
+    if (!root)
+        return EX_UNAVAILABLE;
+    voting = json_object_get(root, "nodes_voting");
+    quorum = json_object_get(root, "quorum");
+    rc = 0;
+    if (!json_is_integer(voting) || !json_is_integer(quorum)) {
+        warnx("ping: STATS has no nodes_voting and quorum");
+        rc = EX_UNAVAILABLE;
+    } else {
+        v->voting = json_integer_value(voting);
+        v->quorum = json_integer_value(quorum);
+    }
+    json_decref(root);
+    return rc;
+}
+
+static void ctl_ping_json(const struct redlockd_info *info,
+                          const struct ctl_votes *v, double rtt)
+{
+    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:f}",
+                          "server", info->server, "session", info->session,
                           "nodes", (json_int_t)info->nodes,
-                          "quorum", (json_int_t)info->quorum, "rtt_ms", rtt);
+                          "quorum", v->quorum, "nodes_voting", v->voting,
+                          "quorum_ok", v->voting >= v->quorum, "rtt_ms", rtt);
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 
     if (text)
@@ -692,10 +784,13 @@ static void ctl_ping_json(const struct redlockd_info *info, double rtt)
     json_decref(o);
 }
 
+/* PING for the round trip, then STATS: a daemon without a quorum of Redis
+ * nodes answers, but can grant no lock, and a health check must say so. */
 static int ctl_ping(struct ctl *c)
 {
     struct redlockd_opts o = { 0 };
     const struct redlockd_info *info;
+    struct ctl_votes v = { 0, 0 };
     struct redlockd *h;
     double t0, rtt;
     int rc;
@@ -706,20 +801,30 @@ static int ctl_ping(struct ctl *c)
     t0 = ctl_now_ms();
     rc = redlockd_ping(h);
     rtt = ctl_now_ms() - t0;
-    if (rc < 0) {
+    if (rc < 0)
         rc = ctl_report("ping", rc, redlockd_last_error(h)->msg);
+    else
+        rc = ctl_read_votes(h, &v);
+    if (rc != 0) {
         redlockd_close(h);
         return rc;
     }
     info = redlockd_info(h);
     if (c->json)
-        ctl_ping_json(info, rtt);
+        ctl_ping_json(info, &v, rtt);
     else
-        printf("PONG from %s: session %s, %u Redis node%s (quorum %u), "
-               "%.3f ms\n", info->server, info->session, info->nodes,
-               info->nodes == 1 ? "" : "s", info->quorum, rtt);
+        printf("PONG from %s: session %s, %u Redis node%s, %" JSON_INTEGER_FORMAT
+               " voting (quorum %" JSON_INTEGER_FORMAT "), %.3f ms\n",
+               info->server, info->session, info->nodes,
+               info->nodes == 1 ? "" : "s", v.voting, v.quorum, rtt);
+    if (v.voting < v.quorum) {
+        warnx("ping: no quorum: %" JSON_INTEGER_FORMAT " of %u Redis nodes "
+              "voting, %" JSON_INTEGER_FORMAT " needed; no lock can be "
+              "granted", v.voting, info->nodes, v.quorum);
+        rc = EX_UNAVAILABLE;
+    }
     redlockd_close(h);
-    return 0;
+    return rc;
 }
 
 /* ---- run ---------------------------------------------------------------- */
@@ -737,11 +842,13 @@ struct ctl_run {
     pid_t child;                /* the command; also its process group */
     int status;                 /* its wait status, once exited */
     int exited;
-    int lost;                   /* set by ctl_on_lost */
+    int lost;                   /* set by ctl_on_lost, or the deadline */
     int lost_noticed;           /* acted on (message, SIGTERM) */
     char lost_reason[160];
     double kill_at;             /* when SIGKILL is due; 0: not */
-    double next_ping;
+    double refresh_every;       /* ttl/3 within the CTL_REFRESH_* bounds */
+    double next_refresh;
+    double stop_early;          /* how long before the deadline to stop */
     bool not_taken;             /* the lock was busy or refused */
 };
 
@@ -762,7 +869,7 @@ static int ctl_signals_init(void)
     size_t i;
 
     if (pipe2(ctl_sigpipe, O_CLOEXEC | O_NONBLOCK) < 0) {
-        ctl_err("pipe: %s", strerror(errno));
+        warn("pipe");
         return -1;
     }
     memset(&sa, 0, sizeof(sa));
@@ -804,6 +911,7 @@ static void ctl_child(const struct redlockd_lease *lease, char **argv,
                       pid_t parent, int kill_on_lost)
 {
     char fence[24];
+    int e;
 
     setpgid(0, 0);
     /* If redlockctl dies (even by SIGKILL) the daemon frees the lock at
@@ -815,12 +923,13 @@ static void ctl_child(const struct redlockd_lease *lease, char **argv,
     if (setenv("REDLOCKD_RESOURCE", lease->resource, 1) < 0
         || setenv("REDLOCKD_TOKEN", lease->token, 1) < 0
         || setenv("REDLOCKD_FENCE", fence, 1) < 0) {
-        ctl_err("setenv: %s", strerror(errno));
+        warn("setenv");
         _exit(126);
     }
     execvp(argv[0], argv);
-    ctl_err("cannot run %s: %s", argv[0], strerror(errno));
-    _exit(errno == ENOENT ? 127 : 126);
+    e = errno;
+    warn("cannot run %s", argv[0]);
+    _exit(e == ENOENT ? 127 : 126);
 }
 
 static int ctl_spawn(struct ctl_run *r, const struct redlockd_lease *lease,
@@ -831,7 +940,7 @@ static int ctl_spawn(struct ctl_run *r, const struct redlockd_lease *lease,
     fflush(NULL);
     pid = fork();
     if (pid < 0) {
-        ctl_err("fork: %s", strerror(errno));
+        warn("fork");
         return -1;
     }
     if (pid == 0)
@@ -876,14 +985,14 @@ static void ctl_notice_lost(struct ctl_run *r)
         return;
     r->lost_noticed = 1;
     if (!r->c->kill_on_lost) {
-        ctl_err("lost the lock on %s: %s%s%s; --on-lost ignore: the command "
-                "goes on", r->resource, r->lost_reason, e->code ? ": " : "",
-                e->msg);
+        warnx("lost the lock on %s: %s%s%s; --on-lost ignore: the command "
+              "goes on", r->resource, r->lost_reason, e->code ? ": " : "",
+              e->msg);
         return;
     }
-    ctl_err("lost the lock on %s: %s%s%s; stopping the command (SIGTERM, "
-            "SIGKILL after %u s)", r->resource, r->lost_reason,
-            e->code ? ": " : "", e->msg, r->c->kill_after_s);
+    warnx("lost the lock on %s: %s%s%s; stopping the command (SIGTERM, "
+          "SIGKILL after %u s)", r->resource, r->lost_reason,
+          e->code ? ": " : "", e->msg, r->c->kill_after_s);
     kill(-r->child, SIGTERM);
     kill(-r->child, SIGCONT);
     r->kill_at = ctl_now_ms() + r->c->kill_after_s * 1000.0;
@@ -896,6 +1005,62 @@ static void ctl_handle_daemon(struct ctl_run *r)
     ctl_notice_lost(r);
 }
 
+/* When the command must have been told to stop, unless the lease is
+ * confirmed again: stop_early before its deadline. false once the lease is
+ * not held any more. */
+static bool ctl_stop_at(const struct ctl_run *r, double *at)
+{
+    int64_t deadline;
+
+    if (redlockd_lease_deadline(r->h, r->resource, &deadline) != 0)
+        return false;
+    *at = (double)deadline - r->stop_early;
+    return true;
+}
+
+/* The next confirmation: refresh_every after `sent`, or halfway to the
+ * stop time when that comes first. */
+static void ctl_schedule_refresh(struct ctl_run *r, double sent)
+{
+    double every = r->refresh_every, stop;
+
+    if (ctl_stop_at(r, &stop) && (stop - sent) / 2 < every)
+        every = (stop - sent) / 2;
+    r->next_refresh = sent + (every > CTL_REFRESH_MIN_MS ? every
+                                                         : CTL_REFRESH_MIN_MS);
+}
+
+static void ctl_refresh(struct ctl_run *r)
+{
+    double sent = ctl_now_ms(), stop;
+
+    if (!ctl_stop_at(r, &stop) || stop <= sent)
+        return;
+    /* Not waiting past the stop time; a failure closes the connection and
+     * reaches us through ctl_on_lost (disconnected). */
+    if (redlockd_refresh_within(r->h, (int)(stop - sent))
+        == -REDLOCKD_E_IO_TIMEOUT)
+        snprintf(r->lost_reason, sizeof(r->lost_reason),
+                 "the daemon did not confirm the lease");
+    ctl_schedule_refresh(r, sent);
+}
+
+/* The stop time came without a confirmation (a daemon that stalls says
+ * nothing): soon another holder may have the lock. */
+static void ctl_check_deadline(struct ctl_run *r)
+{
+    double stop, left;
+
+    if (r->lost || !ctl_stop_at(r, &stop) || ctl_now_ms() < stop)
+        return;
+    left = stop + r->stop_early - ctl_now_ms();
+    snprintf(r->lost_reason, sizeof(r->lost_reason),
+             "the daemon did not confirm the lease in time (its deadline %s "
+             "%.0f ms %s)", left >= 0 ? "is" : "passed",
+             left >= 0 ? left : -left, left >= 0 ? "away" : "ago");
+    r->lost = 1;
+}
+
 static void ctl_timers(struct ctl_run *r)
 {
     double now = ctl_now_ms();
@@ -904,19 +1069,24 @@ static void ctl_timers(struct ctl_run *r)
         kill(-r->child, SIGKILL);
         r->kill_at = 0;
     }
-    if (!r->lost && now >= r->next_ping) {
-        (void)redlockd_ping(r->h);
-        r->next_ping = ctl_now_ms() + CTL_PING_EVERY_MS;
-        ctl_notice_lost(r);
-    }
+    /* A deadline passed while we were not looking (redlockctl itself was
+     * stopped) is not undone by a refresh: the command ran unconfirmed. */
+    ctl_check_deadline(r);
+    if (!r->lost && now >= r->next_refresh)
+        ctl_refresh(r);
+    ctl_check_deadline(r);
+    ctl_notice_lost(r);
 }
 
 static int ctl_poll_timeout(const struct ctl_run *r)
 {
-    double now = ctl_now_ms(), next = -1;
+    double now = ctl_now_ms(), next = -1, stop;
 
-    if (!r->lost)
-        next = r->next_ping;
+    if (!r->lost) {
+        next = r->next_refresh;
+        if (ctl_stop_at(r, &stop) && stop < next)
+            next = stop;
+    }
     if (r->kill_at > 0 && (next < 0 || r->kill_at < next))
         next = r->kill_at;
     if (next < 0)
@@ -924,22 +1094,26 @@ static int ctl_poll_timeout(const struct ctl_run *r)
     return next <= now ? 0 : (int)(next - now) + 1;
 }
 
-static void ctl_wait_child(struct ctl_run *r)
+static void ctl_wait_child(struct ctl_run *r, uint32_t ttl)
 {
     struct pollfd p[2];
     nfds_t n;
 
-    r->next_ping = ctl_now_ms() + CTL_PING_EVERY_MS;
+    r->refresh_every = ttl / 3.0;
+    if (r->refresh_every > CTL_REFRESH_MAX_MS)
+        r->refresh_every = CTL_REFRESH_MAX_MS;
+    r->stop_early = ttl / 20.0;
+    if (r->stop_early > CTL_STOP_EARLY_MAX_MS)
+        r->stop_early = CTL_STOP_EARLY_MAX_MS;
+    ctl_schedule_refresh(r, ctl_now_ms());
     while (!r->exited) {
         p[0].fd = ctl_sigpipe[0];
         p[0].events = POLLIN;
         p[1].fd = redlockd_fd(r->h);
         p[1].events = POLLIN;
         n = r->lost ? 1 : 2;
-        if (poll(p, n, ctl_poll_timeout(r)) < 0 && errno != EINTR) {
-            ctl_err("poll: %s", strerror(errno));
-            exit(EX_OSERR);
-        }
+        if (poll(p, n, ctl_poll_timeout(r)) < 0 && errno != EINTR)
+            err(EX_OSERR, "poll");
         if (p[0].revents != 0)
             ctl_handle_signals(r);
         if (n == 2 && p[1].revents != 0)
@@ -966,16 +1140,16 @@ static int ctl_finish(struct ctl_run *r)
         rc = redlockd_unlock(r->h, r->resource);
         if (rc == -REDLOCKD_E_LOST) {
             lost = 1;
-            ctl_err("the lease on %s was lost before the command ended",
-                    r->resource);
+            warnx("the lease on %s was lost before the command ended",
+                  r->resource);
         } else if (rc < 0) {
-            ctl_err("could not release %s (the daemon releases it as the "
-                    "connection closes): %s", r->resource,
-                    redlockd_last_error(r->h)->msg);
+            warnx("could not release %s (the daemon releases it as the "
+                  "connection closes): %s", r->resource,
+                  redlockd_last_error(r->h)->msg);
         }
     } else if (!r->lost_noticed) {
-        ctl_err("lost the lock on %s as the command ended: %s", r->resource,
-                r->lost_reason);
+        warnx("lost the lock on %s as the command ended: %s", r->resource,
+              r->lost_reason);
     }
     if (lost && r->c->kill_on_lost) {
         /* Anything the command left behind in its group goes too. */
@@ -996,10 +1170,10 @@ static int ctl_lock_status(struct ctl_run *r, struct redlockd_lease *lease)
     r->not_taken = true;
     if (rc == -REDLOCKD_E_BUSY || rc == -REDLOCKD_E_TIMEOUT) {
         if (!c->quiet && rc == -REDLOCKD_E_BUSY)
-            ctl_err("%s is locked by someone else", r->resource);
+            warnx("%s is locked by someone else", r->resource);
         else if (!c->quiet)
-            ctl_err("%s is still locked after waiting %" PRIu32 " ms",
-                    r->resource, c->wait_ms);
+            warnx("%s is still locked after waiting %" PRIu32 " ms",
+                  r->resource, c->wait_ms);
         return c->conflict_exit;
     }
     return ctl_report("lock", rc, redlockd_last_error(r->h)->msg);
@@ -1025,14 +1199,14 @@ static int ctl_run(struct ctl *c, int argc, char **argv)
     int rc, i = 0;
 
     if (argc < 1) {
-        ctl_err("run: missing RESOURCE and COMMAND (try --help)");
+        warnx("run: missing RESOURCE and COMMAND (try --help)");
         return EX_USAGE;
     }
     r.resource = argv[i++];
     if (i < argc && strcmp(argv[i], "--") == 0)
         i++;
     if (i >= argc) {
-        ctl_err("run: missing COMMAND (try --help)");
+        warnx("run: missing COMMAND (try --help)");
         return EX_USAGE;
     }
     rc = ctl_connect(c, &o, &r.h);
@@ -1043,15 +1217,15 @@ static int ctl_run(struct ctl *c, int argc, char **argv)
         return rc;
     }
     if (r.lost) {
-        ctl_err("lost the lock on %s right after taking it: %s", r.resource,
-                r.lost_reason);
+        warnx("lost the lock on %s right after taking it: %s", r.resource,
+              r.lost_reason);
         rc = CTL_EXIT_LOST;
     }
     if (rc == 0 && (ctl_signals_init() < 0
                     || ctl_spawn(&r, &lease, argv + i) < 0))
         rc = EX_OSERR;
     if (rc == 0) {
-        ctl_wait_child(&r);
+        ctl_wait_child(&r, lease.ttl);
         rc = ctl_finish(&r);
     }
     redlockd_close(r.h);
@@ -1062,20 +1236,47 @@ static int ctl_run(struct ctl *c, int argc, char **argv)
 
 /* Options from argv[0] on (argv[0] itself skipped): the index of the first
  * other argument, 0 when help/version was printed, -1 on a usage error. */
+/* getopt_long's tables from ctl_opts: "+:" (stop at the first command
+ * word, report a missing argument as ':') and the short letters. */
+static void ctl_getopt_tables(struct option *longopts, char *shorts)
+{
+    size_t i;
+
+    *shorts++ = '+';
+    *shorts++ = ':';
+    for (i = 0; i < CTL_NOPTS; i++) {
+        const struct ctl_opt *o = &ctl_opts[i];
+
+        longopts[i] = (struct option){ o->name, o->arg ? required_argument
+                                                       : no_argument,
+                                       NULL, o->val };
+        if (o->val < 256) {
+            *shorts++ = (char)o->val;
+            if (o->arg)
+                *shorts++ = ':';
+        }
+    }
+    longopts[CTL_NOPTS] = (struct option){ NULL, 0, NULL, 0 };
+    *shorts = '\0';
+}
+
 static int ctl_parse(struct ctl *c, int argc, char **argv)
 {
+    struct option longopts[CTL_NOPTS + 1];
+    char shorts[2 + 2 * CTL_NOPTS + 1];
     int opt, rc;
 
+    ctl_getopt_tables(longopts, shorts);
     optind = 0;         /* glibc: start afresh on this argv */
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "+:s:E:qhV", ctl_longopts,
-                              NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
         if (opt == '?' || opt == ':') {
-            ctl_err("%s %s (try --help)", opt == '?' ? "unknown option"
-                    : "missing argument for", argv[optind - 1]);
+            warnx("%s %s (try --help)", opt == '?' ? "unknown option"
+                  : "missing argument for", argv[optind - 1]);
             return -1;
         }
-        rc = ctl_option(c, opt, optarg);
+        /* getopt only returns what the tables hold. */
+        rc = ctl_option(c, ctl_opt_find(opt), optarg);
         if (rc != 0)
             return rc > 0 ? 0 : -1;
     }
@@ -1090,17 +1291,16 @@ static int ctl_dispatch(struct ctl *c, const char *cmd, int argc, char **argv)
     if (strcmp(cmd, "run") == 0)
         return ctl_run(c, argc, argv);
     if (!in && !ping) {
-        ctl_err("unknown command \"%s\" (try --help)", cmd);
+        warnx("unknown command \"%s\" (try --help)", cmd);
         return EX_USAGE;
     }
-    if (c->run_opts_seen) {
-        ctl_err("%s: --ttl, --wait, --on-lost, --kill-after, -E and -q are "
-                "options of run", cmd);
+    if (c->run_opt) {
+        warnx("%s: --%s is an option of run", cmd, c->run_opt->name);
         return EX_USAGE;
     }
     if (argc != (in ? in->nargs : 0)) {
-        ctl_err(in && in->nargs ? "%s: expected one RESOURCE"
-                                        : "%s takes no arguments", cmd);
+        warnx(in && in->nargs ? "%s: expected one RESOURCE"
+                                      : "%s takes no arguments", cmd);
         return EX_USAGE;
     }
     if (ping)
@@ -1119,7 +1319,7 @@ int main(int argc, char **argv)
     if (i <= 0)
         return i == 0 ? 0 : EX_USAGE;
     if (i >= argc) {
-        ctl_err("no command given (try --help)");
+        warnx("no command given (try --help)");
         return EX_USAGE;
     }
     cmd = argv[i];

@@ -12,6 +12,12 @@
  * server addresses by proto_addr_parse, numbers by its strict readers; it
  * also owns the error-code table, which this file only maps to the public
  * enum.
+ *
+ * The handle keeps a table of its leases with their deadlines: the send
+ * time of the request that last confirmed each (LOCK, EXTEND, or the LOCKS
+ * of redlockd_refresh) plus the validity its reply reported. That is the
+ * rule of docs/protocol.md, "Writing a client: the lease deadline rule";
+ * every time here is CLOCK_MONOTONIC milliseconds.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +35,8 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "proto.h"
 #include "redlockd.h"
@@ -48,9 +56,18 @@
 _Static_assert(RL_PASSWORD_MAX + sizeof("AUTH \n") <= RL_REQ_MAX,
                "an AUTH line fits in the request buffer");
 
-struct rl_lost {
+/* A lease of the handle: held from LOCK to UNLOCK, or reported lost and
+ * kept, so that redlockd_lost() can say so, until the resource is taken
+ * again. */
+struct rl_lease {
     char *resource;
-    uint64_t fence;
+    uint64_t fence;             /* 0 when only an ERR LOST named it */
+    uint32_t ttl;
+    /* The send time of the request that last confirmed the lease plus the
+     * validity its reply reported. */
+    int64_t deadline;
+    bool lost;                  /* EVENT LOST, ERR LOST, NOTHELD, or missing
+                                   from LOCKS */
 };
 
 struct redlockd {
@@ -73,8 +90,9 @@ struct redlockd {
     char *reply;
     size_t reply_cap;
 
-    struct rl_lost *lost;       /* leases reported lost */
-    size_t nlost, lost_cap;
+    struct rl_lease *leases;
+    size_t nleases, leases_cap;
+    int64_t sent_ms;            /* when the last request went out */
 
     /* The request line being built. Reserved for RL_REQ_MAX bytes when the
      * handle is made, so building a request never allocates (sbuf aborts
@@ -96,41 +114,25 @@ static const int rl_code_of_proto[PROTO_ERR_COUNT] = {
 
 /* ---- errors ------------------------------------------------------------- */
 
-static int rl_vseterr(struct redlockd_error *e, int code, const char *fmt,
-                      va_list ap)
+/* The one formatter of error messages; e may be NULL. */
+static int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
 {
+    va_list ap;
+
     if (e) {
         e->code = code;
+        va_start(ap, fmt);
         vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+        va_end(ap);
     }
     return -code;
 }
 
-static int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    rl_vseterr(e, code, fmt, ap);
-    va_end(ap);
-    return -code;
-}
-
-static int rl_fail(struct redlockd *h, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int rl_fail(struct redlockd *h, int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    rl_vseterr(&h->err, code, fmt, ap);
-    va_end(ap);
-    return -code;
-}
+/* A failure of a call on h: its code and message become the last error. */
+#define rl_fail(h, code, ...) rl_seterr(&(h)->err, (code), __VA_ARGS__)
 
 /* The daemon releases a dead session's locks: tell the owner all are gone. */
 static void rl_disconnect(struct redlockd *h)
@@ -147,20 +149,17 @@ static void rl_disconnect(struct redlockd *h)
     }
 }
 
-/* A transport failure: the reply stream can not be trusted any more. */
-static int rl_fatal(struct redlockd *h, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int rl_fatal(struct redlockd *h, int code, const char *fmt, ...)
+static int rl_disconnect_rc(struct redlockd *h, int rc)
 {
-    va_list ap;
-
-    va_start(ap, fmt);
-    rl_vseterr(&h->err, code, fmt, ap);
-    va_end(ap);
     rl_disconnect(h);
-    return -code;
+    return rc;
 }
+
+/* A transport failure: the reply stream can not be trusted any more, so
+ * the connection closes after the error is set (its message goes into
+ * h->dead). */
+#define rl_fatal(h, code, ...) \
+    rl_disconnect_rc((h), rl_fail((h), (code), __VA_ARGS__))
 
 static int rl_fatal_errno(struct redlockd *h, const char *what)
 {
@@ -172,55 +171,54 @@ static int rl_fatal_errno(struct redlockd *h, const char *what)
     return rl_fatal(h, REDLOCKD_E_IO, "%s: %s", what, strerror(e));
 }
 
-static int rl_proto_of_code(int code)
+/*
+ * The word and the description of every public code. The daemon's come
+ * from proto's table; the library's own are named after their enum
+ * suffix, so neither can drift from the enum.
+ */
+struct rl_code_text {
+    const char *name;
+    const char *msg;
+};
+
+#define RL_OWN_CODE(suffix, msg) [REDLOCKD_E_##suffix] = { #suffix, msg }
+
+static const struct rl_code_text rl_code_texts[REDLOCKD_CODE_COUNT] = {
+    [REDLOCKD_OK] = { "OK", "success" },
+#define X(name, word, msg) [REDLOCKD_E_##name] = { word, msg },
+    PROTO_ERRORS(X)
+#undef X
+    RL_OWN_CODE(OTHER, "the daemon answered with an unknown code"),
+    RL_OWN_CODE(IO, "connection error"),
+    RL_OWN_CODE(IO_TIMEOUT, "timed out talking to the daemon"),
+    RL_OWN_CODE(CLOSED, "the connection to the daemon is closed"),
+    RL_OWN_CODE(PROTO, "unexpected data from the daemon"),
+    RL_OWN_CODE(NOMEM, "out of memory"),
+    RL_OWN_CODE(INVALID, "invalid argument"),
+};
+
+/* The entry of a code, either sign; NULL for none. */
+static const struct rl_code_text *rl_code_text(int code)
 {
-    int i;
-
-    for (i = PROTO_ERR_NONE + 1; i < PROTO_ERR_COUNT; i++) {
-        if (rl_code_of_proto[i] == code)
-            return i;
-    }
-    return PROTO_ERR_NONE;
-}
-
-/* The codes that are the library's own (not a daemon ERR word). */
-#define RL_LOCAL_CODES(X)                                                   \
-    X(REDLOCKD_OK, "OK", "success")                                         \
-    X(REDLOCKD_E_OTHER, "OTHER", "the daemon answered with an unknown code") \
-    X(REDLOCKD_E_IO, "IO", "connection error")                             \
-    X(REDLOCKD_E_IO_TIMEOUT, "IO_TIMEOUT", "timed out talking to the daemon") \
-    X(REDLOCKD_E_CLOSED, "CLOSED", "the connection to the daemon is closed") \
-    X(REDLOCKD_E_PROTO, "PROTO", "unexpected data from the daemon")        \
-    X(REDLOCKD_E_NOMEM, "NOMEM", "out of memory")                          \
-    X(REDLOCKD_E_INVALID, "INVALID", "invalid argument")
-
-/* The word (want_name) or the description of a code, either sign. */
-static const char *rl_describe(int code, bool want_name)
-{
-    int p;
-
     if (code < 0)
         code = -code;
-    p = rl_proto_of_code(code);
-    if (p != PROTO_ERR_NONE)
-        return want_name ? proto_err_word((enum proto_err)p)
-                         : proto_err_default_msg((enum proto_err)p);
-    switch (code) {
-#define X(c, name, msg) case c: return want_name ? name : msg;
-    RL_LOCAL_CODES(X)
-#undef X
-    default: return want_name ? "?" : "unknown error code";
-    }
+    if (code >= REDLOCKD_CODE_COUNT || !rl_code_texts[code].name)
+        return NULL;
+    return &rl_code_texts[code];
 }
 
 const char *redlockd_strerror(int code)
 {
-    return rl_describe(code, false);
+    const struct rl_code_text *t = rl_code_text(code);
+
+    return t ? t->msg : "unknown error code";
 }
 
 const char *redlockd_code_name(int code)
 {
-    return rl_describe(code, true);
+    const struct rl_code_text *t = rl_code_text(code);
+
+    return t ? t->name : "?";
 }
 
 /* ---- small readers ------------------------------------------------------ */
@@ -232,7 +230,7 @@ static size_t rl_len(const char *s)
     return s ? strlen(s) : 0;
 }
 
-/* 1..max bytes of visible ASCII: resources, names and passwords. */
+/* 1..max bytes of visible ASCII: client names and passwords. */
 static int rl_visible_word(const char *s, size_t max)
 {
     size_t len;
@@ -461,61 +459,115 @@ static int rl_connect_fd(const struct redlockd_addr *a, int timeout_ms,
     return e == 0 ? 0 : rl_connect_err(a, e, err);
 }
 
-/* ---- leases reported lost ----------------------------------------------- */
+/* ---- leases ------------------------------------------------------------ */
 
-static struct rl_lost *rl_lost_find(const struct redlockd *h,
-                                    const char *resource)
+static struct rl_lease *rl_lease_find(const struct redlockd *h,
+                                      const char *resource)
 {
     size_t i;
 
-    for (i = 0; i < h->nlost; i++) {
-        if (strcmp(h->lost[i].resource, resource) == 0)
-            return &h->lost[i];
+    for (i = 0; i < h->nleases; i++) {
+        if (strcmp(h->leases[i].resource, resource) == 0)
+            return &h->leases[i];
     }
     return NULL;
 }
 
-static int rl_lost_add(struct redlockd *h, const char *resource, uint64_t fence)
+/* The entry of resource, made (lost, no deadline) if there is none; NULL
+ * when out of memory, the handle then closed. */
+static struct rl_lease *rl_lease_get(struct redlockd *h, const char *resource)
 {
-    struct rl_lost *l = rl_lost_find(h, resource), *grown;
+    struct rl_lease *l = rl_lease_find(h, resource), *grown;
     size_t cap;
 
-    if (l) {
-        l->fence = fence;
-        return 0;
+    if (l)
+        return l;
+    if (h->nleases == h->leases_cap) {
+        cap = h->leases_cap ? h->leases_cap * 2 : 8;
+        grown = realloc(h->leases, cap * sizeof(*grown));
+        if (!grown) {
+            rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
+            return NULL;
+        }
+        h->leases = grown;
+        h->leases_cap = cap;
     }
-    if (h->nlost == h->lost_cap) {
-        cap = h->lost_cap ? h->lost_cap * 2 : 8;
-        grown = realloc(h->lost, cap * sizeof(*grown));
-        if (!grown)
-            return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
-        h->lost = grown;
-        h->lost_cap = cap;
-    }
-    l = &h->lost[h->nlost];
+    l = &h->leases[h->nleases];
+    memset(l, 0, sizeof(*l));
     l->resource = strdup(resource);
-    if (!l->resource)
-        return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
-    l->fence = fence;
-    h->nlost++;
-    return 0;
+    if (!l->resource) {
+        rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    l->lost = true;
+    h->nleases++;
+    return l;
 }
 
-static void rl_lost_del(struct redlockd *h, const char *resource)
+static void rl_lease_del(struct redlockd *h, const char *resource)
 {
-    struct rl_lost *l = rl_lost_find(h, resource);
+    struct rl_lease *l = rl_lease_find(h, resource);
 
     if (!l)
         return;
     free(l->resource);
-    *l = h->lost[--h->nlost];
+    *l = h->leases[--h->nleases];
+}
+
+/* The daemon no longer holds it for us. fence 0: not known. */
+static int rl_lease_lose(struct redlockd *h, const char *resource,
+                         uint64_t fence)
+{
+    struct rl_lease *l = rl_lease_get(h, resource);
+
+    if (!l)
+        return -REDLOCKD_E_NOMEM;
+    l->lost = true;
+    if (fence != 0)
+        l->fence = fence;
+    return 0;
+}
+
+/* The last request confirmed validity_ms of the lease. */
+static void rl_lease_confirm(struct redlockd *h, struct rl_lease *l,
+                             int64_t validity_ms)
+{
+    l->deadline = h->sent_ms + (validity_ms > 0 ? validity_ms : 0);
 }
 
 int redlockd_lost(const struct redlockd *h, const char *resource)
 {
+    const struct rl_lease *l;
+
     if (h->fd < 0)
         return 1;
-    return resource && rl_lost_find(h, resource);
+    l = resource ? rl_lease_find(h, resource) : NULL;
+    return l && l->lost;
+}
+
+int redlockd_lease_deadline(const struct redlockd *h, const char *resource,
+                            int64_t *deadline_ms)
+{
+    const struct rl_lease *l = resource ? rl_lease_find(h, resource)
+                                                : NULL;
+
+    if (!l)
+        return -REDLOCKD_E_NOTHELD;
+    if (h->fd < 0 || l->lost)
+        return -REDLOCKD_E_LOST;
+    if (deadline_ms)
+        *deadline_ms = l->deadline;
+    return 0;
+}
+
+int redlockd_lease_check(const struct redlockd *h, const char *resource)
+{
+    int64_t deadline;
+    int rc = redlockd_lease_deadline(h, resource, &deadline);
+
+    if (rc == 0 && rl_now_ms() >= deadline)
+        rc = -REDLOCKD_E_LOST;
+    return rc;
 }
 
 /* ---- events ------------------------------------------------------------- */
@@ -539,7 +591,7 @@ static int rl_event_lost(struct redlockd *h, const struct proto_reply *ev)
     /* A missing or odd fence must not hide the loss itself. */
     if (proto_parse_u64(fence_s, rl_len(fence_s), &fence) < 0)
         fence = 0;
-    rc = rl_lost_add(h, res, fence);
+    rc = rl_lease_lose(h, res, fence);
     if (rc < 0)
         return rc;
     if (h->on_lost) {
@@ -623,6 +675,24 @@ static int rl_in_overlong(const struct redlockd *h)
     return h->in_len - h->in_start > REDLOCKD_MAX_REPLY;
 }
 
+/* After a send or recv that moved nothing (errno says why): 0 to try
+ * again (interrupted, or the socket is ready now), 1 the deadline passed,
+ * negative: the connection failed and is closed. */
+static int rl_io_retry(struct redlockd *h, short events, int64_t deadline,
+                       const char *what)
+{
+    int rc;
+
+    if (errno == EINTR)
+        return 0;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return rl_fatal_errno(h, what);
+    rc = rl_wait(h->fd, events, deadline);
+    if (rc < 0)
+        return rl_fatal_errno(h, "poll");
+    return rc == 0 ? 1 : 0;
+}
+
 /* Read what the socket has, waiting until deadline. 0 read something,
  * 1 deadline passed (the caller decides whether that is an error),
  * negative: connection gone. */
@@ -648,15 +718,9 @@ static int rl_fill(struct redlockd *h, int64_t deadline)
             return rl_fatal(h, REDLOCKD_E_CLOSED,
                             "the daemon closed the connection%s",
                             h->shutdown_seen ? " (it is shutting down)" : "");
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return rl_fatal_errno(h, "receive");
-        rc = rl_wait(h->fd, POLLIN, deadline);
-        if (rc < 0)
-            return rl_fatal_errno(h, "poll");
-        if (rc == 0)
-            return 1;
+        rc = rl_io_retry(h, POLLIN, deadline, "receive");
+        if (rc != 0)
+            return rc;
     }
 }
 
@@ -679,19 +743,16 @@ static int rl_drain_events(struct redlockd *h)
     return 0;
 }
 
+static int rl_begin(struct redlockd *h);
+
 int redlockd_poll_events(struct redlockd *h, int timeout_ms)
 {
     int64_t deadline = rl_deadline(timeout_ms);
     unsigned long before = h->nevents;
-    int rc;
+    int rc = rl_begin(h);
 
-    if (h->in_callback)
-        return rl_fail(h, REDLOCKD_E_INVALID,
-                       "called from the on_lost callback");
-    if (h->fd < 0)
-        return rl_fail(h, REDLOCKD_E_CLOSED, "not connected (%.200s)", h->dead);
-    h->err.code = 0;
-    h->err.msg[0] = '\0';
+    if (rc < 0)
+        return rc;
     for (;;) {
         rc = rl_drain_events(h);
         if (rc < 0)
@@ -733,7 +794,9 @@ static int rl_take_reply(struct redlockd *h, const char *line, size_t len,
     return 0;
 }
 
-/* Read up to the next reply, handling the events in front of it. */
+/* Read up to the next reply, handling the events in front of it. 1: none
+ * came before deadline (the caller closes the connection: a late reply
+ * would be taken for the next request's). */
 static int rl_read_reply(struct redlockd *h, int64_t deadline,
                          struct proto_reply *r)
 {
@@ -757,11 +820,8 @@ static int rl_read_reply(struct redlockd *h, int64_t deadline,
             return rl_fatal(h, REDLOCKD_E_PROTO, "reply longer than %d bytes",
                             REDLOCKD_MAX_REPLY);
         rc = rl_fill(h, deadline);
-        if (rc < 0)
+        if (rc != 0)
             return rc;
-        if (rc == 1)
-            return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT,
-                            "no reply from the daemon in time");
     }
 }
 
@@ -778,17 +838,13 @@ static int rl_send(struct redlockd *h, const char *buf, size_t len,
             len -= (size_t)n;
             continue;
         }
-        if (errno == EINTR)
-            continue;
         /* The daemon may have said why before closing: read that instead. */
         if (errno == EPIPE || errno == ECONNRESET)
             return 0;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return rl_fatal_errno(h, "send");
-        rc = rl_wait(h->fd, POLLOUT, deadline);
+        rc = rl_io_retry(h, POLLOUT, deadline, "send");
         if (rc < 0)
-            return rl_fatal_errno(h, "poll");
-        if (rc == 0)
+            return rc;
+        if (rc == 1)
             return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT, "send timed out");
     }
     return 0;
@@ -839,28 +895,47 @@ static void rl_req_line(struct redlockd *h, enum proto_cmd cmd,
 }
 
 /*
- * Send the request line built in h->req and read its reply into r (valid
- * until the next request). ERR replies become their code. extra_ms
- * lengthens the I/O timeout for requests the daemon may hold on purpose
- * (LOCK wait=). The caller handles r, then ends with rl_finish.
+ * Send the request line built in h->req (noting when in h->sent_ms) and
+ * read its reply into r (valid until the next request), giving up at
+ * deadline (-1: never). ERR replies become their code; 1: no reply in
+ * time, the connection still open. The caller handles r, then ends with
+ * rl_finish.
  */
-static int rl_call(struct redlockd *h, uint32_t extra_ms,
-                   struct proto_reply *r)
+static int rl_exchange(struct redlockd *h, int64_t deadline,
+                       struct proto_reply *r)
 {
-    int64_t deadline = -1;
     int rc;
 
-    if (h->io_timeout_ms >= 0)
-        deadline = rl_now_ms() + h->io_timeout_ms + extra_ms;
+    h->sent_ms = rl_now_ms();
     rc = rl_send(h, h->req.data, h->req.len, deadline);
     if (rc < 0)
         return rc;
     rc = rl_read_reply(h, deadline, r);
-    if (rc < 0)
+    if (rc != 0)
         return rc;
     if (r->kind == PROTO_REPLY_ERR)
         return rl_daemon_err(h, r);
     return 0;
+}
+
+/* -1: no deadline. */
+static int64_t rl_io_deadline(const struct redlockd *h, uint32_t extra_ms)
+{
+    return h->io_timeout_ms < 0 ? -1
+                                : rl_now_ms() + h->io_timeout_ms + extra_ms;
+}
+
+/* rl_exchange within the I/O timeout; extra_ms lengthens it for requests
+ * the daemon may hold on purpose (LOCK wait=). */
+static int rl_call(struct redlockd *h, uint32_t extra_ms,
+                   struct proto_reply *r)
+{
+    int rc = rl_exchange(h, rl_io_deadline(h, extra_ms), r);
+
+    if (rc == 1)
+        return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT,
+                        "no reply from the daemon in time");
+    return rc;
 }
 
 /* Events that came in behind the reply are handled now, so that poll() on
@@ -881,13 +956,51 @@ static int rl_expect(struct redlockd *h, const struct proto_reply *r,
                     proto_cmd_name(cmd));
 }
 
+/* The daemon's rule (proto_valid_resource), under the library's own cap;
+ * the daemon's configured one may be lower. */
+/* A request without options ("PING", "UNLOCK job:42") whose reply has
+ * nothing to read but its kind. */
+static int rl_call_expect(struct redlockd *h, enum proto_cmd cmd,
+                          const char *arg, enum proto_reply_kind kind)
+{
+    struct proto_reply r;
+    int rc;
+
+    rl_req_line(h, cmd, arg);
+    rc = rl_call(h, 0, &r);
+    if (rc == 0)
+        rc = rl_expect(h, &r, kind, cmd);
+    return rc;
+}
+
 static int rl_check_resource(struct redlockd *h, const char *resource)
 {
-    if (rl_visible_word(resource, REDLOCKD_RESOURCE_MAX))
+    static const struct proto_limits lim = { REDLOCKD_RESOURCE_MAX };
+
+    if (resource
+        && proto_valid_resource(resource, strlen(resource), &lim))
         return 0;
     return rl_fail(h, REDLOCKD_E_INVALID,
                    "a resource name is 1 to %d visible ASCII characters",
                    REDLOCKD_RESOURCE_MAX);
+}
+
+/* Start of a request on one resource. */
+static int rl_begin_on(struct redlockd *h, const char *resource)
+{
+    int rc = rl_begin(h);
+
+    return rc < 0 ? rc : rl_check_resource(h, resource);
+}
+
+/* "LOCK job:42": the command word and its resource, options to follow. */
+static struct sbuf *rl_req_on(struct redlockd *h, enum proto_cmd cmd,
+                              const char *resource)
+{
+    struct sbuf *b = rl_req(h, cmd);
+
+    proto_format_word(b, resource);
+    return b;
 }
 
 /* ---- the handle --------------------------------------------------------- */
@@ -988,14 +1101,8 @@ static int rl_hello(struct redlockd *h, const struct redlockd_opts *o)
 
 static int rl_auth(struct redlockd *h, const char *password)
 {
-    struct proto_reply r;
-    int rc;
-
-    rl_req_line(h, PROTO_CMD_AUTH, password);
-    rc = rl_call(h, 0, &r);
-    if (rc == 0)
-        rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_AUTH);
-    return rl_finish(h, rc);
+    return rl_finish(h, rl_call_expect(h, PROTO_CMD_AUTH, password,
+                                       PROTO_REPLY_OK));
 }
 
 int redlockd_handshake(struct redlockd *h, const struct redlockd_opts *opts)
@@ -1098,9 +1205,9 @@ void redlockd_close(struct redlockd *h)
         rl_quit(h);
         close(h->fd);
     }
-    for (i = 0; i < h->nlost; i++)
-        free(h->lost[i].resource);
-    free(h->lost);
+    for (i = 0; i < h->nleases; i++)
+        free(h->leases[i].resource);
+    free(h->leases);
     free(h->in);
     free(h->reply);
     sbuf_deinit(&h->req);
@@ -1149,18 +1256,41 @@ static int rl_lease_fill(struct redlockd *h, const struct proto_reply *r,
     return 0;
 }
 
+static int rl_refresh(struct redlockd *h, int timeout_ms, bool watch);
+
+/* A new lease: its entry, no longer lost (events read after this reply are
+ * about the new lease), with its first deadline. */
+static int rl_lease_taken(struct redlockd *h, const struct redlockd_lease *ls)
+{
+    struct rl_lease *l = rl_lease_get(h, ls->resource);
+
+    if (!l)
+        return -REDLOCKD_E_NOMEM;
+    l->lost = false;
+    l->fence = ls->fence;
+    l->ttl = ls->ttl;
+    rl_lease_confirm(h, l, ls->validity);
+    return 0;
+}
+
 static int rl_lock_reply(struct redlockd *h, const struct proto_reply *r,
                          const char *resource, struct redlockd_lease *lease)
 {
     struct redlockd_lease scratch;
     int rc;
 
+    if (!lease)
+        lease = &scratch;
     rc = rl_expect(h, r, PROTO_REPLY_OK, PROTO_CMD_LOCK);
     if (rc == 0)
-        rc = rl_lease_fill(h, r, resource, lease ? lease : &scratch);
-    /* Events read after this reply are about the new lease. */
+        rc = rl_lease_fill(h, r, resource, lease);
     if (rc == 0)
-        rl_lost_del(h, resource);
+        rc = rl_lease_taken(h, lease);
+    /* The deadline counts from when LOCK was sent, however long it waited
+     * for the grant: if that used up half the validity, confirm the lease
+     * again now rather than hand out a deadline about to pass. */
+    if (rc == 0 && rl_now_ms() >= h->sent_ms + lease->validity / 2)
+        rc = rl_refresh(h, -1, false);
     return rc;
 }
 
@@ -1169,15 +1299,11 @@ int redlockd_lock(struct redlockd *h, const char *resource, uint32_t ttl_ms,
 {
     struct proto_reply r;
     struct sbuf *b;
-    int rc;
+    int rc = rl_begin_on(h, resource);
 
-    rc = rl_begin(h);
-    if (rc == 0)
-        rc = rl_check_resource(h, resource);
     if (rc < 0)
         return rc;
-    b = rl_req(h, PROTO_CMD_LOCK);
-    proto_format_word(b, resource);
+    b = rl_req_on(h, PROTO_CMD_LOCK, resource);
     if (ttl_ms > 0)
         proto_format_opt_u64(b, PROTO_OPT_TTL, ttl_ms);
     if (wait_ms > 0)
@@ -1190,40 +1316,64 @@ int redlockd_lock(struct redlockd *h, const char *resource, uint32_t ttl_ms,
     return rl_finish(h, rc);
 }
 
+/* After an UNLOCK or EXTEND answered rc: LOST, and NOTHELD for a lease we
+ * thought held, mean the daemon no longer holds it for us. */
+static int rl_lease_refused(struct redlockd *h, const char *resource, int rc)
+{
+    if (rc == -REDLOCKD_E_LOST
+        || (rc == -REDLOCKD_E_NOTHELD && rl_lease_find(h, resource))) {
+        if (rl_lease_lose(h, resource, 0) < 0)
+            return -REDLOCKD_E_NOMEM;
+    }
+    return rc;
+}
+
 int redlockd_unlock(struct redlockd *h, const char *resource)
 {
-    struct proto_reply r;
-    int rc;
+    int rc = rl_begin_on(h, resource);
 
-    rc = rl_begin(h);
-    if (rc == 0)
-        rc = rl_check_resource(h, resource);
     if (rc < 0)
         return rc;
-    rl_req_line(h, PROTO_CMD_UNLOCK, resource);
-    rc = rl_call(h, 0, &r);
+    rc = rl_call_expect(h, PROTO_CMD_UNLOCK, resource, PROTO_REPLY_OK);
     if (rc == 0)
-        rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_UNLOCK);
-    if (rc == 0)
-        rl_lost_del(h, resource);
-    else if (rc == -REDLOCKD_E_LOST && rl_lost_add(h, resource, 0) < 0)
-        rc = -REDLOCKD_E_NOMEM;
+        rl_lease_del(h, resource);
+    else
+        rc = rl_lease_refused(h, resource, rc);
     return rl_finish(h, rc);
 }
 
 static int rl_extend_reply(struct redlockd *h, const struct proto_reply *r,
+                           const char *resource, uint32_t ttl_ms,
                            int64_t *validity_ms)
 {
     const char *validity = proto_reply_get(r, "validity");
+    struct rl_lease *l = rl_lease_find(h, resource);
     int64_t v;
 
     if (rl_expect(h, r, PROTO_REPLY_OK, PROTO_CMD_EXTEND) < 0)
         return -REDLOCKD_E_PROTO;
     if (proto_parse_i64(validity, rl_len(validity), &v) < 0)
         return rl_fatal(h, REDLOCKD_E_PROTO, "malformed reply to EXTEND");
+    if (l && !l->lost) {
+        l->ttl = ttl_ms;
+        rl_lease_confirm(h, l, v);
+    }
     if (validity_ms)
         *validity_ms = v;
     return 0;
+}
+
+/* An EXTEND that failed otherwise (UNAVAILABLE) may have set the shorter
+ * ttl on some nodes: until a refresh says how long the lease now is, it is
+ * confirmed only up to when the EXTEND went out. A longer ttl can only
+ * have lengthened it. */
+static void rl_extend_failed(struct redlockd *h, const char *resource,
+                             uint32_t ttl_ms)
+{
+    struct rl_lease *l = rl_lease_find(h, resource);
+
+    if (l && !l->lost && ttl_ms < l->ttl && h->sent_ms < l->deadline)
+        l->deadline = h->sent_ms;
 }
 
 int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
@@ -1231,40 +1381,184 @@ int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
 {
     struct proto_reply r;
     struct sbuf *b;
-    int rc;
+    int rc = rl_begin_on(h, resource);
 
-    rc = rl_begin(h);
-    if (rc == 0)
-        rc = rl_check_resource(h, resource);
     if (rc == 0 && ttl_ms == 0)
         rc = rl_fail(h, REDLOCKD_E_INVALID, "EXTEND needs a ttl above 0");
     if (rc < 0)
         return rc;
-    b = rl_req(h, PROTO_CMD_EXTEND);
-    proto_format_word(b, resource);
+    b = rl_req_on(h, PROTO_CMD_EXTEND, resource);
     proto_format_opt_u64(b, PROTO_OPT_TTL, ttl_ms);
     proto_format_end(b);
     rc = rl_call(h, 0, &r);
     if (rc == 0)
-        rc = rl_extend_reply(h, &r, validity_ms);
-    else if (rc == -REDLOCKD_E_LOST && rl_lost_add(h, resource, 0) < 0)
-        rc = -REDLOCKD_E_NOMEM;
+        rc = rl_extend_reply(h, &r, resource, ttl_ms, validity_ms);
+    else if (rc == -REDLOCKD_E_UNAVAILABLE)
+        rl_extend_failed(h, resource, ttl_ms);
+    else
+        rc = rl_lease_refused(h, resource, rc);
     return rl_finish(h, rc);
 }
 
 int redlockd_ping(struct redlockd *h)
 {
-    struct proto_reply r;
-    int rc;
+    int rc = rl_begin(h);
 
-    rc = rl_begin(h);
     if (rc < 0)
         return rc;
-    rl_req_line(h, PROTO_CMD_PING, NULL);
-    rc = rl_call(h, 0, &r);
+    return rl_finish(h, rl_call_expect(h, PROTO_CMD_PING, NULL,
+                                       PROTO_REPLY_PONG));
+}
+
+/* ---- refreshing the deadlines ------------------------------------------ */
+
+/* The member of a LOCKS "locks" array for resource, or NULL. */
+static json_t *rl_locks_entry(json_t *locks, const char *resource)
+{
+    json_t *e;
+    size_t i;
+
+    json_array_foreach(locks, i, e) {
+        const char *res = json_string_value(json_object_get(e, "resource"));
+
+        if (res && strcmp(res, resource) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+static bool rl_json_lists(json_t *names, const char *resource)
+{
+    json_t *e;
+    size_t i;
+
+    json_array_foreach(names, i, e) {
+        const char *res = json_string_value(e);
+
+        if (res && strcmp(res, resource) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* A lease the daemon no longer lists: lost, as if EVENT LOST had said so. */
+static void rl_lease_missing(struct redlockd *h, struct rl_lease *l)
+{
+    l->lost = true;
+    if (h->on_lost) {
+        h->in_callback++;
+        h->on_lost(l->resource, l->fence, "missing", h->ud);
+        h->in_callback--;
+    }
+}
+
+/* One held lease against the LOCKS answer: a new deadline, or lost. */
+static int rl_refresh_lease(struct redlockd *h, struct rl_lease *l,
+                            json_t *locks, json_t *lost)
+{
+    json_t *e = rl_locks_entry(locks, l->resource), *fence, *validity;
+
+    if (!e || rl_json_lists(lost, l->resource)) {
+        rl_lease_missing(h, l);
+        return 0;
+    }
+    fence = json_object_get(e, "fence");
+    validity = json_object_get(e, "validity");
+    if (!json_is_integer(fence) || !json_is_integer(validity))
+        return rl_fatal(h, REDLOCKD_E_PROTO,
+                        "malformed lease %.200s in reply to LOCKS",
+                        l->resource);
+    /* Another fence is another acquisition: not the lease we hold. */
+    if ((uint64_t)json_integer_value(fence) != l->fence)
+        rl_lease_missing(h, l);
+    else
+        rl_lease_confirm(h, l, json_integer_value(validity));
+    return 0;
+}
+
+static int rl_refresh_reply(struct redlockd *h, const struct proto_reply *r)
+{
+    json_error_t jerr;
+    json_t *root, *locks;
+    size_t i;
+    int rc = 0;
+
+    if (r->kind != PROTO_REPLY_OK || r->text[0] != '{')
+        return rl_fatal(h, REDLOCKD_E_PROTO, "LOCKS did not answer with JSON");
+    root = json_loads(r->text, 0, &jerr);
+    locks = json_object_get(root, "locks");
+    if (!json_is_array(locks))
+        rc = rl_fatal(h, REDLOCKD_E_PROTO, "malformed reply to LOCKS: %s",
+                      !root ? jerr.text : "no \"locks\" array");
+    for (i = 0; rc == 0 && i < h->nleases; i++) {
+        if (!h->leases[i].lost)
+            rc = rl_refresh_lease(h, &h->leases[i], locks,
+                                  json_object_get(root, "lost"));
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* The held lease whose deadline comes first among those still ahead. */
+static const struct rl_lease *rl_lease_next_due(const struct redlockd *h)
+{
+    const struct rl_lease *first = NULL;
+    int64_t now = rl_now_ms();
+    size_t i;
+
+    for (i = 0; i < h->nleases; i++) {
+        const struct rl_lease *l = &h->leases[i];
+
+        if (!l->lost && l->deadline > now
+            && (!first || l->deadline < first->deadline))
+            first = l;
+    }
+    return first;
+}
+
+/* The caller may be waiting in here to stop its work at a deadline: never
+ * wait for the answer past one (unless !watch: the confirmation of a new
+ * lease, whose deadline may be about to pass), nor past the I/O timeout or
+ * the caller's own timeout_ms (negative: none). */
+static int rl_refresh(struct redlockd *h, int timeout_ms, bool watch)
+{
+    const struct rl_lease *due = watch ? rl_lease_next_due(h) : NULL;
+    int64_t until = rl_io_deadline(h, 0);
+    struct proto_reply r;
+    bool by_lease = false;
+    int rc;
+
+    if (timeout_ms >= 0 && (until < 0 || rl_now_ms() + timeout_ms < until))
+        until = rl_now_ms() + timeout_ms;
+    if (due && (until < 0 || due->deadline < until)) {
+        until = due->deadline;
+        by_lease = true;
+    }
+    rl_req_line(h, PROTO_CMD_LOCKS, NULL);
+    rc = rl_exchange(h, until, &r);
+    if (rc == 1 && by_lease)
+        return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT,
+                        "no reply to LOCKS before the deadline of the lease "
+                        "on %.200s", due->resource);
+    if (rc == 1)
+        return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT, "no reply to LOCKS in time");
     if (rc == 0)
-        rc = rl_expect(h, &r, PROTO_REPLY_PONG, PROTO_CMD_PING);
-    return rl_finish(h, rc);
+        rc = rl_refresh_reply(h, &r);
+    return rc;
+}
+
+int redlockd_refresh_within(struct redlockd *h, int timeout_ms)
+{
+    int rc = rl_begin(h);
+
+    if (rc < 0)
+        return rc;
+    return rl_finish(h, rl_refresh(h, timeout_ms, true));
+}
+
+int redlockd_refresh(struct redlockd *h)
+{
+    return redlockd_refresh_within(h, -1);
 }
 
 static int rl_json_reply(struct redlockd *h, const struct proto_reply *r,

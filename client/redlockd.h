@@ -14,7 +14,9 @@
  *     if (redlockd_connect(&h, NULL, &err) < 0)
  *         die(err.msg);
  *     if (redlockd_lock(h, "job:42", 0, 5000, 1, &lease) == 0) {
- *         do_work(lease.fence);          // check redlockd_lost() as you go
+ *         // every ttl/3 or sooner: redlockd_refresh(h), and before each
+ *         // step: redlockd_lease_check(h, "job:42") == 0 (see below)
+ *         do_work(lease.fence);
  *         redlockd_unlock(h, "job:42");
  *     }
  *     redlockd_close(h);
@@ -22,8 +24,9 @@
  * Return values: every function that can fail returns 0 (or a count) on
  * success and the negated code, -REDLOCKD_E_*, on failure. The failing
  * call's code and message are then kept in the handle: see
- * redlockd_last_error(). redlockd_strerror() accepts the code with either
- * sign.
+ * redlockd_last_error() (the queries on a const handle, redlockd_lost()
+ * and redlockd_lease_*, leave it alone). redlockd_strerror() accepts the
+ * code with either sign.
  *
  * Threads: the library has no global state. A handle must be used by one
  * thread at a time (use one handle, that is one connection, per thread);
@@ -92,9 +95,17 @@ struct redlockd_error {
  * NULL field means "the default".
  */
 struct redlockd_opts {
-    /* "tcp://HOST:PORT", "HOST:PORT", "[IPV6]:PORT", "unix:/PATH" or a path
-     * starting with '/'. The port defaults to 7390. NULL: $REDLOCKD_SERVER,
-     * else REDLOCKD_DEFAULT_SERVER. */
+    /*
+     * "tcp://HOST:PORT" or "HOST:PORT", "[IPV6]:PORT", "unix:/PATH",
+     * "unix:///PATH" (the URL spelling of the same path) or a path starting
+     * with '/'. HOST is an IPv4 address or a host name of letters, digits,
+     * '.' and '-' (not digits and dots alone, as "1.2.3"); brackets hold an
+     * IPv6 address and nothing else, with an optional "%zone"; PORT is 1 to
+     * 65535 in at most 5 digits and defaults to 7390. docs/protocol.md has
+     * the grammar. A malformed address fails redlockd_connect with
+     * REDLOCKD_E_INVALID before anything is resolved. NULL:
+     * $REDLOCKD_SERVER, else REDLOCKD_DEFAULT_SERVER.
+     */
     const char *server;
     int connect_timeout_ms;     /* 0: 5000; negative: none */
     /* How long to wait for each reply (LOCK adds its wait to it).
@@ -107,9 +118,11 @@ struct redlockd_opts {
     const char *password;       /* sent with AUTH when not NULL */
     /*
      * Called from inside library calls (any request, redlockd_poll_events)
-     * when the daemon reports EVENT LOST, with that event's fields; and once
-     * with resource NULL, fence 0 and reason "disconnected" when the
-     * connection is lost, which means every lease of the handle is gone.
+     * when the daemon reports EVENT LOST, with that event's fields, or when
+     * redlockd_refresh() finds a lease no longer listed (reason
+     * "missing"); and once with resource NULL, fence 0 and reason
+     * "disconnected" when the connection is lost, which means every lease
+     * of the handle is gone.
      * It must not make requests on the same handle (they fail with
      * REDLOCKD_E_INVALID); redlockd_lost() is fine.
      */
@@ -152,12 +165,20 @@ void redlockd_close(struct redlockd *h);
  * LOCK: ttl_ms 0 = the daemon's default; wait_ms 0 = fail with
  * REDLOCKD_E_BUSY at once, else wait up to that long (REDLOCKD_E_TIMEOUT);
  * renew 1 = the daemon keeps the lease alive while connected. lease may be
- * NULL.
+ * NULL. The lease's first deadline (below) counts from when LOCK was sent;
+ * when the wait for the grant used up half its validity or more, the call
+ * confirms the lease with a refresh before it returns, and a failure of
+ * that refresh (the connection then closed) is its result. A waiting LOCK
+ * keeps the handle busy past the deadlines of its other leases: wait on
+ * a handle of its own.
  */
 int redlockd_lock(struct redlockd *h, const char *resource, uint32_t ttl_ms,
                   uint32_t wait_ms, int renew, struct redlockd_lease *lease);
 int redlockd_unlock(struct redlockd *h, const char *resource);
-/* EXTEND: set the lease to ttl_ms; validity_ms may be NULL. */
+/* EXTEND: set the lease to ttl_ms; validity_ms may be NULL. Success moves
+ * the deadline; an ERR UNAVAILABLE to a shorter ttl may have shortened the
+ * lease on some nodes, so its deadline drops to when the EXTEND was sent
+ * until a refresh confirms how long it is. */
 int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
                     int64_t *validity_ms);
 int redlockd_ping(struct redlockd *h);
@@ -171,11 +192,70 @@ int redlockd_stats(struct redlockd *h, char **json);
 
 /*
  * 1 if the lease on resource taken through this handle was lost (EVENT LOST
- * arrived, UNLOCK/EXTEND answered ERR LOST, or the connection is gone),
- * else 0. Taking the resource again clears it. Only events already read
- * count: call redlockd_poll_events() while idle.
+ * arrived, UNLOCK/EXTEND answered ERR LOST, a refresh did not find it, or
+ * the connection is gone), else 0. Taking the resource again clears it.
+ * Only events already read count: call redlockd_poll_events() while idle.
+ * This is what the daemon said; whether the lease may still be relied on
+ * now is redlockd_lease_check()'s answer.
  */
 int redlockd_lost(const struct redlockd *h, const char *resource);
+
+/*
+ * Lease deadlines. The daemon renews a renew=1 lease on Redis for as long
+ * as the connection lives, but a daemon that stalls (stopped, swapping,
+ * cut off from the client) renews nothing and says nothing: its keys
+ * expire after ttl, and another daemon on the same nodes may then grant
+ * the lock. So the client keeps its own bound, the lease's deadline: the
+ * time it sent the request that last confirmed the lease, plus the
+ * validity that request's reply reported (docs/protocol.md, "Writing a
+ * client: the lease deadline rule"). Until the deadline the lock is
+ * certainly still ours; after it, it may not be.
+ *
+ * LOCK and EXTEND set the deadline; redlockd_refresh() moves it on for
+ * every lease of the handle. Call it at least every ttl/3, and stop
+ * working under a lease (stop writing to what it guards) once
+ * redlockd_lease_check() no longer answers 0.
+ *
+ * Deadlines are milliseconds of CLOCK_MONOTONIC, as
+ * clock_gettime(CLOCK_MONOTONIC) tv_sec * 1000 + tv_nsec / 1000000.
+ */
+
+/*
+ * One LOCKS request: each lease the daemon still lists gets the deadline
+ * "time LOCKS was sent + the validity reported for it now" (a lease the
+ * daemon could not keep has validity 0); one it does not list, or lists as
+ * lost, becomes lost (on_lost, reason "missing"). The answer is awaited
+ * until the I/O timeout, and never past the earliest deadline still
+ * ahead, so that a caller waiting here can stop its work on time: no
+ * answer by then fails with REDLOCKD_E_IO_TIMEOUT and closes the
+ * connection (a late answer can not be told from the next one), after
+ * which every lease of the handle counts as lost. Any line keeps the
+ * session alive, so this also serves as the keepalive ping.
+ */
+int redlockd_refresh(struct redlockd *h);
+/* The same, waiting for the answer no longer than timeout_ms either
+ * (negative: only the bounds above), for a caller that must stop its work
+ * some time before the deadline. */
+int redlockd_refresh_within(struct redlockd *h, int timeout_ms);
+
+/*
+ * The deadline of the lease on resource into *deadline_ms (may be NULL):
+ * 0 while the handle holds the lease, even when the deadline has passed;
+ * -REDLOCKD_E_LOST once it was reported lost (as redlockd_lost()) or the
+ * connection is gone; -REDLOCKD_E_NOTHELD if the handle never took it or
+ * released it. *deadline_ms is set only with 0.
+ */
+int redlockd_lease_deadline(const struct redlockd *h, const char *resource,
+                            int64_t *deadline_ms);
+
+/*
+ * May the caller still act under the lease? 0 while its deadline is
+ * ahead; -REDLOCKD_E_LOST once the deadline has passed, or as
+ * redlockd_lease_deadline() says; -REDLOCKD_E_NOTHELD likewise. A passed
+ * deadline is moved on again by a refresh that finds the lease still
+ * valid: the daemon kept it all along, only the confirmation was late.
+ */
+int redlockd_lease_check(const struct redlockd *h, const char *resource);
 
 /*
  * Read EVENT lines that have arrived, without sending anything. Waits up to

@@ -4,9 +4,10 @@
  * One jansson tree goes through three passes:
  *   1. walk:     every key in the file must name a row of conf_keys[] or a
  *                section holding such rows; anything else is an error.
- *   2. apply:    rows are applied in table order, each checking its own
- *                type and range, so the first error reported does not
- *                depend on the order of keys in the file.
+ *   2. apply:    rows are applied in table order, so the first error
+ *                reported does not depend on the order of keys in the
+ *                file: the JSON type first (conf_types[]), then what
+ *                the row's type checks itself (range, syntax).
  *   3. validate: the rules that involve more than one key.
  * conf_init() takes its defaults from the same table, so a default cannot
  * drift away from the range that checks it.
@@ -162,6 +163,11 @@ static const struct conf_key conf_keys[] = {
 };
 
 #define CONF_NKEYS (sizeof(conf_keys) / sizeof(conf_keys[0]))
+
+/* The errors of values a mode or level row can not read, of whatever JSON
+ * type. */
+#define CONF_MODE_WRONG "expected an octal mode string such as \"0660\""
+#define CONF_LEVEL_WRONG "must be one of debug, info, notice, warning, error"
 
 /* Indexed by enum log_level_value. */
 static const char *const conf_level_names[] = {
@@ -480,11 +486,8 @@ static int conf_walk(struct conf_loader *ld, json_t *obj, const char *prefix)
 static int conf_apply_integer(struct conf_loader *ld,
                               const struct conf_key *k, json_t *v)
 {
-    json_int_t n;
+    json_int_t n = json_integer_value(v);
 
-    if (!json_is_integer(v))
-        return conf_fail(ld, k->key, "expected an integer");
-    n = json_integer_value(v);
     if (n < k->min || n > k->max)
         return conf_fail(ld, k->key, "must be between %lld and %lld",
                          k->min, k->max);
@@ -498,8 +501,6 @@ static int conf_apply_integer(struct conf_loader *ld,
 static int conf_apply_bool(struct conf_loader *ld, const struct conf_key *k,
                            json_t *v)
 {
-    if (!json_is_boolean(v))
-        return conf_fail(ld, k->key, "expected true or false");
     *(bool *)conf_field(ld->c, k) = json_is_true(v);
     return 0;
 }
@@ -507,11 +508,8 @@ static int conf_apply_bool(struct conf_loader *ld, const struct conf_key *k,
 static int conf_apply_number(struct conf_loader *ld,
                              const struct conf_key *k, json_t *v)
 {
-    double d;
+    double d = json_number_value(v);
 
-    if (!json_is_number(v))
-        return conf_fail(ld, k->key, "expected a number");
-    d = json_number_value(v);
     if (!(d >= (double)k->min && d < k->dmax))
         return conf_fail(ld, k->key, "must be at least %lld and below %g",
                          k->min, k->dmax);
@@ -545,9 +543,6 @@ static int conf_apply_string(struct conf_loader *ld,
     char why[128];
     char *s = NULL;
 
-    if (!json_is_string(v) && !(json_is_null(v) && (k->flags & CONF_S_NULL)))
-        return conf_fail(ld, k->key, (k->flags & CONF_S_NULL) ?
-                         "expected a string or null" : "expected a string");
     if (json_is_string(v)) {
         if (conf_check_text(k, json_string_value(v), json_string_length(v),
                             why, sizeof(why)) < 0)
@@ -608,8 +603,6 @@ static int conf_apply_secret_file(struct conf_loader *ld,
 
     if (json_is_null(v))
         return 0;
-    if (!json_is_string(v))
-        return conf_fail(ld, k->key, "expected a string or null");
     if (*p)
         return conf_fail(ld, k->key, "cannot be used together with %.*s",
                          peer_len, k->key);
@@ -631,14 +624,13 @@ static int conf_apply_secret_file(struct conf_loader *ld,
 static int conf_apply_mode(struct conf_loader *ld, const struct conf_key *k,
                            json_t *v)
 {
-    const char *s = json_is_string(v) ? json_string_value(v) : "";
-    size_t n = json_is_string(v) ? json_string_length(v) : 0;
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
     uint32_t mode;
 
     /* "0660" or "660": the way chmod spells it, never a bare 0 or 07777. */
     if (n < 3 || n > 4 || proto_parse_octal(s, n, &mode) < 0)
-        return conf_fail(ld, k->key,
-                         "expected an octal mode string such as \"0660\"");
+        return conf_fail(ld, k->key, CONF_MODE_WRONG);
     if (mode > (unsigned long long)k->max)
         return conf_fail(ld, k->key, "must be at most 0%llo",
                          (unsigned long long)k->max);
@@ -651,14 +643,13 @@ static int conf_apply_level(struct conf_loader *ld, const struct conf_key *k,
 {
     size_t n = sizeof(conf_level_names) / sizeof(conf_level_names[0]);
 
-    for (size_t i = 0; json_is_string(v) && i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (strcmp(json_string_value(v), conf_level_names[i]) == 0) {
             *(int *)conf_field(ld->c, k) = (int)i;
             return 0;
         }
     }
-    return conf_fail(ld, k->key,
-                     "must be one of debug, info, notice, warning, error");
+    return conf_fail(ld, k->key, CONF_LEVEL_WRONG);
 }
 
 static int conf_apply_addr_at(struct conf_loader *ld, const struct conf_key *k,
@@ -683,8 +674,6 @@ static int conf_apply_addrs(struct conf_loader *ld, const struct conf_key *k,
     size_t n = json_array_size(v);
     struct conf_addr *list;
 
-    if (!json_is_array(v))
-        return conf_fail(ld, k->key, "expected an array of address strings");
     if ((long long)n < k->min || (long long)n > k->max)
         return conf_fail(ld, k->key, "must have %lld to %lld addresses",
                          k->min, k->max);
@@ -710,8 +699,6 @@ static int conf_apply_addr(struct conf_loader *ld, const struct conf_key *k,
     struct conf_addr *a = NULL;
     char why[CONF_ERRLEN];
 
-    if (!json_is_string(v) && !json_is_null(v))
-        return conf_fail(ld, k->key, "expected a string or null");
     if (json_is_string(v)) {
         a = calloc(1, sizeof(*a));
         if (!a)
@@ -728,31 +715,64 @@ static int conf_apply_addr(struct conf_loader *ld, const struct conf_key *k,
     return 0;
 }
 
+typedef int conf_apply_fn(struct conf_loader *ld, const struct conf_key *k,
+                          json_t *v);
+
+#define CONF_J(t) (1u << (t))
+
+/*
+ * The JSON a row of each type takes, and the error for any other: checked
+ * here once, so each apply function gets a value of its JSON type (or
+ * null where null is taken, which each gives its own meaning).
+ */
+static const struct conf_type_rule {
+    unsigned takes;         /* CONF_J(JSON_*) bits */
+    const char *wrong;
+    conf_apply_fn *apply;
+} conf_types[] = {
+    [CONF_T_UINT] = { CONF_J(JSON_INTEGER), "expected an integer",
+                      conf_apply_integer },
+    [CONF_T_INT] = { CONF_J(JSON_INTEGER), "expected an integer",
+                     conf_apply_integer },
+    [CONF_T_BOOL] = { CONF_J(JSON_TRUE) | CONF_J(JSON_FALSE),
+                      "expected true or false", conf_apply_bool },
+    [CONF_T_NUMBER] = { CONF_J(JSON_INTEGER) | CONF_J(JSON_REAL),
+                        "expected a number", conf_apply_number },
+    /* With CONF_S_NULL, null too: see conf_apply. */
+    [CONF_T_STRING] = { CONF_J(JSON_STRING), "expected a string",
+                        conf_apply_string },
+    [CONF_T_SECRET_FILE] = { CONF_J(JSON_STRING) | CONF_J(JSON_NULL),
+                             "expected a string or null",
+                             conf_apply_secret_file },
+    [CONF_T_MODE] = { CONF_J(JSON_STRING), CONF_MODE_WRONG, conf_apply_mode },
+    [CONF_T_LEVEL] = { CONF_J(JSON_STRING), CONF_LEVEL_WRONG,
+                       conf_apply_level },
+    [CONF_T_ADDRS] = { CONF_J(JSON_ARRAY),
+                       "expected an array of address strings",
+                       conf_apply_addrs },
+    [CONF_T_ADDR] = { CONF_J(JSON_STRING) | CONF_J(JSON_NULL),
+                      "expected a string or null", conf_apply_addr },
+};
+
 static int conf_apply(struct conf_loader *ld, const struct conf_key *k,
                       json_t *v)
 {
-    switch (k->type) {
-    case CONF_T_UINT:
-    case CONF_T_INT:
-        return conf_apply_integer(ld, k, v);
-    case CONF_T_BOOL:
-        return conf_apply_bool(ld, k, v);
-    case CONF_T_NUMBER:
-        return conf_apply_number(ld, k, v);
-    case CONF_T_STRING:
-        return conf_apply_string(ld, k, v);
-    case CONF_T_SECRET_FILE:
-        return conf_apply_secret_file(ld, k, v);
-    case CONF_T_MODE:
-        return conf_apply_mode(ld, k, v);
-    case CONF_T_LEVEL:
-        return conf_apply_level(ld, k, v);
-    case CONF_T_ADDRS:
-        return conf_apply_addrs(ld, k, v);
-    case CONF_T_ADDR:
-        return conf_apply_addr(ld, k, v);
+    const struct conf_type_rule *t;
+    unsigned takes;
+    const char *wrong;
+
+    if ((size_t)k->type >= sizeof(conf_types) / sizeof(conf_types[0]))
+        return conf_fail(ld, k->key, "internal error: unknown type");
+    t = &conf_types[k->type];
+    takes = t->takes;
+    wrong = t->wrong;
+    if (k->type == CONF_T_STRING && (k->flags & CONF_S_NULL)) {
+        takes |= CONF_J(JSON_NULL);
+        wrong = "expected a string or null";
     }
-    return conf_fail(ld, k->key, "internal error: unknown type");
+    if (!(takes & CONF_J(json_typeof(v))))
+        return conf_fail(ld, k->key, "%s", wrong);
+    return t->apply(ld, k, v);
 }
 
 /* ---- pass 3: validate -------------------------------------------------- */

@@ -765,34 +765,36 @@ static int proto_reply_pong(struct proto_reply *r, char *pos)
     return 0;
 }
 
-static int proto_reply_err(struct proto_reply *r, char *pos)
+/* "ERR <CODE> message": name is the code word, pos the message. */
+static void proto_reply_err(struct proto_reply *r, char *name, char *pos)
 {
-    char *word;
-    size_t wlen;
-
-    word = proto_next_word(&pos, &wlen);
-    if (!word)
-        return -1;
     while (proto_is_sep(*pos))
         pos++;
     r->kind = PROTO_REPLY_ERR;
-    r->err = proto_err_from_word(word, wlen);
-    r->err_word = word;
+    r->err = proto_err_from_word(name, strlen(name));
+    r->err_word = name;
     r->text = pos;
-    return 0;
 }
 
-static int proto_reply_event(struct proto_reply *r, char *pos)
+/* "EVENT <NAME> k=v...". */
+static void proto_reply_event(struct proto_reply *r, char *name, char *pos)
 {
-    char *word;
-    size_t wlen;
-
-    word = proto_next_word(&pos, &wlen);
-    if (!word)
-        return -1;
     r->kind = PROTO_REPLY_EVENT;
-    r->text = word;
+    r->text = name;
     proto_reply_kvs(r, pos);
+}
+
+/* ERR and EVENT must name something (a code, an event) after their word;
+ * fill gets that name (NUL-terminated) and the rest of the line. */
+static int proto_reply_named(struct proto_reply *r, char *pos,
+                             void (*fill)(struct proto_reply *, char *, char *))
+{
+    size_t nlen;
+    char *name = proto_next_word(&pos, &nlen);
+
+    if (!name)
+        return -1;
+    fill(r, name, pos);
     return 0;
 }
 
@@ -809,9 +811,9 @@ static int proto_reply_dispatch(struct proto_reply *r, char *line)
     if (strcmp(word, "PONG") == 0)
         return proto_reply_pong(r, pos);
     if (strcmp(word, "ERR") == 0)
-        return proto_reply_err(r, pos);
+        return proto_reply_named(r, pos, proto_reply_err);
     if (strcmp(word, "EVENT") == 0)
-        return proto_reply_event(r, pos);
+        return proto_reply_named(r, pos, proto_reply_event);
     return -1;
 }
 

@@ -19,9 +19,15 @@
  *   - SIGTERM and SIGINT sent to redlockctl reach the command;
  *   - a lease lost while the command runs (two of three nodes SIGSTOPped)
  *     stops the command, and redlockctl exits 70;
+ *   - so does a lease whose deadline passes unconfirmed: with its daemon
+ *     SIGSTOPped the command is stopped before a second daemon on the same
+ *     nodes grants the lock (comparing the command's last write with the
+ *     grant), and a redlockctl that was itself stopped past the deadline
+ *     stops its command as it resumes;
  *   - status, sessions, stats and ping, as tables and as --json, over TCP,
  *     the unix socket and $REDLOCKD_SERVER; an unreachable daemon gives 69
- *     and one "redlockctl: ..." line on stderr;
+ *     and one "redlockctl: ..." line on stderr, and so does ping to a
+ *     daemon without a quorum (two of three nodes SIGSTOPped);
  *   - --version, --help, and a usage error (64);
  *   - the README's library example runs and exits 0.
  */
@@ -38,6 +44,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -64,6 +71,7 @@ struct proc {
     pid_t pid;              /* 0 once reaped */
     int out_fd, err_fd;     /* non-blocking read ends; -1 when closed */
     int status;             /* exit status, or 128+signal */
+    char cmdline[512];      /* its arguments, for messages */
     char out[16384];
     size_t out_len;
     char err[16384];
@@ -73,6 +81,9 @@ struct proc {
 static struct h_redis R[NODES_MAX];
 static int nr;
 static struct h_daemon D;
+/* A second daemon on the same nodes, for tests about what another daemon
+ * may grant. */
+static struct h_daemon D2;
 static struct proc P[PROCS_MAX];
 static int np;
 /* The daemon's TCP address as redlockctl takes it: "127.0.0.1:<port>". */
@@ -80,7 +91,7 @@ static char S[64];
 /* REDLOCKD_SERVER for the next processes started (NULL: unset). */
 static const char *server_env;
 /* Raw protocol clients are large (buffers): keep them off the stack. */
-static struct h_client A;
+static struct h_client A, B;
 
 /* ---- fixture ---- */
 
@@ -88,12 +99,14 @@ static void setup(void)
 {
     memset(R, 0, sizeof(R));
     memset(&D, 0, sizeof(D));
+    memset(&D2, 0, sizeof(D2));
     memset(P, 0, sizeof(P));
     nr = 0;
     np = 0;
     S[0] = '\0';
     server_env = NULL;
     A.fd = -1;
+    B.fd = -1;
 }
 
 static void proc_close_pipes(struct proc *p)
@@ -121,10 +134,21 @@ static void teardown(void)
     }
     if (A.fd >= 0)
         h_close(&A);
-    /* A stopped node would hold up the daemon's release at shutdown. */
+    if (B.fd >= 0)
+        h_close(&B);
+    /* A stopped node would hold up the daemon's release at shutdown, and a
+     * stopped daemon would not exit on SIGTERM. */
     h_redis_resume_all(R, nr);
+    if (D.pid != 0)
+        kill(D.pid, SIGCONT);
     rc = h_daemon_finish(&D);
     h_daemon_cleanup(&D);
+    if (D2.pid != 0) {
+        int rc2 = h_daemon_finish(&D2);
+
+        rc = rc != 0 ? rc : rc2;
+    }
+    h_daemon_cleanup(&D2);
     h_redis_cleanup_all(R, nr);
     ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
 }
@@ -310,9 +334,14 @@ static struct proc *proc_startv(const char *bin, const char *const *args)
     ck_assert_int_lt(np, PROCS_MAX);
     p = &P[np++];
     argv[n++] = (char *)bin;
+    p->cmdline[0] = '\0';
     for (; *args != NULL; args++) {
+        size_t len = strlen(p->cmdline);
+
         ck_assert_int_lt(n, ARGS_MAX - 1);
         argv[n++] = (char *)*args;
+        snprintf(p->cmdline + len, sizeof(p->cmdline) - len, "%s%s",
+                 len > 0 ? " " : "", *args);
     }
     argv[n] = NULL;
     ck_assert(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0);
@@ -329,21 +358,30 @@ static struct proc *proc_startv(const char *bin, const char *const *args)
     return p;
 }
 
-static struct proc *ctl_start(const char *first, ...) __attribute__((sentinel));
-static struct proc *ctl_start(const char *first, ...)
+/* redlockctl with the arguments first... (NULL-terminated). */
+static struct proc *ctl_startv(const char *first, va_list ap)
 {
     const char *args[ARGS_MAX];
     int n = 0;
-    va_list ap;
 
-    va_start(ap, first);
     for (const char *a = first; a != NULL; a = va_arg(ap, const char *)) {
         ck_assert_int_lt(n, ARGS_MAX - 1);
         args[n++] = a;
     }
-    va_end(ap);
     args[n] = NULL;
     return proc_startv(env_bin("REDLOCKCTL_BIN"), args);
+}
+
+static struct proc *ctl_start(const char *first, ...) __attribute__((sentinel));
+static struct proc *ctl_start(const char *first, ...)
+{
+    struct proc *p;
+    va_list ap;
+
+    va_start(ap, first);
+    p = ctl_startv(first, ap);
+    va_end(ap);
+    return p;
 }
 
 /* Read what a pipe has now (the writer may be gone, or may live on in a
@@ -458,6 +496,44 @@ static json_t *parse_json(const struct proc *p, const char *what)
     ck_assert_msg(json_is_object(o), "%s: output is not a JSON object (%s): %s",
                   what, jerr.text, p->out);
     return o;
+}
+
+/* redlockctl run to a quiet exit 0 (within 5 s) that printed `want`. */
+static struct proc *ctl_okv(const char *want, const char *first, va_list ap)
+{
+    struct proc *p = ctl_startv(first, ap);
+
+    proc_wait(p, h_scale(5000));
+    assert_ok_quiet(p, p->cmdline);
+    ck_assert_msg(strstr(p->out, want), "%s printed no \"%s\": %s",
+                  p->cmdline, want, p->out);
+    return p;
+}
+
+static struct proc *ctl_ok(const char *want, const char *first, ...)
+    __attribute__((sentinel));
+static struct proc *ctl_ok(const char *want, const char *first, ...)
+{
+    struct proc *p;
+    va_list ap;
+
+    va_start(ap, first);
+    p = ctl_okv(want, first, ap);
+    va_end(ap);
+    return p;
+}
+
+/* The same for a --json command: its output parsed (the caller decrefs). */
+static json_t *ctl_ok_json(const char *first, ...) __attribute__((sentinel));
+static json_t *ctl_ok_json(const char *first, ...)
+{
+    struct proc *p;
+    va_list ap;
+
+    va_start(ap, first);
+    p = ctl_okv("{", first, ap);
+    va_end(ap);
+    return parse_json(p, p->cmdline);
 }
 
 /* ---- run: mutual exclusion and the lock in the environment ---- */
@@ -656,6 +732,20 @@ END_TEST
 
 /* ---- run: signals ---- */
 
+/* `run --ttl TTL RESOURCE` of a command that writes its pid and sleeps;
+ * the command's pid in *cmd once it runs. */
+static struct proc *run_sleeper(const char *res, const char *ttl, long *cmd)
+{
+    const char *pidf = tmp_path("pid");
+    struct proc *p;
+
+    unlink(pidf);
+    p = ctl_start("-s", S, "run", "--on-lost", "kill", "--ttl", ttl, res, "--",
+                  "sh", "-c", "echo $$ > \"$1\"; exec sleep 30", "sh", pidf, NULL);
+    *cmd = wait_file_number(pidf, h_scale(5000));
+    return p;
+}
+
 /* SIGKILL leaves redlockctl no chance to UNLOCK: the daemon must release
  * the lock as the connection drops, and the command must not run on. */
 START_TEST(run_sigkill_releases)
@@ -687,15 +777,16 @@ END_TEST
 
 START_TEST(run_sigterm_forwarded)
 {
-    const char *mark, *ready, *ready2;
+    static const int sigs[] = { SIGTERM, SIGINT };
+    const char *mark, *ready;
     char buf[256];
     struct proc *p;
+    long cmd;
 
     start_nodes(1);
     start_daemon(NULL);
     mark = tmp_path("term");
     ready = tmp_path("ready");
-    ready2 = tmp_path("ready2");
     connect_to(&A);
 
     /* The command traps TERM and says so; the loop's sleep gets TERM too
@@ -711,62 +802,185 @@ START_TEST(run_sigterm_forwarded)
                   "the command's TERM trap did not run (marker: \"%s\")", buf);
     assert_free("cli:term");
 
-    /* Not trapped: the command dies of it and redlockctl says 128+15. */
-    p = ctl_start("-s", S, "run", "cli:term", "--", "sh", "-c",
-                  "echo $$ > \"$1\"; exec sleep 30", "sh", ready2, NULL);
-    wait_file_number(ready2, h_scale(5000));
-    kill(p->pid, SIGTERM);
-    proc_wait(p, h_scale(5000));
-    assert_status(p, 128 + SIGTERM, "SIGTERM to redlockctl running sleep");
-    assert_free("cli:term");
-
-    /* SIGINT (Ctrl-C) is passed on the same way. */
-    unlink(ready2);
-    p = ctl_start("-s", S, "run", "cli:term", "--", "sh", "-c",
-                  "echo $$ > \"$1\"; exec sleep 30", "sh", ready2, NULL);
-    wait_file_number(ready2, h_scale(5000));
-    kill(p->pid, SIGINT);
-    proc_wait(p, h_scale(5000));
-    assert_status(p, 128 + SIGINT, "SIGINT to redlockctl running sleep");
-    assert_free("cli:term");
+    /* Not trapped, the command dies of it and redlockctl says 128+N; SIGINT
+     * (Ctrl-C) is passed on the same way. */
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        p = run_sleeper("cli:term", "30000", &cmd);
+        kill(p->pid, sigs[i]);
+        proc_wait(p, h_scale(5000));
+        assert_status(p, 128 + sigs[i], strsignal(sigs[i]));
+        assert_free("cli:term");
+    }
 }
 END_TEST
 
 /* ---- run: the lease is lost while the command runs ---- */
 
+/* redlockctl p exits 70 within timeout_ms, saying `word`, and its command
+ * cmd goes with it; returns how long the exit took. */
+static long long assert_stopped_lost(struct proc *p, long cmd, int timeout_ms,
+                                     const char *word, const char *what)
+{
+    uint64_t t0 = h_now_ms();
+    long long took;
+
+    proc_wait(p, h_scale(10000));
+    took = h_since(t0);
+    fprintf(stderr, "%s: redlockctl exited after %lld ms; it said: %s", what, took,
+            p->err);
+    assert_status(p, EXIT_LOST, what);
+    ck_assert_msg(took < timeout_ms, "%s: redlockctl took %lld ms", what, took);
+    ck_assert_msg(h_starts(p->err, "redlockctl:") && strstr(p->err, word),
+                  "%s: no message saying \"%s\": %s", what, word, p->err);
+    ck_assert_msg(wait_pid_gone((pid_t)cmd, h_scale(3000)),
+                  "%s: the command (pid %ld) still runs", what, cmd);
+    return took;
+}
+
 START_TEST(run_lease_lost)
 {
-    const char *pidf;
     struct proc *p;
-    uint64_t t0;
-    long long took;
     long cmd;
 
     start_nodes(3);
     start_daemon(FAULT_JSON);
-    pidf = tmp_path("pid");
-    p = ctl_start("-s", S, "run", "--on-lost", "kill", "--ttl", "1500",
-                  "cli:lost", "--", "sh", "-c", "echo $$ > \"$1\"; exec sleep 30",
-                  "sh", pidf, NULL);
-    cmd = wait_file_number(pidf, h_scale(5000));
-
+    p = run_sleeper("cli:lost", "1500", &cmd);
     /* One node of three left: no renewal can reach a quorum. */
     h_redis_pause(&R[1]);
     h_redis_pause(&R[2]);
-    t0 = h_now_ms();
-    proc_wait(p, h_scale(10000));
-    took = h_since(t0);
-    fprintf(stderr, "run_lease_lost: redlockctl exited %lld ms after the pause\n",
-            took);
-    assert_status(p, EXIT_LOST, "run whose lease was lost");
-    ck_assert_msg(took < h_scale(6000), "redlockctl took %lld ms to notice the loss "
-                  "of a ttl=1500 lease", took);
-    ck_assert_msg(strstr(p->err, "redlockctl:") && strstr(p->err, "lost"),
-                  "no message about the lost lease: %s", p->err);
-    ck_assert_msg(wait_pid_gone((pid_t)cmd, h_scale(3000)),
-                  "the command (pid %ld) still runs after the lease was lost", cmd);
+    assert_stopped_lost(p, cmd, h_scale(6000), "lost",
+                        "run_lease_lost, ttl 1500, after the pause");
     h_redis_resume(&R[1]);
     h_redis_resume(&R[2]);
+}
+END_TEST
+
+/* ---- run: the daemon stalls ---- */
+
+/* Appends the wall-clock time in ns every 10 ms until it is killed: each
+ * line is a write the command made while it believed it held the lock. */
+#define STAMP_SCRIPT \
+    "echo $$ > \"$2\"; while :; do date +%s%N >> \"$1\"; sleep 0.01; done"
+
+/* CLOCK_REALTIME in ns, the clock `date +%s%N` reads. */
+static long long wall_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The number on the last complete line of a file (0 if there is none). */
+static long long last_number(const char *path)
+{
+    static char buf[1 << 20];
+    char *end, *start;
+
+    if (!read_file(path, buf, sizeof(buf)) || !(end = strrchr(buf, '\n')))
+        return 0;
+    *end = '\0';
+    start = strrchr(buf, '\n');
+    return strtoll(start ? start + 1 : buf, NULL, 10);
+}
+
+/*
+ * Safety issue 6: `run --ttl 2000` whose daemon is SIGSTOPped. Nobody
+ * renews the lease, so a second daemon on the same nodes grants the lock
+ * once the keys expire on Redis. redlockctl must have stopped the command
+ * by then: at the lease deadline (the send time of its last confirmation
+ * plus the validity reported), at most ttl after the last confirmation,
+ * which came before the pause.
+ */
+START_TEST(run_daemon_stalled)
+{
+    const int ttl = 2000;
+    const char *stamps, *pidf;
+    long long paused, granted = 0, last, try_at;
+    struct proc *p;
+    uint64_t t0;
+    bool exited;
+    long cmd;
+
+    start_nodes(3);
+    start_daemon(NULL);
+    h_daemon_start(&D2, R, nr, NULL);
+    h_wait_voting(&D2, nr, h_scale(5000));
+    stamps = tmp_path("stamps");
+    pidf = tmp_path("pid");
+    p = ctl_start("-s", S, "run", "--ttl", "2000", "cli:stall", "--", "sh", "-c",
+                  STAMP_SCRIPT, "sh", stamps, pidf, NULL);
+    cmd = wait_file_number(pidf, h_scale(5000));
+    /* Past the first renewals and confirmations. */
+    h_sleep_ms(1000);
+    h_connect_tcp_ok(&B, D2.port);
+    h_expect(&B, "ERR BUSY", "LOCK cli:stall ttl=30000");
+
+    paused = wall_ns();
+    t0 = h_now_ms();
+    ck_assert_int_eq(kill(D.pid, SIGSTOP), 0);
+    /* The other daemon takes the lock as soon as Redis lets it; the time a
+     * successful LOCK was sent is a lower bound of its grant. */
+    while (granted == 0) {
+        char *line;
+
+        try_at = wall_ns();
+        line = h_cmd(&B, "LOCK cli:stall ttl=30000");
+        if (h_starts(line, "OK "))
+            granted = try_at;
+        else
+            ck_assert_msg(h_starts(line, "ERR BUSY"), "LOCK on the second daemon: %s",
+                          line);
+        ck_assert_msg(h_since(t0) < h_scale(3 * ttl), "the second daemon could "
+                      "not take the lock %d ms after the first one stopped",
+                      h_scale(3 * ttl));
+        h_sleep_ms(2);
+    }
+    exited = proc_exited(p, h_scale(ttl + 1000) - (int)h_since(t0));
+    /* Its group is gone with it; let a straggler's write land. */
+    ck_assert_msg(!exited || wait_pid_gone((pid_t)cmd, h_scale(3000)),
+                  "the command (pid %ld) still runs after redlockctl ended", cmd);
+    h_sleep_ms(50);
+    last = last_number(stamps);
+    fprintf(stderr, "run_daemon_stalled: after the pause: the command's last write "
+            "%lld ms, the other daemon's grant %lld ms, redlockctl %s\n",
+            (last - paused) / 1000000, (granted - paused) / 1000000,
+            exited ? "exited" : "still running");
+    fprintf(stderr, "run_daemon_stalled: redlockctl said: %s", p->err);
+    ck_assert_msg(last > paused, "no write from the command before the pause");
+    ck_assert_msg(last < granted, "the command wrote %lld ms after another daemon "
+                  "granted its lock (the last write %lld ms after the pause)",
+                  (last - granted) / 1000000, (last - paused) / 1000000);
+    ck_assert_msg(last - paused <= (long long)h_scale(ttl + 100) * 1000000,
+                  "the command wrote %lld ms after the pause, ttl is %d ms",
+                  (last - paused) / 1000000, ttl);
+    ck_assert_msg(exited, "redlockctl still running %d ms after its daemon stopped; "
+                  "stderr: %s", h_scale(ttl + 1000), p->err);
+    assert_status(p, EXIT_LOST, "run whose daemon stopped");
+    ck_assert_msg(strstr(p->err, "lost"), "no message about the lost lease: %s",
+                  p->err);
+    ck_assert_int_eq(kill(D.pid, SIGCONT), 0);
+}
+END_TEST
+
+/* redlockctl itself stopped past its lease deadline: when it runs again,
+ * the command has been running unconfirmed, and is stopped at once. */
+START_TEST(run_ctl_stopped)
+{
+    struct proc *p;
+    long cmd;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    p = run_sleeper("cli:ctlstop", "1000", &cmd);
+    ck_assert_int_eq(kill(p->pid, SIGSTOP), 0);
+    h_sleep_ms(1500);
+    ck_assert_int_eq(kill(p->pid, SIGCONT), 0);
+    assert_stopped_lost(p, cmd, h_scale(500), "deadline",
+                        "run_ctl_stopped, ttl 1000, after it resumed");
+    /* The connection closed, so the daemon let the lock go. */
+    connect_to(&A);
+    assert_free("cli:ctlstop");
 }
 END_TEST
 
@@ -775,7 +989,6 @@ END_TEST
 START_TEST(inspection_commands)
 {
     char addr[400];
-    struct proc *p;
     json_t *o, *s, *v;
     size_t i;
     bool found = false;
@@ -786,94 +999,105 @@ START_TEST(inspection_commands)
     h_expect(&A, "OK ", "HELLO name=cli-holder");
     h_expect(&A, "OK resource=cli:insp ", "LOCK cli:insp ttl=30000");
 
-    p = ctl_start("-s", S, "status", "cli:insp", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "status");
-    ck_assert_msg(strstr(p->out, "cli:insp") &&
-                  strstr(p->out, "cli-holder"),
-                  "status does not name the resource and its holder: %s", p->out);
-
-    p = ctl_start("-s", S, "--json", "status", "cli:insp", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "--json status");
-    o = parse_json(p, "--json status");
-    ck_assert_str_eq(json_string_value(json_object_get(o, "resource")), "cli:insp");
-    ck_assert_msg(json_is_true(json_object_get(o, "held")), "status: not held: %s",
-                  p->out);
+    ctl_ok("cli-holder", "-s", S, "status", "cli:insp", NULL);
+    o = ctl_ok_json("-s", S, "--json", "status", "cli:insp", NULL);
+    ck_assert_str_eq(h_json_str(o, "resource"), "cli:insp");
+    ck_assert_msg(json_is_true(json_object_get(o, "held")), "status: not held");
     v = json_object_get(json_object_get(o, "holder"), "name");
     ck_assert_msg(json_is_string(v) && strcmp(json_string_value(v), "cli-holder") == 0,
-                  "status: holder is not cli-holder: %s", p->out);
+                  "status: holder is not cli-holder");
     json_decref(o);
 
     /* Options right after the command work too (redlockctl(1)). */
-    p = ctl_start("status", "--json", "-s", S, "cli:free", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "status --json of a free resource");
-    o = parse_json(p, "status --json of a free resource");
-    ck_assert_msg(json_is_false(json_object_get(o, "held")), "free resource held: %s",
-                  p->out);
+    o = ctl_ok_json("status", "--json", "-s", S, "cli:free", NULL);
+    ck_assert_msg(json_is_false(json_object_get(o, "held")), "free resource held");
     json_decref(o);
 
-    p = ctl_start("-s", S, "sessions", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "sessions");
-    ck_assert_msg(strstr(p->out, "cli-holder"), "sessions: %s", p->out);
-
-    p = ctl_start("-s", S, "--json", "sessions", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "--json sessions");
-    o = parse_json(p, "--json sessions");
+    ctl_ok("cli-holder", "-s", S, "sessions", NULL);
+    o = ctl_ok_json("-s", S, "--json", "sessions", NULL);
     json_array_foreach(json_object_get(o, "sessions"), i, s) {
         v = json_object_get(s, "name");
         if (json_is_string(v) && strcmp(json_string_value(v), "cli-holder") == 0)
             found = true;
     }
-    ck_assert_msg(found, "--json sessions lacks cli-holder: %s", p->out);
+    ck_assert_msg(found, "--json sessions lacks cli-holder");
     json_decref(o);
 
-    p = ctl_start("-s", S, "stats", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "stats");
-    ck_assert_msg(strstr(p->out, "locks_held"), "stats: %s", p->out);
-
-    p = ctl_start("-s", S, "--json", "stats", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "--json stats");
-    o = parse_json(p, "--json stats");
-    v = json_object_get(o, "locks_held");
-    ck_assert_msg(json_is_integer(v) && json_integer_value(v) == 1,
-                  "--json stats: locks_held is not 1: %s", p->out);
+    ctl_ok("locks_held", "-s", S, "stats", NULL);
+    o = ctl_ok_json("-s", S, "--json", "stats", NULL);
+    ck_assert_int_eq(h_json_int(o, "locks_held"), 1);
     json_decref(o);
 
-    p = ctl_start("-s", S, "ping", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "ping");
-    ck_assert_msg(h_starts(p->out, "PONG"), "ping printed: %s", p->out);
-
-    p = ctl_start("-s", S, "--json", "ping", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "--json ping");
-    o = parse_json(p, "--json ping");
-    v = json_object_get(o, "server");
-    ck_assert_msg(json_is_string(v) && h_starts(json_string_value(v), "redlockd/"),
-                  "--json ping: no server: %s", p->out);
+    ctl_ok("PONG", "-s", S, "ping", NULL);
+    o = ctl_ok_json("-s", S, "--json", "ping", NULL);
+    ck_assert_msg(h_starts(h_json_str(o, "server"), "redlockd/"), "--json ping: "
+                  "server is %s", h_json_str(o, "server"));
+    ck_assert_int_eq(h_json_int(o, "nodes_voting"), 1);
+    ck_assert(json_is_true(json_object_get(o, "quorum_ok")));
     json_decref(o);
 
     /* The unix socket, spelled both ways, and $REDLOCKD_SERVER. */
     snprintf(addr, sizeof(addr), "unix:%s", D.sock_path);
-    p = ctl_start("-s", addr, "ping", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "ping over unix:PATH");
-    ck_assert_msg(h_starts(p->out, "PONG"), "ping printed: %s", p->out);
-    p = ctl_start("--server", D.sock_path, "status", "cli:insp", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "status over /PATH");
-    ck_assert_msg(strstr(p->out, "cli-holder"), "status: %s", p->out);
+    ctl_ok("PONG", "-s", addr, "ping", NULL);
+    ctl_ok("cli-holder", "--server", D.sock_path, "status", "cli:insp", NULL);
+    snprintf(addr, sizeof(addr), "unix://%s", D.sock_path);
+    ctl_ok("PONG", "-s", addr, "ping", NULL);
     server_env = S;
-    p = ctl_start("ping", NULL);
-    proc_wait(p, h_scale(5000));
-    assert_ok_quiet(p, "ping with $REDLOCKD_SERVER");
+    ctl_ok("PONG", "ping", NULL);
     server_env = NULL;
+}
+END_TEST
+
+/* ping exits 69 while the daemon answers but has no quorum of Redis nodes
+ * to vote: a health check must not call it healthy. */
+START_TEST(ping_no_quorum)
+{
+    struct proc *p;
+    json_t *o;
+    uint64_t t0;
+    int n = 0;
+
+    start_nodes(3);
+    start_daemon(FAULT_JSON);
+    connect_to(&A);
+    ctl_ok("3 voting", "-s", S, "ping", NULL);
+
+    h_redis_pause(&R[1]);
+    h_redis_pause(&R[2]);
+    /* A stopped node is noticed when a command to it times out: LOCK
+     * attempts (UNAVAILABLE) are the trigger. */
+    t0 = h_now_ms();
+    while (h_stats_int(&A, "nodes_voting") >= h_stats_int(&A, "quorum")) {
+        char *line = h_cmd(&A, "LOCK cli:q%d ttl=30000", n++);
+
+        ck_assert_msg(h_starts(line, "ERR UNAVAILABLE"), "LOCK with two of three "
+                      "nodes stopped: %s", line);
+        ck_assert_msg(h_since(t0) < h_scale(5000), "the daemon did not notice the "
+                      "stopped nodes in 5 s");
+    }
+
+    p = ctl_start("-s", S, "ping", NULL);
+    proc_wait(p, h_scale(5000));
+    assert_status(p, EXIT_UNAVAILABLE, "ping without a quorum");
+    ck_assert_msg(h_starts(p->out, "PONG") && strstr(p->out, "1 voting"),
+                  "ping without a quorum printed: %s", p->out);
+    ck_assert_msg(h_starts(p->err, "redlockctl: ping: no quorum") &&
+                  count_lines(p->err) == 1, "ping without a quorum said: %s", p->err);
+
+    p = ctl_start("-s", S, "--json", "ping", NULL);
+    proc_wait(p, h_scale(5000));
+    assert_status(p, EXIT_UNAVAILABLE, "--json ping without a quorum");
+    o = parse_json(p, "--json ping without a quorum");
+    ck_assert_int_eq(h_json_int(o, "nodes_voting"), 1);
+    ck_assert_int_eq(h_json_int(o, "quorum"), 2);
+    ck_assert_msg(json_is_false(json_object_get(o, "quorum_ok")), "quorum_ok: %s",
+                  p->out);
+    json_decref(o);
+
+    h_redis_resume(&R[1]);
+    h_redis_resume(&R[2]);
+    h_wait_voting(&D, nr, h_scale(10000));
+    ctl_ok("3 voting", "-s", S, "ping", NULL);
 }
 END_TEST
 
@@ -993,7 +1217,10 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_sigkill_releases);
     tcase_add_test(tc, run_sigterm_forwarded);
     tcase_add_test(tc, run_lease_lost);
+    tcase_add_test(tc, run_daemon_stalled);
+    tcase_add_test(tc, run_ctl_stopped);
     tcase_add_test(tc, inspection_commands);
+    tcase_add_test(tc, ping_no_quorum);
     tcase_add_test(tc, unreachable_daemon);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, readme_example);

@@ -19,6 +19,9 @@
  *     through redlockd_poll_events() and through an ordinary request, with
  *     redlockd_lost() and the on_lost callback (which may not make
  *     requests);
+ *   - lease deadlines: LOCK sets one, refreshes move it on while the
+ *     daemon renews, and with the daemon stopped a refresh gives up at the
+ *     deadline and lease_check says LOST from the deadline on;
  *   - strerror and code names for every code.
  * UNKNOWN (the library only sends commands it knows) and SHUTDOWN (the
  * daemon closes every session as it starts stopping) can not be provoked
@@ -861,6 +864,104 @@ START_TEST(event_lost)
 }
 END_TEST
 
+/* ---- lease deadlines ---- */
+
+/* CLOCK_MONOTONIC ms, the clock of redlockd_lease_deadline(). */
+static int64_t mono_ms(void)
+{
+    return (int64_t)h_now_ms();
+}
+
+static int64_t deadline_of(struct redlockd *h, const char *res)
+{
+    int64_t d = 0;
+    int rc = redlockd_lease_deadline(h, res, &d);
+
+    ck_assert_msg(rc == 0, "lease_deadline %s: %d (%s)", res, rc, redlockd_code_name(rc));
+    return d;
+}
+
+/*
+ * Safety issue 6, the library's part. A lease's deadline is the send time of
+ * its last confirmation plus the validity reported: refreshes move it on
+ * while the daemon renews; once the daemon is stopped, a refresh waits no
+ * longer than the deadline, and lease_check says LOST from the deadline on.
+ */
+START_TEST(lease_deadline)
+{
+    struct redlockd_opts o = { .name = "lib-deadline", .io_timeout_ms = 5000 };
+    struct redlockd *h, *h2;
+    struct redlockd_lease l, l2;
+    int64_t before, d, prev, d2, now;
+    int rc;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    o.server = tcp_addr;
+    h = open_opts(&o);
+    h2 = open_opts(&o);
+    ck_assert_int_eq(redlockd_lease_check(h, "lib:dl"), -REDLOCKD_E_NOTHELD);
+
+    before = mono_ms();
+    lock_ok(h, "lib:dl", 1500, 1, &l);
+    d = deadline_of(h, "lib:dl");
+    ck_assert_msg(d >= before + l.validity && d <= mono_ms() + l.validity,
+                  "deadline %lld ms ahead after LOCK, validity %" PRId64,
+                  (long long)(d - mono_ms()), l.validity);
+    ck_assert_int_eq(redlockd_lease_check(h, "lib:dl"), 0);
+    /* The daemon renews every ttl/3; each refresh sees a newer renewal. */
+    for (int i = 0; i < 4; i++) {
+        prev = d;
+        h_sleep_ms(600);
+        rc = redlockd_refresh(h);
+        ck_assert_msg(rc == 0, "refresh: %d %s", rc, redlockd_last_error(h)->msg);
+        d = deadline_of(h, "lib:dl");
+        now = mono_ms();
+        ck_assert_msg(d > prev, "refresh %d: the deadline went from %lld to %lld", i,
+                      (long long)prev, (long long)d);
+        ck_assert_msg(d > now && d <= now + 1500, "refresh %d: deadline %lld ms ahead "
+                      "for ttl 1500", i, (long long)(d - now));
+        ck_assert_int_eq(redlockd_lease_check(h, "lib:dl"), 0);
+    }
+    /* A longer lease on the other handle, so its deadline comes later. */
+    lock_ok(h2, "lib:dl2", 3000, 1, &l2);
+    d2 = deadline_of(h2, "lib:dl2");
+    ck_assert_int_eq(redlockd_refresh(h), 0);
+    d = deadline_of(h, "lib:dl");
+    ck_assert_msg(d < d2, "deadlines %lld and %lld", (long long)d, (long long)d2);
+
+    ck_assert_int_eq(kill(D.pid, SIGSTOP), 0);
+    ck_assert_int_eq(redlockd_lease_check(h, "lib:dl"), 0);
+    /* No answer: the refresh gives up at the deadline, not the 5 s timeout. */
+    rc = redlockd_refresh(h);
+    now = mono_ms();
+    fprintf(stderr, "lease_deadline: refresh to a stopped daemon returned %lld ms "
+            "after the deadline\n", (long long)(now - d));
+    assert_code(h, rc, REDLOCKD_E_IO_TIMEOUT, "refresh to a stopped daemon");
+    ck_assert_msg(now >= d - 1 && now <= d + 100, "refresh returned %lld ms after "
+                  "the deadline", (long long)(now - d));
+    ck_assert_int_eq(redlockd_fd(h), -1);
+    ck_assert_int_eq(redlockd_lease_check(h, "lib:dl"), -REDLOCKD_E_LOST);
+    ck_assert_int_eq(redlockd_lost(h, "lib:dl"), 1);
+
+    /* The other handle asks nothing: its check turns at its deadline. */
+    while ((rc = redlockd_lease_check(h2, "lib:dl2")) == 0) {
+        ck_assert_msg(mono_ms() < d2 + 1, "check still 0 %lld ms after the deadline",
+                      (long long)(mono_ms() - d2));
+        h_sleep_ms(1);
+    }
+    now = mono_ms();
+    ck_assert_int_eq(rc, -REDLOCKD_E_LOST);
+    ck_assert_msg(now >= d2 && now <= d2 + 20, "check said LOST %lld ms after the "
+                  "deadline", (long long)(now - d2));
+    ck_assert_int_eq(redlockd_lease_deadline(h2, "lib:dl2", &d), 0);
+    ck_assert(d == d2);
+    /* What the daemon said is another matter: it said nothing. */
+    ck_assert_int_eq(redlockd_lost(h2, "lib:dl2"), 0);
+    ck_assert_int_eq(kill(D.pid, SIGCONT), 0);
+}
+END_TEST
+
 /* ---- codes ---- */
 
 START_TEST(strerror_all_codes)
@@ -913,6 +1014,7 @@ static Suite *lib_suite(void)
     tcase_add_test(tc, transport_errors);
     tcase_add_test(tc, daemon_stop_closes);
     tcase_add_test(tc, event_lost);
+    tcase_add_test(tc, lease_deadline);
     tcase_add_test(tc, strerror_all_codes);
     suite_add_tcase(s, tc);
     return s;

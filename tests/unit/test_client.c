@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "redlockd.h"
@@ -209,6 +210,7 @@ static const char *const t_addr_bad[] = {
     /* The daemon's rules, now the client's too (proto/addr.h). */
     "[127.0.0.1]:7390", "[locks.example.com]:1", "bad_host:1", "1.2.3",
     "1.2.3:7390", "unix://host/x.sock", "tcp://tcp://h:1", "h:1\n",
+    "host:007390",      /* six digits, though the value would do */
 };
 
 START_TEST(test_addr_good)
@@ -723,6 +725,260 @@ START_TEST(test_callback_reentry)
 }
 END_TEST
 
+/* ---- lease deadlines ---------------------------------------------------- */
+
+static int64_t t_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* LOCK res answered with fence and validity (ttl 5000). */
+static void t_lock(struct redlockd *h, int peer, const char *res,
+                   unsigned fence, unsigned validity)
+{
+    char reply[256];
+
+    snprintf(reply, sizeof(reply), "OK resource=%s token=" TOKEN " fence=%u "
+             "ttl=5000 validity=%u\n", res, fence, validity);
+    t_say(peer, reply);
+    ck_assert_int_eq(redlockd_lock(h, res, 5000, 0, 1, NULL), 0);
+    snprintf(reply, sizeof(reply), "LOCK %s ttl=5000 renew=1\n", res);
+    t_expect(peer, reply);
+}
+
+/* The deadline of res is `validity` ms after a time in [t0, t1]. */
+static void t_assert_deadline(struct redlockd *h, const char *res, int64_t t0,
+                              int64_t t1, int64_t validity)
+{
+    int64_t d = -1;
+
+    ck_assert_int_eq(redlockd_lease_deadline(h, res, &d), 0);
+    ck_assert_msg(d >= t0 + validity && d <= t1 + validity,
+                  "deadline of %s: %lld, want %lld..%lld", res, (long long)d,
+                  (long long)(t0 + validity), (long long)(t1 + validity));
+}
+
+START_TEST(test_lease_deadline_lock)
+{
+    struct redlockd *h;
+    int64_t t0, d = 7;
+    int peer;
+
+    h = t_open(&peer, NULL);
+    ck_assert_int_eq(redlockd_lease_check(h, "a"), -REDLOCKD_E_NOTHELD);
+    ck_assert_int_eq(redlockd_lease_deadline(h, "a", &d), -REDLOCKD_E_NOTHELD);
+    ck_assert_int_eq(redlockd_lease_check(h, NULL), -REDLOCKD_E_NOTHELD);
+    ck_assert(d == 7);
+    t0 = t_now_ms();
+    t_lock(h, peer, "a", 1, 4000);
+    t_assert_deadline(h, "a", t0, t_now_ms(), 4000);
+    ck_assert_int_eq(redlockd_lease_check(h, "a"), 0);
+    ck_assert_int_eq(redlockd_lease_deadline(h, "a", NULL), 0);
+
+    t_say(peer, "OK resource=a nodes=1\n");
+    ck_assert_int_eq(redlockd_unlock(h, "a"), 0);
+    t_expect(peer, "UNLOCK a\n");
+    ck_assert_int_eq(redlockd_lease_check(h, "a"), -REDLOCKD_E_NOTHELD);
+
+    /* The daemon does not hold what we thought it did. */
+    t_lock(h, peer, "b", 2, 4000);
+    t_say(peer, "ERR NOTHELD this session does not hold b\n");
+    ck_assert_int_eq(redlockd_unlock(h, "b"), -REDLOCKD_E_NOTHELD);
+    t_expect(peer, "UNLOCK b\n");
+    ck_assert_int_eq(redlockd_lost(h, "b"), 1);
+    ck_assert_int_eq(redlockd_lease_check(h, "b"), -REDLOCKD_E_LOST);
+
+    /* EVENT LOST, and a closed connection. */
+    t_lock(h, peer, "c", 3, 4000);
+    t_say(peer, "EVENT LOST resource=c fence=3 reason=expired\n");
+    ck_assert_int_eq(redlockd_poll_events(h, 100), 1);
+    ck_assert_int_eq(redlockd_lease_check(h, "c"), -REDLOCKD_E_LOST);
+    t_lock(h, peer, "d", 4, 4000);
+    close(peer);
+    ck_assert_int_eq(redlockd_poll_events(h, 100), -REDLOCKD_E_CLOSED);
+    ck_assert_int_eq(redlockd_lease_check(h, "d"), -REDLOCKD_E_LOST);
+    ck_assert_int_eq(redlockd_lease_deadline(h, "d", &d), -REDLOCKD_E_LOST);
+    redlockd_close(h);
+}
+END_TEST
+
+START_TEST(test_refresh)
+{
+    struct t_lost_log log = { 0 };
+    struct redlockd_opts o = { .on_lost = t_on_lost, .ud = &log };
+    struct redlockd *h;
+    int64_t t0, t1;
+    int peer;
+
+    h = t_open(&peer, &o);
+    t_lock(h, peer, "a", 1, 4000);
+    t_lock(h, peer, "b", 2, 4000);
+    t_lock(h, peer, "c", 3, 4000);
+    t_lock(h, peer, "d", 4, 4000);
+    t_lock(h, peer, "e", 5, 4000);
+    /* a: confirmed; b: another acquisition; c: not listed; d: listed lost;
+     * e: held, but the daemon could not keep it. */
+    t_say(peer, "OK {\"session\":\"s1\",\"locks\":["
+          "{\"resource\":\"a\",\"fence\":1,\"ttl\":5000,\"validity\":2500,"
+          "\"held_ms\":10,\"renew\":true,\"renewals\":3},"
+          "{\"resource\":\"b\",\"fence\":9,\"ttl\":5000,\"validity\":2500},"
+          "{\"resource\":\"e\",\"fence\":5,\"ttl\":5000,\"validity\":0},"
+          "{\"resource\":\"x\",\"fence\":7,\"ttl\":5000,\"validity\":2500}],"
+          "\"lost\":[\"d\"]}\n");
+    t0 = t_now_ms();
+    ck_assert_int_eq(redlockd_refresh(h), 0);
+    t1 = t_now_ms();
+    t_expect(peer, "LOCKS\n");
+    t_assert_deadline(h, "a", t0, t1, 2500);
+    ck_assert_int_eq(redlockd_lease_check(h, "a"), 0);
+    ck_assert_int_eq(redlockd_lost(h, "a"), 0);
+    for (const char *r = "bcd"; *r != '\0'; r++) {
+        const char res[2] = { *r, '\0' };
+
+        ck_assert_int_eq(redlockd_lost(h, res), 1);
+        ck_assert_int_eq(redlockd_lease_check(h, res), -REDLOCKD_E_LOST);
+    }
+    ck_assert_int_eq(log.calls, 3);
+    ck_assert_str_eq(log.reason, "missing");
+    /* Validity 0: held, but not to be relied on. */
+    ck_assert_int_eq(redlockd_lost(h, "e"), 0);
+    t_assert_deadline(h, "e", t0, t1, 0);
+    ck_assert_int_eq(redlockd_lease_check(h, "e"), -REDLOCKD_E_LOST);
+    /* ...until a refresh finds validity left: the daemon kept it. */
+    t_say(peer, "OK {\"session\":\"s1\",\"locks\":["
+          "{\"resource\":\"a\",\"fence\":1,\"validity\":2000},"
+          "{\"resource\":\"e\",\"fence\":5,\"validity\":1000}],\"lost\":[]}\n");
+    t0 = t_now_ms();
+    ck_assert_int_eq(redlockd_refresh(h), 0);
+    t_expect(peer, "LOCKS\n");
+    t_assert_deadline(h, "e", t0, t_now_ms(), 1000);
+    ck_assert_int_eq(redlockd_lease_check(h, "e"), 0);
+    /* Relocking a lost one starts afresh. */
+    t_lock(h, peer, "c", 6, 4000);
+    ck_assert_int_eq(redlockd_lease_check(h, "c"), 0);
+    ck_assert_int_eq(log.disconnects, 0);
+    t_close(h, peer);
+}
+END_TEST
+
+static const char *const t_bad_locks_replies[] = {
+    "OK resource=a\n",
+    "OK {\"session\":\"s1\"}\n",
+    "OK {\"session\":\"s1\",\"locks\":{}}\n",
+    "OK {\"locks\":[{\"resource\":\"a\",\"fence\":1}]}\n",
+    "OK {\"locks\":[{\"resource\":\"a\",\"fence\":\"1\",\"validity\":5}]}\n",
+    "OK {\"locks\":[{\"resource\":\"a\",\"fence\":1,\"validity\":1.5}]}\n",
+    "OK {\"locks\":[\n",
+};
+
+START_TEST(test_refresh_bad_reply)
+{
+    struct redlockd *h;
+    int peer;
+
+    h = t_open(&peer, NULL);
+    t_lock(h, peer, "a", 1, 4000);
+    t_say(peer, t_bad_locks_replies[_i]);
+    ck_assert_int_eq(redlockd_refresh(h), -REDLOCKD_E_PROTO);
+    ck_assert_int_eq(redlockd_fd(h), -1);
+    ck_assert_int_eq(redlockd_lease_check(h, "a"), -REDLOCKD_E_LOST);
+    t_close(h, peer);
+}
+END_TEST
+
+/* A refresh never waits for its answer past a deadline still ahead. */
+START_TEST(test_refresh_waits_to_deadline)
+{
+    struct redlockd_opts o = { .io_timeout_ms = 5000 };
+    struct redlockd *h;
+    int64_t d = 0, now;
+    int peer;
+
+    h = t_open(&peer, &o);
+    t_lock(h, peer, "slow", 1, 4000);
+    t_lock(h, peer, "soon", 2, 300);
+    ck_assert_int_eq(redlockd_lease_deadline(h, "soon", &d), 0);
+    ck_assert_int_eq(redlockd_refresh(h), -REDLOCKD_E_IO_TIMEOUT);
+    now = t_now_ms();
+    ck_assert_msg(now >= d - 1 && now <= d + 200, "refresh gave up %lld ms after "
+                  "the deadline", (long long)(now - d));
+    ck_assert_ptr_nonnull(strstr(t_msg(h), "soon"));
+    ck_assert_int_eq(redlockd_fd(h), -1);
+    ck_assert_int_eq(redlockd_lease_check(h, "slow"), -REDLOCKD_E_LOST);
+    t_close(h, peer);
+
+    /* With every deadline passed, the I/O timeout alone bounds it. */
+    o.io_timeout_ms = 100;
+    h = t_open(&peer, &o);
+    t_lock(h, peer, "gone", 1, 100);
+    usleep(150 * 1000);
+    ck_assert_int_eq(redlockd_refresh(h), -REDLOCKD_E_IO_TIMEOUT);
+    ck_assert_ptr_nonnull(strstr(t_msg(h), "in time"));
+    t_close(h, peer);
+}
+END_TEST
+
+/* A LOCK that waited long for its grant is confirmed at once, so the
+ * deadline handed out does not count from the request's start. */
+START_TEST(test_lock_wait_confirms)
+{
+    struct redlockd *h;
+    struct t_daemon d;
+    int64_t t0;
+    int peer;
+    static const char *const steps[] = {
+        "LOCK w wait=1000 renew=1\n",
+        "OK resource=w token=" TOKEN " fence=8 ttl=100 validity=1\n",
+        "LOCKS\n",
+        "OK {\"session\":\"s1\",\"locks\":[{\"resource\":\"w\",\"fence\":8,"
+        "\"ttl\":100,\"validity\":90}],\"lost\":[]}\n",
+        NULL,
+    };
+
+    h = t_open(&peer, NULL);
+    t_script(&d, peer, steps);
+    t0 = t_now_ms();
+    ck_assert_int_eq(redlockd_lock(h, "w", 0, 1000, 1, NULL), 0);
+    t_assert_deadline(h, "w", t0, t_now_ms(), 90);
+    t_script_done(&d);
+    t_close(h, peer);
+}
+END_TEST
+
+START_TEST(test_extend_deadline)
+{
+    struct redlockd *h;
+    int64_t t0, t1, d = 0;
+    int peer;
+
+    h = t_open(&peer, NULL);
+    t_lock(h, peer, "a", 1, 4000);
+    t_say(peer, "OK resource=a ttl=10000 validity=9900\n");
+    t0 = t_now_ms();
+    ck_assert_int_eq(redlockd_extend(h, "a", 10000, NULL), 0);
+    t_assert_deadline(h, "a", t0, t_now_ms(), 9900);
+    t_expect(peer, "EXTEND a ttl=10000\n");
+
+    /* A failed lengthening EXTEND can only have lengthened the lease. */
+    ck_assert_int_eq(redlockd_lease_deadline(h, "a", &d), 0);
+    t_say(peer, "ERR UNAVAILABLE a quorum of redis nodes is unavailable\n");
+    ck_assert_int_eq(redlockd_extend(h, "a", 20000, NULL), -REDLOCKD_E_UNAVAILABLE);
+    t_assert_deadline(h, "a", d, d, 0);
+    /* A failed shortening one may have shortened it on some nodes. */
+    t_say(peer, "ERR UNAVAILABLE a quorum of redis nodes is unavailable\n");
+    t0 = t_now_ms();
+    ck_assert_int_eq(redlockd_extend(h, "a", 1000, NULL), -REDLOCKD_E_UNAVAILABLE);
+    t1 = t_now_ms();
+    t_assert_deadline(h, "a", t0, t1, 0);
+    ck_assert_int_eq(redlockd_lease_check(h, "a"), -REDLOCKD_E_LOST);
+    ck_assert_int_eq(redlockd_lost(h, "a"), 0);
+    t_close(h, peer);
+}
+END_TEST
+
 /* ---- transport failures ------------------------------------------------- */
 
 START_TEST(test_daemon_closes)
@@ -942,6 +1198,16 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_poll_events);
     tcase_add_test(tc, test_event_malformed);
     tcase_add_test(tc, test_callback_reentry);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("deadlines");
+    tcase_add_test(tc, test_lease_deadline_lock);
+    tcase_add_test(tc, test_refresh);
+    tcase_add_loop_test(tc, test_refresh_bad_reply, 0,
+                        (int)ARRAY_LEN(t_bad_locks_replies));
+    tcase_add_test(tc, test_refresh_waits_to_deadline);
+    tcase_add_test(tc, test_lock_wait_confirms);
+    tcase_add_test(tc, test_extend_deadline);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("transport");
