@@ -495,14 +495,15 @@ json_t *session_list_json(void)
     list_foreach(p, &S.live) {
         const struct session *s = list_entry(p, struct session, link);
         json_array_append_new(arr, json_pack(
-            "{s:s, s:s?, s:s, s:I, s:I, s:I, s:I}",
+            "{s:s, s:s?, s:s, s:I, s:I, s:I, s:I, s:o}",
             "id", s->idstr,
             "name", s->name[0] ? s->name : NULL,
             "peer", s->peer,
             "locks", (json_int_t)s->owner.nleases,
             "waits", (json_int_t)(s->owner.pending ? 1 : 0),
             "idle_ms", (json_int_t)(now - s->last_line_at),
-            "age_ms", (json_int_t)(now - s->created_at)));
+            "age_ms", (json_int_t)(now - s->created_at),
+            "held", lockmgr_owner_leases_json(&s->owner)));
     }
     return json_pack("{s:o}", "sessions", arr);
 }
