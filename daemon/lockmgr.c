@@ -603,8 +603,8 @@ static void lease_lose(struct lease *l, enum lockmgr_lost_reason why)
 {
     static const char *const what[] = {
         [LOST_EXPIRED] = "its validity ran out (renew=0)",
-        [LOST_QUORUM] = "no quorum renewed it in time; its keys expire "
-                        "by their ttl",
+        [LOST_QUORUM] = ("no quorum renewed it in time; its keys expire "
+                         "by their ttl"),
         [LOST_NODE] = "the nodes no longer hold its key",
     };
 
