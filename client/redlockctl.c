@@ -8,7 +8,11 @@
  * confirms the lease every ttl/3 (redlockd_refresh) and stops the command
  * when the lease deadline passes unconfirmed, and releases the lock when
  * the command exits. `ping`, `status`, `sessions`
- * and `stats` print the daemon's answers, as tables or (--json) raw.
+ * and `stats` print the daemon's answers, as tables or (--json) raw;
+ * `locks` lists every lock the daemon's sessions hold, from SESSIONS.
+ * `release --force` is the operator's FORCEUNLOCK, after AUTH with the
+ * admin password. (A plain `release` does not exist: redlockctl's locks
+ * live as long as its session, which ends with the command.)
  * Exit statuses are listed in usage() and in redlockctl(1); keep both in
  * step.
  */
@@ -79,9 +83,14 @@ struct ctl {
     unsigned kill_after_s;
     int conflict_exit;
     int quiet;
-    const struct ctl_opt *run_opt;  /* the first option of run given */
+    /* release options */
+    int force;
+    const char *admin_password_file;
+    /* the first option given of each command that has its own */
+    const struct ctl_opt *cmd_opt[3];
 
     char password[1025];
+    char admin_password[1025];
     char default_name[CTL_NAME_MAX + 1];
 };
 
@@ -97,7 +106,18 @@ enum {
     OPT_WAIT,
     OPT_ON_LOST,
     OPT_KILL_AFTER,
+    OPT_FORCE,
+    OPT_ADMIN_PASSWORD_FILE,
 };
+
+/* Which commands take an option. */
+enum ctl_scope {
+    CTL_ANY,                    /* every command */
+    CTL_RUN,                    /* run only */
+    CTL_RELEASE,                /* release only */
+};
+
+static const char *const ctl_scope_cmd[] = { "", "run", "release" };
 
 /*
  * Every option once: getopt's tables, the option lists of --help and the
@@ -108,37 +128,42 @@ struct ctl_opt {
     int val;                    /* the short letter, or OPT_* */
     const char *arg;            /* its argument as --help shows it; NULL:
                                    the option takes none */
-    bool run;                   /* an option of run only */
+    enum ctl_scope scope;
     const char *help;           /* one or more lines, each ending in \n */
 };
 
 static const struct ctl_opt ctl_opts[] = {
-    { "server", 's', "ADDR", false,
+    { "server", 's', "ADDR", CTL_ANY,
       "HOST:PORT, [IPV6]:PORT or unix:/PATH\n"
       "(default: $REDLOCKD_SERVER, else 127.0.0.1:7390)\n" },
-    { "password-file", OPT_PASSWORD_FILE, "F", false,
+    { "password-file", OPT_PASSWORD_FILE, "F", CTL_ANY,
       "send the first line of F with AUTH\n" },
-    { "name", OPT_NAME, "NAME", false, "client name shown by `sessions`\n" },
-    { "timeout", OPT_TIMEOUT, "MS", false,
+    { "name", OPT_NAME, "NAME", CTL_ANY, "client name shown by `sessions`\n" },
+    { "timeout", OPT_TIMEOUT, "MS", CTL_ANY,
       "connect and reply timeout (default 5000, 0: none)\n" },
-    { "json", OPT_JSON, NULL, false,
+    { "json", OPT_JSON, NULL, CTL_ANY,
       "print the daemon's JSON instead of a table\n" },
-    { "help", 'h', NULL, false, "show this help\n" },
-    { "version", 'V', NULL, false, "show the version\n" },
-    { "ttl", OPT_TTL, "MS", true,
+    { "help", 'h', NULL, CTL_ANY, "show this help\n" },
+    { "version", 'V', NULL, CTL_ANY, "show the version\n" },
+    { "ttl", OPT_TTL, "MS", CTL_RUN,
       "lease on Redis (default: the daemon's, 30000);\n"
       "the command is stopped once MS pass without the\n"
       "daemon confirming the lease\n" },
-    { "wait", OPT_WAIT, "MS", true,
+    { "wait", OPT_WAIT, "MS", CTL_RUN,
       "wait up to MS for a busy lock (default 0: don't)\n" },
-    { "on-lost", OPT_ON_LOST, "kill|ignore", true,
+    { "on-lost", OPT_ON_LOST, "kill|ignore", CTL_RUN,
       "when the lease is lost: SIGTERM the command's\n"
       "process group (default), or let it finish\n" },
-    { "kill-after", OPT_KILL_AFTER, "SEC", true,
+    { "kill-after", OPT_KILL_AFTER, "SEC", CTL_RUN,
       "SIGKILL SEC seconds after that SIGTERM (default 5)\n" },
-    { "conflict-exit-code", 'E', "N", true,
+    { "conflict-exit-code", 'E', "N", CTL_RUN,
       "exit status when the lock is busy (default 75)\n" },
-    { "quiet", 'q', NULL, true, "say nothing when the lock is busy\n" },
+    { "quiet", 'q', NULL, CTL_RUN, "say nothing when the lock is busy\n" },
+    { "force", OPT_FORCE, NULL, CTL_RELEASE,
+      "delete the lock whoever holds it (FORCEUNLOCK)\n" },
+    { "admin-password-file", OPT_ADMIN_PASSWORD_FILE, "F", CTL_RELEASE,
+      "the daemon's auth.admin_password: the first line\n"
+      "of F (default: $REDLOCKD_ADMIN_PASSWORD)\n" },
 };
 
 #define CTL_NOPTS (sizeof(ctl_opts) / sizeof(ctl_opts[0]))
@@ -174,12 +199,12 @@ static void ctl_usage_opt(FILE *out, const struct ctl_opt *o)
                 (int)(nl - line), line);
 }
 
-static void ctl_usage_opts(FILE *out, bool run)
+static void ctl_usage_opts(FILE *out, enum ctl_scope scope)
 {
     size_t i;
 
     for (i = 0; i < CTL_NOPTS; i++) {
-        if (ctl_opts[i].run == run)
+        if (ctl_opts[i].scope == scope)
             ctl_usage_opt(out, &ctl_opts[i]);
     }
 }
@@ -198,11 +223,19 @@ static void ctl_usage(FILE *out)
 "  stats               the daemon's counters\n"
 "  ping                check that the daemon answers and has a quorum of\n"
 "                      Redis nodes\n"
+"  locks               every lock the daemon's sessions hold, with the\n"
+"                      holders' names\n"
+"  release --force [RELEASE OPTIONS] RESOURCE\n"
+"                      operators: delete the lock on RESOURCE whoever\n"
+"                      holds it (the holder loses it); needs the daemon's\n"
+"                      admin password\n"
 "\n"
 "Options:\n", out);
-    ctl_usage_opts(out, false);
+    ctl_usage_opts(out, CTL_ANY);
     fputs("\nRun options:\n", out);
-    ctl_usage_opts(out, true);
+    ctl_usage_opts(out, CTL_RUN);
+    fputs("\nRelease options:\n", out);
+    ctl_usage_opts(out, CTL_RELEASE);
     fputs(
 "\n"
 "The command gets REDLOCKD_RESOURCE, REDLOCKD_TOKEN and REDLOCKD_FENCE.\n"
@@ -213,7 +246,8 @@ static void ctl_usage(FILE *out)
 "       70 when the lease was lost and the command was stopped for it;\n"
 "       126/127 when the command can not be run.\n"
 "  0 success; 64 usage or configuration error; 69 the daemon could not be\n"
-"  reached or refused the request, or (ping) has no quorum of Redis nodes.\n",
+"  reached or refused the request (release --force: not an operator, wrong\n"
+"  admin password), or (ping) has no quorum of Redis nodes.\n",
           out);
 }
 
@@ -270,8 +304,8 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
     unsigned long v;
     uint32_t u;
 
-    if (o->run && !c->run_opt)
-        c->run_opt = o;
+    if (o->scope != CTL_ANY && !c->cmd_opt[o->scope])
+        c->cmd_opt[o->scope] = o;
     switch (o->val) {
     case 's': c->server = arg; return 0;
     case OPT_PASSWORD_FILE: c->password_file = arg; return 0;
@@ -288,6 +322,8 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
     case OPT_WAIT: return ctl_number_u32(arg, o, &c->wait_ms);
     case OPT_ON_LOST: return ctl_on_lost_mode(c, arg);
     case 'q': c->quiet = 1; return 0;
+    case OPT_FORCE: c->force = 1; return 0;
+    case OPT_ADMIN_PASSWORD_FILE: c->admin_password_file = arg; return 0;
     case OPT_KILL_AFTER:
         if (ctl_number(arg, o, 86400, &v) < 0)
             return -1;
@@ -326,25 +362,33 @@ static void ctl_defaults(struct ctl *c)
 
 /* ---- connecting --------------------------------------------------------- */
 
-static int ctl_read_password(struct ctl *c)
+/* The first line of path into buf (what: "password", "admin password"). */
+static int ctl_read_secret(const char *path, const char *what, char *buf,
+                           size_t size)
 {
-    FILE *f = fopen(c->password_file, "r");
+    FILE *f = fopen(path, "r");
     size_t len;
 
     if (!f) {
-        warn("cannot open password file %s", c->password_file);
+        warn("cannot open %s file %s", what, path);
         return -1;
     }
-    if (!fgets(c->password, sizeof(c->password), f))
-        c->password[0] = '\0';
+    if (!fgets(buf, (int)size, f))
+        buf[0] = '\0';
     fclose(f);
-    len = strcspn(c->password, "\r\n");
-    c->password[len] = '\0';
+    len = strcspn(buf, "\r\n");
+    buf[len] = '\0';
     if (len == 0) {
-        warnx("password file %s is empty", c->password_file);
+        warnx("%s file %s is empty", what, path);
         return -1;
     }
     return 0;
+}
+
+static int ctl_read_password(struct ctl *c)
+{
+    return ctl_read_secret(c->password_file, "password", c->password,
+                           sizeof(c->password));
 }
 
 /* A library failure as one line; returns the exit status it deserves. */
@@ -387,11 +431,20 @@ static int ctl_connect(struct ctl *c, struct redlockd_opts *o,
     o->connect_timeout_ms = c->timeout_ms;
     o->io_timeout_ms = c->timeout_ms;
     o->name = c->name ? c->name : c->default_name;
-    o->password = c->password_file ? c->password : NULL;
+    /* An operator's AUTH (release --force) makes a user's needless. */
+    if (c->admin_password[0] != '\0')
+        o->password = c->admin_password;
+    else
+        o->password = c->password_file ? c->password : NULL;
     rc = redlockd_connect(h, o, &err);
     /* Connect errors name the address already. */
     if (rc == -REDLOCKD_E_IO || rc == -REDLOCKD_E_IO_TIMEOUT)
         return ctl_report(NULL, rc, err.msg);
+    if (rc == -REDLOCKD_E_AUTH && o->password == c->admin_password) {
+        warnx("%s: the daemon refused the admin password: %s (AUTH)",
+              ctl_server(c), err.msg);
+        return EX_UNAVAILABLE;
+    }
     if (rc < 0)
         return ctl_report(ctl_server(c), rc, err.msg);
     return 0;
@@ -822,6 +875,226 @@ static int ctl_ping(struct ctl *c)
               "voting, %" JSON_INTEGER_FORMAT " needed; no lock can be "
               "granted", v.voting, info->nodes, v.quorum);
         rc = EX_UNAVAILABLE;
+    }
+    redlockd_close(h);
+    return rc;
+}
+
+/* ---- locks: every lock of every session --------------------------------- */
+
+static const char *ctl_json_str(json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(obj, key));
+}
+
+/* By resource, then by session (shared holders of one resource). */
+static int ctl_row_cmp(const void *a, const void *b)
+{
+    json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    const char *rx = ctl_json_str(x, "resource"), *ry = ctl_json_str(y, "resource");
+    const char *sx = ctl_json_str(x, "session"), *sy = ctl_json_str(y, "session");
+    int d = strcmp(rx ? rx : "", ry ? ry : "");
+
+    return d != 0 ? d : strcmp(sx ? sx : "", sy ? sy : "");
+}
+
+/* One row: the held lock with its session's id, name and peer. */
+static json_t *ctl_lock_row(json_t *sess, json_t *lock)
+{
+    json_t *mode = json_object_get(lock, "mode");
+    json_t *name = json_object_get(sess, "name");
+    json_t *row = json_object();
+
+    json_object_set(row, "resource", json_object_get(lock, "resource"));
+    json_object_set(row, "fence", json_object_get(lock, "fence"));
+    json_object_set_new(row, "mode", json_is_string(mode) ? json_copy(mode)
+                                     : json_string("exclusive"));
+    json_object_set(row, "session", json_object_get(sess, "id"));
+    json_object_set_new(row, "name", json_is_string(name) ? json_copy(name)
+                                     : json_null());
+    json_object_set(row, "peer", json_object_get(sess, "peer"));
+    json_object_set(row, "held_ms", json_object_get(lock, "held_ms"));
+    json_object_set(row, "validity", json_object_get(lock, "validity"));
+    return row;
+}
+
+/* The rows of SESSIONS, sorted; NULL (said why) when it lists no locks. */
+static json_t *ctl_lock_rows(json_t *root)
+{
+    json_t *sessions = json_object_get(root, "sessions"), *sess, *lock;
+    json_t **rows = NULL, *out;
+    size_t i, j, n = 0, cap = 0;
+
+    if (!json_is_array(sessions)) {
+        warnx("locks: SESSIONS has no \"sessions\" array");
+        return NULL;
+    }
+    /* Our own session is always there, so a daemon that lists held locks
+     * shows it with an empty "held". */
+    json_array_foreach(sessions, i, sess) {
+        json_t *held = json_object_get(sess, "held");
+
+        if (!json_is_array(held)) {
+            warnx("locks: this daemon's SESSIONS does not list held locks; "
+                  "upgrade redlockd");
+            for (j = 0; j < n; j++)
+                json_decref(rows[j]);
+            free(rows);
+            return NULL;
+        }
+        json_array_foreach(held, j, lock) {
+            if (n == cap) {
+                json_t **grown;
+
+                cap = cap ? 2 * cap : 16;
+                grown = realloc(rows, cap * sizeof(*rows));
+                if (!grown)
+                    errx(EX_OSERR, "out of memory");
+                rows = grown;
+            }
+            rows[n++] = ctl_lock_row(sess, lock);
+        }
+    }
+    if (n > 0)
+        qsort(rows, n, sizeof(*rows), ctl_row_cmp);
+    out = json_array();
+    for (i = 0; i < n; i++)
+        json_array_append_new(out, rows[i]);
+    free(rows);
+    return out;
+}
+
+static void ctl_print_locks(json_t *rows)
+{
+    struct ctl_table t = { .ncols = 8,
+                           .right = (1u << 1) | (1u << 6) | (1u << 7) };
+    static const char *const keys[8] = { "resource", "fence", "mode",
+                                         "session", "name", "peer",
+                                         "held_ms", "validity" };
+    char b[8][64];
+    json_t *row;
+    size_t i, k;
+
+    ctl_table_add(&t, (const char *const[]){ "RESOURCE", "FENCE", "MODE",
+                                             "SESSION", "NAME", "PEER",
+                                             "HELD_MS", "VALIDITY" });
+    json_array_foreach(rows, i, row) {
+        const char *cells[8];
+
+        for (k = 0; k < 8; k++) {
+            cells[k] = ctl_field(row, keys[k], b[k], sizeof(b[k]));
+            if (json_is_null(json_object_get(row, keys[k])))
+                cells[k] = "-";
+        }
+        ctl_table_add(&t, cells);
+    }
+    ctl_table_print(&t);
+}
+
+static int ctl_locks(struct ctl *c)
+{
+    struct redlockd_opts o = { 0 };
+    struct redlockd *h;
+    json_t *root = NULL, *rows = NULL;
+    char *json = NULL, *text;
+    int rc;
+
+    rc = ctl_connect(c, &o, &h);
+    if (rc != 0)
+        return rc;
+    rc = redlockd_sessions(h, &json);
+    if (rc < 0)
+        rc = ctl_report("locks: SESSIONS", rc, redlockd_last_error(h)->msg);
+    else if (!(root = ctl_parse_json(json)) || !(rows = ctl_lock_rows(root)))
+        rc = EX_UNAVAILABLE;
+    else if (c->json) {
+        text = json_dumps(rows, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!text)
+            errx(EX_OSERR, "out of memory");
+        printf("%s\n", text);
+        free(text);
+    } else {
+        ctl_print_locks(rows);
+    }
+    json_decref(rows);
+    json_decref(root);
+    free(json);
+    redlockd_close(h);
+    return rc;
+}
+
+/* ---- release --force: FORCEUNLOCK ---------------------------------------- */
+
+#define CTL_ADMIN_PASSWORD_ENV "REDLOCKD_ADMIN_PASSWORD"
+
+static int ctl_admin_password(struct ctl *c)
+{
+    const char *env = getenv(CTL_ADMIN_PASSWORD_ENV);
+
+    if (c->admin_password_file)
+        return ctl_read_secret(c->admin_password_file, "admin password",
+                               c->admin_password, sizeof(c->admin_password));
+    if (env && *env != '\0') {
+        if (strlen(env) >= sizeof(c->admin_password)
+            || strpbrk(env, " \t\r\n")) {
+            warnx("$%s is not one word of at most %zu bytes",
+                  CTL_ADMIN_PASSWORD_ENV, sizeof(c->admin_password) - 1);
+            return -1;
+        }
+        strcpy(c->admin_password, env);
+    }
+    /* None: FORCEUNLOCK goes out anyway, and the daemon's NOAUTH says
+     * why it is refused. */
+    return 0;
+}
+
+static int ctl_release(struct ctl *c, int argc, char **argv)
+{
+    struct redlockd_opts o = { 0 };
+    const struct redlockd_error *e;
+    struct redlockd *h;
+    int rc;
+
+    if (!c->force) {
+        warnx("release: a lock lives as long as the session that took it "
+              "(run releases its lock when the command exits); to delete "
+              "someone else's lock as an operator: release --force RESOURCE");
+        return EX_USAGE;
+    }
+    if (argc != 1) {
+        warnx("release: expected one RESOURCE");
+        return EX_USAGE;
+    }
+    if (ctl_admin_password(c) < 0)
+        return EX_USAGE;
+    rc = ctl_connect(c, &o, &h);
+    if (rc != 0)
+        return rc;
+    rc = redlockd_force_unlock(h, argv[0]);
+    e = redlockd_last_error(h);
+    if (rc == -REDLOCKD_E_NOAUTH) {
+        warnx("release: not an operator: the daemon needs "
+              "auth.admin_password and this command the same password "
+              "(--admin-password-file or $%s): %s (NOAUTH)",
+              CTL_ADMIN_PASSWORD_ENV, e->msg);
+        rc = EX_UNAVAILABLE;
+    } else if (rc < 0) {
+        rc = ctl_report("release", rc, e->msg);
+    } else {
+        if (c->json) {
+            json_t *j = json_pack("{s:s, s:i}", "resource", argv[0],
+                                  "nodes", rc);
+            char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER)
+                           : NULL;
+
+            if (!text)
+                errx(EX_OSERR, "out of memory");
+            printf("%s\n", text);
+            free(text);
+            json_decref(j);
+        } else
+            printf("released %s on %d node(s)\n", argv[0], rc);
+        rc = 0;
     }
     redlockd_close(h);
     return rc;
@@ -1283,21 +1556,39 @@ static int ctl_parse(struct ctl *c, int argc, char **argv)
     return optind;
 }
 
+/* An option of another command than cmd (scope: cmd's own, or CTL_ANY). */
+static int ctl_foreign_opt(const struct ctl *c, const char *cmd,
+                           enum ctl_scope scope)
+{
+    int s;
+
+    for (s = CTL_RUN; s <= CTL_RELEASE; s++) {
+        if (s != (int)scope && c->cmd_opt[s]) {
+            warnx("%s: --%s is an option of %s", cmd, c->cmd_opt[s]->name,
+                  ctl_scope_cmd[s]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int ctl_dispatch(struct ctl *c, const char *cmd, int argc, char **argv)
 {
     const struct ctl_inspector *in = ctl_inspector_find(cmd);
-    int ping = strcmp(cmd, "ping") == 0;
+    int ping = strcmp(cmd, "ping") == 0, locks = strcmp(cmd, "locks") == 0;
 
     if (strcmp(cmd, "run") == 0)
-        return ctl_run(c, argc, argv);
-    if (!in && !ping) {
+        return ctl_foreign_opt(c, cmd, CTL_RUN) < 0 ? EX_USAGE
+                                                     : ctl_run(c, argc, argv);
+    if (strcmp(cmd, "release") == 0)
+        return ctl_foreign_opt(c, cmd, CTL_RELEASE) < 0
+                   ? EX_USAGE : ctl_release(c, argc, argv);
+    if (!in && !ping && !locks) {
         warnx("unknown command \"%s\" (try --help)", cmd);
         return EX_USAGE;
     }
-    if (c->run_opt) {
-        warnx("%s: --%s is an option of run", cmd, c->run_opt->name);
+    if (ctl_foreign_opt(c, cmd, CTL_ANY) < 0)
         return EX_USAGE;
-    }
     if (argc != (in ? in->nargs : 0)) {
         warnx(in && in->nargs ? "%s: expected one RESOURCE"
                                       : "%s takes no arguments", cmd);
@@ -1305,6 +1596,8 @@ static int ctl_dispatch(struct ctl *c, const char *cmd, int argc, char **argv)
     }
     if (ping)
         return ctl_ping(c);
+    if (locks)
+        return ctl_locks(c);
     return ctl_inspect(c, in, argc > 0 ? argv[0] : NULL);
 }
 

@@ -1634,3 +1634,29 @@ int redlockd_status(struct redlockd *h, const char *resource, char **json)
         return rc;
     return rl_inspect(h, PROTO_CMD_STATUS, resource, json);
 }
+
+/* ---- operators ---------------------------------------------------------- */
+
+int redlockd_force_unlock(struct redlockd *h, const char *resource)
+{
+    struct proto_reply r;
+    const char *nodes;
+    uint32_t n;
+    int rc = rl_begin_on(h, resource);
+
+    if (rc < 0)
+        return rc;
+    rl_req_line(h, PROTO_CMD_FORCEUNLOCK, resource);
+    rc = rl_call(h, 0, &r);
+    if (rc == 0)
+        rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_FORCEUNLOCK);
+    if (rc == 0) {
+        nodes = proto_reply_get(&r, "nodes");
+        if (proto_parse_u32(nodes, rl_len(nodes), &n) < 0 || n > INT32_MAX)
+            rc = rl_fatal(h, REDLOCKD_E_PROTO,
+                          "malformed reply to FORCEUNLOCK");
+        else
+            rc = (int)n;
+    }
+    return rl_finish(h, rc);
+}

@@ -258,6 +258,15 @@ int redlockd_lease_deadline(const struct redlockd *h, const char *resource,
 int redlockd_lease_check(const struct redlockd *h, const char *resource);
 
 /*
+ * FORCEUNLOCK (operators): delete the resource's keys on every node,
+ * whoever holds them; the holder hears EVENT LOST. Needs a connection
+ * authenticated with the daemon's auth.admin_password (opts.password);
+ * anyone else gets REDLOCKD_E_NOAUTH. Returns the number of nodes where
+ * a key was deleted (0: it was not held).
+ */
+int redlockd_force_unlock(struct redlockd *h, const char *resource);
+
+/*
  * Read EVENT lines that have arrived, without sending anything. Waits up to
  * timeout_ms for at least one (0: do not wait, negative: forever). Returns
  * the number of events handled, or a negative code (connection closed...).

@@ -28,6 +28,14 @@
  *     the unix socket and $REDLOCKD_SERVER; an unreachable daemon gives 69
  *     and one "redlockctl: ..." line on stderr, and so does ping to a
  *     daemon without a quorum (two of three nodes SIGSTOPped);
+ *   - locks lists the locks of two sessions with their names, sorted, as
+ *     a table and as a --json array, when the daemon's SESSIONS lists
+ *     held locks, and otherwise fails with 69 and a clear message;
+ *   - release --force (FORCEUNLOCK) deletes a lock held by another
+ *     session, which hears EVENT LOST, with the admin password from a file
+ *     or $REDLOCKD_ADMIN_PASSWORD; without it (NOAUTH) or with a wrong one
+ *     it exits 69 with one clear line and the lock stays; plain release
+ *     is a usage error (64);
  *   - --version, --help, and a usage error (64);
  *   - the README's library example runs and exits 0.
  */
@@ -90,6 +98,8 @@ static int np;
 static char S[64];
 /* REDLOCKD_SERVER for the next processes started (NULL: unset). */
 static const char *server_env;
+/* REDLOCKD_ADMIN_PASSWORD likewise. */
+static const char *admin_env;
 /* Raw protocol clients are large (buffers): keep them off the stack. */
 static struct h_client A, B;
 
@@ -105,6 +115,7 @@ static void setup(void)
     np = 0;
     S[0] = '\0';
     server_env = NULL;
+    admin_env = NULL;
     A.fd = -1;
     B.fd = -1;
 }
@@ -172,6 +183,23 @@ static void start_daemon(const char *extra_json)
     h_daemon_start(&D, R, nr, extra_json);
     snprintf(S, sizeof(S), "127.0.0.1:%d", D.port);
     h_wait_voting(&D, nr, h_scale(5000));
+}
+
+/* The same for a daemon with auth.password: A, authenticated with it,
+ * polls STATS (h_wait_voting's would be refused) and stays connected. */
+static void start_daemon_auth(const char *extra_json, const char *password)
+{
+    uint64_t t0;
+
+    h_daemon_start(&D, R, nr, extra_json);
+    snprintf(S, sizeof(S), "127.0.0.1:%d", D.port);
+    connect_to(&A);
+    h_expect(&A, "OK", "AUTH %s", password);
+    t0 = h_now_ms();
+    while (h_stats_int(&A, "nodes_voting") < nr) {
+        ck_assert_msg(h_since(t0) < h_scale(5000), "nodes not voting in 5 s");
+        h_sleep_ms(10);
+    }
 }
 
 /* LOCK retried while BUSY for up to timeout_ms; returns how long it took. */
@@ -318,6 +346,10 @@ static void child_exec(const char *bin, char **argv, int out, int err,
         setenv("REDLOCKD_SERVER", server_env, 1);
     else
         unsetenv("REDLOCKD_SERVER");
+    if (admin_env)
+        setenv("REDLOCKD_ADMIN_PASSWORD", admin_env, 1);
+    else
+        unsetenv("REDLOCKD_ADMIN_PASSWORD");
     execv(bin, argv);
     fprintf(stderr, "test: exec %s: %s\n", bin, strerror(errno));
     _exit(127);
@@ -1111,6 +1143,7 @@ START_TEST(unreachable_daemon)
         { "status", "cli:x", NULL },
         { "sessions", NULL, NULL },
         { "stats", NULL, NULL },
+        { "locks", NULL, NULL },
     };
 
     /* Connection refused. */
@@ -1136,6 +1169,287 @@ START_TEST(unreachable_daemon)
 }
 END_TEST
 
+/* ---- locks ---- */
+
+/* Does this daemon's SESSIONS give each session a "held" array? */
+static bool sessions_list_held(struct h_client *c)
+{
+    json_t *o = h_ok_json(c, "SESSIONS");
+    json_t *first = json_array_get(json_object_get(o, "sessions"), 0);
+    bool held;
+
+    ck_assert_msg(json_is_object(first), "SESSIONS lists no session");
+    held = json_is_array(json_object_get(first, "held"));
+    json_decref(o);
+    return held;
+}
+
+/* The n-th whitespace-separated word of line into out. */
+static void word_of(const char *line, int n, char *out, size_t size)
+{
+    const char *p = line;
+    size_t len;
+
+    for (int i = 0;; i++) {
+        p += strspn(p, " ");
+        len = strcspn(p, " \n");
+        if (i == n || len == 0)
+            break;
+        p += len;
+    }
+    ck_assert_msg(len > 0 && len < size, "no word %d in \"%s\"", n, line);
+    memcpy(out, p, len);
+    out[len] = '\0';
+}
+
+START_TEST(locks_lists_holders)
+{
+    static const char *const res[3] = { "cli:l1", "cli:l2", "cli:l3" };
+    static const char *const names[3] = { "cli-a", "cli-a", "cli-b" };
+    char sid[2][64], fence[3][32], w[64];
+    const char *line;
+    struct proc *p;
+    json_t *arr, *row;
+    json_error_t jerr;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    connect_to(&A);
+    connect_to(&B);
+    h_kv_copy(h_expect(&A, "OK ", "HELLO name=cli-a"), "session", sid[0],
+              sizeof(sid[0]));
+    h_kv_copy(h_expect(&B, "OK ", "HELLO name=cli-b"), "session", sid[1],
+              sizeof(sid[1]));
+    /* Taken out of order: the listing sorts by resource. */
+    h_kv_copy(h_expect(&A, "OK resource=cli:l2 ", "LOCK cli:l2 ttl=30000"),
+              "fence", fence[1], sizeof(fence[1]));
+    h_kv_copy(h_expect(&B, "OK resource=cli:l3 ", "LOCK cli:l3 ttl=30000"),
+              "fence", fence[2], sizeof(fence[2]));
+    h_kv_copy(h_expect(&A, "OK resource=cli:l1 ", "LOCK cli:l1 ttl=30000"),
+              "fence", fence[0], sizeof(fence[0]));
+
+    if (!sessions_list_held(&A)) {
+        /* Today's daemon: say so, do not print an empty table. */
+        for (int json = 0; json < 2; json++) {
+            p = json ? ctl_start("-s", S, "--json", "locks", NULL)
+                     : ctl_start("-s", S, "locks", NULL);
+            proc_wait(p, h_scale(5000));
+            assert_status(p, EXIT_UNAVAILABLE, "locks without \"held\"");
+            assert_one_error_line(p, "locks without \"held\"");
+            ck_assert_msg(strstr(p->err, "does not list held locks; upgrade "
+                                 "redlockd"), "locks said: %s", p->err);
+        }
+        return;
+    }
+
+    p = ctl_ok("RESOURCE", "-s", S, "locks", NULL);
+    ck_assert_msg(count_lines(p->out) == 4, "locks: not a header and 3 rows: "
+                  "%s", p->out);
+    ck_assert_msg(h_starts(p->out, "RESOURCE") && strstr(p->out, "FENCE") &&
+                  strstr(p->out, "MODE") && strstr(p->out, "SESSION") &&
+                  strstr(p->out, "NAME") && strstr(p->out, "PEER") &&
+                  strstr(p->out, "HELD_MS") && strstr(p->out, "VALIDITY"),
+                  "locks header: %s", p->out);
+    line = strchr(p->out, '\n') + 1;
+    for (int i = 0; i < 3; i++, line = strchr(line, '\n') + 1) {
+        word_of(line, 0, w, sizeof(w));
+        ck_assert_msg(strcmp(w, res[i]) == 0, "locks row %d is %s: %s", i, w,
+                      p->out);
+        word_of(line, 1, w, sizeof(w));
+        ck_assert_msg(strcmp(w, fence[i]) == 0, "locks row %d fence %s, want "
+                      "%s: %s", i, w, fence[i], p->out);
+        word_of(line, 2, w, sizeof(w));
+        ck_assert_str_eq(w, "exclusive");
+        word_of(line, 3, w, sizeof(w));
+        ck_assert_str_eq(w, sid[i == 2]);
+        word_of(line, 4, w, sizeof(w));
+        ck_assert_str_eq(w, names[i]);
+    }
+
+    p = ctl_ok("[", "-s", S, "--json", "locks", NULL);
+    arr = json_loads(p->out, 0, &jerr);
+    ck_assert_msg(json_is_array(arr) && json_array_size(arr) == 3,
+                  "--json locks is not an array of 3: %s", p->out);
+    for (int i = 0; i < 3; i++) {
+        row = json_array_get(arr, (size_t)i);
+        ck_assert_str_eq(h_json_str(row, "resource"), res[i]);
+        ck_assert_int_eq(h_json_int(row, "fence"), strtoll(fence[i], NULL, 10));
+        ck_assert_str_eq(h_json_str(row, "mode"), "exclusive");
+        ck_assert_str_eq(h_json_str(row, "session"), sid[i == 2]);
+        ck_assert_str_eq(h_json_str(row, "name"), names[i]);
+        ck_assert_msg(h_starts(h_json_str(row, "peer"), "127.0.0.1:"),
+                      "peer: %s", p->out);
+        ck_assert_int_ge(h_json_int(row, "held_ms"), 0);
+        ck_assert_int_gt(h_json_int(row, "validity"), 0);
+    }
+    json_decref(arr);
+
+    /* Released locks leave the listing. */
+    h_expect(&A, "OK ", "UNLOCK cli:l1");
+    h_expect(&A, "OK ", "UNLOCK cli:l2");
+    h_expect(&B, "OK ", "UNLOCK cli:l3");
+    p = ctl_ok("RESOURCE", "-s", S, "locks", NULL);
+    ck_assert_msg(count_lines(p->out) == 1, "locks after UNLOCK: %s", p->out);
+    p = ctl_ok("[]", "-s", S, "--json", "locks", NULL);
+}
+END_TEST
+
+/* ---- release --force ---- */
+
+#define ADMIN_JSON "{\"auth\":{\"password\":\"cli-user-pw\"," \
+                   "\"admin_password\":\"cli-admin-pw\"}}"
+
+static const char *write_secret(const char *name, const char *text)
+{
+    const char *path = tmp_path(name);
+    FILE *f = fopen(path, "w");
+
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* A refused release --force: 69, one line saying `want`. */
+static void assert_release_refused(struct proc *p, const char *want,
+                                   const char *what)
+{
+    proc_wait(p, h_scale(10000));
+    assert_status(p, EXIT_UNAVAILABLE, what);
+    assert_one_error_line(p, what);
+    ck_assert_msg(strstr(p->err, want), "%s said: %s", what, p->err);
+}
+
+START_TEST(release_force)
+{
+    const char *admin, *user;
+    json_t *o;
+
+    start_nodes(1);
+    start_daemon_auth(ADMIN_JSON, "cli-user-pw");
+    admin = write_secret("admin.pw", "cli-admin-pw\n");
+    user = write_secret("user.pw", "cli-user-pw\n");
+    connect_to(&B);
+    h_expect(&B, "OK", "AUTH cli-user-pw");
+    h_expect(&A, "OK ", "HELLO name=cli-holder");
+    h_expect(&A, "OK resource=cli:f ", "LOCK cli:f ttl=30000");
+
+    /* Another session's lock goes, and its holder hears of it. */
+    ctl_ok("released cli:f on 1 node(s)\n", "-s", S, "release", "--force",
+           "--admin-password-file", admin, "cli:f", NULL);
+    ck_assert_msg(h_expect_event(&A, "EVENT LOST resource=cli:f ",
+                                 h_scale(5000)),
+                  "the holder heard no EVENT LOST; events: %s", A.events);
+    ck_assert_int_eq(h_redis_cmd(&R[0], NULL, "EXISTS lock:cli:f"), 0);
+    h_expect(&B, "OK resource=cli:f ", "LOCK cli:f ttl=30000");
+
+    /* The password from the environment; --password-file as well is fine
+     * (the admin password authenticates on its own); --json. */
+    admin_env = "cli-admin-pw";
+    o = ctl_ok_json("-s", S, "--password-file", user, "--json", "release",
+                    "--force", "cli:f", NULL);
+    admin_env = NULL;
+    ck_assert_str_eq(h_json_str(o, "resource"), "cli:f");
+    ck_assert_int_eq(h_json_int(o, "nodes"), 1);
+    json_decref(o);
+    ck_assert_msg(h_expect_event(&B, "EVENT LOST resource=cli:f ",
+                                 h_scale(5000)),
+                  "the second holder heard no EVENT LOST");
+    /* Nothing to delete is no error. */
+    ctl_ok("released cli:none on 0 node(s)\n", "-s", S, "release", "--force",
+           "--admin-password-file", admin, "cli:none", NULL);
+}
+END_TEST
+
+START_TEST(release_force_refused)
+{
+    const char *bad, *user, *admin;
+    struct proc *p;
+
+    start_nodes(1);
+    start_daemon_auth(ADMIN_JSON, "cli-user-pw");
+    bad = write_secret("bad.pw", "not-the-admin-pw\n");
+    user = write_secret("user.pw", "cli-user-pw\n");
+    admin = write_secret("admin.pw", "cli-admin-pw\n");
+    h_expect(&A, "OK resource=cli:f ", "LOCK cli:f ttl=30000");
+
+    /* No admin password: a user, not an operator. */
+    p = ctl_start("-s", S, "--password-file", user, "release", "--force",
+                  "cli:f", NULL);
+    assert_release_refused(p, "not an operator: the daemon needs "
+                           "auth.admin_password and this command the same "
+                           "password", "release --force as a user");
+    ck_assert_msg(strstr(p->err, "(NOAUTH)"), "%s", p->err);
+    /* No password at all. */
+    p = ctl_start("-s", S, "release", "--force", "cli:f", NULL);
+    assert_release_refused(p, "not an operator", "release --force, no password");
+    /* A wrong admin password, from the file and from the environment. */
+    p = ctl_start("-s", S, "release", "--force", "--admin-password-file", bad,
+                  "cli:f", NULL);
+    assert_release_refused(p, "refused the admin password",
+                           "release --force, wrong admin password");
+    ck_assert_msg(strstr(p->err, "(AUTH)"), "%s", p->err);
+    admin_env = "not-the-admin-pw";
+    p = ctl_start("-s", S, "release", "--force", "cli:f", NULL);
+    admin_env = NULL;
+    assert_release_refused(p, "refused the admin password",
+                           "release --force, wrong $REDLOCKD_ADMIN_PASSWORD");
+    /* The user password given as the admin password is accepted by AUTH,
+     * but it is not an operator's. */
+    p = ctl_start("-s", S, "release", "--force", "--admin-password-file", user,
+                  "cli:f", NULL);
+    assert_release_refused(p, "not an operator",
+                           "release --force with the user password");
+    /* The lock stayed with its holder. */
+    h_expect(&A, "OK resource=cli:f ", "EXTEND cli:f ttl=30000");
+    ck_assert_msg(!strstr(A.events, "EVENT LOST"), "events: %s", A.events);
+
+    /* Usage errors: no --force, no resource, an unreadable file, an option
+     * of run. */
+    p = ctl_start("-s", S, "release", "cli:f", NULL);
+    proc_wait(p, h_scale(5000));
+    assert_status(p, EXIT_USAGE, "release without --force");
+    assert_one_error_line(p, "release without --force");
+    ck_assert_msg(strstr(p->err, "a lock lives as long as the session"),
+                  "release without --force said: %s", p->err);
+    p = ctl_start("-s", S, "release", "--force", "--admin-password-file",
+                  admin, NULL);
+    proc_wait(p, h_scale(5000));
+    assert_status(p, EXIT_USAGE, "release --force without a resource");
+    assert_one_error_line(p, "release --force without a resource");
+    p = ctl_start("-s", S, "release", "--force", "--admin-password-file",
+                  tmp_path("missing.pw"), "cli:f", NULL);
+    proc_wait(p, h_scale(5000));
+    assert_status(p, EXIT_USAGE, "release --force, missing password file");
+    assert_one_error_line(p, "release --force, missing password file");
+    p = ctl_start("-s", S, "release", "--force", "--ttl", "5", "cli:f", NULL);
+    proc_wait(p, h_scale(5000));
+    assert_status(p, EXIT_USAGE, "release --force --ttl");
+    assert_one_error_line(p, "release --force --ttl");
+    p = ctl_start("-s", S, "status", "--force", "cli:f", NULL);
+    proc_wait(p, h_scale(5000));
+    assert_status(p, EXIT_USAGE, "status --force");
+    assert_one_error_line(p, "status --force");
+    h_expect(&A, "OK resource=cli:f ", "EXTEND cli:f ttl=30000");
+}
+END_TEST
+
+/* A daemon without auth.admin_password has FORCEUNLOCK disabled. */
+START_TEST(release_force_disabled)
+{
+    struct proc *p;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    connect_to(&A);
+    h_expect(&A, "OK resource=cli:f ", "LOCK cli:f ttl=30000");
+    p = ctl_start("-s", S, "release", "--force", "cli:f", NULL);
+    assert_release_refused(p, "not an operator", "release --force, disabled");
+    ck_assert_msg(strstr(p->err, "admin_password"), "%s", p->err);
+    h_expect(&A, "OK resource=cli:f ", "EXTEND cli:f ttl=30000");
+}
+END_TEST
+
 /* ---- --version, --help, usage errors ---- */
 
 START_TEST(version_and_help)
@@ -1155,7 +1469,10 @@ START_TEST(version_and_help)
     proc_wait(p, h_scale(5000));
     assert_ok_quiet(p, "--help");
     ck_assert_msg(strstr(p->out, "Usage:") && strstr(p->out, "run") &&
-                  strstr(p->out, "--conflict-exit-code"),
+                  strstr(p->out, "--conflict-exit-code") &&
+                  strstr(p->out, "locks") &&
+                  strstr(p->out, "release --force") &&
+                  strstr(p->out, "--admin-password-file"),
                   "--help: %s", p->out);
 
     p = ctl_start("--no-such-option", "ping", NULL);
@@ -1222,6 +1539,10 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, inspection_commands);
     tcase_add_test(tc, ping_no_quorum);
     tcase_add_test(tc, unreachable_daemon);
+    tcase_add_test(tc, locks_lists_holders);
+    tcase_add_test(tc, release_force);
+    tcase_add_test(tc, release_force_refused);
+    tcase_add_test(tc, release_force_disabled);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, readme_example);
     suite_add_tcase(s, tc);
