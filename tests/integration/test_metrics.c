@@ -7,8 +7,9 @@
  * a body that ends where the server closes. Covered: /metrics in the
  * Prometheus text format with counters that move after a LOCK and
  * per-node samples, /healthz flipping to 503 when two of three nodes are
- * gone, 404, 405, 400, a 10 KiB head answered 431, a request followed by
- * a half-close, and the cap of 64 connections. Against the stats codec
+ * gone, HEAD answered as GET without a body, a head sent in pieces, 404,
+ * 405, 400, a 10 KiB head answered 431, a slow one 408, a request
+ * followed by a half-close, and the cap of 64 connections. Against the stats codec
  * (daemon/stats.h): every family has # HELP and a known # TYPE, every row
  * is a STATS key and a /metrics family, and counters agree between the
  * two.
@@ -461,6 +462,10 @@ START_TEST(errors_404_405_400)
     static const char post[] = "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
     static const char junk[] = "hello there\r\n\r\n";
     static const char bare_lf[] = "GET /healthz?probe=1 HTTP/1.0\n\n";
+    static const char absolute[] =
+        "GET http://127.0.0.1/healthz HTTP/1.1\r\n\r\n";
+    static const char http2[] = "GET /healthz HTTP/2.0\r\n\r\n";
+    static const char unknown_method[] = "FROB /metrics HTTP/1.1\r\n\r\n";
     struct http_reply r;
 
     http_get("/nope", &r);
@@ -469,7 +474,7 @@ START_TEST(errors_404_405_400)
 
     http_raw(post, sizeof(post) - 1, &r);
     ck_assert_msg(r.status == 405, "POST /metrics: %.1500s", r.raw);
-    ck_assert_msg(strstr(r.raw, "\r\nAllow: GET\r\n"), "no Allow: %s",
+    ck_assert_msg(strstr(r.raw, "\r\nAllow: GET, HEAD\r\n"), "no Allow: %s",
                   r.raw);
     http_free(&r);
 
@@ -480,6 +485,108 @@ START_TEST(errors_404_405_400)
     /* HTTP/1.0, bare LF line ends and a query string are all fine. */
     http_raw(bare_lf, sizeof(bare_lf) - 1, &r);
     ck_assert_msg(r.status == 200, "bare-LF /healthz: %.1500s", r.raw);
+    http_free(&r);
+
+    /* So is the absolute form of the target. */
+    http_raw(absolute, sizeof(absolute) - 1, &r);
+    ck_assert_msg(r.status == 200, "absolute-form /healthz: %.1500s", r.raw);
+    http_free(&r);
+
+    /* Not HTTP/1.x, or a method word the parser does not know: 400. */
+    http_raw(http2, sizeof(http2) - 1, &r);
+    ck_assert_msg(r.status == 400, "HTTP/2.0: %.1500s", r.raw);
+    http_free(&r);
+    http_raw(unknown_method, sizeof(unknown_method) - 1, &r);
+    ck_assert_msg(r.status == 400, "FROB: %.1500s", r.raw);
+    http_free(&r);
+}
+END_TEST
+
+/* The headers of a reply, up to the empty line, or NULL. */
+static const char *header(const struct http_reply *r, const char *name,
+                          char *value, size_t size)
+{
+    char key[64];
+    const char *p;
+    size_t n;
+
+    snprintf(key, sizeof(key), "\r\n%s: ", name);
+    p = strstr(r->raw, key);
+    if (!p || !r->body || p > r->body)
+        return NULL;
+    p += strlen(key);
+    n = strcspn(p, "\r");
+    snprintf(value, size, "%.*s", (int)n, p);
+    return value;
+}
+
+/* HEAD is GET without the body: same status and headers, Content-Length
+ * included, and nothing after the empty line. */
+START_TEST(head_like_get)
+{
+    static const char head_metrics[] = "HEAD /metrics HTTP/1.1\r\n\r\n";
+    static const char head_health[] = "HEAD /healthz HTTP/1.1\r\n\r\n";
+    static const char head_nope[] = "HEAD /nope HTTP/1.1\r\n\r\n";
+    struct http_reply get, r;
+    char len[32], ctype[128], get_ctype[128];
+    long n;
+
+    http_get("/metrics", &get);
+    ck_assert_msg(get.status == 200, "GET /metrics: %.1500s", get.raw);
+    ck_assert_ptr_nonnull(header(&get, "Content-Type", get_ctype,
+                                 sizeof(get_ctype)));
+    http_raw(head_metrics, sizeof(head_metrics) - 1, &r);
+    ck_assert_msg(r.status == 200, "HEAD /metrics: %.1500s", r.raw);
+    ck_assert_msg(r.body && *r.body == '\0', "HEAD /metrics has a body: "
+                  "%.1500s", r.raw);
+    ck_assert_msg(header(&r, "Content-Length", len, sizeof(len)),
+                  "HEAD /metrics without Content-Length: %.1500s", r.raw);
+    /* The values move between the two requests, the families do not:
+     * the lengths are close. */
+    n = strtol(len, NULL, 10);
+    ck_assert_msg(labs(n - (long)strlen(get.body)) < 512,
+                  "HEAD Content-Length %ld, GET body %zu", n,
+                  strlen(get.body));
+    ck_assert_msg(header(&r, "Content-Type", ctype, sizeof(ctype)) &&
+                  strcmp(ctype, get_ctype) == 0,
+                  "HEAD Content-Type differs: %.1500s", r.raw);
+    ck_assert_msg(strstr(r.raw, "\r\nConnection: close\r\n"),
+                  "no Connection: close: %.1500s", r.raw);
+    http_free(&r);
+    http_free(&get);
+
+    http_raw(head_health, sizeof(head_health) - 1, &r);
+    ck_assert_msg(r.status == 200, "HEAD /healthz: %.1500s", r.raw);
+    ck_assert_msg(header(&r, "Content-Length", len, sizeof(len)) &&
+                  strcmp(len, "3") == 0 && *r.body == '\0',
+                  "HEAD /healthz: %.1500s", r.raw);
+    http_free(&r);
+
+    http_raw(head_nope, sizeof(head_nope) - 1, &r);
+    ck_assert_msg(r.status == 404 && r.body && *r.body == '\0',
+                  "HEAD /nope: %.1500s", r.raw);
+    http_free(&r);
+}
+END_TEST
+
+/* A head that arrives a few bytes at a time is read as one. */
+START_TEST(head_in_pieces)
+{
+    static const char *const pieces[] = {
+        "GE", "T /hea", "lthz HT", "TP/1.1\r", "\nHost: x\r\n", "\r", "\n",
+    };
+    struct http_reply r;
+    int fd = http_connect();
+
+    for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+        http_send_all(fd, pieces[i], strlen(pieces[i]));
+        h_sleep_ms(20);
+    }
+    ck_assert(http_read_all(fd, &r, T(5000)));
+    close(fd);
+    http_parse(&r);
+    ck_assert_msg(r.status == 200, "head in pieces: %.1500s", r.raw);
+    ck_assert_str_eq(r.body, "ok\n");
     http_free(&r);
 }
 END_TEST
@@ -504,6 +611,25 @@ START_TEST(head_too_large_431)
     /* The daemon is still serving afterwards. */
     http_get("/healthz", &r);
     ck_assert_msg(r.status == 200, "after 431: %.1500s", r.raw);
+    http_free(&r);
+}
+END_TEST
+
+/* A head not complete within 5 s (metrics.c) is answered 408. */
+START_TEST(slow_head_408)
+{
+    static const char part[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+    struct http_reply r;
+    uint64_t t0 = h_now_ms();
+    int fd = http_connect();
+
+    http_send_all(fd, part, sizeof(part) - 1);
+    ck_assert(http_read_all(fd, &r, T(10000)));
+    close(fd);
+    http_parse(&r);
+    ck_assert_msg(r.status == 408, "slow head: %.1500s", r.raw);
+    ck_assert_msg(h_now_ms() - t0 >= 4500, "408 after only %llu ms",
+                  (unsigned long long)(h_now_ms() - t0));
     http_free(&r);
 }
 END_TEST
@@ -731,7 +857,10 @@ static Suite *metrics_suite(void)
     tcase_add_test(tc, metrics_format_and_counters);
     tcase_add_test(tc, healthz_follows_quorum);
     tcase_add_test(tc, errors_404_405_400);
+    tcase_add_test(tc, head_like_get);
+    tcase_add_test(tc, head_in_pieces);
     tcase_add_test(tc, head_too_large_431);
+    tcase_add_test(tc, slow_head_408);
     tcase_add_test(tc, half_close_after_request);
     tcase_add_test(tc, connection_cap);
     tcase_add_test(tc, metrics_every_family_typed);
