@@ -76,28 +76,34 @@ static struct {
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-/* One family of the exposition: a codec row, or for a `split` labelled row
- * one of its cells (then named after the label value too). */
+/* One family of the exposition: a codec row, named with its table's
+ * prefix. Its # HELP and # TYPE go out before its first sample. */
 struct metrics_family {
+    const char *prefix;
     const struct stats_desc *d;
-    size_t split;           /* the cell, when d->labels->split */
     bool header_done;
 };
-
-static bool metrics_is_split(const struct stats_desc *d)
-{
-    return d->labels && d->labels->split;
-}
 
 static void metrics_put_name(struct sbuf *b, const struct metrics_family *f,
                              const char *suffix)
 {
-    sbuf_printf(b, "redlockd_%s", f->d->metric);
-    if (metrics_is_split(f->d))
-        sbuf_printf(b, "_%s", f->d->labels->values[f->split]);
+    sbuf_printf(b, "%s%s", f->prefix, f->d->metric);
     if (f->d->kind == STATS_COUNTER)
         sbuf_puts(b, "_total");
     sbuf_puts(b, suffix);
+}
+
+/* # HELP text: backslash and line feed escaped, as the format wants. */
+static void metrics_put_help(struct sbuf *b, const char *s)
+{
+    for (; *s != '\0'; s++) {
+        if (*s == '\\')
+            sbuf_puts(b, "\\\\");
+        else if (*s == '\n')
+            sbuf_puts(b, "\\n");
+        else
+            sbuf_putc(b, *s);
+    }
 }
 
 static void metrics_put_header(struct sbuf *b, struct metrics_family *f)
@@ -107,17 +113,28 @@ static void metrics_put_header(struct sbuf *b, struct metrics_family *f)
         [STATS_GAUGE] = "gauge",
         [STATS_HISTOGRAM] = "histogram",
     };
-    const char *help = metrics_is_split(f->d)
-                       ? f->d->labels->help[f->split] : f->d->help;
 
     if (f->header_done)
         return;
     f->header_done = true;
     sbuf_puts(b, "# HELP ");
     metrics_put_name(b, f, " ");
-    sbuf_printf(b, "%s\n# TYPE ", help);
+    metrics_put_help(b, f->d->help);
+    sbuf_puts(b, "\n# TYPE ");
     metrics_put_name(b, f, " ");
     sbuf_printf(b, "%s\n", types[f->d->kind]);
+}
+
+/* The shortest of 15 or 17 significant digits that reads back as d: a
+ * Unix time in seconds keeps its milliseconds, 0.00025 stays 0.00025. */
+static void metrics_put_shortest(struct sbuf *b, double d)
+{
+    char buf[32];
+
+    snprintf(buf, sizeof(buf), "%.15g", d);
+    if (strtod(buf, NULL) != d)
+        snprintf(buf, sizeof(buf), "%.17g", d);
+    sbuf_puts(b, buf);
 }
 
 static void metrics_put_number(struct sbuf *b, double d)
@@ -129,7 +146,7 @@ static void metrics_put_number(struct sbuf *b, double d)
     else if (d == floor(d) && fabs(d) < 1e15)
         sbuf_printf(b, "%.0f", d);
     else
-        sbuf_printf(b, "%.9g", d);
+        metrics_put_shortest(b, d);
 }
 
 /* Label values may hold any UTF-8; these three must be escaped. */
@@ -221,10 +238,12 @@ static void metrics_put_cell(struct sbuf *b, struct metrics_family *f,
     metrics_put_name(b, f, "");
     metrics_put_labels(b, l);
     sbuf_putc(b, ' ');
-    if (f->d->kind == STATS_COUNTER) {
+    if (f->d->kind == STATS_COUNTER && f->d->unit != STATS_UNIT_MS) {
         sbuf_printf(b, "%" PRIu64, ((const uint64_t *)p)[k]);
     } else {
-        g = ((const double *)p)[k];
+        g = f->d->kind == STATS_COUNTER ? (double)((const uint64_t *)p)[k]
+                                        : ((const double *)p)[k];
+        /* Base units: milliseconds go out as seconds. */
         metrics_put_number(b, f->d->unit == STATS_UNIT_MS ? g * 0.001 : g);
     }
     sbuf_putc(b, '\n');
@@ -243,8 +262,6 @@ static void metrics_put_family(struct sbuf *b, struct metrics_family *f,
         l.value[0] = label ? inst[i].label_value : NULL;
         if (!ls) {
             metrics_put_cell(b, f, &l, inst[i].base, 0);
-        } else if (ls->split) {
-            metrics_put_cell(b, f, &l, inst[i].base, f->split);
         } else {
             l.name[1] = ls->name;
             for (size_t k = 0; k < ls->n; k++) {
@@ -261,14 +278,9 @@ void metrics_format_table(struct sbuf *b, const struct stats_table *t,
                           const struct metrics_instance *inst, size_t n)
 {
     for (size_t i = 0; i < t->n; i++) {
-        const struct stats_desc *d = &t->rows[i];
-        size_t nsplit = metrics_is_split(d) ? d->labels->n : 1;
+        struct metrics_family f = { t->prefix, &t->rows[i], false };
 
-        for (size_t k = 0; k < nsplit; k++) {
-            struct metrics_family f = { d, k, false };
-
-            metrics_put_family(b, &f, label, inst, n);
-        }
+        metrics_put_family(b, &f, label, inst, n);
     }
 }
 
@@ -291,6 +303,8 @@ void metrics_format(struct sbuf *b, const struct stats_values *v)
     }
     metrics_format_table(b, &stats_node_table, "node", nodes, v->nnodes);
     free(nodes);
+    global.base = &v->process;
+    metrics_format_table(b, &stats_process_table, NULL, &global, 1);
 }
 
 static void metrics_render(struct sbuf *b)
