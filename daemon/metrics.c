@@ -244,7 +244,7 @@ static void metrics_put_cell(struct sbuf *b, struct metrics_family *f,
         g = f->d->kind == STATS_COUNTER ? (double)((const uint64_t *)p)[k]
                                         : ((const double *)p)[k];
         /* Base units: milliseconds go out as seconds. */
-        metrics_put_number(b, f->d->unit == STATS_UNIT_MS ? g * 0.001 : g);
+        metrics_put_number(b, f->d->unit == STATS_UNIT_MS ? g / 1000 : g);
     }
     sbuf_putc(b, '\n');
 }
