@@ -1,12 +1,14 @@
 /*
  * metrics: see metrics.h.
  *
- * Each connection reads one request head into a fixed 8 KiB buffer, answers
- * it with a complete response (Content-Length and "Connection: close"), then
- * half-closes and discards whatever the client still sends until it closes
- * too, for at most METRICS_LINGER_MS. Closing at once with unread input in
- * the kernel would send an RST, and an RST can destroy the response before
- * the client has read it (the case of an oversized head answered with 431).
+ * Each connection feeds what it reads to a struct metrics_request, which
+ * runs libhttp-parser over the head (at most METRICS_HEAD_MAX bytes) and
+ * keeps only the request target; the connection then answers with a
+ * complete response (Content-Length and "Connection: close"), half-closes
+ * and discards whatever the client still sends until it closes too, for at
+ * most METRICS_LINGER_MS. Closing at once with unread input in the kernel
+ * would send an RST, and an RST can destroy the response before the client
+ * has read it (the case of an oversized head answered with 431).
  *
  * A connection owns two handles, the socket and a uv_timer_t (the head
  * deadline, then the write and linger deadline); it is freed when the second
@@ -15,8 +17,8 @@
  * The exposition is a walk over the stats codec's tables (stats.h): each
  * row is a family whose name, type and help come from the row, so nothing
  * here knows a STATS key and nothing is exported as "untyped". /healthz
- * reads the node rows voting and answered_recently, and quorum, from the
- * same values.
+ * asks metrics_healthy(), which reads the node rows voting and
+ * answered_recently, and quorum, from the same values.
  */
 #include "metrics.h"
 
@@ -33,13 +35,15 @@
 #include "sbuf.h"
 #include "stats.h"
 
-#define METRICS_HEAD_MAX 8192
 #define METRICS_MAX_CONNS 64
 #define METRICS_HEAD_TIMEOUT_MS 5000
 #define METRICS_LINGER_MS 1000
 #define METRICS_BACKLOG 64
 #define METRICS_WHY_MAX 1024            /* the /healthz reason header's value */
 #define METRICS_WHY_HEADER "X-Redlockd-Why: "
+/* One read's worth: heads are copied out of it (the target only), and
+ * what follows a head is read into it to be dropped. */
+#define METRICS_READ_SIZE 4096
 
 #define METRICS_CTYPE_PROM "text/plain; version=0.0.4; charset=utf-8"
 #define METRICS_CTYPE_TEXT "text/plain; charset=utf-8"
@@ -60,8 +64,7 @@ struct mconn {
     int open_handles;       /* close callbacks still to come */
     bool peer_eof;          /* the client half-closed before we answered */
     struct sbuf out;        /* (owned) the response, alive until written */
-    size_t len;             /* bytes of head[] filled */
-    char head[METRICS_HEAD_MAX];
+    struct metrics_request req;
     struct mconn *prev, *next;
 };
 
@@ -76,28 +79,34 @@ static struct {
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-/* One family of the exposition: a codec row, or for a `split` labelled row
- * one of its cells (then named after the label value too). */
+/* One family of the exposition: a codec row, named with its table's
+ * prefix. Its # HELP and # TYPE go out before its first sample. */
 struct metrics_family {
+    const char *prefix;
     const struct stats_desc *d;
-    size_t split;           /* the cell, when d->labels->split */
     bool header_done;
 };
-
-static bool metrics_is_split(const struct stats_desc *d)
-{
-    return d->labels && d->labels->split;
-}
 
 static void metrics_put_name(struct sbuf *b, const struct metrics_family *f,
                              const char *suffix)
 {
-    sbuf_printf(b, "redlockd_%s", f->d->metric);
-    if (metrics_is_split(f->d))
-        sbuf_printf(b, "_%s", f->d->labels->values[f->split]);
+    sbuf_printf(b, "%s%s", f->prefix, f->d->metric);
     if (f->d->kind == STATS_COUNTER)
         sbuf_puts(b, "_total");
     sbuf_puts(b, suffix);
+}
+
+/* # HELP text: backslash and line feed escaped, as the format wants. */
+static void metrics_put_help(struct sbuf *b, const char *s)
+{
+    for (; *s != '\0'; s++) {
+        if (*s == '\\')
+            sbuf_puts(b, "\\\\");
+        else if (*s == '\n')
+            sbuf_puts(b, "\\n");
+        else
+            sbuf_putc(b, *s);
+    }
 }
 
 static void metrics_put_header(struct sbuf *b, struct metrics_family *f)
@@ -107,17 +116,28 @@ static void metrics_put_header(struct sbuf *b, struct metrics_family *f)
         [STATS_GAUGE] = "gauge",
         [STATS_HISTOGRAM] = "histogram",
     };
-    const char *help = metrics_is_split(f->d)
-                       ? f->d->labels->help[f->split] : f->d->help;
 
     if (f->header_done)
         return;
     f->header_done = true;
     sbuf_puts(b, "# HELP ");
     metrics_put_name(b, f, " ");
-    sbuf_printf(b, "%s\n# TYPE ", help);
+    metrics_put_help(b, f->d->help);
+    sbuf_puts(b, "\n# TYPE ");
     metrics_put_name(b, f, " ");
     sbuf_printf(b, "%s\n", types[f->d->kind]);
+}
+
+/* The shortest of 15 or 17 significant digits that reads back as d: a
+ * Unix time in seconds keeps its milliseconds, 0.00025 stays 0.00025. */
+static void metrics_put_shortest(struct sbuf *b, double d)
+{
+    char buf[32];
+
+    snprintf(buf, sizeof(buf), "%.15g", d);
+    if (strtod(buf, NULL) != d)
+        snprintf(buf, sizeof(buf), "%.17g", d);
+    sbuf_puts(b, buf);
 }
 
 static void metrics_put_number(struct sbuf *b, double d)
@@ -129,7 +149,7 @@ static void metrics_put_number(struct sbuf *b, double d)
     else if (d == floor(d) && fabs(d) < 1e15)
         sbuf_printf(b, "%.0f", d);
     else
-        sbuf_printf(b, "%.9g", d);
+        metrics_put_shortest(b, d);
 }
 
 /* Label values may hold any UTF-8; these three must be escaped. */
@@ -221,11 +241,13 @@ static void metrics_put_cell(struct sbuf *b, struct metrics_family *f,
     metrics_put_name(b, f, "");
     metrics_put_labels(b, l);
     sbuf_putc(b, ' ');
-    if (f->d->kind == STATS_COUNTER) {
+    if (f->d->kind == STATS_COUNTER && f->d->unit != STATS_UNIT_MS) {
         sbuf_printf(b, "%" PRIu64, ((const uint64_t *)p)[k]);
     } else {
-        g = ((const double *)p)[k];
-        metrics_put_number(b, f->d->unit == STATS_UNIT_MS ? g * 0.001 : g);
+        g = f->d->kind == STATS_COUNTER ? (double)((const uint64_t *)p)[k]
+                                        : ((const double *)p)[k];
+        /* Base units: milliseconds go out as seconds. */
+        metrics_put_number(b, f->d->unit == STATS_UNIT_MS ? g / 1000 : g);
     }
     sbuf_putc(b, '\n');
 }
@@ -243,8 +265,6 @@ static void metrics_put_family(struct sbuf *b, struct metrics_family *f,
         l.value[0] = label ? inst[i].label_value : NULL;
         if (!ls) {
             metrics_put_cell(b, f, &l, inst[i].base, 0);
-        } else if (ls->split) {
-            metrics_put_cell(b, f, &l, inst[i].base, f->split);
         } else {
             l.name[1] = ls->name;
             for (size_t k = 0; k < ls->n; k++) {
@@ -261,14 +281,9 @@ void metrics_format_table(struct sbuf *b, const struct stats_table *t,
                           const struct metrics_instance *inst, size_t n)
 {
     for (size_t i = 0; i < t->n; i++) {
-        const struct stats_desc *d = &t->rows[i];
-        size_t nsplit = metrics_is_split(d) ? d->labels->n : 1;
+        struct metrics_family f = { t->prefix, &t->rows[i], false };
 
-        for (size_t k = 0; k < nsplit; k++) {
-            struct metrics_family f = { d, k, false };
-
-            metrics_put_family(b, &f, label, inst, n);
-        }
+        metrics_put_family(b, &f, label, inst, n);
     }
 }
 
@@ -291,6 +306,8 @@ void metrics_format(struct sbuf *b, const struct stats_values *v)
     }
     metrics_format_table(b, &stats_node_table, "node", nodes, v->nnodes);
     free(nodes);
+    global.base = &v->process;
+    metrics_format_table(b, &stats_process_table, NULL, &global, 1);
 }
 
 static void metrics_render(struct sbuf *b)
@@ -336,6 +353,126 @@ static bool metrics_healthy(char *why, size_t size)
             *p = '?';
     stats_values_deinit(&v);
     return ok;
+}
+
+/* ---- the request reader ------------------------------------------------ */
+
+static int metrics_on_url(http_parser *p, const char *at, size_t len)
+{
+    struct metrics_request *r = p->data;
+
+    /* The target is part of the head, which feed caps at url's size. */
+    if (len > sizeof(r->url) - r->url_len)
+        return 1;
+    memcpy(r->url + r->url_len, at, len);
+    r->url_len += len;
+    return 0;
+}
+
+/* The head ends here: stop, whatever body the request announces. */
+static int metrics_on_headers_complete(http_parser *p)
+{
+    struct metrics_request *r = p->data;
+
+    r->headers_done = true;
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static const http_parser_settings metrics_parser_settings = {
+    .on_url = metrics_on_url,
+    .on_headers_complete = metrics_on_headers_complete,
+};
+
+/* The path of the target (origin form "/metrics?x" or absolute form
+ * "http://host/metrics"), or false when the target is not a URL. */
+static bool metrics_request_path(const struct metrics_request *r,
+                                 const char **path, size_t *len)
+{
+    struct http_parser_url u;
+
+    http_parser_url_init(&u);
+    if (http_parser_parse_url(r->url, r->url_len, 0, &u) != 0 ||
+        !(u.field_set & (1u << UF_PATH)))
+        return false;
+    *path = r->url + u.field_data[UF_PATH].off;
+    *len = u.field_data[UF_PATH].len;
+    return true;
+}
+
+static bool metrics_path_is(const char *path, size_t len, const char *want)
+{
+    return len == strlen(want) && memcmp(path, want, len) == 0;
+}
+
+/* A complete head: what its request line asks for. Header fields are
+ * parsed (to find the end of the head) and ignored. */
+static enum metrics_answer metrics_request_route(const struct metrics_request *r)
+{
+    const char *path;
+    size_t len;
+
+    if (r->parser.http_major != 1 || !metrics_request_path(r, &path, &len))
+        return METRICS_ANSWER_BAD_REQUEST;
+    if (r->parser.method != HTTP_GET && r->parser.method != HTTP_HEAD)
+        return METRICS_ANSWER_BAD_METHOD;
+    if (metrics_path_is(path, len, "/metrics"))
+        return METRICS_ANSWER_METRICS;
+    if (metrics_path_is(path, len, "/healthz"))
+        return METRICS_ANSWER_HEALTHZ;
+    return METRICS_ANSWER_NOT_FOUND;
+}
+
+void metrics_request_init(struct metrics_request *r)
+{
+    http_parser_init(&r->parser, HTTP_REQUEST);
+    r->parser.data = r;
+    r->head_len = 0;
+    r->headers_done = false;
+    r->answer = METRICS_ANSWER_NONE;
+    r->url_len = 0;
+}
+
+size_t metrics_request_feed(struct metrics_request *r, const char *data,
+                            size_t len)
+{
+    size_t room = METRICS_HEAD_MAX - r->head_len;
+    size_t n = len < room ? len : room;
+    size_t used;
+
+    /* A length of 0 would tell the parser the stream ended. */
+    if (r->answer != METRICS_ANSWER_NONE || n == 0)
+        return 0;
+    used = http_parser_execute(&r->parser, &metrics_parser_settings, data, n);
+    r->head_len += used;
+    if (r->headers_done)
+        r->answer = metrics_request_route(r);
+    else if (HTTP_PARSER_ERRNO(&r->parser) != HPE_OK)
+        r->answer = METRICS_ANSWER_BAD_REQUEST;
+    else if (r->head_len == METRICS_HEAD_MAX)
+        r->answer = METRICS_ANSWER_TOO_LARGE;
+    return used;
+}
+
+bool metrics_request_is_head(const struct metrics_request *r)
+{
+    return r->headers_done && r->parser.method == HTTP_HEAD;
+}
+
+void metrics_format_response(struct sbuf *out, const char *status,
+                             const char *ctype, const char *extra_headers,
+                             const char *body, size_t bodylen,
+                             bool head_only)
+{
+    sbuf_printf(out, "HTTP/1.1 %s\r\n"
+                "Content-Type: %s\r\n"
+                "Content-Length: %zu\r\n"
+                "Cache-Control: no-store\r\n"
+                "%s"
+                "Connection: close\r\n"
+                "\r\n", status, ctype, bodylen, extra_headers);
+    if (!head_only)
+        sbuf_append(out, body, bodylen);
 }
 
 /* ---- connections ------------------------------------------------------- */
@@ -401,14 +538,8 @@ static void mconn_respond(struct mconn *c, const char *status,
 {
     uv_buf_t buf;
 
-    sbuf_printf(&c->out, "HTTP/1.1 %s\r\n"
-                "Content-Type: %s\r\n"
-                "Content-Length: %zu\r\n"
-                "Cache-Control: no-store\r\n"
-                "%s"
-                "Connection: close\r\n"
-                "\r\n", status, ctype, bodylen, extra_headers);
-    sbuf_append(&c->out, body, bodylen);
+    metrics_format_response(&c->out, status, ctype, extra_headers, body,
+                            bodylen, metrics_request_is_head(&c->req));
     c->state = MCONN_WRITING;
     /* The same deadline again, now for a client that does not read. */
     uv_timer_start(&c->timer, mconn_on_timer, METRICS_HEAD_TIMEOUT_MS, 0);
@@ -429,6 +560,7 @@ static void mconn_serve_metrics(struct mconn *c)
 {
     struct sbuf body = SBUF_INIT;
 
+    /* HEAD too: its Content-Length is the body's it does not get. */
     metrics_render(&body);
     mconn_respond(c, "200 OK", METRICS_CTYPE_PROM, "", body.data, body.len);
     sbuf_deinit(&body);
@@ -450,56 +582,31 @@ static void mconn_serve_health(struct mconn *c)
     mconn_respond_text(c, "503 Service Unavailable", header, "no quorum\n");
 }
 
-/* Where the head ends (after the empty line), or 0 when it has not yet.
- * Bare LF line ends are accepted as well as CRLF. */
-static size_t mconn_head_end(const struct mconn *c)
-{
-    for (size_t i = 0; i < c->len; i++) {
-        size_t j = i + 1;
-
-        if (c->head[i] != '\n')
-            continue;
-        if (j < c->len && c->head[j] == '\r')
-            j++;
-        if (j < c->len && c->head[j] == '\n')
-            return j + 1;
-    }
-    return 0;
-}
-
-/* Only the request line matters: "METHOD SP TARGET SP HTTP/1.x". Header
- * fields are read (to find the end of the head) and ignored. */
 static void mconn_dispatch(struct mconn *c)
 {
-    char *line = c->head;
-    char *eol = memchr(line, '\n', c->len);
-    char *method, *target, *version, *q;
-
-    *eol = '\0';
-    if (eol > line && eol[-1] == '\r')
-        eol[-1] = '\0';
-    method = line;
-    target = strchr(method, ' ');
-    version = target ? strchr(target + 1, ' ') : NULL;
-    if (!target || !version || target == method ||
-        strncmp(version + 1, "HTTP/1.", 7) != 0 || target[1] != '/') {
-        mconn_respond_text(c, "400 Bad Request", "", "bad request\n");
-        return;
-    }
-    *target++ = '\0';
-    *version = '\0';
-    q = strchr(target, '?');
-    if (q)
-        *q = '\0';
-    if (strcmp(method, "GET") != 0)
-        mconn_respond_text(c, "405 Method Not Allowed", "Allow: GET\r\n",
-                           "method not allowed\n");
-    else if (strcmp(target, "/metrics") == 0)
+    switch (c->req.answer) {
+    case METRICS_ANSWER_METRICS:
         mconn_serve_metrics(c);
-    else if (strcmp(target, "/healthz") == 0)
+        break;
+    case METRICS_ANSWER_HEALTHZ:
         mconn_serve_health(c);
-    else
+        break;
+    case METRICS_ANSWER_NOT_FOUND:
         mconn_respond_text(c, "404 Not Found", "", "not found\n");
+        break;
+    case METRICS_ANSWER_BAD_METHOD:
+        mconn_respond_text(c, "405 Method Not Allowed",
+                           "Allow: GET, HEAD\r\n", "method not allowed\n");
+        break;
+    case METRICS_ANSWER_TOO_LARGE:
+        mconn_respond_text(c, "431 Request Header Fields Too Large", "",
+                           "request head over 8 KiB\n");
+        break;
+    case METRICS_ANSWER_BAD_REQUEST:
+    case METRICS_ANSWER_NONE:
+        mconn_respond_text(c, "400 Bad Request", "", "bad request\n");
+        break;
+    }
 }
 
 static void mconn_on_timer(uv_timer_t *t)
@@ -515,23 +622,19 @@ static void mconn_on_timer(uv_timer_t *t)
 
 static void mconn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    /* Input after the head is only read to be thrown away; one shared
-     * buffer does for every connection since the loop has one thread. */
-    static char discard[4096];
-    struct mconn *c = h->data;
+    /* The reader copies what it keeps, so one buffer does for every
+     * connection: the loop has one thread and each read is consumed
+     * before the next. */
+    static char in[METRICS_READ_SIZE];
+    (void)h;
     (void)suggested;
 
-    if (c->state == MCONN_READING)
-        *buf = uv_buf_init(c->head + c->len,
-                           (unsigned)(sizeof(c->head) - c->len));
-    else
-        *buf = uv_buf_init(discard, sizeof(discard));
+    *buf = uv_buf_init(in, sizeof(in));
 }
 
 static void mconn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
     struct mconn *c = st->data;
-    (void)buf;
 
     if (nread == 0)
         return;             /* EAGAIN: nothing this time */
@@ -547,8 +650,7 @@ static void mconn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread == UV_ENOBUFS) {
-        /* mconn_alloc always has room: a full head is answered (431)
-         * before the next read. Not expected; do not loop on it. */
+        /* mconn_alloc always has a buffer. Not expected; do not loop. */
         log_warn("metrics: read buffer unavailable; closing");
         mconn_close(c);
         return;
@@ -560,12 +662,9 @@ static void mconn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     }
     if (c->state != MCONN_READING)
         return;             /* drained */
-    c->len += (size_t)nread;
-    if (mconn_head_end(c) > 0)
+    metrics_request_feed(&c->req, buf->base, (size_t)nread);
+    if (c->req.answer != METRICS_ANSWER_NONE)
         mconn_dispatch(c);
-    else if (c->len == sizeof(c->head))
-        mconn_respond_text(c, "431 Request Header Fields Too Large", "",
-                           "request head over 8 KiB\n");
 }
 
 static void metrics_on_close_free(uv_handle_t *h)
@@ -605,6 +704,7 @@ static void metrics_on_connection(uv_stream_t *ls, int status)
     c->timer.data = c;
     c->open_handles = 2;
     c->state = MCONN_READING;
+    metrics_request_init(&c->req);
     c->next = M.conns;
     if (M.conns)
         M.conns->prev = c;

@@ -2,14 +2,20 @@
  * stats: see stats.h.
  *
  * This file holds the descriptor tables generated from the codec, the
- * providers, and the JSON view (STATS). The Prometheus view is metrics.c.
+ * providers, the observation points, the process's numbers (/proc/self),
+ * and the JSON view (STATS). The Prometheus view is metrics.c.
  */
 #include "stats.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "mem.h"
 #include "timer.h"
@@ -18,27 +24,54 @@
 
 /* ---- label and bucket sets --------------------------------------------- */
 
-#define STATS_LABEL_VALUE(value, help) #value,
-#define STATS_LABEL_HELP(value, help) help,
+#define STATS_LABEL_VALUE(value) #value,
 static const char *const result_values[] = {
     STATS_RESULT_LABELS(STATS_LABEL_VALUE)
 };
-static const char *const result_help[] = {
-    STATS_RESULT_LABELS(STATS_LABEL_HELP)
+static const char *const cause_values[] = {
+    STATS_CAUSE_LABELS(STATS_LABEL_VALUE)
 };
 #undef STATS_LABEL_VALUE
-#undef STATS_LABEL_HELP
+
+#define STATS_COMMAND_VALUE(name, word, usage) [PROTO_CMD_##name] = word,
+static const char *const command_values[STATS_COMMAND_N] = {
+    [PROTO_CMD_NONE] = "other",
+    PROTO_COMMANDS(STATS_COMMAND_VALUE)
+};
+#undef STATS_COMMAND_VALUE
+
+#define STATS_ERROR_VALUE(name, word, msg) [PROTO_ERR_##name] = word,
+static const char *const error_values[STATS_ERROR_N] = {
+    [PROTO_ERR_NONE] = "other",
+    PROTO_ERRORS(STATS_ERROR_VALUE)
+};
+#undef STATS_ERROR_VALUE
 
 const struct stats_labels stats_labels_result = {
-    "result", STATS_RESULT_N, result_values, result_help, true,
+    "result", STATS_RESULT_N, result_values, STATS_JSON_OBJECT,
+};
+const struct stats_labels stats_labels_cause = {
+    "cause", STATS_CAUSE_N, cause_values, STATS_JSON_FLAT,
+};
+const struct stats_labels stats_labels_command = {
+    "command", STATS_COMMAND_N, command_values, STATS_JSON_SUM,
+};
+const struct stats_labels stats_labels_error = {
+    "code", STATS_ERROR_N, error_values, STATS_JSON_SUM,
 };
 
 static const double latency_le[] = { STATS_LATENCY_BOUNDS };
+static const double duration_le[] = { STATS_DURATION_BOUNDS };
 static_assert(NELEM(latency_le) < STATS_HIST_MAX,
               "STATS_HIST_MAX too small for STATS_LATENCY_BOUNDS");
+static_assert(NELEM(duration_le) < STATS_HIST_MAX,
+              "STATS_HIST_MAX too small for STATS_DURATION_BOUNDS");
 
 const struct stats_buckets stats_buckets_latency = {
     NELEM(latency_le), latency_le,
+};
+const struct stats_buckets stats_buckets_duration = {
+    NELEM(duration_le), duration_le,
 };
 
 /* ---- descriptor tables ------------------------------------------------- */
@@ -55,8 +88,21 @@ static const struct stats_desc node_rows[] = {
 };
 #undef STATS_ROW_STRUCT
 
-const struct stats_table stats_table = { global_rows, NELEM(global_rows) };
-const struct stats_table stats_node_table = { node_rows, NELEM(node_rows) };
+#define STATS_ROW_STRUCT struct stats_process
+static const struct stats_desc process_rows[] = {
+    STATS_PROCESS_CODEC(STATS_ROW_DESC)
+};
+#undef STATS_ROW_STRUCT
+
+const struct stats_table stats_table = {
+    "redlockd_", global_rows, NELEM(global_rows),
+};
+const struct stats_table stats_node_table = {
+    "redlockd_", node_rows, NELEM(node_rows),
+};
+const struct stats_table stats_process_table = {
+    "process_", process_rows, NELEM(process_rows),
+};
 
 /* ---- values and providers ---------------------------------------------- */
 
@@ -64,18 +110,27 @@ struct stats_values stats;
 
 static struct {
     uint64_t started_at;            /* timer_now() ms */
+    double start_time_ms;           /* the process's, Unix ms; NaN unknown */
     size_t nproviders;
     struct {
         stats_collect_fn *collect;
         void *ud;
     } providers[STATS_PROVIDERS_MAX];
+    struct stats_hist *node_req;    /* (owned) per node index */
+    size_t nnode_req;
 } S;
+
+static double stats_process_start_ms(void);
 
 void stats_init(void)
 {
     stats = (struct stats_values){ 0 };
     S.nproviders = 0;
     S.started_at = timer_now();
+    S.start_time_ms = stats_process_start_ms();
+    free(S.node_req);
+    S.node_req = NULL;
+    S.nnode_req = 0;
 }
 
 int stats_provider_add(stats_collect_fn *collect, void *ud)
@@ -88,6 +143,8 @@ int stats_provider_add(stats_collect_fn *collect, void *ud)
     return 0;
 }
 
+static void stats_process_read(struct stats_process *p);
+
 void stats_collect(struct stats_values *v)
 {
     *v = stats;
@@ -95,6 +152,7 @@ void stats_collect(struct stats_values *v)
     v->nnodes = 0;
     v->nodes_json = NULL;
     v->uptime_ms = (double)(timer_now() - S.started_at);
+    stats_process_read(&v->process);
     for (size_t i = 0; i < S.nproviders; i++)
         S.providers[i].collect(v, S.providers[i].ud);
 }
@@ -148,11 +206,183 @@ void stats_hist_observe(struct stats_hist *h, const struct stats_buckets *b,
 {
     size_t i = 0;
 
+    /* A clock step can make a duration negative; NaN would poison sum. */
+    if (!(seconds >= 0))
+        seconds = 0;
     while (i < b->n && seconds > b->le[i])
         i++;
     h->in[i]++;
     h->count++;
     h->sum += seconds;
+}
+
+/* ---- observation points ------------------------------------------------ */
+
+void stats_count_command(enum proto_cmd cmd)
+{
+    size_t k = (int)cmd > PROTO_CMD_NONE && cmd < PROTO_CMD_COUNT
+               ? (size_t)cmd : PROTO_CMD_NONE;
+
+    stats.commands_cells[k]++;
+}
+
+void stats_count_error(enum proto_err code)
+{
+    size_t k = (int)code > PROTO_ERR_NONE && code < PROTO_ERR_COUNT
+               ? (size_t)code : PROTO_ERR_NONE;
+
+    stats.errors_cells[k]++;
+}
+
+/* The bucket sets here are the rows' dims in STATS_CODEC. */
+void stats_observe_lock(bool waited, double seconds)
+{
+    if (waited)
+        stats_hist_observe(&stats.wait_seconds, &stats_buckets_duration,
+                           seconds);
+    else
+        stats_hist_observe(&stats.acquire_seconds, &stats_buckets_latency,
+                           seconds);
+}
+
+void stats_observe_hold(double seconds)
+{
+    stats_hist_observe(&stats.hold_seconds, &stats_buckets_duration, seconds);
+}
+
+void stats_observe_node_request(int node, double seconds)
+{
+    if (node < 0)
+        return;
+    if ((size_t)node >= S.nnode_req) {
+        size_t n = (size_t)node + 1;
+
+        S.node_req = mem_realloc(S.node_req, n * sizeof(*S.node_req));
+        memset(S.node_req + S.nnode_req, 0,
+               (n - S.nnode_req) * sizeof(*S.node_req));
+        S.nnode_req = n;
+    }
+    stats_hist_observe(&S.node_req[node], &stats_buckets_latency, seconds);
+}
+
+const struct stats_hist *stats_node_request_hist(int node)
+{
+    if (node < 0 || (size_t)node >= S.nnode_req)
+        return NULL;
+    return &S.node_req[node];
+}
+
+/* ---- the process (/proc/self) ------------------------------------------ */
+
+/* /proc/self/stat is one line: the pid, the command name in parentheses
+ * (at most 16 bytes, but it may hold spaces and parentheses), then 50
+ * numbers of at most 20 digits. */
+#define STATS_PROC_STAT_MAX 2048
+
+/* The fields of /proc/self/stat we read, numbered as in proc(5). */
+enum {
+    PROC_STAT_UTIME = 14,
+    PROC_STAT_STIME = 15,
+    PROC_STAT_STARTTIME = 22,
+    PROC_STAT_VSIZE = 23,
+    PROC_STAT_RSS = 24,
+    PROC_STAT_LAST = PROC_STAT_RSS,
+};
+
+/* Fields 3..PROC_STAT_LAST of /proc/self/stat into f[3..], or -1. */
+static int stats_proc_stat(unsigned long long f[PROC_STAT_LAST + 1])
+{
+    char buf[STATS_PROC_STAT_MAX];
+    FILE *fp = fopen("/proc/self/stat", "r");
+    size_t n;
+    char *p;
+
+    if (!fp)
+        return -1;
+    n = fread(buf, 1, sizeof(buf) - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    if (!p)
+        return -1;
+    p++;
+    /* Field 3, the state, is a letter; the rest are numbers. */
+    while (*p == ' ')
+        p++;
+    if (*p == '\0')
+        return -1;
+    p++;
+    for (int i = 4; i <= PROC_STAT_LAST; i++) {
+        char *end;
+
+        f[i] = strtoull(p, &end, 10);
+        if (end == p)
+            return -1;
+        p = end;
+    }
+    return 0;
+}
+
+/* When the process started, in Unix ms: boot time (/proc/stat btime) plus
+ * its start in clock ticks after boot. Now, if /proc cannot say. */
+static double stats_process_start_ms(void)
+{
+    unsigned long long f[PROC_STAT_LAST + 1], btime = 0;
+    long ticks = sysconf(_SC_CLK_TCK);
+    bool have_btime = false;
+    char line[256];
+    struct timespec now;
+    FILE *fp = fopen("/proc/stat", "r");
+
+    while (fp && !have_btime && fgets(line, sizeof(line), fp))
+        have_btime = sscanf(line, "btime %llu", &btime) == 1;
+    if (fp)
+        fclose(fp);
+    if (have_btime && ticks > 0 && stats_proc_stat(f) == 0)
+        return (double)btime * 1000 +
+               (double)f[PROC_STAT_STARTTIME] * 1000 / (double)ticks;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (double)now.tv_sec * 1000 + (double)(now.tv_nsec / 1000000);
+}
+
+/* Open descriptors: the entries of /proc/self/fd, less the one reading
+ * it. NaN when it cannot be read. */
+static double stats_open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    double n = 0;
+
+    if (!d)
+        return NAN;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1;
+}
+
+static void stats_process_read(struct stats_process *p)
+{
+    unsigned long long f[PROC_STAT_LAST + 1];
+    long ticks = sysconf(_SC_CLK_TCK);
+    long page = sysconf(_SC_PAGESIZE);
+    struct rlimit rl;
+
+    stats_table_clear_gauges(&stats_process_table, p);
+    p->cpu_ms = 0;
+    p->start_time_ms = S.start_time_ms;
+    p->open_fds = stats_open_fds();
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        p->max_fds = (double)rl.rlim_cur;
+    if (stats_proc_stat(f) != 0)
+        return;
+    if (ticks > 0)
+        p->cpu_ms = (f[PROC_STAT_UTIME] + f[PROC_STAT_STIME]) * 1000 /
+                    (unsigned long long)ticks;
+    p->virtual_memory_bytes = (double)f[PROC_STAT_VSIZE];
+    if (page > 0)
+        p->resident_memory_bytes = (double)f[PROC_STAT_RSS] * (double)page;
 }
 
 /* ---- JSON view --------------------------------------------------------- */
@@ -166,8 +396,8 @@ static json_t *stats_gauge_json(double v)
     return json_real(v);
 }
 
-static json_t *stats_hist_json(const struct stats_hist *h,
-                               const struct stats_buckets *b)
+json_t *stats_hist_json(const struct stats_hist *h,
+                        const struct stats_buckets *b)
 {
     json_t *le = json_array();
     json_t *cum = json_array();
@@ -208,23 +438,65 @@ static void stats_set_cell(json_t *obj, const char *key, json_t *v)
         json_object_set_new(obj, key, v);
 }
 
-void stats_table_json(const struct stats_table *t, const void *base,
-                      json_t *obj)
-{
-    for (size_t i = 0; i < t->n; i++) {
-        const struct stats_desc *d = &t->rows[i];
-        json_t *sub;
+/* The most a FLAT cell's key takes: the field, "_", the label value. */
+#define STATS_KEY_MAX 64
 
-        if (!d->labels) {
-            stats_set_cell(obj, d->key, stats_cell_json(d, base, 0));
-            continue;
-        }
+static void stats_flat_key(char *key, const struct stats_desc *d, size_t k)
+{
+    int n = snprintf(key, STATS_KEY_MAX, "%s_%s", d->key,
+                     d->labels->values[k]);
+
+    assert(n > 0 && n < STATS_KEY_MAX);
+    (void)n;
+}
+
+/* A SUM row: the total of its counter cells. */
+static json_t *stats_sum_json(const struct stats_desc *d, const void *base)
+{
+    const uint64_t *cell = (const uint64_t *)((const char *)base + d->offset);
+    uint64_t sum = 0;
+
+    assert(d->kind == STATS_COUNTER);
+    for (size_t k = 0; k < d->labels->n; k++)
+        sum += cell[k];
+    return json_integer((json_int_t)sum);
+}
+
+static void stats_row_json(const struct stats_desc *d, const void *base,
+                           json_t *obj)
+{
+    char key[STATS_KEY_MAX];
+    json_t *sub;
+
+    if (!d->labels) {
+        stats_set_cell(obj, d->key, stats_cell_json(d, base, 0));
+        return;
+    }
+    switch (d->labels->json) {
+    case STATS_JSON_OBJECT:
         sub = json_object();
         for (size_t k = 0; k < d->labels->n; k++)
             stats_set_cell(sub, d->labels->values[k],
                            stats_cell_json(d, base, k));
         json_object_set_new(obj, d->key, sub);
+        break;
+    case STATS_JSON_FLAT:
+        for (size_t k = 0; k < d->labels->n; k++) {
+            stats_flat_key(key, d, k);
+            stats_set_cell(obj, key, stats_cell_json(d, base, k));
+        }
+        break;
+    case STATS_JSON_SUM:
+        json_object_set_new(obj, d->key, stats_sum_json(d, base));
+        break;
     }
+}
+
+void stats_table_json(const struct stats_table *t, const void *base,
+                      json_t *obj)
+{
+    for (size_t i = 0; i < t->n; i++)
+        stats_row_json(&t->rows[i], base, obj);
 }
 
 static void stats_cell_read(const struct stats_desc *d, const json_t *v,
@@ -241,31 +513,54 @@ static void stats_cell_read(const struct stats_desc *d, const json_t *v,
         ((double *)p)[k] = json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* A SUM row reads back as its total in cell 0 ("other"), the rest 0. */
+static void stats_row_read(const struct stats_desc *d, const json_t *obj,
+                           void *base)
+{
+    const json_t *v = json_object_get(obj, d->key);
+    char key[STATS_KEY_MAX];
+
+    if (!d->labels) {
+        stats_cell_read(d, v, base, 0);
+        return;
+    }
+    for (size_t k = 0; k < d->labels->n; k++) {
+        switch (d->labels->json) {
+        case STATS_JSON_OBJECT:
+            stats_cell_read(d, json_object_get(v, d->labels->values[k]),
+                            base, k);
+            break;
+        case STATS_JSON_FLAT:
+            stats_flat_key(key, d, k);
+            stats_cell_read(d, json_object_get(obj, key), base, k);
+            break;
+        case STATS_JSON_SUM:
+            stats_cell_read(d, k == 0 ? v : NULL, base, k);
+            break;
+        }
+    }
+}
+
 void stats_table_read_json(const struct stats_table *t, const json_t *obj,
                            void *base)
 {
-    for (size_t i = 0; i < t->n; i++) {
-        const struct stats_desc *d = &t->rows[i];
-        const json_t *v = json_object_get(obj, d->key);
-
-        if (!d->labels) {
-            stats_cell_read(d, v, base, 0);
-            continue;
-        }
-        for (size_t k = 0; k < d->labels->n; k++)
-            stats_cell_read(d, json_object_get(v, d->labels->values[k]),
-                            base, k);
-    }
+    for (size_t i = 0; i < t->n; i++)
+        if (t->rows[i].kind != STATS_HISTOGRAM)
+            stats_row_read(&t->rows[i], obj, base);
 }
 
 json_t *stats_values_json(const struct stats_values *v)
 {
     json_t *o = json_object();
+    json_t *proc;
 
     json_object_set_new(o, "version", json_string(REDLOCKD_VERSION));
     stats_table_json(&stats_table, v, o);
     json_object_set_new(o, "nodes", v->nodes_json
                         ? json_incref(v->nodes_json) : json_array());
+    proc = json_object();
+    stats_table_json(&stats_process_table, &v->process, proc);
+    json_object_set_new(o, "process", proc);
     return o;
 }
 

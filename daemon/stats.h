@@ -2,17 +2,21 @@
  * stats: the daemon's counters, gauges and histograms, as one codec.
  *
  * Every number the daemon reports is one row of STATS_CODEC below (or of
- * STATS_NODE_CODEC, for the per-node numbers). The rows generate the
- * struct that holds the values and a table of descriptors; the STATS JSON
- * (stats.c) and the Prometheus exposition (metrics.c) are both walks over
- * that table, so a key, its type and its help text cannot drift apart.
+ * STATS_NODE_CODEC, for the per-node numbers, or STATS_PROCESS_CODEC, for
+ * the standard process_* ones). The rows generate the struct that holds
+ * the values and a table of descriptors; the STATS JSON (stats.c) and the
+ * Prometheus exposition (metrics.c) are both walks over those tables, so
+ * a key, its type, its labels and its help text cannot drift apart.
  *
- * Where the values come from: modules below stats on the module map
- * (server, session, conn) count directly in the global `stats`. Numbers
- * owned by modules that must not know stats (lockmgr, pool) are filled in
- * by providers, callbacks registered at start (stats_glue.c) and run on a
- * copy of `stats` before every report. stats.c itself includes nothing
- * above it.
+ * Where the values come from: modules that know stats (server, session,
+ * conn) count directly in the global `stats` or call the observation
+ * points (stats_count_command, stats_observe_lock, ...), which take plain
+ * numbers, so pool may call stats_observe_node_request too. Numbers owned
+ * by modules that must not know stats (lockmgr, a leaf; pool's and node's
+ * counters) are filled in by providers, callbacks registered at start
+ * (stats_glue.c) and run on a copy of `stats` before every report. The
+ * process's numbers are read from /proc/self for each report. stats.c
+ * itself includes nothing above it.
  */
 #ifndef REDLOCKD_STATS_H
 #define REDLOCKD_STATS_H
@@ -23,6 +27,10 @@
 
 #include <jansson.h>
 
+/* By its path from the top, so that the tests that read the codec's lists
+ * from outside the daemon (tests/integration/test_metrics.c) find it. */
+#include "proto/proto.h"
+
 /*
  * A row: X(field, kind, unit, dim, metric, help)
  *
@@ -30,16 +38,20 @@
  *   kind    COUNTER (uint64_t, only grows), GAUGE (double, a level now;
  *           NaN means "not reported", the key is left out), HISTOGRAM
  *           (struct stats_hist)
- *   unit    ONE (a count), MS (kept and shown in STATS as milliseconds,
- *           exported to Prometheus in seconds), SECONDS (histograms)
+ *   unit    ONE (a count, or bytes), MS (kept and shown in STATS as
+ *           milliseconds, exported to Prometheus in seconds), SECONDS
+ *           (histograms)
  *   dim     NONE, a label set (the row is an array, one cell per label
- *           value: an object in STATS), or for a histogram its bucket set
- *   metric  the Prometheus name after "redlockd_"; counters get "_total"
+ *           value, and one family with that label in /metrics), or for a
+ *           histogram its bucket set
+ *   metric  the Prometheus name after the table's prefix ("redlockd_");
+ *           counters get "_total"
  *   help    what the number is, for # HELP
  *
  * STATS keys are an interface (tools and tests read them): rename a field
- * only together with its readers. Order here is the order in STATS and
- * in /metrics.
+ * only together with its readers. How a labelled row shows in STATS is
+ * its label set's (stats_labels.json). Order here is the order in STATS
+ * and in /metrics; new rows go at the end.
  */
 #define STATS_CODEC(X)                                                       \
     X(uptime_ms, GAUGE, MS, NONE, "uptime_seconds", "Seconds since the daemon started.") \
@@ -47,29 +59,31 @@
     X(connections_total, COUNTER, ONE, NONE, "connections", "Client connections accepted, the refused ones included.") \
     X(connections_rejected, COUNTER, ONE, NONE, "connections_rejected", "Client connections refused with an ERR line (max_clients, protected mode, shutting down).") \
     X(sessions, GAUGE, ONE, NONE, "sessions", "Client sessions alive now (one per open connection).") \
-    X(commands, COUNTER, ONE, NONE, "commands", "Request lines received, malformed ones included (empty lines not).") \
-    X(errors, COUNTER, ONE, NONE, "errors", "ERR replies sent.") \
+    X(commands, COUNTER, ONE, COMMAND, "commands", "Request lines received, malformed ones included (empty lines not), by command; other: the first word is no command.") \
+    X(errors, COUNTER, ONE, ERROR, "errors", "ERR replies sent, by code.") \
     X(locks_held, GAUGE, ONE, NONE, "locks_held", "Locks held by sessions of this daemon now.") \
     X(waiters, GAUGE, ONE, NONE, "waiters", "LOCK requests not answered yet: queued for a resource or being tried on Redis now.") \
-    X(acquisitions, COUNTER, ONE, RESULT, "acquisitions", "LOCK requests answered, by result.") \
+    X(acquisitions, COUNTER, ONE, RESULT, "acquisitions", "LOCK requests answered, by result: ok (granted), busy (ERR BUSY: held elsewhere, no wait), timeout (ERR TIMEOUT: still held when the wait ended), unavailable (ERR UNAVAILABLE: no quorum of Redis nodes).") \
     X(releases, COUNTER, ONE, NONE, "releases", "Leases released: UNLOCK, the end of a session, or a lost lease's keys removed.") \
     X(extends, COUNTER, ONE, NONE, "extends", "EXTEND requests answered, granted or not (OK, ERR LOST, ERR UNAVAILABLE).") \
     X(renewals, COUNTER, ONE, NONE, "renewals", "Automatic lease renewals that reached a quorum.") \
     X(renewal_failures, COUNTER, ONE, NONE, "renewal_failures", "Automatic lease renewals that did not reach a quorum (retried while the lease is valid).") \
     X(leases_lost, COUNTER, ONE, NONE, "leases_lost", "Leases lost: a renewal or EXTEND found them gone, or their validity ran out.") \
     X(waits, COUNTER, ONE, NONE, "waits", "LOCK requests that allowed a wait (wait= above 0).") \
-    X(wakeups_notified, COUNTER, ONE, NONE, "wakeups_notified", "Queued LOCK requests retried because the holder released (a release notice or a local release).") \
-    X(wakeups_retry, COUNTER, ONE, NONE, "wakeups_retry", "Queued LOCK requests retried by the fallback timer (locks.retry_ms).") \
+    X(wakeups, COUNTER, ONE, CAUSE, "wakeups", "Queued LOCK requests retried, by cause: notified (the holder released: a release notice or a local release), retry (the fallback timer, locks.retry_ms).") \
     X(output_overflows, COUNTER, ONE, NONE, "output_overflows", "Clients disconnected for not reading their replies (limits.max_output_bytes).") \
     /* A gauge must not end in _total, which scrapers read as a counter. */ \
     X(nodes_total, GAUGE, ONE, NONE, "nodes_configured", "Redis nodes configured.") \
     X(nodes_voting, GAUGE, ONE, NONE, "nodes_voting", "Redis nodes whose answers count as votes now.") \
-    X(quorum, GAUGE, ONE, NONE, "quorum", "Votes needed to grant a lock.")
+    X(quorum, GAUGE, ONE, NONE, "quorum", "Votes needed to grant a lock.") \
+    X(acquire_seconds, HISTOGRAM, SECONDS, LATENCY, "acquire_seconds", "LOCK requests without a wait (wait=0), any answer: seconds from the request to the answer.") \
+    X(wait_seconds, HISTOGRAM, SECONDS, DURATION, "wait_seconds", "LOCK requests that allowed a wait (wait= above 0), any answer: seconds from the request to the answer.") \
+    X(hold_seconds, HISTOGRAM, SECONDS, DURATION, "hold_seconds", "Leases ended (released, lost, or their session ended): seconds from the grant to the end.")
 
 /*
  * Per Redis node, exported with a node="HOST:PORT" label. The fields are
  * the keys of the node objects in STATS "nodes" (which the pool writes;
- * see stats_glue.c).
+ * see stats_glue.c). A node histogram has the LATENCY buckets.
  */
 #define STATS_NODE_CODEC(X)                                                  \
     X(up, GAUGE, ONE, "node_up", "1 while at least one connection to this Redis node is up, else 0.") \
@@ -83,57 +97,113 @@
     X(restarts, COUNTER, ONE, "node_restarts", "Times this node came back with a new run_id (it restarted).") \
     X(latency_ms, GAUGE, MS, "node_latency_seconds", "Moving average of this node's reply time (each reply weighs 0.1).") \
     X(latency_max_ms, GAUGE, MS, "node_latency_max_seconds", "Longest reply time seen from this node.") \
-    X(rejoin_in_ms, GAUGE, MS, "node_rejoin_in_seconds", "Seconds until this recovering node may vote again.")
+    X(rejoin_in_ms, GAUGE, MS, "node_rejoin_in_seconds", "Seconds until this recovering node may vote again.") \
+    X(request_seconds, HISTOGRAM, SECONDS, "node_request_seconds", "Replies from this node: seconds from sending the request to the reply.")
+
+/*
+ * The process, as every Prometheus client library exports it (prefix
+ * "process_", read from /proc/self). In STATS, the object "process".
+ */
+#define STATS_PROCESS_CODEC(X)                                               \
+    X(start_time_ms, GAUGE, MS, NONE, "start_time_seconds", "Start time of the process since the Unix epoch, in seconds.") \
+    X(cpu_ms, COUNTER, MS, NONE, "cpu_seconds", "User and system CPU time spent, in seconds.") \
+    X(resident_memory_bytes, GAUGE, ONE, NONE, "resident_memory_bytes", "Resident memory size, in bytes.") \
+    X(virtual_memory_bytes, GAUGE, ONE, NONE, "virtual_memory_bytes", "Virtual memory size, in bytes.") \
+    X(open_fds, GAUGE, ONE, NONE, "open_fds", "Open file descriptors.") \
+    X(max_fds, GAUGE, ONE, NONE, "max_fds", "The most file descriptors the process may open (RLIMIT_NOFILE).")
 
 /* ---- label sets and bucket sets ---------------------------------------- */
 
 /*
- * A label set RESULT: STATS_RESULT_LABELS(V) lists V(value, help), where
- * help describes the cell alone. The cells of a row with dim RESULT are
- * indexed by STATS_RESULT_<value>. `split` exposes the row as one family
- * per value (redlockd_acquisitions_ok_total, the names /metrics has always
- * had) instead of one family with a result="..." label.
+ * Label sets of the daemon's own: V(value) lists the label values, which
+ * are also the STATS keys of the cells. The cells of a row with dim
+ * RESULT are indexed by STATS_RESULT_<value>, those of CAUSE by
+ * STATS_CAUSE_<value>.
  */
-#define STATS_RESULT_LABELS(V)                                               \
-    V(ok, "LOCK requests granted.")                                          \
-    V(busy, "LOCK requests answered ERR BUSY (held elsewhere, no wait).")    \
-    V(timeout, "LOCK requests answered ERR TIMEOUT (still held when the "    \
-               "wait ended).")                                               \
-    V(unavailable, "LOCK requests answered ERR UNAVAILABLE (no quorum of "   \
-                   "Redis nodes).")
+#define STATS_RESULT_LABELS(V) V(ok) V(busy) V(timeout) V(unavailable)
+#define STATS_CAUSE_LABELS(V) V(notified) V(retry)
+
+#define STATS_LABEL_ENUM_RESULT(value) STATS_RESULT_##value,
+#define STATS_LABEL_ENUM_CAUSE(value) STATS_CAUSE_##value,
+enum stats_result { STATS_RESULT_LABELS(STATS_LABEL_ENUM_RESULT) STATS_RESULT_N };
+enum stats_cause { STATS_CAUSE_LABELS(STATS_LABEL_ENUM_CAUSE) STATS_CAUSE_N };
+#undef STATS_LABEL_ENUM_RESULT
+#undef STATS_LABEL_ENUM_CAUSE
 
 /*
- * A bucket set: the upper bounds of a histogram's buckets, in seconds,
- * ascending (+Inf is implied). LATENCY is for request-sized durations.
+ * The protocol's words are label sets too, indexed by enum proto_cmd and
+ * enum proto_err: command="LOCK", code="BUSY". Cell 0 (PROTO_*_NONE) is
+ * "other": a line whose first word is no command, or an ERR reply whose
+ * code stats was not told.
  */
-#define STATS_LATENCY_BOUNDS                                                 \
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,  \
-    0.25, 0.5, 1, 2.5, 5, 10
+#define STATS_COMMAND_N PROTO_CMD_COUNT
+#define STATS_ERROR_N PROTO_ERR_COUNT
 
-/* What a `dim` name stands for, three ways: the member's array suffix, its
- * label set and its bucket set. A new label or bucket set adds its three
- * lines here (and its tables in stats.c). */
-#define STATS_DIM_NONE
-#define STATS_LABELS_NONE NULL
-#define STATS_BUCKETS_NONE NULL
-#define STATS_DIM_RESULT [STATS_RESULT_N]
-#define STATS_LABELS_RESULT (&stats_labels_result)
-#define STATS_BUCKETS_RESULT NULL
-#define STATS_DIM_LATENCY
-#define STATS_LABELS_LATENCY NULL
-#define STATS_BUCKETS_LATENCY (&stats_buckets_latency)
-
-#define STATS_LABEL_ENUM(value, help) STATS_RESULT_##value,
-enum stats_result { STATS_RESULT_LABELS(STATS_LABEL_ENUM) STATS_RESULT_N };
-#undef STATS_LABEL_ENUM
+/* How a labelled row shows in STATS. */
+enum stats_json_view {
+    STATS_JSON_OBJECT,      /* "acquisitions": {"ok": 1, "busy": 0, ...} */
+    STATS_JSON_FLAT,        /* "wakeups_notified": 1, "wakeups_retry": 0 */
+    STATS_JSON_SUM,         /* "commands": 12 (the cells' sum) */
+};
 
 struct stats_labels {
     const char *name;               /* the Prometheus label name */
     size_t n;
-    const char *const *values;      /* the STATS keys and label values */
-    const char *const *help;        /* per value, for `split` families */
-    bool split;
+    const char *const *values;      /* the label values (and STATS keys) */
+    enum stats_json_view json;
 };
+
+/*
+ * A bucket set: the upper bounds of a histogram's buckets, in seconds,
+ * ascending (+Inf is implied). LATENCY is for request-sized durations,
+ * DURATION for what a client may wait or hold (up to a day).
+ */
+#define STATS_LATENCY_BOUNDS                                                 \
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,  \
+    0.25, 0.5, 1, 2.5, 5, 10
+#define STATS_DURATION_BOUNDS                                                \
+    0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600, 1800, 3600,     \
+    21600, 86400
+
+/*
+ * What a `dim` name stands for, three ways: the cells (the member), the
+ * label set and the bucket set. A new label or bucket set adds its three
+ * lines here (and its tables in stats.c).
+ */
+#define STATS_CELLS_NONE(type, field) type field;
+#define STATS_LABELS_NONE NULL
+#define STATS_BUCKETS_NONE NULL
+#define STATS_CELLS_RESULT(type, field) type field[STATS_RESULT_N];
+#define STATS_LABELS_RESULT (&stats_labels_result)
+#define STATS_BUCKETS_RESULT NULL
+#define STATS_CELLS_CAUSE(type, field) type field[STATS_CAUSE_N];
+#define STATS_LABELS_CAUSE (&stats_labels_cause)
+#define STATS_BUCKETS_CAUSE NULL
+#define STATS_CELLS_COMMAND(type, field) STATS_CELLS_LEGACY(type, field, STATS_COMMAND_N)
+#define STATS_LABELS_COMMAND (&stats_labels_command)
+#define STATS_BUCKETS_COMMAND NULL
+#define STATS_CELLS_ERROR(type, field) STATS_CELLS_LEGACY(type, field, STATS_ERROR_N)
+#define STATS_LABELS_ERROR (&stats_labels_error)
+#define STATS_BUCKETS_ERROR NULL
+#define STATS_CELLS_LATENCY(type, field) type field;
+#define STATS_LABELS_LATENCY NULL
+#define STATS_BUCKETS_LATENCY (&stats_buckets_latency)
+#define STATS_CELLS_DURATION(type, field) type field;
+#define STATS_LABELS_DURATION NULL
+#define STATS_BUCKETS_DURATION (&stats_buckets_duration)
+
+/*
+ * Transitional: session.c and conn.c still count `stats.commands++` and
+ * `stats.errors++`. The scalar shares its place with cell 0, "other", so
+ * those counts stay in the STATS totals until the two call
+ * stats_count_command and stats_count_error; then the union goes and
+ * STATS_CELLS_COMMAND/ERROR become plain arrays like RESULT's.
+ */
+#define STATS_CELLS_LEGACY(type, field, n)                                   \
+    union {                                                                  \
+        type field;                                                          \
+        type field##_cells[n];                                               \
+    };
 
 /* The most buckets any bucket set has, +Inf included. */
 #define STATS_HIST_MAX 20
@@ -151,7 +221,11 @@ struct stats_hist {
 };
 
 extern const struct stats_labels stats_labels_result;
+extern const struct stats_labels stats_labels_cause;
+extern const struct stats_labels stats_labels_command;
+extern const struct stats_labels stats_labels_error;
 extern const struct stats_buckets stats_buckets_latency;
+extern const struct stats_buckets stats_buckets_duration;
 
 /* ---- the generated struct and descriptors ------------------------------ */
 
@@ -165,16 +239,23 @@ enum stats_unit { STATS_UNIT_ONE, STATS_UNIT_MS, STATS_UNIT_SECONDS };
 /* Generators, for STATS_CODEC-shaped lists. STATS_ROW_DESC needs
  * STATS_ROW_STRUCT defined as the struct the list's fields live in. */
 #define STATS_ROW_FIELD(field, kind, unit, dim, metric, help)                \
-    STATS_CTYPE_##kind field STATS_DIM_##dim;
+    STATS_CELLS_##dim(STATS_CTYPE_##kind, field)
 #define STATS_ROW_DESC(field, kind, unit, dim, metric, help)                 \
     { #field, metric, help, STATS_##kind, STATS_UNIT_##unit,                 \
       STATS_LABELS_##dim, STATS_BUCKETS_##dim,                               \
       offsetof(STATS_ROW_STRUCT, field) },
-/* Node rows have no dim: one number per node, the node is the label. */
+/* Node rows have no dim: one number per node, the node is the label; a
+ * histogram's buckets follow from its kind. The extra step expands
+ * STATS_NODE_DIM_<kind> before STATS_ROW_* paste it. */
+#define STATS_NODE_DIM_COUNTER NONE
+#define STATS_NODE_DIM_GAUGE NONE
+#define STATS_NODE_DIM_HISTOGRAM LATENCY
+#define STATS_ROW_FIELD_(...) STATS_ROW_FIELD(__VA_ARGS__)
+#define STATS_ROW_DESC_(...) STATS_ROW_DESC(__VA_ARGS__)
 #define STATS_NODE_ROW_FIELD(field, kind, unit, metric, help)               \
-    STATS_ROW_FIELD(field, kind, unit, NONE, metric, help)
+    STATS_ROW_FIELD_(field, kind, unit, STATS_NODE_DIM_##kind, metric, help)
 #define STATS_NODE_ROW_DESC(field, kind, unit, metric, help)                \
-    STATS_ROW_DESC(field, kind, unit, NONE, metric, help)
+    STATS_ROW_DESC_(field, kind, unit, STATS_NODE_DIM_##kind, metric, help)
 
 struct stats_desc {
     const char *key;
@@ -188,6 +269,7 @@ struct stats_desc {
 };
 
 struct stats_table {
+    const char *prefix;                     /* of its Prometheus names */
     const struct stats_desc *rows;
     size_t n;
 };
@@ -197,8 +279,14 @@ struct stats_node {
     STATS_NODE_CODEC(STATS_NODE_ROW_FIELD)
 };
 
+struct stats_process {
+    STATS_PROCESS_CODEC(STATS_ROW_FIELD)
+};
+
 struct stats_values {
     STATS_CODEC(STATS_ROW_FIELD)
+    /* Read for each report (stats_collect); zero in `stats` itself. */
+    struct stats_process process;
     /* Set by a provider for each report; NULL and 0 in `stats` itself. */
     struct stats_node *nodes;       /* (owned) nnodes of them */
     size_t nnodes;
@@ -207,10 +295,38 @@ struct stats_values {
 
 extern const struct stats_table stats_table;        /* STATS_CODEC */
 extern const struct stats_table stats_node_table;   /* STATS_NODE_CODEC */
+extern const struct stats_table stats_process_table; /* STATS_PROCESS_CODEC */
 
-/* What server, session and conn count directly. Fields that providers
- * fill stay 0 here: a report overwrites them on its copy. */
+/* What server, session and conn count directly (through the observation
+ * points below where there are some). Fields that providers fill stay 0
+ * here: a report overwrites them on its copy. */
 extern struct stats_values stats;
+
+/* ---- observation points ------------------------------------------------ */
+
+/*
+ * For the modules where these things happen. They take plain numbers and
+ * call nothing, so any module may use them; lockmgr, a leaf, does not (its
+ * counters reach stats through stats_glue.c).
+ */
+
+/* A request line was parsed (PROTO_PARSE_EMPTY is not one): its command,
+ * or PROTO_CMD_NONE when its first word is no command. */
+void stats_count_command(enum proto_cmd cmd);
+/* An ERR reply went out with this code. */
+void stats_count_error(enum proto_err code);
+/* A LOCK request was answered, granted or not, `seconds` after its line
+ * was read. waited: it allowed a wait (wait= above 0, as `waits` counts),
+ * observed in wait_seconds; otherwise in acquire_seconds. */
+void stats_observe_lock(bool waited, double seconds);
+/* A lease ended (released, lost, or with its session) `seconds` after it
+ * was granted. */
+void stats_observe_hold(double seconds);
+/* Node `node` (the pool's index, as in pool_node_stats) replied `seconds`
+ * after the request was sent. */
+void stats_observe_node_request(int node, double seconds);
+/* The histogram of node's replies so far, or NULL when none came. */
+const struct stats_hist *stats_node_request_hist(int node);
 
 /* ---- collecting and reporting ------------------------------------------ */
 
@@ -219,13 +335,14 @@ typedef void stats_collect_fn(struct stats_values *v, void *ud);
 /* The most providers that can be registered. */
 #define STATS_PROVIDERS_MAX 8
 
-/* Zero the counters, forget the providers, start the uptime clock. */
+/* Zero the counters and histograms, forget the providers, start the
+ * uptime clock and note the process's start time. */
 void stats_init(void);
 /* Run collect(v, ud) on every report's copy, in the order added. Returns
  * 0, or -1 when STATS_PROVIDERS_MAX are registered already. */
 int stats_provider_add(stats_collect_fn *collect, void *ud);
-/* A report's values: a copy of `stats`, the uptime, then every provider.
- * Free with stats_values_deinit. */
+/* A report's values: a copy of `stats`, the uptime, the process's
+ * numbers, then every provider. Free with stats_values_deinit. */
 void stats_collect(struct stats_values *v);
 void stats_values_deinit(struct stats_values *v);
 /* For providers: v->nodes as n zeroed nodes (gauges NaN), names unset. */
@@ -235,12 +352,17 @@ void stats_node_set_name(struct stats_node *n, const char *name);
 void stats_hist_observe(struct stats_hist *h, const struct stats_buckets *b,
                         double seconds);
 
-/* The STATS reply object: "version", every STATS_CODEC row, "nodes". */
+/* The STATS reply object: "version", every STATS_CODEC row, "nodes",
+ * "process". */
 json_t *stats_json(void);
 json_t *stats_values_json(const struct stats_values *v);
 /* The rows of t at base as JSON members of obj. */
 void stats_table_json(const struct stats_table *t, const void *base,
                       json_t *obj);
+/* One histogram as STATS shows it: {"count", "sum", "le", "buckets"}
+ * (cumulative, the last one +Inf). */
+json_t *stats_hist_json(const struct stats_hist *h,
+                        const struct stats_buckets *b);
 /* The reverse, for glue that gets its numbers as JSON: the rows of t from
  * the members of obj (histograms are not read; a missing gauge is NaN, a
  * missing counter 0). */

@@ -26,8 +26,8 @@ static void glue_lockmgr(struct stats_values *v, void *ud)
     v->renewal_failures = c->renewal_failures;
     v->leases_lost = c->leases_lost;
     v->waits = c->waits;
-    v->wakeups_notified = c->wakeups_notified;
-    v->wakeups_retry = c->wakeups_retry;
+    v->wakeups[STATS_CAUSE_notified] = c->wakeups_notified;
+    v->wakeups[STATS_CAUSE_retry] = c->wakeups_retry;
 }
 
 /* Sessions that serve requests; `connections` (kept by server and conn)
@@ -41,7 +41,9 @@ static void glue_sessions(struct stats_values *v, void *ud)
 /*
  * STATS shows node's per-node objects as they are, and the per-node
  * numbers for /metrics are read back from them by the node codec's own
- * keys, so the two views cannot disagree.
+ * keys, so the two views cannot disagree. The reply-time histogram is
+ * stats' own (stats_observe_node_request, by the pool's node index, which
+ * is the index in node's array); it joins each object under its key.
  */
 static void glue_nodes(struct stats_values *v, void *ud)
 {
@@ -58,9 +60,20 @@ static void glue_nodes(struct stats_values *v, void *ud)
     json_array_foreach(arr, i, o) {
         const char *name = json_string_value(json_object_get(o, "node"));
 
+        const struct stats_hist *h = stats_node_request_hist((int)i);
+
         stats_node_set_name(&nodes[i], name ? name : "");
         stats_table_read_json(&stats_node_table, o, &nodes[i]);
+        if (h)
+            nodes[i].request_seconds = *h;
+        json_object_set_new(o, "request_seconds", stats_hist_json(
+            &nodes[i].request_seconds, &stats_buckets_latency));
     }
+}
+
+void stats_glue_lease_ended(uint64_t held_ms)
+{
+    stats_observe_hold((double)held_ms / 1000);
 }
 
 int stats_glue_register(void)

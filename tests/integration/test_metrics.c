@@ -7,8 +7,9 @@
  * a body that ends where the server closes. Covered: /metrics in the
  * Prometheus text format with counters that move after a LOCK and
  * per-node samples, /healthz flipping to 503 when two of three nodes are
- * gone, 404, 405, 400, a 10 KiB head answered 431, a request followed by
- * a half-close, and the cap of 64 connections. Against the stats codec
+ * gone, HEAD answered as GET without a body, a head sent in pieces, 404,
+ * 405, 400, a 10 KiB head answered 431, a slow one 408, a request
+ * followed by a half-close, and the cap of 64 connections. Against the stats codec
  * (daemon/stats.h): every family has # HELP and a known # TYPE, every row
  * is a STATS key and a /metrics family, and counters agree between the
  * two.
@@ -259,62 +260,117 @@ static void teardown(void)
 
 /* ---- the stats codec against STATS and /metrics -------------------------- */
 
-/* The label values of each `dim` a row may have; a new label set needs a
- * line here (the build fails until it has one). */
-#define T_LABEL_VALUE(value, help) #value,
+/* What each `dim` a row may have means here: its label name, its label
+ * values, and how STATS shows the cells (stats.h, enum stats_json_view).
+ * A new label set needs its lines here (the build fails until it has
+ * them). Written out from the codec's and the protocol's lists, not read
+ * from the daemon's tables, so that a change to those shows here. */
+enum t_view { T_ONE, T_OBJECT, T_FLAT, T_SUM };
+#define T_LABEL_VALUE(value) #value,
 static const char *const result_values[] = {
     STATS_RESULT_LABELS(T_LABEL_VALUE) NULL
 };
-#define T_VALUES_NONE NULL
-#define T_VALUES_RESULT result_values
+static const char *const cause_values[] = {
+    STATS_CAUSE_LABELS(T_LABEL_VALUE) NULL
+};
+#define T_COMMAND_WORD(name, word, usage) word,
+static const char *const command_values[] = {
+    "other", PROTO_COMMANDS(T_COMMAND_WORD) NULL
+};
+#define T_ERROR_WORD(name, word, msg) word,
+static const char *const error_values[] = {
+    "other", PROTO_ERRORS(T_ERROR_WORD) NULL
+};
+#define T_DIM_NONE NULL, NULL, T_ONE
+#define T_DIM_LATENCY NULL, NULL, T_ONE
+#define T_DIM_DURATION NULL, NULL, T_ONE
+#define T_DIM_RESULT "result", result_values, T_OBJECT
+#define T_DIM_CAUSE "cause", cause_values, T_FLAT
+#define T_DIM_COMMAND "command", command_values, T_SUM
+#define T_DIM_ERROR "code", error_values, T_SUM
 
 struct codec_row {
     const char *key;
     const char *metric;
     enum stats_kind kind;
-    const char *const *values;  /* NULL: one cell */
+    const char *label;          /* NULL: one cell */
+    const char *const *values;
+    enum t_view view;
 };
 
-/* The cells of a row: its label values, or "" for a row of one cell. */
-static const char *const *row_cells(const struct codec_row *r)
-{
-    static const char *const one_cell[] = { "", NULL };
-
-    return r->values ? r->values : one_cell;
-}
-
 #define T_ROW(field, kind, unit, dim, metric, help) \
-    { #field, metric, STATS_##kind, T_VALUES_##dim },
+    { #field, metric, STATS_##kind, T_DIM_##dim },
 static const struct codec_row global_rows[] = { STATS_CODEC(T_ROW) };
+static const struct codec_row process_rows[] = { STATS_PROCESS_CODEC(T_ROW) };
 #define T_NODE_ROW(field, kind, unit, metric, help) \
     T_ROW(field, kind, unit, NONE, metric, help)
 static const struct codec_row node_rows[] = { STATS_NODE_CODEC(T_NODE_ROW) };
 #undef T_NODE_ROW
 #undef T_ROW
 
+/* A table of rows: its Prometheus prefix. */
+struct codec_table {
+    const char *prefix;
+    const struct codec_row *rows;
+    size_t n;
+};
+
 #define NROWS(a) (sizeof(a) / sizeof((a)[0]))
+static const struct codec_table tables[] = {
+    { "redlockd_", global_rows, NROWS(global_rows) },
+    { "process_", process_rows, NROWS(process_rows) },
+};
 #define FAMILY_MAX 128                  /* a family's name */
 #define SERIES_MAX (FAMILY_MAX + 128)   /* with a node="HOST:PORT" label */
 #define FAMILIES_MAX 256                /* in one exposition */
 
-/* The family name /metrics gives cell `cell` of r: counters end in
- * _total, and a labelled row is one family per value, as /metrics has
- * always named them. */
-static void family_name(char *buf, size_t size, const struct codec_row *r,
-                        const char *cell)
+/* The family name /metrics gives r: counters end in _total. */
+static void family_name(char *buf, size_t size, const char *prefix,
+                        const struct codec_row *r)
 {
-    snprintf(buf, size, "redlockd_%s%s%s%s", r->metric, *cell ? "_" : "",
-             cell, r->kind == STATS_COUNTER ? "_total" : "");
+    snprintf(buf, size, "%s%s%s", prefix, r->metric,
+             r->kind == STATS_COUNTER ? "_total" : "");
 }
 
-/* Cell `cell` of r in the STATS object: a member, or a member of a
- * member for a labelled row. */
-static json_t *stats_cell(json_t *st, const struct codec_row *r,
-                          const char *cell)
+/* The series of r's cell `value` (NULL for a row of one cell) in family
+ * fam: "fam" or "fam{label="value"}"; a histogram's by its _count. */
+static void series_name(char *buf, size_t size, const char *fam,
+                        const struct codec_row *r, const char *value)
 {
-    json_t *v = json_object_get(st, r->key);
+    const char *count = r->kind == STATS_HISTOGRAM ? "_count" : "";
 
-    return *cell ? json_object_get(v, cell) : v;
+    if (value)
+        snprintf(buf, size, "%s%s{%s=\"%s\"}", fam, count, r->label, value);
+    else
+        snprintf(buf, size, "%s%s", fam, count);
+}
+
+/* Where STATS has r's cell `value` in the object obj (the top level, or
+ * "process"): a member, a member of a member, or a flat key; a SUM row
+ * has only its total, under its key. */
+static json_t *stats_cell(json_t *obj, const struct codec_row *r,
+                          const char *value)
+{
+    char key[FAMILY_MAX];
+
+    switch (r->view) {
+    case T_OBJECT:
+        return json_object_get(json_object_get(obj, r->key), value);
+    case T_FLAT:
+        snprintf(key, sizeof(key), "%s_%s", r->key, value);
+        return json_object_get(obj, key);
+    case T_ONE:
+    case T_SUM:
+        break;
+    }
+    return json_object_get(obj, r->key);
+}
+
+/* The STATS object a table's rows live in. */
+static json_t *table_object(json_t *st, const struct codec_table *t)
+{
+    return strcmp(t->prefix, "process_") == 0 ? json_object_get(st, "process")
+                                              : st;
 }
 
 /* A node's gauge that is only reported in some states. */
@@ -371,6 +427,8 @@ static void sample_family(const char *body, const char *name, char *fam,
 
 /* ---- tests --------------------------------------------------------------- */
 
+#define ACQ_OK "redlockd_acquisitions_total{result=\"ok\"}"
+
 START_TEST(metrics_format_and_counters)
 {
     struct http_reply r;
@@ -385,7 +443,7 @@ START_TEST(metrics_format_and_counters)
     ck_assert_msg(strstr(r.raw, "\r\nConnection: close\r\n"),
                   "no Connection: close: %.1500s", r.raw);
     ck_assert_ptr_nonnull(r.body);
-    ck_assert_msg(strstr(r.body, "# TYPE redlockd_acquisitions_ok_total counter\n")
+    ck_assert_msg(strstr(r.body, "# TYPE redlockd_acquisitions_total counter\n")
                   != NULL, "no counter TYPE line:\n%.1500s", r.body);
     ck_assert_msg(strstr(r.body, "# TYPE redlockd_locks_held gauge\n"),
                   "no gauge TYPE line:\n%.1500s", r.body);
@@ -402,14 +460,14 @@ START_TEST(metrics_format_and_counters)
                       r.body);
     }
     ck_assert_msg(sample(r.body, "redlockd_quorum") == 2, "quorum:\n%.1500s", r.body);
-    before = sample(r.body, "redlockd_acquisitions_ok_total");
-    ck_assert_msg(before >= 0, "no redlockd_acquisitions_ok_total:\n%.1500s", r.body);
+    before = sample(r.body, ACQ_OK);
+    ck_assert_msg(before >= 0, "no " ACQ_OK ":\n%.1500s", r.body);
     http_free(&r);
 
     connect_client();
     line = h_cmd(&C, "LOCK metrics:1 ttl=10000");
     ck_assert_msg(h_starts(line, "OK "), "LOCK: %s", line);
-    after = get_metric("redlockd_acquisitions_ok_total");
+    after = get_metric(ACQ_OK);
     ck_assert_msg(after == before + 1, "acquisitions_ok %g -> %g", before, after);
     ck_assert_msg(get_metric("redlockd_locks_held") == 1, "locks_held not 1");
     line = h_cmd(&C, "UNLOCK metrics:1");
@@ -461,6 +519,10 @@ START_TEST(errors_404_405_400)
     static const char post[] = "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
     static const char junk[] = "hello there\r\n\r\n";
     static const char bare_lf[] = "GET /healthz?probe=1 HTTP/1.0\n\n";
+    static const char absolute[] =
+        "GET http://127.0.0.1/healthz HTTP/1.1\r\n\r\n";
+    static const char http2[] = "GET /healthz HTTP/2.0\r\n\r\n";
+    static const char unknown_method[] = "FROB /metrics HTTP/1.1\r\n\r\n";
     struct http_reply r;
 
     http_get("/nope", &r);
@@ -469,7 +531,7 @@ START_TEST(errors_404_405_400)
 
     http_raw(post, sizeof(post) - 1, &r);
     ck_assert_msg(r.status == 405, "POST /metrics: %.1500s", r.raw);
-    ck_assert_msg(strstr(r.raw, "\r\nAllow: GET\r\n"), "no Allow: %s",
+    ck_assert_msg(strstr(r.raw, "\r\nAllow: GET, HEAD\r\n"), "no Allow: %s",
                   r.raw);
     http_free(&r);
 
@@ -480,6 +542,108 @@ START_TEST(errors_404_405_400)
     /* HTTP/1.0, bare LF line ends and a query string are all fine. */
     http_raw(bare_lf, sizeof(bare_lf) - 1, &r);
     ck_assert_msg(r.status == 200, "bare-LF /healthz: %.1500s", r.raw);
+    http_free(&r);
+
+    /* So is the absolute form of the target. */
+    http_raw(absolute, sizeof(absolute) - 1, &r);
+    ck_assert_msg(r.status == 200, "absolute-form /healthz: %.1500s", r.raw);
+    http_free(&r);
+
+    /* Not HTTP/1.x, or a method word the parser does not know: 400. */
+    http_raw(http2, sizeof(http2) - 1, &r);
+    ck_assert_msg(r.status == 400, "HTTP/2.0: %.1500s", r.raw);
+    http_free(&r);
+    http_raw(unknown_method, sizeof(unknown_method) - 1, &r);
+    ck_assert_msg(r.status == 400, "FROB: %.1500s", r.raw);
+    http_free(&r);
+}
+END_TEST
+
+/* The headers of a reply, up to the empty line, or NULL. */
+static const char *header(const struct http_reply *r, const char *name,
+                          char *value, size_t size)
+{
+    char key[64];
+    const char *p;
+    size_t n;
+
+    snprintf(key, sizeof(key), "\r\n%s: ", name);
+    p = strstr(r->raw, key);
+    if (!p || !r->body || p > r->body)
+        return NULL;
+    p += strlen(key);
+    n = strcspn(p, "\r");
+    snprintf(value, size, "%.*s", (int)n, p);
+    return value;
+}
+
+/* HEAD is GET without the body: same status and headers, Content-Length
+ * included, and nothing after the empty line. */
+START_TEST(head_like_get)
+{
+    static const char head_metrics[] = "HEAD /metrics HTTP/1.1\r\n\r\n";
+    static const char head_health[] = "HEAD /healthz HTTP/1.1\r\n\r\n";
+    static const char head_nope[] = "HEAD /nope HTTP/1.1\r\n\r\n";
+    struct http_reply get, r;
+    char len[32], ctype[128], get_ctype[128];
+    long n;
+
+    http_get("/metrics", &get);
+    ck_assert_msg(get.status == 200, "GET /metrics: %.1500s", get.raw);
+    ck_assert_ptr_nonnull(header(&get, "Content-Type", get_ctype,
+                                 sizeof(get_ctype)));
+    http_raw(head_metrics, sizeof(head_metrics) - 1, &r);
+    ck_assert_msg(r.status == 200, "HEAD /metrics: %.1500s", r.raw);
+    ck_assert_msg(r.body && *r.body == '\0', "HEAD /metrics has a body: "
+                  "%.1500s", r.raw);
+    ck_assert_msg(header(&r, "Content-Length", len, sizeof(len)),
+                  "HEAD /metrics without Content-Length: %.1500s", r.raw);
+    /* The values move between the two requests, the families do not:
+     * the lengths are close. */
+    n = strtol(len, NULL, 10);
+    ck_assert_msg(labs(n - (long)strlen(get.body)) < 512,
+                  "HEAD Content-Length %ld, GET body %zu", n,
+                  strlen(get.body));
+    ck_assert_msg(header(&r, "Content-Type", ctype, sizeof(ctype)) &&
+                  strcmp(ctype, get_ctype) == 0,
+                  "HEAD Content-Type differs: %.1500s", r.raw);
+    ck_assert_msg(strstr(r.raw, "\r\nConnection: close\r\n"),
+                  "no Connection: close: %.1500s", r.raw);
+    http_free(&r);
+    http_free(&get);
+
+    http_raw(head_health, sizeof(head_health) - 1, &r);
+    ck_assert_msg(r.status == 200, "HEAD /healthz: %.1500s", r.raw);
+    ck_assert_msg(header(&r, "Content-Length", len, sizeof(len)) &&
+                  strcmp(len, "3") == 0 && *r.body == '\0',
+                  "HEAD /healthz: %.1500s", r.raw);
+    http_free(&r);
+
+    http_raw(head_nope, sizeof(head_nope) - 1, &r);
+    ck_assert_msg(r.status == 404 && r.body && *r.body == '\0',
+                  "HEAD /nope: %.1500s", r.raw);
+    http_free(&r);
+}
+END_TEST
+
+/* A head that arrives a few bytes at a time is read as one. */
+START_TEST(head_in_pieces)
+{
+    static const char *const pieces[] = {
+        "GE", "T /hea", "lthz HT", "TP/1.1\r", "\nHost: x\r\n", "\r", "\n",
+    };
+    struct http_reply r;
+    int fd = http_connect();
+
+    for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+        http_send_all(fd, pieces[i], strlen(pieces[i]));
+        h_sleep_ms(20);
+    }
+    ck_assert(http_read_all(fd, &r, T(5000)));
+    close(fd);
+    http_parse(&r);
+    ck_assert_msg(r.status == 200, "head in pieces: %.1500s", r.raw);
+    ck_assert_str_eq(r.body, "ok\n");
     http_free(&r);
 }
 END_TEST
@@ -508,6 +672,25 @@ START_TEST(head_too_large_431)
 }
 END_TEST
 
+/* A head not complete within 5 s (metrics.c) is answered 408. */
+START_TEST(slow_head_408)
+{
+    static const char part[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+    struct http_reply r;
+    uint64_t t0 = h_now_ms();
+    int fd = http_connect();
+
+    http_send_all(fd, part, sizeof(part) - 1);
+    ck_assert(http_read_all(fd, &r, T(10000)));
+    close(fd);
+    http_parse(&r);
+    ck_assert_msg(r.status == 408, "slow head: %.1500s", r.raw);
+    ck_assert_msg(h_now_ms() - t0 >= 4500, "408 after only %llu ms",
+                  (unsigned long long)(h_now_ms() - t0));
+    http_free(&r);
+}
+END_TEST
+
 START_TEST(half_close_after_request)
 {
     static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
@@ -520,7 +703,8 @@ START_TEST(half_close_after_request)
     close(fd);
     http_parse(&r);
     ck_assert_msg(r.status == 200, "after half-close: %.1500s", r.raw);
-    ck_assert_msg(sample(r.body, "redlockd_commands_total") >= 0,
+    ck_assert_msg(sample(r.body, "redlockd_commands_total"
+                         "{command=\"other\"}") >= 0,
                   "no body after half-close:\n%.1500s", r.raw);
     http_free(&r);
 }
@@ -626,11 +810,12 @@ START_TEST(metrics_every_family_typed)
 END_TEST
 
 /* Every row of the codec is in STATS (with its nesting) and a family in
- * /metrics; per-node rows in every node object and under every node. */
+ * /metrics, every cell of a labelled row a series of it; per-node rows in
+ * every node object and under every node. */
 START_TEST(codec_rows_in_stats_and_metrics)
 {
     struct http_reply r;
-    char fam[FAMILY_MAX];
+    char fam[FAMILY_MAX], series[SERIES_MAX];
     json_t *st, *nodes, *node;
     size_t i;
 
@@ -638,20 +823,35 @@ START_TEST(codec_rows_in_stats_and_metrics)
     st = h_ok_json(&C, "STATS");
     http_get("/metrics", &r);
     ck_assert_msg(r.status == 200, "GET /metrics: %.1500s", r.raw);
-    for (i = 0; i < NROWS(global_rows); i++) {
-        const struct codec_row *row = &global_rows[i];
+    for (size_t t = 0; t < NROWS(tables); t++) {
+        json_t *obj = table_object(st, &tables[t]);
 
-        for (const char *const *cell = row_cells(row); *cell; cell++) {
-            json_t *v = stats_cell(st, row, *cell);
+        ck_assert_msg(json_is_object(obj), "STATS has no object for %s",
+                      tables[t].prefix);
+        for (i = 0; i < tables[t].n; i++) {
+            const struct codec_row *row = &tables[t].rows[i];
+            const char *const *values = row->values;
+            const char *none[] = { NULL };
 
-            /* A histogram is an object with its count, sum and buckets. */
-            if (row->kind == STATS_HISTOGRAM)
-                v = json_object_get(v, "count");
-            ck_assert_msg(json_is_integer(v), "STATS has no integer \"%s\" "
-                          "\"%s\"", row->key, *cell);
-            family_name(fam, sizeof(fam), row, *cell);
+            family_name(fam, sizeof(fam), tables[t].prefix, row);
             ck_assert_msg(meta_line(r.body, "TYPE", fam),
                           "/metrics has no %s", fam);
+            for (const char *const *v = values ? values : none;
+                 v == none || *v; v++) {
+                json_t *cell = stats_cell(obj, row, *v);
+
+                /* A histogram is an object with its count, sum and
+                 * buckets. */
+                if (row->kind == STATS_HISTOGRAM)
+                    cell = json_object_get(cell, "count");
+                ck_assert_msg(json_is_integer(cell), "STATS has no integer "
+                              "\"%s\" \"%s\"", row->key, *v ? *v : "");
+                series_name(series, sizeof(series), fam, row, *v);
+                ck_assert_msg(sample(r.body, series) >= 0,
+                              "/metrics has no %s", series);
+                if (v == none)
+                    break;
+            }
         }
     }
     nodes = json_object_get(st, "nodes");
@@ -659,14 +859,14 @@ START_TEST(codec_rows_in_stats_and_metrics)
     json_array_foreach(nodes, i, node) {
         for (size_t k = 0; k < NROWS(node_rows); k++) {
             const struct codec_row *row = &node_rows[k];
-            char series[SERIES_MAX];
+            const char *count = row->kind == STATS_HISTOGRAM ? "_count" : "";
 
             if (node_key_optional(row->key))
                 continue;
             ck_assert_msg(json_object_get(node, row->key),
                           "STATS node has no \"%s\"", row->key);
-            family_name(fam, sizeof(fam), row, "");
-            snprintf(series, sizeof(series), "%s{node=\"%s\"}", fam,
+            family_name(fam, sizeof(fam), "redlockd_", row);
+            snprintf(series, sizeof(series), "%s%s{node=\"%s\"}", fam, count,
                      h_json_str(node, "node"));
             ck_assert_msg(sample(r.body, series) >= 0, "/metrics has no %s",
                           series);
@@ -683,7 +883,7 @@ END_TEST
 START_TEST(counters_agree)
 {
     struct http_reply r;
-    char fam[FAMILY_MAX];
+    char fam[FAMILY_MAX], series[SERIES_MAX];
     json_t *st;
     char *line;
     int checked = 0;
@@ -698,20 +898,37 @@ START_TEST(counters_agree)
     ck_assert_msg(r.status == 200, "GET /metrics: %.1500s", r.raw);
     for (size_t i = 0; i < NROWS(global_rows); i++) {
         const struct codec_row *row = &global_rows[i];
+        const char *const *values = row->values;
+        const char *none[] = { NULL };
+        double sum = 0;
 
         if (row->kind != STATS_COUNTER)
             continue;
-        for (const char *const *cell = row_cells(row); *cell; cell++) {
-            json_t *v = stats_cell(st, row, *cell);
+        family_name(fam, sizeof(fam), "redlockd_", row);
+        for (const char *const *v = values ? values : none;
+             v == none || *v; v++) {
+            json_t *cell = stats_cell(st, row, *v);
+            double m;
 
-            family_name(fam, sizeof(fam), row, *cell);
-            ck_assert_msg(json_is_integer(v) &&
-                          sample(r.body, fam) == (double)json_integer_value(v),
-                          "%s is %g, STATS %s %s is %lld", fam,
-                          sample(r.body, fam), row->key, *cell,
-                          (long long)json_integer_value(v));
+            series_name(series, sizeof(series), fam, row, *v);
+            m = sample(r.body, series);
+            ck_assert_msg(m >= 0, "/metrics has no %s", series);
+            sum += m;
+            if (row->view != T_SUM)
+                ck_assert_msg(json_is_integer(cell) &&
+                              m == (double)json_integer_value(cell),
+                              "%s is %g, STATS %s %s is %lld", series, m,
+                              row->key, *v ? *v : "",
+                              (long long)json_integer_value(cell));
             checked++;
+            if (v == none)
+                break;
         }
+        /* A SUM row: STATS has the total of the family's series. */
+        if (row->view == T_SUM)
+            ck_assert_msg(sum == (double)h_json_int(st, row->key),
+                          "%s sums to %g, STATS %s is %lld", fam, sum,
+                          row->key, (long long)h_json_int(st, row->key));
     }
     ck_assert_msg(checked > 10, "only %d counters compared", checked);
     ck_assert_msg(h_json_int(json_object_get(st, "acquisitions"), "ok") >= 1,
@@ -731,7 +948,10 @@ static Suite *metrics_suite(void)
     tcase_add_test(tc, metrics_format_and_counters);
     tcase_add_test(tc, healthz_follows_quorum);
     tcase_add_test(tc, errors_404_405_400);
+    tcase_add_test(tc, head_like_get);
+    tcase_add_test(tc, head_in_pieces);
     tcase_add_test(tc, head_too_large_431);
+    tcase_add_test(tc, slow_head_408);
     tcase_add_test(tc, half_close_after_request);
     tcase_add_test(tc, connection_cap);
     tcase_add_test(tc, metrics_every_family_typed);

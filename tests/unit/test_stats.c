@@ -6,12 +6,15 @@
  * today, written out here by hand on purpose: a renamed row must fail
  * this test. A small list of the test's own, built with the same
  * generators, covers what the daemon does not use yet: a counter with a
- * label and a histogram.
+ * label and a histogram. The last part is the metrics endpoint's request
+ * reader (metrics_request_*), which needs no socket.
  */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -24,37 +27,54 @@
 
 /* ---- a codec of the test's own ----------------------------------------- */
 
-#define TEST_COLOR_LABELS(V)                                                 \
-    V(red, "Red hits.")                                                      \
-    V(blue, "Blue hits.")
+#define TEST_COLOR_LABELS(V) V(red) V(blue)
+#define TEST_SHAPE_LABELS(V) V(round) V(square)
 
-#define TEST_LABEL_ENUM(value, help) TEST_COLOR_##value,
+#define TEST_LABEL_ENUM(value) TEST_##value,
 enum { TEST_COLOR_LABELS(TEST_LABEL_ENUM) TEST_COLOR_N };
-#define TEST_LABEL_VALUE(value, help) #value,
-#define TEST_LABEL_HELP(value, help) help,
+enum { TEST_SHAPE_LABELS(TEST_LABEL_ENUM) TEST_SHAPE_N };
+#define TEST_LABEL_VALUE(value) #value,
 static const char *const color_values[] = {
     TEST_COLOR_LABELS(TEST_LABEL_VALUE)
 };
-static const char *const color_help[] = { TEST_COLOR_LABELS(TEST_LABEL_HELP) };
+static const char *const shape_values[] = {
+    TEST_SHAPE_LABELS(TEST_LABEL_VALUE)
+};
+/* The same values three ways in STATS: an object, flat keys, a sum. */
 static const struct stats_labels color_labels = {
-    "color", TEST_COLOR_N, color_values, color_help, false,
+    "color", TEST_COLOR_N, color_values, STATS_JSON_OBJECT,
+};
+static const struct stats_labels shape_labels = {
+    "shape", TEST_SHAPE_N, shape_values, STATS_JSON_FLAT,
+};
+static const struct stats_labels tone_labels = {
+    "tone", TEST_COLOR_N, color_values, STATS_JSON_SUM,
 };
 
 /* Binary fractions, so sums and bounds print exactly. */
 static const double tiny_le[] = { 0.015625, 0.125, 1 };
 static const struct stats_buckets tiny_buckets = { NELEM(tiny_le), tiny_le };
 
-#define STATS_DIM_COLOR [TEST_COLOR_N]
+#define STATS_CELLS_COLOR(type, field) type field[TEST_COLOR_N];
 #define STATS_LABELS_COLOR (&color_labels)
 #define STATS_BUCKETS_COLOR NULL
-#define STATS_DIM_TINY
+#define STATS_CELLS_SHAPE(type, field) type field[TEST_SHAPE_N];
+#define STATS_LABELS_SHAPE (&shape_labels)
+#define STATS_BUCKETS_SHAPE NULL
+#define STATS_CELLS_TONE(type, field) type field[TEST_COLOR_N];
+#define STATS_LABELS_TONE (&tone_labels)
+#define STATS_BUCKETS_TONE NULL
+#define STATS_CELLS_TINY(type, field) type field;
 #define STATS_LABELS_TINY NULL
 #define STATS_BUCKETS_TINY (&tiny_buckets)
 
 #define TEST_CODEC(X)                                                        \
     X(hits, COUNTER, ONE, COLOR, "hits", "Hits, by color.")                  \
     X(wait, HISTOGRAM, SECONDS, TINY, "wait_seconds", "Time spent waiting.") \
-    X(level_ms, GAUGE, MS, NONE, "level_seconds", "A level.")
+    X(level_ms, GAUGE, MS, NONE, "level_seconds", "A level.")                \
+    X(busy_ms, COUNTER, MS, NONE, "busy_seconds", "Time busy, a \\ and a\nline.") \
+    X(shapes, COUNTER, ONE, SHAPE, "shapes", "Shapes, by shape.")            \
+    X(tones, COUNTER, ONE, TONE, "tones", "Tones, by tone.")
 
 struct test_values {
     TEST_CODEC(STATS_ROW_FIELD)
@@ -63,14 +83,19 @@ struct test_values {
 #define STATS_ROW_STRUCT struct test_values
 static const struct stats_desc test_rows[] = { TEST_CODEC(STATS_ROW_DESC) };
 #undef STATS_ROW_STRUCT
-static const struct stats_table test_table = { test_rows, NELEM(test_rows) };
+static const struct stats_table test_table = {
+    "redlockd_", test_rows, NELEM(test_rows),
+};
 
 static struct test_values test_sample(void)
 {
-    struct test_values v = { .level_ms = 1500 };
+    struct test_values v = { .level_ms = 1500, .busy_ms = 2250 };
 
-    v.hits[TEST_COLOR_red] = 3;
-    v.hits[TEST_COLOR_blue] = 4;
+    v.hits[TEST_red] = 3;
+    v.hits[TEST_blue] = 4;
+    v.shapes[TEST_round] = 1;
+    v.tones[TEST_red] = 5;
+    v.tones[TEST_blue] = 6;
     stats_hist_observe(&v.wait, &tiny_buckets, 0.0078125);
     stats_hist_observe(&v.wait, &tiny_buckets, 0.5);
     stats_hist_observe(&v.wait, &tiny_buckets, 2);
@@ -108,7 +133,18 @@ START_TEST(prometheus_labelled_counter_and_histogram)
         "redlockd_wait_seconds_count 3\n"
         "# HELP redlockd_level_seconds A level.\n"
         "# TYPE redlockd_level_seconds gauge\n"
-        "redlockd_level_seconds 1.5\n";
+        "redlockd_level_seconds 1.5\n"
+        "# HELP redlockd_busy_seconds_total Time busy, a \\\\ and a\\nline.\n"
+        "# TYPE redlockd_busy_seconds_total counter\n"
+        "redlockd_busy_seconds_total 2.25\n"
+        "# HELP redlockd_shapes_total Shapes, by shape.\n"
+        "# TYPE redlockd_shapes_total counter\n"
+        "redlockd_shapes_total{shape=\"round\"} 1\n"
+        "redlockd_shapes_total{shape=\"square\"} 0\n"
+        "# HELP redlockd_tones_total Tones, by tone.\n"
+        "# TYPE redlockd_tones_total counter\n"
+        "redlockd_tones_total{tone=\"red\"} 5\n"
+        "redlockd_tones_total{tone=\"blue\"} 6\n";
     struct test_values v = test_sample();
     struct metrics_instance one = { &v, NULL };
     struct sbuf b = SBUF_INIT;
@@ -184,34 +220,77 @@ START_TEST(json_labelled_and_histogram)
     ck_assert_str_eq(text, "{\"hits\":{\"red\":3,\"blue\":4},"
                      "\"wait\":{\"count\":3,\"sum\":2.5078125,"
                      "\"le\":[0.015625,0.125,1.0],"
-                     "\"buckets\":[1,1,2,3]},\"level_ms\":1500}");
+                     "\"buckets\":[1,1,2,3]},\"level_ms\":1500,"
+                     "\"busy_ms\":2250,\"shapes_round\":1,"
+                     "\"shapes_square\":0,\"tones\":11}");
     free(text);
     json_decref(o);
 }
 END_TEST
 
-/* The STATS keys tools read today, in order. */
+/* What the JSON view wrote reads back the same (a sum into its first
+ * cell); histograms are not read. */
+START_TEST(json_read_back)
+{
+    struct test_values v = test_sample(), back;
+    json_t *o = json_object();
+
+    memset(&back, 0xff, sizeof(back));
+    stats_table_json(&test_table, &v, o);
+    stats_table_read_json(&test_table, o, &back);
+    ck_assert_uint_eq(back.hits[TEST_red], 3);
+    ck_assert_uint_eq(back.hits[TEST_blue], 4);
+    ck_assert_uint_eq(back.shapes[TEST_round], 1);
+    ck_assert_uint_eq(back.shapes[TEST_square], 0);
+    ck_assert_uint_eq(back.tones[TEST_red], 11);
+    ck_assert_uint_eq(back.tones[TEST_blue], 0);
+    ck_assert(back.level_ms == 1500);
+    ck_assert_uint_eq(back.busy_ms, 2250);
+    json_decref(o);
+}
+END_TEST
+
+/* The STATS keys tools read today, in order, then the ones added since
+ * (at the end, so the old order holds). */
 static const char *const stats_keys[] = {
     "version", "uptime_ms", "connections", "connections_total",
     "connections_rejected", "sessions", "commands", "errors", "locks_held",
     "waiters", "acquisitions", "releases", "extends", "renewals",
     "renewal_failures", "leases_lost", "waits", "wakeups_notified",
     "wakeups_retry", "output_overflows", "nodes_total", "nodes_voting",
-    "quorum", "nodes",
+    "quorum",
+    "acquire_seconds", "wait_seconds", "hold_seconds", "nodes", "process",
 };
 static const char *const acquisition_keys[] = {
     "ok", "busy", "timeout", "unavailable",
 };
+static const char *const histogram_keys[] = {
+    "acquire_seconds", "wait_seconds", "hold_seconds",
+};
+static const char *const process_keys[] = {
+    "start_time_ms", "cpu_ms", "resident_memory_bytes",
+    "virtual_memory_bytes", "open_fds", "max_fds",
+};
+
+static bool is_one_of(const char *key, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(key, list[i]) == 0)
+            return true;
+    return false;
+}
 
 static void provide(struct stats_values *v, void *ud)
 {
     struct stats_node *n = stats_nodes_alloc(v, 1);
 
     v->acquisitions[STATS_RESULT_busy] = *(uint64_t *)ud;
+    v->wakeups[STATS_CAUSE_retry] = 2;
     v->nodes_voting = 1;
     stats_node_set_name(n, "127.0.0.1:6379");
     n->requests = 9;
     n->latency_ms = 0.25;
+    stats_hist_observe(&n->request_seconds, &stats_buckets_latency, 0.0003);
     v->nodes_json = json_pack("[{s:s}]", "node", "127.0.0.1:6379");
 }
 
@@ -222,7 +301,10 @@ START_TEST(stats_json_shape)
     const char *key;
     size_t i = 0;
 
-    stats.commands = 5;
+    stats.commands = 5;     /* as session.c counts today: cell "other" */
+    stats_count_command(PROTO_CMD_LOCK);
+    stats_count_error(PROTO_ERR_BUSY);
+    stats_count_error(PROTO_ERR_LOST);
     ck_assert_int_eq(stats_provider_add(provide, &busy), 0);
     o = stats_json();
     json_object_foreach(o, key, v) {
@@ -232,6 +314,10 @@ START_TEST(stats_json_shape)
             ck_assert(json_is_string(v));
         else if (strcmp(key, "nodes") == 0)
             ck_assert_int_eq(json_array_size(v), 1);
+        else if (is_one_of(key, histogram_keys, NELEM(histogram_keys)))
+            ck_assert(json_is_integer(json_object_get(v, "count")));
+        else if (strcmp(key, "process") == 0)
+            ck_assert_int_eq(json_object_size(v), NELEM(process_keys));
         else if (strcmp(key, "acquisitions") != 0)
             ck_assert_msg(json_is_integer(v), "%s not an integer", key);
         i++;
@@ -242,14 +328,22 @@ START_TEST(stats_json_shape)
     for (i = 0; i < NELEM(acquisition_keys); i++)
         ck_assert(json_is_integer(json_object_get(v, acquisition_keys[i])));
     ck_assert_int_eq(json_integer_value(json_object_get(v, "busy")), 7);
-    ck_assert_int_eq(json_integer_value(json_object_get(o, "commands")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "commands")), 6);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "errors")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "wakeups_retry")),
+                     2);
     ck_assert_int_eq(json_integer_value(json_object_get(o, "nodes_voting")), 1);
+    v = json_object_get(o, "process");
+    for (i = 0; i < NELEM(process_keys); i++)
+        ck_assert_msg(json_is_integer(json_object_get(v, process_keys[i])),
+                      "process %s not an integer", process_keys[i]);
     json_decref(o);
 }
 END_TEST
 
-/* The daemon's codec in Prometheus: the split result families keep their
- * names, node rows carry the node label, MS gauges become seconds. */
+/* The daemon's codec in Prometheus: one family per row with its label,
+ * node rows carry the node label, MS values become seconds, and the
+ * process's families have their standard names. */
 START_TEST(daemon_prometheus)
 {
     uint64_t busy = 7;
@@ -258,16 +352,39 @@ START_TEST(daemon_prometheus)
     const char *text;
 
     stats.connections_total = 2;
+    stats.commands = 1;
+    stats_count_command(PROTO_CMD_LOCK);
+    stats_count_command(PROTO_CMD_LOCK);
+    stats_count_command((enum proto_cmd)999);
+    stats_count_error(PROTO_ERR_BUSY);
     stats_provider_add(provide, &busy);
     stats_collect(&v);
     metrics_format(&b, &v);
     stats_values_deinit(&v);
     text = sbuf_cstr(&b);
     ck_assert_msg(strstr(text,
-        "# HELP redlockd_acquisitions_busy_total LOCK requests answered "
-        "ERR BUSY (held elsewhere, no wait).\n"
-        "# TYPE redlockd_acquisitions_busy_total counter\n"
-        "redlockd_acquisitions_busy_total 7\n"), "got:\n%s", text);
+        "# TYPE redlockd_acquisitions_total counter\n"
+        "redlockd_acquisitions_total{result=\"ok\"} 0\n"
+        "redlockd_acquisitions_total{result=\"busy\"} 7\n"
+        "redlockd_acquisitions_total{result=\"timeout\"} 0\n"
+        "redlockd_acquisitions_total{result=\"unavailable\"} 0\n"),
+        "got:\n%s", text);
+    ck_assert_msg(strstr(text,
+        "# TYPE redlockd_wakeups_total counter\n"
+        "redlockd_wakeups_total{cause=\"notified\"} 0\n"
+        "redlockd_wakeups_total{cause=\"retry\"} 2\n"), "got:\n%s", text);
+    ck_assert_msg(strstr(text,
+        "# TYPE redlockd_commands_total counter\n"
+        "redlockd_commands_total{command=\"other\"} 2\n"
+        "redlockd_commands_total{command=\"PING\"} 0\n"), "got:\n%s", text);
+    ck_assert_msg(strstr(text,
+        "\nredlockd_commands_total{command=\"LOCK\"} 2\n"), "got:\n%s", text);
+    ck_assert_msg(strstr(text,
+        "\nredlockd_commands_total{command=\"QUIT\"} 0\n"), "got:\n%s", text);
+    ck_assert_msg(strstr(text,
+        "\nredlockd_errors_total{code=\"BUSY\"} 1\n"), "got:\n%s", text);
+    ck_assert_msg(strstr(text,
+        "\nredlockd_errors_total{code=\"SHUTDOWN\"} 0\n"), "got:\n%s", text);
     ck_assert_msg(strstr(text, "\nredlockd_connections_total 2\n"),
                   "got:\n%s", text);
     ck_assert_msg(strstr(text, "\nredlockd_node_requests_total"
@@ -276,9 +393,92 @@ START_TEST(daemon_prometheus)
     ck_assert_msg(strstr(text, "\nredlockd_node_latency_seconds"
                          "{node=\"127.0.0.1:6379\"} 0.00025\n"),
                   "got:\n%s", text);
+    ck_assert_msg(strstr(text,
+        "# TYPE redlockd_node_request_seconds histogram\n"
+        "redlockd_node_request_seconds_bucket"
+        "{node=\"127.0.0.1:6379\",le=\"0.0001\"} 0\n"
+        "redlockd_node_request_seconds_bucket"
+        "{node=\"127.0.0.1:6379\",le=\"0.00025\"} 0\n"
+        "redlockd_node_request_seconds_bucket"
+        "{node=\"127.0.0.1:6379\",le=\"0.0005\"} 1\n"), "got:\n%s", text);
+    ck_assert_msg(strstr(text, "# TYPE redlockd_acquire_seconds histogram\n"
+                         "redlockd_acquire_seconds_bucket{le=\"0.0001\"} 0\n"),
+                  "got:\n%s", text);
+    ck_assert_msg(strstr(text, "# TYPE redlockd_hold_seconds histogram\n"
+                         "redlockd_hold_seconds_bucket{le=\"0.001\"} 0\n"),
+                  "got:\n%s", text);
+    ck_assert_msg(strstr(text, "\n# TYPE process_cpu_seconds_total counter\n"
+                         "process_cpu_seconds_total "), "got:\n%s", text);
+    ck_assert_msg(strstr(text, "\n# TYPE process_start_time_seconds gauge\n"
+                         "process_start_time_seconds "), "got:\n%s", text);
+    ck_assert_msg(strstr(text, "\nprocess_resident_memory_bytes "),
+                  "got:\n%s", text);
+    ck_assert_msg(strstr(text, "\nprocess_open_fds "), "got:\n%s", text);
     ck_assert_msg(!strstr(text, "rejoin_in"), "got:\n%s", text);
     ck_assert_msg(!strstr(text, "untyped"), "got:\n%s", text);
+    ck_assert_msg(!strstr(text, "acquisitions_ok"), "got:\n%s", text);
     sbuf_deinit(&b);
+}
+END_TEST
+
+/* The observation points fill the codec's histograms: a LOCK without a
+ * wait counts in acquire_seconds, one with a wait in wait_seconds; hold
+ * times and per-node reply times have their own. */
+START_TEST(observation_points)
+{
+    const struct stats_hist *h;
+    struct stats_values v;
+
+    ck_assert_ptr_null(stats_node_request_hist(0));
+    stats_observe_lock(false, 0.0004);
+    stats_observe_lock(true, 12);
+    stats_observe_lock(true, -1);           /* a clock step: 0 */
+    stats_observe_hold(90);
+    stats_observe_node_request(2, 0.002);
+    stats_observe_node_request(-1, 0.002);  /* ignored */
+    stats_collect(&v);
+    ck_assert_uint_eq(v.acquire_seconds.count, 1);
+    ck_assert(v.acquire_seconds.sum == 0.0004);
+    ck_assert_uint_eq(v.acquire_seconds.in[2], 1);      /* le 0.0005 */
+    ck_assert_uint_eq(v.wait_seconds.count, 2);
+    ck_assert(v.wait_seconds.sum == 12);
+    ck_assert_uint_eq(v.wait_seconds.in[0], 1);         /* the 0 */
+    ck_assert_uint_eq(v.wait_seconds.in[8], 1);         /* le 30 */
+    ck_assert_uint_eq(v.hold_seconds.in[10], 1);        /* le 300 */
+    stats_values_deinit(&v);
+    ck_assert_ptr_null(stats_node_request_hist(3));
+    ck_assert_uint_eq(stats_node_request_hist(0)->count, 0);
+    h = stats_node_request_hist(2);
+    ck_assert(h && h->count == 1 && h->in[4] == 1);     /* le 0.0025 */
+    stats_init();
+    ck_assert_ptr_null(stats_node_request_hist(2));
+}
+END_TEST
+
+/* The process's numbers are this process's, and plausible. */
+START_TEST(process_numbers)
+{
+    struct stats_values v;
+    struct timespec now;
+    double now_ms;
+    int fd = dup(0);
+
+    clock_gettime(CLOCK_REALTIME, &now);
+    now_ms = (double)now.tv_sec * 1000;
+    stats_collect(&v);
+    ck_assert_msg(v.process.start_time_ms <= now_ms + 1000 &&
+                  v.process.start_time_ms > now_ms - 86400000.0,
+                  "start %f, now %f", v.process.start_time_ms, now_ms);
+    ck_assert(v.process.resident_memory_bytes > 1024 * 1024);
+    ck_assert(v.process.virtual_memory_bytes >= v.process.resident_memory_bytes);
+    ck_assert_msg(v.process.open_fds >= 4 && v.process.open_fds < 1000,
+                  "open fds %f", v.process.open_fds);
+    ck_assert(v.process.max_fds >= v.process.open_fds || isnan(v.process.max_fds));
+    stats_values_deinit(&v);
+    close(fd);
+    stats_collect(&v);
+    ck_assert(v.process.open_fds >= 3);
+    stats_values_deinit(&v);
 }
 END_TEST
 
@@ -326,6 +526,120 @@ START_TEST(providers_bounded_and_reset)
 }
 END_TEST
 
+/* ---- the metrics request reader ---------------------------------------- */
+
+struct reader_case {
+    const char *in;
+    enum metrics_answer answer;
+    bool head;
+};
+
+static const struct reader_case reader_cases[] = {
+    { "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", METRICS_ANSWER_METRICS, false },
+    { "HEAD /metrics HTTP/1.1\r\n\r\n", METRICS_ANSWER_METRICS, true },
+    { "GET /healthz?probe=1 HTTP/1.0\n\n", METRICS_ANSWER_HEALTHZ, false },
+    { "HEAD /healthz#x HTTP/1.0\r\n\r\n", METRICS_ANSWER_HEALTHZ, true },
+    { "GET http://h:1/metrics HTTP/1.1\r\n\r\n", METRICS_ANSWER_METRICS, false },
+    { "\r\nGET /metrics HTTP/1.1\r\n\r\n", METRICS_ANSWER_METRICS, false },
+    { "GET /metrics/ HTTP/1.1\r\n\r\n", METRICS_ANSWER_NOT_FOUND, false },
+    { "GET /METRICS HTTP/1.1\r\n\r\n", METRICS_ANSWER_NOT_FOUND, false },
+    { "HEAD / HTTP/1.1\r\n\r\n", METRICS_ANSWER_NOT_FOUND, true },
+    { "POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+      METRICS_ANSWER_BAD_METHOD, false },
+    { "OPTIONS /metrics HTTP/1.1\r\n\r\n", METRICS_ANSWER_BAD_METHOD, false },
+    { "GET /metrics HTTP/2.0\r\n\r\n", METRICS_ANSWER_BAD_REQUEST, false },
+    { "GET /metrics\r\n\r\n", METRICS_ANSWER_BAD_REQUEST, false },
+    { "GET metrics HTTP/1.1\r\n\r\n", METRICS_ANSWER_BAD_REQUEST, false },
+    { "FROB /metrics HTTP/1.1\r\n\r\n", METRICS_ANSWER_BAD_REQUEST, false },
+    { "hello there\r\n\r\n", METRICS_ANSWER_BAD_REQUEST, false },
+    { "GET /metrics HTTP/1.1\r\nbad header\r\n\r\n",
+      METRICS_ANSWER_BAD_REQUEST, false },
+    { "GET /metrics HTTP/1.1\r\nHost: x\r\n", METRICS_ANSWER_NONE, false },
+    { "", METRICS_ANSWER_NONE, false },
+};
+
+/* Fed at once and fed byte by byte, a head reads the same. */
+START_TEST(reader_table)
+{
+    for (size_t i = 0; i < NELEM(reader_cases); i++) {
+        const struct reader_case *c = &reader_cases[i];
+        size_t len = strlen(c->in);
+        struct metrics_request *whole = malloc(sizeof(*whole));
+        struct metrics_request *bytes = malloc(sizeof(*bytes));
+
+        ck_assert(whole && bytes);
+        metrics_request_init(whole);
+        metrics_request_init(bytes);
+        metrics_request_feed(whole, c->in, len);
+        for (size_t k = 0; k < len; k++)
+            metrics_request_feed(bytes, c->in + k, 1);
+        ck_assert_msg(whole->answer == c->answer, "case %zu: answer %d, "
+                      "want %d", i, whole->answer, c->answer);
+        ck_assert_msg(bytes->answer == c->answer, "case %zu byte by byte: "
+                      "answer %d, want %d", i, bytes->answer, c->answer);
+        ck_assert_msg(metrics_request_is_head(whole) == c->head,
+                      "case %zu: HEAD", i);
+        ck_assert_msg(whole->head_len == bytes->head_len,
+                      "case %zu: head %zu vs %zu bytes", i, whole->head_len,
+                      bytes->head_len);
+        free(whole);
+        free(bytes);
+    }
+}
+END_TEST
+
+/* A head of exactly METRICS_HEAD_MAX bytes is read; one byte more is 431,
+ * and nothing past the limit is taken. */
+START_TEST(reader_head_limit)
+{
+    static const char line[] = "GET /healthz HTTP/1.1\r\nX: ";
+    char *buf = malloc(METRICS_HEAD_MAX + 64);
+    struct metrics_request *r = malloc(sizeof(*r));
+    size_t n;
+
+    ck_assert(buf && r);
+    for (size_t extra = 0; extra <= 1; extra++) {
+        size_t total = METRICS_HEAD_MAX + extra;
+
+        memcpy(buf, line, sizeof(line) - 1);
+        memset(buf + sizeof(line) - 1, 'a', total - (sizeof(line) - 1) - 4);
+        memcpy(buf + total - 4, "\r\n\r\n", 4);
+        metrics_request_init(r);
+        n = metrics_request_feed(r, buf, total);
+        ck_assert_msg(r->answer == (extra ? METRICS_ANSWER_TOO_LARGE
+                                          : METRICS_ANSWER_HEALTHZ),
+                      "%zu-byte head: answer %d", total, r->answer);
+        ck_assert_uint_le(n, METRICS_HEAD_MAX);
+        ck_assert_uint_eq(metrics_request_feed(r, "\r\n", 2), 0);
+    }
+    free(r);
+    free(buf);
+}
+END_TEST
+
+/* HEAD keeps the headers, Content-Length too, and drops the body. */
+START_TEST(response_head_only)
+{
+    struct sbuf get = SBUF_INIT, head = SBUF_INIT;
+    const char *g, *h;
+
+    metrics_format_response(&get, "200 OK", "text/plain", "X: y\r\n",
+                            "body\n", 5, false);
+    metrics_format_response(&head, "200 OK", "text/plain", "X: y\r\n",
+                            "body\n", 5, true);
+    g = sbuf_cstr(&get);
+    h = sbuf_cstr(&head);
+    ck_assert_str_eq(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                     "Content-Length: 5\r\nCache-Control: no-store\r\n"
+                     "X: y\r\nConnection: close\r\n\r\n");
+    ck_assert_uint_eq(strlen(g), strlen(h) + 5);
+    ck_assert(strncmp(g, h, strlen(h)) == 0);
+    ck_assert_str_eq(g + strlen(h), "body\n");
+    sbuf_deinit(&get);
+    sbuf_deinit(&head);
+}
+END_TEST
+
 static Suite *stats_suite(void)
 {
     Suite *s = suite_create("stats");
@@ -336,10 +650,18 @@ static Suite *stats_suite(void)
     tcase_add_test(tc, prometheus_instance_label);
     tcase_add_test(tc, histogram_buckets);
     tcase_add_test(tc, json_labelled_and_histogram);
+    tcase_add_test(tc, json_read_back);
     tcase_add_test(tc, stats_json_shape);
     tcase_add_test(tc, daemon_prometheus);
+    tcase_add_test(tc, observation_points);
+    tcase_add_test(tc, process_numbers);
     tcase_add_test(tc, read_json_by_codec_keys);
     tcase_add_test(tc, providers_bounded_and_reset);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("reader");
+    tcase_add_test(tc, reader_table);
+    tcase_add_test(tc, reader_head_limit);
+    tcase_add_test(tc, response_head_only);
     suite_add_tcase(s, tc);
     return s;
 }
