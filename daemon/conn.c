@@ -404,7 +404,7 @@ void conn_err(struct session *s, enum proto_err code, const char *msg)
 {
     struct sbuf *b = conn_out(s);
 
-    stats.errors++;
+    stats_count_error(code);
     if (b)
         proto_format_err(b, code, msg);
 }

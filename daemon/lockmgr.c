@@ -232,6 +232,13 @@ static void leave(void)
 
 /* ---- set-up ------------------------------------------------------------ */
 
+static lockmgr_hold_fn *hold_observer;     /* outside M: init keeps it */
+
+void lockmgr_set_hold_observer(lockmgr_hold_fn *fn)
+{
+    hold_observer = fn;
+}
+
 void lockmgr_init(const struct conf *conf, const struct redlock_ops *rl)
 {
     memset(&M, 0, sizeof(M));
@@ -513,6 +520,8 @@ static void lease_end(struct lease *l)
     timer_stop(&l->deadline);
     l->gone = true;
     M.held--;
+    if (hold_observer)
+        hold_observer(timer_now() - l->acquired_at);
     if (x) {
         l->queued = NULL;
         extend_answer(x, PROTO_ERR_LOST, 0);

@@ -138,6 +138,11 @@ json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o);
 /* A release notification for a Redis key (pub/sub). */
 void lockmgr_on_release(const char *key, size_t len);
 
+/* Told each time a lease stops being held, with how long it was held.
+ * Kept across lockmgr_init; NULL for none. */
+typedef void lockmgr_hold_fn(uint64_t held_ms);
+void lockmgr_set_hold_observer(lockmgr_hold_fn *fn);
+
 const char *lockmgr_lost_reason_name(enum lockmgr_lost_reason r);
 const struct lockmgr_counters *lockmgr_counters(void);
 size_t lockmgr_held_count(void);

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "mem.h"
 #include "redis_uv.h"
+#include "stats.h"
 #include "timer.h"
 
 #define POOL_BACKOFF_MIN_MS 100
@@ -302,6 +303,7 @@ static void pool_node_note_latency(struct pool_node *n, uint64_t sent_ns)
     n->st.latency_ms = n->st.latency_ms == 0 ? ms : n->st.latency_ms * 0.9 + ms * 0.1;
     if (ms > n->st.latency_max_ms)
         n->st.latency_max_ms = ms;
+    stats_observe_node_request(n->idx, ms / 1000);
 }
 
 static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)

@@ -412,6 +412,8 @@ static void cmd_lock(struct session *s, const struct proto_request *r)
     }
     session_take_lost(s, r->arg, r->arg_len);
     s->busy = true;
+    s->lock_started_ns = uv_hrtime();
+    s->lock_waited = wait > 0;
     lockmgr_lock(&s->owner, r->arg, r->arg_len, ttl, wait, r->renew);
 }
 
@@ -551,7 +553,7 @@ static void session_execute(struct session *s, struct line *ln)
                                              &r, &err);
     if (st == PROTO_PARSE_EMPTY)
         return;
-    stats.commands++;
+    stats_count_command(r.cmd);
     if (st == PROTO_PARSE_ERROR) {
         conn_err(s, err.code, err.msg);
         return;
@@ -638,6 +640,8 @@ static void owner_locked(struct lockmgr_owner *o,
 {
     struct session *s = owner_session(o);
 
+    stats_observe_lock(s->lock_waited,
+                       (double)(uv_hrtime() - s->lock_started_ns) / 1e9);
     if (s->closing)
         return;
     if (!g) {

@@ -69,6 +69,8 @@ struct session {
     size_t qlen;
     struct line *cur;       /* the request being served asynchronously */
     bool busy;              /* cur is waiting for an async answer */
+    uint64_t lock_started_ns;   /* uv_hrtime() of the LOCK in cur */
+    bool lock_waited;           /* that LOCK allowed a wait */
     bool in_process;        /* guards session_process re-entry */
 
     /* ---- session state ---- */

@@ -223,7 +223,7 @@ void stats_count_command(enum proto_cmd cmd)
     size_t k = (int)cmd > PROTO_CMD_NONE && cmd < PROTO_CMD_COUNT
                ? (size_t)cmd : PROTO_CMD_NONE;
 
-    stats.commands_cells[k]++;
+    stats.commands[k]++;
 }
 
 void stats_count_error(enum proto_err code)
@@ -231,7 +231,7 @@ void stats_count_error(enum proto_err code)
     size_t k = (int)code > PROTO_ERR_NONE && code < PROTO_ERR_COUNT
                ? (size_t)code : PROTO_ERR_NONE;
 
-    stats.errors_cells[k]++;
+    stats.errors[k]++;
 }
 
 /* The bucket sets here are the rows' dims in STATS_CODEC. */

@@ -179,10 +179,10 @@ struct stats_labels {
 #define STATS_CELLS_CAUSE(type, field) type field[STATS_CAUSE_N];
 #define STATS_LABELS_CAUSE (&stats_labels_cause)
 #define STATS_BUCKETS_CAUSE NULL
-#define STATS_CELLS_COMMAND(type, field) STATS_CELLS_LEGACY(type, field, STATS_COMMAND_N)
+#define STATS_CELLS_COMMAND(type, field) type field[STATS_COMMAND_N];
 #define STATS_LABELS_COMMAND (&stats_labels_command)
 #define STATS_BUCKETS_COMMAND NULL
-#define STATS_CELLS_ERROR(type, field) STATS_CELLS_LEGACY(type, field, STATS_ERROR_N)
+#define STATS_CELLS_ERROR(type, field) type field[STATS_ERROR_N];
 #define STATS_LABELS_ERROR (&stats_labels_error)
 #define STATS_BUCKETS_ERROR NULL
 #define STATS_CELLS_LATENCY(type, field) type field;
@@ -191,19 +191,6 @@ struct stats_labels {
 #define STATS_CELLS_DURATION(type, field) type field;
 #define STATS_LABELS_DURATION NULL
 #define STATS_BUCKETS_DURATION (&stats_buckets_duration)
-
-/*
- * Transitional: session.c and conn.c still count `stats.commands++` and
- * `stats.errors++`. The scalar shares its place with cell 0, "other", so
- * those counts stay in the STATS totals until the two call
- * stats_count_command and stats_count_error; then the union goes and
- * STATS_CELLS_COMMAND/ERROR become plain arrays like RESULT's.
- */
-#define STATS_CELLS_LEGACY(type, field, n)                                   \
-    union {                                                                  \
-        type field;                                                          \
-        type field##_cells[n];                                               \
-    };
 
 /* The most buckets any bucket set has, +Inf included. */
 #define STATS_HIST_MAX 20

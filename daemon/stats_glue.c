@@ -78,6 +78,7 @@ void stats_glue_lease_ended(uint64_t held_ms)
 
 int stats_glue_register(void)
 {
+    lockmgr_set_hold_observer(stats_glue_lease_ended);
     if (stats_provider_add(glue_lockmgr, NULL) != 0 ||
         stats_provider_add(glue_sessions, NULL) != 0 ||
         stats_provider_add(glue_nodes, NULL) != 0)

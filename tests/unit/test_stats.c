@@ -301,7 +301,7 @@ START_TEST(stats_json_shape)
     const char *key;
     size_t i = 0;
 
-    stats.commands = 5;     /* as session.c counts today: cell "other" */
+    stats.commands[PROTO_CMD_NONE] = 5;
     stats_count_command(PROTO_CMD_LOCK);
     stats_count_error(PROTO_ERR_BUSY);
     stats_count_error(PROTO_ERR_LOST);
@@ -352,7 +352,7 @@ START_TEST(daemon_prometheus)
     const char *text;
 
     stats.connections_total = 2;
-    stats.commands = 1;
+    stats.commands[PROTO_CMD_NONE] = 1;
     stats_count_command(PROTO_CMD_LOCK);
     stats_count_command(PROTO_CMD_LOCK);
     stats_count_command((enum proto_cmd)999);
