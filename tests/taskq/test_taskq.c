@@ -225,7 +225,7 @@ static void http_get(int port, const char *path, char *buf, size_t size)
 START_TEST(test_queue)
 {
     static char out[65536], runs[1 << 21];
-    char *push[GOOD + 8], *work[40], line[256];
+    char *push[GOOD + 8], *work[40], line[256], script[400];
     int slow_idx = 5, flaky_idx = 7, helper_idx = 9, fd_idx = 11;
     char payloads[GOOD][16];
     uint64_t t0 = h_now_ms();
@@ -296,10 +296,13 @@ START_TEST(test_queue)
     work[np++] = "1000";
     work[np++] = "--";
     work[np++] = "/bin/sh";
-    work[np++] = (char *)tmp_path("task.sh");
+    /* A copy: tmp_path's buffers rotate. */
+    snprintf(script, sizeof(script), "%s", tmp_path("task.sh"));
+    work[np++] = script;
     work[np] = NULL;
     for (int i = 0; i < WORKERS; i++)
-        W[i] = spawn(work, tmp_path("workers.log"));
+        W[i] = spawn(work, getenv("TASKQ_TEST_LOG") ? getenv("TASKQ_TEST_LOG")
+                                                    : tmp_path("workers.log"));
 
     /* The slow task's first run: find its worker and kill it. */
     while ((f = fopen(tmp_path("slow.started"), "r")) == NULL) {
