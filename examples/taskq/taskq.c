@@ -729,8 +729,13 @@ static int cmd_work(struct cfg *c)
             recover(c);
             last_recover = mono_ms();
         }
-        if (redlockd_ping(lk) < 0)
-            die(EXIT_UNAVAILABLE, "redlockd: %s", redlockd_last_error(lk)->msg);
+        if (redlockd_ping(lk) < 0) {
+            /* Lost the session (a lease ran out, the daemon restarted):
+             * start a new one, or exit when the daemon is not there. */
+            logmsg(c, "redlockd: %s; reconnecting", redlockd_last_error(lk)->msg);
+            redlockd_close(lk);
+            lk_connect(c);
+        }
         snprintf(tmo, sizeof(tmo), "%.3f", c->poll_ms / 1000.0);
         r = rcmd("BLMOVE %s %s RIGHT LEFT %s", key(c, "pending"),
                  key(c, "processing"), tmo);

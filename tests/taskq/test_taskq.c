@@ -128,6 +128,11 @@ static void write_script(void)
           "flaky) if [ \"$TASKQ_ATTEMPT\" -lt 3 ]; then exit 1; fi ;;\n"
           "bad) exit 3 ;;\n"
           "helper) \"$TASKQ_BIN\" progress half way || exit 9 ;;\n"
+          "long) if [ \"$TASKQ_ATTEMPT\" = 1 ]; then\n"
+          "        echo $$ > \"$TASKQ_TEST_DIR/long.tmp\"\n"
+          "        mv \"$TASKQ_TEST_DIR/long.tmp\" \"$TASKQ_TEST_DIR/long.pid\"\n"
+          "        exec sleep 30\n"
+          "      fi ;;\n"
           "fd) echo \"via fd\" >&\"$TASKQ_PROGRESS_FD\" ;;\n"
           "esac\n"
           "echo \"done $TASKQ_ID $TASKQ_ATTEMPT $REDLOCKD_FENCE\" >> \"$log\"\n",
@@ -491,6 +496,89 @@ START_TEST(test_queue)
 }
 END_TEST
 
+/* A lease whose deadline passes unconfirmed (the daemon SIGSTOPped) stops
+ * the command before the lock's ttl is over, the task records it, and once
+ * the daemon is back the task is recovered and completed once. */
+START_TEST(test_lease_lost)
+{
+    static char out[4096];
+    char script[400], pidpath[400], *v;
+    char *push[] = { (char *)bin(), "push", "q", "--redis", RQ, "long", NULL };
+    char *work[] = { (char *)bin(), "work", "q", "--redis", RQ, "--server", S,
+                     "--ttl", "1500", "--keepalive", "0", "--claim-grace", "200",
+                     "--recover-interval", "200", "--poll", "200", "--",
+                     "/bin/sh", script, NULL };
+    uint64_t t0, stopped;
+    pid_t cmd;
+    FILE *f;
+    int st;
+
+    h_redis_start_all(R, NODES, NULL);
+    h_daemon_start(&D, R, NODES, NULL);
+    h_wait_voting(&D, NODES, h_scale(5000));
+    snprintf(S, sizeof(S), "127.0.0.1:%d", D.port);
+    snprintf(RQ, sizeof(RQ), "127.0.0.1:%d", R[0].port);
+    q = h_redis_connect(&R[0]);
+    write_script();
+    setenv("TASKQ_TEST_DIR", D.dir, 1);
+    snprintf(script, sizeof(script), "%s", tmp_path("task.sh"));
+    snprintf(pidpath, sizeof(pidpath), "%s", tmp_path("long.pid"));
+    st = h_run(push, out, sizeof(out));
+    ck_assert_msg(st == 0, "push exited %d: %s", st, out);
+    W[0] = spawn(work, getenv("TASKQ_TEST_LOG") ? getenv("TASKQ_TEST_LOG")
+                                                : tmp_path("workers.log"));
+    t0 = h_now_ms();
+    while ((f = fopen(pidpath, "r")) == NULL) {
+        ck_assert_msg(h_since(t0) < h_scale(10000), "the long task never started");
+        h_sleep_ms(20);
+    }
+    ck_assert_int_eq(fscanf(f, "%d", &cmd), 1);
+    fclose(f);
+    kill(D.pid, SIGSTOP);
+    stopped = h_now_ms();
+    /* The command goes before the 1500 ms ttl could let another daemon in. */
+    while (kill(cmd, 0) == 0) {
+        char stat[64], buf[256];
+        FILE *sf;
+
+        snprintf(stat, sizeof(stat), "/proc/%d/stat", (int)cmd);
+        sf = fopen(stat, "r");
+        if (sf) {
+            bool zombie = fgets(buf, sizeof(buf), sf) && strstr(buf, ") Z ");
+
+            fclose(sf);
+            if (zombie)
+                break;
+        }
+        if (h_since(stopped) > 1500) {
+            kill(D.pid, SIGCONT);
+            ck_abort_msg("the command still runs %lld ms after the daemon stopped",
+                         h_since(stopped));
+        }
+        h_sleep_ms(10);
+    }
+    fprintf(stderr, "test_taskq: command stopped %lld ms after the daemon\n",
+            h_since(stopped));
+    h_sleep_ms(100);
+    v = qstr("HGET %s %s", "taskq:q:task:1", "last_error");
+    kill(D.pid, SIGCONT);
+    ck_assert_msg(v && strcmp(v, "lease lost while running") == 0,
+                  "last_error %s", v);
+    free(v);
+    /* Back: the same worker reconnects, recovers the task and completes it. */
+    while (qint("HGET %s %s", "taskq:q:completions", "1") != 1) {
+        ck_assert_msg(h_since(t0) < h_scale(20000), "the long task never completed");
+        h_sleep_ms(50);
+    }
+    ck_assert_int_eq(qint("HGET %s %s", "taskq:q:task:1", "attempts"), 2);
+    kill(W[0], SIGTERM);
+    waitpid(W[0], &st, 0);
+    W[0] = 0;
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker ended with %d", st);
+    redisFree(q);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("taskq");
@@ -501,6 +589,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 150);
     tcase_add_test(tc, test_queue);
+    tcase_add_test(tc, test_lease_lost);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
