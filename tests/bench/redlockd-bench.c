@@ -5,17 +5,30 @@
  * one epoll loop in one thread, so the client costs little next to the
  * daemon it measures. Modes:
  *
- *   lock     each connection loops LOCK <prefix>:<conn>:<i> + UNLOCK; with
- *            -P N it keeps N such pairs in flight (sent back to back, the
- *            protocol runs them in order). One op = one LOCK+UNLOCK pair.
+ *   lock     each connection loops LOCK + UNLOCK; with -P N it keeps N
+ *            such pairs in flight (sent back to back, the protocol runs
+ *            them in order). One op (a "cycle") = one LOCK+UNLOCK pair. The
+ *            resource is new for every cycle (<prefix>:<conn>:<i>), or with
+ *            --fixed one per connection (<prefix>:<conn>); --multi N locks
+ *            N resources in one request, --lock-opts adds words such as
+ *            mode=shared or limit=4 to every LOCK.
  *   contend  every connection LOCKs the same resource with wait=..., and
- *            UNLOCKs as soon as it has it: measures handoffs per second and
- *            the time from one holder's UNLOCK reply to the next grant.
- *   idle     C sessions that each say HELLO and hold one renewed lock; the
- *            daemon's RSS (and CPU, and STATS renewals) before and after,
- *            then every connection is dropped and STATUS must show every
- *            lock released.
+ *            UNLOCKs as soon as it has it (or after --hold-ms): measures
+ *            handoffs per second and the time from one holder's UNLOCK
+ *            reply to the next grant on another connection. It also checks
+ *            mutual exclusion as far as a client can (see contend_granted)
+ *            and exits 4 if it saw a violation.
+ *   idle     C sessions that each say HELLO and hold L renewed locks; the
+ *            daemon's RSS before, at its peak and --after seconds after
+ *            every connection was dropped at once; CPU of the watched
+ *            processes and STATS renewals over the hold; then STATUS must
+ *            show every lock released.
  *   ping     pipelined PING: the daemon's own per-request cost, no Redis.
+ *
+ * CPU: --watch NAME=PID (repeatable; --pid adds "daemon") samples
+ * utime+stime of other processes from /proc/PID/stat at the start and the
+ * end of the measured window, and the tool's own CPU time
+ * (CLOCK_PROCESS_CPUTIME_ID) over the same window, reported as "client".
  *
  * Latencies go into log-linear histograms (64 sub-buckets per power of
  * two, about 1.6 % resolution, HDR-style), timed from the moment a request
@@ -175,6 +188,9 @@ struct bconn {
     bool lock_ok;       /* the last LOCK reply was OK (pipelined pairs) */
     uint64_t seq;       /* next resource number (lock mode) */
     uint64_t grant_no;  /* contend: number of our current grant */
+    uint64_t unlock_due;/* contend --hold-ms: when to send UNLOCK, 0 none */
+    unsigned nlocks;    /* idle: LOCK replies so far */
+    unsigned char *got; /* idle: which of the L locks were granted */
     struct pending *q;  /* ring of requests awaiting replies */
     unsigned qhead, qlen, qcap;
     char *rbuf;
@@ -187,11 +203,21 @@ enum hist_id { H_LOCK, H_UNLOCK, H_PING, H_HANDOFF, H_COUNT };
 
 struct handoff_slot {
     uint64_t grant_no;
+    unsigned conn;      /* who got the grant */
     uint64_t grant_at;
     uint64_t unlock_at; /* 0 until that holder's UNLOCK was answered */
 };
 
 enum phase { PH_SETUP, PH_RUN, PH_DRAIN, PH_HOLD };
+
+#define BENCH_MAX_WATCH 16
+
+/* A process whose CPU time is sampled at the edges of the window. */
+struct watch {
+    char name[32];
+    pid_t pid;
+    double cpu0, cpu1;  /* seconds, -1 when unreadable */
+};
 
 static struct {
     /* options */
@@ -212,6 +238,16 @@ static struct {
     bool find_pid;
     bool json;
     const char *json_file;
+    bool fixed;                 /* lock: one resource per connection */
+    unsigned multi;             /* lock: resources per LOCK (1) */
+    char lock_opts[128];        /* extra words for every LOCK */
+    unsigned hold_ms;           /* contend: time held before UNLOCK */
+    unsigned locks_per_conn;    /* idle: L */
+    double after;               /* idle: RSS this long after the drop */
+    bool strict;                /* exit 5 when the run did not complete */
+    struct watch w[BENCH_MAX_WATCH];
+    unsigned nwatch;
+    double client0, client1;    /* our own CPU over the window */
 
     /* state */
     int ep;
@@ -231,6 +267,14 @@ static struct {
     uint64_t grants;
     struct handoff_slot ho[BENCH_HANDOFF_RING];
     unsigned locked;            /* idle: LOCKs granted */
+    unsigned ndue;              /* contend: connections with unlock_due */
+    /* contend: what the client can check of mutual exclusion */
+    long cs_holder;             /* connection in its critical section, -1 */
+    uint64_t last_fence;
+    uint64_t violations, fence_violations, missing_fence;
+    /* idle: RSS sampling */
+    long rss_peak;
+    uint64_t rss_next;
 } B;
 
 static volatile sig_atomic_t interrupted;
@@ -319,6 +363,45 @@ static double proc_cpu_s(pid_t pid)
                             "%llu %llu", &ut, &st) != 2)
         return -1;
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Our own CPU time (all threads: there is one), in seconds. */
+static double self_cpu_s(void)
+{
+    struct timespec ts;
+
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return -1;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Sample every watched process and ourselves: at = 0 start, 1 end. */
+static void watch_sample(int at)
+{
+    for (unsigned i = 0; i < B.nwatch; i++) {
+        double v = proc_cpu_s(B.w[i].pid);
+
+        if (at == 0)
+            B.w[i].cpu0 = v;
+        else
+            B.w[i].cpu1 = v;
+    }
+    if (at == 0)
+        B.client0 = self_cpu_s();
+    else
+        B.client1 = self_cpu_s();
+}
+
+static void watch_add(const char *name, pid_t pid)
+{
+    if (B.nwatch == BENCH_MAX_WATCH)
+        die("at most %d --watch processes", BENCH_MAX_WATCH);
+    for (unsigned i = 0; i < B.nwatch; i++)
+        if (strcmp(B.w[i].name, name) == 0)
+            die("--watch name used twice: %s", name);
+    snprintf(B.w[B.nwatch].name, sizeof(B.w[B.nwatch].name), "%s", name);
+    B.w[B.nwatch].pid = pid;
+    B.nwatch++;
 }
 
 /* The socket inode of the listener for the -s address, from /proc/net. */
@@ -513,6 +596,8 @@ static void conn_arm(struct bconn *c, bool out)
     epoll_ctl(B.ep, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
+static void contend_left(struct bconn *c);
+
 static void conn_close(struct bconn *c)
 {
     if (c->state == CS_CLOSED || c->state == CS_NEW)
@@ -525,6 +610,9 @@ static void conn_close(struct bconn *c)
         B.ready--;
     if (c->holding)
         B.holders--;
+    c->holding = false;
+    if (B.mode == MODE_CONTEND)
+        contend_left(c);
     close(c->fd);
     c->fd = -1;
     c->state = CS_CLOSED;
@@ -568,8 +656,8 @@ static void conn_send(struct bconn *c, enum req_kind kind, const char *fmt, ...)
     va_list ap;
     int n;
 
-    if (c->wcap - c->wlen < 512) {
-        c->wcap = c->wcap ? c->wcap * 2 : 1024;
+    while (c->wcap - c->wlen < 4096) {
+        c->wcap = c->wcap ? c->wcap * 2 : 8192;
         c->wbuf = xrealloc(c->wbuf, c->wcap);
     }
     va_start(ap, fmt);
@@ -628,6 +716,41 @@ static bool may_generate(void)
            (B.nops == 0 || B.ops_started < B.nops);
 }
 
+/* The resource names of one lock-mode cycle, space-separated. */
+static const char *lock_names(const struct bconn *c, uint64_t seq)
+{
+    static char buf[2048];
+    char base[160];
+    size_t off = 0;
+
+    if (B.fixed)
+        snprintf(base, sizeof(base), "%s:%u", B.prefix, c->idx);
+    else
+        snprintf(base, sizeof(base), "%s:%u:%" PRIu64, B.prefix, c->idx, seq);
+    if (B.multi <= 1)
+        return strcpy(buf, base);
+    for (unsigned k = 0; k < B.multi; k++) {
+        int n = snprintf(buf + off, sizeof(buf) - off, "%s%s/%u",
+                         k ? " " : "", base, k);
+
+        if (n < 0 || (size_t)n >= sizeof(buf) - off)
+            die("--multi %u: request line too long", B.multi);
+        off += (size_t)n;
+    }
+    return buf;
+}
+
+static void send_lock(struct bconn *c, uint64_t seq)
+{
+    conn_send(c, REQ_LOCK, "LOCK %s ttl=%u%s%s\n", lock_names(c, seq), B.ttl,
+              B.lock_opts[0] ? " " : "", B.lock_opts);
+}
+
+static void send_unlock(struct bconn *c, uint64_t seq)
+{
+    conn_send(c, REQ_UNLOCK, "UNLOCK %s\n", lock_names(c, seq));
+}
+
 static void fill_lock(struct bconn *c)
 {
     if (B.pipeline <= 1) {
@@ -635,11 +758,9 @@ static void fill_lock(struct bconn *c)
         if (c->qlen > 0)
             return;
         if (c->holding) {
-            conn_send(c, REQ_UNLOCK, "UNLOCK %s:%u:%" PRIu64 "\n", B.prefix,
-                      c->idx, c->seq - 1);
+            send_unlock(c, c->seq - 1);
         } else if (may_generate()) {
-            conn_send(c, REQ_LOCK, "LOCK %s:%u:%" PRIu64 " ttl=%u\n", B.prefix,
-                      c->idx, c->seq, B.ttl);
+            send_lock(c, c->seq);
             c->seq++;
             B.ops_started++;
         }
@@ -648,10 +769,8 @@ static void fill_lock(struct bconn *c)
     /* Pairs back to back: the daemon runs a connection's requests in
      * order, so each UNLOCK finds its LOCK done. */
     while (c->qlen + 2 <= 2 * B.pipeline && may_generate()) {
-        conn_send(c, REQ_LOCK, "LOCK %s:%u:%" PRIu64 " ttl=%u\n", B.prefix,
-                  c->idx, c->seq, B.ttl);
-        conn_send(c, REQ_UNLOCK, "UNLOCK %s:%u:%" PRIu64 "\n", B.prefix,
-                  c->idx, c->seq);
+        send_lock(c, c->seq);
+        send_unlock(c, c->seq);
         c->seq++;
         B.ops_started++;
     }
@@ -661,9 +780,19 @@ static void fill_contend(struct bconn *c)
 {
     if (c->qlen > 0)
         return;
-    if (c->holding)
+    if (c->holding) {
+        if (c->unlock_due != 0) {
+            if (now_ns() < c->unlock_due)
+                return;
+            c->unlock_due = 0;
+            B.ndue--;
+        }
+        /* Out of the critical section from the moment UNLOCK is sent:
+         * the daemon can hand the lock on only after it has read it. */
+        if (B.cs_holder == (long)c->idx)
+            B.cs_holder = -1;
         conn_send(c, REQ_UNLOCK, "UNLOCK %s:hot\n", B.prefix);
-    else if (may_generate()) {
+    } else if (may_generate()) {
         conn_send(c, REQ_LOCK, "LOCK %s:hot ttl=%u wait=%u\n", B.prefix,
                   B.ttl, B.wait);
         B.ops_started++;
@@ -726,22 +855,77 @@ static void count_error(const char *line)
 
 /* Grant k+1 follows the UNLOCK reply of grant k; whichever of the two is
  * seen second closes the pair. Both can arrive in one epoll batch, in
- * either order, so a negative gap counts as 0. */
-static void handoff_record(uint64_t unlock_at, uint64_t grant_at)
+ * either order, so a negative gap counts as 0. Only a handoff to another
+ * connection counts: a connection that gets the lock back (the only one,
+ * or the next in line being itself) measures its own round trip. */
+static void handoff_record(const struct handoff_slot *from,
+                           const struct handoff_slot *to)
 {
-    hist_add(&B.h[H_HANDOFF], grant_at > unlock_at ? grant_at - unlock_at : 0);
+    if (from->conn == to->conn)
+        return;
+    hist_add(&B.h[H_HANDOFF], to->grant_at > from->unlock_at
+                              ? to->grant_at - from->unlock_at : 0);
 }
 
-static void contend_granted(struct bconn *c, uint64_t now)
+/* The value of key=NUMBER in a reply line, or false. */
+static bool reply_u64(const char *line, const char *key, uint64_t *out)
 {
-    uint64_t k = B.grants++;
+    size_t kl = strlen(key);
+
+    for (const char *p = line; (p = strstr(p, key)) != NULL; p += kl) {
+        if ((p == line || p[-1] == ' ') && p[kl] == '=' &&
+            isdigit((unsigned char)p[kl + 1])) {
+            *out = strtoull(p + kl + 1, NULL, 10);
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * Mutual exclusion, as far as one client can see it. A connection is in
+ * its critical section from reading its grant to sending its UNLOCK (or
+ * reading EVENT LOST). A correct daemon can grant the next waiter only
+ * after it has read that UNLOCK, so a grant read while another connection
+ * is still inside is a violation, whatever the timing. And grants of one
+ * resource are read in the order they were made, so their fences must
+ * strictly increase. --hold-ms widens the critical section so that an
+ * overlap has time to show.
+ */
+static void contend_granted(struct bconn *c, const char *line, uint64_t now)
+{
+    uint64_t k = B.grants++, fence;
     struct handoff_slot *s = &B.ho[k % BENCH_HANDOFF_RING];
     struct handoff_slot *prev = &B.ho[(k - 1) % BENCH_HANDOFF_RING];
 
-    *s = (struct handoff_slot){ .grant_no = k, .grant_at = now };
+    if (B.cs_holder >= 0 && B.cs_holder != (long)c->idx) {
+        B.violations++;
+        if (B.violations <= 3)
+            warnx("MUTUAL EXCLUSION VIOLATED: connection %u granted while "
+                  "connection %ld holds the lock: %.200s", c->idx,
+                  B.cs_holder, line);
+    }
+    B.cs_holder = (long)c->idx;
+    if (reply_u64(line, "fence", &fence)) {
+        if (fence <= B.last_fence && B.last_fence != 0) {
+            B.fence_violations++;
+            if (B.fence_violations <= 3)
+                warnx("FENCE NOT INCREASING: %" PRIu64 " after %" PRIu64,
+                      fence, B.last_fence);
+        }
+        if (fence > B.last_fence)
+            B.last_fence = fence;
+    } else {
+        B.missing_fence++;
+    }
+    if (B.hold_ms > 0) {
+        c->unlock_due = now + (uint64_t)B.hold_ms * 1000000u;
+        B.ndue++;
+    }
+    *s = (struct handoff_slot){ .grant_no = k, .conn = c->idx, .grant_at = now };
     c->grant_no = k;
     if (k > 0 && prev->grant_no == k - 1 && prev->unlock_at != 0)
-        handoff_record(prev->unlock_at, now);
+        handoff_record(prev, s);
 }
 
 static void contend_released(struct bconn *c, uint64_t now)
@@ -754,13 +938,26 @@ static void contend_released(struct bconn *c, uint64_t now)
         return;
     s->unlock_at = now;
     if (k + 1 < B.grants && next->grant_no == k + 1)
-        handoff_record(now, next->grant_at);
+        handoff_record(s, next);
 }
 
+/* The lock is gone without an UNLOCK (EVENT LOST, a dropped connection):
+ * someone else may rightly have it now. */
+static void contend_left(struct bconn *c)
+{
+    if (B.cs_holder == (long)c->idx)
+        B.cs_holder = -1;
+    if (c->unlock_due != 0) {
+        c->unlock_due = 0;
+        B.ndue--;
+    }
+}
+
+/* idle: the next of this session's L locks, one at a time. */
 static void idle_send_lock(struct bconn *c)
 {
-    conn_send(c, REQ_LOCK, "LOCK %s:idle:%u ttl=%u renew=1\n", B.prefix,
-              c->idx, B.ttl);
+    conn_send(c, REQ_LOCK, "LOCK %s:idle:%u:%u ttl=%u renew=1\n", B.prefix,
+              c->idx, c->nlocks, B.ttl);
 }
 
 static void set_holding(struct bconn *c, bool on)
@@ -798,6 +995,10 @@ static void on_reply(struct bconn *c, enum req_kind kind, const char *line,
             return;
         }
         if (B.mode == MODE_IDLE) {
+            if (!c->got)
+                c->got = calloc(B.locks_per_conn, 1);
+            if (!c->got)
+                die("out of memory");
             idle_send_lock(c);
             return;
         }
@@ -809,19 +1010,24 @@ static void on_reply(struct bconn *c, enum req_kind kind, const char *line,
         hist_add(&B.h[H_LOCK], lat);
         c->lock_ok = ok;
         if (B.mode == MODE_IDLE) {
-            c->state = CS_READY;
-            B.in_setup--;
-            B.ready++;
             if (ok) {
+                c->got[c->nlocks] = 1;
                 B.locked++;
                 set_holding(c, true);
             }
+            if (++c->nlocks < B.locks_per_conn) {
+                idle_send_lock(c);
+                return;
+            }
+            c->state = CS_READY;
+            B.in_setup--;
+            B.ready++;
             return;
         }
         if (ok && (B.mode == MODE_CONTEND || B.pipeline <= 1))
             set_holding(c, true);
         if (ok && B.mode == MODE_CONTEND)
-            contend_granted(c, now);
+            contend_granted(c, line, now);
         return;
     case REQ_UNLOCK:
         hist_add(&B.h[H_UNLOCK], lat);
@@ -847,7 +1053,10 @@ static void conn_on_line(struct bconn *c, const char *line, uint64_t now)
         B.events++;
         if (strncmp(line, "EVENT LOST", 10) == 0) {
             B.lost_events++;
-            set_holding(c, false);
+            if (B.mode == MODE_CONTEND)
+                contend_left(c);
+            if (B.mode != MODE_IDLE)
+                set_holding(c, false);
         }
         return;
     }
@@ -953,21 +1162,66 @@ static void start_more(void)
 
 typedef bool (*done_fn)(void);
 
+/* contend --hold-ms: send the UNLOCKs that are due; returns the epoll
+ * timeout (ms) until the next one, or -1 when none is pending. */
+static int fire_due(uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+
+    if (B.ndue == 0)
+        return -1;
+    for (unsigned i = 0; i < B.started; i++) {
+        struct bconn *c = &B.c[i];
+
+        if (c->unlock_due == 0 || c->state != CS_READY)
+            continue;
+        if (c->unlock_due <= now) {
+            conn_fill(c);
+            conn_flush(c);
+        } else if (c->unlock_due < next) {
+            next = c->unlock_due;
+        }
+    }
+    if (next == UINT64_MAX)
+        return -1;
+    /* Rounded up: an UNLOCK up to 1 ms late, rather than a busy loop. */
+    return (int)((next - now + 999999u) / 1000000u);
+}
+
+/* idle: the daemon's RSS, sampled every 10 ms for its peak. */
+static void rss_tick(uint64_t now)
+{
+    long kib;
+
+    if (B.mode != MODE_IDLE || B.pid <= 0 || now < B.rss_next)
+        return;
+    B.rss_next = now + 10000000u;
+    kib = proc_rss_kib(B.pid);
+    if (kib > B.rss_peak)
+        B.rss_peak = kib;
+}
+
 static void loop_until(uint64_t deadline, done_fn done)
 {
     struct epoll_event ev[512];
 
     while (!interrupted && !done()) {
         uint64_t now = now_ns();
-        int n, timeout;
+        int n, timeout, due;
 
         if (now >= deadline)
             break;
         if (B.phase == PH_SETUP)
             start_more();
+        rss_tick(now);
         timeout = (int)((deadline - now) / 1000000) + 1;
         if (timeout > 100)
             timeout = 100;
+        if (B.mode == MODE_IDLE && B.pid > 0 && timeout > 10)
+            timeout = 10;
+        due = fire_due(now);
+        if (due >= 0 && due < timeout)
+            timeout = due;
         n = epoll_wait(B.ep, ev, (int)(sizeof(ev) / sizeof(ev[0])), timeout);
         if (n < 0 && errno != EINTR)
             die("epoll_wait: %s", strerror(errno));
@@ -1125,13 +1379,15 @@ static unsigned idle_check_released(double *took_s, unsigned *rounds)
     const unsigned batch = 256;
     uint64_t t0 = now_ns();
     uint64_t deadline = t0 + sec_to_ns(BENCH_RELEASE_TIMEOUT_S);
-    unsigned *todo = xrealloc(NULL, (B.conns + 1) * sizeof(*todo));
+    const unsigned L = B.locks_per_conn;
+    unsigned *todo = xrealloc(NULL, ((size_t)B.conns * L + 1) * sizeof(*todo));
     unsigned ntodo = 0, left = 0;
     struct ctl *k = xrealloc(NULL, sizeof(*k));
 
     for (unsigned i = 0; i < B.conns; i++)
-        if (B.c[i].lock_ok)
-            todo[ntodo++] = i;
+        for (unsigned j = 0; B.c[i].got && j < L; j++)
+            if (B.c[i].got[j])
+                todo[ntodo++] = i * L + j;
     k->fd = -1;
     *rounds = 0;
     while (ntodo > 0 && now_ns() < deadline && !interrupted) {
@@ -1147,8 +1403,8 @@ static unsigned idle_check_released(double *took_s, unsigned *rounds)
             bool io_ok = true;
 
             for (unsigned i = off; i < end && io_ok; i++) {
-                int n = snprintf(req, sizeof(req), "STATUS %s:idle:%u\n",
-                                 B.prefix, todo[i]);
+                int n = snprintf(req, sizeof(req), "STATUS %s:idle:%u:%u\n",
+                                 B.prefix, todo[i] / L, todo[i] % L);
                 io_ok = ctl_write(k, req, (size_t)n);
             }
             for (unsigned i = off; i < end; i++) {
@@ -1288,6 +1544,45 @@ static double jnum(json_t *o, const char *key)
     return json_number_value(json_object_get(o, key));
 }
 
+/* CPU seconds of every watched process and of this one over the window,
+ * and (with ops > 0) microseconds per op. */
+static json_t *cpu_json(uint64_t ops, json_t **per_op)
+{
+    json_t *o = json_object();
+
+    *per_op = json_object();
+    for (unsigned i = 0; i <= B.nwatch; i++) {
+        const char *name = i < B.nwatch ? B.w[i].name : "client";
+        double a = i < B.nwatch ? B.w[i].cpu0 : B.client0;
+        double b = i < B.nwatch ? B.w[i].cpu1 : B.client1;
+
+        if (a < 0 || b < 0)
+            continue;
+        json_object_set_new(o, name, json_real(b - a));
+        if (ops > 0)
+            json_object_set_new(*per_op, name,
+                                json_real((b - a) * 1e6 / (double)ops));
+    }
+    return o;
+}
+
+static void cpu_print(FILE *f, json_t *o, const char *key, const char *what)
+{
+    json_t *m = json_object_get(o, key);
+    const char *name;
+    json_t *v;
+    bool first = true;
+
+    if (!m || json_object_size(m) == 0)
+        return;
+    fprintf(f, "  %-18s", what);
+    json_object_foreach(m, name, v) {
+        fprintf(f, "%s%s %.1f", first ? " " : ", ", name, json_number_value(v));
+        first = false;
+    }
+    fputc('\n', f);
+}
+
 static void human_throughput(FILE *f, json_t *o)
 {
     double cpu = jnum(o, "daemon_cpu_percent");
@@ -1296,8 +1591,8 @@ static void human_throughput(FILE *f, json_t *o)
             mode_names[B.mode], B.server, B.conns, B.pipeline,
             jnum(o, "elapsed_s"));
     if (B.mode == MODE_LOCK)
-        fprintf(f, "  ops (LOCK+UNLOCK): %" PRIu64 "  (%.0f ops/s)\n", B.ops,
-                jnum(o, "ops_per_s"));
+        fprintf(f, "  cycles (LOCK+UNLOCK): %" PRIu64 "  (%.0f /s)\n", B.ops,
+                jnum(o, "cycles_per_s"));
     else if (B.mode == MODE_CONTEND)
         fprintf(f, "  handoffs:          %" PRIu64 "  (%.0f grants/s)\n",
                 B.grants, jnum(o, "handoffs_per_s"));
@@ -1312,18 +1607,30 @@ static void human_throughput(FILE *f, json_t *o)
     if (cpu >= 0 && json_object_get(o, "daemon_cpu_percent"))
         fprintf(f, "  daemon pid %d: CPU %.1f%% of one core, RSS %.1f MiB\n",
                 (int)B.pid, cpu, jnum(o, "daemon_rss_kib") / 1024.0);
+    cpu_print(f, o, "cpu_us_per_cycle", "CPU us per cycle:");
+    if (B.mode == MODE_CONTEND)
+        fprintf(f, "  mutual exclusion:  %" PRIu64 " violations, %" PRIu64
+                " fences not increasing (%" PRIu64 " grants without a fence)"
+                "%s\n", B.violations, B.fence_violations, B.missing_fence,
+                B.violations + B.fence_violations ? "  ** VIOLATED **" : "");
+    fprintf(f, "  complete:          %s\n",
+            json_is_true(json_object_get(o, "complete")) ? "yes" : "NO");
 }
 
 /* lock, contend, ping: connect, run for the duration (or -n ops), drain. */
-static void run_throughput(void)
+static int run_throughput(void)
 {
     struct daemon_sample s0, s1;
     double elapsed;
-    json_t *o, *lat;
+    json_t *o, *lat, *per;
+    bool complete;
+    unsigned ready_at_start;
 
     setup_connections();
+    ready_at_start = B.ready;
     B.phase = PH_RUN;
     daemon_sample(&s0);
+    watch_sample(0);
     B.t_start = now_ns();
     for (unsigned i = 0; i < B.started; i++) {
         conn_fill(&B.c[i]);
@@ -1332,12 +1639,16 @@ static void run_throughput(void)
     }
     loop_until(B.t_start + sec_to_ns(B.duration), run_done);
     B.phase = PH_DRAIN;
-    loop_until(now_ns() + sec_to_ns(BENCH_DRAIN_GRACE_S + B.wait / 1000.0),
-               drain_done);
+    loop_until(now_ns() + sec_to_ns(BENCH_DRAIN_GRACE_S + B.wait / 1000.0 +
+                                    B.hold_ms / 1000.0), drain_done);
     B.t_end = now_ns();
+    watch_sample(1);
     daemon_sample(&s1);
     if (!drain_done())
         warnx("%" PRIu64 " replies still outstanding at the end", B.outstanding);
+    complete = !interrupted && B.ops > 0 && drain_done() &&
+               ready_at_start == B.conns && B.disconnects == 0 &&
+               B.connect_errors == 0 && B.unexpected == 0;
 
     elapsed = (double)(B.t_end - B.t_start) / 1e9;
     o = json_object();
@@ -1347,25 +1658,43 @@ static void run_throughput(void)
     json_object_set_new(o, "requests", json_integer((json_int_t)B.requests));
     json_object_set_new(o, "requests_per_s",
                         json_real((double)B.requests / elapsed));
-    if (B.mode == MODE_LOCK) {
+    if (B.mode != MODE_PING) {
         json_object_set_new(o, "ttl_ms", json_integer(B.ttl));
+        json_object_set_new(o, "cycles", json_integer((json_int_t)B.ops));
+        json_object_set_new(o, "cycles_per_s",
+                            json_real((double)B.ops / elapsed));
+        json_object_set_new(o, "cpu_s", cpu_json(B.ops, &per));
+        json_object_set_new(o, "cpu_us_per_cycle", per);
+    }
+    if (B.mode == MODE_LOCK) {
+        json_object_set_new(o, "fixed_resource", json_boolean(B.fixed));
+        json_object_set_new(o, "multi", json_integer(B.multi));
+        json_object_set_new(o, "lock_opts", json_string(B.lock_opts));
         json_object_set_new(o, "ops", json_integer((json_int_t)B.ops));
         json_object_set_new(o, "ops_per_s", json_real((double)B.ops / elapsed));
         json_object_set_new(lat, "lock", hist_json(&B.h[H_LOCK]));
         json_object_set_new(lat, "unlock", hist_json(&B.h[H_UNLOCK]));
     } else if (B.mode == MODE_CONTEND) {
         json_object_set_new(o, "wait_ms", json_integer(B.wait));
+        json_object_set_new(o, "hold_ms", json_integer(B.hold_ms));
         json_object_set_new(o, "handoffs", json_integer((json_int_t)B.grants));
         json_object_set_new(o, "handoffs_per_s",
                             json_real((double)B.grants / elapsed));
-        json_object_set_new(lat, "lock_incl_wait", hist_json(&B.h[H_LOCK]));
+        json_object_set_new(lat, "lock", hist_json(&B.h[H_LOCK]));
         json_object_set_new(lat, "unlock", hist_json(&B.h[H_UNLOCK]));
         json_object_set_new(lat, "handoff", hist_json(&B.h[H_HANDOFF]));
+        json_object_set_new(o, "mutex", json_pack("{s:I, s:I, s:I}",
+            "violations", (json_int_t)B.violations,
+            "fence_violations", (json_int_t)B.fence_violations,
+            "grants_without_fence", (json_int_t)B.missing_fence));
     } else {
         json_object_set_new(o, "pings", json_integer((json_int_t)B.ops));
         json_object_set_new(lat, "ping", hist_json(&B.h[H_PING]));
+        json_object_set_new(o, "cpu_s", cpu_json(B.ops, &per));
+        json_object_set_new(o, "cpu_us_per_ping", per);
     }
     json_object_set_new(o, "latency_ms", lat);
+    json_object_set_new(o, "complete", json_boolean(complete));
     if (B.pid > 0) {
         json_object_set_new(o, "daemon_pid", json_integer(B.pid));
         json_object_set_new(o, "daemon_cpu_percent",
@@ -1373,37 +1702,40 @@ static void run_throughput(void)
         json_object_set_new(o, "daemon_rss_kib", json_integer(s1.rss_kib));
     }
     emit(o, human_throughput);
+    if (B.violations + B.fence_violations > 0)
+        return 4;
+    if (B.strict && !complete)
+        return 5;
+    return 0;
 }
 
 static void human_idle(FILE *f, json_t *o)
 {
     json_t *rss = json_object_get(o, "daemon_rss_kib");
-    double cpu = jnum(o, "hold_cpu_percent");
+    json_t *pct = json_object_get(o, "hold_cpu_percent");
     long long renewals = (long long)jnum(o, "hold_renewals");
 
-    fprintf(f, "redlockd-bench idle: %s, %u sessions, ttl %u ms, renew=1, "
-            "held %.1f s\n", B.server, B.conns, B.ttl, jnum(o, "hold_s"));
-    fprintf(f, "  sessions with a lock: %u of %u (setup %.2f s)\n", B.locked,
-            B.conns, jnum(o, "setup_s"));
+    fprintf(f, "redlockd-bench idle: %s, %u sessions x %u locks, ttl %u ms, "
+            "renew=1, held %.1f s\n", B.server, B.conns, B.locks_per_conn,
+            B.ttl, jnum(o, "hold_s"));
+    fprintf(f, "  locks granted: %u of %u (setup %.2f s)\n", B.locked,
+            B.conns * B.locks_per_conn, jnum(o, "setup_s"));
     errors_print(f);
     hist_print(f, "LOCK", &B.h[H_LOCK]);
     if (rss) {
-        fprintf(f, "  daemon RSS: %.1f MiB before, %.1f MiB with the sessions "
-                "locked, %.1f MiB after the hold\n",
-                jnum(rss, "before") / 1024.0, jnum(rss, "locked") / 1024.0,
-                jnum(rss, "after_hold") / 1024.0);
-        fprintf(f, "  memory per session with one lock: %.0f bytes\n",
-                jnum(o, "bytes_per_session"));
+        fprintf(f, "  daemon RSS: %.1f MiB before, %.1f MiB with the locks "
+                "held, %.1f MiB at the peak, %.1f MiB %.1f s after the "
+                "drop\n", jnum(rss, "before") / 1024.0,
+                jnum(rss, "locked") / 1024.0, jnum(rss, "peak") / 1024.0,
+                jnum(rss, "after") / 1024.0, B.after);
+        fprintf(f, "  memory per lock held: %.0f bytes\n",
+                jnum(o, "bytes_per_lock"));
     }
-    if (json_object_get(o, "hold_cpu_percent"))
-        fprintf(f, "  daemon CPU while holding: %.2f%% of one core", cpu);
-    if (renewals >= 0) {
-        fprintf(f, ", %lld renewals (%.0f/s)", renewals,
+    if (pct && json_object_size(pct) > 0)
+        cpu_print(f, o, "hold_cpu_percent", "CPU % while holding:");
+    if (renewals >= 0)
+        fprintf(f, "  renewals while holding: %lld (%.0f/s)\n", renewals,
                 jnum(o, "hold_renewals_per_s"));
-        if (json_object_get(o, "cpu_us_per_renewal"))
-            fprintf(f, ", %.1f us CPU each", jnum(o, "cpu_us_per_renewal"));
-    }
-    fputc('\n', f);
     fprintf(f, "  after closing all: %u of %u locks still held after %.2f s, "
             "%u STATUS round(s)%s\n", (unsigned)jnum(o, "still_held"),
             B.locked, jnum(o, "release_check_s"),
@@ -1411,66 +1743,140 @@ static void human_idle(FILE *f, json_t *o)
             jnum(o, "still_held") == 0 ? " (all released)" : "  ** NOT RELEASED **");
 }
 
-/* idle: sessions that each hold one renewed lock, then all dropped. */
-static void run_idle(void)
+/* Reset the daemon's VmHWM (peak RSS), so that it tells this run's peak;
+ * false when the kernel does not let us. */
+static bool reset_peak_rss(void)
 {
-    struct daemon_sample s0, s1, s2;
-    long long ren1, ren2;
-    uint64_t t_setup;
-    double hold_s, took, per;
+    char path[64];
+    FILE *f;
+    bool ok;
+
+    snprintf(path, sizeof(path), "/proc/%d/clear_refs", (int)B.pid);
+    f = fopen(path, "w");
+    if (!f)
+        return false;
+    ok = fputs("5\n", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static long proc_hwm_kib(pid_t pid)
+{
+    char path[64], line[256];
+    long kib = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kib = strtol(line + 6, NULL, 10);
+    fclose(f);
+    return kib;
+}
+
+/* idle: sessions that each hold L renewed locks, then all dropped. */
+static int run_idle(void)
+{
+    struct daemon_sample s0, s1, s2, s3;
+    long long ren1, ren2, lost1, lost2;
+    uint64_t t_setup, t_drop;
+    double hold_s, took;
     unsigned still, rounds;
-    json_t *o;
+    bool hwm = false;
+    json_t *o, *pct;
 
     if (B.pid <= 0)
         warnx("no daemon pid (--pid or -p): memory and CPU are not measured");
     daemon_sample(&s0);
+    if (B.pid > 0) {
+        hwm = reset_peak_rss();
+        B.rss_peak = s0.rss_kib;
+    }
     t_setup = now_ns();
     setup_connections();
     ren1 = ctl_stat("renewals");
+    lost1 = ctl_stat("leases_lost");
     daemon_sample(&s1);
+    watch_sample(0);
     B.phase = PH_HOLD;
     loop_until(now_ns() + sec_to_ns(B.hold), never_done);
+    watch_sample(1);
     daemon_sample(&s2);
     ren2 = ctl_stat("renewals");
+    lost2 = ctl_stat("leases_lost");
     hold_s = (double)(s2.at - s1.at) / 1e9;
+
+    /* Every connection at once, then the RSS for --after seconds. */
+    t_drop = now_ns();
     for (unsigned i = 0; i < B.started; i++)
         conn_close(&B.c[i]);
+    while (!interrupted && now_ns() < t_drop + sec_to_ns(B.after)) {
+        rss_tick(now_ns());
+        usleep(2000);
+    }
+    daemon_sample(&s3);
+    if (hwm) {
+        long k = proc_hwm_kib(B.pid);
+
+        if (k > B.rss_peak)
+            B.rss_peak = k;
+    }
+    if (s3.rss_kib > B.rss_peak)
+        B.rss_peak = s3.rss_kib;
     still = idle_check_released(&took, &rounds);
 
     o = json_object();
     json_object_set_new(o, "ttl_ms", json_integer(B.ttl));
-    json_object_set_new(o, "sessions_locked", json_integer(B.locked));
+    json_object_set_new(o, "sessions", json_integer(B.conns));
+    json_object_set_new(o, "locks_per_session", json_integer(B.locks_per_conn));
+    json_object_set_new(o, "locks_granted", json_integer(B.locked));
     json_object_set_new(o, "setup_s", json_real((double)(s1.at - t_setup) / 1e9));
     json_object_set_new(o, "hold_s", json_real(hold_s));
+    json_object_set_new(o, "after_s", json_real(B.after));
     json_object_set_new(o, "latency_ms", json_pack("{s:o}", "lock",
                                                    hist_json(&B.h[H_LOCK])));
-    if (B.pid > 0 && s0.rss_kib >= 0 && s2.rss_kib >= 0) {
-        long peak = s1.rss_kib > s2.rss_kib ? s1.rss_kib : s2.rss_kib;
+    if (B.pid > 0 && s0.rss_kib >= 0 && s3.rss_kib >= 0) {
+        double per = B.locked ? (double)(s1.rss_kib - s0.rss_kib) * 1024.0 /
+                                B.locked : 0;
 
-        per = B.conns ? (double)(peak - s0.rss_kib) * 1024.0 / B.conns : 0;
         json_object_set_new(o, "daemon_pid", json_integer(B.pid));
-        json_object_set_new(o, "daemon_rss_kib", json_pack("{s:i, s:i, s:i}",
-                            "before", (int)s0.rss_kib, "locked", (int)s1.rss_kib,
-                            "after_hold", (int)s2.rss_kib));
-        json_object_set_new(o, "bytes_per_session", json_real(per));
+        json_object_set_new(o, "daemon_rss_kib", json_pack(
+            "{s:i, s:i, s:i, s:i, s:i}", "before", (int)s0.rss_kib,
+            "locked", (int)s1.rss_kib, "after_hold", (int)s2.rss_kib,
+            "peak", (int)B.rss_peak, "after", (int)s3.rss_kib));
+        json_object_set_new(o, "peak_from_vmhwm", json_boolean(hwm));
+        json_object_set_new(o, "bytes_per_lock", json_real(per));
     }
-    if (B.pid > 0 && cpu_percent(&s1, &s2) >= 0)
-        json_object_set_new(o, "hold_cpu_percent",
-                            json_real(cpu_percent(&s1, &s2)));
+    pct = json_object();
+    for (unsigned i = 0; i <= B.nwatch && hold_s > 0; i++) {
+        const char *name = i < B.nwatch ? B.w[i].name : "client";
+        double a = i < B.nwatch ? B.w[i].cpu0 : B.client0;
+        double b = i < B.nwatch ? B.w[i].cpu1 : B.client1;
+
+        if (a >= 0 && b >= 0)
+            json_object_set_new(pct, name, json_real(100.0 * (b - a) / hold_s));
+    }
+    json_object_set_new(o, "hold_cpu_percent", pct);
     if (ren1 >= 0 && ren2 >= 0) {
         json_object_set_new(o, "hold_renewals", json_integer(ren2 - ren1));
         json_object_set_new(o, "hold_renewals_per_s",
                             json_real((double)(ren2 - ren1) / hold_s));
-        if (B.pid > 0 && ren2 > ren1 && s1.cpu_s >= 0 && s2.cpu_s >= 0)
-            json_object_set_new(o, "cpu_us_per_renewal", json_real(
-                (s2.cpu_s - s1.cpu_s) * 1e6 / (double)(ren2 - ren1)));
     }
+    if (lost1 >= 0 && lost2 >= 0)
+        json_object_set_new(o, "hold_leases_lost", json_integer(lost2 - lost1));
     json_object_set_new(o, "still_held", json_integer(still));
     json_object_set_new(o, "release_check_s", json_real(took));
     json_object_set_new(o, "release_check_rounds", json_integer(rounds));
+    json_object_set_new(o, "complete", json_boolean(
+        !interrupted && still == 0 && B.locked == B.conns * B.locks_per_conn));
     emit(o, human_idle);
     if (still > 0 && !interrupted)
-        exit(3);
+        return 3;
+    if (B.strict && B.locked != B.conns * B.locks_per_conn)
+        return 5;
+    return 0;
 }
 
 /* ---- main ------------------------------------------------------------------- */
@@ -1494,15 +1900,26 @@ static void usage(FILE *f)
         "  -t, --ttl MS          lock ttl (default 30000)\n"
         "  -w, --wait MS         contend: LOCK wait= (default 5000)\n"
         "  -H, --hold SEC        idle: how long the locks are held (default 10)\n"
+        "  -L, --locks N         idle: locks per session (default 1)\n"
+        "      --after SEC       idle: RSS this long after the drop (default 2)\n"
+        "      --fixed           lock: one resource per connection, not per cycle\n"
+        "      --multi N         lock: N resources in each LOCK and UNLOCK\n"
+        "      --lock-opts STR   lock: words added to every LOCK (mode=shared)\n"
+        "      --hold-ms MS      contend: hold each grant MS before UNLOCK\n"
         "      --window N        connections being set up at once (default 32)\n"
         "      --prefix STR      resource name prefix (default bench:<pid>)\n"
         "      --pid PID         the daemon's pid, for RSS and CPU figures\n"
+        "      --watch NAME=PID  also sample the CPU time of PID (repeatable)\n"
+        "      --strict          exit 5 unless the run completed (every\n"
+        "                        connection set up, cycles done, replies\n"
+        "                        drained, no disconnect)\n"
         "  -p, --find-pid        find the daemon's pid from its listening socket\n"
         "      --json            print JSON instead of the summary\n"
         "      --json-file FILE  also write the JSON to FILE\n"
         "  -h, --help            this help\n"
         "\n"
-        "Exit status: 0 done, 1 error, 2 usage, 3 idle: locks not released.\n");
+        "Exit status: 0 done, 1 error, 2 usage, 3 idle: locks not released,\n"
+        "4 contend: mutual exclusion violated, 5 --strict: incomplete.\n");
 }
 
 static unsigned long parse_num(const char *s, const char *what, unsigned long max)
@@ -1529,7 +1946,9 @@ static double parse_secs(const char *s, const char *what)
 
 static void parse_args(int argc, char **argv)
 {
-    enum { OPT_PREFIX = 256, OPT_PID, OPT_JSON, OPT_JSON_FILE, OPT_WINDOW };
+    enum { OPT_PREFIX = 256, OPT_PID, OPT_JSON, OPT_JSON_FILE, OPT_WINDOW,
+           OPT_AFTER, OPT_FIXED, OPT_MULTI, OPT_LOCK_OPTS, OPT_HOLD_MS,
+           OPT_WATCH, OPT_STRICT };
     static const struct option opts[] = {
         { "server", required_argument, NULL, 's' },
         { "connections", required_argument, NULL, 'c' },
@@ -1540,6 +1959,14 @@ static void parse_args(int argc, char **argv)
         { "wait", required_argument, NULL, 'w' },
         { "hold", required_argument, NULL, 'H' },
         { "window", required_argument, NULL, OPT_WINDOW },
+        { "locks", required_argument, NULL, 'L' },
+        { "after", required_argument, NULL, OPT_AFTER },
+        { "fixed", no_argument, NULL, OPT_FIXED },
+        { "multi", required_argument, NULL, OPT_MULTI },
+        { "lock-opts", required_argument, NULL, OPT_LOCK_OPTS },
+        { "hold-ms", required_argument, NULL, OPT_HOLD_MS },
+        { "watch", required_argument, NULL, OPT_WATCH },
+        { "strict", no_argument, NULL, OPT_STRICT },
         { "prefix", required_argument, NULL, OPT_PREFIX },
         { "pid", required_argument, NULL, OPT_PID },
         { "find-pid", no_argument, NULL, 'p' },
@@ -1558,8 +1985,11 @@ static void parse_args(int argc, char **argv)
     B.wait = 5000;
     B.hold = 10;
     B.window = 32;
+    B.multi = 1;
+    B.locks_per_conn = 1;
+    B.after = 2;
     snprintf(B.prefix, sizeof(B.prefix), "bench:%d", (int)getpid());
-    while ((ch = getopt_long(argc, argv, "s:c:d:n:P:t:w:H:ph", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "s:c:d:n:P:t:w:H:L:ph", opts, NULL)) != -1) {
         switch (ch) {
         case 's': B.server = optarg; break;
         case 'c': conns = (long)parse_num(optarg, "connection count", 1000000); break;
@@ -1571,6 +2001,27 @@ static void parse_args(int argc, char **argv)
         case 'H': B.hold = parse_secs(optarg, "hold time"); break;
         case 'p': B.find_pid = true; break;
         case OPT_WINDOW: B.window = (unsigned)parse_num(optarg, "window", 65536); break;
+        case 'L': B.locks_per_conn = (unsigned)parse_num(optarg, "locks per session", 4096); break;
+        case OPT_AFTER: B.after = parse_secs(optarg, "--after"); break;
+        case OPT_FIXED: B.fixed = true; break;
+        case OPT_MULTI: B.multi = (unsigned)parse_num(optarg, "--multi", 256); break;
+        case OPT_LOCK_OPTS:
+            if (strlen(optarg) >= sizeof(B.lock_opts) || strpbrk(optarg, "\r\n"))
+                die("bad --lock-opts: %s", optarg);
+            snprintf(B.lock_opts, sizeof(B.lock_opts), "%s", optarg);
+            break;
+        case OPT_HOLD_MS: B.hold_ms = (unsigned)parse_num(optarg, "--hold-ms", 600000); break;
+        case OPT_WATCH: {
+            const char *eq = strchr(optarg, '=');
+            char name[32];
+
+            if (!eq || eq == optarg || (size_t)(eq - optarg) >= sizeof(name))
+                die("bad --watch (want NAME=PID): %s", optarg);
+            snprintf(name, sizeof(name), "%.*s", (int)(eq - optarg), optarg);
+            watch_add(name, (pid_t)parse_num(eq + 1, "--watch pid", INT32_MAX));
+            break;
+        }
+        case OPT_STRICT: B.strict = true; break;
         case OPT_PREFIX:
             if (strlen(optarg) == 0 || strlen(optarg) > 64 || strpbrk(optarg, " \t\r\n"))
                 die("bad prefix: %s", optarg);
@@ -1603,6 +2054,12 @@ static void parse_args(int argc, char **argv)
     B.pipeline = pipeline > 0 ? (unsigned)pipeline : B.mode == MODE_PING ? 16 : 1;
     if (B.window == 0)
         B.window = 1;
+    if (B.multi == 0)
+        B.multi = 1;
+    if (B.locks_per_conn == 0)
+        B.locks_per_conn = 1;
+    if ((uint64_t)B.conns * B.locks_per_conn > UINT32_MAX / 2)
+        die("too many locks in all");
     if (B.nops > 0 && !have_duration)
         B.duration = 300;
     parse_server(B.server);
@@ -1611,6 +2068,7 @@ static void parse_args(int argc, char **argv)
 int main(int argc, char **argv)
 {
     struct sigaction sa = { .sa_handler = on_sigint };
+    int rc;
 
     parse_args(argc, argv);
     sigaction(SIGINT, &sa, NULL);
@@ -1621,6 +2079,15 @@ int main(int argc, char **argv)
         if (B.pid == 0)
             warnx("-p: no process of ours listens on %s", B.server);
     }
+    if (B.pid > 0) {
+        bool named = false;
+
+        for (unsigned i = 0; i < B.nwatch; i++)
+            named = named || strcmp(B.w[i].name, "daemon") == 0;
+        if (!named)
+            watch_add("daemon", B.pid);
+    }
+    B.cs_holder = -1;
     raise_nofile(B.conns + 32);
     B.ep = epoll_create1(EPOLL_CLOEXEC);
     if (B.ep < 0)
@@ -1632,12 +2099,11 @@ int main(int argc, char **argv)
         B.c[i].idx = i;
         B.c[i].fd = -1;
     }
-    if (B.mode == MODE_IDLE)
-        run_idle();
-    else
-        run_throughput();
-    for (unsigned i = 0; i < B.started; i++)
+    rc = B.mode == MODE_IDLE ? run_idle() : run_throughput();
+    for (unsigned i = 0; i < B.started; i++) {
         conn_close(&B.c[i]);
+        free(B.c[i].got);
+    }
     free(B.c);
     close(B.ep);
     if (interrupted) {
@@ -1646,5 +2112,5 @@ int main(int argc, char **argv)
         signal((int)interrupted, SIG_DFL);
         raise((int)interrupted);
     }
-    return 0;
+    return rc;
 }
