@@ -24,9 +24,17 @@ enum fop { F_ACQUIRE, F_RELEASE, F_EXTEND, F_INSPECT, F_FORCE };
 
 struct fcall {
     enum fop op;
-    char key[256];
+    char key[256];          /* the (first) key */
     char token[REDLOCK_TOKEN_LEN + 1];
     uint32_t ttl;
+    /* acquire: */
+    enum redlock_mode mode;
+    int nkeys;
+    char keys[512];         /* every key, space-separated */
+    bool with_shared;       /* the shared sets were given */
+    char shared[256];       /* the first shared set */
+    /* inspect / force: */
+    uint32_t limit;
     redlock_cb cb;
     redlock_inspect_cb icb;
     void *ud;
@@ -53,10 +61,21 @@ static struct fcall *record(enum fop op, const char *key, size_t keylen,
     return c;
 }
 
-static void f_acquire(const char *key, size_t keylen, const char *token,
+static void f_acquire(const struct redlock_lock *lk, const char *token,
                       uint32_t ttl, redlock_cb cb, void *ud)
 {
-    struct fcall *c = record(F_ACQUIRE, key, keylen, token, ttl);
+    struct fcall *c = record(F_ACQUIRE, lk->keys[0], lk->lens[0], token, ttl);
+    size_t at = 0;
+
+    c->mode = lk->mode;
+    c->nkeys = lk->n;
+    for (int i = 0; i < lk->n; i++)
+        at += (size_t)snprintf(c->keys + at, sizeof(c->keys) - at, "%s%.*s",
+                               i ? " " : "", (int)lk->lens[i], lk->keys[i]);
+    c->with_shared = lk->shared != NULL;
+    if (lk->shared)
+        snprintf(c->shared, sizeof(c->shared), "%.*s",
+                 (int)lk->shared_lens[0], lk->shared[0]);
     c->cb = cb;
     c->ud = ud;
 }
@@ -77,10 +96,14 @@ static void f_extend(const char *key, size_t keylen, const char *token,
     c->ud = ud;
 }
 
-static void f_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
+static void f_inspect(const struct redlock_probe *p, redlock_inspect_cb cb,
                       void *ud)
 {
-    struct fcall *c = record(F_INSPECT, key, keylen, NULL, 0);
+    struct fcall *c = record(F_INSPECT, p->key, p->keylen, NULL, 0);
+    snprintf(c->shared, sizeof(c->shared), "%.*s", (int)p->sharedlen,
+             p->shared);
+    snprintf(c->keys, sizeof(c->keys), "%.*s", (int)p->slotslen, p->slots);
+    c->limit = p->limit;
     c->icb = cb;
     c->ud = ud;
 }
@@ -93,9 +116,10 @@ static int f_token(char out[REDLOCK_TOKEN_LEN + 1])
     return 0;
 }
 
-static void f_force(const char *key, size_t keylen, redlock_cb cb, void *ud)
+static void f_force(const struct redlock_probe *p, redlock_cb cb, void *ud)
 {
-    struct fcall *c = record(F_FORCE, key, keylen, NULL, 0);
+    struct fcall *c = record(F_FORCE, p->key, p->keylen, NULL, 0);
+    c->limit = p->limit;
     c->cb = cb;
     c->ud = ud;
 }
@@ -191,6 +215,10 @@ struct fowner {
     int64_t validity;
     uint32_t ttl;
     int nodes;
+    size_t nres;
+    enum lockmgr_mode mode;
+    uint32_t limit, slot;
+    char token[REDLOCK_TOKEN_LEN + 1];
     enum lockmgr_lost_reason why;
     json_t *status;
     /* Called from inside the ->locked callback, to test re-entry. */
@@ -220,6 +248,11 @@ static void o_locked(struct lockmgr_owner *o, const struct lockmgr_grant *g,
         f->validity = g->validity;
         f->ttl = g->ttl;
         f->err = PROTO_ERR_NONE;
+        f->nres = g->nresources;
+        f->mode = g->mode;
+        f->limit = g->limit;
+        f->slot = g->slot;
+        snprintf(f->token, sizeof(f->token), "%s", g->token);
         ck_assert_int_eq(strlen(g->token), REDLOCK_TOKEN_LEN);
     } else {
         f->nfailed++;
@@ -230,10 +263,11 @@ static void o_locked(struct lockmgr_owner *o, const struct lockmgr_grant *g,
 }
 
 static void o_unlocked(struct lockmgr_owner *o, const char *resource,
-                       int nodes, enum proto_err err)
+                       size_t nres, int nodes, enum proto_err err)
 {
     (void)resource;
     fo(o)->nunlocked++;
+    fo(o)->nres = nres;
     fo(o)->nodes = nodes;
     fo(o)->err = err;
 }
@@ -1013,12 +1047,14 @@ START_TEST(test_status_and_leases_json)
     snprintf(A.name, sizeof(A.name), "billing");
     take(&A, "r", 30000, 17);
     lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
-    lockmgr_status(&C.o, R("r"));
+    lockmgr_status(&C.o, R("r"), 0);
     int i = pending(F_INSPECT, "lock:r");
+    ck_assert_str_eq(calls[i].shared, "lock:r:shared");
+    ck_assert_uint_eq(calls[i].limit, 0);
     struct redlock_node_view v[3] = {
-        { "n1", true, true, true, 29000 },
-        { "n2", true, true, true, 29000 },
-        { "n3", false, false, false, -2 },
+        { "n1", true, true, true, 29000, 0, "" },
+        { "n2", true, true, true, 29000, 0, "" },
+        { "n3", false, false, false, -2, 0, NULL },
     };
     calls[i].done = true;
     calls[i].icb(calls[i].ud, v, 3);
