@@ -1807,7 +1807,12 @@ static json_t *holder_json(const struct lease *l)
     return j;
 }
 
-/* Held here: the first holder (or null), and all of them. */
+/* The most holders here a STATUS lists (its reply must stay far below
+ * limits.max_output_bytes); "holders_here" counts them all. */
+#define LOCKMGR_STATUS_HOLDERS 64
+
+/* Held here: the first holder (or null), and the first
+ * LOCKMGR_STATUS_HOLDERS of them. */
 static json_t *status_holders(const struct lock_entry *e, json_t **first,
                               size_t *nshared, size_t *nexcl)
 {
@@ -1826,7 +1831,8 @@ static json_t *status_holders(const struct lock_entry *e, json_t **first,
             ++*nshared;
         else if (!l->limit)
             ++*nexcl;
-        json_array_append_new(arr, holder_json(l));
+        if (json_array_size(arr) < LOCKMGR_STATUS_HOLDERS)
+            json_array_append_new(arr, holder_json(l));
         if (!*first)
             *first = holder_json(l);
     }
@@ -1888,11 +1894,14 @@ static void status_done(void *ud, const struct redlock_node_view *v, int n)
         shared_max = (int64_t)nshared;
     const char *key = entry_key(x->resource, x->len, &keylen);
     struct notice *no = notice_new(N_STATUS, x->o, NULL, NULL);
-    no->json = json_pack("{s:s, s:s, s:b, s:s?, s:o, s:o, s:I, s:I, s:o}",
+    size_t here = e ? e->nheld - e->ngone : 0;
+    no->json = json_pack("{s:s, s:s, s:b, s:s?, s:o, s:o, s:I, s:I, s:I, "
+                         "s:o}",
                          "resource", x->resource, "key", key, "held", held,
                          "mode", mode,
                          "holder", first ? first : json_null(),
                          "holders", holders,
+                         "holders_here", (json_int_t)here,
                          "shared_holders", (json_int_t)shared_max,
                          "waiters", (json_int_t)(e ? e->nwait : 0),
                          "nodes", nodes);
