@@ -46,6 +46,9 @@
 #define CTL_KEEPALIVE_MS 60000
 #define CTL_PING_EVERY_MS (CTL_KEEPALIVE_MS / 4)
 #define CTL_NAME_MAX 64
+/* run -r: the most resources one run takes (the daemon's locks.max_multi
+ * may allow fewer). */
+#define CTL_MAX_RESOURCES 256
 
 struct ctl {
     /* common options */
@@ -62,6 +65,11 @@ struct ctl {
     int conflict_exit;
     int quiet;
     int run_opts_seen;              /* given to a command other than run */
+    /* run: lock kinds (see "run: lock kinds" below) */
+    int shared;                     /* --shared */
+    uint32_t limit;                 /* --limit K */
+    const char *resources[CTL_MAX_RESOURCES];   /* -r, in order */
+    size_t nresources;
 
     char password[1025];
     char default_name[CTL_NAME_MAX + 1];
@@ -89,8 +97,9 @@ static void ctl_usage(FILE *out)
 "\n"
 "Commands:\n"
 "  run [RUN OPTIONS] RESOURCE [--] COMMAND [ARGS...]\n"
-"                      take the lock, run COMMAND while holding it,\n"
-"                      release the lock\n"
+"  run [RUN OPTIONS] -r RESOURCE [-r RESOURCE...] [--] COMMAND [ARGS...]\n"
+"                      take the lock (all of them, or none), run COMMAND\n"
+"                      while holding it, release the lock\n"
 "  status RESOURCE     what the daemon and the Redis nodes know of RESOURCE\n"
 "  sessions            the daemon's client sessions\n"
 "  stats               the daemon's counters\n"
@@ -116,8 +125,13 @@ static void ctl_usage(FILE *out)
 "  -E, --conflict-exit-code N\n"
 "                          exit status when the lock is busy (default 75)\n"
 "  -q, --quiet             say nothing when the lock is busy\n"
+"      --shared            a shared lock: other --shared runs hold it too\n"
+"      --limit K           one of K slots of a semaphore (K holders at once)\n"
+"  -r, --resource R        lock R too (repeat for several, all or none)\n"
 "\n"
-"The command gets REDLOCKD_RESOURCE, REDLOCKD_TOKEN and REDLOCKD_FENCE.\n"
+"The command gets REDLOCKD_RESOURCE, REDLOCKD_TOKEN and REDLOCKD_FENCE;\n"
+"with -r also REDLOCKD_RESOURCES (space-separated), with --limit\n"
+"REDLOCKD_SLOT, with --shared REDLOCKD_MODE=shared.\n"
 "\n"
 "Exit status:\n"
 "  run: the command's status (128+N if it died of signal N); 75 (or -E) when\n"
@@ -139,6 +153,8 @@ enum {
     OPT_WAIT,
     OPT_ON_LOST,
     OPT_KILL_AFTER,
+    OPT_SHARED,
+    OPT_LIMIT,
 };
 
 static const struct option ctl_longopts[] = {
@@ -155,6 +171,9 @@ static const struct option ctl_longopts[] = {
     { "kill-after", required_argument, NULL, OPT_KILL_AFTER },
     { "conflict-exit-code", required_argument, NULL, 'E' },
     { "quiet", no_argument, NULL, 'q' },
+    { "shared", no_argument, NULL, OPT_SHARED },
+    { "limit", required_argument, NULL, OPT_LIMIT },
+    { "resource", required_argument, NULL, 'r' },
     { NULL, 0, NULL, 0 },
 };
 
@@ -201,6 +220,8 @@ static int ctl_on_lost_mode(struct ctl *c, const char *s)
     return 0;
 }
 
+static int ctl_kind_option(struct ctl *c, int opt, const char *arg);
+
 /* 0 parsed, 1 done (help/version printed), -1 usage error. */
 static int ctl_option(struct ctl *c, int opt, const char *arg)
 {
@@ -237,7 +258,102 @@ static int ctl_option(struct ctl *c, int opt, const char *arg)
         c->conflict_exit = (int)v;
         return 0;
     }
+    return ctl_kind_option(c, opt, arg);
+}
+
+/* ---- run: lock kinds ------------------------------------------------------
+ * --shared, --limit K and -r R (several resources): parsed here, taken with
+ * redlockd_lockv, released with redlockd_unlockv. */
+
+/* 0 parsed, -1 usage error or not one of these. */
+static int ctl_kind_option(struct ctl *c, int opt, const char *arg)
+{
+    switch (opt) {
+    case OPT_SHARED:
+        c->shared = 1;
+        return 0;
+    case OPT_LIMIT:
+        if (ctl_number_u32(arg, "--limit", &c->limit) < 0)
+            return -1;
+        if (c->limit == 0) {
+            ctl_err("--limit: expected a number from 1 up");
+            return -1;
+        }
+        return 0;
+    case 'r':
+        if (c->nresources >= CTL_MAX_RESOURCES) {
+            ctl_err("-r: at most %d resources", CTL_MAX_RESOURCES);
+            return -1;
+        }
+        c->resources[c->nresources++] = arg;
+        return 0;
+    }
     return -1;  /* getopt already said what was wrong */
+}
+
+/* Does this run use a kind that redlockd_lock cannot ask for? */
+static bool ctl_kinds(const struct ctl *c)
+{
+    return c->shared || c->limit || c->nresources > 1;
+}
+
+/* Is resource one this run holds? */
+static bool ctl_holds(const struct ctl *c, const char *first,
+                      const char *resource)
+{
+    if (strcmp(first, resource) == 0)
+        return true;
+    for (size_t i = 0; i < c->nresources; i++)
+        if (strcmp(c->resources[i], resource) == 0)
+            return true;
+    return false;
+}
+
+static int ctl_lockv(const struct ctl *c, struct redlockd *h,
+                     struct redlockd_lease *lease)
+{
+    struct redlockd_lock_opts o = {
+        .ttl_ms = c->ttl_ms, .wait_ms = c->wait_ms,
+        .mode = c->shared ? REDLOCKD_SHARED : REDLOCKD_EXCLUSIVE,
+        .limit = c->limit,
+    };
+    struct redlockd_grant g;
+    char slot[16];
+    int rc;
+
+    rc = redlockd_lockv(h, c->resources, c->nresources, &o, &g);
+    if (rc < 0)
+        return rc;
+    *lease = g.lease;
+    /* For the command (the parent's environment is the child's). */
+    if (c->limit) {
+        snprintf(slot, sizeof(slot), "%" PRIu32, g.slot);
+        setenv("REDLOCKD_SLOT", slot, 1);
+    }
+    if (c->shared)
+        setenv("REDLOCKD_MODE", "shared", 1);
+    if (c->nresources > 1) {
+        size_t len = 0;
+        for (size_t i = 0; i < c->nresources; i++)
+            len += strlen(c->resources[i]) + 1;
+        char *all = malloc(len);
+        if (all) {
+            all[0] = '\0';
+            for (size_t i = 0; i < c->nresources; i++) {
+                if (i)
+                    strcat(all, " ");
+                strcat(all, c->resources[i]);
+            }
+            setenv("REDLOCKD_RESOURCES", all, 1);
+            free(all);
+        }
+    }
+    return 0;
+}
+
+static int ctl_unlockv(const struct ctl *c, struct redlockd *h)
+{
+    return redlockd_unlockv(h, c->resources, c->nresources);
 }
 
 static void ctl_defaults(struct ctl *c)
@@ -792,9 +908,11 @@ static void ctl_on_lost(const char *resource, uint64_t fence,
     if (!resource)
         snprintf(r->lost_reason, sizeof(r->lost_reason),
                  "the connection to the daemon was lost");
-    else if (strcmp(resource, r->resource) == 0)
+    else if (ctl_holds(r->c, r->resource, resource))
         snprintf(r->lost_reason, sizeof(r->lost_reason),
-                 "the daemon could not keep the lease (%s)", reason);
+                 "the daemon could not keep the lease%s%s (%s)",
+                 r->c->nresources > 1 ? " on " : "",
+                 r->c->nresources > 1 ? resource : "", reason);
     else
         return;
     r->lost = 1;
@@ -963,7 +1081,8 @@ static int ctl_finish(struct ctl_run *r)
     int lost = r->lost, rc, status = ctl_exit_status(r->status);
 
     if (!lost) {
-        rc = redlockd_unlock(r->h, r->resource);
+        rc = ctl_kinds(r->c) ? ctl_unlockv(r->c, r->h)
+                             : redlockd_unlock(r->h, r->resource);
         if (rc == -REDLOCKD_E_LOST) {
             lost = 1;
             ctl_err("the lease on %s was lost before the command ended",
@@ -990,7 +1109,9 @@ static int ctl_lock_status(struct ctl_run *r, struct redlockd_lease *lease)
     const struct ctl *c = r->c;
     int rc;
 
-    rc = redlockd_lock(r->h, r->resource, c->ttl_ms, c->wait_ms, 1, lease);
+    rc = ctl_kinds(c) ? ctl_lockv(c, r->h, lease)
+                      : redlockd_lock(r->h, r->resource, c->ttl_ms, c->wait_ms,
+                                      1, lease);
     if (rc == 0)
         return 0;
     r->not_taken = true;
@@ -1028,7 +1149,10 @@ static int ctl_run(struct ctl *c, int argc, char **argv)
         ctl_err("run: missing RESOURCE and COMMAND (try --help)");
         return EX_USAGE;
     }
-    r.resource = argv[i++];
+    if (c->nresources > 0)
+        r.resource = c->resources[0];   /* -r: no positional RESOURCE */
+    else
+        r.resource = c->resources[c->nresources++] = argv[i++];
     if (i < argc && strcmp(argv[i], "--") == 0)
         i++;
     if (i >= argc) {
@@ -1068,7 +1192,7 @@ static int ctl_parse(struct ctl *c, int argc, char **argv)
 
     optind = 0;         /* glibc: start afresh on this argv */
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "+:s:E:qhV", ctl_longopts,
+    while ((opt = getopt_long(argc, argv, "+:s:E:r:qhV", ctl_longopts,
                               NULL)) != -1) {
         if (opt == '?' || opt == ':') {
             ctl_err("%s %s (try --help)", opt == '?' ? "unknown option"
@@ -1094,8 +1218,8 @@ static int ctl_dispatch(struct ctl *c, const char *cmd, int argc, char **argv)
         return EX_USAGE;
     }
     if (c->run_opts_seen) {
-        ctl_err("%s: --ttl, --wait, --on-lost, --kill-after, -E and -q are "
-                "options of run", cmd);
+        ctl_err("%s: --ttl, --wait, --on-lost, --kill-after, -E, -q, "
+                "--shared, --limit and -r are options of run", cmd);
         return EX_USAGE;
     }
     if (argc != (in ? in->nargs : 0)) {
