@@ -69,6 +69,10 @@
 #define CTL_STOP_EARLY_MAX_MS 1000
 #define CTL_NAME_MAX 64
 
+/* run -r: the most resources one run takes (the daemon's locks.max_multi
+ * may allow fewer). */
+#define CTL_MAX_RESOURCES 256
+
 struct ctl {
     /* common options */
     const char *server;
@@ -83,6 +87,11 @@ struct ctl {
     unsigned kill_after_s;
     int conflict_exit;
     int quiet;
+    /* run: lock kinds (see "run: lock kinds" below) */
+    int shared;                     /* --shared */
+    uint32_t limit;                 /* --limit K */
+    const char *resources[CTL_MAX_RESOURCES];   /* -r, in order */
+    size_t nresources;
     /* release options */
     int force;
     const char *admin_password_file;
@@ -106,6 +115,8 @@ enum {
     OPT_WAIT,
     OPT_ON_LOST,
     OPT_KILL_AFTER,
+    OPT_SHARED,
+    OPT_LIMIT,
     OPT_FORCE,
     OPT_ADMIN_PASSWORD_FILE,
 };
@@ -159,6 +170,12 @@ static const struct ctl_opt ctl_opts[] = {
     { "conflict-exit-code", 'E', "N", CTL_RUN,
       "exit status when the lock is busy (default 75)\n" },
     { "quiet", 'q', NULL, CTL_RUN, "say nothing when the lock is busy\n" },
+    { "shared", OPT_SHARED, NULL, CTL_RUN,
+      "a shared lock: other --shared runs hold it too\n" },
+    { "limit", OPT_LIMIT, "K", CTL_RUN,
+      "one of K slots of a semaphore (K holders at once)\n" },
+    { "resource", 'r', "R", CTL_RUN,
+      "lock R too (repeat for several, all or none)\n" },
     { "force", OPT_FORCE, NULL, CTL_RELEASE,
       "delete the lock whoever holds it (FORCEUNLOCK)\n" },
     { "admin-password-file", OPT_ADMIN_PASSWORD_FILE, "F", CTL_RELEASE,
@@ -218,6 +235,8 @@ static void ctl_usage(FILE *out)
 "  run [RUN OPTIONS] RESOURCE [--] COMMAND [ARGS...]\n"
 "                      take the lock, run COMMAND while holding it,\n"
 "                      release the lock\n"
+"  run [RUN OPTIONS] -r RESOURCE [-r RESOURCE...] [--] COMMAND [ARGS...]\n"
+"                      the same for several locks, all of them or none\n"
 "  status RESOURCE     what the daemon and the Redis nodes know of RESOURCE\n"
 "  sessions            the daemon's client sessions\n"
 "  stats               the daemon's counters\n"
@@ -238,7 +257,9 @@ static void ctl_usage(FILE *out)
     ctl_usage_opts(out, CTL_RELEASE);
     fputs(
 "\n"
-"The command gets REDLOCKD_RESOURCE, REDLOCKD_TOKEN and REDLOCKD_FENCE.\n"
+"The command gets REDLOCKD_RESOURCE, REDLOCKD_TOKEN and REDLOCKD_FENCE;\n"
+"with -r also REDLOCKD_RESOURCES (space-separated), with --limit\n"
+"REDLOCKD_SLOT, with --shared REDLOCKD_MODE=shared.\n"
 "\n"
 "Exit status:\n"
 "  run: the command's status (128+N if it died of signal N); 75 (or -E) when\n"
@@ -322,6 +343,22 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
     case OPT_WAIT: return ctl_number_u32(arg, o, &c->wait_ms);
     case OPT_ON_LOST: return ctl_on_lost_mode(c, arg);
     case 'q': c->quiet = 1; return 0;
+    case OPT_SHARED: c->shared = 1; return 0;
+    case OPT_LIMIT:
+        if (ctl_number_u32(arg, o, &c->limit) < 0)
+            return -1;
+        if (c->limit == 0) {
+            warnx("--limit: expected a number from 1 up");
+            return -1;
+        }
+        return 0;
+    case 'r':
+        if (c->nresources >= CTL_MAX_RESOURCES) {
+            warnx("-r: at most %d resources", CTL_MAX_RESOURCES);
+            return -1;
+        }
+        c->resources[c->nresources++] = arg;
+        return 0;
     case OPT_FORCE: c->force = 1; return 0;
     case OPT_ADMIN_PASSWORD_FILE: c->admin_password_file = arg; return 0;
     case OPT_KILL_AFTER:
@@ -336,6 +373,75 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
         return 0;
     }
     return -1;
+}
+
+/* ---- run: lock kinds ------------------------------------------------------
+ * --shared, --limit K and -r R (several resources): taken with
+ * redlockd_lockv, released with redlockd_unlockv. */
+
+/* Does this run use a kind that redlockd_lock cannot ask for? */
+static bool ctl_kinds(const struct ctl *c)
+{
+    return c->shared || c->limit || c->nresources > 1;
+}
+
+/* Is resource one this run holds? */
+static bool ctl_holds(const struct ctl *c, const char *first,
+                      const char *resource)
+{
+    if (strcmp(first, resource) == 0)
+        return true;
+    for (size_t i = 0; i < c->nresources; i++)
+        if (strcmp(c->resources[i], resource) == 0)
+            return true;
+    return false;
+}
+
+static int ctl_lockv(const struct ctl *c, struct redlockd *h,
+                     struct redlockd_lease *lease)
+{
+    struct redlockd_lock_opts o = {
+        .ttl_ms = c->ttl_ms, .wait_ms = c->wait_ms,
+        .mode = c->shared ? REDLOCKD_SHARED : REDLOCKD_EXCLUSIVE,
+        .limit = c->limit,
+    };
+    struct redlockd_grant g;
+    char slot[16];
+    int rc;
+
+    rc = redlockd_lockv(h, c->resources, c->nresources, &o, &g);
+    if (rc < 0)
+        return rc;
+    *lease = g.lease;
+    /* For the command (the parent's environment is the child's). */
+    if (c->limit) {
+        snprintf(slot, sizeof(slot), "%" PRIu32, g.slot);
+        setenv("REDLOCKD_SLOT", slot, 1);
+    }
+    if (c->shared)
+        setenv("REDLOCKD_MODE", "shared", 1);
+    if (c->nresources > 1) {
+        size_t len = 0;
+        for (size_t i = 0; i < c->nresources; i++)
+            len += strlen(c->resources[i]) + 1;
+        char *all = malloc(len);
+        if (all) {
+            all[0] = '\0';
+            for (size_t i = 0; i < c->nresources; i++) {
+                if (i)
+                    strcat(all, " ");
+                strcat(all, c->resources[i]);
+            }
+            setenv("REDLOCKD_RESOURCES", all, 1);
+            free(all);
+        }
+    }
+    return 0;
+}
+
+static int ctl_unlockv(const struct ctl *c, struct redlockd *h)
+{
+    return redlockd_unlockv(h, c->resources, c->nresources);
 }
 
 static void ctl_defaults(struct ctl *c)
@@ -1172,9 +1278,11 @@ static void ctl_on_lost(const char *resource, uint64_t fence,
     if (!resource)
         snprintf(r->lost_reason, sizeof(r->lost_reason),
                  "the connection to the daemon was lost");
-    else if (strcmp(resource, r->resource) == 0)
+    else if (ctl_holds(r->c, r->resource, resource))
         snprintf(r->lost_reason, sizeof(r->lost_reason),
-                 "the daemon could not keep the lease (%s)", reason);
+                 "the daemon could not keep the lease%s%s (%s)",
+                 r->c->nresources > 1 ? " on " : "",
+                 r->c->nresources > 1 ? resource : "", reason);
     else
         return;
     r->lost = 1;
@@ -1410,7 +1518,8 @@ static int ctl_finish(struct ctl_run *r)
     int lost = r->lost, rc, status = ctl_exit_status(r->status);
 
     if (!lost) {
-        rc = redlockd_unlock(r->h, r->resource);
+        rc = ctl_kinds(r->c) ? ctl_unlockv(r->c, r->h)
+                             : redlockd_unlock(r->h, r->resource);
         if (rc == -REDLOCKD_E_LOST) {
             lost = 1;
             warnx("the lease on %s was lost before the command ended",
@@ -1437,7 +1546,9 @@ static int ctl_lock_status(struct ctl_run *r, struct redlockd_lease *lease)
     const struct ctl *c = r->c;
     int rc;
 
-    rc = redlockd_lock(r->h, r->resource, c->ttl_ms, c->wait_ms, 1, lease);
+    rc = ctl_kinds(c) ? ctl_lockv(c, r->h, lease)
+                      : redlockd_lock(r->h, r->resource, c->ttl_ms, c->wait_ms,
+                                      1, lease);
     if (rc == 0)
         return 0;
     r->not_taken = true;
@@ -1475,7 +1586,10 @@ static int ctl_run(struct ctl *c, int argc, char **argv)
         warnx("run: missing RESOURCE and COMMAND (try --help)");
         return EX_USAGE;
     }
-    r.resource = argv[i++];
+    if (c->nresources > 0)
+        r.resource = c->resources[0];   /* -r: no positional RESOURCE */
+    else
+        r.resource = c->resources[c->nresources++] = argv[i++];
     if (i < argc && strcmp(argv[i], "--") == 0)
         i++;
     if (i >= argc) {

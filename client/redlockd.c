@@ -1660,3 +1660,116 @@ int redlockd_force_unlock(struct redlockd *h, const char *resource)
     }
     return rl_finish(h, rc);
 }
+
+/* ---- lock kinds: shared, semaphores, several resources ------------------ */
+
+/* The names, checked, and room in h->req for a line naming them all. */
+static int rl_check_resources(struct redlockd *h, const char *const *res,
+                              size_t n)
+{
+    size_t need = RL_REQ_MAX;
+
+    if (!res || n == 0 || n > PROTO_MAX_RESOURCES)
+        return rl_fail(h, REDLOCKD_E_INVALID, "1 to %d resources",
+                       PROTO_MAX_RESOURCES);
+    for (size_t i = 0; i < n; i++) {
+        int rc = rl_check_resource(h, res[i]);
+        if (rc < 0)
+            return rc;
+        need += strlen(res[i]) + 1;
+    }
+    sbuf_reset(&h->req);
+    if (sbuf_try_reserve(&h->req, need) < 0)
+        return rl_fail(h, REDLOCKD_E_NOMEM, "out of memory");
+    return 0;
+}
+
+int redlockd_lockv(struct redlockd *h, const char *const *resources, size_t n,
+                   const struct redlockd_lock_opts *opts,
+                   struct redlockd_grant *grant)
+{
+    static const struct redlockd_lock_opts defaults;
+    const struct redlockd_lock_opts *o = opts ? opts : &defaults;
+    struct redlockd_grant scratch;
+    struct redlockd_grant *g = grant ? grant : &scratch;
+    struct proto_reply r;
+    struct sbuf *b;
+    int rc;
+
+    rc = rl_begin(h);
+    if (rc == 0)
+        rc = rl_check_resources(h, resources, n);
+    if (rc < 0)
+        return rc;
+    b = rl_req(h, PROTO_CMD_LOCK);
+    for (size_t i = 0; i < n; i++)
+        proto_format_word(b, resources[i]);
+    if (o->ttl_ms > 0)
+        proto_format_opt_u64(b, PROTO_OPT_TTL, o->ttl_ms);
+    if (o->wait_ms > 0)
+        proto_format_opt_u64(b, PROTO_OPT_WAIT, o->wait_ms);
+    if (o->no_renew)
+        proto_format_opt_u64(b, PROTO_OPT_RENEW, 0);
+    if (o->mode == REDLOCKD_SHARED)
+        proto_format_opt_str(b, PROTO_OPT_MODE, "shared");
+    if (o->limit > 0)
+        proto_format_opt_u64(b, PROTO_OPT_LIMIT, o->limit);
+    proto_format_end(b);
+    rc = rl_call(h, o->wait_ms, &r);
+    if (rc == 0)
+        rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_LOCK);
+    if (rc == 0)
+        rc = rl_lease_fill(h, &r, resources[0], &g->lease);
+    if (rc == 0) {
+        const char *mode = proto_reply_get(&r, "mode");
+        const char *limit = proto_reply_get(&r, "limit");
+        const char *slot = proto_reply_get(&r, "slot");
+        const char *nres = proto_reply_get(&r, "resources");
+        uint32_t k = 1;
+
+        g->mode = mode && strcmp(mode, "shared") == 0 ? REDLOCKD_SHARED
+                                                      : REDLOCKD_EXCLUSIVE;
+        g->limit = g->slot = 0;
+        if ((limit && proto_parse_u32(limit, strlen(limit), &g->limit) < 0) ||
+            (slot && proto_parse_u32(slot, strlen(slot), &g->slot) < 0) ||
+            (nres && proto_parse_u32(nres, strlen(nres), &k) < 0) ||
+            k != n)
+            rc = rl_fatal(h, REDLOCKD_E_PROTO, "malformed reply to LOCK");
+        g->nresources = k;
+    }
+    /* Each resource is a lease of its own, with the deadline rule. */
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        struct redlockd_lease one = g->lease;
+        snprintf(one.resource, sizeof(one.resource), "%s", resources[i]);
+        rc = rl_lease_taken(h, &one);
+    }
+    return rl_finish(h, rc);
+}
+
+int redlockd_unlockv(struct redlockd *h, const char *const *resources,
+                     size_t n)
+{
+    struct proto_reply r;
+    struct sbuf *b;
+    int rc;
+
+    rc = rl_begin(h);
+    if (rc == 0)
+        rc = rl_check_resources(h, resources, n);
+    if (rc < 0)
+        return rc;
+    b = rl_req(h, PROTO_CMD_UNLOCK);
+    for (size_t i = 0; i < n; i++)
+        proto_format_word(b, resources[i]);
+    proto_format_end(b);
+    rc = rl_call(h, 0, &r);
+    if (rc == 0)
+        rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_UNLOCK);
+    for (size_t i = 0; i < n; i++) {
+        if (rc == 0)
+            rl_lease_del(h, resources[i]);
+        else if (rc == -REDLOCKD_E_LOST && rl_lease_lose(h, resources[i], 0) < 0)
+            rc = -REDLOCKD_E_NOMEM;
+    }
+    return rl_finish(h, rc);
+}

@@ -288,6 +288,52 @@ const char *redlockd_strerror(int code);
 /* "BUSY" for REDLOCKD_E_BUSY, "IO" for REDLOCKD_E_IO...; never NULL. */
 const char *redlockd_code_name(int code);
 
+/* ---- lock kinds: shared, semaphores, several resources ------------------
+ * (docs/protocol.md, "Additions"). New calls beside redlockd_lock, which
+ * keeps its meaning. */
+
+enum redlockd_mode {
+    REDLOCKD_EXCLUSIVE = 0,     /* the default */
+    REDLOCKD_SHARED = 1,        /* any number of shared holders at once */
+};
+
+/* Zero-initialise and set what you need: every zero means the default. */
+struct redlockd_lock_opts {
+    uint32_t ttl_ms;            /* 0: the daemon's default */
+    uint32_t wait_ms;           /* 0: REDLOCKD_E_BUSY at once */
+    int no_renew;               /* 1: renew=0 (the lease just expires) */
+    enum redlockd_mode mode;    /* SHARED: one resource, no limit */
+    uint32_t limit;             /* K > 0: one of K slots of a semaphore
+                                   (one resource; every holder the same K) */
+};
+
+/* What a redlockd_lockv grant is. */
+struct redlockd_grant {
+    struct redlockd_lease lease;    /* resource: the first name */
+    unsigned nresources;            /* names granted (all of them) */
+    enum redlockd_mode mode;
+    uint32_t limit;                 /* K, or 0 */
+    uint32_t slot;                  /* limit > 0: the slot held */
+};
+
+/*
+ * LOCK n resources (1 to the daemon's locks.max_multi, none twice), all or
+ * none, with opts (NULL: all defaults). Several resources are exclusive
+ * only and share one token and fence; afterwards each is held on its own
+ * (redlockd_unlock, redlockd_extend, redlockd_lost name one). grant may be
+ * NULL. Errors as redlockd_lock, and REDLOCKD_E_ARG for a mode, limit or
+ * number of names the daemon refuses (a K that disagrees with the one its
+ * other holders use).
+ */
+int redlockd_lockv(struct redlockd *h, const char *const *resources, size_t n,
+                   const struct redlockd_lock_opts *opts,
+                   struct redlockd_grant *grant);
+/* UNLOCK n resources at once; REDLOCKD_E_NOTHELD (nothing released) when
+ * one is not held, REDLOCKD_E_LOST when one had been lost (the others are
+ * released). */
+int redlockd_unlockv(struct redlockd *h, const char *const *resources,
+                     size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -125,8 +125,8 @@ static const struct conf_key conf_keys[] = {
     K_UINT("locks.lock_delay_ms", locks.lock_delay_ms, 0, 0, 86400000),
     K_UINT("locks.max_resource_len", locks.max_resource_len, 200, 1, 1024),
     K_UINT("locks.retry_ms", locks.retry_ms, 500, 10, 600000),
-    K_UINT("locks.max_limit", locks.max_limit, 1024, 1, 65536),
-    K_UINT("locks.max_multi", locks.max_multi, 16, 1, 256),
+    K_UINT("locks.max_limit", locks.max_limit, 1024, 1, CONF_MAX_LIMIT),
+    K_UINT("locks.max_multi", locks.max_multi, 16, 1, CONF_MAX_MULTI),
 
     K_UINT("limits.max_clients", limits.max_clients, 10000, 1, 1000000),
     K_UINT("limits.max_line", limits.max_line, 4096, 64, 1048576),

@@ -13,6 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The largest values locks.max_multi and locks.max_limit may take: request
+ * and script sizes are derived from them. */
+#define CONF_MAX_MULTI 256
+#define CONF_MAX_LIMIT 65536
+
 /* From meson (sysconfdir), so the daemon looks where `meson install` put
  * the file. */
 #ifdef REDLOCKD_CONF_PATH

@@ -2,15 +2,28 @@
  * lockmgr: see lockmgr.h.
  *
  * Ownership:
- * - An entry lives while it has a holder or waiters (entry_maybe_free).
- * - A lockreq (one LOCK request) is owned by its entry's FIFO; it holds an
- *   owner reference until it has answered. When its owner ends first,
- *   req->o becomes NULL and the request is dropped, or, if an acquisition is
- *   in flight, dropped when it completes (releasing the keys if it won).
+ * - An entry lives while it has holders or waiters (entry_maybe_free), and
+ *   while a kick walks its queue (pins).
+ * - A lockreq (one LOCK request) is owned by the FIFOs it waits in (one
+ *   per resource it names, all entered at once, so any two requests are in
+ *   the same order in every queue they share); it holds an owner reference
+ *   until it has answered. When its owner ends first, req->o becomes NULL
+ *   and the request is dropped, or, if an acquisition is in flight,
+ *   dropped when it completes (releasing the keys if it won).
  * - A lease is owned by lockmgr. While held it is on its owner's list and
- *   is its entry's holder; on release or loss it leaves the owner at once
- *   but stays the entry's holder until its keys are gone from Redis (so no
- *   local waiter races the release), then is freed when no op refers to it.
+ *   among its entry's holders; on release or loss it leaves the owner at
+ *   once but stays among the holders until its keys are gone from Redis
+ *   (so no local waiter races the release), then is freed when no op
+ *   refers to it. The leases of one grant of several resources are
+ *   siblings (glink), renewed together.
+ *
+ * Who may talk to Redis: a waiter whose every predecessor in each of its
+ * queues is talking to Redis already, and that nothing held or asked for
+ * ahead of it rules out: an exclusive request needs its entries empty and
+ * itself first; a shared one, no exclusive holder or request ahead; a
+ * semaphore's, a slot that no holder or request here has. So readers go
+ * together, a writer waits for the readers before it and keeps the readers
+ * after it waiting, and only one request at a time asks for a key.
  *
  * Answers to owners are notices: queued (with an owner reference) while
  * lockmgr works, delivered by leave() when the outermost entry point is
@@ -34,10 +47,21 @@
 #include "mem.h"
 #include "timer.h"
 
-struct lockreq {
+/* Where a request waits: one per resource it names. */
+struct req_pos {
     struct list link;               /* in entry->waiters */
     struct lock_entry *e;
+    struct lockreq *q;
+};
+
+struct lockreq {
     struct lockmgr_owner *o;        /* (ref) NULL once cancelled */
+    enum lockmgr_mode mode;
+    uint32_t limit;                 /* semaphore: K; 0 otherwise */
+    int64_t slot;                   /* semaphore: the slot asked for, or -1 */
+    uint32_t visited;               /* semaphore: slots considered this pass */
+    int64_t hint;                   /* semaphore: a slot announced free, -1 */
+    int64_t pass_pttl;              /* semaphore: least PTTL this pass */
     uint32_t ttl;
     bool renew;
     uint64_t deadline;              /* timer_now ms; 0 = do not wait */
@@ -45,28 +69,47 @@ struct lockreq {
     bool no_token;                  /* the OS random source failed */
     bool cut;                       /* the client stopped waiting (EOF) */
     bool woken;                     /* its timer is a notified wake-up */
+    bool notified;                  /* a release was announced meanwhile */
     bool shutdown;                  /* the daemon stops: no grant */
     enum redlock_status last;
     struct timer timer;
     char token[REDLOCK_TOKEN_LEN + 1];
+    size_t n;
+    struct req_pos pos[];           /* n */
 };
 
 struct lock_entry {
     struct hmap_node node;
-    struct lease *holder;           /* this daemon's holder, or NULL */
-    bool releasing;                 /* the holder's keys are going away */
-    bool notified;                  /* a release was announced meanwhile */
-    struct list waiters;            /* struct lockreq, FIFO */
+    struct list holders;            /* struct lease (elink): this daemon's,
+                                       those whose keys are going away too */
+    size_t nheld;                   /* holders */
+    size_t nexcl;                   /* of them exclusive */
+    size_t ngone;                   /* of them released or lost */
+    size_t ngone_excl;              /* of those exclusive */
+    struct list waiters;            /* struct req_pos, FIFO */
     size_t nwait;
+    uint32_t limit;                 /* a semaphore of this many slots, or 0 */
+    uint8_t *slots;                 /* (owned) semaphore: 1 for a slot held
+                                       or asked for here */
+    uint32_t nused;                 /* slots set */
+    uint32_t ngone_slots;           /* of them by holders going away */
+    int pins;                       /* kicks walking its queue */
     size_t keylen;
     const char *resource;           /* inside key, after the prefix */
-    char key[];                     /* key_prefix + resource */
+    const char *shared;             /* key + ":shared", after key */
+    size_t sharedlen;
+    char key[];                     /* key_prefix + resource, NUL, shared */
 };
 
 struct lease {
     struct list olink;              /* in owner->leases while held */
+    struct list elink;              /* in entry->holders while entry */
+    struct list glink;              /* siblings: one grant's other leases */
     struct lockmgr_owner *owner;    /* NULL once released or lost */
     struct lock_entry *entry;       /* NULL once its keys are gone */
+    enum lockmgr_mode mode;
+    uint32_t limit;                 /* semaphore: K, or 0 */
+    int64_t slot;                   /* semaphore: its slot, or -1 */
     char token[REDLOCK_TOKEN_LEN + 1];
     uint64_t fence;
     uint32_t ttl;                   /* current lease on Redis (ms) */
@@ -81,6 +124,10 @@ struct lease {
     uint64_t renewals;
     struct timer timer;             /* next renewal */
     struct timer deadline;          /* LOST, op in flight or not */
+    size_t keylen;
+    const char *key;                /* what it holds in Redis: the key, the
+                                       shared set or the slot's key (in this
+                                       allocation, after resource) */
     char resource[];
 };
 
@@ -88,6 +135,16 @@ struct extend_ctx {
     struct lease *l;
     struct lockmgr_owner *o;        /* (ref) */
     uint32_t ttl;
+};
+
+/* One UNLOCK of one or more leases: answered once all are released. */
+struct unlock_ctx {
+    struct lockmgr_owner *o;        /* (ref) */
+    size_t n;                       /* leases */
+    size_t left;                    /* releases not done yet */
+    int nodes;                      /* the fewest deletions of any */
+    bool lost;                      /* one had been lost before */
+    char resource[];                /* the first lease's */
 };
 
 enum notice_kind { N_LOCKED, N_UNLOCKED, N_EXTENDED, N_LOST, N_STATUS };
@@ -102,6 +159,9 @@ struct notice {
     uint32_t ttl;
     int64_t validity;
     int nodes;
+    size_t nres;
+    enum lockmgr_mode mode;
+    uint32_t limit, slot;
     enum lockmgr_lost_reason why;
     json_t *json;                   /* N_STATUS, owned until delivered */
     char token[REDLOCK_TOKEN_LEN + 1];
@@ -114,7 +174,8 @@ static struct {
     const struct redlock_ops *rl;
     struct hmap table;
     size_t prefixlen;
-    char *keybuf;                   /* key_prefix + the longest resource */
+    char *keybuf;                   /* key_prefix + the longest resource,
+                                       and room for a slot's suffix */
     size_t keycap;
     size_t held;
     size_t waiters;
@@ -123,6 +184,8 @@ static struct {
     int depth;                      /* entry points on the stack */
     bool flushing;
     uint64_t rng;                   /* xorshift64* state, never 0 */
+    uint64_t spread;                /* where this daemon starts in a
+                                       semaphore's slots: hash of its id */
 } M;
 
 /* How long a waiter woken by a release announcement waits before asking:
@@ -130,7 +193,16 @@ static struct {
  * the same announcement do not all ask in the same millisecond. */
 #define LOCKMGR_WAKE_JITTER_MS 4
 
-static void req_attempt(struct lockreq *q);
+/* The shared holders' set of resource r is key_prefix + r + this; slot i
+ * of a semaphore r is key_prefix + r + "#" + i. */
+#define LOCKMGR_SHARED_SUFFIX ":shared"
+#define LOCKMGR_SHARED_SUFFIX_LEN (sizeof(LOCKMGR_SHARED_SUFFIX) - 1)
+#define LOCKMGR_SLOT_SEP '#'
+/* "#" and a slot number below CONF_MAX_LIMIT, NUL included. */
+#define LOCKMGR_SLOT_SUFFIX_SIZE sizeof("#65535")
+
+static bool req_attempt(struct lockreq *q);
+static void entry_kick(struct lock_entry *e);
 
 /* ---- owners and notices ------------------------------------------------ */
 
@@ -155,6 +227,7 @@ static struct notice *notice_new(enum notice_kind kind,
 
     n->kind = kind;
     n->o = o;
+    n->nres = 1;
     owner_ref(o);
     if (rlen)
         memcpy(n->text, resource, rlen);
@@ -179,8 +252,10 @@ static void notice_deliver(struct notice *n)
     case N_LOCKED:
         if (n->err == PROTO_ERR_NONE) {
             struct lockmgr_grant g = {
-                .resource = n->text, .token = n->token, .fence = n->fence,
-                .ttl = n->ttl, .validity = n->validity,
+                .resource = n->text, .nresources = n->nres,
+                .token = n->token, .fence = n->fence, .ttl = n->ttl,
+                .validity = n->validity, .mode = n->mode,
+                .limit = n->limit, .slot = n->slot,
             };
             ops->locked(o, &g, PROTO_ERR_NONE, NULL);
         } else {
@@ -188,7 +263,7 @@ static void notice_deliver(struct notice *n)
         }
         break;
     case N_UNLOCKED:
-        ops->unlocked(o, n->text, n->nodes, n->err);
+        ops->unlocked(o, n->text, n->nres, n->nodes, n->err);
         break;
     case N_EXTENDED:
         ops->extended(o, n->text, n->ttl, n->validity, n->err);
@@ -249,10 +324,21 @@ void lockmgr_init(const struct conf *conf, const struct redlock_ops *rl)
     if (getrandom(&M.rng, sizeof(M.rng), GRND_NONBLOCK) != sizeof(M.rng))
         M.rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     M.rng |= 1;
+    /* Daemons with different ids start at different slots, so two of them
+     * do not both ask for slot 0 first. */
+    if (conf->id)
+        M.spread = hmap_hash(conf->id, strlen(conf->id));
     M.prefixlen = strlen(conf->locks.key_prefix);
-    M.keycap = M.prefixlen + conf->locks.max_resource_len + 1;
+    M.keycap = M.prefixlen + conf->locks.max_resource_len +
+               LOCKMGR_SLOT_SUFFIX_SIZE;
     M.keybuf = mem_alloc(M.keycap);
     memcpy(M.keybuf, conf->locks.key_prefix, M.prefixlen);
+}
+
+static void entry_free(struct lock_entry *e)
+{
+    free(e->slots);
+    free(e);
 }
 
 void lockmgr_deinit(void)
@@ -265,7 +351,7 @@ void lockmgr_deinit(void)
     while ((n = hmap_iter_next(&it))) {
         struct lock_entry *e = container_of(n, struct lock_entry, node);
         hmap_del(&M.table, n);
-        free(e);
+        entry_free(e);
     }
     hmap_deinit(&M.table);
     free(M.keybuf);
@@ -315,13 +401,33 @@ static int64_t lease_validity(const struct lease *l)
     return l->valid_until > now ? (int64_t)(l->valid_until - now) : 0;
 }
 
+static const char *mode_name(enum lockmgr_mode m)
+{
+    return m == LOCKMGR_SHARED ? "shared" : "exclusive";
+}
+
 /* ---- the audit trail ------------------------------------------------------
  * One info line per grant, release and loss (a warning for a loss the
  * holder did not choose), naming the session, its client name and peer. */
 
-#define AUDIT_FMT "%s fence=%" PRIu64 " %s %s (name=%s peer=%s)"
-#define AUDIT_ARGS(what, l, o) what, (l)->fence, (l)->resource, (o)->id, \
-    (o)->name[0] ? (o)->name : "-", (o)->peer ? (o)->peer : "-"
+#define AUDIT_FMT "%s fence=%" PRIu64 " %s%s %s (name=%s peer=%s)"
+#define AUDIT_ARGS(what, l, o) what, (l)->fence, (l)->resource, \
+    lease_kind(l), (o)->id, (o)->name[0] ? (o)->name : "-", \
+    (o)->peer ? (o)->peer : "-"
+
+/* " (shared)", " (slot 3 of 5)" or "" for the audit line. */
+static const char *lease_kind(const struct lease *l)
+{
+    static char buf[64];
+
+    if (l->mode == LOCKMGR_SHARED)
+        return " (shared)";
+    if (!l->limit)
+        return "";
+    snprintf(buf, sizeof(buf), " (slot %" PRId64 " of %" PRIu32 ")", l->slot,
+             l->limit);
+    return buf;
+}
 
 static void audit(const struct lease *l, const struct lockmgr_owner *o,
                   const char *what, const char *why)
@@ -329,18 +435,19 @@ static void audit(const struct lease *l, const struct lockmgr_owner *o,
     if (o)
         log_info(AUDIT_FMT ": %s", AUDIT_ARGS(what, l, o), why);
     else
-        log_info("%s fence=%" PRIu64 " %s: %s", what, l->fence, l->resource,
-                 why);
+        log_info("%s fence=%" PRIu64 " %s%s: %s", what, l->fence,
+                 l->resource, lease_kind(l), why);
 }
 
 /* ---- entries ------------------------------------------------------------ */
 
 /* key_prefix + res in M.keybuf (valid until the next call). The buffer is
- * sized for max_resource_len and grows if a longer name ever comes. */
+ * sized for max_resource_len and a slot's suffix, and grows if a longer
+ * name ever comes. */
 static const char *entry_key(const char *res, size_t len, size_t *keylen)
 {
-    if (M.prefixlen + len + 1 > M.keycap) {
-        M.keycap = M.prefixlen + len + 1;
+    if (M.prefixlen + len + LOCKMGR_SLOT_SUFFIX_SIZE > M.keycap) {
+        M.keycap = M.prefixlen + len + LOCKMGR_SLOT_SUFFIX_SIZE;
         M.keybuf = mem_realloc(M.keybuf, M.keycap);
     }
     memcpy(M.keybuf + M.prefixlen, res, len);
@@ -349,67 +456,150 @@ static const char *entry_key(const char *res, size_t len, size_t *keylen)
     return M.keybuf;
 }
 
-static struct lock_entry *entry_find(const char *res, size_t len)
+/* The key of slot `slot` of e in M.keybuf (valid until the next call). */
+static const char *entry_slot_key(const struct lock_entry *e, uint32_t slot,
+                                  size_t *keylen)
 {
-    size_t keylen;
-    const char *key = entry_key(res, len, &keylen);
+    size_t len = e->keylen - M.prefixlen;
+    entry_key(e->resource, len, keylen);
+    *keylen += (size_t)snprintf(M.keybuf + *keylen, LOCKMGR_SLOT_SUFFIX_SIZE,
+                                "%c%" PRIu32, LOCKMGR_SLOT_SEP, slot);
+    return M.keybuf;
+}
+
+static struct lock_entry *entry_lookup(const char *key, size_t keylen)
+{
     struct hmap_node *n = hmap_get(&M.table, key, keylen);
     return n ? container_of(n, struct lock_entry, node) : NULL;
 }
 
-static struct lock_entry *entry_get(const char *res, size_t len)
+static struct lock_entry *entry_find(const char *res, size_t len)
+{
+    size_t keylen;
+    const char *key = entry_key(res, len, &keylen);
+    return entry_lookup(key, keylen);
+}
+
+/* The entry of res, made for a request of that limit if there is none. */
+static struct lock_entry *entry_get(const char *res, size_t len,
+                                    uint32_t limit)
 {
     struct lock_entry *e = entry_find(res, len);
     if (e)
         return e;
-    e = mem_alloc(sizeof(*e) + M.prefixlen + len + 1);
+    size_t keylen = M.prefixlen + len;
+    e = mem_alloc(sizeof(*e) + keylen + 1 + keylen +
+                  LOCKMGR_SHARED_SUFFIX_LEN + 1);
     memcpy(e->key, M.conf->locks.key_prefix, M.prefixlen);
     memcpy(e->key + M.prefixlen, res, len);
-    e->keylen = M.prefixlen + len;
-    e->key[e->keylen] = '\0';
+    e->keylen = keylen;
+    e->key[keylen] = '\0';
     e->resource = e->key + M.prefixlen;
+    char *sh = e->key + keylen + 1;
+    memcpy(sh, e->key, keylen);
+    memcpy(sh + keylen, LOCKMGR_SHARED_SUFFIX, LOCKMGR_SHARED_SUFFIX_LEN + 1);
+    e->shared = sh;
+    e->sharedlen = keylen + LOCKMGR_SHARED_SUFFIX_LEN;
+    list_init(&e->holders);
     list_init(&e->waiters);
+    e->limit = limit;
+    if (limit)
+        e->slots = mem_alloc(limit);
     hmap_put(&M.table, &e->node, e->key, e->keylen);
     return e;
 }
 
+static struct req_pos *pos_of(const struct list *link)
+{
+    return list_entry(link, struct req_pos, link);
+}
+
 static struct lockreq *entry_head(const struct lock_entry *e)
 {
-    return list_entry(list_first(&e->waiters), struct lockreq, link);
+    struct req_pos *p = pos_of(list_first(&e->waiters));
+    return p ? p->q : NULL;
 }
 
 static void entry_maybe_free(struct lock_entry *e)
 {
-    if (e->holder || !list_empty(&e->waiters))
+    if (e->nheld || !list_empty(&e->waiters) || e->pins)
         return;
     hmap_del(&M.table, &e->node);
-    free(e);
+    entry_free(e);
 }
 
-static void entry_push(struct lock_entry *e, struct lockreq *q)
+static void entry_push(struct req_pos *p)
 {
-    q->e = e;
-    list_push_tail(&e->waiters, &q->link);
-    e->nwait++;
+    list_push_tail(&p->e->waiters, &p->link);
+    p->e->nwait++;
     M.waiters++;
 }
 
-static void entry_remove(struct lock_entry *e, struct lockreq *q)
+static void entry_remove(struct req_pos *p)
 {
-    list_remove(&q->link);
-    e->nwait--;
+    list_remove(&p->link);
+    p->e->nwait--;
     M.waiters--;
 }
 
-/* Let the first waiter try, unless a holder here makes that pointless (it
- * is woken when that holder's keys are gone). */
+static bool req_exclusive(const struct lockreq *q)
+{
+    return q->mode == LOCKMGR_EXCLUSIVE && !q->limit;
+}
+
+/*
+ * May q talk to Redis now, as far as e is concerned? Everything ahead of
+ * it in e's queue must be talking to Redis already (first come, first
+ * served), and nothing held or asked for here may rule it out. With
+ * count_gone false, holders whose keys are going away count as gone.
+ */
+static bool entry_admits(const struct lock_entry *e, const struct lockreq *q,
+                         bool count_gone)
+{
+    size_t ahead = 0, excl = 0;
+    const struct list *p;
+
+    list_foreach(p, &e->waiters) {
+        const struct lockreq *w = pos_of(p)->q;
+        if (w == q)
+            break;
+        if (!w->attempting)
+            return false;
+        ahead++;
+        excl += req_exclusive(w);
+    }
+    if (q->limit)
+        return e->nused - (count_gone ? 0 : e->ngone_slots) < e->limit;
+    if (q->mode == LOCKMGR_SHARED)
+        return excl == 0 && e->nexcl - (count_gone ? 0 : e->ngone_excl) == 0;
+    return ahead == 0 && e->nheld - (count_gone ? 0 : e->ngone) == 0;
+}
+
+static bool req_may_start(const struct lockreq *q, bool count_gone)
+{
+    for (size_t i = 0; i < q->n; i++)
+        if (!entry_admits(q->pos[i].e, q, count_gone))
+            return false;
+    return true;
+}
+
+/* Let every waiter that may talk to Redis now do so, in queue order,
+ * stopping at the first that may not: nobody behind it overtakes it. */
 static void entry_kick(struct lock_entry *e)
 {
-    struct lockreq *q = entry_head(e);
+    struct list *p;
 
-    if (!q || q->attempting || e->holder)
-        return;
-    req_attempt(q);
+    e->pins++;
+    list_foreach(p, &e->waiters) {
+        struct lockreq *q = pos_of(p)->q;
+        if (q->attempting)
+            continue;
+        if (!req_may_start(q, true))
+            break;
+        req_attempt(q);
+    }
+    e->pins--;
+    entry_maybe_free(e);
 }
 
 /* ---- leases ------------------------------------------------------------- */
@@ -425,6 +615,7 @@ static void lease_put(struct lease *l)
     if (l->gone && l->ops == 0) {
         timer_stop(&l->timer);
         timer_stop(&l->deadline);
+        list_remove(&l->glink);
         free(l);
     }
 }
@@ -475,17 +666,34 @@ static void lease_cap(struct lease *l, uint64_t until)
     }
 }
 
-static struct lease *lease_create(struct lockreq *q, uint64_t fence,
+/* The lease of q's grant on its i-th resource. */
+static struct lease *lease_create(struct lockreq *q, size_t i, uint64_t fence,
                                   int64_t validity)
 {
-    struct lock_entry *e = q->e;
+    struct lock_entry *e = q->pos[i].e;
     size_t len = e->keylen - M.prefixlen;
-    struct lease *l = mem_alloc(sizeof(*l) + len + 1);
+    const char *key = e->key;
+    size_t keylen = e->keylen;
 
+    if (q->limit)
+        key = entry_slot_key(e, (uint32_t)q->slot, &keylen);
+    else if (q->mode == LOCKMGR_SHARED)
+        key = e->shared, keylen = e->sharedlen;
+    struct lease *l = mem_alloc(sizeof(*l) + len + 1 + keylen + 1);
     memcpy(l->resource, e->resource, len);
     l->resource[len] = '\0';
+    char *k = l->resource + len + 1;
+    memcpy(k, key, keylen);
+    k[keylen] = '\0';
+    l->key = k;
+    l->keylen = keylen;
     list_init(&l->olink);
+    list_init(&l->elink);
+    list_init(&l->glink);
     l->entry = e;
+    l->mode = q->mode;
+    l->limit = q->limit;
+    l->slot = q->limit ? q->slot : -1;
     memcpy(l->token, q->token, sizeof(l->token));
     l->fence = fence;
     l->ttl = q->ttl;
@@ -500,16 +708,25 @@ static struct lease *lease_create(struct lockreq *q, uint64_t fence,
 
 static void lease_attach(struct lease *l, struct lockmgr_owner *o)
 {
+    struct lock_entry *e = l->entry;
+
     l->owner = o;
     list_push_tail(&o->leases, &l->olink);
     o->nleases++;
+    list_push_tail(&e->holders, &l->elink);
+    e->nheld++;
+    if (l->mode == LOCKMGR_EXCLUSIVE && !l->limit)
+        e->nexcl++;
+    M.held++;
 }
 
 /* The lease stops being held: off its owner, no more timers, and an
- * EXTEND still waiting for its turn is answered LOST. */
+ * EXTEND still waiting for its turn is answered LOST. Its entry counts it
+ * as going away until entry_drop_holder. */
 static void lease_end(struct lease *l)
 {
     struct extend_ctx *x = l->queued;
+    struct lock_entry *e = l->entry;
 
     if (l->owner) {
         list_remove(&l->olink);
@@ -522,10 +739,40 @@ static void lease_end(struct lease *l)
     M.held--;
     if (hold_observer)
         hold_observer(timer_now() - l->acquired_at);
+    if (e) {
+        e->ngone++;
+        if (l->mode == LOCKMGR_EXCLUSIVE && !l->limit)
+            e->ngone_excl++;
+        if (l->limit)
+            e->ngone_slots++;
+    }
     if (x) {
         l->queued = NULL;
         extend_answer(x, PROTO_ERR_LOST, 0);
     }
+}
+
+/* The entry no longer counts l among its holders: waiters may try. */
+static void entry_drop_holder(struct lock_entry *e, struct lease *l)
+{
+    if (!e || !list_linked(&l->elink))
+        return;
+    list_remove(&l->elink);
+    e->nheld--;
+    e->ngone--;
+    if (l->mode == LOCKMGR_EXCLUSIVE && !l->limit) {
+        e->nexcl--;
+        e->ngone_excl--;
+    }
+    if (l->limit) {
+        e->slots[l->slot] = 0;
+        e->nused--;
+        e->ngone_slots--;
+    }
+    struct lockreq *head = entry_head(e);
+    if (head && !head->attempting)
+        M.c.wakeups_notified++;
+    entry_kick(e);
 }
 
 static void release_done(void *ud, const struct redlock_result *res);
@@ -533,46 +780,47 @@ static void release_done(void *ud, const struct redlock_result *res);
 /*
  * The lease leaves its owner now; its keys are deleted (or kept for
  * delay_ms, owner-checked) and the entry is free for others once that is
- * done. `unlocker` is the owner waiting for an UNLOCK answer, if any.
+ * done. `u` is the UNLOCK waiting for the answer, if any.
  */
 struct release_ctx {
     struct lease *l;
-    struct lockmgr_owner *unlocker;     /* (ref) or NULL */
+    struct unlock_ctx *u;
 };
 
 static void lease_release(struct lease *l, uint32_t delay_ms,
-                          struct lockmgr_owner *unlocker, const char *why)
+                          struct unlock_ctx *u, const char *why)
 {
-    struct lock_entry *e = l->entry;
     struct release_ctx *x = mem_alloc(sizeof(*x));
 
     audit(l, l->owner, "release", why);
     lease_end(l);
-    e->releasing = true;
     M.c.releases++;
     x->l = l;
-    x->unlocker = unlocker;
-    if (unlocker)
-        owner_ref(unlocker);
+    x->u = u;
     l->ops++;
     if (delay_ms > 0)
-        M.rl->extend(e->key, e->keylen, l->token, delay_ms, release_done, x);
+        M.rl->extend(l->key, l->keylen, l->token, delay_ms, release_done, x);
     else
-        M.rl->release(e->key, e->keylen, l->token, release_done, x);
+        M.rl->release(l->key, l->keylen, l->token, release_done, x);
 }
 
-/* The entry no longer has l as its holder: the first waiter may try. */
-static void entry_drop_holder(struct lock_entry *e, struct lease *l)
+static void unlock_step(struct unlock_ctx *u, const struct redlock_result *res)
 {
-    if (!e || e->holder != l)
+    if (res->deleted < u->nodes)
+        u->nodes = res->deleted;
+    /* So many nodes had no key of ours that no quorum can have held it:
+     * the lock had been lost before this UNLOCK. */
+    if (res->busy > M.rl->nnodes() - M.rl->quorum())
+        u->lost = true;
+    if (--u->left > 0)
         return;
-    struct lockreq *head = entry_head(e);
-    e->holder = NULL;
-    e->releasing = false;
-    if (head && !head->attempting)
-        M.c.wakeups_notified++;
-    entry_kick(e);
-    entry_maybe_free(e);
+    struct notice *n = notice_new(N_UNLOCKED, u->o, u->resource, NULL);
+    n->nodes = u->nodes;
+    n->nres = u->n;
+    if (u->lost)
+        n->err = PROTO_ERR_LOST;
+    owner_unref(u->o);
+    free(u);
 }
 
 static void release_done(void *ud, const struct redlock_result *res)
@@ -580,21 +828,13 @@ static void release_done(void *ud, const struct redlock_result *res)
     struct release_ctx *x = ud;
     struct lease *l = x->l;
     struct lock_entry *e = l->entry;
-    struct lockmgr_owner *o = x->unlocker;
 
     enter();
+    if (x->u)
+        unlock_step(x->u, res);
     free(x);
     l->entry = NULL;
     l->ops--;
-    if (o) {
-        struct notice *n = notice_new(N_UNLOCKED, o, l->resource, NULL);
-        n->nodes = res->deleted;
-        /* So many nodes had no key of ours that no quorum can have held
-         * it: the lock had been lost before this UNLOCK. */
-        if (res->busy > M.rl->nnodes() - M.rl->quorum())
-            n->err = PROTO_ERR_LOST;
-        owner_unref(o);
-    }
     entry_drop_holder(e, l);
     lease_put(l);
     leave();
@@ -714,22 +954,39 @@ static void renew_start(struct lease *l)
     l->renew_due = false;
     l->extending = true;
     l->ops++;
-    M.rl->extend(l->entry->key, l->entry->keylen, l->token, l->ttl,
-                 renew_done, l);
+    M.rl->extend(l->key, l->keylen, l->token, l->ttl, renew_done, l);
+}
+
+/* Renew l now, or when the op in flight for it is answered. */
+static void lease_renew_now(struct lease *l)
+{
+    if (l->extending)
+        l->renew_due = true;    /* sent when the EXTEND out is answered */
+    else
+        renew_start(l);
 }
 
 static void lease_timer_cb(struct timer *t)
 {
     struct lease *l = t->data;
+    struct list *p;
 
     if (l->gone)
         return;
-    if (l->extending) {
-        l->renew_due = true;    /* sent when the EXTEND out is answered */
-        return;
-    }
     enter();
-    renew_start(l);
+    lease_renew_now(l);
+    /* The leases of one grant of several resources renew together, so
+     * that their renewals share each node's write: a sibling due within
+     * a quarter of its interval goes now too. */
+    for (p = l->glink.next; p != &l->glink; p = p->next) {
+        struct lease *s = container_of(p, struct lease, glink);
+        if (s->gone || !s->renew || !s->timer.slot)
+            continue;
+        if (s->timer.due <= timer_now() + lease_renew_interval(s) / 4) {
+            timer_stop(&s->timer);
+            lease_renew_now(s);
+        }
+    }
     leave();
 }
 
@@ -752,17 +1009,20 @@ static void req_free(struct lockreq *q)
     free(q);
 }
 
-/* Take q out of its entry and free it; the next waiter gets its turn. */
+/* Take q out of its entries and free it; the waiters after it get their
+ * turn. */
 static void req_drop(struct lockreq *q)
 {
-    struct lock_entry *e = q->e;
-    bool was_head = entry_head(e) == q;
+    struct lock_entry *es[CONF_MAX_MULTI];
+    size_t n = q->n;
 
-    entry_remove(e, q);
+    for (size_t i = 0; i < n; i++) {
+        es[i] = q->pos[i].e;
+        entry_remove(&q->pos[i]);
+    }
     req_free(q);
-    if (was_head)
-        entry_kick(e);
-    entry_maybe_free(e);
+    for (size_t i = 0; i < n; i++)
+        entry_kick(es[i]);
 }
 
 /* Answer q with an error and drop it. */
@@ -780,10 +1040,22 @@ static void req_fail(struct lockreq *q, enum proto_err err, const char *msg)
         owner_unref(o);
 }
 
+/* "job:42", "job:42 and 2 more", for messages. */
+static void req_names(const struct lockreq *q, char *buf, size_t size)
+{
+    if (q->n == 1)
+        snprintf(buf, size, "%s", q->pos[0].e->resource);
+    else
+        snprintf(buf, size, "%s and %zu more", q->pos[0].e->resource,
+                 q->n - 1);
+}
+
 static void req_give_up(struct lockreq *q)
 {
-    char msg[PROTO_MAX_ERRMSG];
+    char msg[PROTO_MAX_ERRMSG], names[PROTO_MAX_ERRMSG / 2];
+    const char *what = q->n > 1 ? "are" : "is";
 
+    req_names(q, names, sizeof(names));
     if (q->last == REDLOCK_UNAVAILABLE) {
         M.c.acquire_unavailable++;
         snprintf(msg, sizeof(msg), "could not reach a quorum of %d of %d "
@@ -793,15 +1065,22 @@ static void req_give_up(struct lockreq *q)
         M.c.acquire_timeout++;
         if (q->cut)
             snprintf(msg, sizeof(msg), "the client closed the connection "
-                     "while waiting for %s", q->e->resource);
+                     "while waiting for %s", names);
+        else if (q->limit)
+            snprintf(msg, sizeof(msg), "all %" PRIu32 " slots of %s are "
+                     "still held", q->limit, names);
         else
-            snprintf(msg, sizeof(msg), "%s is still held by someone else",
-                     q->e->resource);
+            snprintf(msg, sizeof(msg), "%s %s still held by someone else",
+                     names, what);
         req_fail(q, PROTO_ERR_TIMEOUT, msg);
     } else {
         M.c.acquire_busy++;
-        snprintf(msg, sizeof(msg), "%s is held by someone else",
-                 q->e->resource);
+        if (q->limit)
+            snprintf(msg, sizeof(msg), "all %" PRIu32 " slots of %s are "
+                     "held", q->limit, names);
+        else
+            snprintf(msg, sizeof(msg), "%s %s held by someone else", names,
+                     what);
         req_fail(q, PROTO_ERR_BUSY, msg);
     }
 }
@@ -838,82 +1117,198 @@ static void req_sleep(struct lockreq *q, int64_t pttl)
     timer_start_at(&q->timer, due);
 }
 
+/* The semaphore slot q asks for next in this pass over the slots, or -1
+ * when it has considered them all: one announced free first, then from
+ * this daemon's starting point on, skipping those held or asked for
+ * here. */
+static int64_t req_next_slot(struct lockreq *q)
+{
+    struct lock_entry *e = q->pos[0].e;
+    int64_t hint = q->hint;
+
+    q->hint = -1;
+    if (hint >= 0 && hint < (int64_t)e->limit && !e->slots[hint])
+        return hint;
+    while (q->visited < e->limit) {
+        uint32_t s = (uint32_t)((M.spread + q->visited++) % e->limit);
+        if (!e->slots[s])
+            return s;
+    }
+    return -1;
+}
+
+static void slot_take(struct lock_entry *e, int64_t slot)
+{
+    e->slots[slot] = 1;
+    e->nused++;
+}
+
+static void slot_give(struct lock_entry *e, int64_t slot)
+{
+    e->slots[slot] = 0;
+    e->nused--;
+}
+
+/* Whatever a grant that nobody wants any more holds, given back. */
+static void req_give_back(struct lockreq *q)
+{
+    for (size_t i = 0; i < q->n; i++) {
+        struct lock_entry *e = q->pos[i].e;
+        const char *key = e->key;
+        size_t keylen = e->keylen;
+        if (q->limit)
+            key = entry_slot_key(e, (uint32_t)q->slot, &keylen);
+        else if (q->mode == LOCKMGR_SHARED)
+            key = e->shared, keylen = e->sharedlen;
+        M.rl->release(key, keylen, q->token, NULL, NULL);
+    }
+}
+
 static void req_granted(struct lockreq *q, const struct redlock_result *res)
 {
-    struct lock_entry *e = q->e;
     struct lockmgr_owner *o = q->o;
-    struct lease *l = lease_create(q, res->fence, res->validity);
-    struct notice *n = notice_new(N_LOCKED, o, l->resource, NULL);
+    struct lease *first = NULL;
+    struct notice *n = NULL;
 
-    n->fence = l->fence;
-    n->ttl = l->ttl;
-    n->validity = lease_validity(l);
-    memcpy(n->token, l->token, sizeof(n->token));
-    e->holder = l;
-    lease_attach(l, o);
-    audit(l, o, "grant", l->renew ? "renewed while the session lives"
-                                  : "renew=0");
-    M.held++;
+    for (size_t i = 0; i < q->n; i++) {
+        struct lease *l = lease_create(q, i, res->fence, res->validity);
+        if (!first) {
+            first = l;
+            n = notice_new(N_LOCKED, o, l->resource, NULL);
+            n->fence = l->fence;
+            n->ttl = l->ttl;
+            n->validity = lease_validity(l);
+            n->nres = q->n;
+            n->mode = q->mode;
+            n->limit = q->limit;
+            n->slot = q->limit ? (uint32_t)q->slot : 0;
+            memcpy(n->token, l->token, sizeof(n->token));
+        } else {
+            list_push_tail(&first->glink, &l->glink);
+        }
+        lease_attach(l, o);
+        audit(l, o, "grant", l->renew ? "renewed while the session lives"
+                                      : "renew=0");
+    }
     M.c.acquire_ok++;
-    entry_remove(e, q);
-    req_free(q);
     o->pending = NULL;
+    q->limit = 0;       /* the slot is the lease's now */
+    req_drop(q);
     owner_unref(o);
 }
+
+static bool req_try(struct lockreq *q);
 
 static void attempt_done(void *ud, const struct redlock_result *res)
 {
     struct lockreq *q = ud;
-    struct lock_entry *e = q->e;
+    struct lock_entry *e = q->pos[0].e;
 
     enter();
     q->attempting = false;
+    if (q->limit && res->status != REDLOCK_OK)
+        slot_give(e, q->slot);
     if (!q->o) {
         /* The owner ended while we were acquiring. */
-        if (res->status == REDLOCK_OK)
-            M.rl->release(e->key, e->keylen, q->token, NULL, NULL);
+        if (res->status == REDLOCK_OK) {
+            req_give_back(q);
+            if (q->limit)
+                slot_give(e, q->slot);
+        }
+        q->limit = 0;
         req_drop(q);
     } else if (q->shutdown) {
-        if (res->status == REDLOCK_OK)
-            M.rl->release(e->key, e->keylen, q->token, NULL, NULL);
+        if (res->status == REDLOCK_OK) {
+            req_give_back(q);
+            if (q->limit)
+                slot_give(e, q->slot);
+        }
+        q->limit = 0;
         req_fail(q, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
     } else if (res->status == REDLOCK_OK) {
         req_granted(q, res);
     } else {
-        bool notified = e->notified;
+        int64_t pttl = res->status == REDLOCK_BUSY ? res->pttl : -1;
+        if (q->limit && pttl >= 0 &&
+            (q->pass_pttl < 0 || pttl < q->pass_pttl))
+            q->pass_pttl = pttl;
+        /* That slot is taken elsewhere: on to the next. */
+        if (q->limit && res->status == REDLOCK_BUSY && req_try(q)) {
+            leave();
+            return;
+        }
+        if (q->limit)
+            pttl = q->pass_pttl;
+        bool notified = q->notified;
         q->last = res->status;
-        e->notified = false;
+        q->notified = false;
         if (!q->deadline || timer_now() >= q->deadline)
             req_give_up(q);
-        else if (notified && res->status == REDLOCK_BUSY)
-            req_attempt(q);     /* released while we asked: ask again */
-        else
-            req_sleep(q, res->status == REDLOCK_BUSY ? res->pttl : -1);
+        else if (!(notified && res->status == REDLOCK_BUSY &&
+                   req_attempt(q)))     /* released while we asked: again */
+            req_sleep(q, pttl);
     }
     leave();
 }
 
-static void req_attempt(struct lockreq *q)
+/* One acquisition for q: its keys, or (semaphore) the next slot of this
+ * pass. False, having sent nothing, when the pass has no slot left. */
+static bool req_try(struct lockreq *q)
 {
-    timer_stop(&q->timer);
-    q->woken = false;
+    const char *keys[CONF_MAX_MULTI], *shared[CONF_MAX_MULTI];
+    size_t lens[CONF_MAX_MULTI], slens[CONF_MAX_MULTI];
+    struct redlock_lock lk = {
+        .mode = q->mode == LOCKMGR_SHARED ? REDLOCK_SHARED
+                                          : REDLOCK_EXCLUSIVE,
+        .n = (int)q->n, .keys = keys, .lens = lens,
+    };
+
+    if (q->limit) {
+        struct lock_entry *e = q->pos[0].e;
+        int64_t slot = req_next_slot(q);
+        if (slot < 0)
+            return false;
+        q->slot = slot;
+        keys[0] = entry_slot_key(e, (uint32_t)slot, &lens[0]);
+    } else {
+        for (size_t i = 0; i < q->n; i++) {
+            keys[i] = q->pos[i].e->key;
+            lens[i] = q->pos[i].e->keylen;
+            shared[i] = q->pos[i].e->shared;
+            slens[i] = q->pos[i].e->sharedlen;
+        }
+        lk.shared = shared;
+        lk.shared_lens = slens;
+    }
     if (M.rl->token(q->token) != 0) {
         /* Answer from the timer, never from inside our caller: it may be
          * about to touch the entry this request's answer could free. */
         q->no_token = true;
         timer_start(&q->timer, 0);
-        return;
+        return true;
     }
+    if (q->limit)
+        slot_take(q->pos[0].e, q->slot);
     q->attempting = true;
-    q->e->notified = false;
-    M.rl->acquire(q->e->key, q->e->keylen, q->token, q->ttl, attempt_done,
-                  q);
+    M.rl->acquire(&lk, q->token, q->ttl, attempt_done, q);
+    return true;
+}
+
+/* A new pass: the acquisition, or for a semaphore a pass over its slots.
+ * False when no slot is left to ask for (all held or asked for here). */
+static bool req_attempt(struct lockreq *q)
+{
+    timer_stop(&q->timer);
+    q->woken = false;
+    q->notified = false;
+    q->visited = 0;
+    q->pass_pttl = -1;
+    return req_try(q);
 }
 
 static void req_timer_cb(struct timer *t)
 {
     struct lockreq *q = t->data;
-    struct lock_entry *e = q->e;
 
     if (q->attempting)
         return;
@@ -924,12 +1319,104 @@ static void req_timer_cb(struct timer *t)
         req_fail(q, PROTO_ERR_UNAVAILABLE, "no random source for a token");
     } else if (timer_now() >= q->deadline) {
         req_give_up(q);
-    } else if (entry_head(e) == q && !e->holder) {
+    } else if (req_may_start(q, true)) {
         if (q->woken)
             M.c.wakeups_notified++;
         else
             M.c.wakeups_retry++;
-        req_attempt(q);
+        if (!req_attempt(q))
+            timer_start_at(&q->timer, q->deadline);
+    } else {
+        timer_start_at(&q->timer, q->deadline);
+    }
+    leave();
+}
+
+/* A LOCK whose limit disagrees with what is held or waited for here. */
+static bool req_conflict(const struct lockmgr_req *r, char *msg, size_t size)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        struct lock_entry *e = entry_find(r->res[i], r->len[i]);
+        if (!e || e->limit == r->limit)
+            continue;
+        if (!e->limit)
+            snprintf(msg, size, "%s is locked here without limit=, not as "
+                     "a semaphore", e->resource);
+        else if (!r->limit)
+            snprintf(msg, size, "%s is a semaphore here (limit=%" PRIu32
+                     "): LOCK it with that limit", e->resource, e->limit);
+        else
+            snprintf(msg, size, "%s is a semaphore of limit=%" PRIu32
+                     " here, not %" PRIu32 ": every holder must use the "
+                     "same limit", e->resource, e->limit, r->limit);
+        return true;
+    }
+    return false;
+}
+
+void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r)
+{
+    char msg[PROTO_MAX_ERRMSG];
+    struct lockreq *q;
+
+    enter();
+    if (req_conflict(r, msg, sizeof(msg))) {
+        struct notice *n = notice_new(N_LOCKED, o, NULL, msg);
+        n->err = PROTO_ERR_ARG;
+        leave();
+        return;
+    }
+    q = mem_alloc(sizeof(*q) + r->n * sizeof(q->pos[0]));
+    q->n = r->n;
+    q->o = o;
+    owner_ref(o);
+    o->pending = q;
+    q->mode = r->mode;
+    q->limit = r->limit;
+    q->slot = -1;
+    q->hint = -1;
+    q->ttl = r->ttl;
+    q->renew = r->renew;
+    q->last = REDLOCK_BUSY;
+    q->deadline = r->wait ? timer_now() + r->wait : 0;
+    timer_init(&q->timer, req_timer_cb, q);
+    for (size_t i = 0; i < r->n; i++) {
+        q->pos[i].q = q;
+        q->pos[i].e = entry_get(r->res[i], r->len[i], r->limit);
+        entry_push(&q->pos[i]);
+    }
+    if (r->wait)
+        M.c.waits++;
+
+    size_t crowded = 0;
+    for (size_t i = 0; i < r->n; i++)
+        if (q->pos[i].e->nwait > q->pos[crowded].e->nwait)
+            crowded = i;
+    size_t max_waiters = M.conf->limits.max_waiters_per_resource;
+    if (req_may_start(q, true)) {
+        if (!req_attempt(q))    /* cannot be: a slot is free; as busy */
+            timer_start_at(&q->timer, q->deadline);
+    } else if (req_may_start(q, false)) {
+        /* Only holders whose keys are being deleted right now (an UNLOCK
+         * by another owner, or a lost lease being cleaned up) stand in the
+         * way: that ends within a round trip, and release_done() kicks
+         * this request, so even a wait=0 LOCK waits for it instead of
+         * seeing a stale BUSY. A wait=0 one gives up if that takes more
+         * than two command timeouts. */
+        if (!r->wait)
+            timer_start(&q->timer,
+                        2 * (uint64_t)M.conf->redis.command_timeout_ms + 1);
+        else
+            timer_start_at(&q->timer, q->deadline);
+    } else if (!r->wait) {
+        /* Held here, or others wait first: first come, first served. */
+        req_give_up(q);
+    } else if (max_waiters && q->pos[crowded].e->nwait > max_waiters) {
+        snprintf(msg, sizeof(msg), "%zu requests already wait for %s "
+                 "(limits.max_waiters_per_resource)",
+                 q->pos[crowded].e->nwait - 1,
+                 q->pos[crowded].e->resource);
+        req_fail(q, PROTO_ERR_LIMIT, msg);
     } else {
         timer_start_at(&q->timer, q->deadline);
     }
@@ -939,44 +1426,13 @@ static void req_timer_cb(struct timer *t)
 void lockmgr_lock(struct lockmgr_owner *o, const char *resource, size_t len,
                   uint32_t ttl, uint32_t wait, bool renew)
 {
-    struct lock_entry *e;
-    struct lockreq *q = mem_alloc(sizeof(*q));
-
-    enter();
-    e = entry_get(resource, len);
-    q->o = o;
-    owner_ref(o);
-    o->pending = q;
-    q->ttl = ttl;
-    q->renew = renew;
-    q->last = REDLOCK_BUSY;
-    q->deadline = wait ? timer_now() + wait : 0;
-    timer_init(&q->timer, req_timer_cb, q);
-    entry_push(e, q);
-    if (wait)
-        M.c.waits++;
-
-    if (entry_head(e) == q && !e->holder) {
-        req_attempt(q);
-    } else if (entry_head(e) == q && e->releasing) {
-        /* The last holder's keys are being deleted right now (UNLOCK by
-         * another owner, or a lost lease being cleaned up): that ends
-         * within a round trip, and release_done() kicks this request, so
-         * even a wait=0 LOCK waits for it instead of seeing a stale BUSY. */
-    } else if (!wait) {
-        /* Held here, or others wait first: first come, first served. */
-        req_give_up(q);
-    } else if (M.conf->limits.max_waiters_per_resource &&
-               e->nwait > M.conf->limits.max_waiters_per_resource) {
-        char msg[PROTO_MAX_ERRMSG];
-        snprintf(msg, sizeof(msg), "%zu requests already wait for %s "
-                 "(limits.max_waiters_per_resource)", e->nwait - 1,
-                 e->resource);
-        req_fail(q, PROTO_ERR_LIMIT, msg);
-    } else {
-        timer_start_at(&q->timer, q->deadline);
-    }
-    leave();
+    const char *res[] = { resource };
+    size_t lens[] = { len };
+    struct lockmgr_req r = {
+        .n = 1, .res = res, .len = lens, .mode = LOCKMGR_EXCLUSIVE,
+        .ttl = ttl, .wait = wait, .renew = renew,
+    };
+    lockmgr_lock_req(o, &r);
 }
 
 /* ---- owner-facing operations ------------------------------------------- */
@@ -984,17 +1440,37 @@ void lockmgr_lock(struct lockmgr_owner *o, const char *resource, size_t len,
 struct lease *lockmgr_held(const struct lockmgr_owner *o,
                            const char *resource, size_t len)
 {
-    struct lock_entry *e = entry_find(resource, len);
-    if (!e || !e->holder || e->holder->gone || e->holder->owner != o)
-        return NULL;
-    return e->holder;
+    const struct list *p;
+
+    list_foreach(p, &o->leases) {
+        struct lease *l = list_entry(p, struct lease, olink);
+        if (strncmp(l->resource, resource, len) == 0 &&
+            l->resource[len] == '\0')
+            return l;
+    }
+    return NULL;
+}
+
+void lockmgr_unlock_many(struct lockmgr_owner *o, struct lease *const *l,
+                         size_t n)
+{
+    size_t len = strlen(l[0]->resource);
+    struct unlock_ctx *u = mem_alloc(sizeof(*u) + len + 1);
+
+    enter();
+    u->o = o;
+    owner_ref(o);
+    u->n = u->left = n;
+    u->nodes = M.rl->nnodes();
+    memcpy(u->resource, l[0]->resource, len + 1);
+    for (size_t i = 0; i < n; i++)
+        lease_release(l[i], 0, u, "UNLOCK");
+    leave();
 }
 
 void lockmgr_unlock(struct lockmgr_owner *o, struct lease *l)
 {
-    enter();
-    lease_release(l, 0, o, "UNLOCK");
-    leave();
+    lockmgr_unlock_many(o, &l, 1);
 }
 
 static void extend_answer(struct extend_ctx *x, enum proto_err err,
@@ -1050,8 +1526,7 @@ static void extend_start(struct extend_ctx *x)
     struct lease *l = x->l;
 
     l->extending = true;
-    M.rl->extend(l->entry->key, l->entry->keylen, l->token, x->ttl,
-                 extend_done, x);
+    M.rl->extend(l->key, l->keylen, l->token, x->ttl, extend_done, x);
 }
 
 void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl)
@@ -1129,30 +1604,69 @@ void lockmgr_owner_end(struct lockmgr_owner *o, bool died)
     leave();
 }
 
+/* A release of one of e's keys was announced: the waiters that may talk
+ * to Redis now do so soon (slot: the semaphore slot released, or -1). */
+static void entry_wake(struct lock_entry *e, int64_t slot)
+{
+    struct list *p;
+
+    list_foreach(p, &e->waiters) {
+        struct lockreq *q = pos_of(p)->q;
+        if (q->limit && slot >= 0)
+            q->hint = slot;
+        if (q->attempting) {
+            q->notified = true;
+            continue;
+        }
+        if (!req_may_start(q, true))
+            break;
+        if (q->woken)
+            break;      /* the same release, heard from another node */
+        q->woken = true;
+        timer_start(&q->timer, rng_below(LOCKMGR_WAKE_JITTER_MS + 1));
+        break;
+    }
+}
+
+/* The slot number of a key ending in "#<digits>", or -1. */
+static int64_t key_slot(const char *key, size_t len, size_t *base)
+{
+    size_t i = len;
+    uint64_t slot = 0, mul = 1;
+
+    while (i > 0 && key[i - 1] >= '0' && key[i - 1] <= '9' && len - i < 6) {
+        slot += (uint64_t)(key[i - 1] - '0') * mul;
+        mul *= 10;
+        i--;
+    }
+    if (i == len || i == 0 || key[i - 1] != LOCKMGR_SLOT_SEP)
+        return -1;
+    *base = i - 1;
+    return (int64_t)slot;
+}
+
 void lockmgr_on_release(const char *key, size_t len)
 {
-    struct hmap_node *n;
     struct lock_entry *e;
-    struct lockreq *q;
+    size_t base;
+    int64_t slot;
 
     if (len < M.prefixlen ||
         memcmp(key, M.conf->locks.key_prefix, M.prefixlen) != 0)
         return;
-    n = hmap_get(&M.table, key, len);
-    if (!n)
-        return;
-    e = container_of(n, struct lock_entry, node);
-    q = entry_head(e);
-    if (!q || e->holder)
-        return;
-    if (q->attempting) {
-        e->notified = true;
-        return;
-    }
-    if (q->woken)
-        return;     /* the same release, heard from another node */
-    q->woken = true;
-    timer_start(&q->timer, rng_below(LOCKMGR_WAKE_JITTER_MS + 1));
+    /* A name may also be another's derived key: every reading wakes its
+     * entry; a wake-up that finds the lock still taken costs one try. */
+    if ((e = entry_lookup(key, len)) && !e->limit)
+        entry_wake(e, -1);
+    if (len > M.prefixlen + LOCKMGR_SHARED_SUFFIX_LEN &&
+        memcmp(key + len - LOCKMGR_SHARED_SUFFIX_LEN, LOCKMGR_SHARED_SUFFIX,
+               LOCKMGR_SHARED_SUFFIX_LEN) == 0 &&
+        (e = entry_lookup(key, len - LOCKMGR_SHARED_SUFFIX_LEN)) &&
+        !e->limit)
+        entry_wake(e, -1);
+    if ((slot = key_slot(key, len, &base)) >= 0 && base > M.prefixlen &&
+        (e = entry_lookup(key, base)) && e->limit)
+        entry_wake(e, slot < (int64_t)e->limit ? slot : -1);
 }
 
 /* ---- FORCEUNLOCK --------------------------------------------------------- */
@@ -1168,6 +1682,7 @@ static void force_done(void *ud, const struct redlock_result *res)
     struct force_ctx *x = ud;
     struct lock_entry *e;
     struct notice *n;
+    struct list *p, *tmp;
 
     enter();
     log_notice("forced release of %s by %s (name=%s peer=%s): deleted on "
@@ -1177,8 +1692,16 @@ static void force_done(void *ud, const struct redlock_result *res)
     /* A holder here learns now what one elsewhere learns at its next
      * renewal: the nodes no longer hold its key. */
     e = entry_find(x->resource, x->len);
-    if (e && e->holder && !e->holder->gone)
-        lease_lose(e->holder, LOST_NODE);
+    if (e) {
+        e->pins++;
+        list_foreach_safe(p, tmp, &e->holders) {
+            struct lease *l = list_entry(p, struct lease, elink);
+            if (!l->gone)
+                lease_lose(l, LOST_NODE);
+        }
+        e->pins--;
+        entry_maybe_free(e);
+    }
     n = notice_new(N_UNLOCKED, x->o, x->resource, NULL);
     n->nodes = res->deleted;
     owner_unref(x->o);
@@ -1186,12 +1709,42 @@ static void force_done(void *ud, const struct redlock_result *res)
     leave();
 }
 
+/* What STATUS and FORCEUNLOCK look at: the resource's keys, and `limit`
+ * slots (or as many as this daemon knows it has). The names stay in
+ * *buf (owned by the caller) until the call is made. */
+static void probe_make(const char *res, size_t len, uint32_t limit,
+                       struct redlock_probe *pr, char **buf)
+{
+    struct lock_entry *e = entry_find(res, len);
+    size_t keylen = M.prefixlen + len;
+    char *b = mem_alloc(3 * (keylen + LOCKMGR_SHARED_SUFFIX_LEN + 2));
+
+    memcpy(b, M.conf->locks.key_prefix, M.prefixlen);
+    memcpy(b + M.prefixlen, res, len);
+    b[keylen] = '\0';
+    char *sh = b + keylen + 1;
+    memcpy(sh, b, keylen);
+    memcpy(sh + keylen, LOCKMGR_SHARED_SUFFIX, LOCKMGR_SHARED_SUFFIX_LEN + 1);
+    char *sl = sh + keylen + LOCKMGR_SHARED_SUFFIX_LEN + 1;
+    memcpy(sl, b, keylen);
+    sl[keylen] = LOCKMGR_SLOT_SEP;
+    sl[keylen + 1] = '\0';
+    pr->key = b;
+    pr->keylen = keylen;
+    pr->shared = sh;
+    pr->sharedlen = keylen + LOCKMGR_SHARED_SUFFIX_LEN;
+    pr->slots = sl;
+    pr->slotslen = keylen + 1;
+    pr->limit = limit ? limit : e ? e->limit : 0;
+    *buf = b;
+}
+
 void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
                            size_t len)
 {
     struct force_ctx *x = mem_alloc(sizeof(*x) + len + 1);
-    size_t keylen;
-    const char *key;
+    struct redlock_probe pr;
+    char *buf;
 
     enter();
     x->o = o;
@@ -1199,8 +1752,13 @@ void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
     x->len = len;
     memcpy(x->resource, resource, len);
     x->resource[len] = '\0';
-    key = entry_key(resource, len, &keylen);
-    M.rl->force_release(key, keylen, force_done, x);
+    /* Slots too: as many as a semaphore here has, else as many as one
+     * may have. */
+    probe_make(resource, len, 0, &pr, &buf);
+    if (!pr.limit)
+        pr.limit = M.conf->locks.max_limit;
+    M.rl->force_release(&pr, force_done, x);
+    free(buf);
     leave();
 }
 
@@ -1209,14 +1767,20 @@ void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
 static json_t *lease_json(const struct lease *l)
 {
     uint64_t now = timer_now();
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:b, s:I}",
-                     "resource", l->resource,
-                     "fence", (json_int_t)l->fence,
-                     "ttl", (json_int_t)l->ttl,
-                     "validity", (json_int_t)lease_validity(l),
-                     "held_ms", (json_int_t)(now - l->acquired_at),
-                     "renew", l->renew,
-                     "renewals", (json_int_t)l->renewals);
+    json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:b, s:I, s:s}",
+                          "resource", l->resource,
+                          "fence", (json_int_t)l->fence,
+                          "ttl", (json_int_t)l->ttl,
+                          "validity", (json_int_t)lease_validity(l),
+                          "held_ms", (json_int_t)(now - l->acquired_at),
+                          "renew", l->renew,
+                          "renewals", (json_int_t)l->renewals,
+                          "mode", mode_name(l->mode));
+    if (l->limit) {
+        json_object_set_new(j, "limit", json_integer(l->limit));
+        json_object_set_new(j, "slot", json_integer(l->slot));
+    }
+    return j;
 }
 
 json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o)
@@ -1233,62 +1797,138 @@ json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o)
 struct status_ctx {
     struct lockmgr_owner *o;    /* (ref) */
     size_t len;
+    uint32_t limit;             /* slots looked at */
     char resource[];
 };
 
-static json_t *status_holder(const struct lock_entry *e)
+static json_t *holder_json(const struct lease *l)
 {
-    const struct lease *l = e ? e->holder : NULL;
+    json_t *j = json_pack("{s:s, s:s?, s:I, s:I, s:I, s:s}",
+                          "session", l->owner->id,
+                          "name", l->owner->name[0] ? l->owner->name : NULL,
+                          "fence", (json_int_t)l->fence,
+                          "held_ms", (json_int_t)(timer_now() -
+                                                  l->acquired_at),
+                          "validity", (json_int_t)lease_validity(l),
+                          "mode", mode_name(l->mode));
+    if (l->limit)
+        json_object_set_new(j, "slot", json_integer(l->slot));
+    return j;
+}
 
-    if (!l || l->gone || !l->owner)
-        return json_null();
-    return json_pack("{s:s, s:s?, s:I, s:I, s:I}",
-                     "session", l->owner->id,
-                     "name", l->owner->name[0] ? l->owner->name : NULL,
-                     "fence", (json_int_t)l->fence,
-                     "held_ms", (json_int_t)(timer_now() - l->acquired_at),
-                     "validity", (json_int_t)lease_validity(l));
+/* The most holders here a STATUS lists (its reply must stay far below
+ * limits.max_output_bytes); "holders_here" counts them all. */
+#define LOCKMGR_STATUS_HOLDERS 64
+
+/* Held here: the first holder (or null), and the first
+ * LOCKMGR_STATUS_HOLDERS of them. */
+static json_t *status_holders(const struct lock_entry *e, json_t **first,
+                              size_t *nshared, size_t *nexcl)
+{
+    json_t *arr = json_array();
+    const struct list *p;
+
+    *first = NULL;
+    *nshared = *nexcl = 0;
+    if (!e)
+        return arr;
+    list_foreach(p, &e->holders) {
+        const struct lease *l = list_entry(p, const struct lease, elink);
+        if (l->gone || !l->owner)
+            continue;
+        if (l->mode == LOCKMGR_SHARED)
+            ++*nshared;
+        else if (!l->limit)
+            ++*nexcl;
+        if (json_array_size(arr) < LOCKMGR_STATUS_HOLDERS)
+            json_array_append_new(arr, holder_json(l));
+        if (!*first)
+            *first = holder_json(l);
+    }
+    return arr;
 }
 
 static void status_done(void *ud, const struct redlock_node_view *v, int n)
 {
     struct status_ctx *x = ud;
     struct lock_entry *e;
-    json_t *nodes = json_array();
-    json_t *holder;
-    int present = 0;
-    size_t keylen;
+    json_t *nodes = json_array(), *first, *holders;
+    int present = 0, with_shared = 0;
+    int64_t shared_max = 0;
+    uint32_t slots_held = 0;
+    size_t keylen, nshared, nexcl;
+    int quorum = M.rl->quorum();
 
     enter();
     e = entry_find(x->resource, x->len);
     for (int i = 0; i < n; i++) {
         json_t *pttl = v[i].answered ? json_integer(v[i].pttl) : json_null();
+        json_t *node = json_pack("{s:s, s:b, s:b, s:o}", "node", v[i].name,
+                                 "up", v[i].up, "voting", v[i].voting,
+                                 "pttl", pttl);
+        if (v[i].answered) {
+            json_object_set_new(node, "shared", json_integer(v[i].shared));
+            if (x->limit) {
+                json_int_t k = 0;
+                for (const char *c = v[i].slots; c && *c; c++)
+                    k += *c == '1';
+                json_object_set_new(node, "slots", json_integer(k));
+            }
+        }
         if (v[i].answered && v[i].pttl != -2)
             present++;
-        json_array_append_new(nodes, json_pack("{s:s, s:b, s:b, s:o}",
-                              "node", v[i].name, "up", v[i].up,
-                              "voting", v[i].voting, "pttl", pttl));
+        if (v[i].answered && v[i].shared > 0) {
+            with_shared++;
+            if (v[i].voting && v[i].shared > shared_max)
+                shared_max = v[i].shared;
+        }
+        json_array_append_new(nodes, node);
     }
-    holder = status_holder(e);
-    bool held = !json_is_null(holder) || present >= M.rl->quorum();
+    /* A slot is held where a quorum of nodes has its key. */
+    for (uint32_t s = 0; s < x->limit; s++) {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            k += v[i].slots && strlen(v[i].slots) > s && v[i].slots[s] == '1';
+        slots_held += k >= quorum;
+    }
+    holders = status_holders(e, &first, &nshared, &nexcl);
+    const char *mode = NULL;
+    if (nexcl || present >= quorum)
+        mode = "exclusive";
+    else if (nshared || with_shared >= quorum)
+        mode = "shared";
+    bool held = first || present >= quorum || with_shared >= quorum ||
+                slots_held > 0;
+    if ((size_t)shared_max < nshared)
+        shared_max = (int64_t)nshared;
     const char *key = entry_key(x->resource, x->len, &keylen);
     struct notice *no = notice_new(N_STATUS, x->o, NULL, NULL);
-    no->json = json_pack("{s:s, s:s, s:b, s:o, s:I, s:o}",
+    size_t here = e ? e->nheld - e->ngone : 0;
+    no->json = json_pack("{s:s, s:s, s:b, s:s?, s:o, s:o, s:I, s:I, s:I, "
+                         "s:o}",
                          "resource", x->resource, "key", key, "held", held,
-                         "holder", holder,
+                         "mode", mode,
+                         "holder", first ? first : json_null(),
+                         "holders", holders,
+                         "holders_here", (json_int_t)here,
+                         "shared_holders", (json_int_t)shared_max,
                          "waiters", (json_int_t)(e ? e->nwait : 0),
                          "nodes", nodes);
+    if (x->limit) {
+        json_object_set_new(no->json, "limit", json_integer(x->limit));
+        json_object_set_new(no->json, "slots_held", json_integer(slots_held));
+    }
     owner_unref(x->o);
     free(x);
     leave();
 }
 
 void lockmgr_status(struct lockmgr_owner *o, const char *resource,
-                    size_t len)
+                    size_t len, uint32_t limit)
 {
     struct status_ctx *x = mem_alloc(sizeof(*x) + len + 1);
-    size_t keylen;
-    const char *key;
+    struct redlock_probe pr;
+    char *buf;
 
     enter();
     x->o = o;
@@ -1296,7 +1936,9 @@ void lockmgr_status(struct lockmgr_owner *o, const char *resource,
     x->len = len;
     memcpy(x->resource, resource, len);
     x->resource[len] = '\0';
-    key = entry_key(resource, len, &keylen);
-    M.rl->inspect(key, keylen, status_done, x);
+    probe_make(resource, len, limit, &pr, &buf);
+    x->limit = pr.limit;
+    M.rl->inspect(&pr, status_done, x);
+    free(buf);
     leave();
 }

@@ -1,6 +1,10 @@
 /*
- * lockmgr: the lock table. resource -> this daemon's holder (a lease of one
- * owner) and a FIFO of waiting LOCK requests.
+ * lockmgr: the lock table. resource -> this daemon's holders (leases of
+ * owners: one exclusive, or any number shared, or up to K slots of a
+ * semaphore) and a FIFO of waiting LOCK requests of every mode. A LOCK of
+ * several resources waits in the FIFO of each, is granted all of them at
+ * once (one atomic script per node) and then becomes one lease per
+ * resource, each renewed, extended, lost and released alone.
  *
  * It turns an owner's requests into redlock operations and owns the lease
  * lifecycle: renewal while the owner lives, LOST when a lease cannot be
@@ -35,13 +39,32 @@ struct lockmgr_owner;
 
 enum lockmgr_lost_reason { LOST_EXPIRED, LOST_QUORUM, LOST_NODE };
 
+enum lockmgr_mode { LOCKMGR_EXCLUSIVE, LOCKMGR_SHARED };
+
+/* One LOCK request. Names are copied. */
+struct lockmgr_req {
+    size_t n;                       /* resources, 1..CONF_MAX_MULTI */
+    const char *const *res;
+    const size_t *len;
+    enum lockmgr_mode mode;         /* SHARED: one resource, no limit */
+    uint32_t limit;                 /* K: one slot of a semaphore (one
+                                       resource), or 0 */
+    uint32_t ttl;
+    uint32_t wait;
+    bool renew;
+};
+
 /* What lockmgr tells an owner. Strings live only during the call. */
 struct lockmgr_grant {
-    const char *resource;
+    const char *resource;   /* the first of the request's */
+    size_t nresources;      /* how many it named */
     const char *token;
     uint64_t fence;
     uint32_t ttl;
     int64_t validity;       /* ms left when the answer was made */
+    enum lockmgr_mode mode;
+    uint32_t limit;         /* a semaphore's K, or 0 */
+    uint32_t slot;          /* limit > 0: the slot held */
 };
 
 struct lockmgr_owner_ops {
@@ -50,9 +73,10 @@ struct lockmgr_owner_ops {
     /* The LOCK succeeded (g) or failed (err, msg). */
     void (*locked)(struct lockmgr_owner *o, const struct lockmgr_grant *g,
                    enum proto_err err, const char *msg);
-    /* UNLOCK done: keys deleted on `nodes` nodes, or err (LOST). */
+    /* UNLOCK of nres resources (the first named) done: keys deleted on
+     * `nodes` nodes (the fewest of any of them), or err (LOST). */
     void (*unlocked)(struct lockmgr_owner *o, const char *resource,
-                     int nodes, enum proto_err err);
+                     size_t nres, int nodes, enum proto_err err);
     /* EXTEND done: the new lease (ttl, validity), or err. */
     void (*extended)(struct lockmgr_owner *o, const char *resource,
                      uint32_t ttl, int64_t validity, enum proto_err err);
@@ -109,8 +133,13 @@ void lockmgr_owner_shutdown(struct lockmgr_owner *o);
  * callback reaches o after this returns. */
 void lockmgr_owner_end(struct lockmgr_owner *o, bool died);
 
-/* Acquire resource for o, which must not hold it and have no LOCK pending
- * (the caller checks HELD and limits first). Answers through ->locked. */
+/* Acquire what r names for o, which must hold none of it and have no LOCK
+ * pending (the caller checks HELD, names given twice and limits first).
+ * A limit that disagrees with what this daemon holds or waits for on the
+ * resource (another K, or a semaphore where plain locks are held, or the
+ * reverse) is answered ERR ARG. Answers through ->locked. */
+void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r);
+/* The same for one resource, exclusive. */
 void lockmgr_lock(struct lockmgr_owner *o, const char *resource, size_t len,
                   uint32_t ttl, uint32_t wait, bool renew);
 /* The lease o holds on resource, or NULL. */
@@ -118,6 +147,9 @@ struct lease *lockmgr_held(const struct lockmgr_owner *o,
                            const char *resource, size_t len);
 /* UNLOCK: answers through ->unlocked. */
 void lockmgr_unlock(struct lockmgr_owner *o, struct lease *l);
+/* UNLOCK of n leases of o at once (n >= 1): one answer. */
+void lockmgr_unlock_many(struct lockmgr_owner *o, struct lease *const *l,
+                         size_t n);
 /* EXTEND: answers through ->extended. */
 void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl);
 /* The client will not wait any longer (EOF): a LOCK of o sleeping in the
@@ -129,9 +161,10 @@ void lockmgr_cut_wait(struct lockmgr_owner *o);
  * is told at once (->lost, reason node). */
 void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
                            size_t len);
-/* STATUS: answers through ->status. */
+/* STATUS: answers through ->status. limit: the semaphore's K whose slots
+ * to look at, or 0 for what this daemon knows of it. */
 void lockmgr_status(struct lockmgr_owner *o, const char *resource,
-                    size_t len);
+                    size_t len, uint32_t limit);
 /* LOCKS: o's leases as a JSON array (caller owns it). */
 json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o);
 

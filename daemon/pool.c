@@ -38,13 +38,13 @@
                                        the instance id */
 
 /*
- * The fence scripts start alike: read the counter (KEYS[2]) into c, and
- * refuse, before any write, a counter that is not a decimal below 10^18
- * (INCR then stays far from overflow). Counters are compared as strings,
- * by length and then byte by byte: Lua numbers are doubles, exact only up
- * to 2^53, so no counter is ever turned into one.
+ * The fence scripts start alike: read the counter (KEYS[k], the fence key
+ * fk) into c, and refuse, before any write, a counter that is not a
+ * decimal below 10^18 (INCR then stays far from overflow). Counters are
+ * compared as strings, by length and then byte by byte: Lua numbers are
+ * doubles, exact only up to 2^53, so no counter is ever turned into one.
  */
-#define POOL_LUA_COUNTER \
+#define POOL_LUA_COUNTER_AT(k) \
     "local function above(a, b)\n" \
     "  if #a ~= #b then return #a > #b end\n" \
     "  for i = 1, #a do\n" \
@@ -53,40 +53,123 @@
     "  end\n" \
     "  return false\n" \
     "end\n" \
-    "local c = redis.call('GET', KEYS[2]) or '0'\n" \
+    "local fk = KEYS[" k "]\n" \
+    "local c = redis.call('GET', fk) or '0'\n" \
     "if c ~= '0' and not (#c <= 18 and string.find(c, '^[1-9][0-9]*$')) then\n" \
-    "  return redis.error_reply('ERR fence counter ' .. KEYS[2] ..\n" \
+    "  return redis.error_reply('ERR fence counter ' .. fk ..\n" \
     "                           ' is not a decimal below 10^18')\n" \
+    "end\n"
+#define POOL_LUA_COUNTER POOL_LUA_COUNTER_AT("2")
+
+/* m = max(c, seen): what the counter is raised to before the grant's
+ * INCR (seen is ARGV[3] in the acquire scripts). */
+#define POOL_LUA_SEEN(arg) \
+    "local m = c\n" \
+    "if above(" arg ", m) then m = " arg " end\n"
+
+/* The grant's fence: the counter becomes m + 1, written in the same script
+ * as the grant, so while the key is ours (docs/design.md, "Fences"). */
+#define POOL_LUA_GRANT \
+    "if m ~= c then redis.call('SET', fk, m) end\n" \
+    "redis.call('INCR', fk)\n" \
+    "return {1, redis.call('GET', fk)}\n"
+
+/* The node's own clock in ms: shared holders' expiry times are its. */
+#define POOL_LUA_NOW \
+    "local now_t = redis.call('TIME')\n" \
+    "local now = tonumber(now_t[1]) * 1000 + math.floor(tonumber(now_t[2]) / 1000)\n"
+
+/* A key of the wrong type is no lock of ours: an error (a failed vote),
+ * never a busy vote or a grant. */
+#define POOL_LUA_NOTLOCK \
+    "local function notlock(k, t)\n" \
+    "  return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. t ..\n" \
+    "                           ', not a lock')\n" \
+    "end\n"
+
+/* The shared holders of a set s still alive by the node's clock: their
+ * count (expired members are dropped first), or nil and the type of a key
+ * that is no set. */
+#define POOL_LUA_READERS \
+    "local function readers(s)\n" \
+    "  local t = redis.call('TYPE', s)['ok']\n" \
+    "  if t == 'none' then return 0 end\n" \
+    "  if t ~= 'zset' then return nil, t end\n" \
+    POOL_LUA_NOW \
+    "  redis.call('ZREMRANGEBYSCORE', s, '-inf', now)\n" \
+    "  return redis.call('ZCARD', s)\n" \
+    "end\n"
+
+/* A shared hold is a member of the set: the token, scored by its expiry
+ * on the node's clock. The set lives as long as its latest member. */
+#define POOL_LUA_SHARED_PUT \
+    "local function put(s, token, ttl)\n" \
+    POOL_LUA_NOW \
+    "  redis.call('ZADD', s, now + ttl, token)\n" \
+    "  if redis.call('PTTL', s) < ttl then redis.call('PEXPIRE', s, ttl) end\n" \
     "end\n"
 
 static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
     /* With the key taken, the counter becomes max(c, seen) + 1 in the same
-     * script: the fence is written while the key is ours. A key of another
-     * type is no lock: an error, not a busy vote. */
+     * script: the fence is written while the key is ours. With KEYS[3],
+     * the resource's shared holders' set, the key is not taken while that
+     * has a live member. */
     [POOL_SCRIPT_ACQUIRE] =
         POOL_LUA_COUNTER
-        "local m = c\n"
-        "if above(ARGV[3], m) then m = ARGV[3] end\n"
+        POOL_LUA_NOTLOCK
+        POOL_LUA_READERS
+        POOL_LUA_SEEN("ARGV[3]")
+        "if KEYS[3] then\n"
+        "  local n, t = readers(KEYS[3])\n"
+        "  if not n then return notlock(KEYS[3], t) end\n"
+        "  if n > 0 then return {0, redis.call('PTTL', KEYS[3])} end\n"
+        "end\n"
         "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
         "  local t = redis.call('TYPE', KEYS[1])['ok']\n"
-        "  if t ~= 'string' and t ~= 'none' then\n"
-        "    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' ..\n"
-        "                             t .. ', not a lock')\n"
-        "  end\n"
+        "  if t ~= 'string' and t ~= 'none' then return notlock(KEYS[1], t) end\n"
         "  return {0, redis.call('PTTL', KEYS[1])}\n"
         "end\n"
-        "if m ~= c then redis.call('SET', KEYS[2], m) end\n"
-        "redis.call('INCR', KEYS[2])\n"
-        "return {1, redis.call('GET', KEYS[2])}\n",
+        POOL_LUA_GRANT,
+    /* A key of another type (a shared lock's set) is handled as such: the
+     * token's member is removed, and the release announced once the set
+     * has no live member left (only exclusive waiters wait for that). */
     [POOL_SCRIPT_RELEASE] =
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+        "local v = redis.pcall('GET', KEYS[1])\n"
+        "if type(v) == 'table' and v.err then\n"
+        "  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+        "  if not s then return 0 end\n"
+        "  redis.call('ZREM', KEYS[1], ARGV[1])\n"
+        POOL_LUA_NOW
+        "  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+        "  if redis.call('EXISTS', KEYS[1]) == 0 then\n"
+        "    redis.call('PUBLISH', ARGV[2], KEYS[1])\n"
+        "  end\n"
+        "  if tonumber(s) <= now then return 0 end\n"
+        "  return 1\n"
+        "end\n"
+        "if v == ARGV[1] then\n"
         "  redis.call('DEL', KEYS[1])\n"
         "  redis.call('PUBLISH', ARGV[2], KEYS[1] .. ' ' .. ARGV[3])\n"
         "  return 1\n"
         "end\n"
         "return 0\n",
+    /* On a shared lock's set: only a live member is ours to extend (one
+     * past its expiry may already have let a writer in). */
     [POOL_SCRIPT_EXTEND] =
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+        POOL_LUA_SHARED_PUT
+        "local v = redis.pcall('GET', KEYS[1])\n"
+        "if type(v) == 'table' and v.err then\n"
+        "  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+        "  if not s then return 0 end\n"
+        POOL_LUA_NOW
+        "  if tonumber(s) <= now then\n"
+        "    redis.call('ZREM', KEYS[1], ARGV[1])\n"
+        "    return 0\n"
+        "  end\n"
+        "  put(KEYS[1], ARGV[1], tonumber(ARGV[2]))\n"
+        "  return 1\n"
+        "end\n"
+        "if v == ARGV[1] then\n"
         "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
         "  return 1\n"
         "end\n"
@@ -96,12 +179,18 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end\n"
         "return 1\n",
     /* Only while the key holds our token: a raise where we hold no key
-     * proves nothing about the next holder (docs/design.md, "Fences"). */
+     * proves nothing about the next holder (docs/design.md, "Fences").
+     * KEYS[3] and on: the other keys of a grant of several resources,
+     * which must all hold it too. */
     [POOL_SCRIPT_RAISE_HELD] =
         POOL_LUA_COUNTER
-        "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, c} end\n"
+        "for i = 1, #KEYS do\n"
+        "  if i ~= 2 and redis.call('GET', KEYS[i]) ~= ARGV[1] then\n"
+        "    return {0, c}\n"
+        "  end\n"
+        "end\n"
         "if above(ARGV[2], c) then\n"
-        "  redis.call('SET', KEYS[2], ARGV[2])\n"
+        "  redis.call('SET', fk, ARGV[2])\n"
         "  c = ARGV[2]\n"
         "end\n"
         "return {1, c}\n",
@@ -111,6 +200,97 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "  return 1\n"
         "end\n"
         "return 0\n",
+    /* A shared hold: not while the exclusive key exists (whoever set it,
+     * redlockd or another Redlock client). */
+    [POOL_SCRIPT_ACQUIRE_SHARED] =
+        POOL_LUA_COUNTER
+        POOL_LUA_NOTLOCK
+        POOL_LUA_SHARED_PUT
+        POOL_LUA_SEEN("ARGV[3]")
+        "local t = redis.call('TYPE', KEYS[1])['ok']\n"
+        "if t ~= 'none' then\n"
+        "  if t ~= 'string' then return notlock(KEYS[1], t) end\n"
+        "  return {0, redis.call('PTTL', KEYS[1])}\n"
+        "end\n"
+        "t = redis.call('TYPE', KEYS[3])['ok']\n"
+        "if t ~= 'none' and t ~= 'zset' then return notlock(KEYS[3], t) end\n"
+        "if t == 'zset' then\n"
+        POOL_LUA_NOW
+        "  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)\n"
+        "end\n"
+        "put(KEYS[3], ARGV[1], tonumber(ARGV[2]))\n"
+        POOL_LUA_GRANT,
+    /* All the keys or none, in one step: no two requests for overlapping
+     * sets can each hold a part. The busy answer's PTTL is the longest of
+     * the keys that stood in the way. */
+    [POOL_SCRIPT_ACQUIRE_MULTI] =
+        POOL_LUA_COUNTER_AT("1")
+        POOL_LUA_NOTLOCK
+        POOL_LUA_READERS
+        POOL_LUA_SEEN("ARGV[3]")
+        "local busy, wait = false, -1\n"
+        "for i = 2, #KEYS, 2 do\n"
+        "  local x, s = KEYS[i], KEYS[i + 1]\n"
+        "  local t = redis.call('TYPE', x)['ok']\n"
+        "  local p = nil\n"
+        "  if t ~= 'none' then\n"
+        "    if t ~= 'string' then return notlock(x, t) end\n"
+        "    p = redis.call('PTTL', x)\n"
+        "  else\n"
+        "    local n, st = readers(s)\n"
+        "    if not n then return notlock(s, st) end\n"
+        "    if n > 0 then p = redis.call('PTTL', s) end\n"
+        "  end\n"
+        "  if p then\n"
+        "    busy = true\n"
+        "    if p > wait then wait = p end\n"
+        "  end\n"
+        "end\n"
+        "if busy then return {0, wait} end\n"
+        "for i = 2, #KEYS, 2 do\n"
+        "  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])\n"
+        "end\n"
+        POOL_LUA_GRANT,
+    /* The second round of a shared grant whose counters differed: a new
+     * INCR while our member is live, from at least seen. A fence that a
+     * quorum of holders reached by INCR is one no other grant holding one
+     * of those nodes has. */
+    [POOL_SCRIPT_BUMP_SHARED] =
+        POOL_LUA_COUNTER
+        POOL_LUA_NOW
+        "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+        "if not s or tonumber(s) <= now then return {0, c} end\n"
+        POOL_LUA_SEEN("ARGV[2]")
+        POOL_LUA_GRANT,
+    /* STATUS: the exclusive key's PTTL, the live shared holders, and for
+     * each of K semaphore slots (keys ARGV[1] .. i, which are not in KEYS:
+     * there can be up to locks.max_limit of them) '1' if it exists. */
+    [POOL_SCRIPT_INSPECT] =
+        POOL_LUA_NOW
+        "local n = 0\n"
+        "if redis.call('TYPE', KEYS[2])['ok'] == 'zset' then\n"
+        "  n = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')\n"
+        "end\n"
+        "local bits = {}\n"
+        "for i = 0, tonumber(ARGV[2]) - 1 do\n"
+        "  bits[#bits + 1] = redis.call('EXISTS', ARGV[1] .. i) == 1 and '1' or '0'\n"
+        "end\n"
+        "return {redis.call('PTTL', KEYS[1]), n, table.concat(bits)}\n",
+    /* FORCEUNLOCK: every key of the resource, whoever holds it, and the
+     * release announced (a slot's too, so semaphore waiters wake). */
+    [POOL_SCRIPT_FORCE] =
+        "local n = redis.call('DEL', KEYS[1], KEYS[2])\n"
+        "local first = nil\n"
+        "for i = 0, tonumber(ARGV[2]) - 1 do\n"
+        "  local k = ARGV[1] .. i\n"
+        "  if redis.call('DEL', k) == 1 then\n"
+        "    n = n + 1\n"
+        "    first = first or k\n"
+        "  end\n"
+        "end\n"
+        "redis.call('PUBLISH', ARGV[3], KEYS[1])\n"
+        "if first then redis.call('PUBLISH', ARGV[3], first) end\n"
+        "return n\n",
 };
 
 enum link_state { LINK_DOWN, LINK_CONNECTING, LINK_UP };

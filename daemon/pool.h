@@ -46,9 +46,10 @@
 #include "conf.h"
 
 /* The most words one request may carry (a script's keys and arguments, or a
- * command with its name); acquire's 2 keys and 3 arguments are the most
- * any caller sends. pool_script and pool_command refuse more. */
-#define POOL_MAX_ARGS 8
+ * command with its name): a LOCK of locks.max_multi resources sends the
+ * fence key, two keys per resource and three arguments. pool_script and
+ * pool_command refuse more. */
+#define POOL_MAX_ARGS (2 * CONF_MAX_MULTI + 4)
 /* Room for any 64-bit integer in decimal, sign and NUL included. */
 #define POOL_NUM_SIZE sizeof("-9223372036854775808")
 /* The longest run_id kept (Redis's is 40 hex chars), and an error's room. */
@@ -58,24 +59,39 @@
 #define POOL_INSTANCE_ID_LEN 16
 
 /*
- * The scripts (pool.c has their text). The two fence scripts are the halves
- * of a grant's fence (docs/design.md, "Fences"): ACQUIRE sets the counter
- * to max(counter, seen) + 1 atomically with a successful SET NX and returns
- * it; RAISE_HELD raises the counter to a value only while the key holds our
- * token, and returns the counter it leaves (both as decimal strings).
- * Either answers an error, having written nothing, when the counter is not
- * a decimal below 10^18 or the lock's key is not a string. RAISE is node's
- * repair of a restarted node, which owns no key.
+ * The scripts (pool.c has their text). The fence scripts are the halves
+ * of a grant's fence (docs/design.md, "Fences"): the ACQUIRE scripts set
+ * the counter to max(counter, seen) + 1 atomically with a successful grant
+ * and return it; RAISE_HELD raises the counter to a value only while the
+ * keys hold our token, BUMP_SHARED increments it again only while our
+ * shared member is live; each returns the counter it leaves (as decimal
+ * strings). They answer an error, having written nothing that matters,
+ * when the counter is not a decimal below 10^18 or a lock's key is not of
+ * its type. RAISE is node's repair of a restarted node, which owns no key.
+ *
+ * A resource's exclusive key is a plain string holding the token; its
+ * shared holders are the members of a sorted set (the tokens, scored by
+ * their expiry on the node's clock). RELEASE and EXTEND take either.
  */
 enum pool_script {
-    POOL_SCRIPT_ACQUIRE,    /* KEYS lock,fence ARGV token,ttl,seen
+    POOL_SCRIPT_ACQUIRE,    /* KEYS lock,fence[,shared] ARGV token,ttl,seen
                                -> {1,"counter"} | {0,pttl} */
-    POOL_SCRIPT_RELEASE,    /* KEYS lock ARGV token,channel -> 1|0 */
-    POOL_SCRIPT_EXTEND,     /* KEYS lock ARGV token,ttl -> 1|0 */
+    POOL_SCRIPT_RELEASE,    /* KEYS lock|shared ARGV token,channel -> 1|0 */
+    POOL_SCRIPT_EXTEND,     /* KEYS lock|shared ARGV token,ttl -> 1|0 */
     POOL_SCRIPT_RAISE,      /* KEYS fence ARGV value -> 1 */
-    POOL_SCRIPT_RAISE_HELD, /* KEYS lock,fence ARGV token,value
+    POOL_SCRIPT_RAISE_HELD, /* KEYS lock,fence[,lock...] ARGV token,value
                                -> {1,"counter"} ours | {0,"counter"} not */
     POOL_SCRIPT_UNDO,       /* KEYS lock ARGV token -> 1|0 (no PUBLISH) */
+    POOL_SCRIPT_ACQUIRE_SHARED, /* KEYS lock,fence,shared ARGV token,ttl,seen
+                                   -> {1,"counter"} | {0,pttl} */
+    POOL_SCRIPT_ACQUIRE_MULTI,  /* KEYS fence,lock1,shared1,... ARGV token,
+                                   ttl,seen -> {1,"counter"} | {0,pttl} */
+    POOL_SCRIPT_BUMP_SHARED,    /* KEYS shared,fence ARGV token,seen
+                                   -> {1,"counter"} | {0,"counter"} */
+    POOL_SCRIPT_INSPECT,    /* KEYS lock,shared ARGV slot-prefix,K
+                               -> {pttl, live shared, "0110..."} */
+    POOL_SCRIPT_FORCE,      /* KEYS lock,shared ARGV slot-prefix,K,channel
+                               -> keys deleted */
     POOL_SCRIPT_COUNT
 };
 

@@ -4,8 +4,10 @@
  * An op is heap-allocated, owned by itself: it counts the node requests it
  * has outstanding and frees itself after the last reply and its final
  * callback. Nothing else points at it, so nothing can outlive it. An
- * acquisition owns one vote per node (votes[]), which its raise round,
- * the same op with kind OP_RAISE, updates in place.
+ * acquisition owns one vote per node (votes[]), which its second round,
+ * the same op with kind OP_RAISE (or OP_BUMP for a shared grant), updates
+ * in place. An op keeps copies of its keys: for an acquisition, the n
+ * exclusive keys and, when given, the n shared holders' sets after them.
  */
 #include "redlock.h"
 
@@ -26,11 +28,12 @@
 #include "pool.h"
 #include "timer.h"
 
-enum op_kind { OP_ACQUIRE, OP_RAISE, OP_RELEASE, OP_EXTEND };
+enum op_kind { OP_ACQUIRE, OP_RAISE, OP_BUMP, OP_RELEASE, OP_EXTEND };
 
-/* The most words an op's script takes: acquire's lock and fence keys, its
- * token, its ttl and the largest fence seen. */
-#define OP_MAX_WORDS 5
+/* The most words an op's script takes: an acquisition of CONF_MAX_MULTI
+ * resources, with the fence key, two keys per resource, its token, its ttl
+ * and the largest fence seen. */
+#define OP_MAX_WORDS POOL_MAX_ARGS
 
 /* Error replies: one node repeating one reason (OOM on every request while
  * it is full) is logged once per REDLOCK_ERRLOG_MS, with a count of what
@@ -43,6 +46,9 @@ enum op_kind { OP_ACQUIRE, OP_RAISE, OP_RELEASE, OP_EXTEND };
 
 struct op {
     enum op_kind kind;
+    enum redlock_mode mode; /* acquire: what it takes */
+    int nres;               /* acquire: resources */
+    bool with_shared;       /* acquire: their shared sets follow the keys */
     int pending;            /* node requests outstanding (+1 while sending) */
     struct redlock_result res;
     uint64_t start_ns;
@@ -52,9 +58,13 @@ struct op {
     struct timer defer;     /* completes an op no node could take */
     redlock_cb cb;
     void *ud;
+    const char **keys;      /* (in this allocation) nres keys, then nres
+                               shared sets when with_shared */
+    size_t *lens;
+    const char *key;        /* keys[0], for logs and one-key ops */
     size_t keylen;
     char token[REDLOCK_TOKEN_LEN + 1];
-    char key[];             /* keylen bytes + NUL */
+    char buf[];             /* the keys' bytes, each NUL-terminated */
 };
 
 static const struct conf *RC;
@@ -255,7 +265,8 @@ static void op_log_reply(const struct op *o, int node, const redisReply *r)
 {
     static const char *const what[] = {
         [OP_ACQUIRE] = "acquire", [OP_RAISE] = "fence raise",
-        [OP_RELEASE] = "release", [OP_EXTEND] = "extend",
+        [OP_BUMP] = "shared fence round", [OP_RELEASE] = "release",
+        [OP_EXTEND] = "extend",
     };
     char reason[REDLOCK_ERRLOG_REASON] = "reply";
     char text[REDLOCK_ERRLOG_TEXT] = "a reply of an unexpected shape";
@@ -297,17 +308,36 @@ static void op_log_reply(const struct op *o, int node, const redisReply *r)
 
 /* ---- ops ---------------------------------------------------------------- */
 
-static struct op *op_create(enum op_kind kind, const char *key, size_t keylen,
+/* An op over nkeys keys (copied), token (copied unless NULL). */
+static struct op *op_create(enum op_kind kind, int nkeys,
+                            const char *const *keys, const size_t *lens,
                             const char *token, uint32_t ttl, redlock_cb cb,
                             void *ud)
 {
-    struct op *o = mem_alloc(sizeof(*o) + keylen + 1);
+    size_t bytes = 0;
+
+    for (int i = 0; i < nkeys; i++)
+        bytes += lens[i] + 1;
+    size_t arrays = (size_t)nkeys * (sizeof(char *) + sizeof(size_t));
+    struct op *o = mem_alloc(sizeof(*o) + arrays + bytes);
+    char *p = o->buf + arrays;
+
+    o->keys = (const char **)(void *)o->buf;
+    o->lens = (size_t *)(void *)(o->keys + nkeys);
+    for (int i = 0; i < nkeys; i++) {
+        memcpy(p, keys[i], lens[i]);
+        p[lens[i]] = '\0';
+        o->keys[i] = p;
+        o->lens[i] = lens[i];
+        p += lens[i] + 1;
+    }
+    o->key = o->keys[0];
+    o->keylen = o->lens[0];
     o->kind = kind;
+    o->nres = 1;
     o->ttl = ttl;
     o->cb = cb;
     o->ud = ud;
-    o->keylen = keylen;
-    memcpy(o->key, key, keylen);
     if (token)
         snprintf(o->token, sizeof(o->token), "%s", token);
     if (kind == OP_ACQUIRE)
@@ -324,13 +354,89 @@ static uint64_t op_elapsed_ms(const struct op *o)
     return (uv_hrtime() - o->start_ns) / 1000000u;
 }
 
-/* Does this round go to node i? A raise goes to the holders below F. */
+/* Does this round go to node i? A raise goes to the holders below F, a
+ * shared grant's second round to every holder. */
 static bool op_targets(const struct op *o, int i)
 {
+    if (o->kind == OP_BUMP)
+        return o->votes[i].vote == REDLOCK_VOTE_HELD;
     if (o->kind != OP_RAISE)
         return true;
     return o->votes[i].vote == REDLOCK_VOTE_HELD &&
            o->votes[i].counter < o->res.fence;
+}
+
+/* The shared set of resource i of an acquisition, or NULL. */
+static const char *op_shared(const struct op *o, int i, size_t *len)
+{
+    if (!o->with_shared)
+        return NULL;
+    *len = o->lens[o->nres + i];
+    return o->keys[o->nres + i];
+}
+
+/* The words of an acquisition's round, in the order its script wants
+ * them; returns the script, with *nkeys and *nargs set. */
+static enum pool_script op_words(const struct op *o, const char **argv,
+                                 size_t *lens, int *nkeys, int *nargs,
+                                 char *num, char *seen)
+{
+    const char *fence = RC->locks.fence_key;
+    size_t flen = strlen(fence), slen = 0;
+    /* A grant of several resources always checks their shared sets. */
+    const char *shared = op_shared(o, 0, &slen);
+    enum pool_script s;
+    int k = 0;
+
+    snprintf(seen, POOL_NUM_SIZE, "%" PRIu64,
+             o->kind == OP_ACQUIRE ? fence_seen : o->res.fence);
+    snprintf(num, POOL_NUM_SIZE, "%" PRIu32, o->ttl);
+    switch (o->kind) {
+    case OP_ACQUIRE:
+        if (o->nres > 1) {
+            s = POOL_SCRIPT_ACQUIRE_MULTI;
+            argv[k] = fence, lens[k++] = flen;
+            for (int i = 0; i < o->nres; i++) {
+                argv[k] = o->keys[i], lens[k++] = o->lens[i];
+                argv[k] = op_shared(o, i, &lens[k]), k++;
+            }
+        } else {
+            s = o->mode == REDLOCK_SHARED ? POOL_SCRIPT_ACQUIRE_SHARED
+                                          : POOL_SCRIPT_ACQUIRE;
+            argv[k] = o->key, lens[k++] = o->keylen;
+            argv[k] = fence, lens[k++] = flen;
+            if (shared)
+                argv[k] = shared, lens[k++] = slen;
+        }
+        *nkeys = k;
+        argv[k++] = o->token;
+        argv[k++] = num;
+        argv[k++] = seen;
+        break;
+    case OP_BUMP:
+        s = POOL_SCRIPT_BUMP_SHARED;
+        argv[k] = shared, lens[k++] = slen;
+        argv[k] = fence, lens[k++] = flen;
+        *nkeys = k;
+        argv[k++] = o->token;
+        argv[k++] = seen;
+        break;
+    case OP_RAISE:
+    default:
+        s = POOL_SCRIPT_RAISE_HELD;
+        argv[k] = o->key, lens[k++] = o->keylen;
+        argv[k] = fence, lens[k++] = flen;
+        for (int i = 1; i < o->nres; i++)
+            argv[k] = o->keys[i], lens[k++] = o->lens[i];
+        *nkeys = k;
+        argv[k++] = o->token;
+        argv[k++] = seen;       /* F, the value to raise to */
+        break;
+    }
+    for (int i = *nkeys; i < k; i++)
+        lens[i] = strlen(argv[i]);
+    *nargs = k - *nkeys;
+    return s;
 }
 
 /* Send this op's script to every node it goes to; a node that cannot take
@@ -348,28 +454,16 @@ static void op_fan_out(struct op *o)
     lens[0] = o->keylen;
     switch (o->kind) {
     case OP_ACQUIRE:
-        s = POOL_SCRIPT_ACQUIRE;
-        nkeys = 2;
-        nargs = 3;
-        argv[1] = RC->locks.fence_key;
-        argv[2] = o->token;
-        snprintf(num, sizeof(num), "%" PRIu32, o->ttl);
-        argv[3] = num;
-        snprintf(seen, sizeof(seen), "%" PRIu64, fence_seen);
-        argv[4] = seen;
-        break;
     case OP_RAISE:
-        s = POOL_SCRIPT_RAISE_HELD;
-        nkeys = 2;
-        argv[1] = RC->locks.fence_key;
-        argv[2] = o->token;
-        snprintf(num, sizeof(num), "%" PRIu64, o->res.fence);
-        argv[3] = num;
+    case OP_BUMP:
+        s = op_words(o, argv, lens, &nkeys, &nargs, num, seen);
         break;
     case OP_RELEASE:
         s = POOL_SCRIPT_RELEASE;
         argv[1] = o->token;
         argv[2] = RC->locks.release_channel;
+        lens[1] = strlen(argv[1]);
+        lens[2] = strlen(argv[2]);
         break;
     case OP_EXTEND:
     default:
@@ -377,10 +471,10 @@ static void op_fan_out(struct op *o)
         argv[1] = o->token;
         snprintf(num, sizeof(num), "%" PRIu32, o->ttl);
         argv[2] = num;
+        lens[1] = strlen(argv[1]);
+        lens[2] = strlen(argv[2]);
         break;
     }
-    for (int i = 1; i < nkeys + nargs; i++)
-        lens[i] = strlen(argv[i]);
 
     o->pending = 1;
     for (int i = 0; i < pool_nnodes(); i++) {
@@ -489,6 +583,7 @@ static void op_count(struct op *o, int node, redisReply *r)
     switch (o->kind) {
     case OP_ACQUIRE:
     case OP_RAISE:
+    case OP_BUMP:
         fence_count(o, node, r);
         return;
     case OP_RELEASE:
@@ -526,6 +621,7 @@ static void op_reply(void *ud, int node, redisReply *r)
         acquire_done(o);
         return;
     case OP_RAISE:
+    case OP_BUMP:
         o->res.validity = validity;
         raise_done(o);
         return;
@@ -546,7 +642,17 @@ static void op_reply(void *ud, int node, redisReply *r)
 /* Remove a failed acquisition's partial keys everywhere, owner-checked. */
 static void acquire_undo(const struct op *o)
 {
-    node_undo(o->key, o->keylen, o->token);
+    size_t len = 0;
+    const char *shared = op_shared(o, 0, &len);
+
+    if (o->mode == REDLOCK_SHARED) {
+        redlock_release(shared, len, o->token, NULL, NULL);
+        return;
+    }
+    /* Without an announcement: our own waiter would hear it and ask again
+     * at once, behind a holder that is still there. */
+    for (int i = 0; i < o->nres; i++)
+        node_undo(o->keys[i], o->lens[i], o->token);
 }
 
 /* The plan's verdict: grant, or give the keys back. */
@@ -583,10 +689,12 @@ static void acquire_done(struct op *o)
         return;
     }
     /* The counters differ and too few holders have F: raise the others,
-     * owner-checked, before anyone is told. */
+     * owner-checked, before anyone is told. A shared grant instead takes a
+     * new INCR on every holder, from F: several shared grants may hold a
+     * node at once, and only an INCR makes their fences differ. */
     log_debug("%.*s: fence raise round: %d of %d holders at fence %" PRIu64,
               (int)o->keylen, o->key, p.reached, p.held, p.fence);
-    o->kind = OP_RAISE;
+    o->kind = o->mode == REDLOCK_SHARED ? OP_BUMP : OP_RAISE;
     o->res.fence = p.fence;
     o->res.rounds = 2;
     op_fan_out(o);
@@ -598,8 +706,9 @@ static void raise_done(struct op *o)
 
     /* Validity is checked again after the second round: a grant never
      * leaves with no time left on it. */
-    redlock_fence_plan(o->votes, pool_nnodes(), o->res.fence, o->res.validity,
-                       false, &p, NULL);
+    redlock_fence_plan(o->votes, pool_nnodes(),
+                       o->kind == OP_BUMP ? 0 : o->res.fence,
+                       o->res.validity, false, &p, NULL);
     if (p.step != REDLOCK_STEP_GRANT)
         log_warn("%.*s: fence %" PRIu64 " reached %d of the %d holders "
                  "(validity %" PRId64 " ms): giving the lock back",
@@ -608,28 +717,40 @@ static void raise_done(struct op *o)
     acquire_end(o, &p);
 }
 
-void redlock_acquire(const char *key, size_t keylen, const char *token,
+void redlock_acquire(const struct redlock_lock *lk, const char *token,
                      uint32_t ttl, redlock_cb cb, void *ud)
 {
-    op_fan_out(op_create(OP_ACQUIRE, key, keylen, token, ttl, cb, ud));
+    const char *keys[2 * CONF_MAX_MULTI];
+    size_t lens[2 * CONF_MAX_MULTI];
+    int n = lk->n, k = 0;
+
+    for (int i = 0; i < n; i++)
+        keys[k] = lk->keys[i], lens[k++] = lk->lens[i];
+    if (lk->shared)
+        for (int i = 0; i < n; i++)
+            keys[k] = lk->shared[i], lens[k++] = lk->shared_lens[i];
+    struct op *o = op_create(OP_ACQUIRE, k, keys, lens, token, ttl, cb, ud);
+    o->mode = lk->mode;
+    o->nres = n;
+    o->with_shared = lk->shared != NULL;
+    op_fan_out(o);
 }
 
 void redlock_release(const char *key, size_t keylen, const char *token,
                      redlock_cb cb, void *ud)
 {
-    op_fan_out(op_create(OP_RELEASE, key, keylen, token, 0, cb, ud));
+    op_fan_out(op_create(OP_RELEASE, 1, &key, &keylen, token, 0, cb, ud));
 }
 
 void redlock_extend(const char *key, size_t keylen, const char *token,
                     uint32_t ttl, redlock_cb cb, void *ud)
 {
-    op_fan_out(op_create(OP_EXTEND, key, keylen, token, ttl, cb, ud));
+    op_fan_out(op_create(OP_EXTEND, 1, &key, &keylen, token, ttl, cb, ud));
 }
 
 /* ---- plain rounds: STATUS and FORCEUNLOCK --------------------------------
- * One plain command (or two, pipelined) to every node, done when the last
- * reply is in; like an op it never completes inside the call that starts
- * it. */
+ * One script to every node, done when the last reply is in; like an op it
+ * never completes inside the call that starts it. */
 
 struct round {
     int pending;            /* replies outstanding (+1 while sending) */
@@ -658,17 +779,37 @@ static void round_begin(struct round *r, void (*done)(struct round *))
     live++;
 }
 
-/* Send to node i; its reply goes to cb(ud == the struct embedding r). */
-static void round_send(struct round *r, int i, int argc, const char **argv,
-                       const size_t *lens, pool_reply_cb cb, void *ud)
+/* The probe's words for INSPECT and FORCE: KEYS lock, shared; ARGV the
+ * slot prefix, K and (FORCE) the channel. Returns the number of words. */
+static int probe_words(const struct redlock_probe *p, bool channel,
+                       const char **argv, size_t *lens, char *num)
 {
-    r->pending++;
-    if (pool_command(i, argc, argv, lens, cb, ud) != 0)
-        r->pending--;
+    int k = 0;
+
+    snprintf(num, POOL_NUM_SIZE, "%" PRIu32, p->limit);
+    argv[k] = p->key, lens[k++] = p->keylen;
+    argv[k] = p->shared, lens[k++] = p->sharedlen;
+    argv[k] = p->slots, lens[k++] = p->slotslen;
+    argv[k] = num, lens[k] = strlen(num), k++;
+    if (channel) {
+        argv[k] = RC->locks.release_channel;
+        lens[k] = strlen(argv[k]);
+        k++;
+    }
+    return k;
 }
 
-static void round_end(struct round *r)
+/* Send script s to every node; replies go to cb(ud == the struct
+ * embedding r). */
+static void round_script(struct round *r, enum pool_script s, int argc,
+                         const char **argv, const size_t *lens,
+                         pool_reply_cb cb, void *ud)
 {
+    for (int i = 0; i < pool_nnodes(); i++) {
+        r->pending++;
+        if (pool_script(i, s, 2, argc - 2, argv, lens, cb, ud) != 0)
+            r->pending--;
+    }
     if (r->pending == 1)
         timer_start(&r->defer, 0);
     else
@@ -680,49 +821,66 @@ struct inspect {
     redlock_inspect_cb cb;
     void *ud;
     struct redlock_node_view *views;
+    char **slots;           /* (owned) per node, or NULL */
 };
 
 static void inspect_done(struct round *r)
 {
     struct inspect *in = (struct inspect *)(void *)r;
+    int n = pool_nnodes();
 
-    in->cb(in->ud, in->views, pool_nnodes());
+    in->cb(in->ud, in->views, n);
+    for (int i = 0; i < n; i++)
+        free(in->slots[i]);
+    free(in->slots);
     free(in->views);
     free(in);
 }
 
+/* {pttl, live shared holders, "0110..."} */
 static void inspect_reply(void *ud, int node, redisReply *r)
 {
     struct inspect *in = ud;
     struct redlock_node_view *v = &in->views[node];
 
-    if (r && r->type == REDIS_REPLY_INTEGER) {
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER &&
+        r->element[1]->type == REDIS_REPLY_INTEGER &&
+        r->element[2]->type == REDIS_REPLY_STRING) {
         v->answered = true;
-        v->pttl = r->integer;
+        v->pttl = r->element[0]->integer;
+        v->shared = r->element[1]->integer;
+        in->slots[node] = mem_alloc(r->element[2]->len + 1);
+        memcpy(in->slots[node], r->element[2]->str, r->element[2]->len);
+        in->slots[node][r->element[2]->len] = '\0';
+        v->slots = in->slots[node];
     }
     round_step(&in->r);
 }
 
-void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
+void redlock_inspect(const struct redlock_probe *p, redlock_inspect_cb cb,
                      void *ud)
 {
     int n = pool_nnodes();
     struct inspect *in = mem_alloc(sizeof(*in));
+    const char *argv[5];
+    size_t lens[5];
+    char num[POOL_NUM_SIZE];
+    int argc = probe_words(p, false, argv, lens, num);
 
     in->cb = cb;
     in->ud = ud;
     in->views = mem_alloc((size_t)n * sizeof(*in->views));
-    round_begin(&in->r, inspect_done);
+    in->slots = mem_alloc((size_t)n * sizeof(*in->slots));
     for (int i = 0; i < n; i++) {
-        const char *pttl[] = { "PTTL", key };
-        size_t lens[] = { 4, keylen };
         in->views[i].name = pool_node_name(i);
         in->views[i].up = pool_node_up(i);
         in->views[i].voting = node_votes(i);
         in->views[i].pttl = -2;
-        round_send(&in->r, i, 2, pttl, lens, inspect_reply, in);
     }
-    round_end(&in->r);
+    round_begin(&in->r, inspect_done);
+    round_script(&in->r, POOL_SCRIPT_INSPECT, argc, argv, lens,
+                 inspect_reply, in);
 }
 
 struct force {
@@ -753,32 +911,19 @@ static void force_reply(void *ud, int node, redisReply *r)
     round_step(&f->r);
 }
 
-static void force_ignore(void *ud, int node, redisReply *r)
-{
-    (void)ud;
-    (void)node;
-    (void)r;
-}
-
-void redlock_force_release(const char *key, size_t keylen, redlock_cb cb,
+void redlock_force_release(const struct redlock_probe *p, redlock_cb cb,
                            void *ud)
 {
     struct force *f = mem_alloc(sizeof(*f));
-    const char *channel = RC->locks.release_channel;
+    const char *argv[5];
+    size_t lens[5];
+    char num[POOL_NUM_SIZE];
+    int argc = probe_words(p, true, argv, lens, num);
 
     f->cb = cb;
     f->ud = ud;
     round_begin(&f->r, force_done);
-    for (int i = 0; i < pool_nnodes(); i++) {
-        const char *del[] = { "DEL", key };
-        size_t dlens[] = { 3, keylen };
-        const char *pub[] = { "PUBLISH", channel, key };
-        size_t plens[] = { 7, strlen(channel), keylen };
-        round_send(&f->r, i, 2, del, dlens, force_reply, f);
-        /* Announced like any release, so waiters everywhere wake. */
-        pool_command(i, 3, pub, plens, force_ignore, NULL);
-    }
-    round_end(&f->r);
+    round_script(&f->r, POOL_SCRIPT_FORCE, argc, argv, lens, force_reply, f);
 }
 
 /* ---- the table lockmgr uses ---------------------------------------------- */

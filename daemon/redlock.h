@@ -1,7 +1,9 @@
 /*
  * redlock: one lock operation fanned out to all N nodes at once.
  *
- * Acquire: one script per node takes the key with SET NX PX and, in the
+ * Acquire: one script per node takes the key with SET NX PX (or, for a
+ * shared lock, adds our member to the resource's set of shared holders;
+ * for several resources, takes every key or none) and, in the
  * same step, sets that node's fence counter to max(counter, the largest
  * fence this daemon has seen) + 1 and returns it. The fence F is the
  * largest value the granting nodes returned. A grant counts once a quorum
@@ -9,7 +11,9 @@
  * at least F, written while the key was ours: when the granting nodes
  * returned F (or a quorum of them did), that is the first round; else the
  * ones below F are raised by an owner-checked script in a second round,
- * and validity is checked again. Why that makes fences strictly increase
+ * and validity is checked again. (A shared grant's second round instead
+ * increments every holder's counter again while our member is live, so
+ * that concurrent shared grants never share a fence.) Why that makes fences strictly increase
  * across daemons is in docs/design.md, "Fences". On any failure the
  * partial keys are removed from every node, owner-checked. Release and
  * extend are owner-checked too; inspect reads each node's PTTL.
@@ -62,13 +66,44 @@ struct redlock_result {
 
 typedef void (*redlock_cb)(void *ud, const struct redlock_result *res);
 
+/* What one acquisition takes; lockmgr makes the key names. */
+enum redlock_mode { REDLOCK_EXCLUSIVE, REDLOCK_SHARED };
+
+struct redlock_lock {
+    enum redlock_mode mode;
+    int n;                      /* resources: 1, or up to CONF_MAX_MULTI
+                                   (EXCLUSIVE only): all of them or none */
+    const char *const *keys;    /* n exclusive keys (strings, SET NX PX) */
+    const size_t *lens;
+    const char *const *shared;  /* n keys of the resources' shared holders'
+                                   sets, which an exclusive grant must find
+                                   without a live member; NULL for keys that
+                                   have no shared holders (semaphore slots).
+                                   SHARED: our member goes into shared[0]. */
+    const size_t *shared_lens;
+};
+
+/* What STATUS and FORCEUNLOCK look at for one resource. */
+struct redlock_probe {
+    const char *key;            /* the exclusive key */
+    size_t keylen;
+    const char *shared;         /* the shared holders' set */
+    size_t sharedlen;
+    const char *slots;          /* slot i's key is this prefix + i */
+    size_t slotslen;
+    uint32_t limit;             /* slots 0..limit-1 (0: none) */
+};
+
 /* Per-node view for STATUS. */
 struct redlock_node_view {
     const char *name;       /* the node's address as configured */
     bool up;
     bool voting;
     bool answered;
-    int64_t pttl;           /* -2 no key, -1 no expiry, else ms */
+    int64_t pttl;           /* exclusive key: -2 no key, -1 no expiry, else ms */
+    int64_t shared;         /* live shared holders */
+    const char *slots;      /* limit chars, '1' for a slot key that exists,
+                               or NULL when the node did not answer */
 };
 typedef void (*redlock_inspect_cb)(void *ud, const struct redlock_node_view *v,
                                    int n);
@@ -76,17 +111,18 @@ typedef void (*redlock_inspect_cb)(void *ud, const struct redlock_node_view *v,
 struct conf;
 void redlock_init(const struct conf *conf);
 
-void redlock_acquire(const char *key, size_t keylen, const char *token,
+void redlock_acquire(const struct redlock_lock *lk, const char *token,
                      uint32_t ttl, redlock_cb cb, void *ud);
-/* cb may be NULL when nobody waits for the answer. */
+/* cb may be NULL when nobody waits for the answer. key is an exclusive key
+ * or a shared set (the script tells them apart). */
 void redlock_release(const char *key, size_t keylen, const char *token,
                      redlock_cb cb, void *ud);
 void redlock_extend(const char *key, size_t keylen, const char *token,
                     uint32_t ttl, redlock_cb cb, void *ud);
-void redlock_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
+void redlock_inspect(const struct redlock_probe *p, redlock_inspect_cb cb,
                      void *ud);
 /* FORCEUNLOCK (operators): see struct redlock_ops. */
-void redlock_force_release(const char *key, size_t keylen, redlock_cb cb,
+void redlock_force_release(const struct redlock_probe *p, redlock_cb cb,
                            void *ud);
 
 /*
@@ -95,17 +131,17 @@ void redlock_force_release(const char *key, size_t keylen, redlock_cb cb,
  * redlock_ops_default is the real thing.
  */
 struct redlock_ops {
-    void (*acquire)(const char *key, size_t keylen, const char *token,
+    void (*acquire)(const struct redlock_lock *lk, const char *token,
                     uint32_t ttl, redlock_cb cb, void *ud);
     void (*release)(const char *key, size_t keylen, const char *token,
                     redlock_cb cb, void *ud);
     void (*extend)(const char *key, size_t keylen, const char *token,
                    uint32_t ttl, redlock_cb cb, void *ud);
-    void (*inspect)(const char *key, size_t keylen, redlock_inspect_cb cb,
+    void (*inspect)(const struct redlock_probe *p, redlock_inspect_cb cb,
                     void *ud);
-    /* Delete key on every node whatever it holds, and announce it;
-     * res->deleted counts the nodes that had it. */
-    void (*force_release)(const char *key, size_t keylen, redlock_cb cb,
+    /* Delete the resource's keys on every node whatever they hold, and
+     * announce it; res->deleted counts the nodes that had one. */
+    void (*force_release)(const struct redlock_probe *p, redlock_cb cb,
                           void *ud);
     int (*token)(char out[REDLOCK_TOKEN_LEN + 1]);
     int (*nnodes)(void);

@@ -116,6 +116,7 @@ static void session_free(struct session *s)
         free(list_entry(p, struct lost_lease, link));
     }
     free(s->rbuf);
+    free(s->unlock_lost);
     sbuf_deinit(&s->out);
     sbuf_deinit(&s->wbuf);
     free(s);
@@ -382,6 +383,54 @@ static bool check_ttl(struct session *s, uint32_t ttl)
     return true;
 }
 
+/* The request's resources against this session: ERR HELD for one it
+ * holds already. Forgets a lost lease of each (a new LOCK starts over). */
+static bool lock_names_free(struct session *s, const struct proto_request *r)
+{
+    for (size_t i = 0; i < r->nargs; i++) {
+        if (lockmgr_held(&s->owner, r->args[i], r->args_len[i])) {
+            conn_errf(s, PROTO_ERR_HELD, "this session already holds %.*s",
+                      (int)r->args_len[i], r->args[i]);
+            return false;
+        }
+    }
+    for (size_t i = 0; i < r->nargs; i++)
+        session_take_lost(s, r->args[i], r->args_len[i]);
+    return true;
+}
+
+/* mode=, limit= and several resources: which go together. */
+static bool lock_kind_ok(struct session *s, const struct proto_request *r)
+{
+    const struct conf *c = S.conf;
+
+    if (r->nargs > c->locks.max_multi) {
+        conn_errf(s, PROTO_ERR_ARG, "at most %u resources in one LOCK "
+                  "(locks.max_multi)", c->locks.max_multi);
+        return false;
+    }
+    if (r->limit > c->locks.max_limit) {
+        conn_errf(s, PROTO_ERR_ARG, "limit must be between 1 and %u "
+                  "(locks.max_limit)", c->locks.max_limit);
+        return false;
+    }
+    if (r->nargs > 1 && r->mode == PROTO_MODE_SHARED) {
+        conn_err(s, PROTO_ERR_ARG, "several resources are locked in "
+                 "exclusive mode only");
+        return false;
+    }
+    if (r->nargs > 1 && r->limit) {
+        conn_err(s, PROTO_ERR_ARG, "limit= takes one resource");
+        return false;
+    }
+    if (r->limit && r->mode == PROTO_MODE_SHARED) {
+        conn_err(s, PROTO_ERR_ARG, "limit= and mode=shared do not go "
+                 "together: each slot is an exclusive lock");
+        return false;
+    }
+    return true;
+}
+
 static void cmd_lock(struct session *s, const struct proto_request *r)
 {
     const struct conf *c = S.conf;
@@ -393,53 +442,124 @@ static void cmd_lock(struct session *s, const struct proto_request *r)
         conn_err(s, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
         return;
     }
-    if (!check_ttl(s, ttl))
+    if (!check_ttl(s, ttl) || !lock_kind_ok(s, r))
         return;
     if (wait > c->locks.max_wait_ms) {
         conn_errf(s, PROTO_ERR_ARG, "wait must be at most %u ms",
                   c->locks.max_wait_ms);
         return;
     }
-    if (lockmgr_held(&s->owner, r->arg, r->arg_len)) {
-        conn_errf(s, PROTO_ERR_HELD, "this session already holds %.*s",
-                  (int)r->arg_len, r->arg);
+    if (!lock_names_free(s, r))
         return;
-    }
-    if (s->owner.nleases >= c->limits.max_locks_per_session) {
+    if (s->owner.nleases + r->nargs > c->limits.max_locks_per_session) {
         conn_errf(s, PROTO_ERR_LIMIT, "this session holds %zu locks "
                   "(limits.max_locks_per_session)", s->owner.nleases);
         return;
     }
-    session_take_lost(s, r->arg, r->arg_len);
+    struct lockmgr_req lr = {
+        .n = r->nargs, .res = r->args, .len = r->args_len,
+        .mode = r->mode == PROTO_MODE_SHARED ? LOCKMGR_SHARED
+                                             : LOCKMGR_EXCLUSIVE,
+        .limit = r->limit, .ttl = ttl, .wait = wait, .renew = r->renew,
+    };
     s->busy = true;
     s->lock_started_ns = uv_hrtime();
     s->lock_waited = wait > 0;
-    lockmgr_lock(&s->owner, r->arg, r->arg_len, ttl, wait, r->renew);
+    lockmgr_lock_req(&s->owner, &lr);
 }
 
-/* The lease for an UNLOCK/EXTEND, or NULL after answering NOTHELD/LOST. */
-static struct lease *held_or_reply(struct session *s,
-                                   const struct proto_request *r)
+/* The lease for an UNLOCK/EXTEND of res, or NULL after answering
+ * NOTHELD/LOST (forgetting the lost lease: the client has heard). */
+static struct lease *held_or_reply_name(struct session *s, const char *res,
+                                        size_t len)
 {
-    struct lease *l = lockmgr_held(&s->owner, r->arg, r->arg_len);
+    struct lease *l = lockmgr_held(&s->owner, res, len);
     if (l)
         return l;
-    if (session_take_lost(s, r->arg, r->arg_len))
+    if (session_take_lost(s, res, len))
         conn_errf(s, PROTO_ERR_LOST, "the lease on %.*s was lost",
-                  (int)r->arg_len, r->arg);
+                  (int)len, res);
     else
         conn_errf(s, PROTO_ERR_NOTHELD, "this session does not hold %.*s",
-                  (int)r->arg_len, r->arg);
+                  (int)len, res);
     return NULL;
 }
 
+static struct lease *held_or_reply(struct session *s,
+                                   const struct proto_request *r)
+{
+    return held_or_reply_name(s, r->arg, r->arg_len);
+}
+
+/* A lost lease of this session among names; the first, or -1. */
+static long lost_among(struct session *s, const struct proto_request *r)
+{
+    struct list *p;
+
+    for (size_t i = 0; i < r->nargs; i++) {
+        list_foreach(p, &s->lost) {
+            const char *x = list_entry(p, struct lost_lease, link)->resource;
+            if (strlen(x) == r->args_len[i] &&
+                memcmp(x, r->args[i], r->args_len[i]) == 0)
+                return (long)i;
+        }
+    }
+    return -1;
+}
+
+/*
+ * UNLOCK r1 r2 ...: every name must be held or lost (else NOTHELD, and
+ * nothing is released); the held ones are released at once; a lost one
+ * makes the answer LOST once they are.
+ */
 static void cmd_unlock(struct session *s, const struct proto_request *r)
 {
-    struct lease *l = held_or_reply(s, r);
-    if (!l)
+    struct lease *ls[PROTO_MAX_RESOURCES];
+    size_t n = 0;
+
+    if (r->nargs == 1) {
+        struct lease *l = held_or_reply(s, r);
+        if (!l)
+            return;
+        s->busy = true;
+        lockmgr_unlock(&s->owner, l);
         return;
+    }
+    for (size_t i = 0; i < r->nargs; i++) {
+        struct lease *l = lockmgr_held(&s->owner, r->args[i], r->args_len[i]);
+        if (l) {
+            ls[n++] = l;
+            continue;
+        }
+        bool lost = false;
+        struct list *p;
+        list_foreach(p, &s->lost) {
+            const char *x = list_entry(p, struct lost_lease, link)->resource;
+            lost |= strlen(x) == r->args_len[i] &&
+                    memcmp(x, r->args[i], r->args_len[i]) == 0;
+        }
+        if (!lost) {
+            conn_errf(s, PROTO_ERR_NOTHELD, "this session does not hold "
+                      "%.*s (nothing was released)", (int)r->args_len[i],
+                      r->args[i]);
+            return;
+        }
+    }
+    long lost = lost_among(s, r);
+    if (lost >= 0) {
+        for (size_t i = 0; i < r->nargs; i++)
+            session_take_lost(s, r->args[i], r->args_len[i]);
+        if (!n) {
+            conn_errf(s, PROTO_ERR_LOST, "the lease on %.*s was lost",
+                      (int)r->args_len[lost], r->args[lost]);
+            return;
+        }
+        /* Released first; the answer then says LOST for this one. */
+        s->unlock_lost = mem_alloc(r->args_len[lost] + 1);
+        memcpy(s->unlock_lost, r->args[lost], r->args_len[lost]);
+    }
     s->busy = true;
-    lockmgr_unlock(&s->owner, l);
+    lockmgr_unlock_many(&s->owner, ls, n);
 }
 
 static void cmd_extend(struct session *s, const struct proto_request *r)
@@ -484,8 +604,13 @@ static void cmd_forceunlock(struct session *s, const struct proto_request *r)
 
 static void cmd_status(struct session *s, const struct proto_request *r)
 {
+    if (r->limit > S.conf->locks.max_limit) {
+        conn_errf(s, PROTO_ERR_ARG, "limit must be between 1 and %u "
+                  "(locks.max_limit)", S.conf->locks.max_limit);
+        return;
+    }
     s->busy = true;
-    lockmgr_status(&s->owner, r->arg, r->arg_len);
+    lockmgr_status(&s->owner, r->arg, r->arg_len, r->limit);
 }
 
 json_t *session_list_json(void)
@@ -648,32 +773,52 @@ static void owner_locked(struct lockmgr_owner *o,
         conn_err(s, err, msg);
     } else {
         conn_ok_begin(s);
-        conn_kv_str(s, "resource", g->resource);
+        if (g->nresources > 1)
+            conn_kv_u64(s, "resources", g->nresources);
+        else
+            conn_kv_str(s, "resource", g->resource);
         conn_kv_str(s, "token", g->token);
         conn_kv_u64(s, "fence", g->fence);
         conn_kv_u64(s, "ttl", g->ttl);
         conn_kv_i64(s, "validity", g->validity);
+        if (g->mode == LOCKMGR_SHARED)
+            conn_kv_str(s, "mode", "shared");
+        if (g->limit) {
+            conn_kv_u64(s, "limit", g->limit);
+            conn_kv_u64(s, "slot", g->slot);
+        }
         conn_end(s);
     }
     request_done(s);
 }
 
 static void owner_unlocked(struct lockmgr_owner *o, const char *resource,
-                           int nodes, enum proto_err err)
+                           size_t nres, int nodes, enum proto_err err)
 {
     struct session *s = owner_session(o);
+    char *lost = s->unlock_lost;
 
-    if (s->closing)
+    s->unlock_lost = NULL;
+    if (s->closing) {
+        free(lost);
         return;
-    if (err != PROTO_ERR_NONE) {
-        conn_errf(s, err, "%s: the lease was no longer held on any node",
-                  resource);
+    }
+    if (lost) {
+        conn_errf(s, PROTO_ERR_LOST, "the lease on %s was lost; the others "
+                  "are released", lost);
+    } else if (err != PROTO_ERR_NONE) {
+        conn_errf(s, err, "%s%s: the lease was no longer held on any node",
+                  resource, nres > 1 ? " (or another of them)" : "");
     } else {
         conn_ok_begin(s);
-        conn_kv_str(s, "resource", resource);
+        if (nres > 1)
+            conn_kv_u64(s, "resources", nres);
+        else
+            conn_kv_str(s, "resource", resource);
         conn_kv_u64(s, "nodes", (uint64_t)nodes);
         conn_end(s);
     }
+    free(lost);
     request_done(s);
 }
 

@@ -89,6 +89,8 @@ struct session {
     struct lockmgr_owner owner; /* leases and the pending LOCK */
     struct list lost;           /* struct lost_lease */
     size_t nlost;
+    char *unlock_lost;          /* (owned) UNLOCK of several in flight: the
+                                   lost one its answer names, or NULL */
     int refs;
     struct list link;           /* all live sessions */
 };

@@ -72,14 +72,15 @@ static const struct proto_cmd_spec proto_cmd_specs[PROTO_CMD_COUNT] = {
         0, 0, 0, false, false, NULL },
     [PROTO_CMD_AUTH] = { 0, 0, 1, 1, false, true, "AUTH needs a password" },
     [PROTO_CMD_LOCK] = {
-        PROTO_OPT_TTL | PROTO_OPT_WAIT | PROTO_OPT_RENEW,
-        0, 1, 1, true, false, "LOCK needs a resource name" },
-    [PROTO_CMD_UNLOCK] = { 0, 0, 1, 1, true, false,
+        PROTO_OPT_TTL | PROTO_OPT_WAIT | PROTO_OPT_RENEW | PROTO_OPT_MODE |
+        PROTO_OPT_LIMIT,
+        0, 1, PROTO_MAX_RESOURCES, true, false, "LOCK needs a resource name" },
+    [PROTO_CMD_UNLOCK] = { 0, 0, 1, PROTO_MAX_RESOURCES, true, false,
                            "UNLOCK needs a resource name" },
     [PROTO_CMD_EXTEND] = { PROTO_OPT_TTL, PROTO_OPT_TTL, 1, 1, true, false,
                            "EXTEND needs a resource name" },
     [PROTO_CMD_LOCKS] = { 0, 0, 0, 0, false, false, NULL },
-    [PROTO_CMD_STATUS] = { 0, 0, 1, 1, true, false,
+    [PROTO_CMD_STATUS] = { PROTO_OPT_LIMIT, 0, 1, 1, true, false,
                            "STATUS needs a resource name" },
     [PROTO_CMD_SESSIONS] = { 0, 0, 0, 0, false, false, NULL },
     [PROTO_CMD_STATS] = { 0, 0, 0, 0, false, false, NULL },
@@ -101,6 +102,8 @@ static const struct proto_opt_entry proto_opt_table[] = {
     { "proto", PROTO_OPT_PROTO },
     { "name", PROTO_OPT_NAME },
     { "keepalive", PROTO_OPT_KEEPALIVE },
+    { "mode", PROTO_OPT_MODE },
+    { "limit", PROTO_OPT_LIMIT },
 };
 
 #define PROTO_NOPTS (sizeof(proto_opt_table) / sizeof(proto_opt_table[0]))
@@ -347,6 +350,20 @@ static enum proto_parse_status proto_set_opt(struct proto_request *req,
             return proto_fail(err, PROTO_ERR_ARG, "renew must be 0 or 1");
         req->renew = val[0] == '1';
         break;
+    case PROTO_OPT_MODE:
+        if (vlen == 6 && memcmp(val, "shared", 6) == 0)
+            req->mode = PROTO_MODE_SHARED;
+        else if (vlen == 9 && memcmp(val, "exclusive", 9) == 0)
+            req->mode = PROTO_MODE_EXCLUSIVE;
+        else
+            return proto_fail(err, PROTO_ERR_ARG,
+                              "mode must be shared or exclusive");
+        break;
+    case PROTO_OPT_LIMIT:
+        if (proto_parse_u32(val, vlen, &req->limit) < 0 || req->limit == 0)
+            return proto_fail(err, PROTO_ERR_ARG, "limit must be a whole "
+                              "number from 1 to 4294967295");
+        break;
     case PROTO_OPT_PROTO:
         if (proto_parse_u32(val, vlen, &req->proto) < 0
             || req->proto != PROTO_VERSION) {
@@ -412,7 +429,10 @@ static enum proto_parse_status proto_parse_arg(struct proto_request *req,
 
     if (sp->max_args == 0)
         return proto_fail(err, PROTO_ERR_ARG, "%s takes no arguments", cmd);
-    if (req->arg)
+    if (req->nargs >= sp->max_args && sp->max_args > 1)
+        return proto_fail(err, PROTO_ERR_ARG, "%s names at most %u "
+                          "resources", cmd, sp->max_args);
+    if (req->nargs >= sp->max_args)
         return proto_fail(err, PROTO_ERR_ARG,
                           "wrong number of arguments for %s", cmd);
     if (sp->resource && wlen > proto_max_resource(lim))
@@ -422,8 +442,23 @@ static enum proto_parse_status proto_parse_arg(struct proto_request *req,
     if (sp->resource && !proto_valid_resource(word, wlen, lim))
         return proto_fail(err, PROTO_ERR_ARG,
                           "resource name must be visible ascii (0x21-0x7e)");
-    req->arg = word;
-    req->arg_len = wlen;
+    for (size_t i = 0; i < req->nargs; i++) {
+        if (req->args_len[i] == wlen && memcmp(req->args[i], word, wlen) == 0) {
+            char q[PROTO_QUOTE_MAX + 4];
+            proto_quote(q, sizeof(q), word, wlen);
+            return proto_fail(err, PROTO_ERR_ARG, "resource '%s' named "
+                              "twice", q);
+        }
+    }
+    if (!req->arg) {
+        req->arg = word;
+        req->arg_len = wlen;
+    }
+    if (sp->max_args > 1) {
+        req->args[req->nargs] = word;
+        req->args_len[req->nargs] = wlen;
+    }
+    req->nargs++;
     return PROTO_PARSE_OK;
 }
 

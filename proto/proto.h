@@ -28,11 +28,12 @@
     X(HELLO, "HELLO", "HELLO [proto=1] [name=<client-name>] "               \
                       "[keepalive=<ms>]")                                   \
     X(AUTH, "AUTH", "AUTH <password>")                                      \
-    X(LOCK, "LOCK", "LOCK <resource> [ttl=<ms>] [wait=<ms>] [renew=0|1]")   \
-    X(UNLOCK, "UNLOCK", "UNLOCK <resource>")                                \
+    X(LOCK, "LOCK", "LOCK <resource>... [ttl=<ms>] [wait=<ms>] [renew=0|1] " \
+                    "[mode=shared|exclusive] [limit=<n>]")                  \
+    X(UNLOCK, "UNLOCK", "UNLOCK <resource>...")                             \
     X(EXTEND, "EXTEND", "EXTEND <resource> ttl=<ms>")                       \
     X(LOCKS, "LOCKS", "LOCKS")                                              \
-    X(STATUS, "STATUS", "STATUS <resource>")                                \
+    X(STATUS, "STATUS", "STATUS <resource> [limit=<n>]")                    \
     X(SESSIONS, "SESSIONS", "SESSIONS")                                     \
     X(STATS, "STATS", "STATS")                                              \
     X(FORCEUNLOCK, "FORCEUNLOCK", "FORCEUNLOCK <resource> (admin only)")    \
@@ -79,7 +80,12 @@ enum proto_opt {
     PROTO_OPT_PROTO = 1u << 3,
     PROTO_OPT_NAME = 1u << 4,
     PROTO_OPT_KEEPALIVE = 1u << 5,
+    PROTO_OPT_MODE = 1u << 6,
+    PROTO_OPT_LIMIT = 1u << 7,
 };
+
+/* LOCK mode=: exclusive (the default) or shared. */
+enum proto_mode { PROTO_MODE_EXCLUSIVE = 0, PROTO_MODE_SHARED };
 
 /* Checks that depend on configuration; everything else is fixed by v1. */
 struct proto_limits {
@@ -89,6 +95,9 @@ struct proto_limits {
 #define PROTO_LIMITS_DEFAULT { 200 }
 #define PROTO_MAX_NAME_LEN 64   /* HELLO name=: 1..64 visible ASCII bytes */
 #define PROTO_MAX_ERRMSG 160
+/* The most resources one LOCK or UNLOCK may name (the daemon's
+ * locks.max_multi is at most this). */
+#define PROTO_MAX_RESOURCES 256
 
 /*
  * One parsed request. String fields point into the line passed to
@@ -98,12 +107,19 @@ struct proto_limits {
 struct proto_request {
     enum proto_cmd cmd;
     const char *arg;        /* resource (LOCK UNLOCK EXTEND STATUS), word
-                               (PING, may be NULL), password (AUTH) */
+                               (PING, may be NULL), password (AUTH); the
+                               first of args */
     size_t arg_len;
+    size_t nargs;           /* LOCK, UNLOCK: resources named (no name
+                               twice), in request order */
+    const char *args[PROTO_MAX_RESOURCES];
+    size_t args_len[PROTO_MAX_RESOURCES];
     unsigned has;           /* PROTO_OPT_* bits */
     uint32_t ttl;           /* ttl= */
     uint32_t wait;          /* wait= */
     bool renew;             /* renew=, true unless renew=0 was given */
+    enum proto_mode mode;   /* mode= */
+    uint32_t limit;         /* limit= (1 and up; 0 when not given) */
     uint32_t proto;         /* proto= (only 1 is accepted) */
     uint32_t keepalive;     /* keepalive= (0 = off) */
     const char *name;       /* name= */
@@ -130,7 +146,8 @@ struct proto_error {
  * other than TAB (NUL and a CR not at the end included) -> ERR ARG; command
  * names case-insensitive; options lower-case name=value, unknown or repeated
  * options -> ERR ARG; numbers decimal digits only, at most 4294967295;
- * resources 1..max_resource_len bytes of 0x21-0x7E.
+ * resources 1..max_resource_len bytes of 0x21-0x7E; LOCK and UNLOCK take
+ * up to PROTO_MAX_RESOURCES of them, none named twice.
  */
 enum proto_parse_status proto_parse(char *line, size_t len,
                                     const struct proto_limits *lim,

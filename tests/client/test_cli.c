@@ -642,6 +642,99 @@ START_TEST(run_excludes)
 }
 END_TEST
 
+/* ---- run: lock kinds ---- */
+
+static bool write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    if (!f)
+        return false;
+    fputs(text, f);
+    return fclose(f) == 0;
+}
+
+/* --shared runs hold together while an exclusive run is refused; --limit
+ * hands out slots; -r takes several resources, all or none. */
+START_TEST(run_kinds)
+{
+    const char *mark = NULL, *out2;
+    struct proc *p1, *p2, *p3;
+    char buf[4096];
+
+    start_nodes(1);
+    start_daemon(NULL);
+    mark = tmp_path("in");
+    out2 = tmp_path("out2");
+    /* Reader 1 holds until the file appears; reader 2 runs meanwhile. */
+    p1 = ctl_start("-s", S, "run", "--shared", "cli:rw", "--", "sh", "-c",
+                   "echo \"$REDLOCKD_MODE\" > \"$1.mode\"; "
+                   "while [ ! -e \"$1\" ]; do sleep 0.02; done", "sh", mark,
+                   NULL);
+    connect_to(&A);
+    uint64_t t0 = h_now_ms();
+    for (;;) {
+        json_t *st = h_ok_json(&A, "STATUS cli:rw");
+        json_int_t n = h_json_int(st, "holders_here");
+        json_decref(st);
+        if (n == 1)
+            break;
+        ck_assert_msg(h_since(t0) < h_scale(5000), "reader 1 never held");
+        h_sleep_ms(20);
+    }
+    p2 = ctl_start("-s", S, "run", "--shared", "cli:rw", "--", "sh", "-c",
+                   "echo \"$REDLOCKD_FENCE\" > \"$1\"", "sh", out2, NULL);
+    proc_wait(p2, h_scale(5000));
+    assert_ok_quiet(p2, "a second --shared run");
+    ck_assert(read_file(out2, buf, sizeof(buf)));
+    p3 = ctl_start("-s", S, "run", "cli:rw", "--", "true", NULL);
+    proc_wait(p3, h_scale(5000));
+    assert_status(p3, EXIT_BUSY, "an exclusive run under a reader");
+    ck_assert(write_file(mark, "x"));
+    proc_wait(p1, h_scale(5000));
+    assert_ok_quiet(p1, "the first --shared run");
+    char path[512];
+    snprintf(path, sizeof(path), "%s.mode", mark);
+    ck_assert(read_file(path, buf, sizeof(buf)));
+    ck_assert_str_eq(buf, "shared\n");
+
+    /* Semaphore: the slot in REDLOCKD_SLOT; K against a holder's K. */
+    h_expect(&A, "OK resource=cli:sem ", "LOCK cli:sem limit=2");
+    p1 = ctl_start("-s", S, "run", "--limit", "2", "cli:sem", "--", "sh",
+                   "-c", "echo \"$REDLOCKD_SLOT\" > \"$1\"", "sh", out2,
+                   NULL);
+    proc_wait(p1, h_scale(5000));
+    assert_ok_quiet(p1, "run --limit 2");
+    ck_assert(read_file(out2, buf, sizeof(buf)));
+    ck_assert_msg(strcmp(buf, "0\n") == 0 || strcmp(buf, "1\n") == 0,
+                  "REDLOCKD_SLOT=%s", buf);
+    p1 = ctl_start("-s", S, "run", "--limit", "3", "cli:sem", "--", "true",
+                   NULL);
+    proc_wait(p1, h_scale(5000));
+    assert_status(p1, EXIT_USAGE, "run --limit 3 against limit=2");
+    ck_assert_ptr_nonnull(strstr(p1->err, "every holder must use the same "
+                                 "limit"));
+
+    /* Several resources: all of them for the command, then released. */
+    p1 = ctl_start("-s", S, "run", "-r", "cli:a", "-r", "cli:b", "--", "sh",
+                   "-c", "echo \"$REDLOCKD_RESOURCES|$REDLOCKD_RESOURCE\" > "
+                   "\"$1\"", "sh", out2, NULL);
+    proc_wait(p1, h_scale(5000));
+    assert_ok_quiet(p1, "run -r cli:a -r cli:b");
+    ck_assert(read_file(out2, buf, sizeof(buf)));
+    ck_assert_str_eq(buf, "cli:a cli:b|cli:a\n");
+    h_expect(&A, "OK resource=cli:b ", "LOCK cli:b");
+    p1 = ctl_start("-s", S, "run", "-r", "cli:a", "-r", "cli:b", "--", "true",
+                   NULL);
+    proc_wait(p1, h_scale(5000));
+    assert_status(p1, EXIT_BUSY, "run -r with one of them busy");
+    assert_free("cli:a");
+    p1 = ctl_start("-s", S, "status", "--shared", "cli:a", NULL);
+    proc_wait(p1, h_scale(5000));
+    assert_status(p1, EXIT_USAGE, "status --shared");
+}
+END_TEST
+
 /* ---- run: busy lock, and the command's own status ---- */
 
 START_TEST(run_busy)
@@ -1529,6 +1622,7 @@ static Suite *cli_suite(void)
     tcase_set_timeout(tc, h_scale(30));
     tcase_add_test(tc, run_excludes);
     tcase_add_test(tc, run_busy);
+    tcase_add_test(tc, run_kinds);
     tcase_add_test(tc, run_busy_exit_zero);
     tcase_add_test(tc, run_exit_status);
     tcase_add_test(tc, run_sigkill_releases);

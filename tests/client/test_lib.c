@@ -964,6 +964,69 @@ END_TEST
 
 /* ---- codes ---- */
 
+/* redlockd_lockv / redlockd_unlockv: a mode, a limit, several resources. */
+START_TEST(lock_kinds)
+{
+    struct redlockd *a, *b;
+    struct redlockd_grant g, g2;
+    struct redlockd_lock_opts shared = { .mode = REDLOCKD_SHARED };
+    struct redlockd_lock_opts sem = { .limit = 2, .ttl_ms = 5000 };
+    const char *doc[] = { "lk:doc" };
+    const char *s[] = { "lk:sem" };
+    const char *ab[] = { "lk:a", "lk:b" }, *ba[] = { "lk:b", "lk:a" };
+    const char *twice[] = { "lk:a", "lk:a" };
+    int rc;
+
+    start_nodes(3);
+    start_daemon(NULL);
+    a = open_at(tcp_addr, "kinds-a");
+    b = open_at(tcp_addr, "kinds-b");
+
+    ck_assert_int_eq(redlockd_lockv(a, doc, 1, &shared, &g), 0);
+    ck_assert_int_eq(g.mode, REDLOCKD_SHARED);
+    ck_assert_uint_eq(g.nresources, 1);
+    ck_assert_str_eq(g.lease.resource, "lk:doc");
+    ck_assert_int_eq(redlockd_lockv(b, doc, 1, &shared, &g2), 0);
+    ck_assert_uint_gt(g2.lease.fence, g.lease.fence);
+    rc = redlockd_lock(a, "lk:doc", 0, 0, 1, NULL);
+    assert_code(a, rc, REDLOCKD_E_HELD, "a second LOCK of a shared hold");
+    ck_assert_int_eq(redlockd_unlockv(a, doc, 1), 0);
+    rc = redlockd_lockv(a, doc, 1, NULL, NULL);
+    assert_code(a, rc, REDLOCKD_E_BUSY, "exclusive under a reader");
+    ck_assert_int_eq(redlockd_unlock(b, "lk:doc"), 0);
+
+    ck_assert_int_eq(redlockd_lockv(a, s, 1, &sem, &g), 0);
+    ck_assert_uint_eq(g.limit, 2);
+    ck_assert_int_eq(redlockd_lockv(b, s, 1, &sem, &g2), 0);
+    ck_assert_uint_ne(g.slot, g2.slot);
+    ck_assert_uint_lt(g.slot, 2);
+    sem.limit = 3;
+    rc = redlockd_lockv(b, doc, 1, &sem, NULL);
+    ck_assert_int_eq(rc, 0);    /* another resource: any K */
+    ck_assert_int_eq(redlockd_unlock(b, "lk:doc"), 0);
+    rc = redlockd_lockv(a, s, 1, &sem, NULL);
+    assert_code(a, rc, REDLOCKD_E_HELD, "a second slot");
+
+    ck_assert_int_eq(redlockd_lockv(a, ab, 2, NULL, &g), 0);
+    ck_assert_uint_eq(g.nresources, 2);
+    ck_assert_str_eq(g.lease.resource, "lk:a");
+    assert_keys("lk:b", g.lease.token);
+    struct redlockd_lock_opts wait = { .wait_ms = 200 };
+    rc = redlockd_lockv(b, ba, 2, &wait, NULL);
+    assert_code(b, rc, REDLOCKD_E_TIMEOUT, "{b,a} while {a,b} is held");
+    rc = redlockd_lockv(b, twice, 2, NULL, NULL);
+    assert_code(b, rc, REDLOCKD_E_ARG, "a name twice");
+    ck_assert_int_eq(redlockd_extend(a, "lk:b", 9000, NULL), 0);
+    ck_assert_int_eq(redlockd_unlockv(a, ba, 2), 0);
+    ck_assert_int_eq(redlockd_lockv(b, ba, 2, NULL, NULL), 0);
+    rc = redlockd_unlockv(b, twice, 2);
+    assert_code(b, rc, REDLOCKD_E_ARG, "UNLOCK of a name twice");
+    rc = redlockd_lockv(b, ab, 0, NULL, NULL);
+    assert_code(b, rc, REDLOCKD_E_INVALID, "no resource");
+    assert_usable(b, "INVALID");
+}
+END_TEST
+
 START_TEST(strerror_all_codes)
 {
     static const char *const words[] = {
@@ -1016,6 +1079,7 @@ static Suite *lib_suite(void)
     tcase_add_test(tc, event_lost);
     tcase_add_test(tc, lease_deadline);
     tcase_add_test(tc, strerror_all_codes);
+    tcase_add_test(tc, lock_kinds);
     suite_add_tcase(s, tc);
     return s;
 }

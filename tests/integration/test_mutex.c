@@ -28,6 +28,14 @@
  * checker is not blind: two daemons with different key prefixes do not see
  * each other's locks, and the checker must report overlaps.
  *
+ * The third test runs the same load with lock kinds (test "kinds"): two
+ * resources are taken shared or exclusive at random, one is a semaphore
+ * of SEM_K slots, the fourth stays plain exclusive and is the only one
+ * the plain Redlock clients touch (they cannot see shared holders, by
+ * design). The checker then also asserts that no reader and writer ever
+ * hold together, that no semaphore has more than SEM_K holders (nor one
+ * slot two), and the fence order of each kind (docs/design.md).
+ *
  * The schedule and the clients' choices come from one seed, printed and
  * overridable with REDLOCKD_MUTEX_SEED; timing still varies from run to
  * run, so a seed reproduces the faults, not every interleaving.
@@ -74,11 +82,17 @@
 #define PLAIN_IO_MS 100                 /* plain clients' per-node timeout */
 
 #define CLIENT_BUF 8192                 /* replies are short; LOCKS of one lock */
+#define SEM_K 3                         /* the kinds run's semaphore */
+#define RES_SEM 2                       /* ... is this resource */
+#define RES_PLAIN 3                     /* the one plain clients share */
+#define SHARED_PCT 60                   /* reads among the rw resources */
 #define RES_NAME "mx:%d"
 #define RES_NAME_MAX 16
 #define KEY_MAX 64
 
 #define US(ms) ((int64_t)(ms) * 1000)
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 /* ---- what one run is --------------------------------------------------- */
 
@@ -90,6 +104,8 @@ struct run_conf {
     int plain_rounds;           /* attempts per plain client, at least */
     int nplain;
     bool faults;
+    int fault_cycles;           /* of the schedule (faults only) */
+    bool kinds;                 /* resources of every kind (see the top) */
     const char *daemon_json[NDAEMONS];
     const char *prefix[NDAEMONS];   /* each daemon's key prefix */
 };
@@ -100,7 +116,7 @@ static const char *const fault_names[F_NKINDS] = {
     "node-stop", "node-kill", "daemon-kill", "daemon-stop",
 };
 
-#define FAULT_CYCLES 2
+#define FAULT_CYCLES 2                  /* the most a run has */
 #define MAX_FAULTS (FAULT_CYCLES * F_NKINDS)
 
 struct fault {
@@ -129,6 +145,8 @@ struct client {
     /* the grant: */
     bool held;                  /* the session holds it: UNLOCK is due */
     bool working;               /* its interval is open */
+    bool shared;                /* kinds: asked for and held mode=shared */
+    int slot;                   /* kinds: the semaphore slot held, or -1 */
     uint64_t fence;
     int64_t start, deadline, hold_until, refreshed;
 };
@@ -149,6 +167,7 @@ struct counts {
     int rounds, grants, grants_on[NDAEMONS], plain_rounds, plain_grants;
     int refused, lost, expired, late, dropped, unexpected;
     int faults[F_NKINDS], disconnects, crashed, key_violations;
+    int modes[3];               /* grants: exclusive, shared, slot */
     long long key_outlived_ms;  /* the longest a key outlived its last holder */
 };
 
@@ -245,12 +264,20 @@ static void note_unexpected(const char *fmt, ...)
 }
 
 static void record(int res, int holder, enum mc_kind kind, uint64_t fence,
-                   int64_t start, int64_t end)
+                   int64_t start, int64_t end, const struct client *c)
 {
     struct mc_interval iv = {
         .res = res, .holder = holder, .kind = kind, .fence = fence,
         .start = start - t_run, .end = end - t_run,
     };
+
+    if (c != NULL) {
+        iv.mode = c->shared ? MC_SHARED : MC_EXCLUSIVE;
+        if (c->slot >= 0) {
+            iv.limit = SEM_K;
+            iv.slot = c->slot;
+        }
+    }
 
     ck_assert_int_eq(mc_log_add(&ivlog, &iv), 0);
     note_touch(res, end > start ? end : start);
@@ -306,7 +333,7 @@ static void work_end(struct client *c, int64_t t)
         return;
     if (c->deadline <= t)
         cnt.expired++;
-    record(c->res, c->id, MC_REDLOCKD, c->fence, c->start, end);
+    record(c->res, c->id, MC_REDLOCKD, c->fence, c->start, end, c);
     c->working = false;
 }
 
@@ -398,12 +425,23 @@ static void client_lock(struct client *c)
 {
     char name[RES_NAME_MAX];
 
+    const char *kind = "";
+
     c->res = rng_range(0, NRES - 1);
+    c->shared = false;
+    c->slot = -1;
+    if (rc->kinds && c->res == RES_SEM)
+        kind = " limit=" STR(SEM_K);
+    else if (rc->kinds && c->res != RES_PLAIN &&
+             rng_range(0, 99) < SHARED_PCT) {
+        kind = " mode=shared";
+        c->shared = true;
+    }
     snprintf(name, sizeof(name), RES_NAME, c->res);
     cnt.rounds++;
     c->rounds++;
-    client_send(c, REQ_LOCK, WAIT_MS + reply_timeout(c), "LOCK %s ttl=%d wait=%d",
-                name, TTL_MS, WAIT_MS);
+    client_send(c, REQ_LOCK, WAIT_MS + reply_timeout(c),
+                "LOCK %s ttl=%d wait=%d%s", name, TTL_MS, WAIT_MS, kind);
 }
 
 static void client_unlock(struct client *c)
@@ -449,6 +487,17 @@ static void on_lock_reply(struct client *c, const char *line, int64_t now)
         v = h_kv(line, "validity");
         ck_assert_msg(v != NULL, "LOCK reply without validity: %s", line);
         validity = strtoll(v, NULL, 10);
+        if (rc->kinds && c->res == RES_SEM) {
+            v = h_kv(line, "slot");
+            ck_assert_msg(v != NULL, "semaphore grant without slot: %s", line);
+            c->slot = atoi(v);
+            ck_assert_msg(c->slot >= 0 && c->slot < SEM_K, "%s", line);
+        }
+        if (c->shared) {
+            v = h_kv(line, "mode");
+            ck_assert_msg(v != NULL && strcmp(v, "shared") == 0, "%s", line);
+        }
+        cnt.modes[c->slot >= 0 ? 2 : c->shared]++;
         cnt.grants++;
         cnt.grants_on[c->daemon]++;
         c->held = true;
@@ -461,7 +510,7 @@ static void on_lock_reply(struct client *c, const char *line, int64_t now)
         } else {
             /* Over before it was known: the holder never works. */
             cnt.late++;
-            record(c->res, c->id, MC_REDLOCKD, c->fence, now, c->deadline);
+            record(c->res, c->id, MC_REDLOCKD, c->fence, now, c->deadline, c);
         }
         return;
     }
@@ -750,7 +799,7 @@ static void plain_try(struct plain *p)
     int ok;
     int64_t now, validity;
 
-    p->res = rng_range(0, NRES - 1);
+    p->res = rc->kinds ? RES_PLAIN : rng_range(0, NRES - 1);
     for (int i = 0; i < 32; i++)
         p->token[i] = "0123456789abcdef"[rng_next() % 16];
     p->token[32] = '\0';
@@ -786,7 +835,7 @@ static void plain_tick(struct plain *p, int64_t now)
             int64_t t = now_us();
 
             record(p->res, 100 + p->id, MC_PLAIN, 0, p->start,
-                   t < p->valid_end ? t : p->valid_end);
+                   t < p->valid_end ? t : p->valid_end, NULL);
             p->holding = false;
             plain_release(p);
             p->next_at = now_us() + US(rng_range(20, 200));
@@ -813,7 +862,8 @@ static void faults_plan(void)
     int64_t t = US(3000);
 
     nfaults = 0;
-    for (int cycle = 0; cycle < FAULT_CYCLES; cycle++) {
+    ck_assert_int_le(rc->fault_cycles, FAULT_CYCLES);
+    for (int cycle = 0; cycle < rc->fault_cycles; cycle++) {
         enum fault_kind order[F_NKINDS] = {
             F_NODE_STOP, F_NODE_KILL, F_DAEMON_KILL, F_DAEMON_STOP,
         };
@@ -1017,7 +1067,13 @@ static void keys_check(void)
 
                     if (gone[k][r][i])
                         continue;
-                    rep = redisCommand(ctx[i], "EXISTS %s%s", rc->prefix[k], name);
+                    /* The lock, its readers' set and the semaphore's
+                     * slots. */
+                    rep = redisCommand(ctx[i], "EXISTS %s%s %s%s:shared "
+                                       "%s%s#0 %s%s#1 %s%s#2", rc->prefix[k],
+                                       name, rc->prefix[k], name,
+                                       rc->prefix[k], name, rc->prefix[k],
+                                       name, rc->prefix[k], name);
                     ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_INTEGER,
                                   "EXISTS on node %d: %s", i,
                                   rep == NULL ? ctx[i]->errstr : "not an integer");
@@ -1087,6 +1143,8 @@ static void run_init(const struct run_conf *conf)
         c->req = REQ_NONE;
         c->res = -1;
         c->held = c->working = false;
+        c->shared = false;
+        c->slot = -1;
         c->next_at = 0;
         c->rounds = 0;
     }
@@ -1192,7 +1250,8 @@ static void run_finish(uint64_t seed, struct run_result *res)
             "expired=%d refused=%d drops=%d faults: node-stop=%d node-kill=%d "
             "daemon-kill=%d daemon-stop=%d disconnects=%d violations: "
             "overlap=%zu fence=%zu key=%d (keys outlived holders by <= %lld ms) "
-            "crashed=%d exit=%d/%d unexpected=%d time=%.1f s\n",
+            "crashed=%d exit=%d/%d unexpected=%d time=%.1f s "
+            "(exclusive/shared/slot grants %d/%d/%d)\n",
             rc->name, seed, cnt.rounds, cnt.grants + cnt.plain_grants, cnt.grants,
             cnt.grants_on[0], cnt.grants_on[1], cnt.plain_grants, cnt.plain_rounds,
             res->rep.intervals, cnt.late, cnt.lost, cnt.expired, cnt.refused,
@@ -1200,7 +1259,8 @@ static void run_finish(uint64_t seed, struct run_result *res)
             cnt.faults[F_DAEMON_KILL], cnt.faults[F_DAEMON_STOP], cnt.disconnects,
             res->rep.overlaps, res->rep.fence_violations, cnt.key_violations,
             cnt.key_outlived_ms, cnt.crashed, res->exit_status[0],
-            res->exit_status[1], cnt.unexpected, res->seconds);
+            res->exit_status[1], cnt.unexpected, res->seconds, cnt.modes[0],
+            cnt.modes[1], cnt.modes[2]);
     if (res->rep.msg[0] != '\0')
         fprintf(stderr, "mutex[%s]: seed=%" PRIu64 " violations:\n%s", rc->name,
                 seed, res->rep.msg);
@@ -1234,6 +1294,7 @@ static const struct run_conf mutex_conf = {
     .plain_rounds = 150,
     .nplain = NPLAIN,
     .faults = true,
+    .fault_cycles = FAULT_CYCLES,
     .daemon_json = {
         "{\"redis\":{\"command_timeout_ms\":100,\"reconnect_max_ms\":250}}",
         "{\"redis\":{\"command_timeout_ms\":100,\"reconnect_max_ms\":250}}",
@@ -1241,14 +1302,15 @@ static const struct run_conf mutex_conf = {
     .prefix = { "lock:", "lock:" },
 };
 
-START_TEST(mutex_under_faults)
+/* One run of conf, and what must hold after it. */
+static void run_checked(const struct run_conf *conf)
 {
     struct run_result res;
     uint64_t seed = seed_init();
 
-    fprintf(stderr, "mutex[faults]: seed=%" PRIu64 " (set REDLOCKD_MUTEX_SEED to "
-            "replay its schedule)\n", seed);
-    run_init(&mutex_conf);
+    fprintf(stderr, "mutex[%s]: seed=%" PRIu64 " (set REDLOCKD_MUTEX_SEED to "
+            "replay its schedule)\n", conf->name, seed);
+    run_init(conf);
     run_drive();
     run_finish(seed, &res);
     ck_assert_msg(res.rep.overlaps == 0, "seed %" PRIu64 ": %zu overlapping "
@@ -1266,6 +1328,41 @@ START_TEST(mutex_under_faults)
     ck_assert_msg(cnt.unexpected == 0, "seed %" PRIu64 ": unexpected replies:\n%s",
                   seed, unexpected_msg);
     ck_assert_msg(res.rep.intervals > 0, "no holder ever worked");
+    if (conf->kinds)
+        ck_assert_msg(cnt.modes[0] > 0 && cnt.modes[1] > 0 && cnt.modes[2] > 0,
+                      "seed %" PRIu64 ": a kind was never granted (%d/%d/%d)",
+                      seed, cnt.modes[0], cnt.modes[1], cnt.modes[2]);
+}
+
+START_TEST(mutex_under_faults)
+{
+    run_checked(&mutex_conf);
+}
+END_TEST
+
+/* The same load with lock kinds, and one cycle of faults. */
+static const struct run_conf kinds_conf = {
+    .name = "kinds",
+    .min_ms = 25000,
+    .cap_ms = 100000,
+    .rounds = 25,
+    .plain_rounds = 100,
+    .nplain = NPLAIN,
+    .faults = true,
+    .fault_cycles = 1,
+    .kinds = true,
+    .daemon_json = {
+        "{\"id\":\"d0\",\"redis\":{\"command_timeout_ms\":100,"
+        "\"reconnect_max_ms\":250}}",
+        "{\"id\":\"d1\",\"redis\":{\"command_timeout_ms\":100,"
+        "\"reconnect_max_ms\":250}}",
+    },
+    .prefix = { "lock:", "lock:" },
+};
+
+START_TEST(kinds_under_faults)
+{
+    run_checked(&kinds_conf);
 }
 END_TEST
 
@@ -1311,6 +1408,7 @@ static Suite *mutex_suite(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, 280);
     tcase_add_test(tc, mutex_under_faults);
+    tcase_add_test(tc, kinds_under_faults);
     tcase_add_test(tc, checker_sees_split_prefixes);
     suite_add_tcase(s, tc);
     return s;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "conf.h"
+#include "hmap.h"
 #include "lockmgr.h"
 #include "log.h"
 #include "timer.h"
@@ -24,9 +25,17 @@ enum fop { F_ACQUIRE, F_RELEASE, F_EXTEND, F_INSPECT, F_FORCE };
 
 struct fcall {
     enum fop op;
-    char key[256];
+    char key[256];          /* the (first) key */
     char token[REDLOCK_TOKEN_LEN + 1];
     uint32_t ttl;
+    /* acquire: */
+    enum redlock_mode mode;
+    int nkeys;
+    char keys[512];         /* every key, space-separated */
+    bool with_shared;       /* the shared sets were given */
+    char shared[256];       /* the first shared set */
+    /* inspect / force: */
+    uint32_t limit;
     redlock_cb cb;
     redlock_inspect_cb icb;
     void *ud;
@@ -53,10 +62,21 @@ static struct fcall *record(enum fop op, const char *key, size_t keylen,
     return c;
 }
 
-static void f_acquire(const char *key, size_t keylen, const char *token,
+static void f_acquire(const struct redlock_lock *lk, const char *token,
                       uint32_t ttl, redlock_cb cb, void *ud)
 {
-    struct fcall *c = record(F_ACQUIRE, key, keylen, token, ttl);
+    struct fcall *c = record(F_ACQUIRE, lk->keys[0], lk->lens[0], token, ttl);
+    size_t at = 0;
+
+    c->mode = lk->mode;
+    c->nkeys = lk->n;
+    for (int i = 0; i < lk->n; i++)
+        at += (size_t)snprintf(c->keys + at, sizeof(c->keys) - at, "%s%.*s",
+                               i ? " " : "", (int)lk->lens[i], lk->keys[i]);
+    c->with_shared = lk->shared != NULL;
+    if (lk->shared)
+        snprintf(c->shared, sizeof(c->shared), "%.*s",
+                 (int)lk->shared_lens[0], lk->shared[0]);
     c->cb = cb;
     c->ud = ud;
 }
@@ -77,10 +97,14 @@ static void f_extend(const char *key, size_t keylen, const char *token,
     c->ud = ud;
 }
 
-static void f_inspect(const char *key, size_t keylen, redlock_inspect_cb cb,
+static void f_inspect(const struct redlock_probe *p, redlock_inspect_cb cb,
                       void *ud)
 {
-    struct fcall *c = record(F_INSPECT, key, keylen, NULL, 0);
+    struct fcall *c = record(F_INSPECT, p->key, p->keylen, NULL, 0);
+    snprintf(c->shared, sizeof(c->shared), "%.*s", (int)p->sharedlen,
+             p->shared);
+    snprintf(c->keys, sizeof(c->keys), "%.*s", (int)p->slotslen, p->slots);
+    c->limit = p->limit;
     c->icb = cb;
     c->ud = ud;
 }
@@ -93,9 +117,10 @@ static int f_token(char out[REDLOCK_TOKEN_LEN + 1])
     return 0;
 }
 
-static void f_force(const char *key, size_t keylen, redlock_cb cb, void *ud)
+static void f_force(const struct redlock_probe *p, redlock_cb cb, void *ud)
 {
-    struct fcall *c = record(F_FORCE, key, keylen, NULL, 0);
+    struct fcall *c = record(F_FORCE, p->key, p->keylen, NULL, 0);
+    c->limit = p->limit;
     c->cb = cb;
     c->ud = ud;
 }
@@ -191,6 +216,10 @@ struct fowner {
     int64_t validity;
     uint32_t ttl;
     int nodes;
+    size_t nres;
+    enum lockmgr_mode mode;
+    uint32_t limit, slot;
+    char token[REDLOCK_TOKEN_LEN + 1];
     enum lockmgr_lost_reason why;
     json_t *status;
     /* Called from inside the ->locked callback, to test re-entry. */
@@ -220,6 +249,11 @@ static void o_locked(struct lockmgr_owner *o, const struct lockmgr_grant *g,
         f->validity = g->validity;
         f->ttl = g->ttl;
         f->err = PROTO_ERR_NONE;
+        f->nres = g->nresources;
+        f->mode = g->mode;
+        f->limit = g->limit;
+        f->slot = g->slot;
+        snprintf(f->token, sizeof(f->token), "%s", g->token);
         ck_assert_int_eq(strlen(g->token), REDLOCK_TOKEN_LEN);
     } else {
         f->nfailed++;
@@ -230,10 +264,11 @@ static void o_locked(struct lockmgr_owner *o, const struct lockmgr_grant *g,
 }
 
 static void o_unlocked(struct lockmgr_owner *o, const char *resource,
-                       int nodes, enum proto_err err)
+                       size_t nres, int nodes, enum proto_err err)
 {
     (void)resource;
     fo(o)->nunlocked++;
+    fo(o)->nres = nres;
     fo(o)->nodes = nodes;
     fo(o)->err = err;
 }
@@ -270,7 +305,7 @@ static const struct lockmgr_owner_ops owner_ops = {
     .status = o_status,
 };
 
-static struct fowner A, B, C;
+static struct fowner A, B, C, D;
 static struct conf conf;
 
 static void owner_setup(struct fowner *f, const char *id)
@@ -293,6 +328,7 @@ static void setup(void)
     owner_setup(&A, "s1");
     owner_setup(&B, "s2");
     owner_setup(&C, "s3");
+    owner_setup(&D, "s4");
 }
 
 static void teardown(void)
@@ -303,7 +339,8 @@ static void teardown(void)
     json_decref(A.status);
     json_decref(B.status);
     json_decref(C.status);
-    A.status = B.status = C.status = NULL;
+    json_decref(D.status);
+    A.status = B.status = C.status = D.status = NULL;
 }
 
 #define R(s) (s), strlen(s)
@@ -1006,6 +1043,406 @@ START_TEST(test_force_release_tells_local_holder)
 }
 END_TEST
 
+
+/* ---- lock kinds --------------------------------------------------------- */
+
+/* The open call of kind op on key made for f's pending LOCK. */
+static int pending_of(enum fop op, const char *key, const struct fowner *f)
+{
+    for (int i = 0; i < ncalls; i++)
+        if (!calls[i].done && calls[i].op == op && !strcmp(calls[i].key, key)
+            && calls[i].ud == f->o.pending)
+            return i;
+    ck_abort_msg("no open call of kind %d on %s for %s", op, key, f->id);
+    return -1;
+}
+
+static void lock_kind(struct fowner *f, const char *res, enum lockmgr_mode m,
+                      uint32_t limit, uint32_t wait)
+{
+    const char *names[] = { res };
+    size_t lens[] = { strlen(res) };
+    struct lockmgr_req r = {
+        .n = 1, .res = names, .len = lens, .mode = m, .limit = limit,
+        .ttl = 30000, .wait = wait, .renew = true,
+    };
+    lockmgr_lock_req(&f->o, &r);
+}
+
+static void lock_shared(struct fowner *f, const char *res, uint32_t wait)
+{
+    lock_kind(f, res, LOCKMGR_SHARED, 0, wait);
+}
+
+/* n names from a space-separated list. */
+static void lock_multi(struct fowner *f, const char *list, uint32_t wait)
+{
+    static char buf[256];
+    const char *names[16];
+    size_t lens[16], n = 0;
+
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *t = strtok(buf, " "); t; t = strtok(NULL, " ")) {
+        names[n] = t;
+        lens[n++] = strlen(t);
+    }
+    struct lockmgr_req r = {
+        .n = n, .res = names, .len = lens, .mode = LOCKMGR_EXCLUSIVE,
+        .ttl = 30000, .wait = wait, .renew = true,
+    };
+    lockmgr_lock_req(&f->o, &r);
+}
+
+START_TEST(test_shared_readers_hold_together)
+{
+    lock_shared(&A, "r", 0);
+    int i = pending_of(F_ACQUIRE, "lock:r", &A);
+    ck_assert_int_eq(calls[i].mode, REDLOCK_SHARED);
+    ck_assert_str_eq(calls[i].shared, "lock:r:shared");
+    /* A second reader asks at once, while the first still asks. */
+    lock_shared(&B, "r", 5000);
+    int j = pending_of(F_ACQUIRE, "lock:r", &B);
+    answer_ok(j, 2, 29000);
+    answer_ok(i, 1, 29000);
+    ck_assert_int_eq(A.nlocked, 1);
+    ck_assert_int_eq(B.nlocked, 1);
+    ck_assert_int_eq(A.mode, LOCKMGR_SHARED);
+    ck_assert_uint_eq(lockmgr_held_count(), 2);
+    /* A third, later, with both holding. */
+    lock_shared(&C, "r", 0);
+    answer_ok(pending_of(F_ACQUIRE, "lock:r", &C), 3, 29000);
+    ck_assert_int_eq(C.nlocked, 1);
+
+    /* Renewal and release go to the set, owner-checked by token. */
+    timer_advance(10000);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r:shared"), 3);
+    for (int k = 0; k < ncalls; k++)
+        if (!calls[k].done && calls[k].op == F_EXTEND)
+            answer_ok(k, 0, 29000);
+    lockmgr_unlock(&A.o, held(&A, "r"));
+    int k = pending(F_RELEASE, "lock:r:shared");
+    ck_assert_str_eq(calls[k].token, A.token);
+    answer_released(k, 3, 0);
+    ck_assert_int_eq(A.nunlocked, 1);
+    end_and_release(&B, "lock:r:shared");
+    end_and_release(&C, "lock:r:shared");
+    ck_assert_uint_eq(lockmgr_held_count(), 0);
+    ck_assert_uint_eq(timer_count(), 0);
+}
+END_TEST
+
+START_TEST(test_writer_not_overtaken_by_later_readers)
+{
+
+    lock_shared(&A, "r", 0);
+    answer_ok(pending_of(F_ACQUIRE, "lock:r", &A), 1, 29000);
+    /* A writer waits for the reader here. */
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+    /* A later reader does not overtake it, wait or not. */
+    lock_shared(&C, "r", 5000);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+    lock_shared(&D, "r", 0);
+    ck_assert_int_eq(D.nfailed, 1);
+    ck_assert_int_eq(D.err, PROTO_ERR_BUSY);
+    ck_assert_uint_eq(lockmgr_waiter_count(), 2);
+
+    lockmgr_unlock(&A.o, held(&A, "r"));
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);  /* not yet */
+    answer_released(pending(F_RELEASE, "lock:r:shared"), 3, 0);
+    /* The writer, alone. */
+    int i = pending(F_ACQUIRE, "lock:r");
+    ck_assert_ptr_eq(calls[i].ud, B.o.pending);
+    ck_assert_int_eq(calls[i].mode, REDLOCK_EXCLUSIVE);
+    ck_assert(calls[i].with_shared);    /* it checks the readers' set */
+    answer_ok(i, 2, 29000);
+    ck_assert_int_eq(B.nlocked, 1);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+    lockmgr_unlock(&B.o, held(&B, "r"));
+    answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
+    answer_ok(pending_of(F_ACQUIRE, "lock:r", &C), 3, 29000);
+    ck_assert_int_eq(C.nlocked, 1);
+    end_and_release(&C, "lock:r:shared");
+    lockmgr_owner_end(&D.o, false);
+}
+END_TEST
+
+START_TEST(test_writer_waits_for_readers_asking)
+{
+    /* A reader is asking Redis; a writer after it waits for the answer
+     * (the reader may win), and a reader after the writer too. */
+    lock_shared(&A, "r", 5000);
+    int i = pending_of(F_ACQUIRE, "lock:r", &A);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    lock_shared(&C, "r", 5000);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);
+    /* The reader is busy elsewhere (a writer on another daemon): it
+     * sleeps, and everyone behind it waits too. */
+    answer_busy(i, 300);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+    timer_advance(305);
+    i = pending_of(F_ACQUIRE, "lock:r", &A);
+    answer_ok(i, 5, 29000);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+    end_and_release(&A, "lock:r:shared");
+    answer_ok(pending_of(F_ACQUIRE, "lock:r", &B), 6, 29000);
+    ck_assert_int_eq(B.nlocked, 1);
+    end_and_release(&B, "lock:r");
+    answer_ok(pending_of(F_ACQUIRE, "lock:r", &C), 7, 29000);
+    ck_assert_int_eq(C.nlocked, 1);
+}
+END_TEST
+
+START_TEST(test_shared_exclusive_wait0)
+{
+    take(&A, "r", 30000, 1);
+    lock_shared(&B, "r", 0);
+    ck_assert_int_eq(B.err, PROTO_ERR_BUSY);
+    end_and_release(&A, "lock:r");
+    lock_shared(&A, "r", 0);
+    answer_ok(pending_of(F_ACQUIRE, "lock:r", &A), 2, 29000);
+    lockmgr_lock(&B.o, R("r"), 30000, 0, true);
+    ck_assert_int_eq(B.nfailed, 2);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
+    /* A reader whose lease goes away: a wait=0 writer waits for that. */
+    lockmgr_unlock(&A.o, held(&A, "r"));
+    lockmgr_lock(&B.o, R("r"), 30000, 0, true);
+    ck_assert_int_eq(B.nfailed, 2);
+    answer_released(pending(F_RELEASE, "lock:r:shared"), 3, 0);
+    answer_ok(pending_of(F_ACQUIRE, "lock:r", &B), 3, 29000);
+    ck_assert_int_eq(B.nlocked, 1);
+    end_and_release(&B, "lock:r");
+}
+END_TEST
+
+START_TEST(test_shared_release_notification)
+{
+    /* A writer busy on another daemon's readers wakes when their set is
+     * announced empty. */
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    answer_busy(pending(F_ACQUIRE, "lock:r"), 20000);
+    lockmgr_on_release(R("lock:r:shared"));
+    timer_advance(4);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);
+    ck_assert_uint_eq(lockmgr_counters()->wakeups_notified, 1);
+    answer_ok(pending(F_ACQUIRE, "lock:r"), 4, 29000);
+    /* A resource whose name ends like a set is its own resource too. */
+    lockmgr_lock(&B.o, R("x:shared"), 30000, 5000, true);
+    answer_busy(pending(F_ACQUIRE, "lock:x:shared"), 20000);
+    lockmgr_on_release(R("lock:x:shared"));
+    timer_advance(4);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:x:shared"), 1);
+}
+END_TEST
+
+START_TEST(test_shared_lost_and_lock_delay)
+{
+    conf.locks.lock_delay_ms = 700;
+    lock_shared(&A, "r", 0);
+    answer_ok(pending_of(F_ACQUIRE, "lock:r", &A), 1, 29000);
+    lock_shared(&B, "r", 0);
+    answer_ok(pending_of(F_ACQUIRE, "lock:r", &B), 2, 29000);
+    /* A's renewal finds its member gone: LOST, and only A's. */
+    timer_advance(10000);
+    int i = -1;
+    for (int k = 0; k < ncalls; k++)
+        if (!calls[k].done && calls[k].op == F_EXTEND &&
+            !strcmp(calls[k].token, A.token))
+            i = k;
+    ck_assert_int_ge(i, 0);
+    answer_lost(i);
+    ck_assert_int_eq(A.nlost, 1);
+    ck_assert_int_eq(A.why, LOST_NODE);
+    ck_assert_int_eq(B.nlost, 0);
+    ck_assert_ptr_nonnull(held(&B, "r"));
+    /* B's connection drops: its member is kept for the lock delay. */
+    lockmgr_owner_end(&B.o, true);
+    int j = -1;
+    for (int k = 0; k < ncalls; k++)
+        if (!calls[k].done && calls[k].op == F_EXTEND && calls[k].ttl == 700)
+            j = k;
+    ck_assert_int_ge(j, 0);
+    ck_assert_str_eq(calls[j].key, "lock:r:shared");
+}
+END_TEST
+
+START_TEST(test_semaphore_slots)
+{
+    /* This daemon starts at slot spread % K; the next holder takes the
+     * next free one. */
+    free(conf.id);
+    conf.id = strdup("daemon-a");
+    lockmgr_deinit();
+    lockmgr_init(&conf, &fake_ops);
+    uint32_t base = (uint32_t)(hmap_hash("daemon-a", 8) % 3);
+    char k0[32], k1[32], k2[32];
+    snprintf(k0, sizeof(k0), "lock:s#%u", base);
+    snprintf(k1, sizeof(k1), "lock:s#%u", (base + 1) % 3);
+    snprintf(k2, sizeof(k2), "lock:s#%u", (base + 2) % 3);
+
+    lock_kind(&A, "s", LOCKMGR_EXCLUSIVE, 3, 0);
+    int i = pending(F_ACQUIRE, k0);
+    ck_assert(!calls[i].with_shared);   /* slots have no readers */
+    /* A second asks at the same time, for the next slot. */
+    lock_kind(&B, "s", LOCKMGR_EXCLUSIVE, 3, 5000);
+    int j = pending(F_ACQUIRE, k1);
+    answer_ok(i, 10, 29000);
+    ck_assert_int_eq(A.nlocked, 1);
+    ck_assert_uint_eq(A.limit, 3);
+    ck_assert_uint_eq(A.slot, base);
+    /* k1 is taken on another daemon: on to the last. */
+    answer_busy(j, 900);
+    answer_busy(pending(F_ACQUIRE, k2), 400);
+    ck_assert_int_eq(B.nlocked, 0);
+    /* Every slot tried: it sleeps until the shortest PTTL. */
+    ck_assert_int_eq(count_open(F_ACQUIRE, k1) + count_open(F_ACQUIRE, k2), 0);
+    /* Another K here: ERR ARG, and so is a plain LOCK. */
+    lock_kind(&C, "s", LOCKMGR_EXCLUSIVE, 4, 0);
+    ck_assert_int_eq(C.err, PROTO_ERR_ARG);
+    lockmgr_lock(&C.o, R("s"), 30000, 0, true);
+    ck_assert_int_eq(C.err, PROTO_ERR_ARG);
+    ck_assert_int_eq(C.nfailed, 2);
+    /* A release of slot k1 elsewhere: B asks for that slot first. */
+    lockmgr_on_release(k1, strlen(k1));
+    timer_advance(4);
+    answer_ok(pending(F_ACQUIRE, k1), 11, 29000);
+    ck_assert_int_eq(B.nlocked, 1);
+    ck_assert_uint_eq(B.slot, (base + 1) % 3);
+    /* The last slot. */
+    lock_kind(&C, "s", LOCKMGR_EXCLUSIVE, 3, 0);
+    answer_ok(pending(F_ACQUIRE, k2), 12, 29000);
+    /* All three held here: a fourth does not ask Redis. */
+    lock_kind(&D, "s", LOCKMGR_EXCLUSIVE, 3, 0);
+    ck_assert_int_eq(D.err, PROTO_ERR_BUSY);
+    lock_kind(&D, "s", LOCKMGR_EXCLUSIVE, 3, 5000);
+    ck_assert_int_eq(count_open(F_ACQUIRE, k0), 0);
+    /* B leaves: D gets B's slot. */
+    lockmgr_unlock(&B.o, held(&B, "s"));
+    answer_released(pending(F_RELEASE, k1), 3, 0);
+    answer_ok(pending(F_ACQUIRE, k1), 13, 29000);
+    ck_assert_int_eq(D.nlocked, 1);
+    ck_assert_uint_eq(D.slot, (base + 1) % 3);
+    json_t *arr = lockmgr_owner_leases_json(&D.o);
+    json_t *l0 = json_array_get(arr, 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(l0, "limit")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(l0, "slot")),
+                     (base + 1) % 3);
+    json_decref(arr);
+    /* STATUS looks at the slots this daemon knows of. */
+    lockmgr_status(&A.o, R("s"), 0);
+    ck_assert_uint_eq(calls[pending(F_INSPECT, "lock:s")].limit, 3);
+    ck_assert_str_eq(calls[pending(F_INSPECT, "lock:s")].keys, "lock:s#");
+    end_and_release(&A, k0);
+    end_and_release(&C, k2);
+    end_and_release(&D, k1);
+}
+END_TEST
+
+START_TEST(test_multi_grant_into_leases)
+{
+    lock_multi(&A, "a b c", 0);
+    int i = pending(F_ACQUIRE, "lock:a");
+    ck_assert_int_eq(calls[i].nkeys, 3);
+    ck_assert_str_eq(calls[i].keys, "lock:a lock:b lock:c");
+    ck_assert(calls[i].with_shared);
+    answer_ok(i, 21, 29000);
+    ck_assert_int_eq(A.nlocked, 1);
+    ck_assert_uint_eq(A.nres, 3);
+    ck_assert_uint_eq(A.o.nleases, 3);
+    ck_assert_ptr_nonnull(held(&A, "a"));
+    ck_assert_ptr_nonnull(held(&A, "c"));
+    /* One token, one fence; each resource its own lease: UNLOCK b. */
+    lockmgr_unlock(&A.o, held(&A, "b"));
+    int k = pending(F_RELEASE, "lock:b");
+    ck_assert_str_eq(calls[k].token, A.token);
+    answer_released(k, 3, 0);
+    ck_assert_int_eq(A.nunlocked, 1);
+    ck_assert_uint_eq(A.nres, 1);
+    ck_assert_ptr_null(held(&A, "b"));
+    /* b is free for others now, a and c are not. */
+    take(&B, "b", 30000, 22);
+    lockmgr_lock(&C.o, R("a"), 30000, 0, true);
+    ck_assert_int_eq(C.err, PROTO_ERR_BUSY);
+    /* The renewals of a and c go out together. */
+    timer_advance(10000);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:a"), 1);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:c"), 1);
+    answer_ok(pending(F_EXTEND, "lock:a"), 0, 29000);
+    timer_advance(3);
+    answer_ok(pending(F_EXTEND, "lock:c"), 0, 29000);
+    timer_advance(10000);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:a"), 1);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:c"), 1);
+    answer_ok(pending(F_EXTEND, "lock:a"), 0, 29000);
+    answer_ok(pending(F_EXTEND, "lock:c"), 0, 29000);
+    /* UNLOCK of both: one answer. */
+    struct lease *ls[] = { held(&A, "c"), held(&A, "a") };
+    lockmgr_unlock_many(&A.o, ls, 2);
+    answer_released(pending(F_RELEASE, "lock:c"), 3, 0);
+    ck_assert_int_eq(A.nunlocked, 1);
+    answer_released(pending(F_RELEASE, "lock:a"), 2, 0);
+    ck_assert_int_eq(A.nunlocked, 2);
+    ck_assert_uint_eq(A.nres, 2);
+    ck_assert_int_eq(A.nodes, 2);
+    ck_assert_uint_eq(A.o.nleases, 0);
+    end_and_release(&B, "lock:b");
+    ck_assert_uint_eq(timer_count(), 0);
+}
+END_TEST
+
+START_TEST(test_multi_no_deadlock_fifo)
+{
+    /* B wants {a, b}, C then {b, a}: each queue has B before C, so
+     * whatever frees up, B goes first and C never holds a part. */
+    take(&A, "b", 30000, 1);
+    lock_multi(&B, "a b", 5000);
+    lock_multi(&C, "b a", 5000);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:a"), 0);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:b"), 0);
+    /* A later single LOCK of a waits behind B too. */
+    lockmgr_lock(&D.o, R("a"), 30000, 5000, true);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:a"), 0);
+    end_and_release(&A, "lock:b");
+    int i = pending(F_ACQUIRE, "lock:a");
+    ck_assert_ptr_eq(calls[i].ud, B.o.pending);
+    answer_ok(i, 2, 29000);
+    ck_assert_int_eq(B.nlocked, 1);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:b") +
+                     count_open(F_ACQUIRE, "lock:a"), 0);
+    /* B lets go of a only: C still needs b, and D waits behind C. */
+    lockmgr_unlock(&B.o, held(&B, "a"));
+    answer_released(pending(F_RELEASE, "lock:a"), 3, 0);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:a") +
+                     count_open(F_ACQUIRE, "lock:b"), 0);
+    end_and_release(&B, "lock:b");
+    i = pending(F_ACQUIRE, "lock:b");
+    ck_assert_ptr_eq(calls[i].ud, C.o.pending);
+    ck_assert_str_eq(calls[i].keys, "lock:b lock:a");
+    answer_ok(i, 3, 29000);
+    end_and_release(&C, "lock:a");
+    while (count_open(F_RELEASE, "lock:b"))
+        answer_released(pending(F_RELEASE, "lock:b"), 3, 0);
+    answer_ok(pending(F_ACQUIRE, "lock:a"), 4, 29000);
+    ck_assert_int_eq(D.nlocked, 1);
+    end_and_release(&D, "lock:a");
+}
+END_TEST
+
+START_TEST(test_multi_end_during_attempt)
+{
+    lock_multi(&A, "a b", 5000);
+    int i = pending(F_ACQUIRE, "lock:a");
+    lockmgr_owner_end(&A.o, false);
+    answer_ok(i, 5, 29000);
+    /* Nobody wants it now: both keys are given back. */
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:a"), 1);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:b"), 1);
+    ck_assert_int_eq(A.nlocked, 0);
+    ck_assert_int_eq(A.refs, 0);
+    ck_assert_uint_eq(lockmgr_waiter_count(), 0);
+}
+END_TEST
+
 /* ---- inspection ----------------------------------------------------------- */
 
 START_TEST(test_status_and_leases_json)
@@ -1013,12 +1450,14 @@ START_TEST(test_status_and_leases_json)
     snprintf(A.name, sizeof(A.name), "billing");
     take(&A, "r", 30000, 17);
     lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
-    lockmgr_status(&C.o, R("r"));
+    lockmgr_status(&C.o, R("r"), 0);
     int i = pending(F_INSPECT, "lock:r");
+    ck_assert_str_eq(calls[i].shared, "lock:r:shared");
+    ck_assert_uint_eq(calls[i].limit, 0);
     struct redlock_node_view v[3] = {
-        { "n1", true, true, true, 29000 },
-        { "n2", true, true, true, 29000 },
-        { "n3", false, false, false, -2 },
+        { "n1", true, true, true, 29000, 0, "" },
+        { "n2", true, true, true, 29000, 0, "" },
+        { "n3", false, false, false, -2, 0, NULL },
     };
     calls[i].done = true;
     calls[i].icb(calls[i].ud, v, 3);
@@ -1236,6 +1675,20 @@ static Suite *lockmgr_suite(void)
     tcase_add_test(t, test_no_answer_after_end);
     tcase_add_test(t, test_status_and_leases_json);
     tcase_add_test(t, test_force_release_tells_local_holder);
+    suite_add_tcase(s, t);
+
+    t = tcase_create("kinds");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_shared_readers_hold_together);
+    tcase_add_test(t, test_writer_not_overtaken_by_later_readers);
+    tcase_add_test(t, test_writer_waits_for_readers_asking);
+    tcase_add_test(t, test_shared_exclusive_wait0);
+    tcase_add_test(t, test_shared_release_notification);
+    tcase_add_test(t, test_shared_lost_and_lock_delay);
+    tcase_add_test(t, test_semaphore_slots);
+    tcase_add_test(t, test_multi_grant_into_leases);
+    tcase_add_test(t, test_multi_no_deadlock_fifo);
+    tcase_add_test(t, test_multi_end_during_attempt);
     suite_add_tcase(s, t);
 
     t = tcase_create("timer_hmap");

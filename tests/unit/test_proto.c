@@ -17,7 +17,7 @@
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Line buffer for one parse; requests point into it. */
-static char t_line[1024];
+static char t_line[4096];
 
 static enum proto_parse_status t_parsen(const char *s, size_t len,
                                         const struct proto_limits *lim,
@@ -163,6 +163,57 @@ START_TEST(test_parse_valid)
 }
 END_TEST
 
+/* mode=, limit= and several resources. */
+START_TEST(test_parse_kinds)
+{
+    struct proto_request req;
+    struct proto_error err;
+
+    ck_assert_int_eq(t_parse("LOCK r mode=shared wait=5", &req, &err),
+                     PROTO_PARSE_OK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_assert_uint_eq(req.has, PROTO_OPT_MODE | PROTO_OPT_WAIT);
+    ck_assert_uint_eq(req.nargs, 1);
+    ck_assert_int_eq(t_parse("LOCK r mode=exclusive limit=7", &req, &err),
+                     PROTO_PARSE_OK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_EXCLUSIVE);
+    ck_assert_uint_eq(req.limit, 7);
+    ck_assert_int_eq(t_parse("LOCK r", &req, &err), PROTO_PARSE_OK);
+    ck_assert_uint_eq(req.limit, 0);
+    ck_assert_int_eq(req.mode, PROTO_MODE_EXCLUSIVE);
+    ck_assert_int_eq(t_parse("STATUS r limit=3", &req, &err),
+                     PROTO_PARSE_OK);
+    ck_assert_uint_eq(req.limit, 3);
+
+    /* Several names, options among them; the first is also arg. */
+    ck_assert_int_eq(t_parse("LOCK b ttl=9 a c:1 wait=2", &req, &err),
+                     PROTO_PARSE_OK);
+    ck_assert_uint_eq(req.nargs, 3);
+    ck_assert_str_eq(req.arg, "b");
+    ck_assert_str_eq(req.args[0], "b");
+    ck_assert_str_eq(req.args[1], "a");
+    ck_assert_str_eq(req.args[2], "c:1");
+    ck_assert_uint_eq(req.args_len[2], 3);
+    ck_assert_uint_eq(req.ttl, 9);
+    ck_assert_int_eq(t_parse("UNLOCK x y", &req, &err), PROTO_PARSE_OK);
+    ck_assert_uint_eq(req.nargs, 2);
+    /* Names differing in case are different names. */
+    ck_assert_int_eq(t_parse("LOCK a A", &req, &err), PROTO_PARSE_OK);
+
+    /* PROTO_MAX_RESOURCES and one more. */
+    char line[4 * (PROTO_MAX_RESOURCES + 2) + 16] = "LOCK";
+    size_t at = 4;
+    for (int i = 0; i < PROTO_MAX_RESOURCES; i++)
+        at += (size_t)snprintf(line + at, sizeof(line) - at, " %x", i);
+    ck_assert_int_eq(t_parse(line, &req, &err), PROTO_PARSE_OK);
+    ck_assert_uint_eq(req.nargs, PROTO_MAX_RESOURCES);
+    snprintf(line + at, sizeof(line) - at, " zz");
+    ck_assert_int_eq(t_parse(line, &req, &err), PROTO_PARSE_ERROR);
+    ck_assert_int_eq(err.code, PROTO_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err.msg, "at most 256 resources"));
+}
+END_TEST
+
 /* Every command of the table parses from its own wire word. */
 START_TEST(test_parse_every_command)
 {
@@ -247,8 +298,8 @@ static const struct t_bad t_bad_rows[] = {
     { "EXTEND", 0, PROTO_ERR_ARG, "EXTEND needs a resource name" },
     { "STATUS", 0, PROTO_ERR_ARG, "STATUS needs a resource name" },
     { "AUTH", 0, PROTO_ERR_ARG, "AUTH needs a password" },
-    { "LOCK a b", 0, PROTO_ERR_ARG, "wrong number of arguments for LOCK" },
-    { "UNLOCK a b", 0, PROTO_ERR_ARG, "wrong number of arguments for UNLOCK" },
+    { "LOCK a b a", 0, PROTO_ERR_ARG, "resource 'a' named twice" },
+    { "UNLOCK a b b", 0, PROTO_ERR_ARG, "resource 'b' named twice" },
     { "EXTEND a b ttl=1", 0, PROTO_ERR_ARG, "wrong number of arguments" },
     { "STATUS a b", 0, PROTO_ERR_ARG, "wrong number of arguments" },
     { "PING a b", 0, PROTO_ERR_ARG, "wrong number of arguments for PING" },
@@ -273,7 +324,10 @@ static const struct t_bad t_bad_rows[] = {
     { "LOCK r =5", 0, PROTO_ERR_ARG, "option without a name" },
     { "UNLOCK r ttl=5", 0, PROTO_ERR_ARG, "UNLOCK takes no options" },
     { "UNLOCK a=b", 0, PROTO_ERR_ARG, "UNLOCK takes no options (got 'a')" },
-    { "STATUS r x=1", 0, PROTO_ERR_ARG, "STATUS takes no options" },
+    { "STATUS r x=1", 0, PROTO_ERR_ARG, "unknown option 'x' for STATUS" },
+    { "STATUS r mode=shared", 0, PROTO_ERR_ARG, "unknown option 'mode'" },
+    { "EXTEND r ttl=1 limit=2", 0, PROTO_ERR_ARG, "unknown option 'limit'" },
+    { "LOCK r mode=shared mode=shared", 0, PROTO_ERR_ARG, "given twice" },
     { "PING a b=c", 0, PROTO_ERR_ARG, "PING takes no options (got 'b')" },
     { "AUTH pw x=1", 0, PROTO_ERR_ARG, "AUTH takes no options" },
     { "LOCKS x=1", 0, PROTO_ERR_ARG, "LOCKS takes no options" },
@@ -297,6 +351,14 @@ static const struct t_bad t_bad_rows[] = {
     { "LOCK r renew=01", 0, PROTO_ERR_ARG, "renew must be 0 or 1" },
     { "LOCK r renew=", 0, PROTO_ERR_ARG, "renew must be 0 or 1" },
     { "LOCK r renew=true", 0, PROTO_ERR_ARG, "renew must be 0 or 1" },
+    { "LOCK r mode=read", 0, PROTO_ERR_ARG, "mode must be shared or exclusive" },
+    { "LOCK r mode=", 0, PROTO_ERR_ARG, "mode must be shared or exclusive" },
+    { "LOCK r mode=SHARED", 0, PROTO_ERR_ARG, "mode must be shared or exclusive" },
+    { "LOCK r limit=0", 0, PROTO_ERR_ARG, "limit must be" },
+    { "LOCK r limit=-1", 0, PROTO_ERR_ARG, "limit must be" },
+    { "LOCK r limit=4294967296", 0, PROTO_ERR_ARG, "limit must be" },
+    { "LOCK r limit=2x", 0, PROTO_ERR_ARG, "limit must be" },
+    { "STATUS r limit=0", 0, PROTO_ERR_ARG, "limit must be" },
     { "HELLO proto=2", 0, PROTO_ERR_ARG, "unsupported protocol version '2'" },
     { "HELLO proto=0", 0, PROTO_ERR_ARG, "unsupported protocol version" },
     { "HELLO proto=v1", 0, PROTO_ERR_ARG, "unsupported protocol version" },
@@ -1203,6 +1265,7 @@ static Suite *proto_suite(void)
 
     tcase_add_loop_test(tc, test_parse_valid, 0, ARRAY_LEN(t_valid_rows));
     tcase_add_test(tc, test_parse_every_command);
+    tcase_add_test(tc, test_parse_kinds);
     tcase_add_loop_test(tc, test_parse_empty, 0, ARRAY_LEN(t_empty_rows));
     tcase_add_loop_test(tc, test_parse_errors, 0, ARRAY_LEN(t_bad_rows));
     tcase_add_test(tc, test_parse_error_struct);

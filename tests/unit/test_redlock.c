@@ -418,6 +418,74 @@ START_TEST(test_fence_equal_counters)
 }
 END_TEST
 
+/*
+ * Shared grants can hold a node at the same time, so tenure does not keep
+ * their fences apart; an INCR does. Counters 5, 10, 10. S1 takes nodes 0
+ * and 1 (6, 11), S2 nodes 0 and 2 (7, 11): both find F = 11 with one
+ * holder there. Raising both to 11 (the exclusive second round) would
+ * grant both 11. The shared second round increments every holder again
+ * from F: S1 gets 12 on both its nodes and is granted 12; S2 then finds
+ * 13 and 12, reaches no quorum and is not granted a value S1 has.
+ */
+struct m_shared {
+    uint64_t counter;
+    unsigned readers;           /* bit per shared acquisition */
+};
+
+static struct redlock_node_vote ms_acquire(struct m_shared *m, int who,
+                                           uint64_t seen)
+{
+    struct redlock_node_vote v = { REDLOCK_VOTE_HELD, 0 };
+
+    m->readers |= 1u << who;
+    m->counter = (m->counter > seen ? m->counter : seen) + 1;
+    v.counter = m->counter;
+    return v;
+}
+
+static struct redlock_node_vote ms_bump(struct m_shared *m, int who,
+                                        uint64_t seen)
+{
+    if (!(m->readers & (1u << who))) {
+        struct redlock_node_vote v = BC(m->counter);
+        return v;
+    }
+    return ms_acquire(m, who, seen);
+}
+
+START_TEST(test_fence_shared_bump)
+{
+    struct m_shared m[3] = { { 5, 0 }, { 10, 0 }, { 10, 0 } };
+    struct redlock_node_vote s1[3] = { F, F, F }, s2[3] = { F, F, F };
+    struct redlock_fence_plan p;
+    const int S1 = 1, S2 = 2;
+
+    s1[0] = ms_acquire(&m[0], S1, 0);
+    s1[1] = ms_acquire(&m[1], S1, 0);
+    s2[0] = ms_acquire(&m[0], S2, 0);
+    s2[2] = ms_acquire(&m[2], S2, 0);
+    plan3(s1, 0, true, &p, NULL);
+    ck_assert_int_eq(p.step, REDLOCK_STEP_RAISE);
+    ck_assert_uint_eq(p.fence, 11);
+    plan3(s2, 0, true, &p, NULL);
+    ck_assert_int_eq(p.step, REDLOCK_STEP_RAISE);
+    ck_assert_uint_eq(p.fence, 11);     /* the same F: a raise would tie */
+
+    /* The second round: every holder again, from F, decided afresh. */
+    s1[0] = ms_bump(&m[0], S1, 11);
+    s1[1] = ms_bump(&m[1], S1, 11);
+    plan3(s1, 0, false, &p, NULL);
+    ck_assert_int_eq(p.step, REDLOCK_STEP_GRANT);
+    ck_assert_uint_eq(p.fence, 12);
+    s2[0] = ms_bump(&m[0], S2, 11);
+    s2[2] = ms_bump(&m[2], S2, 11);
+    plan3(s2, 0, false, &p, NULL);
+    ck_assert_int_eq(p.step, REDLOCK_STEP_FAIL);
+    ck_assert_uint_eq(p.fence, 13);
+    ck_assert_int_eq(p.reached, 1);
+}
+END_TEST
+
 START_TEST(test_token)
 {
     char a[REDLOCK_TOKEN_LEN + 1], b[REDLOCK_TOKEN_LEN + 1];
@@ -442,6 +510,7 @@ int main(void)
     tcase_add_test(tc, test_fence_hole_lost_raise);
     tcase_add_test(tc, test_fence_hole_raise_lands);
     tcase_add_test(tc, test_fence_equal_counters);
+    tcase_add_test(tc, test_fence_shared_bump);
     tcase_add_test(tc, test_token);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
