@@ -1057,10 +1057,18 @@ static void req_give_up(struct lockreq *q)
 
     req_names(q, names, sizeof(names));
     if (q->last == REDLOCK_UNAVAILABLE) {
+        /* Say why when the nodes know (one recovering until when, one
+         * down and why): "could not be reached" is wrong for nodes that
+         * answer but may not vote yet. */
+        char why[512], full[PROTO_MAX_ERRMSG + sizeof(why)];
+        size_t n = M.rl->why_unavailable ? M.rl->why_unavailable(why,
+                                                                  sizeof(why))
+                                         : 0;
         M.c.acquire_unavailable++;
-        snprintf(msg, sizeof(msg), "could not reach a quorum of %d of %d "
-                 "redis nodes in time", M.rl->quorum(), M.rl->nnodes());
-        req_fail(q, PROTO_ERR_UNAVAILABLE, msg);
+        snprintf(full, sizeof(full), "no quorum of %d of %d redis nodes "
+                 "voted in time%s%s", M.rl->quorum(), M.rl->nnodes(),
+                 n ? ": " : "", n ? why : "");
+        req_fail(q, PROTO_ERR_UNAVAILABLE, full);
     } else if (q->deadline || q->cut) {
         M.c.acquire_timeout++;
         if (q->cut)

@@ -943,4 +943,5 @@ const struct redlock_ops redlock_ops_default = {
     .extend = redlock_extend, .inspect = redlock_inspect,
     .force_release = redlock_force_release, .token = redlock_token,
     .nnodes = redlock_nnodes, .quorum = redlock_nquorum,
+    .why_unavailable = node_why_unavailable,
 };

@@ -146,6 +146,9 @@ struct redlock_ops {
     int (*token)(char out[REDLOCK_TOKEN_LEN + 1]);
     int (*nnodes)(void);
     int (*quorum)(void);
+    /* Why fewer than a quorum vote now, one line in buf (0: nothing known,
+     * e.g. the nodes simply answered too late). */
+    size_t (*why_unavailable)(char *buf, size_t size);
 };
 extern const struct redlock_ops redlock_ops_default;
 

@@ -19,6 +19,7 @@
 #include "conn.h"
 #include "log.h"
 #include "mem.h"
+#include "node.h"
 #include "stats.h"
 
 static struct {
@@ -586,20 +587,49 @@ static void cmd_locks(struct session *s)
                            "lost", lost));
 }
 
-static void cmd_forceunlock(struct session *s, const struct proto_request *r)
+/* An operator's: one check shared by FORCEUNLOCK and READMIT. */
+static bool session_is_operator(struct session *s, const char *what)
 {
     if (!S.conf->auth.admin_password) {
-        conn_err(s, PROTO_ERR_NOAUTH, "FORCEUNLOCK is disabled: no "
-                 "auth.admin_password is configured");
-        return;
+        conn_errf(s, PROTO_ERR_NOAUTH, "%s is disabled: no "
+                  "auth.admin_password is configured", what);
+        return false;
     }
     if (!s->admin) {
-        conn_err(s, PROTO_ERR_NOAUTH, "FORCEUNLOCK needs AUTH with the "
-                 "admin password");
-        return;
+        conn_errf(s, PROTO_ERR_NOAUTH, "%s needs AUTH with the admin "
+                  "password", what);
+        return false;
     }
+    return true;
+}
+
+static void cmd_forceunlock(struct session *s, const struct proto_request *r)
+{
+    if (!session_is_operator(s, "FORCEUNLOCK"))
+        return;
     s->busy = true;
     lockmgr_force_release(&s->owner, r->arg, r->arg_len);
+}
+
+/* End a node's recovery now: the operator knows no lock outlived it. */
+static void cmd_readmit(struct session *s, const struct proto_request *r)
+{
+    char node[128], msg[512];
+    int n;
+
+    if (!session_is_operator(s, "READMIT"))
+        return;
+    snprintf(node, sizeof(node), "%.*s", (int)r->arg_len, r->arg);
+    n = node_end_recovery(node, msg, sizeof(msg));
+    if (n < 0) {
+        conn_errf(s, PROTO_ERR_ARG, "%s", msg[0] ? msg : "no such node");
+        return;
+    }
+    log_notice("%s (name=%s peer=%s) READMIT %s: %s", s->idstr,
+               s->name[0] ? s->name : "-", s->peer, node, msg);
+    conn_ok_begin(s);
+    conn_kv_u64(s, "readmitted", (uint64_t)n);
+    conn_end(s);
 }
 
 static void cmd_status(struct session *s, const struct proto_request *r)
@@ -698,6 +728,7 @@ static void session_execute(struct session *s, struct line *ln)
     case PROTO_CMD_LOCKS:    cmd_locks(s); break;
     case PROTO_CMD_STATUS:   cmd_status(s, &r); break;
     case PROTO_CMD_FORCEUNLOCK: cmd_forceunlock(s, &r); break;
+    case PROTO_CMD_READMIT:  cmd_readmit(s, &r); break;
     case PROTO_CMD_SESSIONS: conn_json(s, session_list_json()); break;
     case PROTO_CMD_STATS:    conn_json(s, stats_json()); break;
     case PROTO_CMD_HELP:     cmd_help(s, &r); break;

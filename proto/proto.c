@@ -86,6 +86,9 @@ static const struct proto_cmd_spec proto_cmd_specs[PROTO_CMD_COUNT] = {
     [PROTO_CMD_STATS] = { 0, 0, 0, 0, false, false, NULL },
     [PROTO_CMD_FORCEUNLOCK] = { 0, 0, 1, 1, true, false,
                                 "FORCEUNLOCK needs a resource name" },
+    [PROTO_CMD_READMIT] = { 0, 0, 1, 1, false, true,
+                            "READMIT needs a node (host:port as configured) "
+                            "or all" },
     [PROTO_CMD_HELP] = { 0, 0, 0, 1, false, true, NULL },
     [PROTO_CMD_QUIT] = { 0, 0, 0, 0, false, false, NULL },
 };

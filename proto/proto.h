@@ -37,6 +37,7 @@
     X(SESSIONS, "SESSIONS", "SESSIONS")                                     \
     X(STATS, "STATS", "STATS")                                              \
     X(FORCEUNLOCK, "FORCEUNLOCK", "FORCEUNLOCK <resource> (admin only)")    \
+    X(READMIT, "READMIT", "READMIT <node>|all (admin only: end a recovery)") \
     X(HELP, "HELP", "HELP [command]")                                       \
     X(QUIT, "QUIT", "QUIT")
 

@@ -557,6 +557,49 @@ START_TEST(audit_lines_and_session_ids)
 }
 END_TEST
 
+/* A restarted node waits out max_ttl_ms: LOCK says why and until when;
+ * an operator who knows no lock outlived it ends the wait (READMIT). */
+START_TEST(unavailable_says_why_and_readmit)
+{
+    struct h_client c, op;
+    char *line;
+
+    start("{\"locks\":{\"max_ttl_ms\":600000},"
+          "\"auth\":{\"admin_password\":\"op-pw\"}}");
+    h_wait_voting(&D, 1, h_scale(5000));
+    h_connect_tcp_ok(&c, D.port);
+    h_expect(&c, "OK resource=a ", "LOCK a");
+    h_expect(&c, "OK resource=a ", "UNLOCK a");
+    h_redis_kill(&R);       /* no persistence: it comes back empty */
+    h_redis_restart(&R);
+    line = NULL;
+    for (int i = 0; i < 100; i++) {
+        line = h_cmd(&c, "LOCK b");
+        if (strstr(line, "recover"))
+            break;
+        h_sleep_ms(100);
+    }
+    ck_assert_msg(h_starts(line, "ERR UNAVAILABLE ") && strstr(line, "until"),
+                  "LOCK while the node recovers: %s", line);
+    h_connect_tcp_ok(&op, D.port);
+    h_expect(&op, "ERR NOAUTH ", "READMIT all");
+    h_expect(&op, "OK", "AUTH op-pw");
+    h_expect(&op, "ERR ARG ", "READMIT 127.0.0.1:1");
+    h_expect(&op, "OK readmitted=1", "READMIT all");
+    ck_assert_msg(log_waits_for("READMIT all", 2000), "%s", daemon_log());
+    line = NULL;
+    for (int i = 0; i < 50; i++) {
+        line = h_cmd(&c, "LOCK b");
+        if (h_starts(line, "OK "))
+            break;
+        h_sleep_ms(100);
+    }
+    ck_assert_msg(h_starts(line, "OK resource=b "), "after READMIT: %s", line);
+    h_close(&c);
+    h_close(&op);
+}
+END_TEST
+
 static Suite *ops_suite(void)
 {
     Suite *s = suite_create("ops");
@@ -585,6 +628,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, max_clients_per_ip);
     tcase_add_test(tc, max_waiters_per_resource);
     tcase_add_test(tc, audit_lines_and_session_ids);
+    tcase_add_test(tc, unavailable_says_why_and_readmit);
     suite_add_tcase(s, tc);
     return s;
 }

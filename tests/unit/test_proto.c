@@ -224,6 +224,7 @@ START_TEST(test_parse_every_command)
         [PROTO_CMD_EXTEND] = " r ttl=1",
         [PROTO_CMD_STATUS] = " r",
         [PROTO_CMD_FORCEUNLOCK] = " r",
+        [PROTO_CMD_READMIT] = " all",
     };
     struct proto_request req;
     struct proto_error err;
@@ -851,7 +852,8 @@ START_TEST(test_format_simple)
     sbuf_reset(&b);
     proto_format_help(&b);
     ck_assert_str_eq(sbuf_cstr(&b), "OK PING HELLO AUTH LOCK UNLOCK EXTEND "
-                     "LOCKS STATUS SESSIONS STATS FORCEUNLOCK HELP QUIT\n");
+                     "LOCKS STATUS SESSIONS STATS FORCEUNLOCK READMIT HELP "
+                     "QUIT\n");
     sbuf_deinit(&b);
 }
 END_TEST
@@ -980,7 +982,7 @@ START_TEST(test_format_request_parses)
         proto_format_cmd(&b, (enum proto_cmd)i);
         if (i == PROTO_CMD_AUTH || i == PROTO_CMD_LOCK || i == PROTO_CMD_UNLOCK
             || i == PROTO_CMD_EXTEND || i == PROTO_CMD_STATUS
-            || i == PROTO_CMD_FORCEUNLOCK)
+            || i == PROTO_CMD_FORCEUNLOCK || i == PROTO_CMD_READMIT)
             proto_format_word(&b, "x");
         if (i == PROTO_CMD_EXTEND)
             proto_format_opt_u64(&b, PROTO_OPT_TTL, 1);
