@@ -1684,6 +1684,23 @@ static int rl_check_resources(struct redlockd *h, const char *const *res,
     return 0;
 }
 
+/* Begin a request naming several resources: "<CMD> r1 r2 ..." in *b. */
+static int rl_req_names(struct redlockd *h, enum proto_cmd cmd,
+                        const char *const *resources, size_t n,
+                        struct sbuf **b)
+{
+    int rc = rl_begin(h);
+
+    if (rc == 0)
+        rc = rl_check_resources(h, resources, n);
+    if (rc < 0)
+        return rc;
+    *b = rl_req(h, cmd);
+    for (size_t i = 0; i < n; i++)
+        proto_format_word(*b, resources[i]);
+    return 0;
+}
+
 int redlockd_lockv(struct redlockd *h, const char *const *resources, size_t n,
                    const struct redlockd_lock_opts *opts,
                    struct redlockd_grant *grant)
@@ -1696,14 +1713,9 @@ int redlockd_lockv(struct redlockd *h, const char *const *resources, size_t n,
     struct sbuf *b;
     int rc;
 
-    rc = rl_begin(h);
-    if (rc == 0)
-        rc = rl_check_resources(h, resources, n);
+    rc = rl_req_names(h, PROTO_CMD_LOCK, resources, n, &b);
     if (rc < 0)
         return rc;
-    b = rl_req(h, PROTO_CMD_LOCK);
-    for (size_t i = 0; i < n; i++)
-        proto_format_word(b, resources[i]);
     if (o->ttl_ms > 0)
         proto_format_opt_u64(b, PROTO_OPT_TTL, o->ttl_ms);
     if (o->wait_ms > 0)
@@ -1753,14 +1765,9 @@ int redlockd_unlockv(struct redlockd *h, const char *const *resources,
     struct sbuf *b;
     int rc;
 
-    rc = rl_begin(h);
-    if (rc == 0)
-        rc = rl_check_resources(h, resources, n);
+    rc = rl_req_names(h, PROTO_CMD_UNLOCK, resources, n, &b);
     if (rc < 0)
         return rc;
-    b = rl_req(h, PROTO_CMD_UNLOCK);
-    for (size_t i = 0; i < n; i++)
-        proto_format_word(b, resources[i]);
     proto_format_end(b);
     rc = rl_call(h, 0, &r);
     if (rc == 0)

@@ -1679,15 +1679,30 @@ void lockmgr_on_release(const char *key, size_t len)
 
 /* ---- FORCEUNLOCK --------------------------------------------------------- */
 
-struct force_ctx {
-    struct lockmgr_owner *o;    /* (ref) the operator */
+/* FORCEUNLOCK's and STATUS's context: who asked, about what. */
+struct owner_ask {
+    struct lockmgr_owner *o;    /* (ref) */
     size_t len;
+    uint32_t limit;             /* STATUS: slots looked at */
     char resource[];
 };
 
+static struct owner_ask *owner_ask_new(struct lockmgr_owner *o,
+                                       const char *resource, size_t len)
+{
+    struct owner_ask *x = mem_alloc(sizeof(*x) + len + 1);
+
+    x->o = o;
+    owner_ref(o);
+    x->len = len;
+    memcpy(x->resource, resource, len);
+    x->resource[len] = '\0';
+    return x;
+}
+
 static void force_done(void *ud, const struct redlock_result *res)
 {
-    struct force_ctx *x = ud;
+    struct owner_ask *x = ud;
     struct lock_entry *e;
     struct notice *n;
     struct list *p, *tmp;
@@ -1750,16 +1765,12 @@ static void probe_make(const char *res, size_t len, uint32_t limit,
 void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
                            size_t len)
 {
-    struct force_ctx *x = mem_alloc(sizeof(*x) + len + 1);
+    struct owner_ask *x;
     struct redlock_probe pr;
     char *buf;
 
     enter();
-    x->o = o;
-    owner_ref(o);
-    x->len = len;
-    memcpy(x->resource, resource, len);
-    x->resource[len] = '\0';
+    x = owner_ask_new(o, resource, len);
     /* Slots too: as many as a semaphore here has, else as many as one
      * may have. */
     probe_make(resource, len, 0, &pr, &buf);
@@ -1802,12 +1813,6 @@ json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o)
     return arr;
 }
 
-struct status_ctx {
-    struct lockmgr_owner *o;    /* (ref) */
-    size_t len;
-    uint32_t limit;             /* slots looked at */
-    char resource[];
-};
 
 static json_t *holder_json(const struct lease *l)
 {
@@ -1858,7 +1863,7 @@ static json_t *status_holders(const struct lock_entry *e, json_t **first,
 
 static void status_done(void *ud, const struct redlock_node_view *v, int n)
 {
-    struct status_ctx *x = ud;
+    struct owner_ask *x = ud;
     struct lock_entry *e;
     json_t *nodes = json_array(), *first, *holders;
     int present = 0, with_shared = 0;
@@ -1934,16 +1939,12 @@ static void status_done(void *ud, const struct redlock_node_view *v, int n)
 void lockmgr_status(struct lockmgr_owner *o, const char *resource,
                     size_t len, uint32_t limit)
 {
-    struct status_ctx *x = mem_alloc(sizeof(*x) + len + 1);
+    struct owner_ask *x;
     struct redlock_probe pr;
     char *buf;
 
     enter();
-    x->o = o;
-    owner_ref(o);
-    x->len = len;
-    memcpy(x->resource, resource, len);
-    x->resource[len] = '\0';
+    x = owner_ask_new(o, resource, len);
     probe_make(resource, len, limit, &pr, &buf);
     x->limit = pr.limit;
     M.rl->inspect(&pr, status_done, x);
