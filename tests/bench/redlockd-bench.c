@@ -16,6 +16,13 @@
  *            then every connection is dropped and STATUS must show every
  *            lock released.
  *   ping     pipelined PING: the daemon's own per-request cost, no Redis.
+ *   shared   as lock, but every connection takes one common resource with
+ *            mode=shared: readers holding together (the set of shared
+ *            holders has up to one member per connection).
+ *   limit    as lock, but every connection takes one slot of one common
+ *            semaphore, limit=K (-K, default: one slot per connection).
+ *   multi    as lock, each LOCK naming -m resources (default 2), all or
+ *            none, and one UNLOCK naming them all.
  *
  * Latencies go into log-linear histograms (64 sub-buckets per power of
  * two, about 1.6 % resolution, HDR-style), timed from the moment a request
@@ -148,8 +155,11 @@ static uint64_t hist_percentile(const struct hist *h, double p)
 
 /* ---- options and global state ------------------------------------------- */
 
-enum mode { MODE_LOCK, MODE_CONTEND, MODE_IDLE, MODE_PING };
-static const char *const mode_names[] = { "lock", "contend", "idle", "ping" };
+enum mode { MODE_LOCK, MODE_CONTEND, MODE_IDLE, MODE_PING, MODE_SHARED,
+            MODE_LIMIT, MODE_MULTI };
+static const char *const mode_names[] = { "lock", "contend", "idle", "ping",
+                                          "shared", "limit", "multi" };
+#define BENCH_MAX_MULTI 16              /* -m: resources in one LOCK */
 
 enum req_kind { REQ_HELLO, REQ_LOCK, REQ_UNLOCK, REQ_PING };
 
@@ -207,6 +217,8 @@ static struct {
     unsigned wait;
     double hold;
     unsigned window;
+    unsigned limit;             /* limit: K (0: the connection count) */
+    unsigned multi;             /* multi: resources per LOCK */
     char prefix[96];
     pid_t pid;
     bool find_pid;
@@ -568,8 +580,8 @@ static void conn_send(struct bconn *c, enum req_kind kind, const char *fmt, ...)
     va_list ap;
     int n;
 
-    if (c->wcap - c->wlen < 512) {
-        c->wcap = c->wcap ? c->wcap * 2 : 1024;
+    if (c->wcap - c->wlen < 2048) {
+        c->wcap = c->wcap ? c->wcap * 2 : 4096;
         c->wbuf = xrealloc(c->wbuf, c->wcap);
     }
     va_start(ap, fmt);
@@ -628,18 +640,64 @@ static bool may_generate(void)
            (B.nops == 0 || B.ops_started < B.nops);
 }
 
+/* The lock-like modes: the names of op `seq` of c, and the LOCK options
+ * beyond ttl=. */
+static void lock_names(const struct bconn *c, uint64_t seq, char *buf,
+                       size_t size)
+{
+    size_t at = 0;
+
+    switch (B.mode) {
+    case MODE_SHARED:
+        snprintf(buf, size, "%s:rw", B.prefix);
+        return;
+    case MODE_LIMIT:
+        snprintf(buf, size, "%s:sem", B.prefix);
+        return;
+    case MODE_MULTI:
+        buf[0] = '\0';
+        for (unsigned k = 0; k < B.multi && at < size; k++)
+            at += (size_t)snprintf(buf + at, size - at, "%s%s:%u:%" PRIu64
+                                   ":%u", k ? " " : "", B.prefix, c->idx,
+                                   seq, k);
+        return;
+    default:
+        snprintf(buf, size, "%s:%u:%" PRIu64, B.prefix, c->idx, seq);
+        return;
+    }
+}
+
+static const char *lock_opts(char *buf, size_t size)
+{
+    if (B.mode == MODE_SHARED)
+        return " mode=shared";
+    if (B.mode != MODE_LIMIT)
+        return "";
+    snprintf(buf, size, " limit=%u", B.limit);
+    return buf;
+}
+
+static bool lock_like(void)
+{
+    return B.mode == MODE_LOCK || B.mode == MODE_SHARED ||
+           B.mode == MODE_LIMIT || B.mode == MODE_MULTI;
+}
+
 static void fill_lock(struct bconn *c)
 {
+    char names[BENCH_MAX_MULTI * 128], opts[32];
+    const char *o = lock_opts(opts, sizeof(opts));
+
     if (B.pipeline <= 1) {
         /* One request at a time: UNLOCK only after the LOCK came back OK. */
         if (c->qlen > 0)
             return;
         if (c->holding) {
-            conn_send(c, REQ_UNLOCK, "UNLOCK %s:%u:%" PRIu64 "\n", B.prefix,
-                      c->idx, c->seq - 1);
+            lock_names(c, c->seq - 1, names, sizeof(names));
+            conn_send(c, REQ_UNLOCK, "UNLOCK %s\n", names);
         } else if (may_generate()) {
-            conn_send(c, REQ_LOCK, "LOCK %s:%u:%" PRIu64 " ttl=%u\n", B.prefix,
-                      c->idx, c->seq, B.ttl);
+            lock_names(c, c->seq, names, sizeof(names));
+            conn_send(c, REQ_LOCK, "LOCK %s ttl=%u%s\n", names, B.ttl, o);
             c->seq++;
             B.ops_started++;
         }
@@ -648,10 +706,9 @@ static void fill_lock(struct bconn *c)
     /* Pairs back to back: the daemon runs a connection's requests in
      * order, so each UNLOCK finds its LOCK done. */
     while (c->qlen + 2 <= 2 * B.pipeline && may_generate()) {
-        conn_send(c, REQ_LOCK, "LOCK %s:%u:%" PRIu64 " ttl=%u\n", B.prefix,
-                  c->idx, c->seq, B.ttl);
-        conn_send(c, REQ_UNLOCK, "UNLOCK %s:%u:%" PRIu64 "\n", B.prefix,
-                  c->idx, c->seq);
+        lock_names(c, c->seq, names, sizeof(names));
+        conn_send(c, REQ_LOCK, "LOCK %s ttl=%u%s\n", names, B.ttl, o);
+        conn_send(c, REQ_UNLOCK, "UNLOCK %s\n", names);
         c->seq++;
         B.ops_started++;
     }
@@ -683,7 +740,10 @@ static void conn_fill(struct bconn *c)
     if (c->state != CS_READY)
         return;
     switch (B.mode) {
-    case MODE_LOCK: fill_lock(c); break;
+    case MODE_LOCK:
+    case MODE_SHARED:
+    case MODE_LIMIT:
+    case MODE_MULTI: fill_lock(c); break;
     case MODE_CONTEND: fill_contend(c); break;
     case MODE_PING: fill_ping(c); break;
     case MODE_IDLE: break;      /* the lock was taken during setup */
@@ -1295,7 +1355,7 @@ static void human_throughput(FILE *f, json_t *o)
     fprintf(f, "redlockd-bench %s: %s, %u connections, pipeline %u, %.2f s\n",
             mode_names[B.mode], B.server, B.conns, B.pipeline,
             jnum(o, "elapsed_s"));
-    if (B.mode == MODE_LOCK)
+    if (lock_like())
         fprintf(f, "  ops (LOCK+UNLOCK): %" PRIu64 "  (%.0f ops/s)\n", B.ops,
                 jnum(o, "ops_per_s"));
     else if (B.mode == MODE_CONTEND)
@@ -1347,7 +1407,12 @@ static void run_throughput(void)
     json_object_set_new(o, "requests", json_integer((json_int_t)B.requests));
     json_object_set_new(o, "requests_per_s",
                         json_real((double)B.requests / elapsed));
-    if (B.mode == MODE_LOCK) {
+    if (lock_like()) {
+        if (B.mode == MODE_LIMIT)
+            json_object_set_new(o, "limit", json_integer(B.limit));
+        if (B.mode == MODE_MULTI)
+            json_object_set_new(o, "resources_per_lock",
+                                json_integer(B.multi));
         json_object_set_new(o, "ttl_ms", json_integer(B.ttl));
         json_object_set_new(o, "ops", json_integer((json_int_t)B.ops));
         json_object_set_new(o, "ops_per_s", json_real((double)B.ops / elapsed));
@@ -1478,7 +1543,7 @@ static void run_idle(void)
 static void usage(FILE *f)
 {
     fprintf(f,
-        "Usage: redlockd-bench [options] lock|contend|idle|ping\n"
+        "Usage: redlockd-bench [options] lock|contend|idle|ping|shared|limit|multi\n"
         "\n"
         "Load generator for a running redlockd (line protocol, one thread,\n"
         "epoll). Prints a summary, or JSON with --json.\n"
@@ -1494,6 +1559,8 @@ static void usage(FILE *f)
         "  -t, --ttl MS          lock ttl (default 30000)\n"
         "  -w, --wait MS         contend: LOCK wait= (default 5000)\n"
         "  -H, --hold SEC        idle: how long the locks are held (default 10)\n"
+        "  -K, --limit K         limit: the semaphore's K (default: -c)\n"
+        "  -m, --multi N         multi: resources per LOCK (default 2, at most 16)\n"
         "      --window N        connections being set up at once (default 32)\n"
         "      --prefix STR      resource name prefix (default bench:<pid>)\n"
         "      --pid PID         the daemon's pid, for RSS and CPU figures\n"
@@ -1539,6 +1606,8 @@ static void parse_args(int argc, char **argv)
         { "ttl", required_argument, NULL, 't' },
         { "wait", required_argument, NULL, 'w' },
         { "hold", required_argument, NULL, 'H' },
+        { "limit", required_argument, NULL, 'K' },
+        { "multi", required_argument, NULL, 'm' },
         { "window", required_argument, NULL, OPT_WINDOW },
         { "prefix", required_argument, NULL, OPT_PREFIX },
         { "pid", required_argument, NULL, OPT_PID },
@@ -1559,7 +1628,9 @@ static void parse_args(int argc, char **argv)
     B.hold = 10;
     B.window = 32;
     snprintf(B.prefix, sizeof(B.prefix), "bench:%d", (int)getpid());
-    while ((ch = getopt_long(argc, argv, "s:c:d:n:P:t:w:H:ph", opts, NULL)) != -1) {
+    B.multi = 2;
+    while ((ch = getopt_long(argc, argv, "s:c:d:n:P:t:w:H:K:m:ph", opts,
+                             NULL)) != -1) {
         switch (ch) {
         case 's': B.server = optarg; break;
         case 'c': conns = (long)parse_num(optarg, "connection count", 1000000); break;
@@ -1569,6 +1640,13 @@ static void parse_args(int argc, char **argv)
         case 't': B.ttl = (unsigned)parse_num(optarg, "ttl", UINT32_MAX); break;
         case 'w': B.wait = (unsigned)parse_num(optarg, "wait", UINT32_MAX); break;
         case 'H': B.hold = parse_secs(optarg, "hold time"); break;
+        case 'K': B.limit = (unsigned)parse_num(optarg, "limit", 65536); break;
+        case 'm':
+            B.multi = (unsigned)parse_num(optarg, "resources per lock",
+                                          BENCH_MAX_MULTI);
+            if (B.multi == 0)
+                die("bad resources per lock: 0");
+            break;
         case 'p': B.find_pid = true; break;
         case OPT_WINDOW: B.window = (unsigned)parse_num(optarg, "window", 65536); break;
         case OPT_PREFIX:
@@ -1601,6 +1679,8 @@ static void parse_args(int argc, char **argv)
     }
     B.conns = conns > 0 ? (unsigned)conns : B.mode == MODE_IDLE ? 1000 : 50;
     B.pipeline = pipeline > 0 ? (unsigned)pipeline : B.mode == MODE_PING ? 16 : 1;
+    if (B.limit == 0)
+        B.limit = B.conns;
     if (B.window == 0)
         B.window = 1;
     if (B.nops > 0 && !have_duration)
