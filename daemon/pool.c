@@ -251,17 +251,17 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])\n"
         "end\n"
         POOL_LUA_GRANT,
-    /* The second round of a shared grant whose counters differed: a new
-     * INCR while our member is live, from at least seen. A fence that a
-     * quorum of holders reached by INCR is one no other grant holding one
-     * of those nodes has. */
-    [POOL_SCRIPT_BUMP_SHARED] =
+    /* RAISE_HELD for a shared hold: only while our member is live. */
+    [POOL_SCRIPT_RAISE_SHARED] =
         POOL_LUA_COUNTER
         POOL_LUA_NOW
         "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
         "if not s or tonumber(s) <= now then return {0, c} end\n"
-        POOL_LUA_SEEN("ARGV[2]")
-        POOL_LUA_GRANT,
+        "if above(ARGV[2], c) then\n"
+        "  redis.call('SET', fk, ARGV[2])\n"
+        "  c = ARGV[2]\n"
+        "end\n"
+        "return {1, c}\n",
     /* STATUS: the exclusive key's PTTL, the live shared holders, and for
      * each of K semaphore slots (keys ARGV[1] .. i, which are not in KEYS:
      * there can be up to locks.max_limit of them) '1' if it exists. */

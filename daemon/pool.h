@@ -63,9 +63,8 @@
  * of a grant's fence (docs/design.md, "Fences"): the ACQUIRE scripts set
  * the counter to max(counter, seen) + 1 atomically with a successful grant
  * and return it; RAISE_HELD raises the counter to a value only while the
- * keys hold our token, BUMP_SHARED increments it again only while our
- * shared member is live; each returns the counter it leaves (as decimal
- * strings). They answer an error, having written nothing that matters,
+ * keys hold our token, RAISE_SHARED only while our shared member is live;
+ * each returns the counter it leaves (as decimal strings). They answer an error, having written nothing that matters,
  * when the counter is not a decimal below 10^18 or a lock's key is not of
  * its type. RAISE is node's repair of a restarted node, which owns no key.
  *
@@ -86,7 +85,7 @@ enum pool_script {
                                    -> {1,"counter"} | {0,pttl} */
     POOL_SCRIPT_ACQUIRE_MULTI,  /* KEYS fence,lock1,shared1,... ARGV token,
                                    ttl,seen -> {1,"counter"} | {0,pttl} */
-    POOL_SCRIPT_BUMP_SHARED,    /* KEYS shared,fence ARGV token,seen
+    POOL_SCRIPT_RAISE_SHARED,   /* KEYS shared,fence ARGV token,value
                                    -> {1,"counter"} | {0,"counter"} */
     POOL_SCRIPT_INSPECT,    /* KEYS lock,shared ARGV slot-prefix,K
                                -> {pttl, live shared, "0110..."} */

@@ -4,9 +4,8 @@
  * An op is heap-allocated, owned by itself: it counts the node requests it
  * has outstanding and frees itself after the last reply and its final
  * callback. Nothing else points at it, so nothing can outlive it. An
- * acquisition owns one vote per node (votes[]), which its second round,
- * the same op with kind OP_RAISE (or OP_BUMP for a shared grant), updates
- * in place. An op keeps copies of its keys: for an acquisition, the n
+ * acquisition owns one vote per node (votes[]), which its raise round,
+ * the same op with kind OP_RAISE, updates in place. An op keeps copies of its keys: for an acquisition, the n
  * exclusive keys and, when given, the n shared holders' sets after them.
  */
 #include "redlock.h"
@@ -28,7 +27,7 @@
 #include "pool.h"
 #include "timer.h"
 
-enum op_kind { OP_ACQUIRE, OP_RAISE, OP_BUMP, OP_RELEASE, OP_EXTEND };
+enum op_kind { OP_ACQUIRE, OP_RAISE, OP_RELEASE, OP_EXTEND };
 
 /* The most words an op's script takes: an acquisition of CONF_MAX_MULTI
  * resources, with the fence key, two keys per resource, its token, its ttl
@@ -265,8 +264,7 @@ static void op_log_reply(const struct op *o, int node, const redisReply *r)
 {
     static const char *const what[] = {
         [OP_ACQUIRE] = "acquire", [OP_RAISE] = "fence raise",
-        [OP_BUMP] = "shared fence round", [OP_RELEASE] = "release",
-        [OP_EXTEND] = "extend",
+        [OP_RELEASE] = "release", [OP_EXTEND] = "extend",
     };
     char reason[REDLOCK_ERRLOG_REASON] = "reply";
     char text[REDLOCK_ERRLOG_TEXT] = "a reply of an unexpected shape";
@@ -354,12 +352,9 @@ static uint64_t op_elapsed_ms(const struct op *o)
     return (uv_hrtime() - o->start_ns) / 1000000u;
 }
 
-/* Does this round go to node i? A raise goes to the holders below F, a
- * shared grant's second round to every holder. */
+/* Does this round go to node i? A raise goes to the holders below F. */
 static bool op_targets(const struct op *o, int i)
 {
-    if (o->kind == OP_BUMP)
-        return o->votes[i].vote == REDLOCK_VOTE_HELD;
     if (o->kind != OP_RAISE)
         return true;
     return o->votes[i].vote == REDLOCK_VOTE_HELD &&
@@ -390,6 +385,19 @@ static enum pool_script op_words(const struct op *o, const char **argv,
 
     snprintf(seen, POOL_NUM_SIZE, "%" PRIu64,
              o->kind == OP_ACQUIRE ? fence_seen : o->res.fence);
+    if (o->kind == OP_RAISE && o->mode == REDLOCK_SHARED) {
+        /* Owner-checked on our member. */
+        s = POOL_SCRIPT_RAISE_SHARED;
+        argv[k] = shared, lens[k++] = slen;
+        argv[k] = fence, lens[k++] = flen;
+        *nkeys = k;
+        argv[k++] = o->token;
+        argv[k++] = seen;       /* F, the value to raise to */
+        lens[k - 2] = strlen(o->token);
+        lens[k - 1] = strlen(seen);
+        *nargs = 2;
+        return s;
+    }
     snprintf(num, POOL_NUM_SIZE, "%" PRIu32, o->ttl);
     switch (o->kind) {
     case OP_ACQUIRE:
@@ -411,14 +419,6 @@ static enum pool_script op_words(const struct op *o, const char **argv,
         *nkeys = k;
         argv[k++] = o->token;
         argv[k++] = num;
-        argv[k++] = seen;
-        break;
-    case OP_BUMP:
-        s = POOL_SCRIPT_BUMP_SHARED;
-        argv[k] = shared, lens[k++] = slen;
-        argv[k] = fence, lens[k++] = flen;
-        *nkeys = k;
-        argv[k++] = o->token;
         argv[k++] = seen;
         break;
     case OP_RAISE:
@@ -455,7 +455,6 @@ static void op_fan_out(struct op *o)
     switch (o->kind) {
     case OP_ACQUIRE:
     case OP_RAISE:
-    case OP_BUMP:
         s = op_words(o, argv, lens, &nkeys, &nargs, num, seen);
         break;
     case OP_RELEASE:
@@ -583,7 +582,6 @@ static void op_count(struct op *o, int node, redisReply *r)
     switch (o->kind) {
     case OP_ACQUIRE:
     case OP_RAISE:
-    case OP_BUMP:
         fence_count(o, node, r);
         return;
     case OP_RELEASE:
@@ -621,7 +619,6 @@ static void op_reply(void *ud, int node, redisReply *r)
         acquire_done(o);
         return;
     case OP_RAISE:
-    case OP_BUMP:
         o->res.validity = validity;
         raise_done(o);
         return;
@@ -689,12 +686,11 @@ static void acquire_done(struct op *o)
         return;
     }
     /* The counters differ and too few holders have F: raise the others,
-     * owner-checked, before anyone is told. A shared grant instead takes a
-     * new INCR on every holder, from F: several shared grants may hold a
-     * node at once, and only an INCR makes their fences differ. */
+     * owner-checked (a shared grant's on its live member), before anyone
+     * is told. */
     log_debug("%.*s: fence raise round: %d of %d holders at fence %" PRIu64,
               (int)o->keylen, o->key, p.reached, p.held, p.fence);
-    o->kind = o->mode == REDLOCK_SHARED ? OP_BUMP : OP_RAISE;
+    o->kind = OP_RAISE;
     o->res.fence = p.fence;
     o->res.rounds = 2;
     op_fan_out(o);
@@ -706,9 +702,8 @@ static void raise_done(struct op *o)
 
     /* Validity is checked again after the second round: a grant never
      * leaves with no time left on it. */
-    redlock_fence_plan(o->votes, pool_nnodes(),
-                       o->kind == OP_BUMP ? 0 : o->res.fence,
-                       o->res.validity, false, &p, NULL);
+    redlock_fence_plan(o->votes, pool_nnodes(), o->res.fence, o->res.validity,
+                       false, &p, NULL);
     if (p.step != REDLOCK_STEP_GRANT)
         log_warn("%.*s: fence %" PRIu64 " reached %d of the %d holders "
                  "(validity %" PRId64 " ms): giving the lock back",

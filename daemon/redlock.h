@@ -11,9 +11,8 @@
  * at least F, written while the key was ours: when the granting nodes
  * returned F (or a quorum of them did), that is the first round; else the
  * ones below F are raised by an owner-checked script in a second round,
- * and validity is checked again. (A shared grant's second round instead
- * increments every holder's counter again while our member is live, so
- * that concurrent shared grants never share a fence.) Why that makes fences strictly increase
+ * and validity is checked again (for a shared grant, owner-checked on its
+ * member in the set). Why that makes fences strictly increase
  * across daemons is in docs/design.md, "Fences". On any failure the
  * partial keys are removed from every node, owner-checked. Release and
  * extend are owner-checked too; inspect reads each node's PTTL.
