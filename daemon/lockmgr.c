@@ -1200,8 +1200,7 @@ static void req_granted(struct lockreq *q, const struct redlock_result *res)
     }
     M.c.acquire_ok++;
     o->pending = NULL;
-    q->limit = 0;       /* the slot is the lease's now */
-    req_drop(q);
+    req_drop(q);        /* the slot, if any, is the lease's now */
     owner_unref(o);
 }
 
@@ -1223,7 +1222,6 @@ static void attempt_done(void *ud, const struct redlock_result *res)
             if (q->limit)
                 slot_give(e, q->slot);
         }
-        q->limit = 0;
         req_drop(q);
     } else if (q->shutdown) {
         if (res->status == REDLOCK_OK) {
@@ -1231,7 +1229,6 @@ static void attempt_done(void *ud, const struct redlock_result *res)
             if (q->limit)
                 slot_give(e, q->slot);
         }
-        q->limit = 0;
         req_fail(q, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
     } else if (res->status == REDLOCK_OK) {
         req_granted(q, res);

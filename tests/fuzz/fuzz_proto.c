@@ -62,6 +62,23 @@ static void fuzz_check_request(const char *line, size_t size,
     if (req->cmd == PROTO_CMD_LOCK || req->cmd == PROTO_CMD_UNLOCK
         || req->cmd == PROTO_CMD_EXTEND || req->cmd == PROTO_CMD_STATUS)
         FUZZ_CHECK(proto_valid_resource(req->arg, req->arg_len, lim));
+    if (req->cmd == PROTO_CMD_LOCK || req->cmd == PROTO_CMD_UNLOCK) {
+        /* Several names: each valid, inside the line, none twice. */
+        FUZZ_CHECK(req->nargs >= 1 && req->nargs <= PROTO_MAX_RESOURCES);
+        FUZZ_CHECK(req->args[0] == req->arg);
+        for (size_t i = 0; i < req->nargs; i++) {
+            FUZZ_CHECK(req->args[i] >= line &&
+                       req->args[i] + req->args_len[i] <= line + size);
+            FUZZ_CHECK(proto_valid_resource(req->args[i], req->args_len[i],
+                                            lim));
+            for (size_t j = 0; j < i; j++)
+                FUZZ_CHECK(req->args_len[i] != req->args_len[j] ||
+                           memcmp(req->args[i], req->args[j],
+                                  req->args_len[i]) != 0);
+        }
+    }
+    if (req->has & PROTO_OPT_LIMIT)
+        FUZZ_CHECK(req->limit >= 1);
     if (req->cmd == PROTO_CMD_EXTEND)
         FUZZ_CHECK(req->has & PROTO_OPT_TTL);
     if (req->has & PROTO_OPT_TTL)

@@ -16,6 +16,7 @@
  *   - several resources: one grant, then one lease each (EXTEND, UNLOCK,
  *     EVENT LOST alone); UNLOCK of several; two sessions locking {a,b}
  *     and {b,a} over and over never deadlock and never both hold b;
+ *   - FORCEUNLOCK removes readers and slots too, and tells their holders;
  *   - every new error: limit above locks.max_limit, more names than
  *     locks.max_multi, a name twice, a conflicting K, shared with several
  *     names or with limit=, HELD, NOTHELD for UNLOCK of several.
@@ -396,6 +397,41 @@ START_TEST(multi_opposite_orders_no_deadlock)
 }
 END_TEST
 
+START_TEST(forceunlock_every_key)
+{
+    struct h_client r1, r2, sem, adm;
+    struct h_daemon *d0 = start_daemon("\"auth\":{\"admin_password\":"
+                                       "\"adm1n\"}");
+
+    h_connect_tcp_ok(&r1, d0->port);
+    h_connect_tcp_ok(&r2, d0->port);
+    h_connect_tcp_ok(&sem, d0->port);
+    h_connect_tcp_ok(&adm, d0->port);
+    h_expect(&r1, "OK ", "LOCK fu mode=shared");
+    h_expect(&r2, "OK ", "LOCK fu mode=shared");
+    h_expect(&sem, "OK ", "LOCK fs limit=2");
+    h_expect(&adm, "OK", "AUTH adm1n");
+    h_expect(&adm, "OK resource=fu nodes=3", "FORCEUNLOCK fu");
+    ck_assert_ptr_nonnull(h_expect_event(&r1, "EVENT LOST resource=fu ",
+                                         h_scale(2000)));
+    ck_assert_ptr_nonnull(h_expect_event(&r2, "EVENT LOST resource=fu ",
+                                         h_scale(2000)));
+    for (int i = 0; i < NNODES; i++)
+        ck_assert_int_eq(h_redis_cmd(&R[i], NULL, "EXISTS lock:fu:shared"),
+                         0);
+    h_expect(&adm, "OK resource=fs nodes=3", "FORCEUNLOCK fs");
+    ck_assert_ptr_nonnull(h_expect_event(&sem, "EVENT LOST resource=fs ",
+                                         h_scale(2000)));
+    ck_assert_int_eq(h_redis_cmd(&R[0], NULL, "EXISTS lock:fs#0 lock:fs#1"),
+                     0);
+    h_expect(&adm, "OK resource=fu ", "LOCK fu");
+    h_close(&r1);
+    h_close(&r2);
+    h_close(&sem);
+    h_close(&adm);
+}
+END_TEST
+
 /* ---- errors -------------------------------------------------------------- */
 
 START_TEST(new_error_paths)
@@ -451,6 +487,7 @@ static Suite *kinds_suite(void)
     tcase_add_test(tc, multi_then_single_leases);
     tcase_add_test(tc, multi_opposite_orders_no_deadlock);
     tcase_add_test(tc, new_error_paths);
+    tcase_add_test(tc, forceunlock_every_key);
     suite_add_tcase(s, tc);
     return s;
 }
