@@ -63,7 +63,8 @@ struct op {
     const char *key;        /* keys[0], for logs and one-key ops */
     size_t keylen;
     char token[REDLOCK_TOKEN_LEN + 1];
-    char buf[];             /* the keys' bytes, each NUL-terminated */
+    _Alignas(void *) char buf[];    /* the key pointers and lengths, then
+                                       the keys' bytes, each NUL-terminated */
 };
 
 static const struct conf *RC;

@@ -1169,15 +1169,19 @@ int main(int argc, char **argv)
     if (nrest < 1)
         die(EXIT_USAGE, "%s: no QUEUE", sub);
     c.queue = rest[0];
-    if (strcmp(sub, "push") == 0)
-        return cmd_push(&c, nrest - 1, rest + 1);
-    if (nrest > 1)
+    if (nrest > 1 && strcmp(sub, "push") != 0)
         die(EXIT_USAGE, "%s: unexpected argument %s", sub, rest[1]);
-    if (strcmp(sub, "work") == 0)
-        return cmd_work(&c);
-    if (strcmp(sub, "status") == 0)
-        return cmd_status(&c);
-    if (strcmp(sub, "monitor") == 0)
-        return cmd_monitor(&c);
-    die(EXIT_USAGE, "unknown subcommand %s", sub);
+    int rc;
+    if (strcmp(sub, "push") == 0)
+        rc = cmd_push(&c, nrest - 1, rest + 1);
+    else if (strcmp(sub, "work") == 0)
+        rc = cmd_work(&c);
+    else if (strcmp(sub, "status") == 0)
+        rc = cmd_status(&c);
+    else if (strcmp(sub, "monitor") == 0)
+        rc = cmd_monitor(&c);
+    else
+        die(EXIT_USAGE, "unknown subcommand %s", sub);
+    free(rest);
+    return rc;
 }
