@@ -197,13 +197,9 @@ void conn_close_announced(struct session *s, const char *reason,
 {
     if (s->closing)
         return;
-    if (s->close_why) {
-        /* Already closing after its replies: say why at the end. */
-        s->close_event = reason;
-        return;
-    }
+    /* Said last, whether or not a close after the replies was due. */
     s->close_event = reason;
-    conn_close_after_reply(s, why, true);
+    conn_close_after_reply(s, why, true);   /* keeps a reason given before */
 }
 
 void conn_close_now_announced(struct session *s, const char *reason,

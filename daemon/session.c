@@ -327,7 +327,7 @@ static void auth_failed(struct session *s)
         conn_err(s, PROTO_ERR_AUTH, "invalid password; too many failures, "
                  "closing (limits.max_auth_failures)");
         session_stop(s, "too many wrong passwords", true);
-        s->close_event = "auth";
+        conn_close_announced(s, "auth", "too many wrong passwords");
         return;
     }
     s->busy = true;
