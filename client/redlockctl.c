@@ -684,18 +684,25 @@ static void ctl_print_holder(json_t *root)
 {
     json_t *holder = json_object_get(root, "holder");
     json_t *name = json_object_get(holder, "name");
+    json_t *daemon = json_object_get(holder, "daemon");
     char fence[32], held[32], session[64];
 
     if (!json_is_true(json_object_get(root, "held")))
         return;
+    if (json_is_true(json_object_get(holder, "foreign"))) {
+        printf("holder    another Redlock client (not a redlockd)\n");
+        return;
+    }
     if (!json_is_object(holder)) {
-        printf("holder    another client (not a session of this daemon)\n");
+        printf("holder    unknown (no one token on a quorum of nodes)\n");
         return;
     }
     printf("holder    session %s",
            ctl_text(holder, "session", session, sizeof(session)));
     if (json_is_string(name))
         printf(" (%s)", json_string_value(name));
+    if (json_is_string(daemon))
+        printf(" on %s", json_string_value(daemon));
     if (ctl_field(holder, "fence", fence, sizeof(fence)))
         printf(", fence %s", fence);
     if (ctl_duration(json_object_get(holder, "held_ms"), held,

@@ -74,6 +74,9 @@ struct lockreq {
     enum redlock_status last;
     struct timer timer;
     char token[REDLOCK_TOKEN_LEN + 1];
+    const char *label;              /* stored with the token (label_put):
+                                       in this allocation, after pos */
+    size_t labellen;
     size_t n;
     struct req_pos pos[];           /* n */
 };
@@ -1003,6 +1006,58 @@ static void lease_deadline_cb(struct timer *t)
 
 /* ---- lock requests ------------------------------------------------------ */
 
+/* s as the inside of a JSON string at out + at (when out is not NULL);
+ * returns the new end. Labels are made of visible ASCII (conf's id,
+ * session ids, proto's client names), so '"' and '\\' are all there is to
+ * escape; anything else below ' ' is dropped, never stored. */
+static size_t json_put_str(char *out, size_t at, const char *s)
+{
+    for (; *s; s++) {
+        if ((unsigned char)*s < ' ')
+            continue;
+        if (*s == '"' || *s == '\\') {
+            if (out)
+                out[at] = '\\';
+            at++;
+        }
+        if (out)
+            out[at] = *s;
+        at++;
+    }
+    return at;
+}
+
+static size_t put_lit(char *out, size_t at, const char *lit)
+{
+    size_t n = strlen(lit);
+
+    if (out)
+        memcpy(out + at, lit, n);
+    return at + n;
+}
+
+/* The holder label an acquisition stores after its token, so that STATUS
+ * on any daemon of these nodes can name the holder:
+ * {"daemon":"<id>","session":"<id>"[,"name":"<name>"]}, compact (no space:
+ * the value is "token label fence"). Writes it and a NUL to out unless out
+ * is NULL; returns its length. */
+static size_t label_put(const struct lockmgr_owner *o, char *out)
+{
+    size_t at = put_lit(out, 0, "{\"daemon\":\"");
+
+    at = json_put_str(out, at, M.conf->id ? M.conf->id : "");
+    at = put_lit(out, at, "\",\"session\":\"");
+    at = json_put_str(out, at, o->id);
+    if (o->name && o->name[0]) {
+        at = put_lit(out, at, "\",\"name\":\"");
+        at = json_put_str(out, at, o->name);
+    }
+    at = put_lit(out, at, "\"}");
+    if (out)
+        out[at] = '\0';
+    return at;
+}
+
 static void req_free(struct lockreq *q)
 {
     timer_stop(&q->timer);
@@ -1266,6 +1321,7 @@ static bool req_try(struct lockreq *q)
         .mode = q->mode == LOCKMGR_SHARED ? REDLOCK_SHARED
                                           : REDLOCK_EXCLUSIVE,
         .n = (int)q->n, .keys = keys, .lens = lens,
+        .label = q->label, .labellen = q->labellen,
     };
 
     if (q->limit) {
@@ -1371,8 +1427,12 @@ void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r)
         leave();
         return;
     }
-    q = mem_alloc(sizeof(*q) + r->n * sizeof(q->pos[0]));
+    size_t labellen = label_put(o, NULL);
+    q = mem_alloc(sizeof(*q) + r->n * sizeof(q->pos[0]) + labellen + 1);
     q->n = r->n;
+    label_put(o, (char *)&q->pos[r->n]);
+    q->label = (char *)&q->pos[r->n];
+    q->labellen = labellen;
     q->o = o;
     owner_ref(o);
     o->pending = q;
@@ -1813,7 +1873,8 @@ json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o)
 
 static json_t *holder_json(const struct lease *l)
 {
-    json_t *j = json_pack("{s:s, s:s?, s:I, s:I, s:I, s:s}",
+    json_t *j = json_pack("{s:s?, s:s, s:s?, s:I, s:I, s:I, s:s}",
+                          "daemon", M.conf->id,
                           "session", l->owner->id,
                           "name", l->owner->name[0] ? l->owner->name : NULL,
                           "fence", (json_int_t)l->fence,
@@ -1856,6 +1917,41 @@ static json_t *status_holders(const struct lock_entry *e, json_t **first,
             *first = holder_json(l);
     }
     return arr;
+}
+
+/* The exclusive key's holder as the nodes record it, when a quorum of
+ * them holds one token: what its label says (a redlockd on these nodes,
+ * maybe this one) with the highest fence stored with it, or
+ * {"foreign":true} for a value of some other Redlock client. NULL when no
+ * token is on a quorum. */
+static json_t *status_remote_holder(const struct redlock_node_view *v, int n,
+                                    int quorum)
+{
+    for (int i = 0; i < n; i++) {
+        if (!v[i].token)
+            continue;
+        int k = 0, with = -1;
+        uint64_t fence = 0;
+        for (int j = 0; j < n; j++) {
+            if (!v[j].token || strcmp(v[j].token, v[i].token) != 0)
+                continue;
+            k++;
+            if (v[j].label && (with < 0 || v[j].fence > fence))
+                with = j, fence = v[j].fence;
+        }
+        if (k < quorum)
+            continue;
+        json_t *h = with >= 0 ? json_loads(v[with].label, 0, NULL) : NULL;
+        if (!json_is_object(h) ||
+            !json_is_string(json_object_get(h, "daemon")) ||
+            !json_is_string(json_object_get(h, "session"))) {
+            json_decref(h);
+            return json_pack("{s:b}", "foreign", 1);
+        }
+        json_object_set_new(h, "fence", json_integer((json_int_t)fence));
+        return h;
+    }
+    return NULL;
 }
 
 static void status_done(void *ud, const struct redlock_node_view *v, int n)
@@ -1902,6 +1998,8 @@ static void status_done(void *ud, const struct redlock_node_view *v, int n)
         slots_held += k >= quorum;
     }
     holders = status_holders(e, &first, &nshared, &nexcl);
+    if (!first)
+        first = status_remote_holder(v, n, quorum);
     const char *mode = NULL;
     if (nexcl || present >= quorum)
         mode = "exclusive";

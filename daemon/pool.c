@@ -69,10 +69,29 @@
 
 /* The grant's fence: the counter becomes m + 1, written in the same script
  * as the grant, so while the key is ours (docs/design.md, "Fences"). */
-#define POOL_LUA_GRANT \
+#define POOL_LUA_FENCE_NEXT \
     "if m ~= c then redis.call('SET', fk, m) end\n" \
     "redis.call('INCR', fk)\n" \
-    "return {1, redis.call('GET', fk)}\n"
+    "local f = redis.call('GET', fk)\n"
+#define POOL_LUA_GRANT POOL_LUA_FENCE_NEXT "return {1, f}\n"
+
+/* A granted exclusive key holds "token label fence" when the holder gave a
+ * label (ARGV[4], redlockd's JSON naming daemon, session and client; see
+ * docs/design.md, "Holder labels"), else just the token; STATUS on any
+ * daemon reads it back. APPEND keeps the key's expiry. */
+#define POOL_LUA_LABEL \
+    "local function label(k, f)\n" \
+    "  if ARGV[4] and ARGV[4] ~= '' then\n" \
+    "    redis.call('APPEND', k, ' ' .. ARGV[4] .. ' ' .. f)\n" \
+    "  end\n" \
+    "end\n"
+
+/* Owner checks: value v is token t's, with or without a label after it. */
+#define POOL_LUA_OURS \
+    "local function ours(v, t)\n" \
+    "  return type(v) == 'string' and\n" \
+    "         (v == t or string.sub(v, 1, #t + 1) == t .. ' ')\n" \
+    "end\n"
 
 /* The node's own clock in ms: shared holders' expiry times are its. */
 #define POOL_LUA_NOW \
@@ -118,6 +137,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         POOL_LUA_COUNTER
         POOL_LUA_NOTLOCK
         POOL_LUA_READERS
+        POOL_LUA_LABEL
         POOL_LUA_SEEN("ARGV[3]")
         "if KEYS[3] then\n"
         "  local n, t = readers(KEYS[3])\n"
@@ -129,11 +149,14 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "  if t ~= 'string' and t ~= 'none' then return notlock(KEYS[1], t) end\n"
         "  return {0, redis.call('PTTL', KEYS[1])}\n"
         "end\n"
-        POOL_LUA_GRANT,
+        POOL_LUA_FENCE_NEXT
+        "label(KEYS[1], f)\n"
+        "return {1, f}\n",
     /* A key of another type (a shared lock's set) is handled as such: the
      * token's member is removed, and the release announced once the set
      * has no live member left (only exclusive waiters wait for that). */
     [POOL_SCRIPT_RELEASE] =
+        POOL_LUA_OURS
         "local v = redis.pcall('GET', KEYS[1])\n"
         "if type(v) == 'table' and v.err then\n"
         "  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
@@ -147,7 +170,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "  if tonumber(s) <= now then return 0 end\n"
         "  return 1\n"
         "end\n"
-        "if v == ARGV[1] then\n"
+        "if ours(v, ARGV[1]) then\n"
         "  redis.call('DEL', KEYS[1])\n"
         "  redis.call('PUBLISH', ARGV[2], KEYS[1] .. ' ' .. ARGV[3])\n"
         "  return 1\n"
@@ -157,6 +180,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
      * past its expiry may already have let a writer in). */
     [POOL_SCRIPT_EXTEND] =
         POOL_LUA_SHARED_PUT
+        POOL_LUA_OURS
         "local v = redis.pcall('GET', KEYS[1])\n"
         "if type(v) == 'table' and v.err then\n"
         "  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
@@ -169,7 +193,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "  put(KEYS[1], ARGV[1], tonumber(ARGV[2]))\n"
         "  return 1\n"
         "end\n"
-        "if v == ARGV[1] then\n"
+        "if ours(v, ARGV[1]) then\n"
         "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
         "  return 1\n"
         "end\n"
@@ -184,8 +208,9 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
      * which must all hold it too. */
     [POOL_SCRIPT_RAISE_HELD] =
         POOL_LUA_COUNTER
+        POOL_LUA_OURS
         "for i = 1, #KEYS do\n"
-        "  if i ~= 2 and redis.call('GET', KEYS[i]) ~= ARGV[1] then\n"
+        "  if i ~= 2 and not ours(redis.call('GET', KEYS[i]), ARGV[1]) then\n"
         "    return {0, c}\n"
         "  end\n"
         "end\n"
@@ -195,7 +220,8 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "end\n"
         "return {1, c}\n",
     [POOL_SCRIPT_UNDO] =
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+        POOL_LUA_OURS
+        "if ours(redis.call('GET', KEYS[1]), ARGV[1]) then\n"
         "  redis.call('DEL', KEYS[1])\n"
         "  return 1\n"
         "end\n"
@@ -227,6 +253,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         POOL_LUA_COUNTER_AT("1")
         POOL_LUA_NOTLOCK
         POOL_LUA_READERS
+        POOL_LUA_LABEL
         POOL_LUA_SEEN("ARGV[3]")
         "local busy, wait = false, -1\n"
         "for i = 2, #KEYS, 2 do\n"
@@ -250,7 +277,9 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "for i = 2, #KEYS, 2 do\n"
         "  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])\n"
         "end\n"
-        POOL_LUA_GRANT,
+        POOL_LUA_FENCE_NEXT
+        "for i = 2, #KEYS, 2 do label(KEYS[i], f) end\n"
+        "return {1, f}\n",
     /* RAISE_HELD for a shared hold: only while our member is live. */
     [POOL_SCRIPT_RAISE_SHARED] =
         POOL_LUA_COUNTER
@@ -262,9 +291,10 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "  c = ARGV[2]\n"
         "end\n"
         "return {1, c}\n",
-    /* STATUS: the exclusive key's PTTL, the live shared holders, and for
+    /* STATUS: the exclusive key's PTTL, the live shared holders, for
      * each of K semaphore slots (keys ARGV[1] .. i, which are not in KEYS:
-     * there can be up to locks.max_limit of them) '1' if it exists. */
+     * there can be up to locks.max_limit of them) '1' if it exists, and
+     * the exclusive key's value ('' when none). */
     [POOL_SCRIPT_INSPECT] =
         POOL_LUA_NOW
         "local n = 0\n"
@@ -275,7 +305,9 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "for i = 0, tonumber(ARGV[2]) - 1 do\n"
         "  bits[#bits + 1] = redis.call('EXISTS', ARGV[1] .. i) == 1 and '1' or '0'\n"
         "end\n"
-        "return {redis.call('PTTL', KEYS[1]), n, table.concat(bits)}\n",
+        "local v = redis.pcall('GET', KEYS[1])\n"
+        "if type(v) ~= 'string' then v = '' end\n"
+        "return {redis.call('PTTL', KEYS[1]), n, table.concat(bits), v}\n",
     /* FORCEUNLOCK: every key of the resource, whoever holds it, and the
      * release announced (a slot's too, so semaphore waiters wake). */
     [POOL_SCRIPT_FORCE] =

@@ -47,9 +47,9 @@
 
 /* The most words one request may carry (a script's keys and arguments, or a
  * command with its name): a LOCK of locks.max_multi resources sends the
- * fence key, two keys per resource and three arguments. pool_script and
+ * fence key, two keys per resource and four arguments. pool_script and
  * pool_command refuse more. */
-#define POOL_MAX_ARGS (2 * CONF_MAX_MULTI + 4)
+#define POOL_MAX_ARGS (2 * CONF_MAX_MULTI + 5)
 /* Room for any 64-bit integer in decimal, sign and NUL included. */
 #define POOL_NUM_SIZE sizeof("-9223372036854775808")
 /* The longest run_id kept (Redis's is 40 hex chars), and an error's room. */
@@ -64,17 +64,18 @@
  * the counter to max(counter, seen) + 1 atomically with a successful grant
  * and return it; RAISE_HELD raises the counter to a value only while the
  * keys hold our token, RAISE_SHARED only while our shared member is live;
- * each returns the counter it leaves (as decimal strings). They answer an error, having written nothing that matters,
- * when the counter is not a decimal below 10^18 or a lock's key is not of
+ * each returns the counter it leaves (as decimal strings). They answer an
+ * error, having written nothing that matters, when the counter is not a decimal below 10^18 or a lock's key is not of
  * its type. RAISE is node's repair of a restarted node, which owns no key.
  *
- * A resource's exclusive key is a plain string holding the token; its
- * shared holders are the members of a sorted set (the tokens, scored by
+ * A resource's exclusive key is a plain string holding the token, or
+ * "token label fence" when the acquisition gave a label (the owner checks
+ * accept both); its shared holders are the members of a sorted set (the tokens, scored by
  * their expiry on the node's clock). RELEASE and EXTEND take either.
  */
 enum pool_script {
-    POOL_SCRIPT_ACQUIRE,    /* KEYS lock,fence[,shared] ARGV token,ttl,seen
-                               -> {1,"counter"} | {0,pttl} */
+    POOL_SCRIPT_ACQUIRE,    /* KEYS lock,fence[,shared] ARGV token,ttl,seen,
+                               label -> {1,"counter"} | {0,pttl} */
     POOL_SCRIPT_RELEASE,    /* KEYS lock|shared ARGV token,channel -> 1|0 */
     POOL_SCRIPT_EXTEND,     /* KEYS lock|shared ARGV token,ttl -> 1|0 */
     POOL_SCRIPT_RAISE,      /* KEYS fence ARGV value -> 1 */
@@ -84,11 +85,11 @@ enum pool_script {
     POOL_SCRIPT_ACQUIRE_SHARED, /* KEYS lock,fence,shared ARGV token,ttl,seen
                                    -> {1,"counter"} | {0,pttl} */
     POOL_SCRIPT_ACQUIRE_MULTI,  /* KEYS fence,lock1,shared1,... ARGV token,
-                                   ttl,seen -> {1,"counter"} | {0,pttl} */
+                                   ttl,seen,label -> {1,"counter"} | {0,pttl} */
     POOL_SCRIPT_RAISE_SHARED,   /* KEYS shared,fence ARGV token,value
                                    -> {1,"counter"} | {0,"counter"} */
     POOL_SCRIPT_INSPECT,    /* KEYS lock,shared ARGV slot-prefix,K
-                               -> {pttl, live shared, "0110..."} */
+                               -> {pttl, live shared, "0110...", value} */
     POOL_SCRIPT_FORCE,      /* KEYS lock,shared ARGV slot-prefix,K,channel
                                -> keys deleted */
     POOL_SCRIPT_COUNT

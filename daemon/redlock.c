@@ -62,6 +62,8 @@ struct op {
     size_t *lens;
     const char *key;        /* keys[0], for logs and one-key ops */
     size_t keylen;
+    const char *label;      /* acquire: the holder label ("" for none), in
+                               this allocation after the keys */
     char token[REDLOCK_TOKEN_LEN + 1];
     _Alignas(void *) char buf[];    /* the key pointers and lengths, then
                                        the keys' bytes, each NUL-terminated */
@@ -421,6 +423,7 @@ static enum pool_script op_words(const struct op *o, const char **argv,
         argv[k++] = o->token;
         argv[k++] = num;
         argv[k++] = seen;
+        argv[k++] = o->label;
         break;
     case OP_RAISE:
     default:
@@ -716,8 +719,8 @@ static void raise_done(struct op *o)
 void redlock_acquire(const struct redlock_lock *lk, const char *token,
                      uint32_t ttl, redlock_cb cb, void *ud)
 {
-    const char *keys[2 * CONF_MAX_MULTI];
-    size_t lens[2 * CONF_MAX_MULTI];
+    const char *keys[2 * CONF_MAX_MULTI + 1];
+    size_t lens[2 * CONF_MAX_MULTI + 1];
     int n = lk->n, k = 0;
 
     for (int i = 0; i < n; i++)
@@ -725,7 +728,12 @@ void redlock_acquire(const struct redlock_lock *lk, const char *token,
     if (lk->shared)
         for (int i = 0; i < n; i++)
             keys[k] = lk->shared[i], lens[k++] = lk->shared_lens[i];
-    struct op *o = op_create(OP_ACQUIRE, k, keys, lens, token, ttl, cb, ud);
+    /* The label rides along as the last "key", copied with them. */
+    keys[k] = lk->label ? lk->label : "";
+    lens[k] = lk->label ? lk->labellen : 0;
+    struct op *o = op_create(OP_ACQUIRE, k + 1, keys, lens, token, ttl, cb,
+                             ud);
+    o->label = o->keys[k];
     o->mode = lk->mode;
     o->nres = n;
     o->with_shared = lk->shared != NULL;
@@ -833,23 +841,52 @@ static void inspect_done(struct round *r)
     free(in);
 }
 
-/* {pttl, live shared holders, "0110..."} */
+/* Split a copy of the exclusive key's value, b (len bytes, NUL-terminated),
+ * into v's token, label and fence: "token label fence" is redlockd's (32 hex
+ * chars, a label, a decimal), anything else all token. */
+static void inspect_value(struct redlock_node_view *v, char *b, size_t len)
+{
+    char *sp = memrchr(b, ' ', len);
+    uint64_t fence;
+
+    if (len == 0)
+        return;
+    v->token = b;
+    if (len < REDLOCK_TOKEN_LEN + 4 || b[REDLOCK_TOKEN_LEN] != ' ' ||
+        !sp || sp <= b + REDLOCK_TOKEN_LEN + 1 ||
+        strspn(b, "0123456789abcdef") != REDLOCK_TOKEN_LEN ||
+        proto_parse_u64(sp + 1, (size_t)(b + len - sp - 1), &fence) != 0)
+        return;
+    b[REDLOCK_TOKEN_LEN] = '\0';
+    *sp = '\0';
+    v->label = b + REDLOCK_TOKEN_LEN + 1;
+    v->fence = fence;
+}
+
+/* {pttl, live shared holders, "0110...", value} */
 static void inspect_reply(void *ud, int node, redisReply *r)
 {
     struct inspect *in = ud;
     struct redlock_node_view *v = &in->views[node];
 
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
         r->element[0]->type == REDIS_REPLY_INTEGER &&
         r->element[1]->type == REDIS_REPLY_INTEGER &&
-        r->element[2]->type == REDIS_REPLY_STRING) {
+        r->element[2]->type == REDIS_REPLY_STRING &&
+        r->element[3]->type == REDIS_REPLY_STRING) {
+        const redisReply *bits = r->element[2], *val = r->element[3];
+        /* One allocation: the slot bits, NUL, the value, NUL. */
+        char *b = mem_alloc(bits->len + val->len + 2);
+        memcpy(b, bits->str, bits->len);
+        b[bits->len] = '\0';
+        memcpy(b + bits->len + 1, val->str, val->len);
+        b[bits->len + 1 + val->len] = '\0';
+        in->slots[node] = b;
         v->answered = true;
         v->pttl = r->element[0]->integer;
         v->shared = r->element[1]->integer;
-        in->slots[node] = mem_alloc(r->element[2]->len + 1);
-        memcpy(in->slots[node], r->element[2]->str, r->element[2]->len);
-        in->slots[node][r->element[2]->len] = '\0';
-        v->slots = in->slots[node];
+        v->slots = b;
+        inspect_value(v, b + bits->len + 1, val->len);
     }
     round_step(&in->r);
 }

@@ -80,6 +80,10 @@ struct redlock_lock {
                                    have no shared holders (semaphore slots).
                                    SHARED: our member goes into shared[0]. */
     const size_t *shared_lens;
+    const char *label;          /* stored after the token of exclusive keys
+                                   (STATUS on other daemons reads it), or
+                                   NULL; one word */
+    size_t labellen;
 };
 
 /* What STATUS and FORCEUNLOCK look at for one resource. */
@@ -103,6 +107,12 @@ struct redlock_node_view {
     int64_t shared;         /* live shared holders */
     const char *slots;      /* limit chars, '1' for a slot key that exists,
                                or NULL when the node did not answer */
+    /* The exclusive key's value: its token (the first word, or all of a
+     * value some other client set), and for redlockd's "token label
+     * fence" the label and that fence. NULL, NULL, 0 when no key. */
+    const char *token;
+    const char *label;
+    uint64_t fence;
 };
 typedef void (*redlock_inspect_cb)(void *ud, const struct redlock_node_view *v,
                                    int n);

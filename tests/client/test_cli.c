@@ -1133,6 +1133,10 @@ START_TEST(inspection_commands)
                   "status: holder is not cli-holder");
     json_decref(o);
 
+    /* A key some other Redlock client set. */
+    ck_assert(h_redis_cmd(&R[0], NULL, "SET lock:cli:other x PX 30000") != -3);
+    ctl_ok("another Redlock client", "-s", S, "status", "cli:other", NULL);
+
     /* Options right after the command work too (redlockctl(1)). */
     o = ctl_ok_json("status", "--json", "-s", S, "cli:free", NULL);
     ck_assert_msg(json_is_false(json_object_get(o, "held")), "free resource held");

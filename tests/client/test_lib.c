@@ -247,7 +247,7 @@ static void assert_keys(const char *res, const char *token)
 {
     for (int i = 0; i < nr; i++) {
         char *v = key_get(i, res);
-        bool ok = !token ? !v : (v && strcmp(v, token) == 0);
+        bool ok = !token ? !v : h_holds_token(v, token);
 
         ck_assert_msg(ok, "node %d: lock:%s is %s, want %s", i, res,
                       v ? v : "(no key)", token ? token : "(no key)");

@@ -102,6 +102,14 @@ bool h_starts(const char *line, const char *prefix)
     return line && strncmp(line, prefix, strlen(prefix)) == 0;
 }
 
+bool h_holds_token(const char *value, const char *token)
+{
+    size_t n = strlen(token);
+
+    return value && strncmp(value, token, n) == 0 &&
+           (value[n] == ' ' || value[n] == '\0');
+}
+
 const char *h_kv(const char *line, const char *key)
 {
     static char value[4096];

@@ -160,6 +160,9 @@ char *h_expect_event(struct h_client *c, const char *prefix, int timeout_ms);
  * (returned in a static buffer). */
 const char *h_kv(const char *line, const char *key);
 bool h_starts(const char *line, const char *prefix);
+/* Does a lock key's value belong to token: the token, or the token and the
+ * holder label redlockd stores after it ("token label fence")? */
+bool h_holds_token(const char *value, const char *token);
 
 /* The redlockd binary (REDLOCKD_BIN); aborts when unset. */
 const char *h_daemon_bin(void);

@@ -119,7 +119,8 @@ static void wait_waiters(struct h_client *mon, const char *res, long long want)
     }
 }
 
-/* The value of lock:<res> on node i, or "" when there is none. */
+/* The token lock:<res> holds on node i (the value's first word: a holder
+ * label follows it), or "" when there is none. */
 static void node_get(int i, const char *res, char *out, size_t size)
 {
     char *s = NULL;
@@ -128,6 +129,7 @@ static void node_get(int i, const char *res, char *out, size_t size)
     ck_assert_msg(rc == 0 || rc == -2, "GET lock:%s on node %d: %s", res, i,
                   s ? s : "?");
     snprintf(out, size, "%s", s ? s : "");
+    out[strcspn(out, " ")] = '\0';
     free(s);
 }
 
@@ -135,7 +137,7 @@ static void node_get(int i, const char *res, char *out, size_t size)
 static void assert_keys(const char *res, const char *token)
 {
     for (int i = 0; i < NNODES; i++) {
-        char v[128];
+        char v[512];
 
         node_get(i, res, v, sizeof(v));
         ck_assert_msg(strcmp(v, token) == 0, "node %d: lock:%s is \"%s\", want \"%s\"",

@@ -600,6 +600,69 @@ START_TEST(unavailable_says_why_and_readmit)
 }
 END_TEST
 
+/* STATUS on one daemon names a holder on another daemon of the same nodes
+ * (the label stored after the token), and a key another Redlock client set
+ * as foreign. The stored label does not get in the way of the owner-checked
+ * scripts: EXTEND and UNLOCK still find the key theirs. */
+START_TEST(status_names_holder_on_other_daemon)
+{
+    struct h_client a, b;
+    struct h_daemon d2;
+    char token[64], session[128], *val = NULL;
+
+    start("{\"id\":\"alpha\"}");
+    h_daemon_start(&d2, &R, 1, "{\"id\":\"beta\"}");
+    h_wait_voting(&d2, 1, h_scale(5000));
+    h_connect_tcp_ok(&a, D.port);
+    h_connect_tcp_ok(&b, d2.port);
+    char *line = h_expect(&a, "OK proto=1 ", "HELLO name=al\"ice\\");
+    h_kv_copy(line, "session", session, sizeof(session));
+    line = h_expect(&a, "OK resource=x ", "LOCK x ttl=20000");
+    h_kv_copy(line, "token", token, sizeof(token));
+    long long fence = atoll(h_kv(line, "fence"));
+    ck_assert_uint_eq(strlen(token), 32);
+
+    json_t *st = h_ok_json(&b, "STATUS x");
+    json_t *holder = json_object_get(st, "holder");
+    ck_assert_msg(json_is_object(holder), "no holder: %s",
+                  json_dumps(st, 0));
+    ck_assert_str_eq(h_json_str(holder, "daemon"), "alpha");
+    ck_assert_str_eq(h_json_str(holder, "session"), session);
+    ck_assert_str_eq(h_json_str(holder, "name"), "al\"ice\\");
+    ck_assert_int_eq(h_json_int(holder, "fence"), fence);
+    ck_assert_int_eq(h_json_int(st, "holders_here"), 0);
+    json_decref(st);
+    /* The holder's own daemon names itself too. */
+    st = h_ok_json(&a, "STATUS x");
+    holder = json_object_get(st, "holder");
+    ck_assert_str_eq(h_json_str(holder, "daemon"), "alpha");
+    json_decref(st);
+
+    /* The value starts with the token the client was given. */
+    ck_assert(h_redis_cmd(&R, &val, "GET lock:x") != -3);
+    ck_assert_msg(val && strncmp(val, token, 32) == 0 && val[32] == ' ',
+                  "value %s", val ? val : "(nil)");
+    free(val);
+    h_expect(&a, "OK resource=x ", "EXTEND x ttl=30000");
+    ck_assert_int_gt(h_redis_cmd(&R, NULL, "PTTL lock:x"), 20000);
+    h_expect(&a, "OK resource=x ", "UNLOCK x");
+    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:x"), 0);
+
+    /* Set by another Redlock client: foreign. */
+    ck_assert(h_redis_cmd(&R, NULL, "SET lock:y 0123456789abcdef0123456789abcdef"
+                          " NX PX 60000") != -3);
+    st = h_ok_json(&b, "STATUS y");
+    holder = json_object_get(st, "holder");
+    ck_assert_msg(json_is_true(json_object_get(holder, "foreign")), "%s",
+                  json_dumps(st, 0));
+    json_decref(st);
+    h_close(&a);
+    h_close(&b);
+    ck_assert_int_eq(h_daemon_stop(&d2), 0);
+    h_daemon_cleanup(&d2);
+}
+END_TEST
+
 static Suite *ops_suite(void)
 {
     Suite *s = suite_create("ops");
@@ -629,6 +692,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, max_waiters_per_resource);
     tcase_add_test(tc, audit_lines_and_session_ids);
     tcase_add_test(tc, unavailable_says_why_and_readmit);
+    tcase_add_test(tc, status_names_holder_on_other_daemon);
     suite_add_tcase(s, tc);
     return s;
 }

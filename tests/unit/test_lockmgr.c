@@ -34,6 +34,7 @@ struct fcall {
     char keys[512];         /* every key, space-separated */
     bool with_shared;       /* the shared sets were given */
     char shared[256];       /* the first shared set */
+    char label[256];        /* the holder label */
     /* inspect / force: */
     uint32_t limit;
     redlock_cb cb;
@@ -74,6 +75,8 @@ static void f_acquire(const struct redlock_lock *lk, const char *token,
         at += (size_t)snprintf(c->keys + at, sizeof(c->keys) - at, "%s%.*s",
                                i ? " " : "", (int)lk->lens[i], lk->keys[i]);
     c->with_shared = lk->shared != NULL;
+    ck_assert_uint_eq(strlen(lk->label), lk->labellen);
+    snprintf(c->label, sizeof(c->label), "%s", lk->label);
     if (lk->shared)
         snprintf(c->shared, sizeof(c->shared), "%.*s",
                  (int)lk->shared_lens[0], lk->shared[0]);
@@ -1455,9 +1458,11 @@ START_TEST(test_status_and_leases_json)
     ck_assert_str_eq(calls[i].shared, "lock:r:shared");
     ck_assert_uint_eq(calls[i].limit, 0);
     struct redlock_node_view v[3] = {
-        { "n1", true, true, true, 29000, 0, "" },
-        { "n2", true, true, true, 29000, 0, "" },
-        { "n3", false, false, false, -2, 0, NULL },
+        { .name = "n1", .up = true, .voting = true, .answered = true,
+          .pttl = 29000, .slots = "" },
+        { .name = "n2", .up = true, .voting = true, .answered = true,
+          .pttl = 29000, .slots = "" },
+        { .name = "n3", .pttl = -2 },
     };
     calls[i].done = true;
     calls[i].icb(calls[i].ud, v, 3);
@@ -1481,6 +1486,75 @@ START_TEST(test_status_and_leases_json)
     ck_assert_str_eq(json_string_value(json_object_get(l0, "resource")), "r");
     ck_assert_int_eq(json_integer_value(json_object_get(l0, "fence")), 17);
     json_decref(arr);
+    end_and_release(&A, "lock:r");
+}
+END_TEST
+
+/* The label an acquisition stores after its token names daemon, session
+ * and client (quotes escaped: it is JSON); STATUS where no holder is here
+ * names the one the nodes record, with the highest fence stored, or
+ * {"foreign":true} for a value in no redlockd's form, or nobody when no
+ * token is on a quorum. */
+START_TEST(test_status_names_a_holder_elsewhere)
+{
+    free(conf.id);
+    conf.id = strdup("d\"1");
+    lockmgr_deinit();
+    lockmgr_init(&conf, &fake_ops);
+    snprintf(A.name, sizeof(A.name), "bil\\ling");
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
+    int i = pending(F_ACQUIRE, "lock:r");
+    ck_assert_str_eq(calls[i].label,
+                     "{\"daemon\":\"d\\\"1\",\"session\":\"s1\","
+                     "\"name\":\"bil\\\\ling\"}");
+    answer_ok(i, 5, 29000);
+
+    static const char lab[] = "{\"daemon\":\"far\",\"session\":\"s9.x\","
+                              "\"name\":\"bob\"}";
+    struct redlock_node_view v[3] = {
+        { .name = "n1", .answered = true, .pttl = 9000, .slots = "",
+          .token = "t1", .label = lab, .fence = 40 },
+        { .name = "n2", .answered = true, .pttl = 9000, .slots = "",
+          .token = "t1", .label = lab, .fence = 41 },
+        { .name = "n3", .answered = true, .pttl = 9000, .slots = "",
+          .token = "t2", .label = lab, .fence = 99 },
+    };
+    lockmgr_status(&C.o, R("elsewhere"), 0);
+    i = pending(F_INSPECT, "lock:elsewhere");
+    calls[i].done = true;
+    calls[i].icb(calls[i].ud, v, 3);
+    json_t *h = json_object_get(C.status, "holder");
+    ck_assert_str_eq(json_string_value(json_object_get(h, "daemon")), "far");
+    ck_assert_str_eq(json_string_value(json_object_get(h, "session")), "s9.x");
+    ck_assert_str_eq(json_string_value(json_object_get(h, "name")), "bob");
+    ck_assert_int_eq(json_integer_value(json_object_get(h, "fence")), 41);
+
+    /* Some other client's value. */
+    v[0].label = v[1].label = NULL;
+    lockmgr_status(&C.o, R("elsewhere"), 0);
+    i = pending(F_INSPECT, "lock:elsewhere");
+    calls[i].done = true;
+    calls[i].icb(calls[i].ud, v, 3);
+    h = json_object_get(C.status, "holder");
+    ck_assert(json_is_true(json_object_get(h, "foreign")));
+
+    /* A label that is no holder label is foreign too. */
+    v[0].label = v[1].label = "{\"daemon\":1}";
+    lockmgr_status(&C.o, R("elsewhere"), 0);
+    i = pending(F_INSPECT, "lock:elsewhere");
+    calls[i].done = true;
+    calls[i].icb(calls[i].ud, v, 3);
+    h = json_object_get(C.status, "holder");
+    ck_assert(json_is_true(json_object_get(h, "foreign")));
+
+    /* No token on a quorum: nobody. */
+    v[1].token = "t3";
+    lockmgr_status(&C.o, R("elsewhere"), 0);
+    i = pending(F_INSPECT, "lock:elsewhere");
+    calls[i].done = true;
+    calls[i].icb(calls[i].ud, v, 3);
+    ck_assert(json_is_null(json_object_get(C.status, "holder")));
+    ck_assert_int_eq(C.refs, 0);
     end_and_release(&A, "lock:r");
 }
 END_TEST
@@ -1674,6 +1748,7 @@ static Suite *lockmgr_suite(void)
     tcase_add_test(t, test_callback_may_end_owner);
     tcase_add_test(t, test_no_answer_after_end);
     tcase_add_test(t, test_status_and_leases_json);
+    tcase_add_test(t, test_status_names_a_holder_elsewhere);
     tcase_add_test(t, test_force_release_tells_local_holder);
     suite_add_tcase(s, t);
 
