@@ -1701,6 +1701,18 @@ static int rl_req_names(struct redlockd *h, enum proto_cmd cmd,
     return 0;
 }
 
+/* End request b of command cmd, send it and expect OK (extra_ms as for
+ * rl_call). */
+static int rl_call_ok(struct redlockd *h, struct sbuf *b, uint32_t extra_ms,
+                      enum proto_cmd cmd, struct proto_reply *r)
+{
+    int rc;
+
+    proto_format_end(b);
+    rc = rl_call(h, extra_ms, r);
+    return rc == 0 ? rl_expect(h, r, PROTO_REPLY_OK, cmd) : rc;
+}
+
 int redlockd_lockv(struct redlockd *h, const char *const *resources, size_t n,
                    const struct redlockd_lock_opts *opts,
                    struct redlockd_grant *grant)
@@ -1726,10 +1738,7 @@ int redlockd_lockv(struct redlockd *h, const char *const *resources, size_t n,
         proto_format_opt_str(b, PROTO_OPT_MODE, "shared");
     if (o->limit > 0)
         proto_format_opt_u64(b, PROTO_OPT_LIMIT, o->limit);
-    proto_format_end(b);
-    rc = rl_call(h, o->wait_ms, &r);
-    if (rc == 0)
-        rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_LOCK);
+    rc = rl_call_ok(h, b, o->wait_ms, PROTO_CMD_LOCK, &r);
     if (rc == 0)
         rc = rl_lease_fill(h, &r, resources[0], &g->lease);
     if (rc == 0) {
@@ -1766,12 +1775,10 @@ int redlockd_unlockv(struct redlockd *h, const char *const *resources,
     int rc;
 
     rc = rl_req_names(h, PROTO_CMD_UNLOCK, resources, n, &b);
-    if (rc < 0)
-        return rc;
-    proto_format_end(b);
-    rc = rl_call(h, 0, &r);
     if (rc == 0)
-        rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_UNLOCK);
+        rc = rl_call_ok(h, b, 0, PROTO_CMD_UNLOCK, &r);
+    else
+        return rc;
     for (size_t i = 0; i < n; i++) {
         if (rc == 0)
             rl_lease_del(h, resources[i]);

@@ -1067,6 +1067,30 @@ static bool conf_str_same(const char *a, const char *b)
     return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
 
+/* A scalar field p of key k as text in out. */
+static void conf_scalar_text(const struct conf_key *k, const void *p,
+                             char *out, size_t size)
+{
+    switch (k->type) {
+    case CONF_T_UINT:
+    case CONF_T_MODE:
+        snprintf(out, size, "%u", *(const unsigned *)p);
+        break;
+    case CONF_T_INT:
+        snprintf(out, size, "%d", *(const int *)p);
+        break;
+    case CONF_T_LEVEL:
+        snprintf(out, size, "%s", conf_level_names[*(const int *)p]);
+        break;
+    case CONF_T_BOOL:
+        snprintf(out, size, "%s", *(const bool *)p ? "true" : "false");
+        break;
+    default:
+        snprintf(out, size, "%g", *(const double *)p);
+        break;
+    }
+}
+
 /* Do live and fresh differ in k? `was`/`now` describe the values (empty
  * for secrets and lists). */
 static bool conf_differs(const struct conf_key *k, struct conf *live,
@@ -1079,25 +1103,15 @@ static bool conf_differs(const struct conf_key *k, struct conf *live,
     switch (k->type) {
     case CONF_T_UINT:
     case CONF_T_MODE:
-        snprintf(was, size, "%u", *(unsigned *)a);
-        snprintf(now, size, "%u", *(unsigned *)b);
-        return *(unsigned *)a != *(unsigned *)b;
     case CONF_T_INT:
-        snprintf(was, size, "%d", *(int *)a);
-        snprintf(now, size, "%d", *(int *)b);
-        return *(int *)a != *(int *)b;
     case CONF_T_LEVEL:
-        snprintf(was, size, "%s", conf_level_names[*(int *)a]);
-        snprintf(now, size, "%s", conf_level_names[*(int *)b]);
-        return *(int *)a != *(int *)b;
     case CONF_T_BOOL:
-        snprintf(was, size, "%s", *(bool *)a ? "true" : "false");
-        snprintf(now, size, "%s", *(bool *)b ? "true" : "false");
-        return *(bool *)a != *(bool *)b;
     case CONF_T_NUMBER:
-        snprintf(was, size, "%g", *(double *)a);
-        snprintf(now, size, "%g", *(double *)b);
-        return *(double *)a != *(double *)b;
+        conf_scalar_text(k, a, was, size);
+        conf_scalar_text(k, b, now, size);
+        return memcmp(a, b, k->type == CONF_T_BOOL     ? sizeof(bool)
+                            : k->type == CONF_T_NUMBER ? sizeof(double)
+                                                       : sizeof(int)) != 0;
     case CONF_T_STRING:
     case CONF_T_SECRET_FILE:
         return !conf_str_same(*(char **)a, *(char **)b);

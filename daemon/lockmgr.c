@@ -669,19 +669,30 @@ static void lease_cap(struct lease *l, uint64_t until)
     }
 }
 
+/* The key q's grant holds on its i-th resource: the exclusive key, the
+ * shared holders' set or the slot's key (keybuf for a slot). */
+static const char *req_key(const struct lockreq *q, size_t i, size_t *keylen)
+{
+    const struct lock_entry *e = q->pos[i].e;
+
+    if (q->limit)
+        return entry_slot_key(e, (uint32_t)q->slot, keylen);
+    if (q->mode == LOCKMGR_SHARED) {
+        *keylen = e->sharedlen;
+        return e->shared;
+    }
+    *keylen = e->keylen;
+    return e->key;
+}
+
 /* The lease of q's grant on its i-th resource. */
 static struct lease *lease_create(struct lockreq *q, size_t i, uint64_t fence,
                                   int64_t validity)
 {
     struct lock_entry *e = q->pos[i].e;
     size_t len = e->keylen - M.prefixlen;
-    const char *key = e->key;
-    size_t keylen = e->keylen;
-
-    if (q->limit)
-        key = entry_slot_key(e, (uint32_t)q->slot, &keylen);
-    else if (q->mode == LOCKMGR_SHARED)
-        key = e->shared, keylen = e->sharedlen;
+    size_t keylen;
+    const char *key = req_key(q, i, &keylen);
     struct lease *l = mem_alloc(sizeof(*l) + len + 1 + keylen + 1);
     memcpy(l->resource, e->resource, len);
     l->resource[len] = '\0';
@@ -1216,13 +1227,8 @@ static void slot_give(struct lock_entry *e, int64_t slot)
 static void req_give_back(struct lockreq *q)
 {
     for (size_t i = 0; i < q->n; i++) {
-        struct lock_entry *e = q->pos[i].e;
-        const char *key = e->key;
-        size_t keylen = e->keylen;
-        if (q->limit)
-            key = entry_slot_key(e, (uint32_t)q->slot, &keylen);
-        else if (q->mode == LOCKMGR_SHARED)
-            key = e->shared, keylen = e->sharedlen;
+        size_t keylen;
+        const char *key = req_key(q, i, &keylen);
         M.rl->release(key, keylen, q->token, NULL, NULL);
     }
 }

@@ -96,14 +96,17 @@ static void metrics_put_name(struct sbuf *b, const struct metrics_family *f,
     sbuf_puts(b, suffix);
 }
 
-/* # HELP text: backslash and line feed escaped, as the format wants. */
-static void metrics_put_help(struct sbuf *b, const char *s)
+/* Backslash and line feed escaped, and with quote the double quote too:
+ * # HELP text escapes the first two, label values (any UTF-8) all three. */
+static void metrics_put_escaped(struct sbuf *b, const char *s, bool quote)
 {
     for (; *s != '\0'; s++) {
         if (*s == '\\')
             sbuf_puts(b, "\\\\");
         else if (*s == '\n')
             sbuf_puts(b, "\\n");
+        else if (quote && *s == '"')
+            sbuf_puts(b, "\\\"");
         else
             sbuf_putc(b, *s);
     }
@@ -122,7 +125,7 @@ static void metrics_put_header(struct sbuf *b, struct metrics_family *f)
     f->header_done = true;
     sbuf_puts(b, "# HELP ");
     metrics_put_name(b, f, " ");
-    metrics_put_help(b, f->d->help);
+    metrics_put_escaped(b, f->d->help, false);
     sbuf_puts(b, "\n# TYPE ");
     metrics_put_name(b, f, " ");
     sbuf_printf(b, "%s\n", types[f->d->kind]);
@@ -152,21 +155,6 @@ static void metrics_put_number(struct sbuf *b, double d)
         metrics_put_shortest(b, d);
 }
 
-/* Label values may hold any UTF-8; these three must be escaped. */
-static void metrics_put_label_value(struct sbuf *b, const char *s)
-{
-    for (; *s != '\0'; s++) {
-        if (*s == '\\')
-            sbuf_puts(b, "\\\\");
-        else if (*s == '"')
-            sbuf_puts(b, "\\\"");
-        else if (*s == '\n')
-            sbuf_puts(b, "\\n");
-        else
-            sbuf_putc(b, *s);
-    }
-}
-
 /* A sample's labels, in order; a pair whose value is NULL is left out. */
 struct metrics_labels {
     const char *name[3];
@@ -181,7 +169,7 @@ static void metrics_put_labels(struct sbuf *b, const struct metrics_labels *l)
         if (!l->value[i])
             continue;
         sbuf_printf(b, "%c%s=\"", sep, l->name[i]);
-        metrics_put_label_value(b, l->value[i]);
+        metrics_put_escaped(b, l->value[i], true);
         sbuf_putc(b, '"');
         sep = ',';
     }
@@ -297,7 +285,7 @@ void metrics_format(struct sbuf *b, const struct stats_values *v)
                  "as a label; the value is always 1.\n"
                  "# TYPE redlockd_build_info gauge\n"
                  "redlockd_build_info{version=\"");
-    metrics_put_label_value(b, REDLOCKD_VERSION);
+    metrics_put_escaped(b, REDLOCKD_VERSION, true);
     sbuf_puts(b, "\"} 1\n");
     metrics_format_table(b, &stats_table, NULL, &global, 1);
     for (size_t i = 0; i < v->nnodes; i++) {

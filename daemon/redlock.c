@@ -891,15 +891,26 @@ static void inspect_reply(void *ud, int node, redisReply *r)
     round_step(&in->r);
 }
 
+/* Run INSPECT or FORCE for p on every node: r is the first member of the
+ * struct its replies (reply, with ud == r) and done fill in. */
+static void probe_round(struct round *r, const struct redlock_probe *p,
+                        enum pool_script s, void (*done)(struct round *),
+                        pool_reply_cb reply)
+{
+    const char *argv[5];
+    size_t lens[5];
+    char num[POOL_NUM_SIZE];
+    int argc = probe_words(p, s == POOL_SCRIPT_FORCE, argv, lens, num);
+
+    round_begin(r, done);
+    round_script(r, s, argc, argv, lens, reply, r);
+}
+
 void redlock_inspect(const struct redlock_probe *p, redlock_inspect_cb cb,
                      void *ud)
 {
     int n = pool_nnodes();
     struct inspect *in = mem_alloc(sizeof(*in));
-    const char *argv[5];
-    size_t lens[5];
-    char num[POOL_NUM_SIZE];
-    int argc = probe_words(p, false, argv, lens, num);
 
     in->cb = cb;
     in->ud = ud;
@@ -911,9 +922,7 @@ void redlock_inspect(const struct redlock_probe *p, redlock_inspect_cb cb,
         in->views[i].voting = node_votes(i);
         in->views[i].pttl = -2;
     }
-    round_begin(&in->r, inspect_done);
-    round_script(&in->r, POOL_SCRIPT_INSPECT, argc, argv, lens,
-                 inspect_reply, in);
+    probe_round(&in->r, p, POOL_SCRIPT_INSPECT, inspect_done, inspect_reply);
 }
 
 struct force {
@@ -948,15 +957,10 @@ void redlock_force_release(const struct redlock_probe *p, redlock_cb cb,
                            void *ud)
 {
     struct force *f = mem_alloc(sizeof(*f));
-    const char *argv[5];
-    size_t lens[5];
-    char num[POOL_NUM_SIZE];
-    int argc = probe_words(p, true, argv, lens, num);
 
     f->cb = cb;
     f->ud = ud;
-    round_begin(&f->r, force_done);
-    round_script(&f->r, POOL_SCRIPT_FORCE, argc, argv, lens, force_reply, f);
+    probe_round(&f->r, p, POOL_SCRIPT_FORCE, force_done, force_reply);
 }
 
 /* ---- the table lockmgr uses ---------------------------------------------- */
