@@ -195,6 +195,8 @@ static struct {
  * up to this many ms, at random, so waiters on several daemons that hear
  * the same announcement do not all ask in the same millisecond. */
 #define LOCKMGR_WAKE_JITTER_MS 4
+/* Renewals fall due on multiples of this many ms (lease_renew_due). */
+#define LOCKMGR_RENEW_GRAIN_MS 100
 
 /* The shared holders' set of resource r is key_prefix + r + this; slot i
  * of a semaphore r is key_prefix + r + "#" + i. */
@@ -650,13 +652,27 @@ static uint64_t lease_renew_interval(const struct lease *l)
     return iv ? iv : 1;
 }
 
+/* When l renews next: a renewal interval from now, brought forward to a
+ * multiple of LOCKMGR_RENEW_GRAIN_MS (at most an eighth of the interval),
+ * so that renewals fall due together and redlock sends them to each node
+ * as one script (redlock_renew). */
+static uint64_t lease_renew_due(const struct lease *l)
+{
+    uint64_t iv = lease_renew_interval(l);
+    uint64_t grain = iv / 8 < LOCKMGR_RENEW_GRAIN_MS ? iv / 8
+                                                     : LOCKMGR_RENEW_GRAIN_MS;
+    uint64_t due = timer_now() + iv;
+
+    return grain ? due - due % grain : due;
+}
+
 /* The validity changed: move the hard deadline, and (unless told not to)
- * schedule the next renewal from now. */
+ * schedule the next renewal. */
 static void lease_arm(struct lease *l, bool renewal)
 {
     timer_start_at(&l->deadline, lease_deadline(l));
     if (renewal && l->renew)
-        timer_start(&l->timer, lease_renew_interval(l));
+        timer_start_at(&l->timer, lease_renew_due(l));
 }
 
 /* Nodes may hold the key for less than we thought (a failed EXTEND to a
@@ -968,7 +984,7 @@ static void renew_start(struct lease *l)
     l->renew_due = false;
     l->extending = true;
     l->ops++;
-    M.rl->extend(l->key, l->keylen, l->token, l->ttl, renew_done, l);
+    M.rl->renew(l->key, l->keylen, l->token, l->ttl, renew_done, l);
 }
 
 /* Renew l now, or when the op in flight for it is answered. */

@@ -86,6 +86,21 @@
     "  end\n" \
     "end\n"
 
+/* A busy answer: k's PTTL, and k marked as waited for, so that its release
+ * is announced (only then: an uncontended release publishes nothing). The
+ * mark, k .. ' waiting', is nobody's lock (no resource name has a space)
+ * and outlives k's PTTL by POOL_WAIT_MARK_MS, the waiter's next try coming
+ * at that PTTL at the latest (lockmgr's req_sleep). */
+#define POOL_WAIT_MARK_MS "2000"
+#define POOL_LUA_BUSY \
+    "local function busy(k)\n" \
+    "  local p = redis.call('PTTL', k)\n" \
+    "  local w = p\n" \
+    "  if w < 0 then w = 0 end\n" \
+    "  redis.call('SET', k .. ' waiting', '1', 'PX', w + " POOL_WAIT_MARK_MS ")\n" \
+    "  return p\n" \
+    "end\n"
+
 /* Owner checks: value v is token t's, with or without a label after it. */
 #define POOL_LUA_OURS \
     "local function ours(v, t)\n" \
@@ -128,6 +143,32 @@
     "  if redis.call('PTTL', s) < ttl then redis.call('PEXPIRE', s, ttl) end\n" \
     "end\n"
 
+/* extend(k, t, ttl): 1 when k is ours and now lasts ttl ms more, else 0.
+ * On a shared lock's set only a live member is ours to extend (one past
+ * its expiry may already have let a writer in). */
+#define POOL_LUA_EXTEND \
+    POOL_LUA_SHARED_PUT \
+    POOL_LUA_OURS \
+    "local function extend(k, t, ttl)\n" \
+    "  local v = redis.pcall('GET', k)\n" \
+    "  if type(v) == 'table' and v.err then\n" \
+    "    local s = redis.call('ZSCORE', k, t)\n" \
+    "    if not s then return 0 end\n" \
+    POOL_LUA_NOW \
+    "    if tonumber(s) <= now then\n" \
+    "      redis.call('ZREM', k, t)\n" \
+    "      return 0\n" \
+    "    end\n" \
+    "    put(k, t, tonumber(ttl))\n" \
+    "    return 1\n" \
+    "  end\n" \
+    "  if ours(v, t) then\n" \
+    "    redis.call('PEXPIRE', k, ttl)\n" \
+    "    return 1\n" \
+    "  end\n" \
+    "  return 0\n" \
+    "end\n"
+
 static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
     /* With the key taken, the counter becomes max(c, seen) + 1 in the same
      * script: the fence is written while the key is ours. With KEYS[3],
@@ -138,16 +179,17 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         POOL_LUA_NOTLOCK
         POOL_LUA_READERS
         POOL_LUA_LABEL
+        POOL_LUA_BUSY
         POOL_LUA_SEEN("ARGV[3]")
         "if KEYS[3] then\n"
         "  local n, t = readers(KEYS[3])\n"
         "  if not n then return notlock(KEYS[3], t) end\n"
-        "  if n > 0 then return {0, redis.call('PTTL', KEYS[3])} end\n"
+        "  if n > 0 then return {0, busy(KEYS[3])} end\n"
         "end\n"
         "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
         "  local t = redis.call('TYPE', KEYS[1])['ok']\n"
         "  if t ~= 'string' and t ~= 'none' then return notlock(KEYS[1], t) end\n"
-        "  return {0, redis.call('PTTL', KEYS[1])}\n"
+        "  return {0, busy(KEYS[1])}\n"
         "end\n"
         POOL_LUA_FENCE_NEXT
         "label(KEYS[1], f)\n"
@@ -157,6 +199,11 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
      * has no live member left (only exclusive waiters wait for that). */
     [POOL_SCRIPT_RELEASE] =
         POOL_LUA_OURS
+        "local function announce(msg)\n"
+        "  if redis.call('DEL', KEYS[1] .. ' waiting') == 1 then\n"
+        "    redis.call('PUBLISH', ARGV[2], msg)\n"
+        "  end\n"
+        "end\n"
         "local v = redis.pcall('GET', KEYS[1])\n"
         "if type(v) == 'table' and v.err then\n"
         "  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
@@ -164,40 +211,28 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "  redis.call('ZREM', KEYS[1], ARGV[1])\n"
         POOL_LUA_NOW
         "  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
-        "  if redis.call('EXISTS', KEYS[1]) == 0 then\n"
-        "    redis.call('PUBLISH', ARGV[2], KEYS[1])\n"
-        "  end\n"
+        "  if redis.call('EXISTS', KEYS[1]) == 0 then announce(KEYS[1]) end\n"
         "  if tonumber(s) <= now then return 0 end\n"
         "  return 1\n"
         "end\n"
         "if ours(v, ARGV[1]) then\n"
         "  redis.call('DEL', KEYS[1])\n"
-        "  redis.call('PUBLISH', ARGV[2], KEYS[1] .. ' ' .. ARGV[3])\n"
+        "  announce(KEYS[1] .. ' ' .. ARGV[3])\n"
         "  return 1\n"
         "end\n"
         "return 0\n",
-    /* On a shared lock's set: only a live member is ours to extend (one
-     * past its expiry may already have let a writer in). */
     [POOL_SCRIPT_EXTEND] =
-        POOL_LUA_SHARED_PUT
-        POOL_LUA_OURS
-        "local v = redis.pcall('GET', KEYS[1])\n"
-        "if type(v) == 'table' and v.err then\n"
-        "  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
-        "  if not s then return 0 end\n"
-        POOL_LUA_NOW
-        "  if tonumber(s) <= now then\n"
-        "    redis.call('ZREM', KEYS[1], ARGV[1])\n"
-        "    return 0\n"
-        "  end\n"
-        "  put(KEYS[1], ARGV[1], tonumber(ARGV[2]))\n"
-        "  return 1\n"
+        POOL_LUA_EXTEND
+        "return extend(KEYS[1], ARGV[1], ARGV[2])\n",
+    /* Renewals due together: key i with token ARGV[2i-1] and ttl
+     * ARGV[2i], each owner-checked on its own. */
+    [POOL_SCRIPT_EXTEND_MANY] =
+        POOL_LUA_EXTEND
+        "local out = {}\n"
+        "for i = 1, #KEYS do\n"
+        "  out[i] = extend(KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])\n"
         "end\n"
-        "if ours(v, ARGV[1]) then\n"
-        "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-        "  return 1\n"
-        "end\n"
-        "return 0\n",
+        "return out\n",
     [POOL_SCRIPT_RAISE] =
         "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
         "if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end\n"
@@ -232,11 +267,12 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         POOL_LUA_COUNTER
         POOL_LUA_NOTLOCK
         POOL_LUA_SHARED_PUT
+        POOL_LUA_BUSY
         POOL_LUA_SEEN("ARGV[3]")
         "local t = redis.call('TYPE', KEYS[1])['ok']\n"
         "if t ~= 'none' then\n"
         "  if t ~= 'string' then return notlock(KEYS[1], t) end\n"
-        "  return {0, redis.call('PTTL', KEYS[1])}\n"
+        "  return {0, busy(KEYS[1])}\n"
         "end\n"
         "t = redis.call('TYPE', KEYS[3])['ok']\n"
         "if t ~= 'none' and t ~= 'zset' then return notlock(KEYS[3], t) end\n"
@@ -254,26 +290,27 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         POOL_LUA_NOTLOCK
         POOL_LUA_READERS
         POOL_LUA_LABEL
+        POOL_LUA_BUSY
         POOL_LUA_SEEN("ARGV[3]")
-        "local busy, wait = false, -1\n"
+        "local held, wait = false, -1\n"
         "for i = 2, #KEYS, 2 do\n"
         "  local x, s = KEYS[i], KEYS[i + 1]\n"
         "  local t = redis.call('TYPE', x)['ok']\n"
         "  local p = nil\n"
         "  if t ~= 'none' then\n"
         "    if t ~= 'string' then return notlock(x, t) end\n"
-        "    p = redis.call('PTTL', x)\n"
+        "    p = busy(x)\n"
         "  else\n"
         "    local n, st = readers(s)\n"
         "    if not n then return notlock(s, st) end\n"
-        "    if n > 0 then p = redis.call('PTTL', s) end\n"
+        "    if n > 0 then p = busy(s) end\n"
         "  end\n"
         "  if p then\n"
-        "    busy = true\n"
+        "    held = true\n"
         "    if p > wait then wait = p end\n"
         "  end\n"
         "end\n"
-        "if busy then return {0, wait} end\n"
+        "if held then return {0, wait} end\n"
         "for i = 2, #KEYS, 2 do\n"
         "  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])\n"
         "end\n"

@@ -47,9 +47,14 @@
 
 /* The most words one request may carry (a script's keys and arguments, or a
  * command with its name): a LOCK of locks.max_multi resources sends the
- * fence key, two keys per resource and four arguments. pool_script and
- * pool_command refuse more. */
-#define POOL_MAX_ARGS (2 * CONF_MAX_MULTI + 5)
+ * fence key, two keys per resource and four arguments; a batch of
+ * renewals, three words per key. pool_script and pool_command refuse
+ * more. */
+#define POOL_MAX_ARGS_LOCK (2 * CONF_MAX_MULTI + 5)
+/* The most keys one EXTEND_MANY renews (three words each). */
+#define POOL_BATCH_MAX 128
+#define POOL_MAX_ARGS (3 * POOL_BATCH_MAX > POOL_MAX_ARGS_LOCK \
+                       ? 3 * POOL_BATCH_MAX : POOL_MAX_ARGS_LOCK)
 /* Room for any 64-bit integer in decimal, sign and NUL included. */
 #define POOL_NUM_SIZE sizeof("-9223372036854775808")
 /* The longest run_id kept (Redis's is 40 hex chars), and an error's room. */
@@ -92,6 +97,8 @@ enum pool_script {
                                -> {pttl, live shared, "0110...", value} */
     POOL_SCRIPT_FORCE,      /* KEYS lock,shared ARGV slot-prefix,K,channel
                                -> keys deleted */
+    POOL_SCRIPT_EXTEND_MANY,    /* KEYS lock|shared... ARGV token,ttl,...
+                                   (a pair per key) -> {1|0, ...} */
     POOL_SCRIPT_COUNT
 };
 

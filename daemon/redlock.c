@@ -20,6 +20,7 @@
 #include <uv.h>
 
 #include "conf.h"
+#include "list.h"
 #include "log.h"
 #include "mem.h"
 #include "node.h"
@@ -64,6 +65,7 @@ struct op {
     size_t keylen;
     const char *label;      /* acquire: the holder label ("" for none), in
                                this allocation after the keys */
+    struct list blink;      /* renewal: in the batch being gathered */
     char token[REDLOCK_TOKEN_LEN + 1];
     _Alignas(void *) char buf[];    /* the key pointers and lengths, then
                                        the keys' bytes, each NUL-terminated */
@@ -96,6 +98,20 @@ static void op_deferred(struct timer *t)
     op_reply(t->data, -1, NULL);
 }
 
+/* Renewals gathered for REDLOCK_BATCH_MS (redlock_renew): then sent as
+ * one EXTEND_MANY per node, POOL_BATCH_MAX at a time. Not 0 ms: timers
+ * started while timers run fire in the same run when due, so the flush
+ * would come right after the first renewal, before the others due at the
+ * same time (lockmgr brings renewals due together, lease_renew_due). */
+#define REDLOCK_BATCH_MS 1
+static struct {
+    struct list ops;        /* struct op (blink) */
+    size_t n;
+    struct timer flush;
+} RB;
+
+static void batch_flush_cb(struct timer *t);
+
 void redlock_init(const struct conf *conf)
 {
     /* A restarted node may have lost keys that lived up to max_ttl_ms:
@@ -108,6 +124,9 @@ void redlock_init(const struct conf *conf)
     };
 
     RC = conf;
+    list_init(&RB.ops);
+    RB.n = 0;
+    timer_init(&RB.flush, batch_flush_cb, NULL);
     node_set_rules(&rules);
     for (size_t i = 0; i < REDLOCK_ERRLOG_SLOTS; i++)
         errlog[i].node = -1;
@@ -746,6 +765,101 @@ void redlock_release(const char *key, size_t keylen, const char *token,
     op_fan_out(op_create(OP_RELEASE, 1, &key, &keylen, token, 0, cb, ud));
 }
 
+/* ---- batched renewals ----------------------------------------------------- */
+
+/* Up to POOL_BATCH_MAX renewals sent together: each node's one reply is
+ * an array with every op's answer, given to each op as its own reply. */
+struct batch {
+    int refs;               /* node requests outstanding */
+    int n;
+    struct op *ops[];
+};
+
+static void batch_reply(void *ud, int node, redisReply *r)
+{
+    struct batch *b = ud;
+    bool each = r && r->type == REDIS_REPLY_ARRAY &&
+                r->elements == (size_t)b->n;
+
+    if (r && !each && r->type != REDIS_REPLY_ERROR) {
+        log_warn("redis %s: a batch of %d renewals answered a reply of "
+                 "type %d: counted as failed", pool_node_name(node), b->n,
+                 r->type);
+        r = NULL;
+    }
+    for (int i = 0; i < b->n; i++)
+        op_reply(b->ops[i], node, each ? r->element[i] : r);
+    if (--b->refs == 0)
+        free(b);
+}
+
+/* Send the first POOL_BATCH_MAX gathered renewals; as op_fan_out, a node
+ * that cannot take them fails each at once. */
+static void batch_send(void)
+{
+    int n = RB.n < POOL_BATCH_MAX ? (int)RB.n : POOL_BATCH_MAX;
+    struct batch *b = mem_alloc(sizeof(*b) + (size_t)n * sizeof(b->ops[0]));
+    const char *argv[3 * POOL_BATCH_MAX];
+    size_t lens[3 * POOL_BATCH_MAX];
+    char ttls[POOL_BATCH_MAX][POOL_NUM_SIZE];
+
+    for (int i = 0; i < n; i++) {
+        struct list *first = list_first(&RB.ops);
+        struct op *o = container_of(first, struct op, blink);
+        list_remove(first);
+        b->ops[i] = o;
+        o->pending = 1;
+        argv[i] = o->key, lens[i] = o->keylen;
+        snprintf(ttls[i], sizeof(ttls[i]), "%" PRIu32, o->ttl);
+        argv[n + 2 * i] = o->token;
+        lens[n + 2 * i] = strlen(o->token);
+        argv[n + 2 * i + 1] = ttls[i];
+        lens[n + 2 * i + 1] = strlen(ttls[i]);
+    }
+    RB.n -= (size_t)n;
+    b->n = n;
+    b->refs = 1;
+    for (int node = 0; node < pool_nnodes(); node++) {
+        b->refs++;
+        if (pool_script(node, POOL_SCRIPT_EXTEND_MANY, n, 2 * n, argv, lens,
+                        batch_reply, b) == 0) {
+            for (int i = 0; i < n; i++)
+                b->ops[i]->pending++;
+        } else {
+            b->refs--;
+            for (int i = 0; i < n; i++)
+                b->ops[i]->res.failed++;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (b->ops[i]->pending == 1)
+            timer_start(&b->ops[i]->defer, 0);
+        else
+            op_reply(b->ops[i], -1, NULL);
+    }
+    if (--b->refs == 0)
+        free(b);
+}
+
+static void batch_flush_cb(struct timer *t)
+{
+    (void)t;
+    while (RB.n > 0)
+        batch_send();
+}
+
+void redlock_renew(const char *key, size_t keylen, const char *token,
+                   uint32_t ttl, redlock_cb cb, void *ud)
+{
+    struct op *o = op_create(OP_EXTEND, 1, &key, &keylen, token, ttl, cb, ud);
+
+    list_push_tail(&RB.ops, &o->blink);
+    if (++RB.n == 1)
+        timer_start(&RB.flush, REDLOCK_BATCH_MS);
+    else if (RB.n >= POOL_BATCH_MAX)
+        batch_send();
+}
+
 void redlock_extend(const char *key, size_t keylen, const char *token,
                     uint32_t ttl, redlock_cb cb, void *ud)
 {
@@ -977,7 +1091,8 @@ int redlock_nquorum(void)
 
 const struct redlock_ops redlock_ops_default = {
     .acquire = redlock_acquire, .release = redlock_release,
-    .extend = redlock_extend, .inspect = redlock_inspect,
+    .extend = redlock_extend, .renew = redlock_renew,
+    .inspect = redlock_inspect,
     .force_release = redlock_force_release, .token = redlock_token,
     .nnodes = redlock_nnodes, .quorum = redlock_nquorum,
     .why_unavailable = node_why_unavailable,

@@ -1101,6 +1101,69 @@ START_TEST(redis_wrong_password)
 }
 END_TEST
 
+/* Release announcements only where someone waits (issue 11): an
+ * uncontended UNLOCK publishes nothing; a waiter on another daemon, whose
+ * busy answer marked the key, is woken by one announcement per node. */
+static int announcements(redisContext *sub, int within_ms)
+{
+    struct timeval tv = { within_ms / 1000, (within_ms % 1000) * 1000 };
+    redisReply *r;
+    int n = 0;
+
+    redisSetTimeout(sub, tv);
+    while (redisGetReply(sub, (void **)&r) == REDIS_OK) {
+        n += r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+             strcmp(r->element[0]->str, "message") == 0;
+        freeReplyObject(r);
+    }
+    sub->err = 0;               /* the timeout: read on next time */
+    return n;
+}
+
+START_TEST(publish_only_when_contended)
+{
+    struct h_client a, b;
+    struct grant g;
+
+    start_nodes(1, NULL);
+    start_daemon(NULL);
+    /* Its own retries come too late to pass for the announcement. */
+    start_daemon("{\"locks\":{\"retry_ms\":5000}}");
+    redisContext *sub = h_redis_connect(&R[0]);
+    redisReply *r = redisCommand(sub, "SUBSCRIBE redlockd:released");
+    ck_assert_ptr_nonnull(r);
+    freeReplyObject(r);
+    connect_to(&a, &D[0]);
+    connect_to(&b, &D[1]);
+
+    for (int i = 0; i < 20; i++) {
+        lock_ok(&a, "quiet", 10000, "", &g);
+        h_expect(&a, "OK resource=quiet ", "UNLOCK quiet");
+    }
+    ck_assert_int_eq(announcements(sub, 300), 0);
+
+    lock_ok(&a, "wanted", 10000, "", &g);
+    h_sendf(&b, "LOCK wanted ttl=10000 wait=%d\n", h_scale(8000));
+    h_sleep_ms(200);            /* b's busy answer marks the key */
+    uint64_t t0 = h_now_ms();
+    h_expect(&a, "OK resource=wanted ", "UNLOCK wanted");
+    char *line = h_recv_line(&b, h_scale(5000));
+    ck_assert_msg(h_starts(line, "OK resource=wanted "), "%s",
+                  line ? line : "(nothing)");
+    ck_assert_msg(h_since(t0) < 1000, "woken after %lld ms, not by the "
+                  "announcement", h_since(t0));
+    ck_assert_int_eq(announcements(sub, 300), 1);
+    /* The mark went with the announcement. */
+    ck_assert_int_eq(h_redis_cmd(&R[0], NULL, "EXISTS %s",
+                                 "lock:wanted waiting"), 0);
+    h_expect(&b, "OK resource=wanted ", "UNLOCK wanted");
+    ck_assert_int_eq(announcements(sub, 300), 0);
+    redisFree(sub);
+    h_close(&a);
+    h_close(&b);
+}
+END_TEST
+
 static Suite *locks_suite(void)
 {
     Suite *s = suite_create("locks");
@@ -1127,6 +1190,7 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, redis_password_and_db);
     tcase_add_test(tc, redis_acl_user);
     tcase_add_test(tc, redis_wrong_password);
+    tcase_add_test(tc, publish_only_when_contended);
     suite_add_tcase(s, tc);
     return s;
 }
