@@ -828,10 +828,15 @@ static void lease_release(struct lease *l, uint32_t delay_ms,
     x->l = l;
     x->u = u;
     l->ops++;
+    /* With no UNLOCK waiting for it, it can go with others. */
     if (delay_ms > 0)
-        M.rl->extend(l->key, l->keylen, l->token, delay_ms, release_done, x);
+        (u ? M.rl->extend : M.rl->extend_batched)(l->key, l->keylen,
+                                                  l->token, delay_ms,
+                                                  release_done, x);
     else
-        M.rl->release(l->key, l->keylen, l->token, release_done, x);
+        (u ? M.rl->release : M.rl->release_batched)(l->key, l->keylen,
+                                                    l->token, release_done,
+                                                    x);
 }
 
 static void unlock_step(struct unlock_ctx *u, const struct redlock_result *res)
@@ -984,7 +989,7 @@ static void renew_start(struct lease *l)
     l->renew_due = false;
     l->extending = true;
     l->ops++;
-    M.rl->renew(l->key, l->keylen, l->token, l->ttl, renew_done, l);
+    M.rl->extend_batched(l->key, l->keylen, l->token, l->ttl, renew_done, l);
 }
 
 /* Renew l now, or when the op in flight for it is answered. */

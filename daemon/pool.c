@@ -143,6 +143,38 @@
     "  if redis.call('PTTL', s) < ttl then redis.call('PEXPIRE', s, ttl) end\n" \
     "end\n"
 
+/* release(k, t, channel, id): 1 when k was ours and is gone, else 0. A
+ * key of another type (a shared lock's set) is handled as such: the
+ * token's member is removed. The release is announced on channel ("k id"
+ * for a key, "k" for a set once it has no live member left: only
+ * exclusive waiters wait for that) when a waiter marked k (POOL_LUA_BUSY). */
+#define POOL_LUA_RELEASE \
+    POOL_LUA_OURS \
+    "local function release(k, t, channel, id)\n" \
+    "  local function announce(msg)\n" \
+    "    if redis.call('DEL', k .. ' waiting') == 1 then\n" \
+    "      redis.call('PUBLISH', channel, msg)\n" \
+    "    end\n" \
+    "  end\n" \
+    "  local v = redis.pcall('GET', k)\n" \
+    "  if type(v) == 'table' and v.err then\n" \
+    "    local s = redis.call('ZSCORE', k, t)\n" \
+    "    if not s then return 0 end\n" \
+    "    redis.call('ZREM', k, t)\n" \
+    POOL_LUA_NOW \
+    "    redis.call('ZREMRANGEBYSCORE', k, '-inf', now)\n" \
+    "    if redis.call('EXISTS', k) == 0 then announce(k) end\n" \
+    "    if tonumber(s) <= now then return 0 end\n" \
+    "    return 1\n" \
+    "  end\n" \
+    "  if ours(v, t) then\n" \
+    "    redis.call('DEL', k)\n" \
+    "    announce(k .. ' ' .. id)\n" \
+    "    return 1\n" \
+    "  end\n" \
+    "  return 0\n" \
+    "end\n"
+
 /* extend(k, t, ttl): 1 when k is ours and now lasts ttl ms more, else 0.
  * On a shared lock's set only a live member is ours to extend (one past
  * its expiry may already have let a writer in). */
@@ -194,33 +226,18 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         POOL_LUA_FENCE_NEXT
         "label(KEYS[1], f)\n"
         "return {1, f}\n",
-    /* A key of another type (a shared lock's set) is handled as such: the
-     * token's member is removed, and the release announced once the set
-     * has no live member left (only exclusive waiters wait for that). */
     [POOL_SCRIPT_RELEASE] =
-        POOL_LUA_OURS
-        "local function announce(msg)\n"
-        "  if redis.call('DEL', KEYS[1] .. ' waiting') == 1 then\n"
-        "    redis.call('PUBLISH', ARGV[2], msg)\n"
-        "  end\n"
+        POOL_LUA_RELEASE
+        "return release(KEYS[1], ARGV[1], ARGV[2], ARGV[3])\n",
+    /* Releases nobody waits for, together: key i with token ARGV[2 + i];
+     * ARGV[1] the channel, ARGV[2] the instance id. */
+    [POOL_SCRIPT_RELEASE_MANY] =
+        POOL_LUA_RELEASE
+        "local out = {}\n"
+        "for i = 1, #KEYS do\n"
+        "  out[i] = release(KEYS[i], ARGV[2 + i], ARGV[1], ARGV[2])\n"
         "end\n"
-        "local v = redis.pcall('GET', KEYS[1])\n"
-        "if type(v) == 'table' and v.err then\n"
-        "  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
-        "  if not s then return 0 end\n"
-        "  redis.call('ZREM', KEYS[1], ARGV[1])\n"
-        POOL_LUA_NOW
-        "  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
-        "  if redis.call('EXISTS', KEYS[1]) == 0 then announce(KEYS[1]) end\n"
-        "  if tonumber(s) <= now then return 0 end\n"
-        "  return 1\n"
-        "end\n"
-        "if ours(v, ARGV[1]) then\n"
-        "  redis.call('DEL', KEYS[1])\n"
-        "  announce(KEYS[1] .. ' ' .. ARGV[3])\n"
-        "  return 1\n"
-        "end\n"
-        "return 0\n",
+        "return out\n",
     [POOL_SCRIPT_EXTEND] =
         POOL_LUA_EXTEND
         "return extend(KEYS[1], ARGV[1], ARGV[2])\n",

@@ -51,7 +51,8 @@
  * renewals, three words per key. pool_script and pool_command refuse
  * more. */
 #define POOL_MAX_ARGS_LOCK (2 * CONF_MAX_MULTI + 5)
-/* The most keys one EXTEND_MANY renews (three words each). */
+/* The most keys one EXTEND_MANY or RELEASE_MANY takes (at most three
+ * words each). */
 #define POOL_BATCH_MAX 128
 #define POOL_MAX_ARGS (3 * POOL_BATCH_MAX > POOL_MAX_ARGS_LOCK \
                        ? 3 * POOL_BATCH_MAX : POOL_MAX_ARGS_LOCK)
@@ -99,6 +100,8 @@ enum pool_script {
                                -> keys deleted */
     POOL_SCRIPT_EXTEND_MANY,    /* KEYS lock|shared... ARGV token,ttl,...
                                    (a pair per key) -> {1|0, ...} */
+    POOL_SCRIPT_RELEASE_MANY,   /* KEYS lock|shared... ARGV channel,
+                                   instance id,token... -> {1|0, ...} */
     POOL_SCRIPT_COUNT
 };
 

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +66,7 @@ struct op {
     size_t keylen;
     const char *label;      /* acquire: the holder label ("" for none), in
                                this allocation after the keys */
-    struct list blink;      /* renewal: in the batch being gathered */
+    struct list blink;      /* batched: in its queue (struct batch_queue) */
     char token[REDLOCK_TOKEN_LEN + 1];
     _Alignas(void *) char buf[];    /* the key pointers and lengths, then
                                        the keys' bytes, each NUL-terminated */
@@ -98,17 +99,35 @@ static void op_deferred(struct timer *t)
     op_reply(t->data, -1, NULL);
 }
 
-/* Renewals gathered for REDLOCK_BATCH_MS (redlock_renew): then sent as
- * one EXTEND_MANY per node, POOL_BATCH_MAX at a time. Not 0 ms: timers
+/*
+ * Requests nobody hurries for, gathered for REDLOCK_BATCH_MS and then sent
+ * POOL_BATCH_MAX at a time as one script per node: renewals (EXTEND_MANY)
+ * and the releases of sessions that ended (RELEASE_MANY). Not 0 ms: timers
  * started while timers run fire in the same run when due, so the flush
- * would come right after the first renewal, before the others due at the
- * same time (lockmgr brings renewals due together, lease_renew_due). */
+ * would come right after the first request, before the others due at the
+ * same time (lockmgr brings renewals due together, lease_renew_due). At
+ * most REDLOCK_BATCHES_OUT batches of a queue are in flight: a thousand
+ * sessions dropped at once queue their releases here rather than in
+ * hiredis's buffers, and memory stays bounded.
+ */
 #define REDLOCK_BATCH_MS 1
-static struct {
+#define REDLOCK_BATCHES_OUT 4
+/* After a burst of this many batched requests, free memory goes back to
+ * the system (malloc_trim) once the queue is empty. */
+#define REDLOCK_TRIM_AFTER 4096
+
+enum { BQ_EXTEND, BQ_RELEASE, BQ_COUNT };
+
+struct batch_queue {
     struct list ops;        /* struct op (blink) */
     size_t n;
+    int out;                /* batches in flight */
+    size_t burst;           /* requests since the queue was last empty */
+    enum op_kind kind;
+    enum pool_script script;
     struct timer flush;
-} RB;
+};
+static struct batch_queue BQ[BQ_COUNT];
 
 static void batch_flush_cb(struct timer *t);
 
@@ -124,9 +143,17 @@ void redlock_init(const struct conf *conf)
     };
 
     RC = conf;
-    list_init(&RB.ops);
-    RB.n = 0;
-    timer_init(&RB.flush, batch_flush_cb, NULL);
+    for (int i = 0; i < BQ_COUNT; i++) {
+        struct batch_queue *q = &BQ[i];
+        list_init(&q->ops);
+        q->n = 0;
+        q->out = 0;
+        q->burst = 0;
+        q->kind = i == BQ_EXTEND ? OP_EXTEND : OP_RELEASE;
+        q->script = i == BQ_EXTEND ? POOL_SCRIPT_EXTEND_MANY
+                                   : POOL_SCRIPT_RELEASE_MANY;
+        timer_init(&q->flush, batch_flush_cb, q);
+    }
     node_set_rules(&rules);
     for (size_t i = 0; i < REDLOCK_ERRLOG_SLOTS; i++)
         errlog[i].node = -1;
@@ -462,6 +489,17 @@ static enum pool_script op_words(const struct op *o, const char **argv,
     return s;
 }
 
+/* Node i could not take o's request: a failed vote, and a release owed
+ * to it for when it is back. */
+static void op_unsent(struct op *o, int i)
+{
+    o->res.failed++;
+    if (o->votes)
+        o->votes[i].vote = REDLOCK_VOTE_FAILED;
+    if (o->kind == OP_RELEASE)
+        node_release_later(i, o->key, o->keylen, o->token);
+}
+
 /* Send this op's script to every node it goes to; a node that cannot take
  * it counts as failed at once. The extra pending count keeps the op alive
  * until the loop is done even if every request fails synchronously. */
@@ -505,11 +543,7 @@ static void op_fan_out(struct op *o)
         o->pending++;
         if (pool_script(i, s, nkeys, nargs, argv, lens, op_reply, o) != 0) {
             o->pending--;
-            o->res.failed++;
-            if (o->votes)
-                o->votes[i].vote = REDLOCK_VOTE_FAILED;
-            if (o->kind == OP_RELEASE)
-                node_release_later(i, o->key, o->keylen, o->token);
+            op_unsent(o, i);
         }
     }
     /* Never answer from inside the caller's call: when no node could take
@@ -765,15 +799,35 @@ void redlock_release(const char *key, size_t keylen, const char *token,
     op_fan_out(op_create(OP_RELEASE, 1, &key, &keylen, token, 0, cb, ud));
 }
 
-/* ---- batched renewals ----------------------------------------------------- */
+/* ---- batches ------------------------------------------------------------ */
 
-/* Up to POOL_BATCH_MAX renewals sent together: each node's one reply is
- * an array with every op's answer, given to each op as its own reply. */
+/* Up to POOL_BATCH_MAX ops sent together: each node's one reply is an
+ * array with every op's answer, given to each op as its own reply. */
 struct batch {
-    int refs;               /* node requests outstanding */
+    struct batch_queue *q;
+    int refs;               /* node requests outstanding, +1 while sending */
     int n;
     struct op *ops[];
 };
+
+static void batch_put(struct batch *b)
+{
+    struct batch_queue *q = b->q;
+
+    if (--b->refs > 0)
+        return;
+    free(b);
+    q->out--;
+    if (q->n > 0 && !q->flush.slot)
+        timer_start(&q->flush, 0);
+    if (q->n == 0 && q->out == 0) {
+#ifdef __GLIBC__
+        if (q->burst >= REDLOCK_TRIM_AFTER)
+            malloc_trim(0);
+#endif
+        q->burst = 0;
+    }
+}
 
 static void batch_reply(void *ud, int node, redisReply *r)
 {
@@ -782,53 +836,75 @@ static void batch_reply(void *ud, int node, redisReply *r)
                 r->elements == (size_t)b->n;
 
     if (r && !each && r->type != REDIS_REPLY_ERROR) {
-        log_warn("redis %s: a batch of %d renewals answered a reply of "
+        log_warn("redis %s: a batch of %d requests answered a reply of "
                  "type %d: counted as failed", pool_node_name(node), b->n,
                  r->type);
         r = NULL;
     }
     for (int i = 0; i < b->n; i++)
         op_reply(b->ops[i], node, each ? r->element[i] : r);
-    if (--b->refs == 0)
-        free(b);
+    batch_put(b);
 }
 
-/* Send the first POOL_BATCH_MAX gathered renewals; as op_fan_out, a node
- * that cannot take them fails each at once. */
-static void batch_send(void)
+/* The words of a batch: the keys, then per key the token and ttl
+ * (EXTEND_MANY), or the channel, the instance id and the tokens
+ * (RELEASE_MANY). Returns the arguments after the keys. */
+static int batch_words(const struct batch *b, const char **argv,
+                       size_t *lens, char (*ttls)[POOL_NUM_SIZE])
 {
-    int n = RB.n < POOL_BATCH_MAX ? (int)RB.n : POOL_BATCH_MAX;
+    int n = b->n, k = n;
+
+    for (int i = 0; i < n; i++)
+        argv[i] = b->ops[i]->key, lens[i] = b->ops[i]->keylen;
+    if (b->q->kind == OP_RELEASE) {
+        argv[k++] = RC->locks.release_channel;
+        argv[k++] = pool_instance_id();
+    }
+    for (int i = 0; i < n; i++) {
+        argv[k++] = b->ops[i]->token;
+        if (b->q->kind == OP_EXTEND) {
+            snprintf(ttls[i], POOL_NUM_SIZE, "%" PRIu32, b->ops[i]->ttl);
+            argv[k++] = ttls[i];
+        }
+    }
+    for (int i = n; i < k; i++)
+        lens[i] = strlen(argv[i]);
+    return k - n;
+}
+
+/* Send the first POOL_BATCH_MAX ops of q (there are some, and fewer than
+ * REDLOCK_BATCHES_OUT batches are out); as op_fan_out, a node that cannot
+ * take them fails each at once. */
+static void batch_send(struct batch_queue *q)
+{
+    int n = q->n < POOL_BATCH_MAX ? (int)q->n : POOL_BATCH_MAX;
     struct batch *b = mem_alloc(sizeof(*b) + (size_t)n * sizeof(b->ops[0]));
     const char *argv[3 * POOL_BATCH_MAX];
     size_t lens[3 * POOL_BATCH_MAX];
     char ttls[POOL_BATCH_MAX][POOL_NUM_SIZE];
 
     for (int i = 0; i < n; i++) {
-        struct list *first = list_first(&RB.ops);
-        struct op *o = container_of(first, struct op, blink);
+        struct list *first = list_first(&q->ops);
         list_remove(first);
-        b->ops[i] = o;
-        o->pending = 1;
-        argv[i] = o->key, lens[i] = o->keylen;
-        snprintf(ttls[i], sizeof(ttls[i]), "%" PRIu32, o->ttl);
-        argv[n + 2 * i] = o->token;
-        lens[n + 2 * i] = strlen(o->token);
-        argv[n + 2 * i + 1] = ttls[i];
-        lens[n + 2 * i + 1] = strlen(ttls[i]);
+        b->ops[i] = container_of(first, struct op, blink);
+        b->ops[i]->pending = 1;
     }
-    RB.n -= (size_t)n;
+    q->n -= (size_t)n;
+    q->out++;
+    b->q = q;
     b->n = n;
     b->refs = 1;
+    int nargs = batch_words(b, argv, lens, ttls);
     for (int node = 0; node < pool_nnodes(); node++) {
         b->refs++;
-        if (pool_script(node, POOL_SCRIPT_EXTEND_MANY, n, 2 * n, argv, lens,
-                        batch_reply, b) == 0) {
+        if (pool_script(node, q->script, n, nargs, argv, lens, batch_reply,
+                        b) == 0) {
             for (int i = 0; i < n; i++)
                 b->ops[i]->pending++;
         } else {
             b->refs--;
             for (int i = 0; i < n; i++)
-                b->ops[i]->res.failed++;
+                op_unsent(b->ops[i], node);
         }
     }
     for (int i = 0; i < n; i++) {
@@ -837,27 +913,38 @@ static void batch_send(void)
         else
             op_reply(b->ops[i], -1, NULL);
     }
-    if (--b->refs == 0)
-        free(b);
+    batch_put(b);
 }
 
 static void batch_flush_cb(struct timer *t)
 {
-    (void)t;
-    while (RB.n > 0)
-        batch_send();
+    struct batch_queue *q = t->data;
+
+    while (q->n > 0 && q->out < REDLOCK_BATCHES_OUT)
+        batch_send(q);
 }
 
-void redlock_renew(const char *key, size_t keylen, const char *token,
-                   uint32_t ttl, redlock_cb cb, void *ud)
+static void batch_add(struct batch_queue *q, struct op *o)
 {
-    struct op *o = op_create(OP_EXTEND, 1, &key, &keylen, token, ttl, cb, ud);
+    list_push_tail(&q->ops, &o->blink);
+    q->n++;
+    q->burst++;
+    if (!q->flush.slot)
+        timer_start(&q->flush, REDLOCK_BATCH_MS);
+}
 
-    list_push_tail(&RB.ops, &o->blink);
-    if (++RB.n == 1)
-        timer_start(&RB.flush, REDLOCK_BATCH_MS);
-    else if (RB.n >= POOL_BATCH_MAX)
-        batch_send();
+void redlock_extend_batched(const char *key, size_t keylen, const char *token,
+                            uint32_t ttl, redlock_cb cb, void *ud)
+{
+    batch_add(&BQ[BQ_EXTEND], op_create(OP_EXTEND, 1, &key, &keylen, token,
+                                        ttl, cb, ud));
+}
+
+void redlock_release_batched(const char *key, size_t keylen,
+                             const char *token, redlock_cb cb, void *ud)
+{
+    batch_add(&BQ[BQ_RELEASE], op_create(OP_RELEASE, 1, &key, &keylen, token,
+                                         0, cb, ud));
 }
 
 void redlock_extend(const char *key, size_t keylen, const char *token,
@@ -1091,8 +1178,8 @@ int redlock_nquorum(void)
 
 const struct redlock_ops redlock_ops_default = {
     .acquire = redlock_acquire, .release = redlock_release,
-    .extend = redlock_extend, .renew = redlock_renew,
-    .inspect = redlock_inspect,
+    .extend = redlock_extend, .extend_batched = redlock_extend_batched,
+    .release_batched = redlock_release_batched, .inspect = redlock_inspect,
     .force_release = redlock_force_release, .token = redlock_token,
     .nnodes = redlock_nnodes, .quorum = redlock_nquorum,
     .why_unavailable = node_why_unavailable,

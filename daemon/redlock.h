@@ -128,10 +128,14 @@ void redlock_release(const char *key, size_t keylen, const char *token,
                      redlock_cb cb, void *ud);
 void redlock_extend(const char *key, size_t keylen, const char *token,
                     uint32_t ttl, redlock_cb cb, void *ud);
-/* redlock_extend for a renewal: those asked for in one loop turn go to
- * each node together, as one script renewing each key owner-checked. */
-void redlock_renew(const char *key, size_t keylen, const char *token,
-                   uint32_t ttl, redlock_cb cb, void *ud);
+/* redlock_extend and redlock_release for requests nobody waits for
+ * (renewals, lock-delay, the releases of ended sessions): those asked for
+ * within a millisecond go to each node together, as one script that
+ * handles each key owner-checked. */
+void redlock_extend_batched(const char *key, size_t keylen, const char *token,
+                            uint32_t ttl, redlock_cb cb, void *ud);
+void redlock_release_batched(const char *key, size_t keylen,
+                             const char *token, redlock_cb cb, void *ud);
 void redlock_inspect(const struct redlock_probe *p, redlock_inspect_cb cb,
                      void *ud);
 /* FORCEUNLOCK (operators): see struct redlock_ops. */
@@ -150,8 +154,11 @@ struct redlock_ops {
                     redlock_cb cb, void *ud);
     void (*extend)(const char *key, size_t keylen, const char *token,
                    uint32_t ttl, redlock_cb cb, void *ud);
-    void (*renew)(const char *key, size_t keylen, const char *token,
-                  uint32_t ttl, redlock_cb cb, void *ud);
+    void (*extend_batched)(const char *key, size_t keylen,
+                           const char *token, uint32_t ttl, redlock_cb cb,
+                           void *ud);
+    void (*release_batched)(const char *key, size_t keylen,
+                            const char *token, redlock_cb cb, void *ud);
     void (*inspect)(const struct redlock_probe *p, redlock_inspect_cb cb,
                     void *ud);
     /* Delete the resource's keys on every node whatever they hold, and

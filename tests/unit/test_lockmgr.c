@@ -133,7 +133,7 @@ static int f_quorum(void) { return 2; }
 
 static const struct redlock_ops fake_ops = {
     .acquire = f_acquire, .release = f_release, .extend = f_extend,
-    .renew = f_extend,
+    .extend_batched = f_extend, .release_batched = f_release,
     .inspect = f_inspect, .force_release = f_force, .token = f_token,
     .nnodes = f_nnodes,
     .quorum = f_quorum,
