@@ -40,8 +40,8 @@
 /*
  * The fence scripts start alike: read the counter (KEYS[k], the fence key
  * fk) into c, and refuse, before any write, a counter that is not a
- * decimal below 10^18 (INCR then stays far from overflow). Counters are
- * compared as strings, by length and then byte by byte: Lua numbers are
+ * decimal below 10^18 (its successor then stays far from overflow).
+ * Counters are compared as strings, by length and then byte by byte: Lua numbers are
  * doubles, exact only up to 2^53, so no counter is ever turned into one.
  */
 #define POOL_LUA_COUNTER_AT(k) \
@@ -61,29 +61,33 @@
     "end\n"
 #define POOL_LUA_COUNTER POOL_LUA_COUNTER_AT("2")
 
-/* m = max(c, seen): what the counter is raised to before the grant's
- * INCR (seen is ARGV[3] in the acquire scripts). */
+/* m = max(c, seen), and f = m + 1, the fence a grant gets (seen is
+ * ARGV[3] in the acquire scripts). The successor is taken on the decimal
+ * string (Lua's doubles are exact only to 2^53). */
 #define POOL_LUA_SEEN(arg) \
     "local m = c\n" \
-    "if above(" arg ", m) then m = " arg " end\n"
+    "if above(" arg ", m) then m = " arg " end\n" \
+    "local i = #m\n" \
+    "while i > 0 and string.byte(m, i) == 57 do i = i - 1 end\n" \
+    "local f\n" \
+    "if i == 0 then f = '1' .. string.rep('0', #m)\n" \
+    "else f = string.sub(m, 1, i - 1) .. string.char(string.byte(m, i) + 1)\n" \
+    "         .. string.rep('0', #m - i) end\n"
 
-/* The grant's fence: the counter becomes m + 1, written in the same script
- * as the grant, so while the key is ours (docs/design.md, "Fences"). */
-#define POOL_LUA_FENCE_NEXT \
-    "if m ~= c then redis.call('SET', fk, m) end\n" \
-    "redis.call('INCR', fk)\n" \
-    "local f = redis.call('GET', fk)\n"
-#define POOL_LUA_GRANT POOL_LUA_FENCE_NEXT "return {1, f}\n"
+/* The grant: the counter becomes f, written in the same script as the
+ * grant, so while the key is ours (docs/design.md, "Fences"). */
+#define POOL_LUA_GRANT \
+    "redis.call('SET', fk, f)\n" \
+    "return {1, f}\n"
 
-/* A granted exclusive key holds "token label fence" when the holder gave a
- * label (ARGV[4], redlockd's JSON naming daemon, session and client; see
- * docs/design.md, "Holder labels"), else just the token; STATUS on any
- * daemon reads it back. APPEND keeps the key's expiry. */
-#define POOL_LUA_LABEL \
-    "local function label(k, f)\n" \
-    "  if ARGV[4] and ARGV[4] ~= '' then\n" \
-    "    redis.call('APPEND', k, ' ' .. ARGV[4] .. ' ' .. f)\n" \
-    "  end\n" \
+/* What a granted exclusive key holds: "token label fence" when the holder
+ * gave a label (ARGV[4], redlockd's JSON naming daemon, session and
+ * client; see docs/design.md, "Holder labels"), else just the token.
+ * STATUS on any daemon reads it back. */
+#define POOL_LUA_VALUE \
+    "local value = ARGV[1]\n" \
+    "if ARGV[4] and ARGV[4] ~= '' then\n" \
+    "  value = ARGV[1] .. ' ' .. ARGV[4] .. ' ' .. f\n" \
     "end\n"
 
 /* A busy answer: k's PTTL, and k marked as waited for, so that its release
@@ -210,22 +214,20 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         POOL_LUA_COUNTER
         POOL_LUA_NOTLOCK
         POOL_LUA_READERS
-        POOL_LUA_LABEL
         POOL_LUA_BUSY
         POOL_LUA_SEEN("ARGV[3]")
+        POOL_LUA_VALUE
         "if KEYS[3] then\n"
         "  local n, t = readers(KEYS[3])\n"
         "  if not n then return notlock(KEYS[3], t) end\n"
         "  if n > 0 then return {0, busy(KEYS[3])} end\n"
         "end\n"
-        "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+        "if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then\n"
         "  local t = redis.call('TYPE', KEYS[1])['ok']\n"
         "  if t ~= 'string' and t ~= 'none' then return notlock(KEYS[1], t) end\n"
         "  return {0, busy(KEYS[1])}\n"
         "end\n"
-        POOL_LUA_FENCE_NEXT
-        "label(KEYS[1], f)\n"
-        "return {1, f}\n",
+        POOL_LUA_GRANT,
     [POOL_SCRIPT_RELEASE] =
         POOL_LUA_RELEASE
         "return release(KEYS[1], ARGV[1], ARGV[2], ARGV[3])\n",
@@ -306,9 +308,9 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         POOL_LUA_COUNTER_AT("1")
         POOL_LUA_NOTLOCK
         POOL_LUA_READERS
-        POOL_LUA_LABEL
         POOL_LUA_BUSY
         POOL_LUA_SEEN("ARGV[3]")
+        POOL_LUA_VALUE
         "local held, wait = false, -1\n"
         "for i = 2, #KEYS, 2 do\n"
         "  local x, s = KEYS[i], KEYS[i + 1]\n"
@@ -329,11 +331,9 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "end\n"
         "if held then return {0, wait} end\n"
         "for i = 2, #KEYS, 2 do\n"
-        "  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])\n"
+        "  redis.call('SET', KEYS[i], value, 'PX', ARGV[2])\n"
         "end\n"
-        POOL_LUA_FENCE_NEXT
-        "for i = 2, #KEYS, 2 do label(KEYS[i], f) end\n"
-        "return {1, f}\n",
+        POOL_LUA_GRANT,
     /* RAISE_HELD for a shared hold: only while our member is live. */
     [POOL_SCRIPT_RAISE_SHARED] =
         POOL_LUA_COUNTER
