@@ -33,7 +33,9 @@
 #define POOL_SHA_LEN 40         /* hex chars of a script's SHA1 (SCRIPT LOAD) */
 #define POOL_EVAL_WORDS 3       /* EVALSHA sha numkeys, before a script's words */
 #define POOL_HS_STEP_MAX 32     /* "SCRIPT LOAD: " and the like, before an error */
-#define POOL_KEEPALIVE_S 15     /* TCP keepalive idle time on node links */
+#define POOL_KEEPALIVE_S 15
+#define POOL_LINK_FILL 64       /* requests out on a link before the next
+                                   takes some (pool_node_pick) */     /* TCP keepalive idle time on node links */
 #define POOL_PROBE_SUFFIX ":probe:" /* probe channel: release channel, this,
                                        the instance id */
 
@@ -406,6 +408,7 @@ struct pool_link {
     enum link_state state;
     bool subscriber;
     struct list queue;              /* pool_reqs awaiting a reply */
+    unsigned nqueue;                /* of them */
     uint64_t connect_deadline;
     uint64_t last_progress;         /* last reply, or first send into an
                                        empty queue (uv_now ms) */
@@ -428,7 +431,6 @@ struct pool_node {
     struct pool_link *links;        /* pool_size data links */
     struct pool_link sub;           /* release notifications */
     unsigned nup;                   /* data links in LINK_UP */
-    unsigned rr;                    /* round-robin cursor */
     bool failed;                    /* between pool_node_fail and reconnect */
     bool identified;                /* came up with a run_id: connecting
                                        again counts as a reconnect */
@@ -557,6 +559,7 @@ static int link_send(struct pool_link *l, struct pool_req *q)
     }
     q->link = l;
     list_push_tail(&l->queue, &q->queue);
+    l->nqueue++;
     link_arm(l);
     l->node->st.requests++;
     P.inflight++;
@@ -580,6 +583,7 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     redisReply *r = reply;
 
     list_remove(&q->queue);
+    l->nqueue--;
     P.inflight--;
     if (!r) {
         /* The connection failed (or we are dropping it): fail the node once,
@@ -1233,17 +1237,26 @@ const char *pool_instance_id(void)
     return P.instance_id;
 }
 
+/* The first link that is up and has fewer than POOL_LINK_FILL requests
+ * out, else the up link with the fewest. Filling one link first rather
+ * than taking turns lets hiredis write more requests per system call and
+ * the node answer more per read (measured: docs/benchmarks.md); the
+ * others take the overflow, and the traffic when the first is down. */
 static struct pool_link *pool_node_pick(struct pool_node *n)
 {
     unsigned size = P.conf->redis.pool_size;
+    struct pool_link *best = NULL;
+
     for (unsigned i = 0; i < size; i++) {
-        struct pool_link *l = &n->links[(n->rr + i) % size];
-        if (l->state == LINK_UP && l->ac) {
-            n->rr = (n->rr + i + 1) % size;
+        struct pool_link *l = &n->links[i];
+        if (l->state != LINK_UP || !l->ac)
+            continue;
+        if (l->nqueue < POOL_LINK_FILL)
             return l;
-        }
+        if (!best || l->nqueue < best->nqueue)
+            best = l;
     }
-    return NULL;
+    return best;
 }
 
 static int pool_node_send(int node, struct pool_req *q)
