@@ -1349,6 +1349,7 @@ static bool req_try(struct lockreq *q)
                                           : REDLOCK_EXCLUSIVE,
         .n = (int)q->n, .keys = keys, .lens = lens,
         .label = q->label, .labellen = q->labellen,
+        .wait = q->deadline != 0,
     };
 
     if (q->limit) {
@@ -1960,7 +1961,8 @@ static json_t *status_remote_holder(const struct redlock_node_view *v, int n,
         int k = 0, with = -1;
         uint64_t fence = 0;
         for (int j = 0; j < n; j++) {
-            if (!v[j].token || strcmp(v[j].token, v[i].token) != 0)
+            if (!v[j].voting || !v[j].token ||
+                strcmp(v[j].token, v[i].token) != 0)
                 continue;
             k++;
             if (v[j].label && (with < 0 || v[j].fence > fence))

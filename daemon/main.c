@@ -93,11 +93,12 @@ static void close_own_handles(void)
 
 /* Last phase: the pool is down; operations it failed finish on the next
  * timer turns (some start one more, e.g. giving back a late grant, which
- * fails at once). When none is left, free the pool and close the rest. */
+ * fails at once; batched ones wait for their 1 ms flush). When none is
+ * left, free the pool and close the rest. */
 static void finish_cb(struct timer *t)
 {
     if (redlock_live() > 0 && D.finish_turns++ < 100) {
-        timer_start(t, 0);
+        timer_start(t, 1);
         return;
     }
     node_free();

@@ -92,8 +92,9 @@
     "  value = ARGV[1] .. ' ' .. ARGV[4] .. ' ' .. f\n" \
     "end\n"
 
-/* A busy answer: k's PTTL, and k marked as waited for, so that its release
- * is announced (only then: an uncontended release publishes nothing). The
+/* A busy answer: k's PTTL, and when the request will wait (ARGV[5] is
+ * '1'), k marked as waited for, so that its release is announced (only
+ * then: an uncontended release publishes nothing). The
  * mark, k .. ' waiting', is nobody's lock (no resource name has a space)
  * and outlives k's PTTL by POOL_WAIT_MARK_MS, the waiter's next try coming
  * at that PTTL at the latest (lockmgr's req_sleep). */
@@ -101,9 +102,11 @@
 #define POOL_LUA_BUSY \
     "local function busy(k)\n" \
     "  local p = redis.call('PTTL', k)\n" \
-    "  local w = p\n" \
-    "  if w < 0 then w = 0 end\n" \
-    "  redis.call('SET', k .. ' waiting', '1', 'PX', w + " POOL_WAIT_MARK_MS ")\n" \
+    "  if ARGV[5] == '1' then\n" \
+    "    local w = p\n" \
+    "    if w < 0 then w = 0 end\n" \
+    "    redis.call('SET', k .. ' waiting', '1', 'PX', w + " POOL_WAIT_MARK_MS ")\n" \
+    "  end\n" \
     "  return p\n" \
     "end\n"
 
@@ -181,6 +184,20 @@
     "  return 0\n" \
     "end\n"
 
+/* The body of a batch script: call for each key i, each in its own
+ * pcall so that one key's error (a key of a foreign type, OOM) is that
+ * key's answer alone, not the batch's. Writes before an error stay, as
+ * they would for a script of its own. */
+#define POOL_LUA_EACH(call) \
+    "local out = {}\n" \
+    "for i = 1, #KEYS do\n" \
+    "  local ok, r = pcall(function() return " call " end)\n" \
+    "  if ok then out[i] = r else\n" \
+    "    out[i] = redis.error_reply(type(r) == 'table' and r.err or tostring(r))\n" \
+    "  end\n" \
+    "end\n" \
+    "return out\n"
+
 /* extend(k, t, ttl): 1 when k is ours and now lasts ttl ms more, else 0.
  * On a shared lock's set only a live member is ours to extend (one past
  * its expiry may already have let a writer in). */
@@ -237,11 +254,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
      * ARGV[1] the channel, ARGV[2] the instance id. */
     [POOL_SCRIPT_RELEASE_MANY] =
         POOL_LUA_RELEASE
-        "local out = {}\n"
-        "for i = 1, #KEYS do\n"
-        "  out[i] = release(KEYS[i], ARGV[2 + i], ARGV[1], ARGV[2])\n"
-        "end\n"
-        "return out\n",
+        POOL_LUA_EACH("release(KEYS[i], ARGV[2 + i], ARGV[1], ARGV[2])"),
     [POOL_SCRIPT_EXTEND] =
         POOL_LUA_EXTEND
         "return extend(KEYS[1], ARGV[1], ARGV[2])\n",
@@ -249,11 +262,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
      * ARGV[2i], each owner-checked on its own. */
     [POOL_SCRIPT_EXTEND_MANY] =
         POOL_LUA_EXTEND
-        "local out = {}\n"
-        "for i = 1, #KEYS do\n"
-        "  out[i] = extend(KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])\n"
-        "end\n"
-        "return out\n",
+        POOL_LUA_EACH("extend(KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])"),
     [POOL_SCRIPT_RAISE] =
         "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
         "if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end\n"

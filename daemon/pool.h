@@ -47,10 +47,10 @@
 
 /* The most words one request may carry (a script's keys and arguments, or a
  * command with its name): a LOCK of locks.max_multi resources sends the
- * fence key, two keys per resource and four arguments; a batch of
+ * fence key, two keys per resource and five arguments; a batch of
  * renewals, three words per key. pool_script and pool_command refuse
  * more. */
-#define POOL_MAX_ARGS_LOCK (2 * CONF_MAX_MULTI + 5)
+#define POOL_MAX_ARGS_LOCK (2 * CONF_MAX_MULTI + 6)
 /* The most keys one EXTEND_MANY or RELEASE_MANY takes (at most three
  * words each). */
 #define POOL_BATCH_MAX 128
@@ -81,17 +81,19 @@
  */
 enum pool_script {
     POOL_SCRIPT_ACQUIRE,    /* KEYS lock,fence[,shared] ARGV token,ttl,seen,
-                               label -> {1,"counter"} | {0,pttl} */
+                               label,wait -> {1,"counter"} | {0,pttl} */
     POOL_SCRIPT_RELEASE,    /* KEYS lock|shared ARGV token,channel -> 1|0 */
     POOL_SCRIPT_EXTEND,     /* KEYS lock|shared ARGV token,ttl -> 1|0 */
     POOL_SCRIPT_RAISE,      /* KEYS fence ARGV value -> 1 */
     POOL_SCRIPT_RAISE_HELD, /* KEYS lock,fence[,lock...] ARGV token,value
                                -> {1,"counter"} ours | {0,"counter"} not */
     POOL_SCRIPT_UNDO,       /* KEYS lock ARGV token -> 1|0 (no PUBLISH) */
-    POOL_SCRIPT_ACQUIRE_SHARED, /* KEYS lock,fence,shared ARGV token,ttl,seen
+    POOL_SCRIPT_ACQUIRE_SHARED, /* KEYS lock,fence,shared ARGV token,ttl,seen,
+                                   label (unused),wait
                                    -> {1,"counter"} | {0,pttl} */
     POOL_SCRIPT_ACQUIRE_MULTI,  /* KEYS fence,lock1,shared1,... ARGV token,
-                                   ttl,seen,label -> {1,"counter"} | {0,pttl} */
+                                   ttl,seen,label,wait -> {1,"counter"} |
+                                   {0,pttl} */
     POOL_SCRIPT_RAISE_SHARED,   /* KEYS shared,fence ARGV token,value
                                    -> {1,"counter"} | {0,"counter"} */
     POOL_SCRIPT_INSPECT,    /* KEYS lock,shared ARGV slot-prefix,K

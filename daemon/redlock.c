@@ -55,6 +55,7 @@ struct op {
     uint64_t start_ns;
     uint32_t ttl;
     bool undo;              /* acquire: some node may hold our key */
+    bool wait;              /* acquire: will wait (struct redlock_lock) */
     struct redlock_node_vote *votes;    /* (owned) acquire: one per node */
     struct timer defer;     /* completes an op no node could take */
     redlock_cb cb;
@@ -106,9 +107,10 @@ static void op_deferred(struct timer *t)
  * started while timers run fire in the same run when due, so the flush
  * would come right after the first request, before the others due at the
  * same time (lockmgr brings renewals due together, lease_renew_due). At
- * most REDLOCK_BATCHES_OUT batches of a queue are in flight: a thousand
- * sessions dropped at once queue their releases here rather than in
- * hiredis's buffers, and memory stays bounded.
+ * most REDLOCK_BATCHES_OUT batches of a queue are out (a batch stops
+ * counting once a quorum answered): a thousand sessions dropped at once
+ * queue their releases here rather than in hiredis's buffers, and memory
+ * stays bounded.
  */
 #define REDLOCK_BATCH_MS 1
 #define REDLOCK_BATCHES_OUT 4
@@ -470,6 +472,7 @@ static enum pool_script op_words(const struct op *o, const char **argv,
         argv[k++] = num;
         argv[k++] = seen;
         argv[k++] = o->label;
+        argv[k++] = o->wait ? "1" : "0";
         break;
     case OP_RAISE:
     default:
@@ -787,6 +790,7 @@ void redlock_acquire(const struct redlock_lock *lk, const char *token,
     struct op *o = op_create(OP_ACQUIRE, k + 1, keys, lens, token, ttl, cb,
                              ud);
     o->label = o->keys[k];
+    o->wait = lk->wait;
     o->mode = lk->mode;
     o->nres = n;
     o->with_shared = lk->shared != NULL;
@@ -806,9 +810,26 @@ void redlock_release(const char *key, size_t keylen, const char *token,
 struct batch {
     struct batch_queue *q;
     int refs;               /* node requests outstanding, +1 while sending */
+    int answered;           /* nodes that replied */
+    bool out;               /* counted in q->out */
     int n;
     struct op *ops[];
 };
+
+/* b no longer holds up its queue: the next batch may go. That is once a
+ * quorum of nodes answered, so that a slow node (not yet given up on)
+ * does not stall every renewal and release behind it. */
+static void batch_let_go(struct batch *b)
+{
+    struct batch_queue *q = b->q;
+
+    if (!b->out)
+        return;
+    b->out = false;
+    q->out--;
+    if (q->n > 0 && !q->flush.slot)
+        timer_start(&q->flush, 0);
+}
 
 static void batch_put(struct batch *b)
 {
@@ -816,10 +837,8 @@ static void batch_put(struct batch *b)
 
     if (--b->refs > 0)
         return;
+    batch_let_go(b);
     free(b);
-    q->out--;
-    if (q->n > 0 && !q->flush.slot)
-        timer_start(&q->flush, 0);
     if (q->n == 0 && q->out == 0) {
 #ifdef __GLIBC__
         if (q->burst >= REDLOCK_TRIM_AFTER)
@@ -843,6 +862,8 @@ static void batch_reply(void *ud, int node, redisReply *r)
     }
     for (int i = 0; i < b->n; i++)
         op_reply(b->ops[i], node, each ? r->element[i] : r);
+    if (++b->answered >= redlock_quorum(pool_nnodes()))
+        batch_let_go(b);
     batch_put(b);
 }
 
@@ -891,20 +912,22 @@ static void batch_send(struct batch_queue *q)
     }
     q->n -= (size_t)n;
     q->out++;
+    b->out = true;
     b->q = q;
     b->n = n;
     b->refs = 1;
     int nargs = batch_words(b, argv, lens, ttls);
     for (int node = 0; node < pool_nnodes(); node++) {
         b->refs++;
+        for (int i = 0; i < n; i++)
+            b->ops[i]->pending++;
         if (pool_script(node, q->script, n, nargs, argv, lens, batch_reply,
-                        b) == 0) {
-            for (int i = 0; i < n; i++)
-                b->ops[i]->pending++;
-        } else {
+                        b) != 0) {
             b->refs--;
-            for (int i = 0; i < n; i++)
+            for (int i = 0; i < n; i++) {
+                b->ops[i]->pending--;
                 op_unsent(b->ops[i], node);
+            }
         }
     }
     for (int i = 0; i < n; i++) {

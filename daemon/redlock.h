@@ -84,6 +84,9 @@ struct redlock_lock {
                                    (STATUS on other daemons reads it), or
                                    NULL; one word */
     size_t labellen;
+    bool wait;                  /* it waits when turned away: mark the keys
+                                   in its way, so their release is
+                                   announced */
 };
 
 /* What STATUS and FORCEUNLOCK look at for one resource. */

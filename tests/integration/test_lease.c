@@ -673,6 +673,33 @@ START_TEST(renewals_batched)
 }
 END_TEST
 
+/* One key of a batch that its script cannot handle (a hash where the
+ * lock was) fails that key's renewal alone: its lease is lost, the lease
+ * renewed in the same batch is not. */
+START_TEST(batch_error_is_one_keys)
+{
+    struct h_client *a;
+
+    start_daemon(&D1, NULL);
+    a = client(0, &D1);
+    h_expect(a, "OK resources=2 ", "LOCK bad:a bad:b ttl=900");
+    h_expect(a, "OK resource=bad:c ", "LOCK bad:c ttl=900");
+    for (int i = 0; i < NNODES; i++) {
+        ck_assert_int_ne(h_redis_cmd(&N[i], NULL, "DEL lock:bad:c"), -3);
+        ck_assert_int_ne(h_redis_cmd(&N[i], NULL, "HSET lock:bad:c f v"), -3);
+    }
+    ck_assert_msg(h_expect_event(a, "EVENT LOST resource=bad:c ", T(3000)),
+                  "the broken lease was not lost");
+    h_sleep_ms(1500);
+    ck_assert_msg(!h_expect_event(a, "EVENT", 1), "another lease went too: %s",
+                  a->line);
+    json_t *o = h_ok_json(a, "LOCKS");
+    ck_assert_uint_eq(json_array_size(json_object_get(o, "locks")), 2);
+    json_decref(o);
+    stop_daemons();
+}
+END_TEST
+
 static Suite *lease_suite(void)
 {
     Suite *s = suite_create("lease");
@@ -692,6 +719,7 @@ static Suite *lease_suite(void)
     tcase_add_test(tc, lock_delay_after_drop);
     tcase_add_test(tc, keepalive_expiry_releases);
     tcase_add_test(tc, renewals_batched);
+    tcase_add_test(tc, batch_error_is_one_keys);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1143,6 +1143,10 @@ START_TEST(publish_only_when_contended)
     ck_assert_int_eq(announcements(sub, 300), 0);
 
     lock_ok(&a, "wanted", 10000, "", &g);
+    /* Turned away without waiting: no mark, nothing to announce. */
+    h_expect(&b, "ERR BUSY", "LOCK wanted");
+    ck_assert_int_eq(h_redis_cmd(&R[0], NULL, "EXISTS %s",
+                                 "lock:wanted waiting"), 0);
     h_sendf(&b, "LOCK wanted ttl=10000 wait=%d\n", h_scale(8000));
     h_sleep_ms(200);            /* b's busy answer marks the key */
     uint64_t t0 = h_now_ms();

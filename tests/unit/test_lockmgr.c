@@ -1513,11 +1513,14 @@ START_TEST(test_status_names_a_holder_elsewhere)
     static const char lab[] = "{\"daemon\":\"far\",\"session\":\"s9.x\","
                               "\"name\":\"bob\"}";
     struct redlock_node_view v[3] = {
-        { .name = "n1", .answered = true, .pttl = 9000, .slots = "",
+        { .name = "n1", .voting = true, .answered = true, .pttl = 9000,
+          .slots = "",
           .token = "t1", .label = lab, .fence = 40 },
-        { .name = "n2", .answered = true, .pttl = 9000, .slots = "",
+        { .name = "n2", .voting = true, .answered = true, .pttl = 9000,
+          .slots = "",
           .token = "t1", .label = lab, .fence = 41 },
-        { .name = "n3", .answered = true, .pttl = 9000, .slots = "",
+        { .name = "n3", .voting = true, .answered = true, .pttl = 9000,
+          .slots = "",
           .token = "t2", .label = lab, .fence = 99 },
     };
     lockmgr_status(&C.o, R("elsewhere"), 0);
@@ -1548,7 +1551,16 @@ START_TEST(test_status_names_a_holder_elsewhere)
     h = json_object_get(C.status, "holder");
     ck_assert(json_is_true(json_object_get(h, "foreign")));
 
+    /* A node that does not vote does not count. */
+    v[1].voting = false;
+    lockmgr_status(&C.o, R("elsewhere"), 0);
+    i = pending(F_INSPECT, "lock:elsewhere");
+    calls[i].done = true;
+    calls[i].icb(calls[i].ud, v, 3);
+    ck_assert(json_is_null(json_object_get(C.status, "holder")));
+
     /* No token on a quorum: nobody. */
+    v[1].voting = true;
     v[1].token = "t3";
     lockmgr_status(&C.o, R("elsewhere"), 0);
     i = pending(F_INSPECT, "lock:elsewhere");
