@@ -1491,6 +1491,17 @@ START_TEST(test_status_and_leases_json)
 }
 END_TEST
 
+/* C's STATUS of a resource nobody here holds, the nodes answering v[3]:
+ * the holder it names (owned by C.status). */
+static json_t *holder_seen(const struct redlock_node_view *v)
+{
+    lockmgr_status(&C.o, R("elsewhere"), 0);
+    int i = pending(F_INSPECT, "lock:elsewhere");
+    calls[i].done = true;
+    calls[i].icb(calls[i].ud, v, 3);
+    return json_object_get(C.status, "holder");
+}
+
 /* The label an acquisition stores after its token names daemon, session
  * and client (quotes escaped: it is JSON); STATUS where no holder is here
  * names the one the nodes record, with the highest fence stored, or
@@ -1523,11 +1534,7 @@ START_TEST(test_status_names_a_holder_elsewhere)
           .slots = "",
           .token = "t2", .label = lab, .fence = 99 },
     };
-    lockmgr_status(&C.o, R("elsewhere"), 0);
-    i = pending(F_INSPECT, "lock:elsewhere");
-    calls[i].done = true;
-    calls[i].icb(calls[i].ud, v, 3);
-    json_t *h = json_object_get(C.status, "holder");
+    json_t *h = holder_seen(v);
     ck_assert_str_eq(json_string_value(json_object_get(h, "daemon")), "far");
     ck_assert_str_eq(json_string_value(json_object_get(h, "session")), "s9.x");
     ck_assert_str_eq(json_string_value(json_object_get(h, "name")), "bob");
@@ -1535,38 +1542,22 @@ START_TEST(test_status_names_a_holder_elsewhere)
 
     /* Some other client's value. */
     v[0].label = v[1].label = NULL;
-    lockmgr_status(&C.o, R("elsewhere"), 0);
-    i = pending(F_INSPECT, "lock:elsewhere");
-    calls[i].done = true;
-    calls[i].icb(calls[i].ud, v, 3);
-    h = json_object_get(C.status, "holder");
+    h = holder_seen(v);
     ck_assert(json_is_true(json_object_get(h, "foreign")));
 
     /* A label that is no holder label is foreign too. */
     v[0].label = v[1].label = "{\"daemon\":1}";
-    lockmgr_status(&C.o, R("elsewhere"), 0);
-    i = pending(F_INSPECT, "lock:elsewhere");
-    calls[i].done = true;
-    calls[i].icb(calls[i].ud, v, 3);
-    h = json_object_get(C.status, "holder");
+    h = holder_seen(v);
     ck_assert(json_is_true(json_object_get(h, "foreign")));
 
     /* A node that does not vote does not count. */
     v[1].voting = false;
-    lockmgr_status(&C.o, R("elsewhere"), 0);
-    i = pending(F_INSPECT, "lock:elsewhere");
-    calls[i].done = true;
-    calls[i].icb(calls[i].ud, v, 3);
-    ck_assert(json_is_null(json_object_get(C.status, "holder")));
+    ck_assert(json_is_null(holder_seen(v)));
 
     /* No token on a quorum: nobody. */
     v[1].voting = true;
     v[1].token = "t3";
-    lockmgr_status(&C.o, R("elsewhere"), 0);
-    i = pending(F_INSPECT, "lock:elsewhere");
-    calls[i].done = true;
-    calls[i].icb(calls[i].ud, v, 3);
-    ck_assert(json_is_null(json_object_get(C.status, "holder")));
+    ck_assert(json_is_null(holder_seen(v)));
     ck_assert_int_eq(C.refs, 0);
     end_and_release(&A, "lock:r");
 }
