@@ -1249,8 +1249,8 @@ const char *pool_instance_id(void)
 /* The first link that is up and has fewer than POOL_LINK_FILL requests
  * out, else the up link with the fewest. Filling one link first rather
  * than taking turns lets hiredis write more requests per system call and
- * the node answer more per read (measured: docs/benchmarks.md); the
- * others take the overflow, and the traffic when the first is down. */
+ * the node answer more per read; the others take the overflow, and the
+ * traffic when the first is down. */
 static struct pool_link *pool_node_pick(struct pool_node *n)
 {
     unsigned size = P.conf->redis.pool_size;
