@@ -655,7 +655,7 @@ static uint64_t lease_renew_interval(const struct lease *l)
 /* When l renews next: a renewal interval from now, brought forward to a
  * multiple of LOCKMGR_RENEW_GRAIN_MS (at most an eighth of the interval),
  * so that renewals fall due together and redlock sends them to each node
- * as one script (redlock_renew). */
+ * as one script (redlock_extend_batched). */
 static uint64_t lease_renew_due(const struct lease *l)
 {
     uint64_t iv = lease_renew_interval(l);

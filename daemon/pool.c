@@ -184,14 +184,14 @@
     "  return 0\n" \
     "end\n"
 
-/* The body of a batch script: call for each key i, each in its own
+/* The body of a batch script: fn(args) for each key i, each in its own
  * pcall so that one key's error (a key of a foreign type, OOM) is that
  * key's answer alone, not the batch's. Writes before an error stay, as
  * they would for a script of its own. */
-#define POOL_LUA_EACH(call) \
+#define POOL_LUA_EACH(fn, args) \
     "local out = {}\n" \
     "for i = 1, #KEYS do\n" \
-    "  local ok, r = pcall(function() return " call " end)\n" \
+    "  local ok, r = pcall(" fn ", " args ")\n" \
     "  if ok then out[i] = r else\n" \
     "    out[i] = redis.error_reply(type(r) == 'table' and r.err or tostring(r))\n" \
     "  end\n" \
@@ -254,7 +254,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
      * ARGV[1] the channel, ARGV[2] the instance id. */
     [POOL_SCRIPT_RELEASE_MANY] =
         POOL_LUA_RELEASE
-        POOL_LUA_EACH("release(KEYS[i], ARGV[2 + i], ARGV[1], ARGV[2])"),
+        POOL_LUA_EACH("release", "KEYS[i], ARGV[2 + i], ARGV[1], ARGV[2]"),
     [POOL_SCRIPT_EXTEND] =
         POOL_LUA_EXTEND
         "return extend(KEYS[1], ARGV[1], ARGV[2])\n",
@@ -262,7 +262,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
      * ARGV[2i], each owner-checked on its own. */
     [POOL_SCRIPT_EXTEND_MANY] =
         POOL_LUA_EXTEND
-        POOL_LUA_EACH("extend(KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])"),
+        POOL_LUA_EACH("extend", "KEYS[i], ARGV[2 * i - 1], ARGV[2 * i]"),
     [POOL_SCRIPT_RAISE] =
         "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
         "if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end\n"
