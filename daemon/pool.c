@@ -94,10 +94,10 @@
 
 /* A busy answer: k's PTTL, and when the request will wait (ARGV[5] is
  * '1'), k marked as waited for, so that its release is announced (only
- * then: an uncontended release publishes nothing). The
- * mark, k .. ' waiting', is nobody's lock (no resource name has a space)
- * and outlives k's PTTL by POOL_WAIT_MARK_MS, the waiter's next try coming
- * at that PTTL at the latest (lockmgr's req_sleep). */
+ * then: an uncontended release publishes nothing). The mark,
+ * k .. ' waiting', is nobody's lock (no resource name has a space) and
+ * outlives k's PTTL by POOL_WAIT_MARK_MS, the waiter's next try coming at
+ * that PTTL at the latest (lockmgr's req_sleep). */
 #define POOL_WAIT_MARK_MS "2000"
 #define POOL_LUA_BUSY \
     "local function busy(k)\n" \
