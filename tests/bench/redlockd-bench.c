@@ -320,9 +320,12 @@ static void on_sigint(int sig)
 
 /* ---- the daemon's process: pid, RSS, CPU ---------------------------------- */
 
-static long proc_rss_kib(pid_t pid)
+/* A "Vm...:" line of /proc/PID/status (field with its colon) in KiB, or
+ * -1. */
+static long proc_status_kib(pid_t pid, const char *field)
 {
     char path[64], line[256];
+    size_t n = strlen(field);
     long kib = -1;
     FILE *f;
 
@@ -331,13 +334,18 @@ static long proc_rss_kib(pid_t pid)
     if (!f)
         return -1;
     while (fgets(line, sizeof(line), f)) {
-        if (strncmp(line, "VmRSS:", 6) == 0) {
-            kib = strtol(line + 6, NULL, 10);
+        if (strncmp(line, field, n) == 0) {
+            kib = strtol(line + n, NULL, 10);
             break;
         }
     }
     fclose(f);
     return kib;
+}
+
+static long proc_rss_kib(pid_t pid)
+{
+    return proc_status_kib(pid, "VmRSS:");
 }
 
 /* User + system CPU time of pid, in seconds, or -1. */
@@ -1761,19 +1769,7 @@ static bool reset_peak_rss(void)
 
 static long proc_hwm_kib(pid_t pid)
 {
-    char path[64], line[256];
-    long kib = -1;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    f = fopen(path, "r");
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof(line), f))
-        if (strncmp(line, "VmHWM:", 6) == 0)
-            kib = strtol(line + 6, NULL, 10);
-    fclose(f);
-    return kib;
+    return proc_status_kib(pid, "VmHWM:");
 }
 
 /* idle: sessions that each hold L renewed locks, then all dropped. */

@@ -1459,6 +1459,14 @@ int h_daemon_finish(struct h_daemon *d)
     return rc;
 }
 
+void h_daemon_finish_ok(struct h_daemon *d)
+{
+    int port = d->port, rc = h_daemon_finish(d);
+
+    ck_assert_msg(rc == 0, "redlockd (port %d) exited with status %d on "
+                  "SIGTERM", port, rc);
+}
+
 /* h_cmd of an already formatted request, asserting the reply's start; the
  * request is kept so the message can quote it. */
 static char *expect_req(struct h_client *c, const char *prefix, const char *req)

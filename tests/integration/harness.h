@@ -209,6 +209,8 @@ void h_connect_tcp_ok(struct h_client *c, int port);
  * log when it did not exit 0, so the failure that follows has its clue.
  * Returns the exit status, 0 when it was not running. */
 int h_daemon_finish(struct h_daemon *d);
+/* h_daemon_finish, asserting exit status 0 (under valgrind: no leaks). */
+void h_daemon_finish_ok(struct h_daemon *d);
 
 /* Send a printf-formatted request (h_cmd) and assert the reply starts with
  * `prefix`; returns the reply (h_cmd's buffer). */

@@ -56,8 +56,8 @@ static void teardown(void)
 
 static void stop_daemons(void)
 {
-    ck_assert_int_eq(h_daemon_finish(&D1), 0);
-    ck_assert_int_eq(h_daemon_finish(&D2), 0);
+    h_daemon_finish_ok(&D1);
+    h_daemon_finish_ok(&D2);
 }
 
 /* Set node i's fence counter directly, as a diverged history left it,
