@@ -227,6 +227,20 @@ static void http_get(int port, const char *path, char *buf, size_t size)
     close(fd);
 }
 
+/* Nodes, a daemon, the addresses taskq is given, the queue's connection
+ * and the task script: what every test starts from. */
+static void start_all(void)
+{
+    h_redis_start_all(R, NODES, NULL);
+    h_daemon_start(&D, R, NODES, NULL);
+    h_wait_voting(&D, NODES, h_scale(5000));
+    snprintf(S, sizeof(S), "127.0.0.1:%d", D.port);
+    snprintf(RQ, sizeof(RQ), "127.0.0.1:%d", R[0].port);
+    q = h_redis_connect(&R[0]);
+    write_script();
+    setenv("TASKQ_TEST_DIR", D.dir, 1);
+}
+
 START_TEST(test_queue)
 {
     static char out[65536], runs[1 << 21];
@@ -240,14 +254,7 @@ START_TEST(test_queue)
     unsigned long long slow_fence1 = 0;
     pid_t slow_pid = 0;
 
-    h_redis_start_all(R, NODES, NULL);
-    h_daemon_start(&D, R, NODES, NULL);
-    h_wait_voting(&D, NODES, h_scale(5000));
-    snprintf(S, sizeof(S), "127.0.0.1:%d", D.port);
-    snprintf(RQ, sizeof(RQ), "127.0.0.1:%d", R[0].port);
-    q = h_redis_connect(&R[0]);
-    write_script();
-    setenv("TASKQ_TEST_DIR", D.dir, 1);
+    start_all();
 
     /* Push: ids 1..200 the good ones, 201 the bad one. */
     push[np++] = (char *)bin();
@@ -513,14 +520,7 @@ START_TEST(test_lease_lost)
     FILE *f;
     int st;
 
-    h_redis_start_all(R, NODES, NULL);
-    h_daemon_start(&D, R, NODES, NULL);
-    h_wait_voting(&D, NODES, h_scale(5000));
-    snprintf(S, sizeof(S), "127.0.0.1:%d", D.port);
-    snprintf(RQ, sizeof(RQ), "127.0.0.1:%d", R[0].port);
-    q = h_redis_connect(&R[0]);
-    write_script();
-    setenv("TASKQ_TEST_DIR", D.dir, 1);
+    start_all();
     snprintf(script, sizeof(script), "%s", tmp_path("task.sh"));
     snprintf(pidpath, sizeof(pidpath), "%s", tmp_path("long.pid"));
     st = h_run(push, out, sizeof(out));
