@@ -71,6 +71,8 @@ struct lockreq {
     bool woken;                     /* its timer is a notified wake-up */
     bool notified;                  /* a release was announced meanwhile */
     bool shutdown;                  /* the daemon stops: no grant */
+    bool held_back;                 /* in M.held_back: start-up */
+    struct list hlink;
     enum redlock_status last;
     struct timer timer;
     char token[REDLOCK_TOKEN_LEN + 1];
@@ -186,6 +188,8 @@ static struct {
     struct list notices;
     int depth;                      /* entry points on the stack */
     bool flushing;
+    bool starting;                  /* until lockmgr_ready() */
+    struct list held_back;          /* struct lockreq (hlink), in order */
     uint64_t rng;                   /* xorshift64* state, never 0 */
     uint64_t spread;                /* where this daemon starts in a
                                        semaphore's slots: hash of its id */
@@ -326,6 +330,7 @@ void lockmgr_init(const struct conf *conf, const struct redlock_ops *rl)
     M.rl = rl;
     hmap_init(&M.table);
     list_init(&M.notices);
+    list_init(&M.held_back);
     if (getrandom(&M.rng, sizeof(M.rng), GRND_NONBLOCK) != sizeof(M.rng))
         M.rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     M.rng |= 1;
@@ -582,6 +587,8 @@ static bool entry_admits(const struct lock_entry *e, const struct lockreq *q,
 
 static bool req_may_start(const struct lockreq *q, bool count_gone)
 {
+    if (q->held_back)
+        return false;
     for (size_t i = 0; i < q->n; i++)
         if (!entry_admits(q->pos[i].e, q, count_gone))
             return false;
@@ -1092,6 +1099,8 @@ static size_t label_put(const struct lockmgr_owner *o, char *out)
 
 static void req_free(struct lockreq *q)
 {
+    if (q->held_back)
+        list_remove(&q->hlink);
     timer_stop(&q->timer);
     free(q);
 }
@@ -1443,6 +1452,47 @@ static bool req_conflict(const struct lockmgr_req *r, char *msg, size_t size)
     return false;
 }
 
+/* A new request q, queued on its entries: ask Redis now, wait its turn,
+ * or answer BUSY or LIMIT. */
+static void req_begin(struct lockreq *q)
+{
+    char msg[PROTO_MAX_ERRMSG];
+    bool wait = q->deadline != 0;
+    size_t crowded = 0;
+
+    for (size_t i = 0; i < q->n; i++)
+        if (q->pos[i].e->nwait > q->pos[crowded].e->nwait)
+            crowded = i;
+    size_t max_waiters = M.conf->limits.max_waiters_per_resource;
+    if (req_may_start(q, true)) {
+        if (!req_attempt(q))    /* cannot be: a slot is free; as busy */
+            timer_start_at(&q->timer, q->deadline);
+    } else if (req_may_start(q, false)) {
+        /* Only holders whose keys are being deleted right now (an UNLOCK
+         * by another owner, or a lost lease being cleaned up) stand in the
+         * way: that ends within a round trip, and release_done() kicks
+         * this request, so even a wait=0 LOCK waits for it instead of
+         * seeing a stale BUSY. A wait=0 one gives up if that takes more
+         * than two command timeouts. */
+        if (!wait)
+            timer_start(&q->timer,
+                        2 * (uint64_t)M.conf->redis.command_timeout_ms + 1);
+        else
+            timer_start_at(&q->timer, q->deadline);
+    } else if (!wait) {
+        /* Held here, or others wait first: first come, first served. */
+        req_give_up(q);
+    } else if (max_waiters && q->pos[crowded].e->nwait > max_waiters) {
+        snprintf(msg, sizeof(msg), "%zu requests already wait for %s "
+                 "(limits.max_waiters_per_resource)",
+                 q->pos[crowded].e->nwait - 1,
+                 q->pos[crowded].e->resource);
+        req_fail(q, PROTO_ERR_LIMIT, msg);
+    } else {
+        timer_start_at(&q->timer, q->deadline);
+    }
+}
+
 void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r)
 {
     char msg[PROTO_MAX_ERRMSG];
@@ -1480,38 +1530,39 @@ void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r)
     }
     if (r->wait)
         M.c.waits++;
-
-    size_t crowded = 0;
-    for (size_t i = 0; i < r->n; i++)
-        if (q->pos[i].e->nwait > q->pos[crowded].e->nwait)
-            crowded = i;
-    size_t max_waiters = M.conf->limits.max_waiters_per_resource;
-    if (req_may_start(q, true)) {
-        if (!req_attempt(q))    /* cannot be: a slot is free; as busy */
+    if (M.starting) {
+        /* Until then a wait that runs out is for lack of nodes. */
+        q->held_back = true;
+        q->last = REDLOCK_UNAVAILABLE;
+        list_push_tail(&M.held_back, &q->hlink);
+        if (q->deadline)
             timer_start_at(&q->timer, q->deadline);
-    } else if (req_may_start(q, false)) {
-        /* Only holders whose keys are being deleted right now (an UNLOCK
-         * by another owner, or a lost lease being cleaned up) stand in the
-         * way: that ends within a round trip, and release_done() kicks
-         * this request, so even a wait=0 LOCK waits for it instead of
-         * seeing a stale BUSY. A wait=0 one gives up if that takes more
-         * than two command timeouts. */
-        if (!r->wait)
-            timer_start(&q->timer,
-                        2 * (uint64_t)M.conf->redis.command_timeout_ms + 1);
-        else
-            timer_start_at(&q->timer, q->deadline);
-    } else if (!r->wait) {
-        /* Held here, or others wait first: first come, first served. */
-        req_give_up(q);
-    } else if (max_waiters && q->pos[crowded].e->nwait > max_waiters) {
-        snprintf(msg, sizeof(msg), "%zu requests already wait for %s "
-                 "(limits.max_waiters_per_resource)",
-                 q->pos[crowded].e->nwait - 1,
-                 q->pos[crowded].e->resource);
-        req_fail(q, PROTO_ERR_LIMIT, msg);
     } else {
-        timer_start_at(&q->timer, q->deadline);
+        req_begin(q);
+    }
+    leave();
+}
+
+/* Held back at start-up; ends with lockmgr_ready(). */
+void lockmgr_starting(void)
+{
+    M.starting = true;
+}
+
+void lockmgr_ready(void)
+{
+    struct list *link;
+
+    if (!M.starting)
+        return;
+    enter();
+    M.starting = false;
+    while ((link = list_first(&M.held_back))) {
+        struct lockreq *q = list_entry(link, struct lockreq, hlink);
+        list_remove(link);
+        q->held_back = false;
+        q->last = REDLOCK_BUSY;
+        req_begin(q);
     }
     leave();
 }

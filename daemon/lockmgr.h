@@ -121,6 +121,14 @@ struct lockmgr_counters {
 void lockmgr_init(const struct conf *conf, const struct redlock_ops *rl);
 void lockmgr_deinit(void);
 
+/* Start-up: until lockmgr_ready(), a LOCK is held back instead of asking
+ * nodes that are not connected or checked yet (it would fail UNAVAILABLE
+ * at once: a socket-activated daemon's first client). A waiting LOCK whose
+ * wait runs out first answers ERR UNAVAILABLE. main.c calls lockmgr_ready
+ * once a quorum votes or redis.connect_timeout_ms has passed. */
+void lockmgr_starting(void);
+void lockmgr_ready(void);
+
 void lockmgr_owner_init(struct lockmgr_owner *o,
                         const struct lockmgr_owner_ops *ops,
                         const char *id, const char *name, const char *peer);

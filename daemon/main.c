@@ -212,7 +212,8 @@ static void on_signal(uv_signal_t *h, int signum)
     daemon_stop(signum == SIGINT ? "SIGINT" : "SIGTERM");
 }
 
-/* Tell systemd we are ready once a quorum of nodes votes (or the connect
+/* Tell systemd, and lockmgr (which holds back the LOCKs that came
+ * before), we are ready once a quorum of nodes votes (or the connect
  * timeout has passed, so a start with nodes down is still visible). */
 static void ready_cb(struct timer *t)
 {
@@ -231,6 +232,7 @@ static void ready_cb(struct timer *t)
                  redlock_nnodes(), quorum);
     log_notice("redlockd %s ready: %d of %d redis node(s) up, quorum %d",
                REDLOCKD_VERSION, voting, redlock_nnodes(), quorum);
+    lockmgr_ready();
     notify("READY=1");
 }
 
@@ -288,6 +290,7 @@ static int run(void)
     if (rc == 0 && D.conf.metrics.listen)
         rc = metrics_start(&D.loop, D.conf.metrics.listen);
     if (rc == 0) {
+        lockmgr_starting();
         node_init(&D.loop, &D.conf, on_release);
         D.ready_deadline = timer_now() + D.conf.redis.connect_timeout_ms;
         timer_init(&D.ready, ready_cb, NULL);

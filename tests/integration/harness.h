@@ -232,8 +232,9 @@ void h_kv_copy(const char *line, const char *key, char *out, size_t size);
 
 /* Poll STATS until nodes_voting is nnodes, for up to timeout_ms (the
  * caller's bound, already stretched as that file stretches them). A daemon
- * listens before its Redis connections are up, and a LOCK then would
- * rightly answer UNAVAILABLE for a reason the tests are not about. */
+ * listens before its Redis connections are up; a LOCK then waits for a
+ * quorum (at most connect_timeout_ms), but a test about every node (STATS,
+ * STATUS, fences on each) must not start before all of them vote. */
 void h_wait_voting(const struct h_daemon *d, int nnodes, int timeout_ms);
 
 #define H_MAX_WAIT_CLIENTS 16

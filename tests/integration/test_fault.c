@@ -221,6 +221,56 @@ START_TEST(two_nodes_paused)
 }
 END_TEST
 
+/* ---- a LOCK at start-up ------------------------------------------------ */
+
+/* A daemon listens before its nodes are checked (systemd socket activation
+ * hands it the first client at once). A LOCK that comes then waits for a
+ * quorum to vote, up to redis.connect_timeout_ms, and is not failed
+ * UNAVAILABLE for nodes that are merely not checked yet. */
+START_TEST(lock_at_start_waits_for_quorum)
+{
+    struct h_client *a, *b;
+    char *line;
+    uint64_t t0;
+
+    start_nodes(NULL);
+    h_redis_pause(&N[1]);
+    h_redis_pause(&N[2]);
+    h_daemon_start(&D1, N, NNODES, "{\"redis\":{\"command_timeout_ms\":100,"
+                   "\"connect_timeout_ms\":20000,\"reconnect_max_ms\":200}}");
+    h_daemon_start(&D2, N, NNODES, "{\"redis\":{\"command_timeout_ms\":100,"
+                   "\"connect_timeout_ms\":300,\"reconnect_max_ms\":200}}");
+    t0 = h_now_ms();
+    a = client(0, &D1);
+    b = client(1, &D2);
+    h_sendf(a, "LOCK fault:start ttl=5000\n");
+    h_sendf(b, "LOCK fault:start2 ttl=5000\n");
+
+    /* D2's start-up ends at its connect timeout without a quorum. */
+    line = h_recv_line(b, (int)T(5000));
+    ck_assert_msg(line && h_starts(line, "ERR UNAVAILABLE "),
+                  "LOCK on a daemon that started without a quorum: %s",
+                  line ? line : "(nothing)");
+    ck_assert_msg(h_since(t0) >= 250, "ERR UNAVAILABLE after %lld ms, before "
+                  "connect_timeout_ms=300", h_since(t0));
+
+    /* D1 still waits: nothing, and certainly no UNAVAILABLE, meanwhile. */
+    line = h_recv_line(a, 500);
+    ck_assert_msg(!line, "LOCK during start-up answered \"%s\" before a "
+                  "quorum could vote", line);
+    h_redis_resume(&N[1]);
+    h_redis_resume(&N[2]);
+    t0 = h_now_ms();
+    line = h_recv_line(a, (int)T(5000));
+    ck_assert_msg(line && h_starts(line, "OK resource=fault:start "),
+                  "LOCK held back at start-up answered %s once the nodes "
+                  "continued", line ? line : "(nothing in 5 s)");
+    fprintf(stderr, "start-up: LOCK OK %lld ms after SIGCONT\n", h_since(t0));
+    h_expect(a, "OK resource=fault:start ", "UNLOCK fault:start");
+    stop_daemons();
+}
+END_TEST
+
 /* ---- fences across a node crash ---------------------------------------- */
 
 /* Wait until both daemons (STATS on mon[0], mon[1]) show node 0 voting
@@ -664,6 +714,7 @@ static Suite *fault_suite(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, h_slow() ? 300 : 90);
     tcase_add_test(tc, two_nodes_paused);
+    tcase_add_test(tc, lock_at_start_waits_for_quorum);
     tcase_add_test(tc, fences_across_node_crash);
     tcase_add_test(tc, node_restart_empty_keeps_holder);
     tcase_add_test(tc, node_restart_empty_no_overlap);

@@ -573,6 +573,62 @@ START_TEST(test_woken_waiter_while_head_attempts)
 }
 END_TEST
 
+START_TEST(test_lock_held_back_until_ready)
+{
+    /* At start-up no node is checked yet: a LOCK then would fail
+     * UNAVAILABLE at once. It is held until lockmgr_ready(), in order. */
+    lockmgr_starting();
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
+    lockmgr_lock(&B.o, R("r"), 30000, 0, true);     /* behind A */
+    lockmgr_lock(&C.o, R("q"), 30000, 500, true);   /* waits less */
+    lockmgr_lock(&D.o, R("p"), 30000, 0, true);     /* goes away */
+    ck_assert_int_eq(ncalls, 0);
+    ck_assert_int_eq(A.nfailed + B.nfailed + C.nfailed + D.nfailed, 0);
+    lockmgr_owner_end(&D.o, true);
+    ck_assert_int_eq(D.refs, 0);
+
+    /* A wait that runs out first: no quorum voted in time. */
+    timer_advance(500);
+    ck_assert_int_eq(C.nfailed, 1);
+    ck_assert_int_eq(C.err, PROTO_ERR_UNAVAILABLE);
+    ck_assert_int_eq(ncalls, 0);
+
+    lockmgr_ready();
+    lockmgr_ready();                                /* harmless twice */
+    ck_assert_int_eq(ncalls, 1);                    /* A's, nobody else's */
+    ck_assert_int_eq(B.nfailed, 1);                 /* A asks first */
+    ck_assert_int_eq(B.err, PROTO_ERR_BUSY);
+    answer_ok(pending(F_ACQUIRE, "lock:r"), 1, 29000);
+    ck_assert_int_eq(A.nlocked, 1);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:p"), 0);
+
+    /* Ready: straight to Redis. */
+    lockmgr_lock(&C.o, R("q"), 30000, 0, true);
+    answer_ok(pending(F_ACQUIRE, "lock:q"), 1, 29000);
+    ck_assert_int_eq(C.nlocked, 1);
+    ck_assert_int_eq(A.refs + B.refs + C.refs, 0);
+}
+END_TEST
+
+START_TEST(test_held_back_lock_cut_or_shut_down)
+{
+    lockmgr_starting();
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&B.o, R("q"), 30000, 5000, true);
+    lockmgr_cut_wait(&A.o);
+    ck_assert_int_eq(A.nfailed, 1);
+    ck_assert_int_eq(A.err, PROTO_ERR_TIMEOUT);
+    lockmgr_owner_shutdown(&B.o);
+    ck_assert_int_eq(B.nfailed, 1);
+    ck_assert_int_eq(B.err, PROTO_ERR_SHUTDOWN);
+    ck_assert_uint_eq(lockmgr_waiter_count(), 0);
+    ck_assert_int_eq(A.refs + B.refs, 0);
+    lockmgr_ready();
+    ck_assert_int_eq(ncalls, 0);
+    ck_assert_uint_eq(timer_count(), 0);
+}
+END_TEST
+
 START_TEST(test_cut_wait)
 {
     take(&A, "r", 30000, 1);
@@ -1719,6 +1775,8 @@ static Suite *lockmgr_suite(void)
     tcase_add_test(t, test_notification_during_attempt_retries_at_once);
     tcase_add_test(t, test_woken_waiter_while_head_attempts);
     tcase_add_test(t, test_cut_wait);
+    tcase_add_test(t, test_lock_held_back_until_ready);
+    tcase_add_test(t, test_held_back_lock_cut_or_shut_down);
     tcase_add_test(t, test_cut_wait_during_attempt);
     tcase_add_test(t, test_no_random_source);
     suite_add_tcase(s, t);
