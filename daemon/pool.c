@@ -25,6 +25,7 @@
 #include "list.h"
 #include "log.h"
 #include "mem.h"
+#include "num.h"
 #include "redis_uv.h"
 #include "stats.h"
 #include "timer.h"
@@ -461,6 +462,8 @@ static struct {
     char sha[POOL_SCRIPT_COUNT][POOL_SHA_LEN + 1]; /* "" until loaded */
     char instance_id[POOL_INSTANCE_ID_LEN + 1];
     char *probe_channel;                /* (owned) see POOL_PROBE_SUFFIX */
+    char *cmd;                          /* (owned) resp_format's buffer */
+    size_t cmdcap;
 } P;
 
 static void link_connect(struct pool_link *l);
@@ -530,32 +533,73 @@ static struct pool_req *req_create(int script, int nkeys, int argc,
 
 static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
+/* One RESP bulk string at p; past it. */
+static char *put_bulk(char *p, const char *s, size_t len)
+{
+    *p++ = '$';
+    p = proto_write_u64(p, len);
+    *p++ = '\r';
+    *p++ = '\n';
+    memcpy(p, s, len);
+    p += len;
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+/* q as a RESP array in P.cmd, the bytes redisAsyncCommandArgv would
+ * write: hiredis formats with its own printf (sdscatfmt), which was the
+ * daemon's biggest user-space cost. Returns the length. */
+static size_t resp_format(const struct pool_req *q, bool by_sha)
+{
+    /* Around each word "$", its length's digits and two CRLFs (the
+     * array's "*<n>" CRLF is shorter). */
+    const size_t over = 1 + PROTO_U64_DIGITS + 4;
+    const char *script = NULL;
+    size_t scriptlen = 0, need = over;
+    int words = q->argc;
+    char nkeys[PROTO_U64_DIGITS];
+    size_t nkeyslen = 0;
+
+    if (q->script >= 0) {
+        script = by_sha ? P.sha[q->script] : pool_lua[q->script];
+        scriptlen = strlen(script);
+        nkeyslen = (size_t)(proto_write_u64(nkeys, (uint64_t)q->nkeys) - nkeys);
+        need += 3 * over + 7 + scriptlen + nkeyslen;
+        words += POOL_EVAL_WORDS;
+    }
+    for (int i = 0; i < q->argc; i++)
+        need += over + q->lens[i];
+    if (need > P.cmdcap) {
+        P.cmd = mem_realloc(P.cmd, need);
+        P.cmdcap = need;
+    }
+
+    char *p = P.cmd;
+    *p++ = '*';
+    p = proto_write_u64(p, (uint64_t)words);
+    *p++ = '\r';
+    *p++ = '\n';
+    if (script) {
+        p = by_sha ? put_bulk(p, "EVALSHA", 7) : put_bulk(p, "EVAL", 4);
+        p = put_bulk(p, script, scriptlen);
+        p = put_bulk(p, nkeys, nkeyslen);
+    }
+    for (int i = 0; i < q->argc; i++)
+        p = put_bulk(p, q->argv[i], q->lens[i]);
+    return (size_t)(p - P.cmd);
+}
+
 /* Hand q to hiredis on l; 0, or -1 with q still owned by the caller. */
 static int link_send(struct pool_link *l, struct pool_req *q)
 {
-    const char *argv[POOL_EVAL_WORDS + POOL_MAX_ARGS];
-    size_t lens[POOL_EVAL_WORDS + POOL_MAX_ARGS];
-    char nkeys[POOL_NUM_SIZE];
-    int argc = 0;
+    bool by_sha = q->script >= 0 && !q->retried && P.sha[q->script][0];
 
-    /* req_create admits at most POOL_MAX_ARGS words, so argv has room. */
-    if (q->script >= 0) {
-        bool by_sha = !q->retried && P.sha[q->script][0];
-        argv[argc] = by_sha ? "EVALSHA" : "EVAL";
-        lens[argc++] = by_sha ? 7 : 4;
-        argv[argc] = by_sha ? P.sha[q->script] : pool_lua[q->script];
-        lens[argc] = strlen(argv[argc]);
-        argc++;
-        snprintf(nkeys, sizeof(nkeys), "%d", q->nkeys);
-        argv[argc] = nkeys;
-        lens[argc++] = strlen(nkeys);
-    }
-    for (int i = 0; i < q->argc; i++) {
-        argv[argc] = q->argv[i];
-        lens[argc++] = q->lens[i];
-    }
-    if (!l->ac || redisAsyncCommandArgv(l->ac, link_on_reply, q, argc, argv,
-                                        lens) != REDIS_OK)
+    if (!l->ac)
+        return -1;
+    size_t len = resp_format(q, by_sha);
+    if (redisAsyncFormattedCommand(l->ac, link_on_reply, q, P.cmd,
+                                   len) != REDIS_OK)
         return -1;
     q->sent_ns = uv_hrtime();
     l->last_send = timer_now();
@@ -1218,6 +1262,9 @@ void pool_free(void)
     P.nodes = NULL;
     free(P.probe_channel);
     P.probe_channel = NULL;
+    free(P.cmd);
+    P.cmd = NULL;
+    P.cmdcap = 0;
 }
 
 bool pool_busy(void)

@@ -111,3 +111,17 @@ int proto_parse_octal(const char *s, size_t len, uint32_t *out)
 {
     return num_read_u32(s, len, 8, NUM_U32_OCTAL_DIGITS, out);
 }
+
+char *proto_write_u64(char *p, uint64_t v)
+{
+    char tmp[PROTO_U64_DIGITS];
+    size_t n = 0;
+
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}

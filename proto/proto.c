@@ -598,14 +598,19 @@ void proto_format_kv_u64(struct sbuf *b, const char *key, uint64_t val)
 {
     sbuf_putc(b, ' ');
     proto_put_clean(b, key, strlen(key), proto_bad_in_word, '_');
-    sbuf_printf(b, "=%" PRIu64, val);
+    sbuf_putc(b, '=');
+    sbuf_put_u64(b, val);
 }
 
 void proto_format_kv_i64(struct sbuf *b, const char *key, int64_t val)
 {
     sbuf_putc(b, ' ');
     proto_put_clean(b, key, strlen(key), proto_bad_in_word, '_');
-    sbuf_printf(b, "=%" PRId64, val);
+    sbuf_putc(b, '=');
+    if (val < 0)
+        sbuf_putc(b, '-');
+    /* The magnitude, INT64_MIN's too, in unsigned arithmetic. */
+    sbuf_put_u64(b, val < 0 ? 0 - (uint64_t)val : (uint64_t)val);
 }
 
 void proto_format_word(struct sbuf *b, const char *word)

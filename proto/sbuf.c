@@ -8,6 +8,8 @@
  */
 #include "sbuf.h"
 
+#include "num.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +88,12 @@ void sbuf_puts(struct sbuf *b, const char *s)
 void sbuf_putc(struct sbuf *b, char c)
 {
     sbuf_append(b, &c, 1);
+}
+
+void sbuf_put_u64(struct sbuf *b, uint64_t v)
+{
+    char digits[PROTO_U64_DIGITS];
+    sbuf_append(b, digits, (size_t)(proto_write_u64(digits, v) - digits));
 }
 
 void sbuf_vprintf(struct sbuf *b, const char *fmt, va_list ap)

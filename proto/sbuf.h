@@ -13,6 +13,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct sbuf {
     char *data;     /* NUL-terminated when len > 0 or after sbuf_cstr() */
@@ -31,6 +32,7 @@ int sbuf_try_reserve(struct sbuf *b, size_t extra);
 void sbuf_append(struct sbuf *b, const void *p, size_t n);
 void sbuf_puts(struct sbuf *b, const char *s);
 void sbuf_putc(struct sbuf *b, char c);
+void sbuf_put_u64(struct sbuf *b, uint64_t v);     /* decimal */
 void sbuf_printf(struct sbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void sbuf_vprintf(struct sbuf *b, const char *fmt, va_list ap);

@@ -783,11 +783,15 @@ START_TEST(test_format_kv)
     proto_format_kv_i64(&b, "neg", -5);
     proto_format_kv_i64(&b, "min", INT64_MIN);
     proto_format_kv_str(&b, "empty", "");
+    proto_format_kv_u64(&b, "zero", 0);
+    proto_format_kv_i64(&b, "izero", 0);
+    proto_format_kv_i64(&b, "imax", INT64_MAX);
     proto_format_word(&b, "bye");
     proto_format_end(&b);
     ck_assert_str_eq(sbuf_cstr(&b),
                      "OK token=abc max=18446744073709551615 neg=-5 "
-                     "min=-9223372036854775808 empty= bye\n");
+                     "min=-9223372036854775808 empty= zero=0 izero=0 "
+                     "imax=9223372036854775807 bye\n");
     sbuf_deinit(&b);
 }
 END_TEST
