@@ -91,6 +91,10 @@ bool h_slow(void)
     return w && *w != '\0';
 }
 
+/* The daemon's redis.command_timeout_ms under valgrind, unless a test sets
+ * its own (the default is 100). */
+#define H_SLOW_COMMAND_TIMEOUT_MS 400
+
 /* Valgrind makes the daemon an order of magnitude slower; stretch waits. */
 int h_scale(int ms)
 {
@@ -757,6 +761,13 @@ static json_t *daemon_config(const struct h_daemon *d, const int *ports,
                      "log", "level", "debug");
     if (!conf)
         ck_abort_msg("harness: json_pack failed");
+    /* Under valgrind the daemon's own loop can stall past the default
+     * 100 ms for a node's answer, and a test not about timeouts then sees
+     * a healthy node go down. Tests that set the timeout keep theirs. */
+    if (h_slow())
+        json_object_set_new(json_object_get(conf, "redis"),
+                            "command_timeout_ms",
+                            json_integer(H_SLOW_COMMAND_TIMEOUT_MS));
     if (!extra_json)
         return conf;
     extra = json_loads(extra_json, 0, &err);
