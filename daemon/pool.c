@@ -564,7 +564,8 @@ static size_t resp_format(const struct pool_req *q, bool by_sha)
     if (q->script >= 0) {
         script = by_sha ? P.sha[q->script] : pool_lua[q->script];
         scriptlen = strlen(script);
-        nkeyslen = (size_t)(proto_write_u64(nkeys, (uint64_t)q->nkeys) - nkeys);
+        nkeyslen = (size_t)(proto_write_u64(nkeys, (uint64_t)q->nkeys) -
+                            nkeys);
         need += 3 * over + 7 + scriptlen + nkeyslen;
         words += POOL_EVAL_WORDS;
     }
