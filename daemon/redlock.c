@@ -503,6 +503,18 @@ static void op_unsent(struct op *o, int i)
         node_release_later(i, o->key, o->keylen, o->token);
 }
 
+/* o's requests are out (pending counts them, plus the one its sender
+ * holds): drop the sender's count. Never answer from inside the caller's
+ * call: when no node could take the request, finish on the next loop
+ * turn. */
+static void op_sent(struct op *o)
+{
+    if (o->pending == 1)
+        timer_start(&o->defer, 0);
+    else
+        op_reply(o, -1, NULL);
+}
+
 /* Send this op's script to every node it goes to; a node that cannot take
  * it counts as failed at once. The extra pending count keeps the op alive
  * until the loop is done even if every request fails synchronously. */
@@ -549,12 +561,7 @@ static void op_fan_out(struct op *o)
             op_unsent(o, i);
         }
     }
-    /* Never answer from inside the caller's call: when no node could take
-     * the request, finish on the next loop turn. */
-    if (o->pending == 1)
-        timer_start(&o->defer, 0);
-    else
-        op_reply(o, -1, NULL);
+    op_sent(o);
 }
 
 static void op_finish(struct op *o)
@@ -930,12 +937,8 @@ static void batch_send(struct batch_queue *q)
             }
         }
     }
-    for (int i = 0; i < n; i++) {
-        if (b->ops[i]->pending == 1)
-            timer_start(&b->ops[i]->defer, 0);
-        else
-            op_reply(b->ops[i], -1, NULL);
-    }
+    for (int i = 0; i < n; i++)
+        op_sent(b->ops[i]);
     batch_put(b);
 }
 
