@@ -71,8 +71,7 @@ struct lockreq {
     bool woken;                     /* its timer is a notified wake-up */
     bool notified;                  /* a release was announced meanwhile */
     bool shutdown;                  /* the daemon stops: no grant */
-    bool held_back;                 /* in M.held_back: start-up */
-    struct list hlink;
+    struct list hlink;              /* in M.held_back (start-up) */
     enum redlock_status last;
     struct timer timer;
     char token[REDLOCK_TOKEN_LEN + 1];
@@ -587,7 +586,7 @@ static bool entry_admits(const struct lock_entry *e, const struct lockreq *q,
 
 static bool req_may_start(const struct lockreq *q, bool count_gone)
 {
-    if (q->held_back)
+    if (list_linked(&q->hlink))     /* held back until lockmgr_ready */
         return false;
     for (size_t i = 0; i < q->n; i++)
         if (!entry_admits(q->pos[i].e, q, count_gone))
@@ -1099,8 +1098,7 @@ static size_t label_put(const struct lockmgr_owner *o, char *out)
 
 static void req_free(struct lockreq *q)
 {
-    if (q->held_back)
-        list_remove(&q->hlink);
+    list_remove(&q->hlink);         /* a no-op unless held back */
     timer_stop(&q->timer);
     free(q);
 }
@@ -1508,6 +1506,7 @@ void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r)
     size_t labellen = label_put(o, NULL);
     q = mem_alloc(sizeof(*q) + r->n * sizeof(q->pos[0]) + labellen + 1);
     q->n = r->n;
+    list_init(&q->hlink);
     label_put(o, (char *)&q->pos[r->n]);
     q->label = (char *)&q->pos[r->n];
     q->labellen = labellen;
@@ -1532,7 +1531,6 @@ void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r)
         M.c.waits++;
     if (M.starting) {
         /* Until then a wait that runs out is for lack of nodes. */
-        q->held_back = true;
         q->last = REDLOCK_UNAVAILABLE;
         list_push_tail(&M.held_back, &q->hlink);
         if (q->deadline)
@@ -1560,7 +1558,6 @@ void lockmgr_ready(void)
     while ((link = list_first(&M.held_back))) {
         struct lockreq *q = list_entry(link, struct lockreq, hlink);
         list_remove(link);
-        q->held_back = false;
         q->last = REDLOCK_BUSY;
         req_begin(q);
     }
