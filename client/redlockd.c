@@ -1775,10 +1775,9 @@ int redlockd_unlockv(struct redlockd *h, const char *const *resources,
     int rc;
 
     rc = rl_req_names(h, PROTO_CMD_UNLOCK, resources, n, &b);
-    if (rc == 0)
-        rc = rl_call_ok(h, b, 0, PROTO_CMD_UNLOCK, &r);
-    else
+    if (rc < 0)
         return rc;
+    rc = rl_call_ok(h, b, 0, PROTO_CMD_UNLOCK, &r);
     for (size_t i = 0; i < n; i++) {
         if (rc == 0)
             rl_lease_del(h, resources[i]);

@@ -34,9 +34,9 @@
 #define POOL_SHA_LEN 40         /* hex chars of a script's SHA1 (SCRIPT LOAD) */
 #define POOL_EVAL_WORDS 3       /* EVALSHA sha numkeys, before a script's words */
 #define POOL_HS_STEP_MAX 32     /* "SCRIPT LOAD: " and the like, before an error */
-#define POOL_KEEPALIVE_S 15
+#define POOL_KEEPALIVE_S 15     /* TCP keepalive idle time on node links */
 #define POOL_LINK_FILL 64       /* requests out on a link before the next
-                                   takes some (pool_node_pick) */     /* TCP keepalive idle time on node links */
+                                   takes some (pool_node_pick) */
 #define POOL_PROBE_SUFFIX ":probe:" /* probe channel: release channel, this,
                                        the instance id */
 
@@ -44,8 +44,9 @@
  * The fence scripts start alike: read the counter (KEYS[k], the fence key
  * fk) into c, and refuse, before any write, a counter that is not a
  * decimal below 10^18 (its successor then stays far from overflow).
- * Counters are compared as strings, by length and then byte by byte: Lua numbers are
- * doubles, exact only up to 2^53, so no counter is ever turned into one.
+ * Counters are compared as strings, by length and then byte by byte: Lua
+ * numbers are doubles, exact only up to 2^53, so no counter is ever
+ * turned into one.
  */
 #define POOL_LUA_COUNTER_AT(k) \
     "local function above(a, b)\n" \

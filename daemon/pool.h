@@ -71,13 +71,15 @@
  * and return it; RAISE_HELD raises the counter to a value only while the
  * keys hold our token, RAISE_SHARED only while our shared member is live;
  * each returns the counter it leaves (as decimal strings). They answer an
- * error, having written nothing that matters, when the counter is not a decimal below 10^18 or a lock's key is not of
- * its type. RAISE is node's repair of a restarted node, which owns no key.
+ * error, having written nothing that matters, when the counter is not a
+ * decimal below 10^18 or a lock's key is not of its type. RAISE is node's
+ * repair of a restarted node, which owns no key.
  *
  * A resource's exclusive key is a plain string holding the token, or
  * "token label fence" when the acquisition gave a label (the owner checks
- * accept both); its shared holders are the members of a sorted set (the tokens, scored by
- * their expiry on the node's clock). RELEASE and EXTEND take either.
+ * accept both); its shared holders are the members of a sorted set (the
+ * tokens, scored by their expiry on the node's clock). RELEASE and EXTEND
+ * take either.
  */
 enum pool_script {
     POOL_SCRIPT_ACQUIRE,    /* KEYS lock,fence[,shared] ARGV token,ttl,seen,
