@@ -877,32 +877,77 @@ static int conf_default_id(struct conf_loader *ld)
     return 0;
 }
 
+/* Is s (n bytes, a key's text after locks.key_prefix) what redlockd could
+ * write for some resource of at most max bytes: its key, its shared set,
+ * one of its semaphore slots, or the waiting mark of one of those? */
+static bool conf_names_lock(const char *s, size_t n, size_t max)
+{
+    size_t wl = strlen(CONF_WAITING_SUFFIX), sl = strlen(CONF_SHARED_SUFFIX);
+    size_t d;
+
+    if (n > wl && memcmp(s + n - wl, CONF_WAITING_SUFFIX, wl) == 0)
+        n -= wl;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < 0x21 || s[i] > 0x7e)
+            return false;
+    }
+    if (n >= 1 && n <= max)
+        return true;
+    if (n > sl && n - sl <= max && memcmp(s + n - sl, CONF_SHARED_SUFFIX,
+                                          sl) == 0)
+        return true;
+    for (d = n; d > 0 && s[d - 1] >= '0' && s[d - 1] <= '9'; d--)
+        ;
+    return d < n && d >= 2 && s[d - 1] == CONF_SLOT_SEP && d - 1 <= max;
+}
+
 /*
- * The fence counter is one plain key on each node. If it could also be
- * key_prefix + some resource, a client locking that resource would turn
- * the counter into a token string and break every later acquisition.
+ * The fence counter, the recovery marker and the longest-ttl record are
+ * one key each per node. If one of them could also be a key that redlockd
+ * writes for some resource, a client locking (or waiting for) that
+ * resource would overwrite it: a waiting mark on the counter resets
+ * fences, a lock on the marker fakes an intact node. (The release channel
+ * is a pub/sub name, not a key: it cannot collide with one.)
  */
-static int conf_check_fence_key(struct conf_loader *ld)
+static int conf_check_derived_key(struct conf_loader *ld, const char *key,
+                                  const char *name, const char *suffix)
 {
     const struct conf *c = ld->c;
     size_t plen = strlen(c->locks.key_prefix);
-    const char *rest;
-    size_t n;
+    char full[CONF_ERRLEN];
 
-    if (strncmp(c->locks.fence_key, c->locks.key_prefix, plen) != 0)
+    snprintf(full, sizeof(full), "%s%s", name, suffix);
+    if (strncmp(full, c->locks.key_prefix, plen) != 0 ||
+        !conf_names_lock(full + plen, strlen(full + plen),
+                         c->locks.max_resource_len))
         return 0;
-    rest = c->locks.fence_key + plen;
-    n = strlen(rest);
-    if (n == 0 || n > c->locks.max_resource_len)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        if (rest[i] < 0x21 || rest[i] > 0x7e)
-            return 0;
-    }
-    return conf_fail(ld, "locks.fence_key",
-                     "\"%s\" would also be the key of a lock on \"%s\" "
-                     "(it starts with locks.key_prefix)",
-                     c->locks.fence_key, rest);
+    if (!suffix[0] && strcmp(key, "locks.fence_key") == 0 &&
+        !strpbrk(full + plen, " "))
+        return conf_fail(ld, key, "\"%s\" would also be the key of a lock on "
+                         "\"%s\" (it starts with locks.key_prefix)", full,
+                         full + plen);
+    return conf_fail(ld, key, "\"%s\"%s%s%s could also be a key redlockd "
+                     "writes for a resource (it starts with locks.key_prefix "
+                     "\"%s\"); choose a name outside it", full,
+                     suffix[0] ? " (the " : "",
+                     suffix[0] ? (strcmp(suffix, CONF_MARKER_SUFFIX) == 0
+                                  ? "recovery marker" : "longest-ttl record")
+                               : "",
+                     suffix[0] ? ")" : "", c->locks.key_prefix);
+}
+
+static int conf_check_fence_key(struct conf_loader *ld)
+{
+    const struct conf *c = ld->c;
+
+    if (conf_check_derived_key(ld, "locks.fence_key", c->locks.fence_key,
+                               "") < 0 ||
+        conf_check_derived_key(ld, "locks.fence_key", c->locks.fence_key,
+                               CONF_MARKER_SUFFIX) < 0 ||
+        conf_check_derived_key(ld, "locks.fence_key", c->locks.fence_key,
+                               CONF_MAXTTL_SUFFIX) < 0)
+        return -1;
+    return 0;
 }
 
 static int conf_validate(struct conf_loader *ld)

@@ -203,9 +203,9 @@ static struct {
 
 /* The shared holders' set of resource r is key_prefix + r + this; slot i
  * of a semaphore r is key_prefix + r + "#" + i. */
-#define LOCKMGR_SHARED_SUFFIX ":shared"
+#define LOCKMGR_SHARED_SUFFIX CONF_SHARED_SUFFIX
 #define LOCKMGR_SHARED_SUFFIX_LEN (sizeof(LOCKMGR_SHARED_SUFFIX) - 1)
-#define LOCKMGR_SLOT_SEP '#'
+#define LOCKMGR_SLOT_SEP CONF_SLOT_SEP
 /* "#" and a slot number below CONF_MAX_LIMIT, NUL included. */
 #define LOCKMGR_SLOT_SUFFIX_SIZE sizeof("#65535")
 
@@ -1836,28 +1836,13 @@ static struct owner_ask *owner_ask_new(struct lockmgr_owner *o,
 static void force_done(void *ud, const struct redlock_result *res)
 {
     struct owner_ask *x = ud;
-    struct lock_entry *e;
     struct notice *n;
-    struct list *p, *tmp;
 
     enter();
     log_notice("forced release of %s by %s (name=%s peer=%s): deleted on "
                "%d of %d nodes", x->resource, x->o->id,
                x->o->name[0] ? x->o->name : "-", x->o->peer ? x->o->peer
                : "-", res->deleted, M.rl->nnodes());
-    /* A holder here learns now what one elsewhere learns at its next
-     * renewal: the nodes no longer hold its key. */
-    e = entry_find(x->resource, x->len);
-    if (e) {
-        e->pins++;
-        list_foreach_safe(p, tmp, &e->holders) {
-            struct lease *l = list_entry(p, struct lease, elink);
-            if (!l->gone)
-                lease_lose(l, LOST_NODE);
-        }
-        e->pins--;
-        entry_maybe_free(e);
-    }
     n = notice_new(N_UNLOCKED, x->o, x->resource, NULL);
     n->nodes = res->deleted;
     owner_unref(x->o);
@@ -1895,6 +1880,28 @@ static void probe_make(const char *res, size_t len, uint32_t limit,
     *buf = b;
 }
 
+/* The holders here of a resource being forced: told before the first
+ * node deletes (their notices go out at leave(), before any node can
+ * answer), so none of them works on while a waiter elsewhere is granted
+ * on the nodes that answered first. One elsewhere learns it at its next
+ * renewal. */
+static void force_lose_local(const char *resource, size_t len)
+{
+    struct lock_entry *e = entry_find(resource, len);
+    struct list *p, *tmp;
+
+    if (!e)
+        return;
+    e->pins++;
+    list_foreach_safe(p, tmp, &e->holders) {
+        struct lease *l = list_entry(p, struct lease, elink);
+        if (!l->gone)
+            lease_lose(l, LOST_NODE);
+    }
+    e->pins--;
+    entry_maybe_free(e);
+}
+
 void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
                            size_t len)
 {
@@ -1903,6 +1910,7 @@ void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
     char *buf;
 
     enter();
+    force_lose_local(resource, len);
     x = owner_ask_new(o, resource, len);
     /* Slots too: as many as a semaphore here has, else as many as one
      * may have. */

@@ -40,7 +40,6 @@
 
 #define NODE_REPAIR_RETRY_MS 1000
 #define NODE_MAX_OWED 65536         /* owed releases kept per node */
-#define NODE_MARKER_SUFFIX ":admitted"
 /* Warn about nodes without appendfsync always when a restart would keep
  * one from voting for longer than this. */
 #define NODE_WARN_READMIT_MS 60000
@@ -163,7 +162,7 @@ static struct {
     bool stopping;
     bool cluster_known;         /* some node had a marker: not a new cluster */
     uint64_t max_fence;         /* largest fence granted */
-    char *marker_key;           /* (owned) fence_key + NODE_MARKER_SUFFIX */
+    char *marker_key;           /* (owned) fence_key + CONF_MARKER_SUFFIX */
 } N;
 
 static void node_check(struct node *n, bool first);
@@ -1077,13 +1076,13 @@ int node_init(uv_loop_t *loop, const struct conf *conf,
         .on_down = node_on_down,
         .on_release = on_release,
     };
-    size_t mlen = strlen(conf->locks.fence_key) + sizeof(NODE_MARKER_SUFFIX);
+    size_t mlen = strlen(conf->locks.fence_key) + sizeof(CONF_MARKER_SUFFIX);
 
     N.conf = conf;
     N.nnodes = (int)conf->redis.nnodes;
     N.marker_key = mem_alloc(mlen);
     snprintf(N.marker_key, mlen, "%s%s", conf->locks.fence_key,
-             NODE_MARKER_SUFFIX);
+             CONF_MARKER_SUFFIX);
     N.nodes = mem_alloc(sizeof(struct node) * (size_t)N.nnodes);
     for (int i = 0; i < N.nnodes; i++) {
         struct node *n = &N.nodes[i];

@@ -107,7 +107,7 @@
     "  if ARGV[5] == '1' then\n" \
     "    local w = p\n" \
     "    if w < 0 then w = 0 end\n" \
-    "    redis.call('SET', k .. ' waiting', '1', 'PX', w + " POOL_WAIT_MARK_MS ")\n" \
+    "    redis.call('SET', k .. '" CONF_WAITING_SUFFIX "', '1', 'PX', w + " POOL_WAIT_MARK_MS ")\n" \
     "  end\n" \
     "  return p\n" \
     "end\n"
@@ -163,7 +163,7 @@
     POOL_LUA_OURS \
     "local function release(k, t, channel, id)\n" \
     "  local function announce(msg)\n" \
-    "    if redis.call('DEL', k .. ' waiting') == 1 then\n" \
+    "    if redis.call('DEL', k .. '" CONF_WAITING_SUFFIX "') == 1 then\n" \
     "      redis.call('PUBLISH', channel, msg)\n" \
     "    end\n" \
     "  end\n" \

@@ -23,7 +23,9 @@
  *     on the other two, and STATS counts that node's timeouts;
  *   - two nodes whose replies come in time for the command timeout but
  *     after the ttl has run out: ERR UNAVAILABLE, never an OK with a
- *     validity that is already used up.
+ *     validity that is already used up;
+ *   - FORCEUNLOCK with one node slow: the holder on the same daemon is
+ *     told at once, not after the slowest node answered.
  *
  * Lower time bounds (how long the proxy must hold) are exact, the proxy
  * never lets a chunk leave early; upper bounds are generous.
@@ -551,6 +553,43 @@ START_TEST(daemon_slow_quorum_unavailable)
 }
 END_TEST
 
+/* FORCEUNLOCK with one node 300 ms away each way: the holder on the same
+ * daemon hears EVENT LOST before the slow node has even received the
+ * delete, not after the slowest node answered (the waiter on another
+ * daemon can be granted as soon as a quorum deleted). */
+START_TEST(forceunlock_tells_local_holder_first)
+{
+    static struct h_client adm;
+    const char *line;
+    uint64_t t0;
+    long long lost_ms, ok_ms;
+
+    start_daemon("{\"redis\":{\"command_timeout_ms\":3000},"
+                 "\"auth\":{\"admin_password\":\"adm\"}}");
+    h_connect_tcp_ok(&adm, D.port);
+    h_expect(&adm, "OK", "AUTH adm");
+    h_expect(&C, "OK resource=fx ", "LOCK fx ttl=20000");
+    h_proxy_ctl(&X[0], "delay 300");
+    t0 = h_now_ms();
+    h_sendf(&adm, "FORCEUNLOCK fx\n");
+    ck_assert_msg(h_expect_event(&C, "EVENT LOST resource=fx ", 5000),
+                  "the holder was not told");
+    lost_ms = h_since(t0);
+    line = h_recv_line(&adm, 5000);
+    ok_ms = h_since(t0);
+    ck_assert_msg(line && h_starts(line, "OK resource=fx nodes=3"),
+                  "FORCEUNLOCK fx: \"%s\"", line ? line : "(nothing)");
+    ck_assert_msg(ok_ms >= 600, "FORCEUNLOCK answered after %lld ms: the "
+                  "slow node was not slow", ok_ms);
+    ck_assert_msg(lost_ms < 300, "the holder heard EVENT LOST %lld ms after "
+                  "FORCEUNLOCK (the answer came after %lld ms)", lost_ms,
+                  ok_ms);
+    h_proxy_ctl(&X[0], "pass");
+    h_close(&adm);
+    ck_assert_int_eq(h_daemon_finish(&D), 0);
+}
+END_TEST
+
 static Suite *proxy_suite(void)
 {
     Suite *s = suite_create("proxy");
@@ -565,6 +604,7 @@ static Suite *proxy_suite(void)
     tcase_add_test(tc, reset_and_refuse);
     tcase_add_test(tc, daemon_slow_node_times_out);
     tcase_add_test(tc, daemon_slow_quorum_unavailable);
+    tcase_add_test(tc, forceunlock_tells_local_holder_first);
     suite_add_tcase(s, tc);
     return s;
 }

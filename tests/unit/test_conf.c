@@ -499,6 +499,19 @@ static const struct bad_row cross_rows[] = {
       "\"lock:fence\" would also be the key of a lock on \"fence\"" },
     { "{\"locks\": {\"key_prefix\": \"\"}}", "locks.fence_key",
       "would also be the key of a lock on \"redlockd:fence\"" },
+    /* a waiter's mark on resource x */
+    { "{\"locks\": {\"fence_key\": \"lock:x waiting\"}}", "locks.fence_key",
+      "\"lock:x waiting\" could also be a key redlockd writes" },
+    /* x's shared set, slot 12 of x, with x at the longest name */
+    { "{\"locks\": {\"max_resource_len\": 1, \"fence_key\": \"lock:x:shared\"}}",
+      "locks.fence_key", "could also be a key redlockd writes" },
+    { "{\"locks\": {\"max_resource_len\": 1, \"fence_key\": \"lock:x#12\"}}",
+      "locks.fence_key", "could also be a key redlockd writes" },
+    /* the marker and the ttl record are the counter's name and more */
+    { "{\"locks\": {\"fence_key\": \"lock:\"}}", "locks.fence_key",
+      "\"lock::admitted\" (the recovery marker) could also be a key" },
+    { "{\"locks\": {\"key_prefix\": \"f\", \"fence_key\": \"f\"}}",
+      "locks.fence_key", "\"f:admitted\" (the recovery marker)" },
 };
 
 START_TEST(test_cross_rules)
@@ -513,7 +526,7 @@ END_TEST
 
 START_TEST(test_cross_rules_edges)
 {
-    /* One byte shorter than test_cross_rules' last row: exactly fits. */
+    /* One byte shorter than cross_rows' auth.password row: exactly fits. */
     ck_assert_msg(load("{\"limits\": {\"max_line\": 64},"
                        " \"auth\": {\"password\":"
                        " \"012345678901234567890123456789012345678901234567890"
@@ -527,8 +540,12 @@ START_TEST(test_cross_rules_edges)
     /* fence keys that no resource name can reach */
     ck_assert_msg(load("{\"locks\": {\"key_prefix\": \"\","
                        " \"fence_key\": \"redlockd fence\"}}") == 0, "%s", err);
-    ck_assert_msg(load("{\"locks\": {\"fence_key\": \"lock:\"}}") == 0,
+    ck_assert_msg(load("{\"locks\": {\"fence_key\": \"lock: fence\"}}") == 0,
                   "%s", err);
+    conf_deinit(&c);
+    ck_assert_msg(load("{\"locks\": {\"max_resource_len\": 1,"
+                       " \"fence_key\": \"lock:xy#\"}}") == 0, "%s", err);
+    conf_deinit(&c);
     ck_assert_msg(load("{\"locks\": {\"fence_key\": \"f\"}}") == 0,
                   "%s", err);
     ck_assert_msg(load("{\"locks\": {\"max_resource_len\": 4,"
