@@ -921,8 +921,8 @@ static int conf_check_derived_key(struct conf_loader *ld, const char *key,
         !conf_names_lock(full + plen, strlen(full + plen),
                          c->locks.max_resource_len))
         return 0;
-    if (!suffix[0] && strcmp(key, "locks.fence_key") == 0 &&
-        !strpbrk(full + plen, " "))
+    if (!suffix[0] && !strpbrk(full + plen, " ") &&
+        strlen(full + plen) <= c->locks.max_resource_len)
         return conf_fail(ld, key, "\"%s\" would also be the key of a lock on "
                          "\"%s\" (it starts with locks.key_prefix)", full,
                          full + plen);

@@ -91,6 +91,7 @@ struct node_check {
     char marker[POOL_RUN_ID_MAX + 1];
     bool have_marker;
     bool has_fence;
+    uint64_t ttl_record;    /* the longest-ttl record, 0 if none */
 };
 
 /* An owner-checked delete to send when a node is back: it may still
@@ -134,7 +135,9 @@ struct node {
     /* The recovery it owes, kept across reconnects of the same run. */
     enum node_loss loss;
     char loss_run_id[POOL_RUN_ID_MAX + 1];
-    uint64_t recover_at;        /* earliest repair (uv_now ms) */
+    uint64_t loss_base;         /* when keys it may have lost were set at
+                                   the latest (uv_now ms) */
+    uint64_t recover_at;        /* earliest repair: loss_base + readmit */
     bool end_requested;         /* the operator ended it: no more waiting */
     struct timer timer;         /* the wait, then repair retries */
 
@@ -147,6 +150,7 @@ struct node {
     uint64_t repair_floor;      /* what the counter is raised to */
     char repair_error[POOL_ERR_SIZE]; /* why the last attempt failed */
 
+    const char *stamp_how;      /* (static) why it votes once stamped */
     bool warned_aof;
     char warned_policy[NODE_POLICY_MAX];
     struct list owed;           /* owed_releases to send once it is up */
@@ -163,6 +167,12 @@ static struct {
     bool cluster_known;         /* some node had a marker: not a new cluster */
     uint64_t max_fence;         /* largest fence granted */
     char *marker_key;           /* (owned) fence_key + CONF_MARKER_SUFFIX */
+    char *ttl_key;              /* (owned) fence_key + CONF_MAXTTL_SUFFIX */
+    /* The restart wait covers the longest lease any daemon on these nodes
+     * may still hold: the largest locks.max_ttl_ms this daemon has had
+     * since it started (a reload that lowers it shortens nothing), and the
+     * largest longest-ttl record read from any node. */
+    uint64_t ttl_cover;
 } N;
 
 static void node_check(struct node *n, bool first);
@@ -172,6 +182,20 @@ static void node_decide_cluster(void);
 static const char *node_name(const struct node *n)
 {
     return pool_node_name(n->idx);
+}
+
+/* How long a node that may have lost keys waits, from the time they were
+ * set at the latest, before it votes: the longest lease that may still
+ * live there, plus drift. */
+static uint64_t node_readmit_ms(void)
+{
+    uint64_t t = N.ttl_cover;
+
+    if (N.conf && N.conf->locks.max_ttl_ms > t)
+        t = N.conf->locks.max_ttl_ms;
+    if (t > UINT32_MAX)
+        t = UINT32_MAX;
+    return t + (uint64_t)N.rules.drift_ms((uint32_t)t);
 }
 
 static bool node_recovering(const struct node *n)
@@ -375,6 +399,62 @@ static void node_stamp(struct node *n, pool_reply_cb cb, void *ud)
         cb(ud, n->idx, NULL);
 }
 
+static void stamp_admit_reply(void *ud, int node, redisReply *r)
+{
+    struct node *n = &N.nodes[node];
+
+    if (node_stale(n, ud))
+        return;
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+        log_info("redis %s: could not write its recovery marker (%s); "
+                 "checking it again", node_name(n), r ? r->str : "no answer");
+        node_bump(n);
+        n->state = NODE_UNCHECKED;
+        node_check(n, false);
+        return;
+    }
+    node_admit(n, n->stamp_how);
+}
+
+/* Write the marker, then let it vote: scripts check the marker (the
+ * guard, pool.h), so a vote before the marker is there would fail. */
+static void node_stamp_admit(struct node *n, const char *how)
+{
+    n->stamp_how = how;
+    node_stamp(n, stamp_admit_reply, node_gen_ud(n));
+}
+
+static void node_recover(struct node *n, enum node_loss loss, uint64_t base);
+
+/* A longest-ttl record read from a node: the restart wait covers it. A
+ * wait already set grows with it (never shrinks). */
+static void node_cover_ttl(uint64_t ttl)
+{
+    uint64_t now = timer_now();
+
+    if (ttl <= N.ttl_cover)
+        return;
+    N.ttl_cover = ttl;
+    for (int i = 0; i < N.nnodes; i++) {
+        struct node *n = &N.nodes[i];
+        uint64_t at = n->loss_base + node_readmit_ms();
+        if (n->loss == NODE_LOSS_NONE || n->end_requested ||
+            at <= n->recover_at)
+            continue;
+        n->recover_at = at;
+        log_warn("redis %s: a lease of up to %" PRIu64 " ms may live on "
+                 "these nodes: its recovery wait grows to %" PRIu64 " ms",
+                 node_name(n), ttl, at - n->loss_base);
+        if (n->state == NODE_REPAIRING && at > now) {
+            /* Too early after all: back to waiting. */
+            node_bump(n);
+            n->state = NODE_WAITING;
+        }
+        if (n->state == NODE_WAITING)
+            timer_start_at(&n->timer, at > now ? at : now);
+    }
+}
+
 static const char *node_loss_text(enum node_loss loss)
 {
     return loss == NODE_LOSS_RESTART
@@ -384,18 +464,19 @@ static const char *node_loss_text(enum node_loss loss)
 }
 
 /*
- * It may have lost keys: it waits until `at` (unless an earlier verdict on
- * the same run already set the wait, or the operator ended it), then its
- * fence counter is repaired.
+ * It may have lost keys set up to `base`: it waits until base plus the
+ * readmission wait (unless an earlier verdict on the same run already set
+ * the wait, or the operator ended it), then its fence counter is repaired.
  */
-static void node_recover(struct node *n, enum node_loss loss, uint64_t at)
+static void node_recover(struct node *n, enum node_loss loss, uint64_t base)
 {
-    uint64_t now = timer_now();
+    uint64_t now = timer_now(), at = base + node_readmit_ms();
 
     if (n->loss != loss || strcmp(n->loss_run_id, n->run_id) != 0) {
         char until[NODE_TIME_SIZE], in[32];
         n->loss = loss;
         snprintf(n->loss_run_id, sizeof(n->loss_run_id), "%s", n->run_id);
+        n->loss_base = base;
         n->recover_at = at;
         node_fmt_until(at, until, sizeof(until));
         node_fmt_duration(at > now ? at - now : 0, in, sizeof(in));
@@ -434,6 +515,7 @@ static void node_verdict(struct node *n, const struct node_check *c)
     snprintf(n->run_id, sizeof(n->run_id), "%s", c->run_id);
     n->uptime_ms = c->uptime_ms;
     n->has_fence = c->has_fence;
+    node_cover_ttl(c->ttl_record);
     if (mark != NODE_MARK_NONE)
         N.cluster_known = true;
 
@@ -442,16 +524,16 @@ static void node_verdict(struct node *n, const struct node_check *c)
     } else if (n->state == NODE_REPAIRING) {
         /* the repair decides */
     } else if (mark == NODE_MARK_STALE && n->aof_always) {
-        node_admit(n, "restarted with appendfsync always, kept its data");
-        node_stamp(n, stamp_reply, NULL);
+        node_stamp_admit(n, "restarted with appendfsync always, kept its "
+                         "data");
     } else if (mark == NODE_MARK_STALE) {
         /* Keys it lost were set before it started, with at most max_ttl. */
         uint64_t start = now > c->uptime_ms ? now - c->uptime_ms : 0;
-        node_recover(n, NODE_LOSS_RESTART, start + N.rules.readmit_ms);
+        node_recover(n, NODE_LOSS_RESTART, start);
     } else if (N.cluster_known) {
         /* Lost when, we cannot tell: count from now (node_recover keeps
          * the first notice of this run). */
-        node_recover(n, NODE_LOSS_DATA, now + N.rules.readmit_ms);
+        node_recover(n, NODE_LOSS_DATA, now);
     } else {
         n->state = NODE_NEW;
     }
@@ -478,7 +560,7 @@ static void node_decide_cluster(void)
             if (n->state != NODE_NEW || !pool_node_up(i))
                 return;     /* wait until every node has answered */
             nfence += n->has_fence;
-            nold += n->uptime_ms >= N.rules.readmit_ms;
+            nold += n->uptime_ms >= node_readmit_ms();
         }
         if (nfence == 0 || (nfence == N.nnodes && nold == N.nnodes)) {
             what = nfence == 0
@@ -491,10 +573,9 @@ static void node_decide_cluster(void)
                   "than locks.max_ttl_ms";
             log_warn("%s; all %d nodes vote", what, N.nnodes);
             N.cluster_known = true;
-            for (int i = 0; i < N.nnodes; i++) {
-                node_admit(&N.nodes[i], nfence == 0 ? "bootstrap" : "adopted");
-                node_stamp(&N.nodes[i], stamp_reply, NULL);
-            }
+            for (int i = 0; i < N.nnodes; i++)
+                node_stamp_admit(&N.nodes[i], nfence == 0 ? "bootstrap"
+                                                          : "adopted");
             return;
         }
         log_warn("no node has a recovery marker, and the nodes are neither "
@@ -507,7 +588,7 @@ static void node_decide_cluster(void)
     for (int i = 0; i < N.nnodes; i++) {
         struct node *n = &N.nodes[i];
         if (n->state == NODE_NEW)
-            node_recover(n, NODE_LOSS_DATA, timer_now() + N.rules.readmit_ms);
+            node_recover(n, NODE_LOSS_DATA, timer_now());
     }
 }
 
@@ -579,6 +660,19 @@ static void check_marker_cb(void *ud, int node, redisReply *r)
     check_step(n);
 }
 
+static void check_ttl_cb(void *ud, int node, redisReply *r)
+{
+    struct node *n = &N.nodes[node];
+
+    if (node_stale(n, ud))
+        return;
+    if (r && r->type == REDIS_REPLY_STRING)
+        n->chk.ttl_record = strtoull(r->str, NULL, 10);
+    else if (!r || r->type != REDIS_REPLY_NIL)
+        n->chk.failed = true;
+    check_step(n);
+}
+
 static void check_fence_cb(void *ud, int node, redisReply *r)
 {
     struct node *n = &N.nodes[node];
@@ -647,6 +741,7 @@ static void node_check(struct node *n, bool first)
     const char *info[] = { "INFO", "server" };
     const char *marker[] = { "GET", N.marker_key };
     const char *fence[] = { "EXISTS", N.conf->locks.fence_key };
+    const char *ttl[] = { "GET", N.ttl_key };
 
     if (n->chk.wait > 0 || !pool_node_up(n->idx) || N.stopping)
         return;
@@ -664,6 +759,11 @@ static void node_check(struct node *n, bool first)
     }
     n->chk.wait++;
     if (node_send(n, check_fence_cb, 2, fence) != 0) {
+        n->chk.wait--;
+        n->chk.failed = true;
+    }
+    n->chk.wait++;
+    if (node_send(n, check_ttl_cb, 2, ttl) != 0) {
         n->chk.wait--;
         n->chk.failed = true;
     }
@@ -789,6 +889,22 @@ static void repair_step(struct node *n)
     repair_raise(n);
 }
 
+static void repair_ttl_cb(void *ud, int node, redisReply *r)
+{
+    struct repair_req *q = ud;
+    struct node *n = q->n;
+    bool stale = N.stopping || q->gen != n->gen;
+    (void)node;
+
+    free(q);
+    if (stale)
+        return;
+    if (r && r->type == REDIS_REPLY_STRING)
+        node_cover_ttl(strtoull(r->str, NULL, 10));
+    if (n->state == NODE_REPAIRING)
+        repair_step(n);
+}
+
 static void repair_read_cb(void *ud, int node, redisReply *r)
 {
     struct repair_req *q = ud;
@@ -854,6 +970,7 @@ static void repair_send(struct node *n, int i, bool trusted, int argc,
 static void node_repair(struct node *n)
 {
     const char *get[] = { "GET", N.conf->locks.fence_key };
+    const char *ttl[] = { "GET", N.ttl_key };
     const char *tm[] = { "TIME" };
     int voting = 0;
 
@@ -871,6 +988,9 @@ static void node_repair(struct node *n)
             continue;
         repair_send(n, i, i != n->idx && node_votes(i), 2, get,
                     repair_read_cb);
+        /* A longer lease than assumed may live: node_cover_ttl sends the
+         * node back to waiting, and this repair's replies go stale. */
+        repair_send(n, i, false, 2, ttl, repair_ttl_cb);
         if (n->repair_epoch)
             repair_send(n, i, false, 1, tm, repair_time_cb);
     }
@@ -894,10 +1014,10 @@ static void node_warn_aof(struct node *n)
     char wait[32];
 
     if (n->aof_always || n->warned_aof ||
-        N.rules.readmit_ms < NODE_WARN_READMIT_MS)
+        node_readmit_ms() < NODE_WARN_READMIT_MS)
         return;
     n->warned_aof = true;
-    node_fmt_duration(N.rules.readmit_ms, wait, sizeof(wait));
+    node_fmt_duration(node_readmit_ms(), wait, sizeof(wait));
     log_warn("redis %s: not running appendonly yes with appendfsync always "
              "(or CONFIG is refused): after a restart it may not vote for "
              "%s (locks.max_ttl_ms plus drift), and while a quorum of nodes "
@@ -1077,12 +1197,17 @@ int node_init(uv_loop_t *loop, const struct conf *conf,
         .on_release = on_release,
     };
     size_t mlen = strlen(conf->locks.fence_key) + sizeof(CONF_MARKER_SUFFIX);
+    size_t tlen = strlen(conf->locks.fence_key) + sizeof(CONF_MAXTTL_SUFFIX);
 
     N.conf = conf;
     N.nnodes = (int)conf->redis.nnodes;
+    N.ttl_cover = conf->locks.max_ttl_ms;
     N.marker_key = mem_alloc(mlen);
     snprintf(N.marker_key, mlen, "%s%s", conf->locks.fence_key,
              CONF_MARKER_SUFFIX);
+    N.ttl_key = mem_alloc(tlen);
+    snprintf(N.ttl_key, tlen, "%s%s", conf->locks.fence_key,
+             CONF_MAXTTL_SUFFIX);
     N.nodes = mem_alloc(sizeof(struct node) * (size_t)N.nnodes);
     for (int i = 0; i < N.nnodes; i++) {
         struct node *n = &N.nodes[i];
@@ -1121,12 +1246,48 @@ void node_free(void)
     N.nodes = NULL;
     free(N.marker_key);
     N.marker_key = NULL;
+    free(N.ttl_key);
+    N.ttl_key = NULL;
     pool_free();
 }
 
 bool node_votes(int node)
 {
     return pool_node_up(node) && N.nodes[node].state == NODE_OK;
+}
+
+uint64_t node_vote_gen(int node)
+{
+    return N.nodes[node].gen;
+}
+
+void node_guard(int node, const char **words, size_t *lens)
+{
+    const struct node *n = &N.nodes[node];
+
+    words[0] = N.ttl_key;
+    words[1] = N.marker_key;
+    words[2] = node_votes(node) ? n->run_id : "";
+    for (int i = 0; i < POOL_GUARD_WORDS; i++)
+        lens[i] = strlen(words[i]);
+}
+
+void node_lost_data(int node, const char *why)
+{
+    struct node *n = &N.nodes[node];
+
+    if (N.stopping || n->state != NODE_OK)
+        return;
+    log_warn("redis %s: %s; it stops voting now and is checked", node_name(n),
+             why);
+    node_bump(n);
+    n->state = NODE_UNCHECKED;
+    node_check(n, false);
+}
+
+void node_reloaded(void)
+{
+    node_cover_ttl(N.conf->locks.max_ttl_ms);
 }
 
 int node_nvoting(void)

@@ -18,14 +18,22 @@
  *   its data (restarted empty, flushed) or was never used. Any daemon,
  *   whenever it starts, reaches the same verdict from what the node says;
  * - recovery: a node that may have lost keys does not vote until keys it
- *   may have lost have expired everywhere (max_ttl_ms plus drift after its
- *   start, for a stale marker; after the loss was first noticed, for a
- *   missing one), then its fence counter is repaired, the marker is
+ *   may have lost have expired everywhere (the longest lease that may
+ *   live, plus drift, after its start, for a stale marker; after the loss
+ *   was first noticed, for a missing one), then its fence counter is
+ *   repaired, the marker is
  *   written, and it votes. The repair reads every reachable node's counter
  *   and takes the largest, and the largest fence this daemon granted; when
  *   fewer than a quorum of voting nodes are there to read from (two of
  *   three restarted), it also raises the counter to a clock epoch in the
  *   high bits, so fences stay monotonic without that quorum;
+ * - the longest lease: a lease may be as long as the largest max_ttl_ms
+ *   this daemon has had since it started, or the largest longest-ttl
+ *   record (`<fence_key>:maxttl`, written by the grant and renewal
+ *   scripts) read from any node, which covers leases of other daemons;
+ * - the guard: voting scripts carry the run_id each node was admitted
+ *   under and fail on a node whose marker no longer names it (lost data
+ *   between two checks); node_lost_data starts its check at once;
  * - bootstrap: when every configured node answers and none has a marker or
  *   a fence counter, the cluster is new: node admits them all, logged;
  * - owed releases: an owner-checked release that could not reach a node
@@ -56,8 +64,10 @@
 /* The Redlock rules node applies to restarted nodes. */
 struct node_rules {
     int quorum;             /* counters a fence repair must read */
-    uint64_t readmit_ms;    /* a restarted node's wait before it votes,
-                               unless it runs AOF with appendfsync always */
+    /* The clock drift allowed on a lease of ttl ms: a node that may have
+     * lost keys waits the longest ttl that may live plus this before it
+     * votes, unless it runs AOF with appendfsync always. */
+    int64_t (*drift_ms)(uint32_t ttl);
 };
 /* Copied; may come before node_init (redlock_init calls it). */
 void node_set_rules(const struct node_rules *rules);
@@ -73,6 +83,22 @@ void node_free(void);
 
 /* May this node's answer count as a vote right now? */
 bool node_votes(int node);
+/* Moves on whenever the node goes up or down or is admitted: an answer
+ * counts as a vote only if the node votes and this has not moved since the
+ * request was sent (a request sent before the node was admitted went out
+ * without the guard). */
+uint64_t node_vote_gen(int node);
+/* The POOL_GUARD_WORDS words that end a voting script's arguments for this
+ * node (pool.h): pointers into node's own strings, valid until the next
+ * loop turn. */
+void node_guard(int node, const char **words, size_t *lens);
+/* The node answered LOSTDATA (its marker is not what it was admitted
+ * under): it stops voting at once and is checked; the check starts its
+ * recovery. why is logged. */
+void node_lost_data(int node, const char *why);
+/* After a SIGHUP: a raised locks.max_ttl_ms lengthens recovery waits (a
+ * lowered one shortens none). */
+void node_reloaded(void);
 /* How many nodes vote right now. */
 int node_nvoting(void);
 

@@ -65,6 +65,39 @@
     "end\n"
 #define POOL_LUA_COUNTER POOL_LUA_COUNTER_AT("2")
 
+/*
+ * The guard of every script whose answer is a vote (acquire, extend,
+ * raise): its last three arguments are the longest-ttl record, the
+ * recovery marker and the run_id under which the daemon admitted this node
+ * ('' from a node that does not vote: no check, its answer is not counted).
+ * A node whose marker no longer names that run lost its data since it was
+ * admitted (FLUSHALL, eviction, a failover to an empty replica): it answers
+ * LOSTDATA before writing anything, so its vote fails now rather than at
+ * the next probe, and the daemon starts its recovery on that answer.
+ *
+ * note_ttl(t): the record holds the longest ttl granted or renewed on this
+ * node while some such lease may live (its own expiry is kept at least t
+ * ahead), so that a daemon deciding how long a node that lost its data
+ * must wait can read the longest lease any daemon may still hold
+ * (docs/design.md, "Restarted nodes").
+ */
+#define POOL_LUA_GUARD \
+    "local ttl_key = ARGV[#ARGV - 2]\n" \
+    "local admitted = ARGV[#ARGV]\n" \
+    "if admitted ~= '' and redis.call('GET', ARGV[#ARGV - 1]) ~= admitted then\n" \
+    "  return redis.error_reply('LOSTDATA ' .. ARGV[#ARGV - 1] .. ' does not ' ..\n" \
+    "    'name run ' .. admitted .. ': the node lost its data since it was ' ..\n" \
+    "    'admitted')\n" \
+    "end\n" \
+    "local function note_ttl(t)\n" \
+    "  t = tonumber(t)\n" \
+    "  local v = tonumber(redis.call('GET', ttl_key) or '0') or 0\n" \
+    "  if v < t or redis.call('PTTL', ttl_key) < t then\n" \
+    "    if v < t then v = t end\n" \
+    "    redis.call('SET', ttl_key, v, 'PX', t)\n" \
+    "  end\n" \
+    "end\n"
+
 /* m = max(c, seen), and f = m + 1, the fence a grant gets (seen is
  * ARGV[3] in the acquire scripts). The successor is taken on the decimal
  * string (Lua's doubles are exact only to 2^53). */
@@ -82,6 +115,7 @@
  * grant, so while the key is ours (docs/design.md, "Fences"). */
 #define POOL_LUA_GRANT \
     "redis.call('SET', fk, f)\n" \
+    "note_ttl(ARGV[2])\n" \
     "return {1, f}\n"
 
 /* What a granted exclusive key holds: "token label fence" when the holder
@@ -197,8 +231,7 @@
     "  if ok then out[i] = r else\n" \
     "    out[i] = redis.error_reply(type(r) == 'table' and r.err or tostring(r))\n" \
     "  end\n" \
-    "end\n" \
-    "return out\n"
+    "end\n"
 
 /* extend(k, t, ttl): 1 when k is ours and now lasts ttl ms more, else 0.
  * On a shared lock's set only a live member is ours to extend (one past
@@ -206,6 +239,7 @@
 #define POOL_LUA_EXTEND \
     POOL_LUA_SHARED_PUT \
     POOL_LUA_OURS \
+    "local longest = 0\n" \
     "local function extend(k, t, ttl)\n" \
     "  local v = redis.pcall('GET', k)\n" \
     "  if type(v) == 'table' and v.err then\n" \
@@ -217,13 +251,13 @@
     "      return 0\n" \
     "    end\n" \
     "    put(k, t, tonumber(ttl))\n" \
-    "    return 1\n" \
-    "  end\n" \
-    "  if ours(v, t) then\n" \
+    "  elseif ours(v, t) then\n" \
     "    redis.call('PEXPIRE', k, ttl)\n" \
-    "    return 1\n" \
+    "  else\n" \
+    "    return 0\n" \
     "  end\n" \
-    "  return 0\n" \
+    "  if tonumber(ttl) > longest then longest = tonumber(ttl) end\n" \
+    "  return 1\n" \
     "end\n"
 
 static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
@@ -232,6 +266,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
      * the resource's shared holders' set, the key is not taken while that
      * has a live member. */
     [POOL_SCRIPT_ACQUIRE] =
+        POOL_LUA_GUARD
         POOL_LUA_COUNTER
         POOL_LUA_NOTLOCK
         POOL_LUA_READERS
@@ -256,15 +291,22 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
      * ARGV[1] the channel, ARGV[2] the instance id. */
     [POOL_SCRIPT_RELEASE_MANY] =
         POOL_LUA_RELEASE
-        POOL_LUA_EACH("release", "KEYS[i], ARGV[2 + i], ARGV[1], ARGV[2]"),
+        POOL_LUA_EACH("release", "KEYS[i], ARGV[2 + i], ARGV[1], ARGV[2]")
+        "return out\n",
     [POOL_SCRIPT_EXTEND] =
+        POOL_LUA_GUARD
         POOL_LUA_EXTEND
-        "return extend(KEYS[1], ARGV[1], ARGV[2])\n",
+        "local r = extend(KEYS[1], ARGV[1], ARGV[2])\n"
+        "if r == 1 then note_ttl(longest) end\n"
+        "return r\n",
     /* Renewals due together: key i with token ARGV[2i-1] and ttl
      * ARGV[2i], each owner-checked on its own. */
     [POOL_SCRIPT_EXTEND_MANY] =
+        POOL_LUA_GUARD
         POOL_LUA_EXTEND
-        POOL_LUA_EACH("extend", "KEYS[i], ARGV[2 * i - 1], ARGV[2 * i]"),
+        POOL_LUA_EACH("extend", "KEYS[i], ARGV[2 * i - 1], ARGV[2 * i]")
+        "if longest > 0 then note_ttl(longest) end\n"
+        "return out\n",
     [POOL_SCRIPT_RAISE] =
         "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
         "if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end\n"
@@ -274,6 +316,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
      * KEYS[3] and on: the other keys of a grant of several resources,
      * which must all hold it too. */
     [POOL_SCRIPT_RAISE_HELD] =
+        POOL_LUA_GUARD
         POOL_LUA_COUNTER
         POOL_LUA_OURS
         "for i = 1, #KEYS do\n"
@@ -296,6 +339,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
     /* A shared hold: not while the exclusive key exists (whoever set it,
      * redlockd or another Redlock client). */
     [POOL_SCRIPT_ACQUIRE_SHARED] =
+        POOL_LUA_GUARD
         POOL_LUA_COUNTER
         POOL_LUA_NOTLOCK
         POOL_LUA_SHARED_PUT
@@ -318,6 +362,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
      * sets can each hold a part. The busy answer's PTTL is the longest of
      * the keys that stood in the way. */
     [POOL_SCRIPT_ACQUIRE_MULTI] =
+        POOL_LUA_GUARD
         POOL_LUA_COUNTER_AT("1")
         POOL_LUA_NOTLOCK
         POOL_LUA_READERS
@@ -349,6 +394,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         POOL_LUA_GRANT,
     /* RAISE_HELD for a shared hold: only while our member is live. */
     [POOL_SCRIPT_RAISE_SHARED] =
+        POOL_LUA_GUARD
         POOL_LUA_COUNTER
         POOL_LUA_NOW
         "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"

@@ -47,15 +47,17 @@
 
 /* The most words one request may carry (a script's keys and arguments, or a
  * command with its name): a LOCK of locks.max_multi resources sends the
- * fence key, two keys per resource and five arguments; a batch of
- * renewals, three words per key. pool_script and pool_command refuse
- * more. */
-#define POOL_MAX_ARGS_LOCK (2 * CONF_MAX_MULTI + 6)
+ * fence key, two keys per resource, five arguments and the three words of
+ * the guard; a batch of renewals, two words per key and the guard.
+ * pool_script and pool_command refuse more. */
+#define POOL_GUARD_WORDS 3
+#define POOL_MAX_ARGS_LOCK (2 * CONF_MAX_MULTI + 6 + POOL_GUARD_WORDS)
 /* The most keys one EXTEND_MANY or RELEASE_MANY takes (at most three
  * words each). */
 #define POOL_BATCH_MAX 128
-#define POOL_MAX_ARGS (3 * POOL_BATCH_MAX > POOL_MAX_ARGS_LOCK \
-                       ? 3 * POOL_BATCH_MAX : POOL_MAX_ARGS_LOCK)
+#define POOL_MAX_ARGS_BATCH (3 * POOL_BATCH_MAX + POOL_GUARD_WORDS)
+#define POOL_MAX_ARGS (POOL_MAX_ARGS_BATCH > POOL_MAX_ARGS_LOCK \
+                       ? POOL_MAX_ARGS_BATCH : POOL_MAX_ARGS_LOCK)
 /* Room for any 64-bit integer in decimal, sign and NUL included. */
 #define POOL_NUM_SIZE sizeof("-9223372036854775808")
 /* The longest run_id kept (Redis's is 40 hex chars), and an error's room. */
@@ -74,6 +76,13 @@
  * error, having written nothing that matters, when the counter is not a
  * decimal below 10^18 or a lock's key is not of its type. RAISE is node's
  * repair of a restarted node, which owns no key.
+ *
+ * The scripts whose answers are votes (ACQUIRE*, EXTEND*, RAISE_HELD,
+ * RAISE_SHARED) take POOL_GUARD_WORDS more arguments after those listed
+ * below: the longest-ttl record's key, the recovery marker's key, and the
+ * run_id under which the node was admitted ("" for no check). A node whose
+ * marker does not name that run answers an error starting "LOSTDATA"
+ * before writing anything (pool.c, POOL_LUA_GUARD).
  *
  * A resource's exclusive key is a plain string holding the token, or
  * "token label fence" when the acquisition gave a label (the owner checks

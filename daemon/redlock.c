@@ -57,6 +57,8 @@ struct op {
     bool undo;              /* acquire: some node may hold our key */
     bool wait;              /* acquire: will wait (struct redlock_lock) */
     struct redlock_node_vote *votes;    /* (owned) acquire: one per node */
+    uint64_t *gens;         /* (in this allocation) per node, its
+                               node_vote_gen when the request was sent */
     struct timer defer;     /* completes an op no node could take */
     redlock_cb cb;
     void *ud;
@@ -69,8 +71,9 @@ struct op {
                                this allocation after the keys */
     struct list blink;      /* batched: in its queue (struct batch_queue) */
     char token[REDLOCK_TOKEN_LEN + 1];
-    _Alignas(void *) char buf[];    /* the key pointers and lengths, then
-                                       the keys' bytes, each NUL-terminated */
+    _Alignas(uint64_t) char buf[];  /* gens, the key pointers and lengths,
+                                       then the keys' bytes, each
+                                       NUL-terminated */
 };
 
 static const struct conf *RC;
@@ -133,15 +136,20 @@ static struct batch_queue BQ[BQ_COUNT];
 
 static void batch_flush_cb(struct timer *t);
 
+static int64_t rules_drift_ms(uint32_t ttl)
+{
+    return redlock_drift_ms(ttl, RC->locks.drift_factor);
+}
+
 void redlock_init(const struct conf *conf)
 {
-    /* A restarted node may have lost keys that lived up to max_ttl_ms:
-     * it waits that long, plus drift, before voting again (the Redlock
-     * paper's delayed restart); its fence repair must read a quorum. */
+    /* A restarted node may have lost keys that live up to the longest
+     * ttl: it waits that long, plus drift, before voting again (the
+     * Redlock paper's delayed restart); its fence repair must read a
+     * quorum. */
     const struct node_rules rules = {
         .quorum = redlock_quorum((int)conf->redis.nnodes),
-        .readmit_ms = conf->locks.max_ttl_ms + (uint64_t)redlock_drift_ms(
-            conf->locks.max_ttl_ms, conf->locks.drift_factor),
+        .drift_ms = rules_drift_ms,
     };
 
     RC = conf;
@@ -367,11 +375,13 @@ static struct op *op_create(enum op_kind kind, int nkeys,
 
     for (int i = 0; i < nkeys; i++)
         bytes += lens[i] + 1;
-    size_t arrays = (size_t)nkeys * (sizeof(char *) + sizeof(size_t));
+    size_t gens = (size_t)pool_nnodes() * sizeof(uint64_t);
+    size_t arrays = gens + (size_t)nkeys * (sizeof(char *) + sizeof(size_t));
     struct op *o = mem_alloc(sizeof(*o) + arrays + bytes);
     char *p = o->buf + arrays;
 
-    o->keys = (const char **)(void *)o->buf;
+    o->gens = (uint64_t *)(void *)o->buf;
+    o->keys = (const char **)(void *)(o->buf + gens);
     o->lens = (size_t *)(void *)(o->keys + nkeys);
     for (int i = 0; i < nkeys; i++) {
         memcpy(p, keys[i], lens[i]);
@@ -492,6 +502,40 @@ static enum pool_script op_words(const struct op *o, const char **argv,
     return s;
 }
 
+/* Does script s answer with a vote, and so end with the guard words? */
+static bool script_guarded(enum pool_script s)
+{
+    switch (s) {
+    case POOL_SCRIPT_ACQUIRE:
+    case POOL_SCRIPT_ACQUIRE_SHARED:
+    case POOL_SCRIPT_ACQUIRE_MULTI:
+    case POOL_SCRIPT_RAISE_HELD:
+    case POOL_SCRIPT_RAISE_SHARED:
+    case POOL_SCRIPT_EXTEND:
+    case POOL_SCRIPT_EXTEND_MANY:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Set the guard words for node i at argv[k...] (pool.h), and note which
+ * of its votes the answer may be. */
+static void guard_words(struct op *const *ops, int nops, int node,
+                        const char **argv, size_t *lens, int k)
+{
+    node_guard(node, argv + k, lens + k);
+    for (int i = 0; i < nops; i++)
+        ops[i]->gens[node] = node_vote_gen(node);
+}
+
+/* May node's answer to o count as a vote? Only if it votes now and did
+ * when the request (and its guard) went out. */
+static bool op_votes(const struct op *o, int node)
+{
+    return node_votes(node) && o->gens[node] == node_vote_gen(node);
+}
+
 /* Node i could not take o's request: a failed vote, and a release owed
  * to it for when it is back. */
 static void op_unsent(struct op *o, int i)
@@ -551,10 +595,16 @@ static void op_fan_out(struct op *o)
         break;
     }
 
+    bool guarded = script_guarded(s);
+    if (guarded)
+        nargs += POOL_GUARD_WORDS;
     o->pending = 1;
     for (int i = 0; i < pool_nnodes(); i++) {
         if (!op_targets(o, i))
             continue;
+        if (guarded)
+            guard_words(&o, 1, i, argv, lens,
+                        nkeys + nargs - POOL_GUARD_WORDS);
         o->pending++;
         if (pool_script(i, s, nkeys, nargs, argv, lens, op_reply, o) != 0) {
             o->pending--;
@@ -615,7 +665,7 @@ static void fence_count(struct op *o, int node, const redisReply *r)
             op_log_reply(o, node, r);
             return;
         }
-        if (!node_votes(node))
+        if (!op_votes(o, node))
             return;
         v->vote = REDLOCK_VOTE_HELD;
         v->counter = c;
@@ -634,9 +684,13 @@ static void fence_count(struct op *o, int node, const redisReply *r)
 
 static void op_count(struct op *o, int node, redisReply *r)
 {
-    bool votes = node_votes(node);
+    bool votes = op_votes(o, node);
 
     if (!r || r->type == REDIS_REPLY_ERROR) {
+        if (r && strncmp(r->str, "LOSTDATA", 8) == 0)
+            node_lost_data(node, "its recovery marker is not the one it was "
+                           "admitted under (a vote's guard answered "
+                           "LOSTDATA): it lost its data");
         if (r)
             op_log_reply(o, node, r);
         if (o->votes)
@@ -907,8 +961,8 @@ static void batch_send(struct batch_queue *q)
 {
     int n = q->n < POOL_BATCH_MAX ? (int)q->n : POOL_BATCH_MAX;
     struct batch *b = mem_alloc(sizeof(*b) + (size_t)n * sizeof(b->ops[0]));
-    const char *argv[3 * POOL_BATCH_MAX];
-    size_t lens[3 * POOL_BATCH_MAX];
+    const char *argv[POOL_MAX_ARGS_BATCH];
+    size_t lens[POOL_MAX_ARGS_BATCH];
     char ttls[POOL_BATCH_MAX][POOL_NUM_SIZE];
 
     for (int i = 0; i < n; i++) {
@@ -924,7 +978,13 @@ static void batch_send(struct batch_queue *q)
     b->n = n;
     b->refs = 1;
     int nargs = batch_words(b, argv, lens, ttls);
+    bool guarded = script_guarded(q->script);
+    if (guarded)
+        nargs += POOL_GUARD_WORDS;
     for (int node = 0; node < pool_nnodes(); node++) {
+        if (guarded)
+            guard_words(b->ops, n, node, argv, lens,
+                        n + nargs - POOL_GUARD_WORDS);
         b->refs++;
         for (int i = 0; i < n; i++)
             b->ops[i]->pending++;

@@ -23,7 +23,12 @@
  *   - ending a recovery deliberately (SIGUSR1, the hook until the admin
  *     command exists) repairs the node and lets it vote;
  *   - start-up warnings: nodes without appendfsync always under a long
- *     max_ttl_ms, and an eviction policy that can drop lock keys.
+ *     max_ttl_ms, and an eviction policy that can drop lock keys;
+ *   - a node flushed between two probes fails its next vote (the scripts
+ *     check the recovery marker) and starts recovering on that answer;
+ *   - the restart wait covers the longest lease alive: after a SIGHUP
+ *     that raised max_ttl_ms, and on a daemon whose own max_ttl_ms is
+ *     shorter than another's (it reads the nodes' longest-ttl record).
  *
  * Upper time bounds are stretched under REDLOCKD_TEST_WRAPPER (valgrind);
  * lower bounds never are.
@@ -594,6 +599,157 @@ START_TEST(startup_warnings)
 }
 END_TEST
 
+/* ---- safety round 3: data lost between probes, longer leases ------------ */
+
+/*
+ * Node 0 is flushed while it votes, long before the next probe (60 s):
+ * client a holds x on nodes 0 and 2 (its key on node 1 is removed by hand,
+ * as a write lost on the way), and a LOCK x on another daemon would find
+ * x free on nodes 0 and 1. The scripts' guard (the recovery marker checked
+ * inside each vote) makes node 0 fail the vote at once, and its recovery
+ * starts on that answer.
+ */
+START_TEST(flush_between_probes)
+{
+    const char *conf = "{\"redis\":{\"probe_interval_ms\":60000,"
+                       "\"reconnect_max_ms\":200}}";
+    struct h_client *a, *b;
+    char *line;
+
+    h_redis_start_all(N, NNODES, NULL);
+    start_daemon(&D1, conf);
+    start_daemon(&D2, conf);
+    a = client(0, &D1);
+    b = client(1, &D2);
+    line = h_expect(a, "OK resource=fl ", "LOCK fl ttl=20000");
+    ck_assert_int_eq(h_redis_cmd(&N[1], NULL, "DEL lock:fl"), 1);
+    ck_assert_int_eq(h_redis_cmd(&N[0], NULL, "FLUSHALL"), 0);
+    line = h_cmd(b, "LOCK fl ttl=5000");
+    ck_assert_msg(!h_starts(line, "OK "), "granted fl while client a holds "
+                  "it on node 2, with node 0 flushed: %s", line);
+    ck_assert_msg(h_starts(line, "ERR BUSY ") ||
+                  h_starts(line, "ERR UNAVAILABLE "), "LOCK: %s", line);
+    /* The daemon that asked knows at once: node 0 stops voting. */
+    struct node_view v = stats_node(b, 0);
+    ck_assert_msg(!v.voting, "node 0 still votes after answering LOSTDATA "
+                  "(%s)", v.why);
+    wait_log(&D2, "LOSTDATA", T(1000));
+    /* Its check (sent at once, not at the next probe) finds no marker. */
+    uint64_t t0 = h_now_ms();
+    while (!(v = stats_node(b, 0)).recovering && h_since(t0) < T(1000))
+        h_sleep_ms(20);
+    ck_assert_msg(v.recovering && !v.voting, "node 0 after its check: "
+                  "voting=%d recovering=%d (%s)", v.voting, v.recovering,
+                  v.why);
+    /* The holder is untouched: still renewing on nodes 0 (its data gone)
+     * and 2 would lose it, but node 2 and the rest keep a quorum once
+     * node 0 recovers; its LOCKS still lists it now. */
+    h_expect(a, "OK {", "LOCKS");
+    stop_daemons();
+}
+END_TEST
+
+/* Rewrite d's config file with locks.max_ttl_ms = ms, and SIGHUP it. */
+static void reload_max_ttl(struct h_daemon *d, long long ms)
+{
+    json_error_t err;
+    json_t *root = json_load_file(d->conf_path, 0, &err);
+    json_t *locks;
+
+    ck_assert_msg(root, "%s: %s", d->conf_path, err.text);
+    locks = json_object_get(root, "locks");
+    if (!locks) {
+        locks = json_object();
+        json_object_set_new(root, "locks", locks);
+    }
+    json_object_set_new(locks, "max_ttl_ms", json_integer(ms));
+    ck_assert_int_eq(json_dump_file(root, d->conf_path, JSON_INDENT(2)), 0);
+    json_decref(root);
+    ck_assert_int_eq(kill(d->pid, SIGHUP), 0);
+    wait_log(d, "locks.max_ttl_ms", T(2000));
+}
+
+/* Two of three nodes restarted empty while a lease of 60 s lives on the
+ * third: no LOCK of it may be granted for (most of) that minute. */
+static void assert_refused_for(struct h_client *c, const char *res, int ms)
+{
+    uint64_t t0 = h_now_ms();
+    int refused = 0;
+
+    while (h_since(t0) < ms) {
+        char *line = h_cmd(c, "LOCK %s ttl=1000", res);
+        ck_assert_msg(!h_starts(line, "OK "), "granted %s %lld ms after two "
+                      "nodes restarted empty, while a 60 s lease of it "
+                      "lives: %s", res, h_since(t0), line);
+        refused++;
+        h_sleep_ms(200);
+    }
+    ck_assert_int_gt(refused, 0);
+}
+
+/* Nodes 1 and 2, as d's STATS says: recovering for at least min_ms more. */
+static void assert_recovering_for(struct h_client *c, long long min_ms)
+{
+    json_t *o = h_ok_json(c, "STATS");
+
+    for (int i = 1; i < NNODES; i++) {
+        json_t *n = json_array_get(json_object_get(o, "nodes"), (size_t)i);
+        json_t *in = json_object_get(n, "rejoin_in_ms");
+        ck_assert_msg(json_is_integer(in) &&
+                      json_integer_value(in) >= min_ms,
+                      "node %d rejoins in %lld ms, want >= %lld (%s)", i,
+                      json_is_integer(in) ? (long long)json_integer_value(in)
+                      : -1LL, min_ms, h_json_str(n, "why"));
+    }
+    json_decref(o);
+}
+
+/* Two daemons started with max_ttl_ms 3000, reloaded to 60000: the
+ * restart wait is the longer one (it was fixed at start). */
+START_TEST(reload_raises_max_ttl)
+{
+    struct h_client *a, *b;
+
+    const char *conf = "{\"locks\":{\"max_ttl_ms\":3000,"
+                       "\"default_ttl_ms\":1000},"
+                       "\"redis\":{\"reconnect_max_ms\":200}}";
+
+    h_redis_start_all(N, NNODES, NULL);
+    start_daemon(&D1, conf);
+    start_daemon(&D2, conf);
+    reload_max_ttl(&D1, 60000);
+    reload_max_ttl(&D2, 60000);
+    a = client(0, &D1);
+    b = client(1, &D2);
+    h_expect(a, "OK resource=long ", "LOCK long ttl=60000 renew=0");
+    restart_empty(0x6);
+    assert_refused_for(b, "long", 6000);
+    assert_recovering_for(b, 45000);
+    stop_daemons();
+}
+END_TEST
+
+/* Two daemons with different max_ttl_ms: the short one reads the longest
+ * ttl granted from the node that kept its data, and waits that long. */
+START_TEST(daemons_with_different_max_ttl)
+{
+    struct h_client *a, *b;
+
+    h_redis_start_all(N, NNODES, NULL);
+    start_daemon(&D1, "{\"locks\":{\"max_ttl_ms\":60000},"
+                      "\"redis\":{\"reconnect_max_ms\":200}}");
+    start_daemon(&D2, "{\"locks\":{\"max_ttl_ms\":3000,\"default_ttl_ms\":1000},"
+                      "\"redis\":{\"reconnect_max_ms\":200}}");
+    a = client(0, &D1);
+    b = client(1, &D2);
+    h_expect(a, "OK resource=long2 ", "LOCK long2 ttl=60000 renew=0");
+    restart_empty(0x6);
+    assert_refused_for(b, "long2", 6000);
+    assert_recovering_for(b, 45000);
+    stop_daemons();
+}
+END_TEST
+
 static Suite *nodes_suite(void)
 {
     Suite *s = suite_create("nodes");
@@ -609,6 +765,9 @@ static Suite *nodes_suite(void)
     tcase_add_test(tc, own_undo_is_quiet);
     tcase_add_test(tc, end_recovery_by_operator);
     tcase_add_test(tc, startup_warnings);
+    tcase_add_test(tc, flush_between_probes);
+    tcase_add_test(tc, reload_raises_max_ttl);
+    tcase_add_test(tc, daemons_with_different_max_ttl);
     suite_add_tcase(s, tc);
     return s;
 }
