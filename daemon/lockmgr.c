@@ -1707,7 +1707,6 @@ void lockmgr_cut_wait(struct lockmgr_owner *o)
 void lockmgr_owner_shutdown(struct lockmgr_owner *o)
 {
     struct lockreq *q = o->pending;
-    struct list *link;
 
     enter();
     if (q) {
@@ -1715,10 +1714,35 @@ void lockmgr_owner_shutdown(struct lockmgr_owner *o)
         if (!q->attempting)
             req_fail(q, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
     }
-    while ((link = list_first(&o->leases)))
-        lease_release(list_entry(link, struct lease, olink), 0, NULL,
-                      "the daemon is shutting down");
     leave();
+}
+
+size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until)
+{
+    struct list *link;
+    size_t n = 0;
+
+    enter();
+    while ((link = list_first(&o->leases))) {
+        struct lease *l = list_entry(link, struct lease, olink);
+        struct lock_entry *e = l->entry;
+        /* The keys last as long as the last renewal's ttl: at most the
+         * validity plus what was taken off it (drift, the round). */
+        uint64_t end = l->valid_until + M.conf->redis.command_timeout_ms +
+                       (uint64_t)((double)l->ttl * M.conf->locks.drift_factor)
+                       + 2;
+        if (end > *until)
+            *until = end;
+        log_info(AUDIT_FMT ": left on the nodes to expire by its ttl",
+                 AUDIT_ARGS("abandoned", l, o));
+        lease_end(l);
+        l->entry = NULL;
+        entry_drop_holder(e, l);
+        lease_put(l);
+        n++;
+    }
+    leave();
+    return n;
 }
 
 void lockmgr_owner_end(struct lockmgr_owner *o, bool died)

@@ -133,9 +133,16 @@ void lockmgr_owner_init(struct lockmgr_owner *o,
                         const struct lockmgr_owner_ops *ops,
                         const char *id, const char *name, const char *peer);
 /* The daemon is stopping: a LOCK of o that waits is answered ERR SHUTDOWN
- * (one talking to Redis after that try, a grant given back), and all o
- * holds is released, owner-checked, without lock-delay. */
+ * (one talking to Redis after that try, a grant given back). What o holds
+ * stays held (renewed) until its client releases it. */
 void lockmgr_owner_shutdown(struct lockmgr_owner *o);
+/* Leave every lease o holds on the nodes, to expire by its ttl: neither
+ * released nor renewed any more, and no longer o's (a later
+ * lockmgr_owner_end has nothing to release). Returns how many; *until is
+ * raised to the latest uv_now ms at which one of their keys may still
+ * exist. For the daemon's exit: a holder that may still be working must
+ * never see its lock deleted under it. */
+size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until);
 /* The owner is ending: cancel its pending LOCK and release all it holds
  * (keeping keys for lock_delay_ms when `died` and the delay is set). No
  * callback reaches o after this returns. */

@@ -4,14 +4,19 @@
  * Parses the command line, loads the config, and runs one libuv loop with
  * the listeners, the sessions, the lock table and the Redis pool on it.
  * SIGINT/SIGTERM start a clean shutdown: stop listening, tell clients
- * (EVENT SHUTDOWN), release their locks on Redis (bounded by
- * shutdown_timeout_ms), drop the Redis connections, free everything.
+ * (EVENT SHUTDOWN), wait up to shutdown_timeout_ms for them to release
+ * their locks (UNLOCK, QUIT, closing the connection), leave every lease
+ * still held on the nodes to expire by its ttl (never deleted under a
+ * holder that may still be working), drop the Redis connections, free
+ * everything.
  */
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <inttypes.h>
 
 #include <uv.h>
 
@@ -41,6 +46,8 @@ static struct {
     struct timer drain;
     uint64_t drain_deadline;
     int finish_turns;
+    size_t left;            /* leases left to expire at exit */
+    uint64_t left_until;    /* uv_now ms the last of their keys may live */
     struct timer ready;
     uint64_t ready_deadline;
     bool stopping;
@@ -95,6 +102,8 @@ static void close_own_handles(void)
  * timer turns (some start one more, e.g. giving back a late grant, which
  * fails at once; batched ones wait for their 1 ms flush). When none is
  * left, free the pool and close the rest. */
+static void log_exit_line(void);
+
 static void finish_cb(struct timer *t)
 {
     if (redlock_live() > 0 && D.finish_turns++ < 100) {
@@ -102,29 +111,50 @@ static void finish_cb(struct timer *t)
         return;
     }
     node_free();
+    log_exit_line();
     close_own_handles();
+}
+
+/* The last line the daemon logs: what it left on the nodes. */
+static void log_exit_line(void)
+{
+    char when[sizeof("2026-12-02T10:00:00Z")];
+    uint64_t now = timer_now();
+    uint64_t in = D.left_until > now ? D.left_until - now : 0;
+    time_t t = time(NULL) + (time_t)((in + 999) / 1000);
+    struct tm tm;
+
+    if (D.left == 0) {
+        log_notice("stopped: no lease left on the nodes");
+        return;
+    }
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    log_notice("stopped: %zu lease%s left on the nodes to expire by %s "
+               "(neither deleted nor renewed); the last expires by %s (in "
+               "%" PRIu64 " ms). Their clients may ADOPT them on another "
+               "daemon", D.left, D.left == 1 ? "" : "s",
+               D.left == 1 ? "its ttl" : "their ttls", when, in);
 }
 
 static void drain_cb(struct timer *t)
 {
     (void)t;
-    /* Sessions answer what they have in flight, and releases keep
-     * operations live; give them until the deadline (their own command
-     * timeouts bound each one). */
-    if (session_count() > 0 || lockmgr_held_count() > 0 || pool_busy() ||
-        redlock_live() > 0) {
+    /* Clients release what they hold (UNLOCK, QUIT, closing), sessions
+     * answer what they have in flight, and releases keep operations live;
+     * give them until the deadline (their own command timeouts bound each
+     * one). */
+    if (lockmgr_held_count() > 0 || pool_busy() || redlock_live() > 0) {
         if (timer_now() < D.drain_deadline) {
             timer_start(&D.drain, 10);
             return;
         }
-        if (session_count() > 0)
-            log_warn("shutdown_timeout_ms passed with %zu sessions still "
-                     "waiting for an answer; closing them", session_count());
-        if (lockmgr_held_count() > 0 || redlock_live() > 0)
+        if (redlock_live() > 0)
             log_warn("shutdown_timeout_ms passed with releases in flight; "
                      "their keys will expire by their ttl");
-        session_close_all("shutdown_timeout_ms passed");
     }
+    D.left = session_abandon_all(&D.left_until);
+    session_close_all("shutdown_timeout_ms passed");
     node_shutdown();
     D.drain.cb = finish_cb;
     timer_start(&D.drain, 0);
@@ -190,6 +220,7 @@ static void reload(void)
         return;
     }
     t.restart = conf_reload(&D.conf, &fresh, reload_report, &t);
+    node_reloaded();
     conf_deinit(&fresh);
     log_init((enum log_level)D.conf.log.level);
     log_notice("reloaded %s: %d change(s) applied, %d need a restart",

@@ -889,15 +889,26 @@ static void repair_step(struct node *n)
     repair_raise(n);
 }
 
-static void repair_ttl_cb(void *ud, int node, redisReply *r)
+/* A repair read's reply is in: the node being repaired, or NULL when the
+ * reply is stale (the request is freed either way). */
+static struct node *repair_reply_node(void *ud, bool *trusted)
 {
     struct repair_req *q = ud;
     struct node *n = q->n;
     bool stale = N.stopping || q->gen != n->gen;
-    (void)node;
 
+    if (trusted)
+        *trusted = q->trusted;
     free(q);
-    if (stale)
+    return stale ? NULL : n;
+}
+
+static void repair_ttl_cb(void *ud, int node, redisReply *r)
+{
+    struct node *n = repair_reply_node(ud, NULL);
+
+    (void)node;
+    if (!n)
         return;
     if (r && r->type == REDIS_REPLY_STRING)
         node_cover_ttl(strtoull(r->str, NULL, 10));
@@ -907,14 +918,11 @@ static void repair_ttl_cb(void *ud, int node, redisReply *r)
 
 static void repair_read_cb(void *ud, int node, redisReply *r)
 {
-    struct repair_req *q = ud;
-    struct node *n = q->n;
-    bool trusted = q->trusted;
-    bool stale = N.stopping || q->gen != n->gen;
-    (void)node;
+    bool trusted;
+    struct node *n = repair_reply_node(ud, &trusted);
 
-    free(q);
-    if (stale)
+    (void)node;
+    if (!n)
         return;
     if (r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)) {
         uint64_t v = r->type == REDIS_REPLY_STRING ?
@@ -928,13 +936,10 @@ static void repair_read_cb(void *ud, int node, redisReply *r)
 
 static void repair_time_cb(void *ud, int node, redisReply *r)
 {
-    struct repair_req *q = ud;
-    struct node *n = q->n;
-    bool stale = N.stopping || q->gen != n->gen;
-    (void)node;
+    struct node *n = repair_reply_node(ud, NULL);
 
-    free(q);
-    if (stale)
+    (void)node;
+    if (!n)
         return;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[0]->type == REDIS_REPLY_STRING) {

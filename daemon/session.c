@@ -863,8 +863,9 @@ static void owner_extended(struct lockmgr_owner *o, const char *resource,
     if (err == PROTO_ERR_LOST) {
         conn_errf(s, err, "the lease on %s was lost", resource);
     } else if (err != PROTO_ERR_NONE) {
-        conn_err(s, err, "could not extend the lease on a quorum of nodes; "
-                 "the current lease stays");
+        conn_err(s, err, "could not set the new ttl on a quorum of nodes; "
+                 "some may hold it, the others the old one: count on the "
+                 "shorter until an EXTEND succeeds");
     } else {
         conn_ok_begin(s);
         conn_kv_str(s, "resource", resource);
@@ -943,6 +944,9 @@ bool session_shutting_down(void)
     return S.shutdown;
 }
 
+/* A session that holds leases at shutdown stays open until its client
+ * releases them (UNLOCK, QUIT, or closing the connection) or the daemon
+ * exits; one that holds none is closed now. */
 void session_shutdown_all(void)
 {
     struct list *p, *tmp;
@@ -952,10 +956,29 @@ void session_shutdown_all(void)
         session_ref(s);
         conn_event_shutdown(s);
         lockmgr_owner_shutdown(&s->owner);  /* may answer a waiting LOCK */
-        conn_close_announced(s, "shutdown", "the daemon is shutting down");
+        if (s->owner.nleases == 0)
+            conn_close_announced(s, "shutdown", "the daemon is shutting "
+                                 "down");
         conn_flush(s);
         session_unref(s);
     }
+}
+
+size_t session_abandon_all(uint64_t *until)
+{
+    struct list *p, *tmp;
+    size_t n = 0;
+
+    list_foreach_safe(p, tmp, &S.live) {
+        struct session *s = list_entry(p, struct session, link);
+        session_ref(s);
+        n += lockmgr_owner_abandon(&s->owner, until);
+        conn_close_announced(s, "shutdown", "the daemon is shutting down; "
+                             "its leases are left to expire by their ttl");
+        conn_flush(s);
+        session_unref(s);
+    }
+    return n;
 }
 
 void session_close_all(const char *why)

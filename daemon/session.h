@@ -116,13 +116,18 @@ void session_end(struct session *s);
 
 /* Session table / stats. */
 size_t session_count(void);
+/* The daemon exits: every lease a session still holds is left on the
+ * nodes to expire (lockmgr_owner_abandon), and the session is closed with
+ * EVENT CLOSING reason=shutdown. Returns the leases left; *until as in
+ * lockmgr_owner_abandon. */
+size_t session_abandon_all(uint64_t *until);
 /* Live sessions whose peer has this address (limits.max_clients_per_ip). */
 size_t session_count_ip(const char *ip);
 json_t *session_list_json(void);
 /* Shutdown: take no new locks (session_set_shutdown); tell every client,
- * answer waiting LOCKs ERR SHUTDOWN, release every lease and close each
- * session once what it has in flight is answered (session_shutdown_all);
- * close whatever is left now (session_close_all). */
+ * answer waiting LOCKs ERR SHUTDOWN, close the sessions that hold nothing
+ * (session_shutdown_all); at the end, leave what is still held to expire
+ * (session_abandon_all) and close whatever is left (session_close_all). */
 void session_set_shutdown(void);
 bool session_shutting_down(void);
 void session_shutdown_all(void);

@@ -16,6 +16,9 @@
  */
 #include "harness.h"
 
+/* The tests' default shutdown_timeout_ms (the daemon's is 5000). */
+#define H_SHUTDOWN_TIMEOUT_MS 1000
+
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -755,10 +758,13 @@ static json_t *daemon_config(const struct h_daemon *d, const int *ports,
         json_array_append_new(list, json_sprintf("127.0.0.1:%d", ports[i]));
     snprintf(tcp, sizeof(tcp), "tcp://127.0.0.1:%d", d->port);
     snprintf(unix_addr, sizeof(unix_addr), "unix:%s", d->sock_path);
-    conf = json_pack("{s:[s,s], s:{s:o}, s:{s:s}}",
+    /* A stop under held leases waits shutdown_timeout_ms for their
+     * clients to release them; tests keep that short unless they set it. */
+    conf = json_pack("{s:[s,s], s:{s:o}, s:{s:s}, s:i}",
                      "listen", tcp, unix_addr,
                      "redis", "nodes", list,
-                     "log", "level", "debug");
+                     "log", "level", "debug",
+                     "shutdown_timeout_ms", H_SHUTDOWN_TIMEOUT_MS);
     if (!conf)
         ck_abort_msg("harness: json_pack failed");
     /* Under valgrind the daemon's own loop can stall past the default

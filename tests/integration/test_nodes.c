@@ -704,12 +704,24 @@ static void assert_recovering_for(struct h_client *c, long long min_ms)
     json_decref(o);
 }
 
+/* A client of D1 takes res for 60 s (renew=0); nodes 1 and 2 restart
+ * empty; D2 must refuse res for the next 6 s and show the two nodes
+ * recovering for most of the minute. */
+static void lease_outlives_two_restarts(const char *res)
+{
+    struct h_client *a = client(0, &D1), *b = client(1, &D2);
+
+    h_expect(a, "OK resource=", "LOCK %s ttl=60000 renew=0", res);
+    restart_empty(0x6);
+    assert_refused_for(b, res, 6000);
+    assert_recovering_for(b, 45000);
+    stop_daemons();
+}
+
 /* Two daemons started with max_ttl_ms 3000, reloaded to 60000: the
  * restart wait is the longer one (it was fixed at start). */
 START_TEST(reload_raises_max_ttl)
 {
-    struct h_client *a, *b;
-
     const char *conf = "{\"locks\":{\"max_ttl_ms\":3000,"
                        "\"default_ttl_ms\":1000},"
                        "\"redis\":{\"reconnect_max_ms\":200}}";
@@ -719,13 +731,7 @@ START_TEST(reload_raises_max_ttl)
     start_daemon(&D2, conf);
     reload_max_ttl(&D1, 60000);
     reload_max_ttl(&D2, 60000);
-    a = client(0, &D1);
-    b = client(1, &D2);
-    h_expect(a, "OK resource=long ", "LOCK long ttl=60000 renew=0");
-    restart_empty(0x6);
-    assert_refused_for(b, "long", 6000);
-    assert_recovering_for(b, 45000);
-    stop_daemons();
+    lease_outlives_two_restarts("long");
 }
 END_TEST
 
@@ -733,20 +739,12 @@ END_TEST
  * ttl granted from the node that kept its data, and waits that long. */
 START_TEST(daemons_with_different_max_ttl)
 {
-    struct h_client *a, *b;
-
     h_redis_start_all(N, NNODES, NULL);
     start_daemon(&D1, "{\"locks\":{\"max_ttl_ms\":60000},"
                       "\"redis\":{\"reconnect_max_ms\":200}}");
     start_daemon(&D2, "{\"locks\":{\"max_ttl_ms\":3000,\"default_ttl_ms\":1000},"
                       "\"redis\":{\"reconnect_max_ms\":200}}");
-    a = client(0, &D1);
-    b = client(1, &D2);
-    h_expect(a, "OK resource=long2 ", "LOCK long2 ttl=60000 renew=0");
-    restart_empty(0x6);
-    assert_refused_for(b, "long2", 6000);
-    assert_recovering_for(b, 45000);
-    stop_daemons();
+    lease_outlives_two_restarts("long2");
 }
 END_TEST
 

@@ -2,7 +2,7 @@
  * test_ops: the daemon as an operator runs it, against a real redis-server.
  *
  * Its lifecycle: closing with a reason (EVENT CLOSING), a shutdown that
- * answers queued waits and releases every lease, SIGHUP reloading the
+ * answers queued waits and leaves held leases to expire, SIGHUP reloading the
  * config (good file, bad file, a changed node list), a unix socket another
  * daemon already serves, and config checks that pass but would fail at
  * runtime. Each case was a bug report first.
@@ -127,17 +127,23 @@ START_TEST(closing_keepalive)
 }
 END_TEST
 
-/* A queued LOCK wait= is answered ERR SHUTDOWN, every lease is released on
- * Redis before the daemon exits, and each client hears why it is closed. */
-START_TEST(shutdown_answers_and_releases)
+/* SIGTERM: a queued LOCK wait= is answered ERR SHUTDOWN and its session,
+ * holding nothing, is closed; a holder may still UNLOCK (released as
+ * usual) for shutdown_timeout_ms, and what it still holds then is left on
+ * the nodes to expire by its ttl, never deleted under it; the last log
+ * line says so. */
+START_TEST(shutdown_leaves_held_leases)
 {
     struct h_client holder, waiter;
-    char *line;
+    char *line, *val = NULL;
+    long long pttl;
 
-    start(NULL);
+    start("{\"shutdown_timeout_ms\":600}");
     h_connect_tcp_ok(&holder, D.port);
     h_connect_tcp_ok(&waiter, D.port);
-    h_expect(&holder, "OK resource=x ", "LOCK x");
+    line = h_expect(&holder, "OK resource=x ", "LOCK x ttl=20000");
+    char token[64];
+    h_kv_copy(line, "token", token, sizeof(token));
     h_expect(&holder, "OK resource=y ", "LOCK y");
     h_sendf(&waiter, "LOCK x wait=20000\n");
     h_sleep_ms(200);
@@ -150,11 +156,21 @@ START_TEST(shutdown_answers_and_releases)
     ck_assert_str_eq(next_line(&waiter, 3000), "EVENT CLOSING reason=shutdown");
     ck_assert(h_wait_eof(&waiter, 3000));
     ck_assert_str_eq(next_line(&holder, 3000), "EVENT SHUTDOWN");
+    /* The holder's own release still works, and deletes. */
+    h_expect(&holder, "OK resource=y nodes=1", "UNLOCK y");
+    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:y"), 0);
     ck_assert_str_eq(next_line(&holder, 3000), "EVENT CLOSING reason=shutdown");
     ck_assert(h_wait_eof(&holder, 3000));
     ck_assert_int_eq(h_daemon_stop(&D), 0);
-    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:x"), 0);
-    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:y"), 0);
+    /* x is still the holder's, with its ttl running out. */
+    ck_assert_int_ge(h_redis_cmd(&R, &val, "GET lock:x"), -1);
+    ck_assert_msg(val && h_holds_token(val, token), "lock:x after the "
+                  "daemon stopped: %s", val ? val : "(none)");
+    free(val);
+    pttl = h_redis_cmd(&R, NULL, "PTTL lock:x");
+    ck_assert_msg(pttl > 10000 && pttl <= 20000, "lock:x pttl %lld", pttl);
+    ck_assert_msg(strstr(daemon_log(), "stopped: 1 lease left on the nodes"),
+                  "%s", daemon_log());
     h_close(&holder);
     h_close(&waiter);
 }
@@ -674,7 +690,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, closing_handshake);
     tcase_add_test(tc, closing_idle);
     tcase_add_test(tc, closing_keepalive);
-    tcase_add_test(tc, shutdown_answers_and_releases);
+    tcase_add_test(tc, shutdown_leaves_held_leases);
     tcase_add_test(tc, reload_good_file);
     tcase_add_test(tc, reload_bad_file_keeps_config);
     tcase_add_test(tc, reload_node_change_needs_restart);

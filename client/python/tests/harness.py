@@ -157,6 +157,9 @@ class Daemon(_Signals):
                 "listen": [f"tcp://127.0.0.1:{self.port}", f"unix:{self.sock_path}"],
                 "redis": {"nodes": [n.addr for n in nodes]},
                 "log": {"level": "debug"},
+                # A stop under held leases waits this long for their
+                # clients to release them (the daemon's default is 5000).
+                "shutdown_timeout_ms": 1000,
             }
             _merge(conf, json.loads(json.dumps(extra or {})))
             with open(self.conf_path, "w") as f:

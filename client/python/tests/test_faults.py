@@ -104,7 +104,9 @@ def test_unavailable_when_the_only_node_stops(h, res):
 
 def test_shutdown(h, res):
     """EVENT SHUTDOWN marks the leases lost; a waiting LOCK cut short by
-    the shutdown is answered ERR SHUTDOWN (an addition of the protocol)."""
+    the shutdown is answered ERR SHUTDOWN (an addition of the protocol).
+    The daemon leaves the held lease to expire and closes the session once
+    shutdown_timeout_ms has passed."""
     _, d = h.cluster(1)
     a = redlockd.Client(d.server)
     b = redlockd.Client(d.server)
