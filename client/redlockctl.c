@@ -3,11 +3,14 @@
  *
  * `run` guards a command with a lock: it takes the lock (the daemon renews
  * the lease while our connection lives), runs the command in its own
- * process group with the lock in its environment, forwards SIGINT, SIGTERM
- * and SIGHUP to that group, watches the connection for EVENT LOST,
- * confirms the lease every ttl/3 (redlockd_refresh) and stops the command
- * when the lease deadline passes unconfirmed, and releases the lock when
- * the command exits. `ping`, `status`, `sessions`
+ * process group with the lock in its environment and the lock connection
+ * inherited (so the lock outlives a redlockctl killed by SIGKILL for as
+ * long as the command's processes keep that socket open), forwards SIGINT,
+ * SIGTERM and SIGHUP to that group, watches the connection for EVENT LOST,
+ * confirms the lease every ttl/3 (redlockd_refresh), stops the whole group
+ * (SIGTERM, SIGKILL after --kill-after) when the lease is lost or its
+ * deadline passes unconfirmed, and releases the lock when the command
+ * exits. `ping`, `status`, `sessions`
  * and `stats` print the daemon's answers, as tables or (--json) raw;
  * `locks` lists every lock the daemon's sessions hold, from SESSIONS.
  * `release --force` is the operator's FORCEUNLOCK, after AUTH with the
@@ -30,6 +33,7 @@
 #include <string.h>
 #include <sysexits.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,17 +49,19 @@
 #define CTL_EXIT_LOST 70            /* the lease was lost, command stopped */
 #define CTL_DEFAULT_TIMEOUT_MS 5000
 /*
- * `run` asks the daemon to end the session after a minute without a line,
- * so a redlockctl that hangs (or is stopped) loses the lock within a
- * minute instead of holding it forever. A crashed or killed redlockctl
- * loses it at once: its socket closes.
+ * `run` hands its lock connection down to the command (not close-on-exec,
+ * its number in REDLOCKD_LOCK_FD): the daemon sees the connection close,
+ * and releases the lock, only when the last process holding that socket
+ * exits, redlockctl and every descendant that kept it. So the lock stays
+ * held while the command runs even if redlockctl is killed with SIGKILL.
+ * For the same reason `run` asks for no HELLO keepalive: once redlockctl
+ * is gone nobody would send the lines that keep such a session alive.
  *
  * It confirms the lease every third of its ttl (the daemon's renewal
  * period), which leaves each confirmation two thirds of a ttl to arrive
  * before the deadline of the one before; sooner when the validity left is
- * short, and never more often than every CTL_REFRESH_MIN_MS. At most a
- * quarter of the keepalive apart, the confirmations keep the session
- * alive too.
+ * short, never more often than every CTL_REFRESH_MIN_MS and never less
+ * often than every CTL_REFRESH_MAX_MS.
  *
  * Unconfirmed, the command is stopped a little before the lease deadline:
  * the keys outlive the deadline only by the daemon's drift margin (22 ms
@@ -63,11 +69,16 @@
  * command's exit). The daemon keeps the same twentieth of the ttl for its
  * clients to act on EVENT LOST.
  */
-#define CTL_KEEPALIVE_MS 60000
-#define CTL_REFRESH_MAX_MS (CTL_KEEPALIVE_MS / 4)
+#define CTL_REFRESH_MAX_MS 15000
 #define CTL_REFRESH_MIN_MS 50
 #define CTL_STOP_EARLY_MAX_MS 1000
 #define CTL_NAME_MAX 64
+/* After the command itself exited while the rest of its group still runs
+ * after a lost lease: how often to look whether the group is empty (not
+ * all of its members are our children, so SIGCHLD need not tell us). */
+#define CTL_GROUP_POLL_MS 20
+/* The environment variable that names the inherited lock connection. */
+#define CTL_LOCK_FD_ENV "REDLOCKD_LOCK_FD"
 
 /* run -r: the most resources one run takes (the daemon's locks.max_multi
  * may allow fewer). */
@@ -164,9 +175,10 @@ static const struct ctl_opt ctl_opts[] = {
       "wait up to MS for a busy lock (default 0: don't)\n" },
     { "on-lost", OPT_ON_LOST, "kill|ignore", CTL_RUN,
       "when the lease is lost: SIGTERM the command's\n"
-      "process group (default), or let it finish\n" },
+      "whole process group (default), or let it finish\n" },
     { "kill-after", OPT_KILL_AFTER, "SEC", CTL_RUN,
-      "SIGKILL SEC seconds after that SIGTERM (default 5)\n" },
+      "SIGKILL the group SEC seconds after that SIGTERM\n"
+      "if any of it still runs (default 5)\n" },
     { "conflict-exit-code", 'E', "N", CTL_RUN,
       "exit status when the lock is busy (default 75)\n" },
     { "quiet", 'q', NULL, CTL_RUN, "say nothing when the lock is busy\n" },
@@ -259,7 +271,9 @@ static void ctl_usage(FILE *out)
 "\n"
 "The command gets REDLOCKD_RESOURCE, REDLOCKD_TOKEN and REDLOCKD_FENCE;\n"
 "with -r also REDLOCKD_RESOURCES (space-separated), with --limit\n"
-"REDLOCKD_SLOT, with --shared REDLOCKD_MODE=shared.\n"
+"REDLOCKD_SLOT, with --shared REDLOCKD_MODE=shared. It inherits the lock\n"
+"connection as file descriptor $REDLOCKD_LOCK_FD: the lock stays held\n"
+"while any process keeps it open, even if redlockctl is killed.\n"
 "\n"
 "Exit status:\n"
 "  run: the command's status (128+N if it died of signal N); 75 (or -E) when\n"
@@ -1225,13 +1239,19 @@ struct ctl_run {
     struct ctl *c;
     const char *resource;
     struct redlockd *h;
+    /* Our own close-on-exec duplicate of the lock connection: once the
+     * library gave the connection up, shutdown() on it ends it for the
+     * command's copies too. -1: none. */
+    int conn;
     pid_t child;                /* the command; also its process group */
     int status;                 /* its wait status, once exited */
     int exited;
+    int group_gone;             /* no process of the group is left */
     int lost;                   /* set by ctl_on_lost, or the deadline */
     int lost_noticed;           /* acted on (message, SIGTERM) */
     char lost_reason[160];
     double kill_at;             /* when SIGKILL is due; 0: not */
+    int killed;                 /* the group got that SIGKILL */
     double refresh_every;       /* ttl/3 within the CTL_REFRESH_* bounds */
     double next_refresh;
     double stop_early;          /* how long before the deadline to stop */
@@ -1280,6 +1300,11 @@ static void ctl_on_lost(const char *resource, uint64_t fence,
     struct ctl_run *r = ud;
 
     (void)fence;
+    /* The library gave the connection up (an I/O error or timeout, a
+     * daemon that closed it): the command's inherited copies must not
+     * keep the daemon's session, and with it the lease, alive. */
+    if (!resource && r->conn >= 0)
+        (void)shutdown(r->conn, SHUT_RDWR);
     if (r->lost)
         return;
     if (!resource)
@@ -1295,23 +1320,44 @@ static void ctl_on_lost(const char *resource, uint64_t fence,
     r->lost = 1;
 }
 
+/* In the child: hand the lock connection down to the command. Its number
+ * goes into REDLOCKD_LOCK_FD; one of 0-2 (redlockctl started with stdio
+ * closed) is moved up first, the command's stdio is not the place for it.
+ * -1 on failure. */
+static int ctl_child_lock_fd(int fd)
+{
+    char num[16];
+
+    if (fd < 3) {
+        fd = fcntl(fd, F_DUPFD, 3);
+        if (fd < 0)
+            return -1;
+    } else if (fcntl(fd, F_SETFD, 0) < 0) {
+        return -1;
+    }
+    snprintf(num, sizeof(num), "%d", fd);
+    return setenv(CTL_LOCK_FD_ENV, num, 1);
+}
+
 static void ctl_child(const struct redlockd_lease *lease, char **argv,
-                      pid_t parent, int kill_on_lost)
+                      int lock_fd)
 {
     char fence[24];
     int e;
 
     setpgid(0, 0);
-    /* If redlockctl dies (even by SIGKILL) the daemon frees the lock at
-     * once, so the command must stop too. */
-    if (kill_on_lost && (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0
-                         || getppid() != parent))
-        _exit(CTL_EXIT_LOST);
+    /* No parent-death signal: a redlockctl that dies (even by SIGKILL)
+     * leaves the command running, and the command keeps the lock through
+     * the connection it inherits. */
     snprintf(fence, sizeof(fence), "%" PRIu64, lease->fence);
     if (setenv("REDLOCKD_RESOURCE", lease->resource, 1) < 0
         || setenv("REDLOCKD_TOKEN", lease->token, 1) < 0
         || setenv("REDLOCKD_FENCE", fence, 1) < 0) {
         warn("setenv");
+        _exit(126);
+    }
+    if (ctl_child_lock_fd(lock_fd) < 0) {
+        warn("cannot pass the lock connection on");
         _exit(126);
     }
     execvp(argv[0], argv);
@@ -1323,8 +1369,21 @@ static void ctl_child(const struct redlockd_lease *lease, char **argv,
 static int ctl_spawn(struct ctl_run *r, const struct redlockd_lease *lease,
                      char **argv)
 {
-    pid_t pid, parent = getpid();
+    int fd = redlockd_fd(r->h);
+    pid_t pid;
 
+    if (fd < 0) {
+        warnx("lost the connection to the daemon before the command started");
+        return -1;
+    }
+    r->conn = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (r->conn < 0) {
+        warn("dup");
+        return -1;
+    }
+    /* The command's orphans come to us while we run (see ctl_reap); we
+     * have no other children. Without it (old kernels) they go to init. */
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
     fflush(NULL);
     pid = fork();
     if (pid < 0) {
@@ -1332,21 +1391,60 @@ static int ctl_spawn(struct ctl_run *r, const struct redlockd_lease *lease,
         return -1;
     }
     if (pid == 0)
-        ctl_child(lease, argv, parent, r->c->kill_on_lost);
+        ctl_child(lease, argv, fd);
     /* Both sides set the group, so no forwarded signal can miss it. */
     setpgid(pid, pid);
     r->child = pid;
     return 0;
 }
 
+/* The command, and (we are their subreaper) any of its descendants
+ * orphaned while we run: reaped at once, so that a group whose processes
+ * have all exited is seen empty, not kept alive by zombies waiting for a
+ * slow init. */
 static void ctl_reap(struct ctl_run *r)
 {
+    pid_t pid;
     int st;
 
-    if (!r->exited && waitpid(r->child, &st, WNOHANG) == r->child) {
-        r->exited = 1;
-        r->status = st;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+        if (pid == r->child && !r->exited) {
+            r->exited = 1;
+            r->status = st;
+        }
     }
+}
+
+/* A signal to the command's whole group, while any of it may be left. Once
+ * the command itself was reaped, its pid stays reserved only as long as
+ * the group has members; after that it may name someone else's group. */
+static void ctl_kill_group(struct ctl_run *r, int sig)
+{
+    if (r->group_gone)
+        return;
+    if (kill(-r->child, sig) < 0 && errno == ESRCH && r->exited)
+        r->group_gone = 1;
+}
+
+/* Is any process of the group left? Only asked once the command itself
+ * was reaped (before, it is one). */
+static void ctl_check_group(struct ctl_run *r)
+{
+    if (r->exited && !r->group_gone)
+        ctl_kill_group(r, 0);
+}
+
+/* Is there more to wait for? The command itself, and after a lost lease
+ * with --on-lost kill the rest of its group too: SIGTERM went to all of
+ * it, and each process has --kill-after to finish before SIGKILL. */
+static bool ctl_waiting(struct ctl_run *r)
+{
+    if (!r->exited)
+        return true;
+    if (!r->lost_noticed || !r->c->kill_on_lost || r->killed)
+        return false;
+    ctl_check_group(r);
+    return !r->group_gone;
 }
 
 static void ctl_handle_signals(struct ctl_run *r)
@@ -1358,8 +1456,8 @@ static void ctl_handle_signals(struct ctl_run *r)
         for (i = 0; i < n; i++) {
             if (sigs[i] == SIGCHLD)
                 ctl_reap(r);
-            else if (!r->exited)
-                kill(-r->child, sigs[i]);
+            else if (!r->exited || r->lost_noticed)
+                ctl_kill_group(r, sigs[i]);
         }
     }
 }
@@ -1369,7 +1467,10 @@ static void ctl_notice_lost(struct ctl_run *r)
 {
     const struct redlockd_error *e = redlockd_last_error(r->h);
 
-    if (!r->lost || r->lost_noticed || r->exited)
+    /* The command itself may have exited already while others of its
+     * group run on: they are told too. */
+    ctl_check_group(r);
+    if (!r->lost || r->lost_noticed || r->group_gone)
         return;
     r->lost_noticed = 1;
     if (!r->c->kill_on_lost) {
@@ -1378,11 +1479,11 @@ static void ctl_notice_lost(struct ctl_run *r)
               e->msg);
         return;
     }
-    warnx("lost the lock on %s: %s%s%s; stopping the command (SIGTERM, "
-          "SIGKILL after %u s)", r->resource, r->lost_reason,
+    warnx("lost the lock on %s: %s%s%s; stopping the command's process "
+          "group (SIGTERM, SIGKILL after %u s)", r->resource, r->lost_reason,
           e->code ? ": " : "", e->msg, r->c->kill_after_s);
-    kill(-r->child, SIGTERM);
-    kill(-r->child, SIGCONT);
+    ctl_kill_group(r, SIGTERM);
+    ctl_kill_group(r, SIGCONT);
     r->kill_at = ctl_now_ms() + r->c->kill_after_s * 1000.0;
 }
 
@@ -1454,8 +1555,9 @@ static void ctl_timers(struct ctl_run *r)
     double now = ctl_now_ms();
 
     if (r->kill_at > 0 && now >= r->kill_at) {
-        kill(-r->child, SIGKILL);
+        ctl_kill_group(r, SIGKILL);
         r->kill_at = 0;
+        r->killed = 1;
     }
     /* A deadline passed while we were not looking (redlockctl itself was
      * stopped) is not undone by a refresh: the command ran unconfirmed. */
@@ -1477,6 +1579,9 @@ static int ctl_poll_timeout(const struct ctl_run *r)
     }
     if (r->kill_at > 0 && (next < 0 || r->kill_at < next))
         next = r->kill_at;
+    /* Waiting for processes of the group that are not our children. */
+    if (r->exited && (next < 0 || now + CTL_GROUP_POLL_MS < next))
+        next = now + CTL_GROUP_POLL_MS;
     if (next < 0)
         return -1;
     return next <= now ? 0 : (int)(next - now) + 1;
@@ -1494,7 +1599,7 @@ static void ctl_wait_child(struct ctl_run *r, uint32_t ttl)
     if (r->stop_early > CTL_STOP_EARLY_MAX_MS)
         r->stop_early = CTL_STOP_EARLY_MAX_MS;
     ctl_schedule_refresh(r, ctl_now_ms());
-    while (!r->exited) {
+    while (ctl_waiting(r)) {
         p[0].fd = ctl_sigpipe[0];
         p[0].events = POLLIN;
         p[1].fd = redlockd_fd(r->h);
@@ -1541,8 +1646,9 @@ static int ctl_finish(struct ctl_run *r)
               r->lost_reason);
     }
     if (lost && r->c->kill_on_lost) {
-        /* Anything the command left behind in its group goes too. */
-        kill(-r->child, SIGKILL);
+        /* Anything the command left behind in its group goes too (after a
+         * lease lost while it ran, what --kill-after left of it). */
+        ctl_kill_group(r, SIGKILL);
         return CTL_EXIT_LOST;
     }
     return status;
@@ -1583,9 +1689,10 @@ static bool ctl_lock(struct ctl_run *r, struct redlockd_lease *lease,
 /* args: RESOURCE [--] COMMAND [ARGS...] */
 static int ctl_run(struct ctl *c, int argc, char **argv)
 {
-    struct ctl_run r = { .c = c };
-    struct redlockd_opts o = { .keepalive_ms = CTL_KEEPALIVE_MS,
-                               .on_lost = ctl_on_lost, .ud = &r };
+    struct ctl_run r = { .c = c, .conn = -1 };
+    /* No keepalive: the command keeps the connection after us (see
+     * CTL_REFRESH_MAX_MS). */
+    struct redlockd_opts o = { .on_lost = ctl_on_lost, .ud = &r };
     struct redlockd_lease lease;
     int rc, i = 0;
 
@@ -1623,6 +1730,12 @@ static int ctl_run(struct ctl *c, int argc, char **argv)
         rc = ctl_finish(&r);
     }
     redlockd_close(r.h);
+    /* The command's processes still holding the connection (the lock was
+     * released, or lost) keep no session open. */
+    if (r.conn >= 0) {
+        (void)shutdown(r.conn, SHUT_RDWR);
+        close(r.conn);
+    }
     return rc;
 }
 

@@ -14,11 +14,17 @@
  *     also after --wait ran out, and -q keeps stderr quiet;
  *   - the command's own exit status, 128+N for a death by signal N, and
  *     127 for a command that does not exist;
- *   - SIGKILL of redlockctl frees the lock at once (the connection drops)
- *     and its command goes too (parent-death signal);
+ *   - SIGKILL of redlockctl neither frees the lock nor stops the command:
+ *     the command inherited the lock connection ($REDLOCKD_LOCK_FD), so the
+ *     daemon keeps the lock until the command's last process exits, and
+ *     frees it then;
  *   - SIGTERM and SIGINT sent to redlockctl reach the command;
  *   - a lease lost while the command runs (two of three nodes SIGSTOPped)
  *     stops the command, and redlockctl exits 70;
+ *   - a lease lost to FORCEUNLOCK: SIGTERM reaches the command's whole
+ *     process group, and a grandchild gets its time to act on it after the
+ *     command's shell died; one that ignores it is SIGKILLed --kill-after
+ *     seconds later, not at once;
  *   - so does a lease whose deadline passes unconfirmed: with its daemon
  *     SIGSTOPped the command is stopped before a second daemon on the same
  *     nodes grants the lock (comparing the command's last write with the
@@ -41,6 +47,7 @@
  */
 #include <check.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -871,32 +878,124 @@ static struct proc *run_sleeper(const char *res, const char *ttl, long *cmd)
     return p;
 }
 
-/* SIGKILL leaves redlockctl no chance to UNLOCK: the daemon must release
- * the lock as the connection drops, and the command must not run on. */
-START_TEST(run_sigkill_releases)
+/* Does any process of the process group pgid still run? Zombies do not
+ * count: an orphan's exit status may wait a while for a slow init, but it
+ * has closed its files (the lock connection among them). */
+static bool group_alive(long pgid)
 {
-    const char *pidf;
+    DIR *d;
+    struct dirent *e;
+    bool alive = false;
+
+    if (kill(-(pid_t)pgid, 0) < 0 && errno == ESRCH)
+        return false;
+    d = opendir("/proc");
+    ck_assert_msg(d != NULL, "/proc: %s", strerror(errno));
+    while (!alive && (e = readdir(d)) != NULL) {
+        char path[300], buf[1024], state;
+        const char *paren;
+        long ppid, pgrp;
+
+        if (!isdigit((unsigned char)e->d_name[0]))
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+        if (!read_file(path, buf, sizeof(buf)) || !(paren = strrchr(buf, ')')))
+            continue;
+        if (sscanf(paren + 1, " %c %ld %ld", &state, &ppid, &pgrp) == 3 &&
+            pgrp == pgid && state != 'Z' && state != 'X')
+            alive = true;
+    }
+    closedir(d);
+    return alive;
+}
+
+/* Wait up to timeout_ms for the group to be empty (every process of it
+ * exited). */
+static bool wait_group_gone(long pgid, int timeout_ms)
+{
+    uint64_t t0 = h_now_ms();
+
+    while (group_alive(pgid)) {
+        if (h_since(t0) >= timeout_ms)
+            return false;
+        h_sleep_ms(5);
+    }
+    return true;
+}
+
+/* The end of a test that started a command's process group: SIGKILL what is
+ * left of it (nothing, when all went well). The group is the one redlockctl
+ * made for the command the test started, led by the pid the command wrote. */
+static void kill_group(long pgid)
+{
+    if (pgid > 1)
+        kill(-(pid_t)pgid, SIGKILL);
+}
+
+/*
+ * SIGKILL leaves redlockctl no chance to UNLOCK, nor to stop its command:
+ * the command inherited the lock connection, so the daemon keeps the lock
+ * (and renews it, past several ttls) while any process of the command runs,
+ * and releases it as soon as the last one exits (redlockctl(1): "the lock
+ * is held while any process of the command's group runs"). Here the
+ * command's shell waits for its child `sleep` and then writes a file: both
+ * must outlive redlockctl.
+ */
+START_TEST(run_sigkill_keeps_lock)
+{
+    const char *pidf, *donef, *fdf;
+    char buf[256];
     struct proc *p;
-    long long took;
-    long cmd;
+    long long took, free_after;
+    uint64_t t0;
+    long pgid;
 
     start_nodes(1);
     start_daemon(NULL);
     pidf = tmp_path("pid");
+    donef = tmp_path("done");
+    fdf = tmp_path("fd");
     connect_to(&A);
-    p = ctl_start("-s", S, "run", "cli:kill", "--", "sh", "-c",
-                  "echo $$ > \"$1\"; exec sleep 30", "sh", pidf, NULL);
-    cmd = wait_file_number(pidf, h_scale(5000));
+    t0 = h_now_ms();
+    p = ctl_start("-s", S, "run", "--ttl", "600", "cli:kill", "--", "sh", "-c",
+                  "readlink \"/proc/$$/fd/$REDLOCKD_LOCK_FD\" > \"$3\"; "
+                  "echo $$ > \"$1\"; sleep 2; echo done > \"$2\"",
+                  "sh", pidf, donef, fdf, NULL);
+    pgid = wait_file_number(pidf, h_scale(5000));
     h_expect(&A, "ERR BUSY", "LOCK cli:kill ttl=30000");
 
     kill(p->pid, SIGKILL);
     proc_wait(p, h_scale(5000));
     assert_status(p, 128 + SIGKILL, "redlockctl after SIGKILL");
-    took = lock_within(&A, "cli:kill", h_scale(500));
-    fprintf(stderr, "run_sigkill_releases: lock free %lld ms after the kill\n", took);
-    ck_assert_msg(wait_pid_gone((pid_t)cmd, h_scale(3000)),
-                  "the command (pid %ld) still runs after redlockctl was killed", cmd);
+    /* Still held right after the kill, and still after more than two ttls
+     * without redlockctl (the daemon renews the lease of the connection
+     * the command holds), while the command's `sleep` runs. */
+    for (int i = 0; i < 2; i++) {
+        h_sleep_ms(i == 0 ? 200 : 1200);
+        h_expect(&A, "ERR BUSY", "LOCK cli:kill ttl=30000");
+        ck_assert_msg(group_alive(pgid) && !file_exists(donef),
+                      "the command (group %ld) ended %lld ms after it started, "
+                      "before the check", pgid, h_since(t0));
+    }
+    fprintf(stderr, "run_sigkill_keeps_lock: still BUSY %lld ms after the "
+            "command started, redlockctl long dead\n", h_since(t0));
+
+    /* The command was not stopped: it finishes its work, and its exit
+     * frees the lock. */
+    ck_assert_msg(wait_group_gone(pgid, h_scale(5000)),
+                  "the command (group %ld) still runs %lld ms after it started",
+                  pgid, h_since(t0));
+    free_after = h_since(t0);
+    ck_assert_msg(read_file(donef, buf, sizeof(buf)) && strcmp(buf, "done\n") == 0,
+                  "the command did not finish its work (file: \"%s\")", buf);
+    took = lock_within(&A, "cli:kill", h_scale(1000));
+    fprintf(stderr, "run_sigkill_keeps_lock: the command ended %lld ms after it "
+            "started, the lock free %lld ms later\n", free_after, took);
     h_expect(&A, "OK resource=cli:kill ", "UNLOCK cli:kill");
+    /* REDLOCKD_LOCK_FD named the inherited connection. */
+    ck_assert_msg(read_file(fdf, buf, sizeof(buf)) && h_starts(buf, "socket:["),
+                  "$REDLOCKD_LOCK_FD is not a socket in the command: \"%s\"", buf);
+    kill_group(pgid);
 }
 END_TEST
 
@@ -1547,6 +1646,129 @@ START_TEST(release_force_disabled)
 }
 END_TEST
 
+/* ---- run: a lease lost, the command's whole group stopped ---- */
+
+/*
+ * The command's shell starts a second shell in the background (the
+ * grandchild, same process group) and waits. $1: where the command writes
+ * its pid (the group), $2: the grandchild's file, $3: where the grandchild
+ * writes its pid once its trap is set, $4: the grandchild's script.
+ */
+#define GROUP_SCRIPT \
+    "echo $$ > \"$1\"; sh -c \"$4\" grandchild \"$2\" \"$3\" & wait"
+/* A grandchild that cleans up on SIGTERM, which takes it 300 ms. (No
+ * `sleep &`: one forked as the signal comes might miss it and linger.) */
+#define TERM_CLEANUP_SCRIPT \
+    "trap 'sleep 0.3; echo term > \"$1\"; exit 0' TERM; echo $$ > \"$2\"; " \
+    "while :; do sleep 0.05; done"
+/* A grandchild that ignores SIGTERM (its `sleep`s too) and only stops for
+ * SIGKILL, writing a stamp every 20 ms meanwhile. */
+#define TERM_IGNORED_SCRIPT \
+    "trap '' TERM; echo $$ > \"$2\"; " \
+    "while :; do date +%s%N >> \"$1\"; sleep 0.02; done"
+
+/* `run --kill-after KILL_AFTER RES` of GROUP_SCRIPT with `grandchild` as its
+ * grandchild, on a daemon with an admin password; takes the lease away with
+ * FORCEUNLOCK once the grandchild is ready. The group's pid in *pgid, the
+ * grandchild's in *gc; returns when the lease was taken away. */
+static struct proc *run_group_then_lose(const char *res, const char *kill_after,
+                                        const char *grandchild, const char *out,
+                                        long *pgid, long *gc, uint64_t *lost_at)
+{
+    const char *user, *pidf = tmp_path("pid"), *readyf = tmp_path("ready");
+    struct proc *p;
+
+    user = write_secret("user.pw", "cli-user-pw\n");
+    p = ctl_start("-s", S, "--password-file", user, "run", "--kill-after",
+                  kill_after, res, "--", "sh", "-c", GROUP_SCRIPT, "command",
+                  pidf, out, readyf, grandchild, NULL);
+    *pgid = wait_file_number(pidf, h_scale(5000));
+    *gc = wait_file_number(readyf, h_scale(5000));
+    connect_to(&B);
+    h_expect(&B, "OK", "AUTH cli-admin-pw");
+    *lost_at = h_now_ms();
+    h_expect(&B, "OK ", "FORCEUNLOCK %s", res);
+    return p;
+}
+
+/* EVENT LOST: SIGTERM reaches the grandchild too, and it gets its time to
+ * act on it: the command's shell dies of SIGTERM at once, but redlockctl
+ * waits for the rest of the group (up to --kill-after) before it SIGKILLs
+ * what is left and exits 70. */
+START_TEST(run_lost_terms_group)
+{
+    const char *termf;
+    char buf[256];
+    struct proc *p;
+    long pgid, gc;
+    long long took;
+    uint64_t t0;
+
+    start_nodes(1);
+    start_daemon_auth(ADMIN_JSON, "cli-user-pw");
+    termf = tmp_path("term");
+    p = run_group_then_lose("cli:grp", "3", TERM_CLEANUP_SCRIPT, termf, &pgid,
+                            &gc, &t0);
+    proc_wait(p, h_scale(6000));
+    took = h_since(t0);
+    fprintf(stderr, "run_lost_terms_group: redlockctl exited %lld ms after "
+            "FORCEUNLOCK; it said: %s", took, p->err);
+    assert_status(p, EXIT_LOST, "run whose lock was FORCEUNLOCKed");
+    ck_assert_msg(strstr(p->err, "lost the lock on cli:grp"), "stderr: %s",
+                  p->err);
+    ck_assert_msg(read_file(termf, buf, sizeof(buf)) && strcmp(buf, "term\n") == 0,
+                  "the grandchild (pid %ld) did not finish its SIGTERM trap "
+                  "before redlockctl exited (file: \"%s\")", gc, buf);
+    ck_assert_msg(took < h_scale(2500), "redlockctl took %lld ms: it waited for "
+                  "--kill-after 3, not for the group to end", took);
+    ck_assert_msg(wait_group_gone(pgid, h_scale(1000)),
+                  "the command's group %ld still runs", pgid);
+    kill_group(pgid);
+}
+END_TEST
+
+/* A grandchild that ignores SIGTERM runs until SIGKILL, which comes
+ * --kill-after seconds after the SIGTERM, to the whole group (not at once
+ * when the command's shell has died). */
+START_TEST(run_lost_kills_group_after)
+{
+    const char *stamps;
+    struct proc *p;
+    long pgid, gc;
+    long long took, last_ms;
+    long long lost_wall;
+    uint64_t t0;
+
+    start_nodes(1);
+    start_daemon_auth(ADMIN_JSON, "cli-user-pw");
+    stamps = tmp_path("stamps");
+    p = run_group_then_lose("cli:grpkill", "1", TERM_IGNORED_SCRIPT, stamps,
+                            &pgid, &gc, &t0);
+    lost_wall = wall_ns();
+    proc_wait(p, h_scale(6000));
+    took = h_since(t0);
+    ck_assert_msg(wait_group_gone(pgid, h_scale(1000)),
+                  "the command's group %ld still runs after redlockctl exited",
+                  pgid);
+    h_sleep_ms(50);
+    last_ms = last_number(stamps);
+    /* No write at all: -1. */
+    last_ms = last_ms > 0 ? (last_ms - lost_wall) / 1000000 : -1;
+    fprintf(stderr, "run_lost_kills_group_after: redlockctl exited %lld ms "
+            "after FORCEUNLOCK, the grandchild's last write %lld ms after it; "
+            "redlockctl said: %s", took, last_ms, p->err);
+    assert_status(p, EXIT_LOST, "run whose lock was FORCEUNLOCKed");
+    ck_assert_msg(took >= 900, "redlockctl exited %lld ms after the loss: the "
+                  "group got no --kill-after 1 to end", took);
+    ck_assert_msg(took < h_scale(2500), "redlockctl exited %lld ms after the "
+                  "loss, --kill-after is 1 s", took);
+    ck_assert_msg(last_ms >= 800, "the grandchild (pid %ld) stopped writing "
+                  "%lld ms after the loss: killed before --kill-after 1", gc,
+                  last_ms);
+    kill_group(pgid);
+}
+END_TEST
+
 /* ---- --version, --help, usage errors ---- */
 
 START_TEST(version_and_help)
@@ -1629,7 +1851,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_kinds);
     tcase_add_test(tc, run_busy_exit_zero);
     tcase_add_test(tc, run_exit_status);
-    tcase_add_test(tc, run_sigkill_releases);
+    tcase_add_test(tc, run_sigkill_keeps_lock);
     tcase_add_test(tc, run_sigterm_forwarded);
     tcase_add_test(tc, run_lease_lost);
     tcase_add_test(tc, run_daemon_stalled);
@@ -1641,6 +1863,8 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, release_force);
     tcase_add_test(tc, release_force_refused);
     tcase_add_test(tc, release_force_disabled);
+    tcase_add_test(tc, run_lost_terms_group);
+    tcase_add_test(tc, run_lost_kills_group_after);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, readme_example);
     suite_add_tcase(s, tc);
