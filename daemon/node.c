@@ -208,6 +208,7 @@ static bool node_recovering(const struct node *n)
 static void node_bump(struct node *n)
 {
     n->gen++;
+    n->stamp_how = NULL;
     memset(&n->chk, 0, sizeof(n->chk));
 }
 
@@ -402,9 +403,11 @@ static void node_stamp(struct node *n, pool_reply_cb cb, void *ud)
 static void stamp_admit_reply(void *ud, int node, redisReply *r)
 {
     struct node *n = &N.nodes[node];
+    const char *how = n->stamp_how;
 
     if (node_stale(n, ud))
         return;
+    n->stamp_how = NULL;
     if (!r || r->type == REDIS_REPLY_ERROR) {
         log_info("redis %s: could not write its recovery marker (%s); "
                  "checking it again", node_name(n), r ? r->str : "no answer");
@@ -413,13 +416,16 @@ static void stamp_admit_reply(void *ud, int node, redisReply *r)
         node_check(n, false);
         return;
     }
-    node_admit(n, n->stamp_how);
+    node_admit(n, how);
 }
 
 /* Write the marker, then let it vote: scripts check the marker (the
- * guard, pool.h), so a vote before the marker is there would fail. */
+ * guard, pool.h), so a vote before the marker is there would fail. Checks
+ * in flight are stale from now on, and a verdict is not taken while the
+ * marker is on its way (a check could read the node before it lands). */
 static void node_stamp_admit(struct node *n, const char *how)
 {
+    node_bump(n);
     n->stamp_how = how;
     node_stamp(n, stamp_admit_reply, node_gen_ud(n));
 }
@@ -510,6 +516,8 @@ static void node_verdict(struct node *n, const struct node_check *c)
         : strcmp(c->marker, c->run_id) == 0 ? NODE_MARK_OURS : NODE_MARK_STALE;
     bool known = N.cluster_known;
 
+    if (n->stamp_how)
+        return;     /* its marker is being written: stamp_admit_reply decides */
     if (n->run_id[0] && strcmp(n->run_id, c->run_id) != 0)
         node_saw_restart(n, c->run_id);
     snprintf(n->run_id, sizeof(n->run_id), "%s", c->run_id);

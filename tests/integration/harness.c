@@ -934,6 +934,24 @@ int h_daemon_stop(struct h_daemon *d)
     return exit_code(status);
 }
 
+int h_daemon_wait(struct h_daemon *d, int timeout_ms)
+{
+    int status = 0;
+
+    if (d->pid == 0)
+        ck_abort_msg("harness: h_daemon_wait: redlockd is not running");
+    if (!wait_exit(d->pid, h_scale(timeout_ms), &status)) {
+        kill_wait(d->pid);
+        d->pid = 0;
+        h_daemon_dump_log(d);
+        ck_abort_msg("harness: redlockd did not exit within %d ms",
+                     timeout_ms);
+    }
+    proc_forget(d->pid);
+    d->pid = 0;
+    return exit_code(status);
+}
+
 void h_daemon_kill(struct h_daemon *d)
 {
     kill_reap(&d->pid);

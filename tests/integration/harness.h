@@ -77,6 +77,11 @@ void h_daemon_start_ports(struct h_daemon *d, const int *ports, int nports,
  * (WEXITSTATUS, or 128+signal). Tests assert it is 0 (which under the
  * valgrind wrapper also means no leaks). */
 int h_daemon_stop(struct h_daemon *d);
+/* Wait for a daemon already told to stop to exit (timeout_ms, stretched
+ * under the wrapper; then SIGKILL and fail), without signalling it again:
+ * a second SIGTERM that lands after its handlers are closed kills it.
+ * Returns the exit status as h_daemon_stop. */
+int h_daemon_wait(struct h_daemon *d, int timeout_ms);
 void h_daemon_kill(struct h_daemon *d);     /* SIGKILL, wait */
 void h_daemon_cleanup(struct h_daemon *d);  /* kill if running, rm -rf dir */
 /* Print the daemon log to stderr (call on failure paths to help debugging). */

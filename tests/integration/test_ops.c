@@ -161,7 +161,7 @@ START_TEST(shutdown_leaves_held_leases)
     ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:y"), 0);
     ck_assert_str_eq(next_line(&holder, 3000), "EVENT CLOSING reason=shutdown");
     ck_assert(h_wait_eof(&holder, 3000));
-    ck_assert_int_eq(h_daemon_stop(&D), 0);
+    ck_assert_int_eq(h_daemon_wait(&D, 10000), 0);
     /* x is still the holder's, with its ttl running out. */
     ck_assert_int_ge(h_redis_cmd(&R, &val, "GET lock:x"), -1);
     ck_assert_msg(val && h_holds_token(val, token), "lock:x after the "
