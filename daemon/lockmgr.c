@@ -881,6 +881,18 @@ static void release_done(void *ud, const struct redlock_result *res)
     leave();
 }
 
+/* The lease stops being held here and its keys are left on the nodes to
+ * expire by their ttl: nothing is released or announced. */
+static void lease_leave_keys(struct lease *l)
+{
+    struct lock_entry *e = l->entry;
+
+    lease_end(l);
+    l->entry = NULL;
+    entry_drop_holder(e, l);
+    lease_put(l);
+}
+
 /*
  * The lease could not be kept: tell its owner and drop it. When the nodes
  * said the key is gone or not ours (LOST_NODE), whatever is still ours is
@@ -915,11 +927,7 @@ static void lease_lose(struct lease *l, enum lockmgr_lost_reason why)
         lease_release(l, 0, NULL, "removing what is left of a lost lease");
         return;
     }
-    struct lock_entry *e = l->entry;
-    lease_end(l);
-    l->entry = NULL;
-    entry_drop_holder(e, l);
-    lease_put(l);
+    lease_leave_keys(l);
 }
 
 /* A renewal retry is worth sending only if its answer (command timeout,
@@ -1725,7 +1733,6 @@ size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until)
     enter();
     while ((link = list_first(&o->leases))) {
         struct lease *l = list_entry(link, struct lease, olink);
-        struct lock_entry *e = l->entry;
         /* The keys last as long as the last renewal's ttl: at most the
          * validity plus what was taken off it (drift, the round). */
         uint64_t end = l->valid_until + M.conf->redis.command_timeout_ms +
@@ -1735,10 +1742,7 @@ size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until)
             *until = end;
         log_info(AUDIT_FMT ": left on the nodes to expire by its ttl",
                  AUDIT_ARGS("abandoned", l, o));
-        lease_end(l);
-        l->entry = NULL;
-        entry_drop_holder(e, l);
-        lease_put(l);
+        lease_leave_keys(l);
         n++;
     }
     leave();

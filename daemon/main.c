@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <inttypes.h>
 
 #include <uv.h>
@@ -118,18 +117,15 @@ static void finish_cb(struct timer *t)
 /* The last line the daemon logs: what it left on the nodes. */
 static void log_exit_line(void)
 {
-    char when[sizeof("2026-12-02T10:00:00Z")];
+    char when[TIMER_UTC_SIZE];
     uint64_t now = timer_now();
     uint64_t in = D.left_until > now ? D.left_until - now : 0;
-    time_t t = time(NULL) + (time_t)((in + 999) / 1000);
-    struct tm tm;
 
     if (D.left == 0) {
         log_notice("stopped: no lease left on the nodes");
         return;
     }
-    gmtime_r(&t, &tm);
-    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    timer_fmt_utc(D.left_until, when, sizeof(when));
     log_notice("stopped: %zu lease%s left on the nodes to expire by %s "
                "(neither deleted nor renewed); the last expires by %s (in "
                "%" PRIu64 " ms). Their clients may ADOPT them on another "

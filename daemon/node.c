@@ -52,7 +52,6 @@
 #define NODE_EPOCH_SHIFT 21
 #define NODE_EPOCH_ORIGIN 1704067200u   /* 2024-01-01T00:00:00Z */
 #define NODE_WHY_SIZE 320           /* one node's explanation */
-#define NODE_TIME_SIZE sizeof("2026-12-02T10:00:00Z")
 #define NODE_POLICY_MAX 32          /* a maxmemory-policy name kept */
 
 enum node_state {
@@ -235,20 +234,6 @@ static void node_fmt_duration(uint64_t ms, char *buf, size_t size)
                  s % 60);
     else
         snprintf(buf, size, "%" PRIu64 " ms", ms);
-}
-
-/* The wall-clock time (UTC) at which uv_now reaches `at`. */
-static void node_fmt_until(uint64_t at, char *buf, size_t size)
-{
-    struct timespec ts;
-    struct tm tm;
-    uint64_t now = timer_now();
-    time_t t;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    t = ts.tv_sec + (time_t)(at > now ? (at - now + 999) / 1000 : 0);
-    gmtime_r(&t, &tm);
-    strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 /* ---- owed releases ------------------------------------------------------ */
@@ -479,12 +464,12 @@ static void node_recover(struct node *n, enum node_loss loss, uint64_t base)
     uint64_t now = timer_now(), at = base + node_readmit_ms();
 
     if (n->loss != loss || strcmp(n->loss_run_id, n->run_id) != 0) {
-        char until[NODE_TIME_SIZE], in[32];
+        char until[TIMER_UTC_SIZE], in[32];
         n->loss = loss;
         snprintf(n->loss_run_id, sizeof(n->loss_run_id), "%s", n->run_id);
         n->loss_base = base;
         n->recover_at = at;
-        node_fmt_until(at, until, sizeof(until));
+        timer_fmt_utc(at, until, sizeof(until));
         node_fmt_duration(at > now ? at - now : 0, in, sizeof(in));
         log_warn("redis %s: %s; not voting until %s (in %s), when keys it "
                  "may have lost have expired (locks.max_ttl_ms plus drift); "
@@ -1087,7 +1072,7 @@ static void node_why(const struct node *n, char *buf, size_t size)
 {
     const struct pool_node_stats *s = pool_node_stats(n->idx);
     uint64_t now = timer_now();
-    char until[NODE_TIME_SIZE], in[32];
+    char until[TIMER_UTC_SIZE], in[32];
 
     buf[0] = '\0';
     if (!pool_node_up(n->idx)) {
@@ -1099,7 +1084,7 @@ static void node_why(const struct node *n, char *buf, size_t size)
         snprintf(buf, size, "empty and new: a new cluster starts once every "
                  "node has answered empty");
     } else if (n->state == NODE_WAITING) {
-        node_fmt_until(n->recover_at, until, sizeof(until));
+        timer_fmt_utc(n->recover_at, until, sizeof(until));
         node_fmt_duration(n->recover_at > now ? n->recover_at - now : 0, in,
                           sizeof(in));
         snprintf(buf, size, "recovering from a %s until %s (in %s)",
@@ -1322,7 +1307,7 @@ json_t *node_stats_json(void)
         const struct node *n = &N.nodes[i];
         const struct pool_node_stats *s = pool_node_stats(i);
         bool recent = s->last_answer_ms && now - s->last_answer_ms <= window;
-        char why[NODE_WHY_SIZE], until[NODE_TIME_SIZE];
+        char why[NODE_WHY_SIZE], until[TIMER_UTC_SIZE];
 
         node_why(n, why, sizeof(why));
         if (!why[0] && !recent)
@@ -1348,7 +1333,7 @@ json_t *node_stats_json(void)
             "run_id", n->run_id,
             "last_error", s->last_error);
         if (n->loss != NODE_LOSS_NONE && n->state != NODE_REPAIRING) {
-            node_fmt_until(n->recover_at, until, sizeof(until));
+            timer_fmt_utc(n->recover_at, until, sizeof(until));
             json_object_set_new(o, "until", json_string(until));
             json_object_set_new(o, "rejoin_in_ms", json_integer(
                 n->recover_at > now ? (json_int_t)(n->recover_at - now) : 0));

@@ -6,6 +6,7 @@
 #include "mem.h"
 
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 
 static struct {
@@ -185,4 +186,17 @@ void timer_advance(uint64_t ms)
     uint64_t until = ts.manual_now + ms;
     timer_run(until);
     ts.manual_now = until;
+}
+
+void timer_fmt_utc(uint64_t at, char *buf, size_t size)
+{
+    struct timespec ts;
+    struct tm tm;
+    uint64_t now = timer_now();
+    time_t t;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    t = ts.tv_sec + (time_t)(at > now ? (at - now + 999) / 1000 : 0);
+    gmtime_r(&t, &tm);
+    strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }

@@ -48,4 +48,11 @@ void timer_start_at(struct timer *t, uint64_t due);
 void timer_stop(struct timer *t);
 uint64_t timer_now(void);   /* uv_now() of the loop, or the manual clock */
 
+/* Room for timer_fmt_utc's text, NUL included. */
+#define TIMER_UTC_SIZE sizeof("2026-12-02T10:00:00Z")
+/* The wall-clock time (UTC, whole seconds rounded up) at which timer_now()
+ * reaches `at`, for messages to people; at in the past is now. Deadlines
+ * themselves stay on the monotonic clock. */
+void timer_fmt_utc(uint64_t at, char *buf, size_t size);
+
 #endif
