@@ -82,6 +82,8 @@ enum redlockd_code {
     REDLOCKD_E_PROTO,       /* the daemon sent something unparseable */
     REDLOCKD_E_NOMEM,       /* out of memory */
     REDLOCKD_E_INVALID,     /* bad argument to the library; nothing sent */
+    /* Added later, kept after the others so no earlier value moves: */
+    REDLOCKD_E_NOSESSION,   /* no such session to resume, or a wrong secret */
     REDLOCKD_CODE_COUNT
 };
 

@@ -145,6 +145,8 @@ static const struct conf_key conf_keys[] = {
            limits.max_waiters_per_resource, 0, 0, 1000000),
     K_UINT("limits.max_auth_failures", limits.max_auth_failures, 5,
            1, 1000000),
+    K_UINT("limits.max_detach_ms", limits.max_detach_ms, 60000, 0,
+           CONF_MS_MAX),
 
     K_STR("auth.password", auth.password, NULL, 1, CONF_SECRET_MAX,
           CONF_S_NULL | CONF_S_WORD),

@@ -118,6 +118,7 @@ struct conf {
         unsigned max_clients_per_ip;    /* 0: no cap */
         unsigned max_waiters_per_resource;  /* 0: no cap */
         unsigned max_auth_failures; /* wrong AUTHs before a close */
+        unsigned max_detach_ms;     /* longest HELLO detach=; 0: off */
     } limits;
 
     struct {

@@ -1749,6 +1749,24 @@ size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until)
     return n;
 }
 
+size_t lockmgr_owner_move(struct lockmgr_owner *from,
+                          struct lockmgr_owner *to)
+{
+    struct list *link;
+    size_t n = 0;
+
+    while ((link = list_first(&from->leases))) {
+        struct lease *l = list_entry(link, struct lease, olink);
+        list_remove(link);
+        from->nleases--;
+        list_push_tail(&to->leases, link);
+        to->nleases++;
+        l->owner = to;
+        n++;
+    }
+    return n;
+}
+
 void lockmgr_owner_end(struct lockmgr_owner *o, bool died)
 {
     struct lockreq *q = o->pending;
@@ -1996,6 +2014,10 @@ static json_t *holder_json(const struct lease *l)
                           "mode", mode_name(l->mode));
     if (l->limit)
         json_object_set_new(j, "slot", json_integer(l->slot));
+    json_object_set_new(j, "attached", json_boolean(!l->owner->detached));
+    if (l->owner->detached)
+        json_object_set_new(j, "detached_ms", json_integer(
+            (json_int_t)(timer_now() - l->owner->detached_at)));
     return j;
 }
 

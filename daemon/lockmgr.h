@@ -98,6 +98,10 @@ struct lockmgr_owner {
     size_t nleases;
     struct lockreq *pending;    /* a LOCK queued or in flight, or NULL */
     bool ended;
+    /* Set by the owner: a session detached from its connection (STATUS
+     * says so), and since when (timer_now ms). */
+    bool detached;
+    uint64_t detached_at;
 };
 
 /* lockmgr's own counters (it is a leaf: whoever reports them reads them
@@ -143,6 +147,12 @@ void lockmgr_owner_shutdown(struct lockmgr_owner *o);
  * exist. For the daemon's exit: a holder that may still be working must
  * never see its lock deleted under it. */
 size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until);
+/* Every lease of `from` becomes `to`'s (a session detached from its
+ * connection, and resumed): renewals go on, later notices reach `to`.
+ * `from` must have no pending LOCK (lockmgr_owner_end it afterwards, or
+ * cut its wait first). Returns how many moved. */
+size_t lockmgr_owner_move(struct lockmgr_owner *from,
+                          struct lockmgr_owner *to);
 /* The owner is ending: cancel its pending LOCK and release all it holds
  * (keeping keys for lock_delay_ms when `died` and the delay is set). No
  * callback reaches o after this returns. */

@@ -22,15 +22,49 @@
 #include "node.h"
 #include "stats.h"
 
+/* A lease lost while its session was detached: told when it resumes. */
+struct detached_lost {
+    struct list link;
+    uint64_t fence;
+    enum lockmgr_lost_reason why;
+    char resource[];
+};
+
+/*
+ * A session whose connection ended without QUIT after it asked for HELLO
+ * detach=: its leases, still renewed by lockmgr, wait here for a HELLO
+ * resume= with its id and secret, at most detach_ms. Its lockmgr owner is
+ * its own; lockmgr_owner_move hands the leases over in both directions.
+ */
+struct detached {
+    struct list link;               /* in S.detached */
+    struct lockmgr_owner owner;
+    char idstr[SESSION_ID_LEN];
+    char name[PROTO_MAX_NAME_LEN + 1];
+    char peer[80];
+    char secret[PROTO_SECRET_LEN + 1];
+    uint32_t detach_ms;
+    bool authed, admin;
+    struct timer timer;             /* detach_ms runs out */
+    struct list lost;               /* struct detached_lost, oldest first */
+    size_t nlost;
+    int refs;                       /* S.detached's, and lockmgr notices' */
+};
+
 static struct {
     const struct conf *conf;    /* read live: a reload changes it in place */
     struct proto_limits limits;
     struct list live;           /* sessions not closing */
     size_t count;
+    struct list detached;       /* struct detached */
+    size_t ndetached;
+    size_t abandoned;           /* leases of detached sessions left at
+                                   shutdown */
+    uint64_t abandoned_until;
     uint64_t next_id;
     char epoch[16];             /* the start time in session ids */
     bool shutdown;
-} S = { .live = LIST_INIT(S.live) };
+} S = { .live = LIST_INIT(S.live), .detached = LIST_INIT(S.detached) };
 
 void session_init(const struct conf *conf)
 {
@@ -274,8 +308,51 @@ static bool cmd_needs_auth(enum proto_cmd cmd)
     }
 }
 
+static size_t session_resume(struct session *s, const struct proto_request *r);
+static void session_tell_resume_lost(struct session *s);
+static void session_note_lost(struct session *s, const char *resource);
+static json_t *detached_json(const struct detached *d);
+
+/* HELLO detach=: 0 turns it off; above 0 the session gets a secret (kept
+ * if it had one). False when refused (answered). */
+static bool hello_detach(struct session *s, uint32_t ms)
+{
+    unsigned max = S.conf->limits.max_detach_ms;
+
+    if (ms == 0) {
+        s->detach_ms = 0;
+        s->secret[0] = '\0';
+        return true;
+    }
+    if (max == 0) {
+        conn_err(s, PROTO_ERR_ARG, "detach is off on this daemon "
+                 "(limits.max_detach_ms is 0)");
+        return false;
+    }
+    if (ms > max) {
+        conn_errf(s, PROTO_ERR_ARG, "detach must be at most %u ms "
+                  "(limits.max_detach_ms)", max);
+        return false;
+    }
+    if (!s->secret[0] && redlock_token(s->secret) != 0) {
+        s->secret[0] = '\0';
+        conn_err(s, PROTO_ERR_UNAVAILABLE, "the system's random source "
+                 "failed; no secret to resume with");
+        return false;
+    }
+    s->detach_ms = ms;
+    return true;
+}
+
 static void cmd_hello(struct session *s, const struct proto_request *r)
 {
+    bool resume = r->has & PROTO_OPT_RESUME;
+    size_t resumed = 0;
+
+    if ((r->has & PROTO_OPT_DETACH) && !hello_detach(s, r->detach))
+        return;
+    if (resume && (resumed = session_resume(s, r)) == (size_t)-1)
+        return;
     if (r->has & PROTO_OPT_NAME)
         snprintf(s->name, sizeof(s->name), "%.*s", (int)r->name_len, r->name);
     if (r->has & PROTO_OPT_KEEPALIVE) {
@@ -288,7 +365,12 @@ static void cmd_hello(struct session *s, const struct proto_request *r)
     conn_kv_str(s, "server", "redlockd/" REDLOCKD_VERSION);
     conn_kv_u64(s, "nodes", (uint64_t)redlock_nnodes());
     conn_kv_u64(s, "quorum", (uint64_t)redlock_nquorum());
+    if (s->detach_ms && (r->has & PROTO_OPT_DETACH))
+        conn_kv_str(s, "secret", s->secret);
+    if (resume)
+        conn_kv_u64(s, "resumed", resumed);
     conn_end(s);
+    session_tell_resume_lost(s);
     if (s->name[0])
         log_debug("%s is %s", s->idstr, s->name);
 }
@@ -661,7 +743,12 @@ json_t *session_list_json(void)
             "idle_ms", (json_int_t)(now - s->last_line_at),
             "age_ms", (json_int_t)(now - s->created_at),
             "held", lockmgr_owner_leases_json(&s->owner)));
+        json_object_set_new(json_array_get(arr, json_array_size(arr) - 1),
+                            "attached", json_true());
     }
+    list_foreach(p, &S.detached)
+        json_array_append_new(arr, detached_json(
+            list_entry(p, const struct detached, link)));
     return json_pack("{s:o}", "sessions", arr);
 }
 
@@ -880,20 +967,26 @@ static void owner_lost(struct lockmgr_owner *o, const char *resource,
                        uint64_t fence, enum lockmgr_lost_reason why)
 {
     struct session *s = owner_session(o);
-    size_t len = strlen(resource);
 
     if (s->closing)
         return;
-    /* Remember it so a later UNLOCK/EXTEND says LOST, not NOTHELD; bounded
-     * like the leases themselves. */
+    session_note_lost(s, resource);
+    conn_event_lost(s, resource, fence, lockmgr_lost_reason_name(why));
+    conn_flush(s);
+}
+
+/* Remember a lost lease so a later UNLOCK/EXTEND says LOST, not NOTHELD;
+ * bounded like the leases themselves. */
+static void session_note_lost(struct session *s, const char *resource)
+{
+    size_t len = strlen(resource);
+
     if (s->nlost < S.conf->limits.max_locks_per_session) {
         struct lost_lease *x = mem_alloc(sizeof(*x) + len + 1);
         memcpy(x->resource, resource, len + 1);
         list_push_head(&s->lost, &x->link);
         s->nlost++;
     }
-    conn_event_lost(s, resource, fence, lockmgr_lost_reason_name(why));
-    conn_flush(s);
 }
 
 static void owner_status(struct lockmgr_owner *o, json_t *status)
@@ -914,6 +1007,260 @@ static const struct lockmgr_owner_ops session_owner_ops = {
     .extended = owner_extended, .lost = owner_lost, .status = owner_status,
 };
 
+/* ---- detached sessions ------------------------------------------------- */
+
+static struct detached *owner_detached(struct lockmgr_owner *o)
+{
+    return container_of(o, struct detached, owner);
+}
+
+static void detached_free(struct detached *d)
+{
+    struct list *p, *tmp;
+
+    list_foreach_safe(p, tmp, &d->lost) {
+        list_remove(p);
+        free(list_entry(p, struct detached_lost, link));
+    }
+    free(d);
+}
+
+static void detached_ref(struct lockmgr_owner *o)
+{
+    owner_detached(o)->refs++;
+}
+
+static void detached_unref(struct lockmgr_owner *o)
+{
+    struct detached *d = owner_detached(o);
+
+    if (--d->refs == 0)
+        detached_free(d);
+}
+
+/* Kept to be told on resume; bounded like the leases themselves. */
+static void detached_lost(struct lockmgr_owner *o, const char *resource,
+                          uint64_t fence, enum lockmgr_lost_reason why)
+{
+    struct detached *d = owner_detached(o);
+    size_t len = strlen(resource);
+
+    if (d->nlost >= S.conf->limits.max_locks_per_session)
+        return;
+    struct detached_lost *x = mem_alloc(sizeof(*x) + len + 1);
+    x->fence = fence;
+    x->why = why;
+    memcpy(x->resource, resource, len + 1);
+    list_push_tail(&d->lost, &x->link);
+    d->nlost++;
+}
+
+/* A detached session sends no requests: only lost (and references) can
+ * reach it. */
+static void detached_status(struct lockmgr_owner *o, json_t *status)
+{
+    (void)o;
+    json_decref(status);
+}
+
+static const struct lockmgr_owner_ops detached_owner_ops = {
+    .ref = detached_ref, .unref = detached_unref,
+    .lost = detached_lost, .status = detached_status,
+};
+
+/* Off the table: resumed (nothing left to release), expired or shut down
+ * (lockmgr_owner_end releases, or abandon left, what it held). */
+static void detached_end(struct detached *d, bool died)
+{
+    list_remove(&d->link);
+    S.ndetached--;
+    timer_stop(&d->timer);
+    lockmgr_owner_end(&d->owner, died);
+    detached_unref(&d->owner);
+}
+
+static void detached_expire_cb(struct timer *t)
+{
+    struct detached *d = t->data;
+
+    log_info("%s (%s): not resumed within %u ms (detach=); ended, its %zu "
+             "leases released", d->idstr, d->peer, d->detach_ms,
+             d->owner.nleases);
+    detached_end(d, true);
+}
+
+static bool session_may_detach(const struct session *s)
+{
+    return s->detach_ms > 0 && s->died && !s->resumed_away && !S.shutdown &&
+           S.conf->limits.max_detach_ms > 0;
+}
+
+/* The connection of s ended without QUIT: keep its leases for detach_ms
+ * (at most limits.max_detach_ms as it is now). Its pending LOCK is left
+ * for lockmgr_owner_end to cancel. */
+static void session_detach(struct session *s)
+{
+    struct detached *d = mem_alloc(sizeof(*d));
+    unsigned max = S.conf->limits.max_detach_ms;
+
+    memcpy(d->idstr, s->idstr, sizeof(d->idstr));
+    memcpy(d->name, s->name, sizeof(d->name));
+    memcpy(d->peer, s->peer, sizeof(d->peer));
+    memcpy(d->secret, s->secret, sizeof(d->secret));
+    d->detach_ms = s->detach_ms < max ? s->detach_ms : max;
+    d->authed = s->authed;
+    d->admin = s->admin;
+    list_init(&d->lost);
+    d->refs = 1;
+    lockmgr_owner_init(&d->owner, &detached_owner_ops, d->idstr, d->name,
+                       d->peer);
+    d->owner.detached = true;
+    d->owner.detached_at = timer_now();
+    lockmgr_owner_move(&s->owner, &d->owner);
+    timer_init(&d->timer, detached_expire_cb, d);
+    timer_start(&d->timer, d->detach_ms);
+    list_push_head(&S.detached, &d->link);
+    S.ndetached++;
+    log_info("%s (%s): connection gone; detached with %zu leases for up to "
+             "%u ms", d->idstr, d->peer, d->owner.nleases, d->detach_ms);
+}
+
+/* The session named r->resume, if r->secret is its secret: a detached one,
+ * or one still attached to another connection. */
+static struct detached *detached_find(const struct proto_request *r)
+{
+    struct list *p;
+
+    list_foreach(p, &S.detached) {
+        struct detached *d = list_entry(p, struct detached, link);
+        if (strlen(d->idstr) == r->resume_len &&
+            memcmp(d->idstr, r->resume, r->resume_len) == 0)
+            return secret_equal(r->secret, PROTO_SECRET_LEN, d->secret)
+                   ? d : NULL;
+    }
+    return NULL;
+}
+
+static struct session *attached_find(const struct session *self,
+                                     const struct proto_request *r)
+{
+    struct list *p;
+
+    list_foreach(p, &S.live) {
+        struct session *x = list_entry(p, struct session, link);
+        if (x == self || x->closing || x->resumed_away ||
+            strlen(x->idstr) != r->resume_len ||
+            memcmp(x->idstr, r->resume, r->resume_len) != 0)
+            continue;
+        return x->detach_ms &&
+               secret_equal(r->secret, PROTO_SECRET_LEN, x->secret) ? x : NULL;
+    }
+    return NULL;
+}
+
+/* ERR NOSESSION, counted as a wrong password. */
+static void resume_refused(struct session *s)
+{
+    unsigned max = S.conf->limits.max_auth_failures;
+
+    s->auth_failures++;
+    log_notice("%s (%s): HELLO resume= of an unknown session or with a "
+               "wrong secret (%u of limits.max_auth_failures=%u)", s->idstr,
+               s->peer, s->auth_failures, max);
+    conn_err(s, PROTO_ERR_NOSESSION, "no such session, or a wrong secret");
+    if (s->auth_failures >= max) {
+        session_stop(s, "too many failed resumes", true);
+        conn_close_announced(s, "auth", "too many failed resumes");
+    }
+}
+
+/*
+ * HELLO resume=: s becomes the session named, with its leases, if the
+ * secret is right. One still attached elsewhere is taken over: its
+ * connection gets EVENT CLOSING reason=resumed and is closed. Leases lost
+ * while detached are told (EVENT LOST) right after the reply. Returns the
+ * leases s holds now, or (size_t)-1 when refused (answered).
+ */
+static size_t session_resume(struct session *s, const struct proto_request *r)
+{
+    struct detached *d = NULL;
+    struct session *x = NULL;
+
+    if (s->owner.nleases > 0 || s->owner.pending) {
+        conn_err(s, PROTO_ERR_ARG, "resume= must come before this "
+                 "connection locks anything");
+        return (size_t)-1;
+    }
+    if (!(d = detached_find(r)) && !(x = attached_find(s, r))) {
+        resume_refused(s);
+        return (size_t)-1;
+    }
+    if (d) {
+        memcpy(s->idstr, d->idstr, sizeof(s->idstr));
+        memcpy(s->name, d->name, sizeof(s->name));
+        memcpy(s->secret, d->secret, sizeof(s->secret));
+        s->detach_ms = d->detach_ms;
+        s->authed |= d->authed;
+        s->admin |= d->admin;
+        lockmgr_owner_move(&d->owner, &s->owner);
+        /* Told after the reply: queued in order behind it. */
+        s->resume_lost = d;
+        list_remove(&d->link);
+        S.ndetached--;
+        timer_stop(&d->timer);
+        log_info("%s (%s): resumed with %zu leases after %" PRIu64 " ms "
+                 "detached", s->idstr, s->peer, s->owner.nleases,
+                 timer_now() - d->owner.detached_at);
+    } else {
+        memcpy(s->idstr, x->idstr, sizeof(s->idstr));
+        memcpy(s->name, x->name, sizeof(s->name));
+        memcpy(s->secret, x->secret, sizeof(s->secret));
+        s->detach_ms = x->detach_ms;
+        s->authed |= x->authed;
+        s->admin |= x->admin;
+        x->resumed_away = true;
+        lockmgr_owner_move(&x->owner, &s->owner);
+        log_info("%s (%s): taken over by a new connection (%s) with %zu "
+                 "leases", x->idstr, x->peer, s->peer, s->owner.nleases);
+        conn_close_now_announced(x, "resumed", "resumed on another "
+                                 "connection");
+    }
+    return s->owner.nleases;
+}
+
+/* After the reply to a resume: what was lost while detached. */
+static void session_tell_resume_lost(struct session *s)
+{
+    struct detached *d = s->resume_lost;
+    struct list *p;
+
+    if (!d)
+        return;
+    s->resume_lost = NULL;
+    list_foreach(p, &d->lost) {
+        struct detached_lost *x = list_entry(p, struct detached_lost, link);
+        session_note_lost(s, x->resource);
+        conn_event_lost(s, x->resource, x->fence,
+                        lockmgr_lost_reason_name(x->why));
+    }
+    lockmgr_owner_end(&d->owner, false);    /* holds nothing now */
+    detached_unref(&d->owner);
+}
+
+static json_t *detached_json(const struct detached *d)
+{
+    return json_pack("{s:s, s:s?, s:s, s:I, s:I, s:b, s:I, s:o}",
+                     "id", d->idstr,
+                     "name", d->name[0] ? d->name : NULL,
+                     "peer", d->peer,
+                     "locks", (json_int_t)d->owner.nleases,
+                     "waits", (json_int_t)0,
+                     "attached", false,
+                     "detached_ms", (json_int_t)(timer_now() -
+                                                 d->owner.detached_at),
+                     "held", lockmgr_owner_leases_json(&d->owner));
+}
+
 /* ---- the end of a session ---------------------------------------------- */
 
 void session_on_eof(struct session *s)
@@ -931,6 +1278,9 @@ void session_end(struct session *s)
     timer_stop(&s->auth_timer);
     session_unlist(s);
     queue_free(s);
+    session_tell_resume_lost(s);    /* ended before its reply went out */
+    if (session_may_detach(s))
+        session_detach(s);
     lockmgr_owner_end(&s->owner, s->died);
 }
 
@@ -951,6 +1301,13 @@ void session_shutdown_all(void)
 {
     struct list *p, *tmp;
 
+    /* Detached sessions cannot resume any more (nothing is accepted):
+     * their leases are left to expire now. */
+    while ((p = list_first(&S.detached))) {
+        struct detached *d = list_entry(p, struct detached, link);
+        S.abandoned += lockmgr_owner_abandon(&d->owner, &S.abandoned_until);
+        detached_end(d, false);
+    }
     list_foreach_safe(p, tmp, &S.live) {
         struct session *s = list_entry(p, struct session, link);
         session_ref(s);
@@ -967,8 +1324,10 @@ void session_shutdown_all(void)
 size_t session_abandon_all(uint64_t *until)
 {
     struct list *p, *tmp;
-    size_t n = 0;
+    size_t n = S.abandoned;
 
+    if (S.abandoned_until > *until)
+        *until = S.abandoned_until;
     list_foreach_safe(p, tmp, &S.live) {
         struct session *s = list_entry(p, struct session, link);
         session_ref(s);

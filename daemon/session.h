@@ -7,6 +7,12 @@
  * share one lifetime: a session lives from accept until its handle is
  * closed and the last reference to it is gone (refs == 0). Its locks are
  * lockmgr's, reached through the embedded lockmgr_owner.
+ *
+ * A session that asked for HELLO detach= outlives its connection: when
+ * the connection ends without QUIT, its leases move to a detached record
+ * (session.c, "detached sessions") that keeps them, renewed, for up to
+ * detach ms, and a HELLO resume= with its id and secret on a new
+ * connection moves them back (protocol.md, "Detachable sessions").
  */
 #ifndef REDLOCKD_SESSION_H
 #define REDLOCKD_SESSION_H
@@ -87,6 +93,12 @@ struct session {
     uint64_t last_line_at;
     struct timer idle_timer;    /* handshake / idle / keepalive */
     struct lockmgr_owner owner; /* leases and the pending LOCK */
+    uint32_t detach_ms;         /* HELLO detach=: outlive the connection */
+    char secret[PROTO_SECRET_LEN + 1];  /* with detach_ms: what resumes it */
+    bool resumed_away;          /* another connection took it over */
+    struct detached *resume_lost;   /* (ref) the detached record resumed:
+                                       its lost leases are told after the
+                                       reply, then it is let go */
     struct list lost;           /* struct lost_lease */
     size_t nlost;
     char *unlock_lost;          /* (owned) UNLOCK of several in flight: the

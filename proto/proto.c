@@ -68,7 +68,8 @@ struct proto_cmd_spec {
 static const struct proto_cmd_spec proto_cmd_specs[PROTO_CMD_COUNT] = {
     [PROTO_CMD_PING] = { 0, 0, 0, 1, false, true, NULL },
     [PROTO_CMD_HELLO] = {
-        PROTO_OPT_PROTO | PROTO_OPT_NAME | PROTO_OPT_KEEPALIVE,
+        PROTO_OPT_PROTO | PROTO_OPT_NAME | PROTO_OPT_KEEPALIVE |
+        PROTO_OPT_DETACH | PROTO_OPT_RESUME | PROTO_OPT_SECRET,
         0, 0, 0, false, false, NULL },
     [PROTO_CMD_AUTH] = { 0, 0, 1, 1, false, true, "AUTH needs a password" },
     [PROTO_CMD_LOCK] = {
@@ -107,6 +108,9 @@ static const struct proto_opt_entry proto_opt_table[] = {
     { "keepalive", PROTO_OPT_KEEPALIVE },
     { "mode", PROTO_OPT_MODE },
     { "limit", PROTO_OPT_LIMIT },
+    { "detach", PROTO_OPT_DETACH },
+    { "resume", PROTO_OPT_RESUME },
+    { "secret", PROTO_OPT_SECRET },
 };
 
 #define PROTO_NOPTS (sizeof(proto_opt_table) / sizeof(proto_opt_table[0]))
@@ -348,6 +352,26 @@ static enum proto_parse_status proto_set_opt(struct proto_request *req,
         if (proto_parse_u32(val, vlen, &req->keepalive) < 0)
             return proto_bad_u32(err, "keepalive", 0);
         break;
+    case PROTO_OPT_DETACH:
+        if (proto_parse_u32(val, vlen, &req->detach) < 0)
+            return proto_bad_u32(err, "detach", 0);
+        break;
+    case PROTO_OPT_RESUME:
+        if (vlen == 0 || vlen > PROTO_MAX_SESSION_LEN ||
+            !proto_all_visible(val, vlen))
+            return proto_fail(err, PROTO_ERR_ARG, "resume must be a session "
+                              "id (1 to %d visible ascii characters)",
+                              PROTO_MAX_SESSION_LEN);
+        req->resume = val;
+        req->resume_len = vlen;
+        break;
+    case PROTO_OPT_SECRET:
+        if (vlen != PROTO_SECRET_LEN || strspn(val, "0123456789abcdef") <
+            PROTO_SECRET_LEN)
+            return proto_fail(err, PROTO_ERR_ARG, "secret must be %d "
+                              "lower-case hex digits", PROTO_SECRET_LEN);
+        req->secret = val;
+        break;
     case PROTO_OPT_RENEW:
         if (vlen != 1 || (val[0] != '0' && val[0] != '1'))
             return proto_fail(err, PROTO_ERR_ARG, "renew must be 0 or 1");
@@ -489,6 +513,14 @@ static enum proto_parse_status proto_parse_words(struct proto_request *req,
     if ((sp->required & PROTO_OPT_TTL) && !(req->has & PROTO_OPT_TTL))
         return proto_fail(err, PROTO_ERR_ARG, "%s needs ttl=<ms>",
                           proto_cmd_name(req->cmd));
+    /* resume= and secret= go together; a resumed session keeps its
+     * detach= */
+    if (!(req->has & PROTO_OPT_RESUME) != !(req->has & PROTO_OPT_SECRET))
+        return proto_fail(err, PROTO_ERR_ARG, "resume= and secret= go "
+                          "together");
+    if ((req->has & PROTO_OPT_RESUME) && (req->has & PROTO_OPT_DETACH))
+        return proto_fail(err, PROTO_ERR_ARG, "a resumed session keeps its "
+                          "detach=; give it without resume=");
     return PROTO_PARSE_OK;
 }
 

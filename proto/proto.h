@@ -26,7 +26,8 @@
 #define PROTO_COMMANDS(X)                                                   \
     X(PING, "PING", "PING [word]")                                          \
     X(HELLO, "HELLO", "HELLO [proto=1] [name=<client-name>] "               \
-                      "[keepalive=<ms>]")                                   \
+                      "[keepalive=<ms>] [detach=<ms>] "                     \
+                      "[resume=<session> secret=<hex>]")                    \
     X(AUTH, "AUTH", "AUTH <password>")                                      \
     X(LOCK, "LOCK", "LOCK <resource>... [ttl=<ms>] [wait=<ms>] [renew=0|1] " \
                     "[mode=shared|exclusive] [limit=<n>]")                  \
@@ -63,7 +64,8 @@ enum proto_cmd {
     X(LOST, "LOST", "the lease on the resource was lost")                   \
     X(UNAVAILABLE, "UNAVAILABLE", "a quorum of redis nodes is unavailable") \
     X(LIMIT, "LIMIT", "a configured limit was reached")                     \
-    X(SHUTDOWN, "SHUTDOWN", "the daemon is shutting down")
+    X(SHUTDOWN, "SHUTDOWN", "the daemon is shutting down")                  \
+    X(NOSESSION, "NOSESSION", "no such session, or a wrong secret")
 
 enum proto_err {
     PROTO_ERR_NONE = 0,
@@ -83,6 +85,9 @@ enum proto_opt {
     PROTO_OPT_KEEPALIVE = 1u << 5,
     PROTO_OPT_MODE = 1u << 6,
     PROTO_OPT_LIMIT = 1u << 7,
+    PROTO_OPT_DETACH = 1u << 8,
+    PROTO_OPT_RESUME = 1u << 9,
+    PROTO_OPT_SECRET = 1u << 10,
 };
 
 /* LOCK mode=: exclusive (the default) or shared. */
@@ -95,6 +100,8 @@ struct proto_limits {
 
 #define PROTO_LIMITS_DEFAULT { 200 }
 #define PROTO_MAX_NAME_LEN 64   /* HELLO name=: 1..64 visible ASCII bytes */
+#define PROTO_MAX_SESSION_LEN 39 /* HELLO resume=: a session id's bytes */
+#define PROTO_SECRET_LEN 32     /* HELLO secret=: hex digits (128 bits) */
 #define PROTO_MAX_ERRMSG 160
 /* The most resources one LOCK or UNLOCK may name (the daemon's
  * locks.max_multi is at most this). */
@@ -123,6 +130,10 @@ struct proto_request {
     uint32_t limit;         /* limit= (1 and up; 0 when not given) */
     uint32_t proto;         /* proto= (only 1 is accepted) */
     uint32_t keepalive;     /* keepalive= (0 = off) */
+    uint32_t detach;        /* detach= (0 = off) */
+    const char *resume;     /* resume=: a session id (visible ASCII) */
+    size_t resume_len;
+    const char *secret;     /* secret=: PROTO_SECRET_LEN hex digits */
     const char *name;       /* name= */
     size_t name_len;
 };

@@ -12,7 +12,8 @@ Standard library only. See client/python/README.md.
 
 from .client import Client, Lease, SERVER_ENV
 from .errors import (Arg, Auth, Busy, ConnectionClosed, Error, Held, IOTimeout,
-                     Limit, LockLost, Lost, NoAuth, NotHeld, ProtocolError,
+                     Limit, LockLost, Lost, NoAuth, NoSession, NotHeld,
+                     ProtocolError,
                      RedlockdError, Shutdown, Timeout, TooLong, TransportError,
                      Unavailable, Unknown, Unsupported, error_for)
 
@@ -24,5 +25,5 @@ __all__ = [
     "IOTimeout", "ProtocolError", "LockLost",
     "Arg", "Unsupported", "Unknown", "TooLong", "NoAuth", "Auth", "Busy",
     "Timeout", "Held", "NotHeld", "Lost", "Unavailable", "Limit", "Shutdown",
-    "error_for",
+    "NoSession", "error_for",
 ]

@@ -132,6 +132,8 @@ _CODES = (
     ("Limit", "LIMIT", "a configured limit was hit."),
     ("Shutdown", "SHUTDOWN", "the daemon is stopping and takes no new "
                              "locks."),
+    ("NoSession", "NOSESSION", "``HELLO resume=``: no such session to "
+                               "resume, or a wrong secret."),
 )
 
 for _name, _code, _doc in _CODES:

@@ -1,0 +1,302 @@
+/*
+ * test_resume: sessions that outlive their connection (HELLO detach=,
+ * HELLO resume=; protocol.md "Detachable sessions"), with one real
+ * redis-server and the real binary.
+ *
+ *   - a detached session keeps its lease while its connection is gone
+ *     (another session gets ERR BUSY), and a resume with its id and
+ *     secret on a new connection gets it back (resumed=1, same session
+ *     id, UNLOCK works);
+ *   - not resumed within detach ms: the session ends as a dropped one
+ *     does, its lease is released (a waiter gets it);
+ *   - QUIT still ends the session and releases at once;
+ *   - a wrong secret or an unknown id: ERR NOSESSION, counted as a wrong
+ *     password (limits.max_auth_failures closes the connection);
+ *   - a session still attached elsewhere is taken over: the old
+ *     connection gets EVENT CLOSING reason=resumed and is closed, the
+ *     lease stays held throughout;
+ *   - a lease lost while detached is told on resume (EVENT LOST after the
+ *     reply), and UNLOCK of it answers ERR LOST;
+ *   - detach= above limits.max_detach_ms, or with it 0: ERR ARG; resume=
+ *     without secret=: ERR ARG;
+ *   - SESSIONS and STATUS show a detached session ("attached":false,
+ *     "detached_ms"), and the secret appears in neither, nor in the log;
+ *   - a detached session's lease at shutdown is left on the node to
+ *     expire.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+static struct h_redis R;
+static struct h_daemon D;
+/* Clients are large (buffers); static keeps them off the test's stack. */
+static struct h_client A, B, C;
+
+static void setup(void)
+{
+    h_redis_start(&R, NULL);
+}
+
+static void teardown(void)
+{
+    h_close(&A);
+    h_close(&B);
+    h_close(&C);
+    h_daemon_cleanup(&D);
+    h_redis_cleanup(&R);
+}
+
+static void start(const char *extra_json)
+{
+    h_daemon_start(&D, &R, 1, extra_json);
+    h_wait_voting(&D, 1, h_scale(5000));
+    h_connect_tcp_ok(&A, D.port);
+    h_connect_tcp_ok(&B, D.port);
+}
+
+static void finish(void)
+{
+    ck_assert_int_eq(h_daemon_finish(&D), 0);
+}
+
+/* HELLO detach=ms on c: its session id and secret. */
+static void detachable(struct h_client *c, int ms, char *id, char *secret)
+{
+    char *line = h_expect(c, "OK proto=1 ", "HELLO detach=%d", ms);
+
+    h_kv_copy(line, "session", id, 64);
+    h_kv_copy(line, "secret", secret, 64);
+    ck_assert_int_eq((int)strlen(secret), 32);
+}
+
+/* The daemon's log so far (static buffer). */
+static const char *daemon_log(void)
+{
+    static char buf[1 << 20];
+    size_t n = 0;
+    FILE *f = fopen(D.log_path, "r");
+
+    if (f) {
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+START_TEST(detach_and_resume)
+{
+    char id[64], secret[64], *line;
+
+    start(NULL);
+    detachable(&A, 5000, id, secret);
+    h_expect(&A, "OK resource=dr ", "LOCK dr ttl=2000");
+    h_close(&A);
+    /* Past the ttl: the lease is renewed while nobody is attached. */
+    h_sleep_ms(2500);
+    h_expect(&B, "ERR BUSY ", "LOCK dr");
+    json_t *o = h_ok_json(&B, "SESSIONS");
+    char *text = json_dumps(o, JSON_COMPACT);
+    ck_assert_msg(strstr(text, "\"attached\":false") &&
+                  strstr(text, "\"detached_ms\""), "SESSIONS: %s", text);
+    ck_assert_msg(!strstr(text, secret), "SESSIONS shows the secret");
+    free(text);
+    json_decref(o);
+    o = h_ok_json(&B, "STATUS dr");
+    json_t *holder = json_object_get(o, "holder");
+    ck_assert_msg(json_is_false(json_object_get(holder, "attached")),
+                  "STATUS holder of a detached session: attached not false");
+    json_decref(o);
+
+    h_connect_tcp_ok(&C, D.port);
+    line = h_expect(&C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
+    ck_assert_str_eq(h_kv(line, "session"), id);
+    ck_assert_str_eq(h_kv(line, "resumed"), "1");
+    ck_assert_ptr_null(h_kv(line, "secret"));
+    h_expect(&C, "OK {", "LOCKS");
+    h_expect(&C, "OK resource=dr nodes=1", "UNLOCK dr");
+    h_expect(&B, "OK resource=dr ", "LOCK dr");
+    ck_assert_msg(!strstr(daemon_log(), secret), "the log shows the secret");
+    finish();
+}
+END_TEST
+
+START_TEST(not_resumed_in_time)
+{
+    char id[64], secret[64];
+    uint64_t t0;
+    long long ms;
+
+    start(NULL);
+    detachable(&A, 400, id, secret);
+    h_expect(&A, "OK resource=nr ", "LOCK nr");
+    h_close(&A);
+    t0 = h_now_ms();
+    h_expect(&B, "OK resource=nr ", "LOCK nr wait=5000");
+    ms = h_since(t0);
+    ck_assert_msg(ms >= 300, "released %lld ms after the drop, before "
+                  "detach=400 ran out", ms);
+    h_connect_tcp_ok(&C, D.port);
+    h_expect(&C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, secret);
+    finish();
+}
+END_TEST
+
+START_TEST(quit_releases)
+{
+    char id[64], secret[64];
+
+    start(NULL);
+    detachable(&A, 5000, id, secret);
+    h_expect(&A, "OK resource=qr ", "LOCK qr");
+    h_expect(&A, "OK bye", "QUIT");
+    h_expect(&B, "OK resource=qr ", "LOCK qr wait=1000");
+    h_connect_tcp_ok(&C, D.port);
+    h_expect(&C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, secret);
+    finish();
+}
+END_TEST
+
+START_TEST(wrong_secret)
+{
+    char id[64], secret[64], bad[64];
+
+    start("{\"limits\":{\"max_auth_failures\":3}}");
+    detachable(&A, 5000, id, secret);
+    h_expect(&A, "OK resource=ws ", "LOCK ws");
+    h_close(&A);
+    snprintf(bad, sizeof(bad), "%s", secret);
+    bad[0] = bad[0] == '0' ? '1' : '0';
+    h_connect_tcp_ok(&C, D.port);
+    h_expect(&C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, bad);
+    h_expect(&C, "ERR NOSESSION ", "HELLO resume=s999.x secret=%s", secret);
+    h_expect(&C, "ERR ARG ", "HELLO resume=%s", id);
+    h_expect(&C, "ERR ARG ", "HELLO resume=%s secret=abc", id);
+    h_expect(&C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, bad);
+    ck_assert_str_eq(h_recv_line(&C, h_scale(2000)),
+                     "EVENT CLOSING reason=auth");
+    ck_assert(h_wait_eof(&C, h_scale(2000)));
+    /* The real one still works, and the lease was kept. */
+    h_close(&C);
+    h_expect(&B, "ERR BUSY ", "LOCK ws");
+    h_connect_tcp_ok(&C, D.port);
+    h_expect(&C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
+    finish();
+}
+END_TEST
+
+START_TEST(takeover)
+{
+    char id[64], secret[64], *line;
+
+    start(NULL);
+    detachable(&A, 5000, id, secret);
+    h_expect(&A, "OK resource=to ", "LOCK to");
+    h_connect_tcp_ok(&C, D.port);
+    line = h_expect(&C, "OK proto=1 ", "HELLO resume=%s secret=%s name=new",
+                    id, secret);
+    ck_assert_str_eq(h_kv(line, "resumed"), "1");
+    ck_assert_str_eq(h_recv_line(&A, h_scale(2000)),
+                     "EVENT CLOSING reason=resumed");
+    ck_assert(h_wait_eof(&A, h_scale(2000)));
+    h_expect(&B, "ERR BUSY ", "LOCK to");
+    h_expect(&C, "OK resource=to nodes=1", "UNLOCK to");
+    finish();
+}
+END_TEST
+
+START_TEST(lost_while_detached)
+{
+    char id[64], secret[64], *line;
+
+    start(NULL);
+    detachable(&A, 5000, id, secret);
+    h_expect(&A, "OK resource=lw ", "LOCK lw ttl=300 renew=0");
+    h_close(&A);
+    h_sleep_ms(700);
+    h_connect_tcp_ok(&C, D.port);
+    line = h_expect(&C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
+    ck_assert_str_eq(h_kv(line, "resumed"), "0");
+    line = h_recv_line(&C, h_scale(2000));
+    ck_assert_msg(line && h_starts(line, "EVENT LOST resource=lw ") &&
+                  strstr(line, "reason=expired"), "after resume: %s",
+                  line ? line : "(nothing)");
+    h_expect(&C, "ERR LOST ", "UNLOCK lw");
+    finish();
+}
+END_TEST
+
+START_TEST(limits)
+{
+    h_daemon_start(&D, &R, 1, "{\"limits\":{\"max_detach_ms\":1000}}");
+    h_wait_voting(&D, 1, h_scale(5000));
+    h_connect_tcp_ok(&A, D.port);
+    h_expect(&A, "ERR ARG ", "HELLO detach=1001");
+    h_expect(&A, "OK proto=1 ", "HELLO detach=1000");
+    h_expect(&A, "ERR ARG ", "HELLO detach=500 resume=s1.x "
+             "secret=0123456789abcdef0123456789abcdef");
+    ck_assert_int_eq(h_daemon_finish(&D), 0);
+    h_daemon_cleanup(&D);
+    h_close(&A);
+    h_daemon_start(&D, &R, 1, "{\"limits\":{\"max_detach_ms\":0}}");
+    h_wait_voting(&D, 1, h_scale(5000));
+    h_connect_tcp_ok(&A, D.port);
+    h_expect(&A, "ERR ARG detach is off", "HELLO detach=100");
+    h_expect(&A, "OK proto=1 ", "HELLO detach=0");
+    finish();
+}
+END_TEST
+
+START_TEST(detached_at_shutdown)
+{
+    char id[64], secret[64], *val = NULL;
+
+    start(NULL);
+    detachable(&A, 20000, id, secret);
+    h_expect(&A, "OK resource=ds ", "LOCK ds ttl=20000");
+    h_close(&A);
+    h_sleep_ms(100);
+    ck_assert_int_eq(h_daemon_stop(&D), 0);
+    ck_assert_int_ge(h_redis_cmd(&R, &val, "GET lock:ds"), -1);
+    ck_assert_msg(val != NULL, "a detached session's lease was deleted at "
+                  "shutdown");
+    free(val);
+    ck_assert_msg(strstr(daemon_log(), "stopped: 1 lease left"), "%s",
+                  daemon_log());
+}
+END_TEST
+
+static Suite *resume_suite(void)
+{
+    Suite *s = suite_create("resume");
+    TCase *tc = tcase_create("resume");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, h_slow() ? 300 : 60);
+    tcase_add_test(tc, detach_and_resume);
+    tcase_add_test(tc, not_resumed_in_time);
+    tcase_add_test(tc, quit_releases);
+    tcase_add_test(tc, wrong_secret);
+    tcase_add_test(tc, takeover);
+    tcase_add_test(tc, lost_while_detached);
+    tcase_add_test(tc, limits);
+    tcase_add_test(tc, detached_at_shutdown);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(resume_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
