@@ -707,14 +707,24 @@ static const char *req_key(const struct lockreq *q, size_t i, size_t *keylen)
     return e->key;
 }
 
-/* The lease of q's grant on its i-th resource. */
-static struct lease *lease_create(struct lockreq *q, size_t i, uint64_t fence,
-                                  int64_t validity)
+/* What a new lease is, beside its entry and key. */
+struct lease_init {
+    enum lockmgr_mode mode;
+    uint32_t limit;
+    int64_t slot;
+    const char *token;
+    uint64_t fence;
+    uint32_t ttl;
+    bool renew;
+    int64_t validity;
+};
+
+/* A lease on e's key (or slot, or set) `key`, renewals armed; the caller
+ * attaches it to its owner. */
+static struct lease *lease_new(struct lock_entry *e, const char *key,
+                               size_t keylen, const struct lease_init *in)
 {
-    struct lock_entry *e = q->pos[i].e;
     size_t len = e->keylen - M.prefixlen;
-    size_t keylen;
-    const char *key = req_key(q, i, &keylen);
     struct lease *l = mem_alloc(sizeof(*l) + len + 1 + keylen + 1);
     memcpy(l->resource, e->resource, len);
     l->resource[len] = '\0';
@@ -727,19 +737,35 @@ static struct lease *lease_create(struct lockreq *q, size_t i, uint64_t fence,
     list_init(&l->elink);
     list_init(&l->glink);
     l->entry = e;
-    l->mode = q->mode;
-    l->limit = q->limit;
-    l->slot = q->limit ? q->slot : -1;
-    memcpy(l->token, q->token, sizeof(l->token));
-    l->fence = fence;
-    l->ttl = q->ttl;
-    l->renew = q->renew;
+    l->mode = in->mode;
+    l->limit = in->limit;
+    l->slot = in->limit ? in->slot : -1;
+    snprintf(l->token, sizeof(l->token), "%s", in->token);
+    l->fence = in->fence;
+    l->ttl = in->ttl;
+    l->renew = in->renew;
     l->acquired_at = timer_now();
-    l->valid_until = l->acquired_at + (uint64_t)(validity > 0 ? validity : 0);
+    l->valid_until = l->acquired_at + (uint64_t)(in->validity > 0
+                                                 ? in->validity : 0);
     timer_init(&l->timer, lease_timer_cb, l);
     timer_init(&l->deadline, lease_deadline_cb, l);
     lease_arm(l, true);
     return l;
+}
+
+/* The lease of q's grant on its i-th resource. */
+static struct lease *lease_create(struct lockreq *q, size_t i, uint64_t fence,
+                                  int64_t validity)
+{
+    size_t keylen;
+    const char *key = req_key(q, i, &keylen);
+    const struct lease_init in = {
+        .mode = q->mode, .limit = q->limit, .slot = q->slot,
+        .token = q->token, .fence = fence, .ttl = q->ttl, .renew = q->renew,
+        .validity = validity,
+    };
+
+    return lease_new(q->pos[i].e, key, keylen, &in);
 }
 
 static void lease_attach(struct lease *l, struct lockmgr_owner *o)
@@ -1854,6 +1880,168 @@ void lockmgr_on_release(const char *key, size_t len)
     if ((slot = key_slot(key, len, &base)) >= 0 && base > M.prefixlen &&
         (e = entry_lookup(key, base)) && e->limit)
         entry_wake(e, slot < (int64_t)e->limit ? slot : -1);
+}
+
+/* ---- ADOPT --------------------------------------------------------------- */
+
+struct adopt_ctx {
+    struct lockmgr_owner *o;        /* (ref) */
+    uint32_t ttl;
+    bool renew;
+    char old[REDLOCK_TOKEN_LEN + 1];
+    char token[REDLOCK_TOKEN_LEN + 1];
+    size_t n;
+    struct lock_entry *e[];         /* pinned while the round runs */
+};
+
+static void adopt_answer(struct lockmgr_owner *o, enum proto_err err,
+                         const char *msg)
+{
+    struct notice *n = notice_new(N_LOCKED, o, NULL, msg);
+    n->err = err;
+}
+
+/* A lease here that still has the old token (another session's, or a
+ * detached one's): its keys are the adopter's now. */
+static void adopt_drop_old(struct lock_entry *e, const char *old)
+{
+    struct list *p, *tmp;
+
+    list_foreach_safe(p, tmp, &e->holders) {
+        struct lease *l = list_entry(p, struct lease, elink);
+        if (!l->gone && strcmp(l->token, old) == 0)
+            lease_lose(l, LOST_NODE);
+    }
+}
+
+static void adopt_done(void *ud, const struct redlock_result *res)
+{
+    struct adopt_ctx *x = ud;
+    struct lockmgr_owner *o = x->o;
+    struct lease *first = NULL;
+    char why[PROTO_MAX_ERRMSG];
+
+    enter();
+    if (res->status == REDLOCK_OK && o->ended) {
+        /* Nobody to hand it to: give the keys back. */
+        for (size_t i = 0; i < x->n; i++)
+            M.rl->release(x->e[i]->key, x->e[i]->keylen, x->token, NULL,
+                          NULL);
+    } else if (res->status == REDLOCK_OK) {
+        const struct lease_init in = {
+            .mode = LOCKMGR_EXCLUSIVE, .slot = -1, .token = x->token,
+            .fence = res->fence, .ttl = x->ttl, .renew = x->renew,
+            .validity = res->validity,
+        };
+        for (size_t i = 0; i < x->n; i++) {
+            struct lock_entry *e = x->e[i];
+            adopt_drop_old(e, x->old);
+            struct lease *l = lease_new(e, e->key, e->keylen, &in);
+            if (!first) {
+                struct notice *n = notice_new(N_LOCKED, o, l->resource, NULL);
+                first = l;
+                n->fence = l->fence;
+                n->ttl = l->ttl;
+                n->validity = lease_validity(l);
+                n->nres = x->n;
+                n->mode = LOCKMGR_EXCLUSIVE;
+                memcpy(n->token, l->token, sizeof(n->token));
+            } else {
+                list_push_tail(&first->glink, &l->glink);
+            }
+            lease_attach(l, o);
+            audit(l, o, "adopt", "token rotated on a quorum");
+        }
+        M.c.adopts++;
+    } else if (res->status == REDLOCK_BUSY) {
+        adopt_answer(o, PROTO_ERR_LOST, "the token holds on too few nodes: "
+                     "the lease is gone (or was adopted elsewhere)");
+    } else {
+        size_t k = M.rl->why_unavailable(why, sizeof(why));
+        adopt_answer(o, PROTO_ERR_UNAVAILABLE, k ? why
+                     : "no quorum of redis nodes answered in time");
+    }
+    for (size_t i = 0; i < x->n; i++) {
+        x->e[i]->pins--;
+        entry_maybe_free(x->e[i]);
+    }
+    owner_unref(o);
+    free(x);
+    leave();
+}
+
+/* Why this ADOPT cannot start, in msg (answered by the caller), or 0. */
+static enum proto_err adopt_refuse(const struct lockmgr_owner *o,
+                                   const struct lockmgr_adopt_req *r,
+                                   char *msg, size_t size)
+{
+    if (o->nleases + r->n > M.conf->limits.max_locks_per_session) {
+        snprintf(msg, size, "this session would hold more than %u locks "
+                 "(limits.max_locks_per_session)",
+                 M.conf->limits.max_locks_per_session);
+        return PROTO_ERR_LIMIT;
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        const struct lock_entry *e = entry_find(r->res[i], r->len[i]);
+        if (lockmgr_held(o, r->res[i], r->len[i])) {
+            snprintf(msg, size, "this session already holds %.*s",
+                     (int)r->len[i], r->res[i]);
+            return PROTO_ERR_HELD;
+        }
+        if (e && e->limit) {
+            snprintf(msg, size, "%.*s is a semaphore here: ADOPT takes "
+                     "exclusive leases", (int)r->len[i], r->res[i]);
+            return PROTO_ERR_ARG;
+        }
+    }
+    return PROTO_ERR_NONE;
+}
+
+void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r)
+{
+    const char *keys[CONF_MAX_MULTI];
+    size_t lens[CONF_MAX_MULTI];
+    char msg[PROTO_MAX_ERRMSG];
+    enum proto_err err;
+    struct adopt_ctx *x;
+
+    enter();
+    if ((err = adopt_refuse(o, r, msg, sizeof(msg))) != PROTO_ERR_NONE) {
+        adopt_answer(o, err, msg);
+        leave();
+        return;
+    }
+    x = mem_alloc(sizeof(*x) + r->n * sizeof(x->e[0]));
+    if (M.rl->token(x->token) != 0) {
+        free(x);
+        adopt_answer(o, PROTO_ERR_UNAVAILABLE, "the system's random source "
+                     "failed");
+        leave();
+        return;
+    }
+    x->o = o;
+    owner_ref(o);
+    x->ttl = r->ttl;
+    x->renew = r->renew;
+    snprintf(x->old, sizeof(x->old), "%s", r->token);
+    x->n = r->n;
+    for (size_t i = 0; i < r->n; i++) {
+        x->e[i] = entry_get(r->res[i], r->len[i], 0);
+        x->e[i]->pins++;
+        keys[i] = x->e[i]->key;
+        lens[i] = x->e[i]->keylen;
+    }
+    size_t labellen = label_put(o, NULL);
+    char *label = mem_alloc(labellen + 1);
+    label_put(o, label);
+    const struct redlock_adopt a = {
+        .n = (int)r->n, .keys = keys, .lens = lens, .old_token = x->old,
+        .token = x->token, .label = label, .labellen = labellen,
+        .ttl = r->ttl,
+    };
+    M.rl->adopt(&a, adopt_done, x);
+    free(label);
+    leave();
 }
 
 /* ---- FORCEUNLOCK --------------------------------------------------------- */

@@ -54,6 +54,17 @@ struct lockmgr_req {
     bool renew;
 };
 
+/* ADOPT: exclusive leases (one resource, or the resources of one grant)
+ * whose keys hold `token`, taken over with a new token (protocol.md). */
+struct lockmgr_adopt_req {
+    size_t n;                       /* resources, 1..CONF_MAX_MULTI */
+    const char *const *res;
+    const size_t *len;
+    const char *token;              /* the lease's token now */
+    uint32_t ttl;
+    bool renew;
+};
+
 /* What lockmgr tells an owner. Strings live only during the call. */
 struct lockmgr_grant {
     const char *resource;   /* the first of the request's */
@@ -116,6 +127,7 @@ struct lockmgr_counters {
     uint64_t renewals;
     uint64_t renewal_failures;
     uint64_t leases_lost;
+    uint64_t adopts;                /* ADOPTs granted */
     uint64_t waits;
     uint64_t wakeups_notified;      /* pub/sub or local release */
     uint64_t wakeups_retry;         /* fallback timer */
@@ -147,6 +159,12 @@ void lockmgr_owner_shutdown(struct lockmgr_owner *o);
  * exist. For the daemon's exit: a holder that may still be working must
  * never see its lock deleted under it. */
 size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until);
+/* ADOPT: answered through ops->locked as a LOCK is: the grant (new
+ * token, the lease's fence, the ttl, the validity of this round), or
+ * HELD, LIMIT, LOST (the token holds on too few nodes), UNAVAILABLE.
+ * A lease of this daemon's with the old token (another session's) is
+ * lost by its owner once the new one holds. */
+void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r);
 /* Every lease of `from` becomes `to`'s (a session detached from its
  * connection, and resumed): renewals go on, later notices reach `to`.
  * `from` must have no pending LOCK (lockmgr_owner_end it afterwards, or

@@ -153,6 +153,12 @@
     "         (v == t or string.sub(v, 1, #t + 1) == t .. ' ')\n" \
     "end\n"
 
+/* The fence a labelled value carries ("token label fence"), or nil. */
+#define POOL_LUA_FENCE_OF \
+    "local function fence_of(v)\n" \
+    "  return string.match(v, '^%x+ %S+ (%d+)$')\n" \
+    "end\n"
+
 /* The node's own clock in ms: shared holders' expiry times are its. */
 #define POOL_LUA_NOW \
     "local now_t = redis.call('TIME')\n" \
@@ -319,6 +325,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         POOL_LUA_GUARD
         POOL_LUA_COUNTER
         POOL_LUA_OURS
+        POOL_LUA_FENCE_OF
         "for i = 1, #KEYS do\n"
         "  if i ~= 2 and not ours(redis.call('GET', KEYS[i]), ARGV[1]) then\n"
         "    return {0, c}\n"
@@ -328,7 +335,44 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "  redis.call('SET', fk, ARGV[2])\n"
         "  c = ARGV[2]\n"
         "end\n"
+        /* The values say the grant's fence too (STATUS, ADOPT read it):
+         * the raised one, the key's ttl kept. */
+        "for i = 1, #KEYS do\n"
+        "  if i ~= 2 then\n"
+        "    local v = redis.call('GET', KEYS[i])\n"
+        "    local f = fence_of(v)\n"
+        "    if f and above(ARGV[2], f) then\n"
+        "      redis.call('SET', KEYS[i], string.sub(v, 1, #v - #f) .. ARGV[2],\n"
+        "                 'KEEPTTL')\n"
+        "    end\n"
+        "  end\n"
+        "end\n"
         "return {1, c}\n",
+    /* ADOPT: every key holds the old token (ARGV[1]): each gets the new
+     * token (ARGV[2]) and label (ARGV[4]) with the fence it carries, and
+     * the ttl ARGV[3]; {1, the largest fence carried}. Else nothing is
+     * written: {0}. */
+    [POOL_SCRIPT_ADOPT] =
+        POOL_LUA_GUARD
+        POOL_LUA_OURS
+        POOL_LUA_FENCE_OF
+        "local vals, best = {}, ''\n"
+        "for i = 1, #KEYS do\n"
+        "  local v = redis.pcall('GET', KEYS[i])\n"
+        "  if not ours(v, ARGV[1]) then return {0} end\n"
+        "  local f = fence_of(v) or ''\n"
+        "  if #f > #best or (#f == #best and f > best) then best = f end\n"
+        "  vals[i] = f\n"
+        "end\n"
+        "for i = 1, #KEYS do\n"
+        "  local v = ARGV[2]\n"
+        "  if ARGV[4] ~= '' and vals[i] ~= '' then\n"
+        "    v = ARGV[2] .. ' ' .. ARGV[4] .. ' ' .. vals[i]\n"
+        "  end\n"
+        "  redis.call('SET', KEYS[i], v, 'PX', ARGV[3])\n"
+        "end\n"
+        "note_ttl(ARGV[3])\n"
+        "return {1, best}\n",
     [POOL_SCRIPT_UNDO] =
         POOL_LUA_OURS
         "if ours(redis.call('GET', KEYS[1]), ARGV[1]) then\n"

@@ -113,6 +113,9 @@ enum pool_script {
                                -> keys deleted */
     POOL_SCRIPT_EXTEND_MANY,    /* KEYS lock|shared... ARGV token,ttl,...
                                    (a pair per key) -> {1|0, ...} */
+    POOL_SCRIPT_ADOPT,      /* KEYS lock... ARGV old token,new token,ttl,
+                               label -> {1,"fence"} all ours, rotated |
+                               {0} */
     POOL_SCRIPT_RELEASE_MANY,   /* KEYS lock|shared... ARGV channel,
                                    instance id,token... -> {1|0, ...} */
     POOL_SCRIPT_COUNT

@@ -29,7 +29,7 @@
 #include "pool.h"
 #include "timer.h"
 
-enum op_kind { OP_ACQUIRE, OP_RAISE, OP_RELEASE, OP_EXTEND };
+enum op_kind { OP_ACQUIRE, OP_RAISE, OP_RELEASE, OP_EXTEND, OP_ADOPT };
 
 /* The most words an op's script takes: an acquisition of CONF_MAX_MULTI
  * resources, with the fence key, two keys per resource, its token, its ttl
@@ -324,6 +324,7 @@ static void op_log_reply(const struct op *o, int node, const redisReply *r)
     static const char *const what[] = {
         [OP_ACQUIRE] = "acquire", [OP_RAISE] = "fence raise",
         [OP_RELEASE] = "release", [OP_EXTEND] = "extend",
+        [OP_ADOPT] = "adopt",
     };
     char reason[REDLOCK_ERRLOG_REASON] = "reply";
     char text[REDLOCK_ERRLOG_TEXT] = "a reply of an unexpected shape";
@@ -513,6 +514,7 @@ static bool script_guarded(enum pool_script s)
     case POOL_SCRIPT_RAISE_SHARED:
     case POOL_SCRIPT_EXTEND:
     case POOL_SCRIPT_EXTEND_MANY:
+    case POOL_SCRIPT_ADOPT:
         return true;
     default:
         return false;
@@ -576,6 +578,22 @@ static void op_fan_out(struct op *o)
     case OP_ACQUIRE:
     case OP_RAISE:
         s = op_words(o, argv, lens, &nkeys, &nargs, num, seen);
+        break;
+    case OP_ADOPT:
+        /* keys, then the old token and the label after them (op_create's
+         * copies, redlock_adopt) */
+        s = POOL_SCRIPT_ADOPT;
+        nkeys = o->nres;
+        for (int i = 0; i < nkeys; i++)
+            argv[i] = o->keys[i], lens[i] = o->lens[i];
+        snprintf(num, sizeof(num), "%" PRIu32, o->ttl);
+        argv[nkeys] = o->keys[nkeys];
+        argv[nkeys + 1] = o->token;
+        argv[nkeys + 2] = num;
+        argv[nkeys + 3] = o->label;
+        nargs = 4;
+        for (int i = nkeys; i < nkeys + nargs; i++)
+            lens[i] = strlen(argv[i]);
         break;
     case OP_RELEASE:
         s = POOL_SCRIPT_RELEASE;
@@ -682,6 +700,34 @@ static void fence_count(struct op *o, int node, const redisReply *r)
     }
 }
 
+/* One node's answer to ADOPT: {1, "fence"} rotated, {0} not ours. */
+static void adopt_count(struct op *o, int node, const redisReply *r)
+{
+    long long owned = -1;
+    uint64_t f = 0;
+
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER)
+        owned = r->element[0]->integer;
+    if (owned == 0) {
+        o->res.busy++;
+        return;
+    }
+    if (owned != 1 || r->elements != 2) {
+        op_log_reply(o, node, r);
+        o->res.failed++;
+        return;
+    }
+    o->res.deleted++;       /* nodes rotated, counted or not */
+    if (!op_votes(o, node)) {
+        o->res.failed++;
+        return;
+    }
+    o->res.ok++;
+    if (counter_parse(r->element[1], &f) == 0 && f > o->res.fence)
+        o->res.fence = f;
+}
+
 static void op_count(struct op *o, int node, redisReply *r)
 {
     bool votes = op_votes(o, node);
@@ -704,6 +750,9 @@ static void op_count(struct op *o, int node, redisReply *r)
     case OP_ACQUIRE:
     case OP_RAISE:
         fence_count(o, node, r);
+        return;
+    case OP_ADOPT:
+        adopt_count(o, node, r);
         return;
     case OP_RELEASE:
     case OP_EXTEND:
@@ -749,6 +798,11 @@ static void op_reply(void *ud, int node, redisReply *r)
                                        o->res.failed, validity);
         if (o->res.status == REDLOCK_BUSY)
             o->res.status = REDLOCK_LOST;
+        break;
+    case OP_ADOPT:
+        o->res.validity = validity;
+        o->res.status = redlock_decide(pool_nnodes(), o->res.ok, o->res.busy,
+                                       o->res.failed, validity);
         break;
     case OP_RELEASE:
         o->res.status = REDLOCK_OK;
@@ -855,6 +909,27 @@ void redlock_acquire(const struct redlock_lock *lk, const char *token,
     o->mode = lk->mode;
     o->nres = n;
     o->with_shared = lk->shared != NULL;
+    op_fan_out(o);
+}
+
+void redlock_adopt(const struct redlock_adopt *a, redlock_cb cb, void *ud)
+{
+    const char *keys[CONF_MAX_MULTI + 2];
+    size_t lens[CONF_MAX_MULTI + 2];
+    int n = a->n;
+
+    for (int i = 0; i < n; i++)
+        keys[i] = a->keys[i], lens[i] = a->lens[i];
+    /* The old token and the label ride along as the last "keys". */
+    keys[n] = a->old_token;
+    lens[n] = strlen(a->old_token);
+    keys[n + 1] = a->label ? a->label : "";
+    lens[n + 1] = a->label ? a->labellen : 0;
+    struct op *o = op_create(OP_ADOPT, n + 2, keys, lens, a->token, a->ttl,
+                             cb, ud);
+    o->nres = n;
+    o->label = o->keys[n + 1];
+    o->res.fence = 0;
     op_fan_out(o);
 }
 
@@ -1266,7 +1341,8 @@ const struct redlock_ops redlock_ops_default = {
     .acquire = redlock_acquire, .release = redlock_release,
     .extend = redlock_extend, .extend_batched = redlock_extend_batched,
     .release_batched = redlock_release_batched, .inspect = redlock_inspect,
-    .force_release = redlock_force_release, .token = redlock_token,
+    .force_release = redlock_force_release, .adopt = redlock_adopt,
+    .token = redlock_token,
     .nnodes = redlock_nnodes, .quorum = redlock_nquorum,
     .why_unavailable = node_why_unavailable,
 };

@@ -89,6 +89,25 @@ struct redlock_lock {
                                    announced */
 };
 
+/* ADOPT (protocol.md): keys holding old_token get token and label, with
+ * the fence each carries, and the ttl, on every node; the result's
+ * status is OK with a quorum of voting nodes that did so in time (fence:
+ * the largest they carried), BUSY when too many did not hold the old
+ * token, else UNAVAILABLE. Keys rotated on too few nodes are left to
+ * expire. */
+struct redlock_adopt {
+    int n;                      /* exclusive keys: 1, or the keys of one
+                                   multi-resource grant */
+    const char *const *keys;
+    const size_t *lens;
+    const char *old_token;      /* REDLOCK_TOKEN_LEN hex chars */
+    const char *token;          /* the new one */
+    const char *label;          /* as in struct redlock_lock */
+    size_t labellen;
+    uint32_t ttl;
+};
+void redlock_adopt(const struct redlock_adopt *a, redlock_cb cb, void *ud);
+
 /* What STATUS and FORCEUNLOCK look at for one resource. */
 struct redlock_probe {
     const char *key;            /* the exclusive key */
@@ -168,6 +187,7 @@ struct redlock_ops {
      * announce it; res->deleted counts the nodes that had one. */
     void (*force_release)(const struct redlock_probe *p, redlock_cb cb,
                           void *ud);
+    void (*adopt)(const struct redlock_adopt *a, redlock_cb cb, void *ud);
     int (*token)(char out[REDLOCK_TOKEN_LEN + 1]);
     int (*nnodes)(void);
     int (*quorum)(void);

@@ -551,6 +551,36 @@ static void cmd_lock(struct session *s, const struct proto_request *r)
     lockmgr_lock_req(&s->owner, &lr);
 }
 
+/* ADOPT: take over an exclusive lease by its token (a client whose daemon
+ * died or restarted). Answered as a LOCK is (owner_locked). */
+static void cmd_adopt(struct session *s, const struct proto_request *r)
+{
+    const struct conf *c = S.conf;
+    uint32_t ttl = (r->has & PROTO_OPT_TTL) ? r->ttl : c->locks.default_ttl_ms;
+
+    if (S.shutdown) {
+        conn_err(s, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
+        return;
+    }
+    if (!check_ttl(s, ttl))
+        return;
+    if (r->nargs > c->locks.max_multi) {
+        conn_errf(s, PROTO_ERR_ARG, "at most %u resources in one ADOPT "
+                  "(locks.max_multi)", c->locks.max_multi);
+        return;
+    }
+    if (!lock_names_free(s, r))
+        return;
+    struct lockmgr_adopt_req ar = {
+        .n = r->nargs, .res = r->args, .len = r->args_len, .token = r->token,
+        .ttl = ttl, .renew = r->renew,
+    };
+    s->busy = true;
+    s->lock_started_ns = uv_hrtime();
+    s->lock_waited = false;
+    lockmgr_adopt(&s->owner, &ar);
+}
+
 /* The lease for an UNLOCK/EXTEND of res, or NULL after answering
  * NOTHELD/LOST (forgetting the lost lease: the client has heard). */
 static struct lease *held_or_reply_name(struct session *s, const char *res,
@@ -811,6 +841,7 @@ static void session_execute(struct session *s, struct line *ln)
     case PROTO_CMD_AUTH:     cmd_auth(s, &r); break;
     case PROTO_CMD_LOCK:     cmd_lock(s, &r); break;
     case PROTO_CMD_UNLOCK:   cmd_unlock(s, &r); break;
+    case PROTO_CMD_ADOPT:    cmd_adopt(s, &r); break;
     case PROTO_CMD_EXTEND:   cmd_extend(s, &r); break;
     case PROTO_CMD_LOCKS:    cmd_locks(s); break;
     case PROTO_CMD_STATUS:   cmd_status(s, &r); break;

@@ -78,6 +78,9 @@ static const struct proto_cmd_spec proto_cmd_specs[PROTO_CMD_COUNT] = {
         0, 1, PROTO_MAX_RESOURCES, true, false, "LOCK needs a resource name" },
     [PROTO_CMD_UNLOCK] = { 0, 0, 1, PROTO_MAX_RESOURCES, true, false,
                            "UNLOCK needs a resource name" },
+    [PROTO_CMD_ADOPT] = { PROTO_OPT_TOKEN | PROTO_OPT_TTL | PROTO_OPT_RENEW,
+                          PROTO_OPT_TOKEN, 1, PROTO_MAX_RESOURCES, true, false,
+                          "ADOPT needs a resource name" },
     [PROTO_CMD_EXTEND] = { PROTO_OPT_TTL, PROTO_OPT_TTL, 1, 1, true, false,
                            "EXTEND needs a resource name" },
     [PROTO_CMD_LOCKS] = { 0, 0, 0, 0, false, false, NULL },
@@ -111,6 +114,7 @@ static const struct proto_opt_entry proto_opt_table[] = {
     { "detach", PROTO_OPT_DETACH },
     { "resume", PROTO_OPT_RESUME },
     { "secret", PROTO_OPT_SECRET },
+    { "token", PROTO_OPT_TOKEN },
 };
 
 #define PROTO_NOPTS (sizeof(proto_opt_table) / sizeof(proto_opt_table[0]))
@@ -372,6 +376,13 @@ static enum proto_parse_status proto_set_opt(struct proto_request *req,
                               "lower-case hex digits", PROTO_SECRET_LEN);
         req->secret = val;
         break;
+    case PROTO_OPT_TOKEN:
+        if (vlen != PROTO_TOKEN_LEN || strspn(val, "0123456789abcdef") <
+            PROTO_TOKEN_LEN)
+            return proto_fail(err, PROTO_ERR_ARG, "token must be %d "
+                              "lower-case hex digits", PROTO_TOKEN_LEN);
+        req->token = val;
+        break;
     case PROTO_OPT_RENEW:
         if (vlen != 1 || (val[0] != '0' && val[0] != '1'))
             return proto_fail(err, PROTO_ERR_ARG, "renew must be 0 or 1");
@@ -512,6 +523,9 @@ static enum proto_parse_status proto_parse_words(struct proto_request *req,
         return proto_fail(err, PROTO_ERR_ARG, "%s", sp->missing);
     if ((sp->required & PROTO_OPT_TTL) && !(req->has & PROTO_OPT_TTL))
         return proto_fail(err, PROTO_ERR_ARG, "%s needs ttl=<ms>",
+                          proto_cmd_name(req->cmd));
+    if ((sp->required & PROTO_OPT_TOKEN) && !(req->has & PROTO_OPT_TOKEN))
+        return proto_fail(err, PROTO_ERR_ARG, "%s needs token=<hex>",
                           proto_cmd_name(req->cmd));
     /* resume= and secret= go together; a resumed session keeps its
      * detach= */

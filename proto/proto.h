@@ -32,6 +32,8 @@
     X(LOCK, "LOCK", "LOCK <resource>... [ttl=<ms>] [wait=<ms>] [renew=0|1] " \
                     "[mode=shared|exclusive] [limit=<n>]")                  \
     X(UNLOCK, "UNLOCK", "UNLOCK <resource>...")                             \
+    X(ADOPT, "ADOPT", "ADOPT <resource>... token=<hex> [ttl=<ms>] "          \
+                      "[renew=0|1]")                                        \
     X(EXTEND, "EXTEND", "EXTEND <resource> ttl=<ms>")                       \
     X(LOCKS, "LOCKS", "LOCKS")                                              \
     X(STATUS, "STATUS", "STATUS <resource> [limit=<n>]")                    \
@@ -88,6 +90,7 @@ enum proto_opt {
     PROTO_OPT_DETACH = 1u << 8,
     PROTO_OPT_RESUME = 1u << 9,
     PROTO_OPT_SECRET = 1u << 10,
+    PROTO_OPT_TOKEN = 1u << 11,
 };
 
 /* LOCK mode=: exclusive (the default) or shared. */
@@ -102,6 +105,7 @@ struct proto_limits {
 #define PROTO_MAX_NAME_LEN 64   /* HELLO name=: 1..64 visible ASCII bytes */
 #define PROTO_MAX_SESSION_LEN 39 /* HELLO resume=: a session id's bytes */
 #define PROTO_SECRET_LEN 32     /* HELLO secret=: hex digits (128 bits) */
+#define PROTO_TOKEN_LEN 32      /* ADOPT token=: a lock token's hex digits */
 #define PROTO_MAX_ERRMSG 160
 /* The most resources one LOCK or UNLOCK may name (the daemon's
  * locks.max_multi is at most this). */
@@ -134,6 +138,7 @@ struct proto_request {
     const char *resume;     /* resume=: a session id (visible ASCII) */
     size_t resume_len;
     const char *secret;     /* secret=: PROTO_SECRET_LEN hex digits */
+    const char *token;      /* token=: PROTO_TOKEN_LEN hex digits */
     const char *name;       /* name= */
     size_t name_len;
 };

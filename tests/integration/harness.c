@@ -916,6 +916,31 @@ void h_daemon_start_ports(struct h_daemon *d, const int *ports, int nports,
                  ready == 0 ? "it exited" : "timeout");
 }
 
+void h_daemon_restart(struct h_daemon *d)
+{
+    json_error_t err;
+    json_t *conf = json_load_file(d->conf_path, 0, &err);
+    bool tcp, unix_sock;
+    int ready;
+
+    if (d->pid != 0)
+        ck_abort_msg("harness: h_daemon_restart: redlockd is running");
+    if (!conf)
+        ck_abort_msg("harness: %s: %s", d->conf_path, err.text);
+    listen_wanted(conf, d, &tcp, &unix_sock);
+    json_decref(conf);
+    d->pid = daemon_spawn(d);
+    ready = daemon_wait_ready(d, tcp, unix_sock);
+    if (ready == 1)
+        return;
+    if (d->pid != 0)
+        kill_wait(d->pid);
+    d->pid = 0;
+    h_daemon_dump_log(d);
+    ck_abort_msg("harness: redlockd did not start again (%s)",
+                 ready == 0 ? "it exited" : "timeout");
+}
+
 int h_daemon_stop(struct h_daemon *d)
 {
     int status = 0;

@@ -77,6 +77,9 @@ void h_daemon_start_ports(struct h_daemon *d, const int *ports, int nports,
  * (WEXITSTATUS, or 128+signal). Tests assert it is 0 (which under the
  * valgrind wrapper also means no leaks). */
 int h_daemon_stop(struct h_daemon *d);
+/* Start a stopped daemon again with the same config, port and directory
+ * (its log goes on), as a service manager's restart does. */
+void h_daemon_restart(struct h_daemon *d);
 /* Wait for a daemon already told to stop to exit (timeout_ms, stretched
  * under the wrapper; then SIGKILL and fail), without signalling it again:
  * a second SIGTERM that lands after its handlers are closed kills it.

@@ -226,6 +226,7 @@ START_TEST(test_parse_every_command)
         [PROTO_CMD_AUTH] = " pw",
         [PROTO_CMD_LOCK] = " r",
         [PROTO_CMD_UNLOCK] = " r",
+        [PROTO_CMD_ADOPT] = " r token=0123456789abcdef0123456789abcdef",
         [PROTO_CMD_EXTEND] = " r ttl=1",
         [PROTO_CMD_STATUS] = " r",
         [PROTO_CMD_FORCEUNLOCK] = " r",
@@ -371,6 +372,14 @@ static const struct t_bad t_bad_rows[] = {
     { "HELLO proto=\xff", 0, PROTO_ERR_ARG, "version '?'" },
     { "HELLO keepalive=x", 0, PROTO_ERR_ARG, "keepalive must be" },
     { "HELLO detach=-1", 0, PROTO_ERR_ARG, "detach must be" },
+    { "ADOPT r", 0, PROTO_ERR_ARG, "ADOPT needs token=<hex>" },
+    { "ADOPT token=0123456789abcdef0123456789abcdef", 0, PROTO_ERR_ARG,
+      "ADOPT needs a resource name" },
+    { "ADOPT r token=0123", 0, PROTO_ERR_ARG, "token must be 32" },
+    { "ADOPT r token=0123456789abcdef0123456789abcdef wait=1", 0,
+      PROTO_ERR_ARG, "unknown option 'wait' for ADOPT" },
+    { "LOCK r token=0123456789abcdef0123456789abcdef", 0, PROTO_ERR_ARG,
+      "unknown option 'token' for LOCK" },
     { "HELLO resume=s1", 0, PROTO_ERR_ARG, "resume= and secret= go together" },
     { "HELLO secret=0123456789abcdef0123456789abcdef", 0, PROTO_ERR_ARG,
       "resume= and secret= go together" },
@@ -872,7 +881,7 @@ START_TEST(test_format_simple)
 
     sbuf_reset(&b);
     proto_format_help(&b);
-    ck_assert_str_eq(sbuf_cstr(&b), "OK PING HELLO AUTH LOCK UNLOCK EXTEND "
+    ck_assert_str_eq(sbuf_cstr(&b), "OK PING HELLO AUTH LOCK UNLOCK ADOPT EXTEND "
                      "LOCKS STATUS SESSIONS STATS FORCEUNLOCK READMIT HELP "
                      "QUIT\n");
     sbuf_deinit(&b);
@@ -1003,10 +1012,14 @@ START_TEST(test_format_request_parses)
         proto_format_cmd(&b, (enum proto_cmd)i);
         if (i == PROTO_CMD_AUTH || i == PROTO_CMD_LOCK || i == PROTO_CMD_UNLOCK
             || i == PROTO_CMD_EXTEND || i == PROTO_CMD_STATUS
-            || i == PROTO_CMD_FORCEUNLOCK || i == PROTO_CMD_READMIT)
+            || i == PROTO_CMD_FORCEUNLOCK || i == PROTO_CMD_READMIT
+            || i == PROTO_CMD_ADOPT)
             proto_format_word(&b, "x");
         if (i == PROTO_CMD_EXTEND)
             proto_format_opt_u64(&b, PROTO_OPT_TTL, 1);
+        if (i == PROTO_CMD_ADOPT)
+            proto_format_opt_str(&b, PROTO_OPT_TOKEN,
+                                 "0123456789abcdef0123456789abcdef");
         proto_format_end(&b);
         ck_assert_int_eq(t_parsen(b.data, b.len - 1, &lim, &req, &err),
                          PROTO_PARSE_OK);

@@ -1,0 +1,249 @@
+/*
+ * test_adopt: ADOPT, a lease taken over by its token on another daemon of
+ * the same nodes, or on the same daemon after a restart (protocol.md,
+ * "Adopting a lease"), with three real redis-server nodes and two daemons.
+ *
+ *   - ADOPT on the other daemon: a new token on every node, the same
+ *     fence; the old holder's next renewal finds nothing of its own
+ *     (EVENT LOST reason=node) and its release deletes nothing; others get
+ *     ERR BUSY until the adopter unlocks;
+ *   - the old daemon SIGSTOPped (a partition) while its client adopts
+ *     elsewhere, then SIGCONTed: its renewals and its release at session
+ *     end change nothing, nobody else is granted;
+ *   - a daemon restarted under a held lock (SIGTERM leaves the lease): the
+ *     client adopts on the restarted daemon within its validity;
+ *   - the resources of one multi-resource grant together;
+ *   - another session of the same daemon holding the lease: the adopter
+ *     gets it, the old holder hears EVENT LOST;
+ *   - a wrong token answers ERR LOST, a held resource ERR HELD, a missing
+ *     or malformed token ERR ARG.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define NNODES 3
+
+static struct h_redis N[NNODES];
+static struct h_daemon D1, D2;
+/* Clients are large (buffers); static keeps them off the test's stack. */
+static struct h_client A, B, C;
+
+static void teardown(void)
+{
+    h_close(&A);
+    h_close(&B);
+    h_close(&C);
+    if (D1.pid)
+        kill(D1.pid, SIGCONT);
+    h_daemon_cleanup(&D1);
+    h_daemon_cleanup(&D2);
+    h_redis_cleanup_all(N, NNODES);
+}
+
+static void start(void)
+{
+    h_redis_start_all(N, NNODES, NULL);
+    h_daemon_start(&D1, N, NNODES, NULL);
+    h_daemon_start(&D2, N, NNODES, NULL);
+    h_wait_voting(&D1, NNODES, h_scale(5000));
+    h_wait_voting(&D2, NNODES, h_scale(5000));
+    h_connect_tcp_ok(&A, D1.port);
+    h_connect_tcp_ok(&B, D2.port);
+}
+
+/* Every node's key of res holds token (as the first word). */
+static void assert_keys(const char *res, const char *token)
+{
+    for (int i = 0; i < NNODES; i++) {
+        char *v = NULL;
+        h_redis_cmd(&N[i], &v, "GET lock:%s", res);
+        ck_assert_msg(v && h_holds_token(v, token), "node %d: lock:%s is "
+                      "%s, want token %s", i, res, v ? v : "(none)", token);
+        free(v);
+    }
+}
+
+/* LOCK on c: its token and fence. */
+static void lock(struct h_client *c, const char *what, char *token,
+                 char *fence)
+{
+    char *line = h_expect(c, "OK ", "LOCK %s", what);
+
+    h_kv_copy(line, "token", token, 64);
+    h_kv_copy(line, "fence", fence, 32);
+}
+
+START_TEST(adopt_elsewhere)
+{
+    char token[64], fence[32], *line;
+
+    start();
+    lock(&A, "ad ttl=1500", token, fence);
+    line = h_expect(&B, "OK resource=ad ", "ADOPT ad token=%s ttl=1500",
+                    token);
+    ck_assert_str_eq(h_kv(line, "fence"), fence);
+    ck_assert_str_ne(h_kv(line, "token"), token);
+    char fresh[64];
+    h_kv_copy(line, "token", fresh, sizeof(fresh));
+    assert_keys("ad", fresh);
+    /* The old holder learns at its next renewal (ttl/3). */
+    ck_assert_msg(h_expect_event(&A, "EVENT LOST resource=ad ",
+                                 h_scale(3000)), "the old holder was not told");
+    h_expect(&A, "ERR ", "UNLOCK ad");
+    assert_keys("ad", fresh);
+    h_connect_tcp_ok(&C, D1.port);
+    h_expect(&C, "ERR BUSY ", "LOCK ad");
+    /* Renewed by its new daemon past the ttl. */
+    h_sleep_ms(2000);
+    assert_keys("ad", fresh);
+    h_expect(&B, "OK resource=ad nodes=3", "UNLOCK ad");
+    h_expect(&C, "OK resource=ad ", "LOCK ad");
+    h_daemon_finish_ok(&D1);
+    h_daemon_finish_ok(&D2);
+}
+END_TEST
+
+START_TEST(adopt_while_old_daemon_stopped)
+{
+    char token[64], fence[32], fresh[64], *line;
+
+    start();
+    lock(&A, "st ttl=1500", token, fence);
+    kill(D1.pid, SIGSTOP);
+    line = h_expect(&B, "OK resource=st ", "ADOPT st token=%s ttl=1500",
+                    token);
+    h_kv_copy(line, "token", fresh, sizeof(fresh));
+    ck_assert_str_eq(h_kv(line, "fence"), fence);
+    h_sleep_ms(2000);
+    kill(D1.pid, SIGCONT);
+    /* Its renewals run and fail; its client then drops: the release at
+     * session end is owner-checked with the old token. */
+    h_expect_event(&A, "EVENT LOST resource=st ", h_scale(3000));
+    h_close(&A);
+    h_sleep_ms(300);
+    assert_keys("st", fresh);
+    h_connect_tcp_ok(&C, D1.port);
+    h_expect(&C, "ERR BUSY ", "LOCK st");
+    h_close(&C);
+    h_connect_tcp_ok(&C, D2.port);
+    h_expect(&C, "ERR BUSY ", "LOCK st");
+    h_expect(&B, "OK resource=st nodes=3", "UNLOCK st");
+    h_daemon_finish_ok(&D1);
+    h_daemon_finish_ok(&D2);
+}
+END_TEST
+
+START_TEST(adopt_after_restart)
+{
+    char token[64], fence[32], *line;
+    int port;
+
+    start();
+    lock(&A, "rs ttl=10000", token, fence);
+    port = D1.port;
+    ck_assert_int_eq(h_daemon_stop(&D1), 0);
+    h_close(&A);
+    assert_keys("rs", token);
+    h_expect(&B, "ERR BUSY ", "LOCK rs");
+    /* Back on the same port and config, as systemctl restart does. */
+    h_daemon_restart(&D1);
+    ck_assert_int_eq(D1.port, port);
+    h_wait_voting(&D1, NNODES, h_scale(5000));
+    h_connect_tcp_ok(&A, D1.port);
+    line = h_expect(&A, "OK resource=rs ", "ADOPT rs token=%s", token);
+    ck_assert_str_eq(h_kv(line, "fence"), fence);
+    h_expect(&B, "ERR BUSY ", "LOCK rs");
+    h_expect(&A, "OK resource=rs nodes=3", "UNLOCK rs");
+    h_daemon_finish_ok(&D1);
+    h_daemon_finish_ok(&D2);
+}
+END_TEST
+
+START_TEST(adopt_multi)
+{
+    char token[64], fence[32], fresh[64], *line;
+
+    start();
+    lock(&A, "m1 m2", token, fence);
+    line = h_expect(&B, "OK resources=2 ", "ADOPT m1 m2 token=%s", token);
+    ck_assert_str_eq(h_kv(line, "fence"), fence);
+    h_kv_copy(line, "token", fresh, sizeof(fresh));
+    assert_keys("m1", fresh);
+    assert_keys("m2", fresh);
+    h_expect(&B, "OK resource=m1 ", "UNLOCK m1");
+    h_expect(&B, "OK resource=m2 ", "UNLOCK m2");
+    h_daemon_finish_ok(&D1);
+    h_daemon_finish_ok(&D2);
+}
+END_TEST
+
+START_TEST(adopt_same_daemon)
+{
+    char token[64], fence[32], *line;
+
+    start();
+    lock(&A, "sd", token, fence);
+    h_connect_tcp_ok(&C, D1.port);
+    line = h_expect(&C, "OK resource=sd ", "ADOPT sd token=%s", token);
+    ck_assert_str_eq(h_kv(line, "fence"), fence);
+    ck_assert_msg(h_expect_event(&A, "EVENT LOST resource=sd ",
+                                 h_scale(2000)), "the old holder was not told");
+    h_expect(&B, "ERR BUSY ", "LOCK sd");
+    h_expect(&C, "OK resource=sd nodes=3", "UNLOCK sd");
+    h_daemon_finish_ok(&D1);
+    h_daemon_finish_ok(&D2);
+}
+END_TEST
+
+START_TEST(adopt_errors)
+{
+    char token[64], fence[32];
+
+    start();
+    lock(&A, "er", token, fence);
+    h_expect(&B, "ERR LOST ", "ADOPT er token=0123456789abcdef0123456789abcdef");
+    h_expect(&B, "ERR ARG ", "ADOPT er");
+    h_expect(&B, "ERR ARG ", "ADOPT er token=xyz");
+    h_expect(&B, "ERR ARG ", "ADOPT token=%s", token);
+    h_expect(&A, "ERR HELD ", "ADOPT er token=%s", token);
+    h_expect(&B, "ERR LOST ", "ADOPT nothing token=%s", token);
+    /* After all that the holder still holds it, untouched. */
+    assert_keys("er", token);
+    h_expect(&A, "OK resource=er nodes=3", "UNLOCK er");
+    h_daemon_finish_ok(&D1);
+    h_daemon_finish_ok(&D2);
+}
+END_TEST
+
+static Suite *adopt_suite(void)
+{
+    Suite *s = suite_create("adopt");
+    TCase *tc = tcase_create("adopt");
+
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_set_timeout(tc, h_slow() ? 300 : 60);
+    tcase_add_test(tc, adopt_elsewhere);
+    tcase_add_test(tc, adopt_while_old_daemon_stopped);
+    tcase_add_test(tc, adopt_after_restart);
+    tcase_add_test(tc, adopt_multi);
+    tcase_add_test(tc, adopt_same_daemon);
+    tcase_add_test(tc, adopt_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(adopt_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
