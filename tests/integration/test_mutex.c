@@ -10,7 +10,11 @@
  * seeded fault schedule: a node stopped and continued, a node killed with
  * -9 and restarted on its data, a daemon killed with -9 (its clients move
  * to the other one) and restarted, a daemon stopped for longer than the
- * ttl, clients disconnecting abruptly.
+ * ttl, a daemon restarted with SIGTERM (it leaves its leases on the
+ * nodes), clients disconnecting abruptly. An exclusive holder whose
+ * connection fails works on until its deadline and ADOPTs its lease on the
+ * next daemon it reaches (same fence, a new token): its interval runs on
+ * if the adoption succeeds before the deadline.
  *
  * Each holder records the interval during which it may work, by the
  * client-side lease bound: its deadline is the time it sent a request
@@ -110,10 +114,13 @@ struct run_conf {
     const char *prefix[NDAEMONS];   /* each daemon's key prefix */
 };
 
-enum fault_kind { F_NODE_STOP, F_NODE_KILL, F_DAEMON_KILL, F_DAEMON_STOP, F_NKINDS };
+enum fault_kind {
+    F_NODE_STOP, F_NODE_KILL, F_DAEMON_KILL, F_DAEMON_STOP, F_DAEMON_RESTART,
+    F_NKINDS
+};
 
 static const char *const fault_names[F_NKINDS] = {
-    "node-stop", "node-kill", "daemon-kill", "daemon-stop",
+    "node-stop", "node-kill", "daemon-kill", "daemon-stop", "daemon-restart",
 };
 
 #define FAULT_CYCLES 2                  /* the most a run has */
@@ -126,7 +133,7 @@ struct fault {
     bool started;
 };
 
-enum req { REQ_NONE, REQ_HELLO, REQ_LOCK, REQ_LOCKS, REQ_UNLOCK };
+enum req { REQ_NONE, REQ_HELLO, REQ_LOCK, REQ_LOCKS, REQ_UNLOCK, REQ_ADOPT };
 
 /* A redlockd client: one connection, one request in flight at a time, at
  * most one lock. */
@@ -147,6 +154,11 @@ struct client {
     bool working;               /* its interval is open */
     bool shared;                /* kinds: asked for and held mode=shared */
     int slot;                   /* kinds: the semaphore slot held, or -1 */
+    /* Its connection failed while it held an exclusive lock: it works on
+     * until its deadline and ADOPTs the lease on the next daemon it
+     * reaches (the token rotates, the fence stays). */
+    bool adopt;
+    char token[64];
     uint64_t fence;
     int64_t start, deadline, hold_until, refreshed;
 };
@@ -165,6 +177,7 @@ struct plain {
 
 struct counts {
     int rounds, grants, grants_on[NDAEMONS], plain_rounds, plain_grants;
+    int adopts, adopts_failed;
     int refused, lost, expired, late, dropped, unexpected;
     int faults[F_NKINDS], disconnects, crashed, key_violations;
     int modes[3];               /* grants: exclusive, shared, slot */
@@ -175,6 +188,7 @@ static struct h_redis N[NNODES];
 static struct h_daemon D[NDAEMONS];
 static bool d_stopped[NDAEMONS];    /* SIGSTOPped */
 static bool d_crashed[NDAEMONS];    /* died unasked */
+static bool d_terminated[NDAEMONS]; /* sent SIGTERM: exits, is restarted */
 /* Static: clients hold large buffers. */
 static struct client C[NCLIENTS];
 static struct plain P[NPLAIN];
@@ -287,7 +301,7 @@ static void record(int res, int holder, enum mc_kind kind, uint64_t fence,
 
 static bool daemon_usable(int i)
 {
-    return D[i].pid != 0 && !d_crashed[i];
+    return D[i].pid != 0 && !d_crashed[i] && !d_terminated[i];
 }
 
 /* A daemon that exited while nobody meant it to. WNOWAIT leaves it a
@@ -343,8 +357,14 @@ static void work_end(struct client *c, int64_t t)
 static void client_drop(struct client *c, bool failover)
 {
     int64_t now = now_us();
+    /* An exclusive holder cut off from its daemon may go on until its
+     * deadline and take the lease over elsewhere (the careful-client rule
+     * still bounds its interval). */
+    bool adopt = failover && c->held && c->working && !c->shared &&
+                 c->slot < 0 && c->deadline > now && c->req != REQ_UNLOCK;
 
-    work_end(c, now);
+    if (!adopt)
+        work_end(c, now);
     if (c->req == REQ_LOCK || c->held)
         note_touch(c->res, now);
     if (c->fd >= 0)
@@ -353,7 +373,9 @@ static void client_drop(struct client *c, bool failover)
     c->len = 0;
     c->req = REQ_NONE;
     c->held = false;
-    c->res = -1;
+    c->adopt = adopt;
+    if (!adopt)
+        c->res = -1;
     c->daemon = failover ? other_daemon(c->daemon) : c->id % NDAEMONS;
     c->next_at = now + US(rng_range(50, 200));
     cnt.dropped++;
@@ -484,6 +506,7 @@ static void on_lock_reply(struct client *c, const char *line, int64_t now)
         v = h_kv(line, "fence");
         ck_assert_msg(v != NULL, "LOCK reply without fence: %s", line);
         c->fence = strtoull(v, NULL, 10);
+        h_kv_copy(line, "token", c->token, sizeof(c->token));
         v = h_kv(line, "validity");
         ck_assert_msg(v != NULL, "LOCK reply without validity: %s", line);
         validity = strtoll(v, NULL, 10);
@@ -602,6 +625,57 @@ static void on_event(struct client *c, const char *line, int64_t now)
     c->held = false;
 }
 
+/* The lease it held when its connection failed, taken over here. */
+static void client_adopt(struct client *c, int64_t now)
+{
+    char name[RES_NAME_MAX];
+
+    if (!c->working || c->deadline <= now) {
+        /* Its deadline passed on the way: nothing left to take over. */
+        work_end(c, now);
+        c->adopt = false;
+        round_done(c, now);
+        return;
+    }
+    snprintf(name, sizeof(name), RES_NAME, c->res);
+    client_send(c, REQ_ADOPT, reply_timeout(c), "ADOPT %s token=%s ttl=%d",
+                name, c->token, TTL_MS);
+}
+
+static void on_adopt_reply(struct client *c, const char *line, int64_t now)
+{
+    const char *v;
+
+    c->adopt = false;
+    if (!h_starts(line, "OK resource=")) {
+        if (!h_starts(line, "ERR LOST ") && !h_starts(line, "ERR UNAVAILABLE ")
+            && !h_starts(line, "ERR SHUTDOWN "))
+            note_unexpected("client %d: ADOPT answered \"%s\"", c->id, line);
+        cnt.adopts_failed++;
+        work_end(c, now);
+        round_done(c, now);
+        return;
+    }
+    v = h_kv(line, "fence");
+    if (v == NULL || strtoull(v, NULL, 10) != c->fence)
+        note_unexpected("client %d: ADOPT changed the fence %" PRIu64
+                        ": \"%s\"", c->id, c->fence, line);
+    h_kv_copy(line, "token", c->token, sizeof(c->token));
+    v = h_kv(line, "validity");
+    if (v != NULL) {
+        int64_t deadline = c->req_sent + US(strtoll(v, NULL, 10));
+        /* The interval stays one: it worked on, under its old deadline,
+         * while cut off; a deadline already past ended it. */
+        if (c->working && c->deadline > now && deadline > c->deadline)
+            c->deadline = deadline;
+    }
+    c->refreshed = c->req_sent;
+    c->held = c->working;
+    cnt.adopts++;
+    if (!c->held)
+        round_done(c, now);
+}
+
 static void client_line(struct client *c, const char *line, int64_t now)
 {
     enum req req = c->req;
@@ -616,6 +690,11 @@ static void client_line(struct client *c, const char *line, int64_t now)
         if (!h_starts(line, "OK proto=1 "))
             note_unexpected("client %d: HELLO answered \"%s\"", c->id, line);
         c->next_at = now;
+        if (c->adopt)
+            client_adopt(c, now);
+        break;
+    case REQ_ADOPT:
+        on_adopt_reply(c, line, now);
         break;
     case REQ_LOCK:
         on_lock_reply(c, line, now);
@@ -680,6 +759,8 @@ static bool rounds_done(void)
 
 static void client_tick(struct client *c, int64_t now)
 {
+    if (c->working && now >= c->deadline)
+        work_end(c, now);
     if (c->fd < 0) {
         if (!stopping && now >= c->next_at)
             client_connect(c, now);
@@ -866,6 +947,7 @@ static void faults_plan(void)
     for (int cycle = 0; cycle < rc->fault_cycles; cycle++) {
         enum fault_kind order[F_NKINDS] = {
             F_NODE_STOP, F_NODE_KILL, F_DAEMON_KILL, F_DAEMON_STOP,
+            F_DAEMON_RESTART,
         };
 
         for (int i = F_NKINDS - 1; i > 0; i--) {
@@ -898,6 +980,12 @@ static void faults_plan(void)
                 /* Longer than the ttl: leases run out while it sleeps. */
                 f->target = rng_range(0, NDAEMONS - 1);
                 ms = 2 * TTL_MS + rng_range(0, 1000);
+                break;
+            case F_DAEMON_RESTART:
+                /* SIGTERM leaves its leases; its clients adopt them on
+                 * the other daemon, or on this one once it is back. */
+                f->target = rng_range(0, NDAEMONS - 1);
+                ms = rng_range(1500, 2500);
                 break;
             case F_NKINDS:
                 break;
@@ -946,6 +1034,14 @@ static void fault_begin(struct fault *f)
         ck_assert_int_eq(kill(D[f->target].pid, SIGSTOP), 0);
         d_stopped[f->target] = true;
         break;
+    case F_DAEMON_RESTART:
+        f->target = fault_daemon(f->target);
+        if (f->target < 0)
+            break;
+        /* Not waited for here: the clients act while it shuts down. */
+        ck_assert_int_eq(kill(D[f->target].pid, SIGTERM), 0);
+        d_terminated[f->target] = true;
+        break;
     case F_NKINDS:
         break;
     }
@@ -977,6 +1073,17 @@ static void fault_end(struct fault *f)
         ck_assert_int_eq(kill(D[f->target].pid, SIGCONT), 0);
         d_stopped[f->target] = false;
         break;
+    case F_DAEMON_RESTART: {
+        int st = h_daemon_wait(&D[f->target], 10000);
+        if (st != 0) {
+            cnt.crashed++;
+            fprintf(stderr, "mutex: daemon %d exited %d on SIGTERM\n",
+                    f->target, st);
+        }
+        h_daemon_restart(&D[f->target]);
+        d_terminated[f->target] = false;
+        break;
+    }
     case F_NKINDS:
         break;
     }
@@ -1248,7 +1355,8 @@ static void run_finish(uint64_t seed, struct run_result *res)
             "mutex[%s]: seed=%" PRIu64 " rounds=%d grants=%d (redlockd %d: d0 %d, "
             "d1 %d; plain %d of %d rounds) intervals=%zu late=%d lost=%d "
             "expired=%d refused=%d drops=%d faults: node-stop=%d node-kill=%d "
-            "daemon-kill=%d daemon-stop=%d disconnects=%d violations: "
+            "daemon-kill=%d daemon-stop=%d daemon-restart=%d disconnects=%d "
+            "adopts=%d (failed %d) violations: "
             "overlap=%zu fence=%zu key=%d (keys outlived holders by <= %lld ms) "
             "crashed=%d exit=%d/%d unexpected=%d time=%.1f s "
             "(exclusive/shared/slot grants %d/%d/%d)\n",
@@ -1256,7 +1364,9 @@ static void run_finish(uint64_t seed, struct run_result *res)
             cnt.grants_on[0], cnt.grants_on[1], cnt.plain_grants, cnt.plain_rounds,
             res->rep.intervals, cnt.late, cnt.lost, cnt.expired, cnt.refused,
             cnt.dropped, cnt.faults[F_NODE_STOP], cnt.faults[F_NODE_KILL],
-            cnt.faults[F_DAEMON_KILL], cnt.faults[F_DAEMON_STOP], cnt.disconnects,
+            cnt.faults[F_DAEMON_KILL], cnt.faults[F_DAEMON_STOP],
+            cnt.faults[F_DAEMON_RESTART], cnt.disconnects, cnt.adopts,
+            cnt.adopts_failed,
             res->rep.overlaps, res->rep.fence_violations, cnt.key_violations,
             cnt.key_outlived_ms, cnt.crashed, res->exit_status[0],
             res->exit_status[1], cnt.unexpected, res->seconds, cnt.modes[0],
@@ -1328,6 +1438,10 @@ static void run_checked(const struct run_conf *conf)
     ck_assert_msg(cnt.unexpected == 0, "seed %" PRIu64 ": unexpected replies:\n%s",
                   seed, unexpected_msg);
     ck_assert_msg(res.rep.intervals > 0, "no holder ever worked");
+    if (conf->faults && !conf->kinds)
+        ck_assert_msg(cnt.adopts + cnt.adopts_failed > 0, "seed %" PRIu64
+                      ": no holder cut off from its daemon tried ADOPT",
+                      seed);
     if (conf->kinds)
         ck_assert_msg(cnt.modes[0] > 0 && cnt.modes[1] > 0 && cnt.modes[2] > 0,
                       "seed %" PRIu64 ": a kind was never granted (%d/%d/%d)",
