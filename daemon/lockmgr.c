@@ -1957,7 +1957,9 @@ static void adopt_done(void *ud, const struct redlock_result *res)
         adopt_answer(o, PROTO_ERR_LOST, "the token holds on too few nodes: "
                      "the lease is gone (or was adopted elsewhere)");
     } else {
-        size_t k = M.rl->why_unavailable(why, sizeof(why));
+        size_t k = M.rl->why_unavailable ? M.rl->why_unavailable(why,
+                                                                  sizeof(why))
+                                         : 0;
         adopt_answer(o, PROTO_ERR_UNAVAILABLE, k ? why
                      : "no quorum of redis nodes answered in time");
     }

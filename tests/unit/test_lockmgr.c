@@ -21,7 +21,7 @@
 
 /* ---- the fake redlock --------------------------------------------------- */
 
-enum fop { F_ACQUIRE, F_RELEASE, F_EXTEND, F_INSPECT, F_FORCE };
+enum fop { F_ACQUIRE, F_RELEASE, F_EXTEND, F_INSPECT, F_FORCE, F_ADOPT };
 
 struct fcall {
     enum fop op;
@@ -128,13 +128,30 @@ static void f_force(const struct redlock_probe *p, redlock_cb cb, void *ud)
     c->ud = ud;
 }
 
+/* token: the old one; keys: every key; label: the new token. */
+static void f_adopt(const struct redlock_adopt *a, redlock_cb cb, void *ud)
+{
+    struct fcall *c = record(F_ADOPT, a->keys[0], a->lens[0], a->old_token,
+                             a->ttl);
+    size_t at = 0;
+
+    c->nkeys = a->n;
+    for (int i = 0; i < a->n; i++)
+        at += (size_t)snprintf(c->keys + at, sizeof(c->keys) - at, "%s%.*s",
+                               i ? " " : "", (int)a->lens[i], a->keys[i]);
+    snprintf(c->label, sizeof(c->label), "%s", a->token);
+    c->cb = cb;
+    c->ud = ud;
+}
+
 static int f_nnodes(void) { return 3; }
 static int f_quorum(void) { return 2; }
 
 static const struct redlock_ops fake_ops = {
     .acquire = f_acquire, .release = f_release, .extend = f_extend,
     .extend_batched = f_extend, .release_batched = f_release,
-    .inspect = f_inspect, .force_release = f_force, .token = f_token,
+    .inspect = f_inspect, .force_release = f_force, .adopt = f_adopt,
+    .token = f_token,
     .nnodes = f_nnodes,
     .quorum = f_quorum,
 };
@@ -374,6 +391,120 @@ static void end_and_release(struct fowner *f, const char *key)
     while (count_open(F_RELEASE, key))
         answer_released(pending(F_RELEASE, key), 3, 0);
 }
+
+/* ---- sessions that outlive their connection, ADOPT, shutdown ----------- */
+
+START_TEST(test_owner_move_keeps_renewing)
+{
+    take(&A, "r", 3000, 4);
+    ck_assert_uint_eq(lockmgr_owner_move(&A.o, &B.o), 1);
+    ck_assert_uint_eq(A.o.nleases, 0);
+    ck_assert_ptr_nonnull(held(&B, "r"));
+    /* A ends: nothing of its own to release. */
+    lockmgr_owner_end(&A.o, true);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:r"), 0);
+    /* The lease renews as before, and its loss reaches B. */
+    timer_advance(1000);
+    answer_lost(pending(F_EXTEND, "lock:r"));
+    ck_assert_int_eq(B.nlost, 1);
+    ck_assert_int_eq(A.nlost, 0);
+    ck_assert_int_eq(B.refs, 0);
+}
+END_TEST
+
+START_TEST(test_owner_abandon_leaves_keys)
+{
+    uint64_t until = 0;
+
+    take(&A, "r", 3000, 4);
+    take(&B, "q", 30000, 5);
+    lockmgr_lock(&C.o, R("r"), 3000, 10000, true);      /* waits here */
+    ck_assert_uint_eq(lockmgr_owner_abandon(&A.o, &until), 1);
+    ck_assert_uint_eq(A.o.nleases, 0);
+    ck_assert_uint_eq(lockmgr_held_count(), 1);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:r"), 0);   /* not deleted */
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 0);
+    ck_assert(until >= timer_now() + 2900 - 100);
+    timer_advance(2000);
+    ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 0);    /* nor renewed */
+    /* The waiter asks the nodes, which still have the key until its ttl. */
+    ck_assert_int_ge(count_open(F_ACQUIRE, "lock:r"), 1);
+    lockmgr_owner_end(&A.o, false);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:r"), 0);
+    ck_assert_int_eq(A.refs, 0);
+}
+END_TEST
+
+START_TEST(test_adopt)
+{
+    take(&A, "r", 30000, 9);
+    char old[REDLOCK_TOKEN_LEN + 1];
+    snprintf(old, sizeof(old), "%s", A.token);
+
+    /* B adopts A's lease by its token (as a client moving here would). */
+    struct lockmgr_adopt_req ar = {
+        .n = 1, .res = (const char *[]){ "r" }, .len = (size_t[]){ 1 },
+        .token = old, .ttl = 20000, .renew = true,
+    };
+    lockmgr_adopt(&B.o, &ar);
+    ck_assert_int_eq(B.nlocked, 0);
+    int i = pending(F_ADOPT, "lock:r");
+    ck_assert_str_eq(calls[i].token, old);
+    ck_assert_str_ne(calls[i].label, old);   /* a new token */
+    ck_assert_int_eq(calls[i].ttl, 20000);
+    answer_ok(i, 9, 19900);
+    ck_assert_int_eq(B.nlocked, 1);
+    ck_assert_int_eq(B.fence, 9);
+    ck_assert_str_eq(B.token, calls[i].label);
+    ck_assert_ptr_nonnull(held(&B, "r"));
+    /* A's lease had the old token: A hears it is gone, and what it sends
+     * to the nodes is owner-checked with the old token. */
+    ck_assert_int_eq(A.nlost, 1);
+    ck_assert_ptr_null(held(&A, "r"));
+    answer_released(pending(F_RELEASE, "lock:r"), 0, 3);
+    ck_assert_uint_eq(lockmgr_counters()->adopts, 1);
+
+    /* Errors: held here already, too few nodes, no quorum. */
+    lockmgr_adopt(&B.o, &ar);
+    ck_assert_int_eq(B.err, PROTO_ERR_HELD);
+    ar.res = (const char *[]){ "q" };
+    lockmgr_adopt(&C.o, &ar);
+    answer_busy(pending(F_ADOPT, "lock:q"), 100);
+    ck_assert_int_eq(C.err, PROTO_ERR_LOST);
+    lockmgr_adopt(&C.o, &ar);
+    answer_unavailable(pending(F_ADOPT, "lock:q"));
+    ck_assert_int_eq(C.err, PROTO_ERR_UNAVAILABLE);
+    ck_assert_ptr_null(held(&C, "q"));
+    /* The owner ends during the round: what was rotated is given back. */
+    lockmgr_adopt(&D.o, &ar);
+    i = pending(F_ADOPT, "lock:q");
+    lockmgr_owner_end(&D.o, false);
+    answer_ok(i, 3, 19000);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:q"), 1);
+    ck_assert_int_eq(D.nlocked, 0);
+    ck_assert_int_eq(C.refs + D.refs, 0);
+}
+END_TEST
+
+START_TEST(test_adopt_multi)
+{
+    lockmgr_adopt(&A.o, &(struct lockmgr_adopt_req){
+        .n = 2, .res = (const char *[]){ "a", "b" },
+        .len = (size_t[]){ 1, 1 },
+        .token = "0123456789abcdef0123456789abcdef", .ttl = 5000,
+        .renew = true });
+    int i = pending(F_ADOPT, "lock:a");
+    ck_assert_str_eq(calls[i].keys, "lock:a lock:b");
+    answer_ok(i, 4, 4900);
+    ck_assert_int_eq(A.nlocked, 1);
+    ck_assert_uint_eq(A.nres, 2);
+    ck_assert_ptr_nonnull(held(&A, "a"));
+    ck_assert_ptr_nonnull(held(&A, "b"));
+    /* A later LOCK of either waits behind A, as for a grant. */
+    lockmgr_lock(&B.o, R("b"), 5000, 0, true);
+    ck_assert_int_eq(B.err, PROTO_ERR_BUSY);
+}
+END_TEST
 
 /* ---- the lock table ------------------------------------------------------ */
 
@@ -1803,6 +1934,10 @@ static Suite *lockmgr_suite(void)
     t = tcase_create("owner");
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, test_end_releases_everything);
+    tcase_add_test(t, test_owner_move_keeps_renewing);
+    tcase_add_test(t, test_owner_abandon_leaves_keys);
+    tcase_add_test(t, test_adopt);
+    tcase_add_test(t, test_adopt_multi);
     tcase_add_test(t, test_lock_delay_on_drop);
     tcase_add_test(t, test_end_during_acquisition);
     tcase_add_test(t, test_end_of_waiter_passes_the_turn);
