@@ -173,6 +173,11 @@ size_t session_count(void)
     return S.count;
 }
 
+size_t session_detached_count(void)
+{
+    return S.ndetached;
+}
+
 size_t session_count_ip(const char *ip)
 {
     struct list *p;

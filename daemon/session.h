@@ -128,6 +128,8 @@ void session_end(struct session *s);
 
 /* Session table / stats. */
 size_t session_count(void);
+/* Detached sessions waiting for a resume now. */
+size_t session_detached_count(void);
 /* The daemon exits: every lease a session still holds is left on the
  * nodes to expire (lockmgr_owner_abandon), and the session is closed with
  * EVENT CLOSING reason=shutdown. Returns the leases left; *until as in

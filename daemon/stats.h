@@ -76,6 +76,8 @@
     X(nodes_total, GAUGE, ONE, NONE, "nodes_configured", "Redis nodes configured.") \
     X(nodes_voting, GAUGE, ONE, NONE, "nodes_voting", "Redis nodes whose answers count as votes now.") \
     X(quorum, GAUGE, ONE, NONE, "quorum", "Votes needed to grant a lock.") \
+    X(sessions_detached, GAUGE, ONE, NONE, "sessions_detached", "Sessions whose connection ended without QUIT after HELLO detach=, holding their locks until a HELLO resume= or detach ms.") \
+    X(adopts, COUNTER, ONE, NONE, "adopts", "ADOPTs granted: leases taken over by their token (the token rotated on a quorum).") \
     X(acquire_seconds, HISTOGRAM, SECONDS, LATENCY, "acquire_seconds", "LOCK requests without a wait (wait=0), any answer: seconds from the request to the answer.") \
     X(wait_seconds, HISTOGRAM, SECONDS, DURATION, "wait_seconds", "LOCK requests that allowed a wait (wait= above 0), any answer: seconds from the request to the answer.") \
     X(hold_seconds, HISTOGRAM, SECONDS, DURATION, "hold_seconds", "Leases ended (released, lost, or their session ended): seconds from the grant to the end.")

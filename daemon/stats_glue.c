@@ -25,6 +25,7 @@ static void glue_lockmgr(struct stats_values *v, void *ud)
     v->renewals = c->renewals;
     v->renewal_failures = c->renewal_failures;
     v->leases_lost = c->leases_lost;
+    v->adopts = c->adopts;
     v->waits = c->waits;
     v->wakeups[STATS_CAUSE_notified] = c->wakeups_notified;
     v->wakeups[STATS_CAUSE_retry] = c->wakeups_retry;
@@ -36,6 +37,7 @@ static void glue_sessions(struct stats_values *v, void *ud)
 {
     (void)ud;
     v->sessions = (double)session_count();
+    v->sessions_detached = (double)session_detached_count();
 }
 
 /*

@@ -91,6 +91,7 @@ START_TEST(adopt_elsewhere)
     char fresh[64];
     h_kv_copy(line, "token", fresh, sizeof(fresh));
     assert_keys("ad", fresh);
+    ck_assert_int_eq(h_stats_int(&B, "adopts"), 1);
     /* The old holder learns at its next renewal (ttl/3). */
     ck_assert_msg(h_expect_event(&A, "EVENT LOST resource=ad ",
                                  h_scale(3000)), "the old holder was not told");

@@ -100,6 +100,7 @@ START_TEST(detach_and_resume)
     /* Past the ttl: the lease is renewed while nobody is attached. */
     h_sleep_ms(2500);
     h_expect(&B, "ERR BUSY ", "LOCK dr");
+    ck_assert_int_eq(h_stats_int(&B, "sessions_detached"), 1);
     json_t *o = h_ok_json(&B, "SESSIONS");
     char *text = json_dumps(o, JSON_COMPACT);
     ck_assert_msg(strstr(text, "\"attached\":false") &&
@@ -118,6 +119,7 @@ START_TEST(detach_and_resume)
     ck_assert_str_eq(h_kv(line, "session"), id);
     ck_assert_str_eq(h_kv(line, "resumed"), "1");
     ck_assert_ptr_null(h_kv(line, "secret"));
+    ck_assert_int_eq(h_stats_int(&B, "sessions_detached"), 0);
     h_expect(&C, "OK {", "LOCKS");
     h_expect(&C, "OK resource=dr nodes=1", "UNLOCK dr");
     h_expect(&B, "OK resource=dr ", "LOCK dr");

@@ -258,7 +258,7 @@ static const char *const stats_keys[] = {
     "waiters", "acquisitions", "releases", "extends", "renewals",
     "renewal_failures", "leases_lost", "waits", "wakeups_notified",
     "wakeups_retry", "output_overflows", "nodes_total", "nodes_voting",
-    "quorum",
+    "quorum", "sessions_detached", "adopts",
     "acquire_seconds", "wait_seconds", "hold_seconds", "nodes", "process",
 };
 static const char *const acquisition_keys[] = {
