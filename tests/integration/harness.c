@@ -860,6 +860,21 @@ static int daemon_wait_ready(struct h_daemon *d, bool tcp, bool unix_sock)
     return -1;
 }
 
+/* daemon_wait_ready's verdict: on anything but 1, kill what is left, show
+ * the log and fail the test. */
+static void daemon_assert_ready(struct h_daemon *d, int ready,
+                                const char *what)
+{
+    if (ready == 1)
+        return;
+    if (d->pid != 0)
+        kill_wait(d->pid);
+    d->pid = 0;
+    h_daemon_dump_log(d);
+    ck_abort_msg("harness: redlockd did not %s (%s)", what,
+                 ready == 0 ? "it exited" : "timeout");
+}
+
 static void daemon_paths(struct h_daemon *d)
 {
     snprintf(d->conf_path, sizeof(d->conf_path), "%s/redlockd.json", d->dir);
@@ -906,14 +921,7 @@ void h_daemon_start_ports(struct h_daemon *d, const int *ports, int nports,
         d->pid = daemon_spawn(d);
         ready = daemon_wait_ready(d, tcp, unix_sock);
     }
-    if (ready == 1)
-        return;
-    if (d->pid != 0)
-        kill_wait(d->pid);
-    d->pid = 0;
-    h_daemon_dump_log(d);
-    ck_abort_msg("harness: redlockd did not start (%s)",
-                 ready == 0 ? "it exited" : "timeout");
+    daemon_assert_ready(d, ready, "start");
 }
 
 void h_daemon_restart(struct h_daemon *d)
@@ -931,14 +939,7 @@ void h_daemon_restart(struct h_daemon *d)
     json_decref(conf);
     d->pid = daemon_spawn(d);
     ready = daemon_wait_ready(d, tcp, unix_sock);
-    if (ready == 1)
-        return;
-    if (d->pid != 0)
-        kill_wait(d->pid);
-    d->pid = 0;
-    h_daemon_dump_log(d);
-    ck_abort_msg("harness: redlockd did not start again (%s)",
-                 ready == 0 ? "it exited" : "timeout");
+    daemon_assert_ready(d, ready, "start again");
 }
 
 int h_daemon_stop(struct h_daemon *d)
@@ -987,6 +988,20 @@ void h_daemon_cleanup(struct h_daemon *d)
     kill_reap(&d->pid);
     guard_end(d->dir);
     d->dir[0] = '\0';
+}
+
+const char *h_daemon_log(const struct h_daemon *d)
+{
+    static char buf[1 << 20];
+    size_t n = 0;
+    FILE *f = fopen(d->log_path, "r");
+
+    if (f) {
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+    }
+    buf[n] = '\0';
+    return buf;
 }
 
 void h_daemon_dump_log(const struct h_daemon *d)

@@ -87,6 +87,9 @@ void h_daemon_restart(struct h_daemon *d);
 int h_daemon_wait(struct h_daemon *d, int timeout_ms);
 void h_daemon_kill(struct h_daemon *d);     /* SIGKILL, wait */
 void h_daemon_cleanup(struct h_daemon *d);  /* kill if running, rm -rf dir */
+/* The daemon's log so far (its first MiB; a static buffer, overwritten by
+ * the next call). */
+const char *h_daemon_log(const struct h_daemon *d);
 /* Print the daemon log to stderr (call on failure paths to help debugging). */
 void h_daemon_dump_log(const struct h_daemon *d);
 

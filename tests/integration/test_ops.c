@@ -53,16 +53,7 @@ static void start(const char *extra_json)
 /* The daemon's log so far (static buffer). */
 static const char *daemon_log(void)
 {
-    static char buf[1 << 20];
-    size_t n = 0;
-    FILE *f = fopen(D.log_path, "r");
-
-    if (f) {
-        n = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-    }
-    buf[n] = '\0';
-    return buf;
+    return h_daemon_log(&D);
 }
 
 /* Wait up to ms for the log to mention needle. */

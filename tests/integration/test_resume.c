@@ -77,16 +77,7 @@ static void detachable(struct h_client *c, int ms, char *id, char *secret)
 /* The daemon's log so far (static buffer). */
 static const char *daemon_log(void)
 {
-    static char buf[1 << 20];
-    size_t n = 0;
-    FILE *f = fopen(D.log_path, "r");
-
-    if (f) {
-        n = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-    }
-    buf[n] = '\0';
-    return buf;
+    return h_daemon_log(&D);
 }
 
 START_TEST(detach_and_resume)
