@@ -1,4 +1,4 @@
-"""The redlockd client: one connection to the daemon, shared by threads.
+"""The redlockd client: one session with the daemon, shared by threads.
 
 Threads of a Client
 -------------------
@@ -6,41 +6,91 @@ Threads of a Client
   time (``_req_lock``): a thread sends its line and waits for its reply
   before the next thread may send. A ``lock(..., wait=W)`` therefore holds
   the connection for up to W ms; use one Client per thread that waits long.
-- The reader thread reads every line the daemon sends. ``EVENT`` lines are
-  handled at once (``EVENT LOST`` marks the lease lost, ``EVENT SHUTDOWN``
-  marks every lease lost, ``EVENT CLOSING`` records the reason) and never
-  taken for replies; any other line is the reply to the request in flight.
-  So ``lease.lost`` turns True when the event arrives, even while the
-  program makes no calls.
-- The refresh thread keeps every lease's deadline current: it sends
+- One reader thread per connection reads every line the daemon sends.
+  ``EVENT`` lines are handled at once (``EVENT LOST`` marks the lease lost,
+  ``EVENT CLOSING`` records the reason) and never taken for replies; any
+  other line is the reply to the request in flight. So ``lease.lost`` turns
+  True when the event arrives, even while the program makes no calls.
+- The background thread keeps every lease's deadline current: it sends
   ``LOCKS`` (as a normal request, in turn with the others) at least every
-  ttl/3 of each held lease and sets each deadline from the reply.
+  ttl/3 of each held lease and sets each deadline from the reply. It also
+  reconnects after a lost connection (below).
 
 Deadlines
 ---------
 A lease's ``deadline`` (``time.monotonic()`` seconds) is the monotonic time
 the request was *sent* plus the validity its reply reported: LOCK's
-``validity=``, EXTEND's ``validity=``, or the lock's ``"validity"`` in
-``LOCKS``. Once the clock passes the deadline without a newer confirmation
-the lease is lost for good ("deadline"), even if a later reply says the
-daemon still holds it: the program cannot know that the lock stayed valid
-in between. A reply that arrives after the deadline does not revive it.
+``validity=``, EXTEND's, ADOPT's, or the lock's ``"validity"`` in ``LOCKS``.
+Once the clock passes the deadline without a newer confirmation the lease is
+lost for good ("deadline"), even if a later reply says the daemon still
+holds it: the program cannot know that the lock stayed valid in between. A
+reply that arrives after the deadline does not revive it.
+
+Reconnection (``reconnect=True``, the default)
+----------------------------------------------
+The session is detachable (``HELLO detach=``): when its connection ends
+without QUIT the daemon keeps its leases for ``detach_ms``. A lost
+connection (EOF, reset, no reply in time, ``EVENT CLOSING``) is not the end
+of the Client: its leases become "unconfirmed" and the client reconnects,
+with backoff, in the background thread and in any blocking call:
+
+1. ``HELLO resume=<session> secret=`` on the server the session lives on:
+   the same session, its leases still held; ``LOCKS`` confirms them (and
+   ``EVENT LOST`` lines name those lost meanwhile).
+2. On ``ERR NOSESSION`` or an unreachable server: a new session on the next
+   server (round robin, that one last) and ``ADOPT <resources> token=`` of
+   every lease, one per grant, while its deadline is ahead. ADOPT gives the
+   lease a new token and keeps its fence. ``ERR LOST`` loses it ("adopt").
+
+A lease past its deadline is never adopted: it is lost ("deadline"). Shared
+holds and semaphore slots cannot be adopted (the daemon does not support
+it yet): they survive a resume, and are lost ("adopt") otherwise.
 """
 
+import atexit
 import collections
 import os
+import re
 import socket
 import struct
 import threading
 import time
+import weakref
 
 from . import _proto
-from .errors import (Arg, ConnectionClosed, Error, IOTimeout, LockLost, Lost,
-                     NotHeld, ProtocolError, TransportError, Unsupported)
+from .errors import (Arg, Auth, ConnectionClosed, Error, Held, IOTimeout,
+                     LockLost,
+                     Lost, NoAuth, NoSession, NotHeld, ProtocolError,
+                     RedlockdError, Shutdown, TransportError, Unavailable,
+                     Unsupported)
 
 __all__ = ["Client", "Lease"]
 
 SERVER_ENV = "REDLOCKD_SERVER"
+
+# Reconnection: the first try at once, then after these delays, doubling.
+RECONNECT_MIN_S = 0.05
+RECONNECT_MAX_S = 1.0
+# A reply during a reconnection or a background refresh is waited for at
+# most half the time left to the nearest lease deadline (so that another
+# server can still be tried), but never less than this.
+MIN_REPLY_S = 0.25
+
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+# Clients still open: closed (QUIT) when the interpreter exits, so that a
+# program that ends without close() does not leave its detached session's
+# leases held for detach_ms.
+_open_clients = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit():
+    for c in list(_open_clients):
+        try:
+            c._exit_close()
+        except Exception:
+            pass
 
 
 class _Pending:
@@ -54,17 +104,36 @@ class _Pending:
         self.error = None
 
 
+class _Conn:
+    """One connection to one server: its socket, its reader thread and the
+    requests waiting for replies on it."""
+
+    def __init__(self, sock, index, server):
+        self.sock = sock
+        self.index = index
+        self.server = server
+        self.pending = collections.deque()
+        self.dead = False
+        self.message = None
+        self.closing_reason = None
+        self.shutdown_seen = False
+        self.reader = None
+        self.reader_done = False
+
+
 class Lease:
     """A lock held through a Client.
 
-    ``resource`` (the first of ``resources``), ``token``, ``fence``, ``ttl``
-    (ms), ``validity`` (ms, as last reported), ``deadline`` (monotonic
-    seconds), ``mode``, ``limit`` and ``slot`` (None unless ``limit=``),
-    ``renew``. ``lost`` says whether it may no longer be relied on; ``check()``
-    raises :class:`LockLost` if so. As a context manager it releases the lock
-    on leaving the block, and raises :class:`LockLost` there if the block
-    ended normally but the lease was lost on the way (an exception from the
-    block is never replaced).
+    ``resource`` (the first of ``resources``), ``token`` (a new one after an
+    ADOPT), ``fence``, ``ttl`` (ms), ``validity`` (ms, as last reported),
+    ``deadline`` (monotonic seconds), ``mode``, ``limit`` and ``slot`` (None
+    unless ``limit=``), ``renew``. ``state`` is "held", "unconfirmed" (the
+    connection is being re-established), "lost" or "released". ``lost``
+    says whether it may no longer be relied on; ``check()`` raises
+    :class:`LockLost` if so. As a context manager it releases the lock on
+    leaving the block, and raises :class:`LockLost` there if the block ended
+    normally but the lease was lost on the way (an exception from the block
+    is never replaced).
     """
 
     def __init__(self, client, resources, token, fence, ttl, validity,
@@ -84,6 +153,7 @@ class Lease:
         self._refreshed_at = t_send
         self._lost_reason = None
         self._released = False
+        self._needs_adopt = False   # its session is gone: ADOPT it
 
     # ---- state (all under the client's _state lock) ----
 
@@ -91,6 +161,7 @@ class Lease:
         """Mark lost; the daemon's reasons replace the client's guesses."""
         if self._released:
             return
+        self._needs_adopt = False
         if self._lost_reason is None or (
                 self._lost_reason == "deadline" and
                 reason in ("expired", "quorum", "node")):
@@ -100,6 +171,11 @@ class Lease:
         if (not self._released and self._lost_reason is None and
                 now >= self._deadline):
             self._lost_reason = "deadline"
+            self._needs_adopt = False
+
+    def _alive(self, now):
+        self._check_deadline(now)
+        return self._lost_reason is None and not self._released
 
     def _confirm(self, t_send, deadline, validity=None, ttl=None):
         """A reply to a request sent at t_send vouches for `deadline`."""
@@ -114,9 +190,19 @@ class Lease:
             self.ttl = ttl
 
     def _refresh_due(self):
-        if self._lost_reason is not None or self._released:
+        if self._lost_reason is not None or self._released or self._needs_adopt:
             return None
         return self._refreshed_at + self.ttl / 3000.0
+
+    def _state_locked(self):
+        self._check_deadline(time.monotonic())
+        if self._lost_reason is not None:
+            return "lost"
+        if self._released:
+            return "released"
+        if not self._client._ready or self._needs_adopt:
+            return "unconfirmed"
+        return "held"
 
     # ---- public ----
 
@@ -138,9 +224,18 @@ class Lease:
             return max(0.0, self._deadline - time.monotonic())
 
     @property
+    def state(self):
+        """``"held"``: confirmed on the current connection.
+        ``"unconfirmed"``: the connection was lost and is being
+        re-established (resume or ADOPT); still valid until ``deadline``.
+        ``"lost"``: see ``lost_reason``. ``"released"``: given back."""
+        with self._client._state:
+            return self._state_locked()
+
+    @property
     def lost(self):
-        """True once EVENT LOST came for it, its deadline passed, the daemon
-        announced shutdown or the connection closed. It stays True."""
+        """True once EVENT LOST came for it, its deadline passed, an ADOPT
+        failed, or the connection closed for good. It stays True."""
         with self._client._state:
             self._check_deadline(time.monotonic())
             return self._lost_reason is not None
@@ -148,7 +243,7 @@ class Lease:
     @property
     def lost_reason(self):
         """Why it was lost (``expired``, ``quorum``, ``node``, ``deadline``,
-        ``shutdown``, ``closed``, ``gone``, ``lost``), or None."""
+        ``adopt``, ``shutdown``, ``closed``, ``gone``, ``lost``), or None."""
         with self._client._state:
             self._check_deadline(time.monotonic())
             return self._lost_reason
@@ -160,7 +255,8 @@ class Lease:
 
     def check(self):
         """Raise :class:`LockLost` if the lease may no longer be relied
-        on; call it before each step of the protected work."""
+        on; call it before each step of the protected work. An
+        "unconfirmed" lease passes until its deadline."""
         reason = self.lost_reason
         if reason is not None:
             raise LockLost(self.resource, reason)
@@ -172,10 +268,12 @@ class Lease:
         return self._client._extend(self, ttl)
 
     def release(self):
-        """UNLOCK. Returns the number of nodes the key was deleted from
-        (None when already released). Raises Lost if the daemon had already
-        lost the lease, a TransportError if the connection is gone (the
-        daemon released the lock then). A second call does nothing."""
+        """UNLOCK (reconnecting first if need be, and once more if the
+        connection is lost under it). Returns the number of nodes the key
+        was deleted from (None when already released or not known). Raises
+        LockLost if the lease had been lost, a TransportError if no daemon
+        could be reached within the client's timeout (the lease then counts
+        as lost, "closed"). A second call does nothing."""
         return self._client._release(self)
 
     def __enter__(self):
@@ -202,82 +300,173 @@ class Lease:
         return False
 
     def __repr__(self):
+        with self._client._state:
+            state = self._state_locked()
         return (f"<redlockd.Lease {' '.join(self.resources)} fence={self.fence}"
-                f" mode={self.mode}{' lost' if self._lost_reason else ''}>")
+                f" mode={self.mode} {state}>")
+
+
+def _server_list(spec):
+    """A tuple of server addresses from a str (comma-separated) or a list
+    of them; each checked with parse_server."""
+    if isinstance(spec, str):
+        items = [spec]
+    elif isinstance(spec, (list, tuple)):
+        items = list(spec)
+    else:
+        raise TypeError("servers must be a str or a list of str")
+    out = []
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"server address must be a str, not "
+                            f"{type(item).__name__}")
+        for part in item.split(","):
+            part = part.strip()
+            if part:
+                _proto.parse_server(part)
+                out.append(part)
+    if not out:
+        raise ValueError("no server address given")
+    return tuple(out)
 
 
 class Client:
-    """A connection to redlockd.
+    """A session with redlockd, over one connection at a time.
 
-    ``server``: ``HOST:PORT``, ``tcp://HOST:PORT``, ``[IPV6]:PORT``,
-    ``unix:/PATH``; default ``$REDLOCKD_SERVER``, else ``127.0.0.1:7390``.
-    ``name`` labels the session (HELLO name=), ``password`` is sent with
-    AUTH. ``timeout`` (seconds, None for none) bounds connecting and each
-    reply; a LOCK's reply may take ``wait`` longer. A reply that does not
-    come in time raises :class:`IOTimeout` and closes the connection.
+    ``server`` / ``servers``: one address or several, as a list or a
+    comma-separated str (``HOST:PORT``, ``tcp://HOST:PORT``,
+    ``[IPV6]:PORT``, ``unix:/PATH``); default ``$REDLOCKD_SERVER`` (which
+    may be a comma list), else ``127.0.0.1:7390``. The first that answers
+    is used; the others are for failover. ``name`` labels the session
+    (HELLO name=), ``password`` is sent with AUTH (again after a failover).
+    ``timeout`` (seconds, None for none) bounds connecting and each reply; a
+    LOCK's reply may take ``wait`` longer. A reply that does not come in
+    time raises :class:`IOTimeout` and drops the connection.
+
+    ``reconnect`` (default True): a lost connection is re-established, in
+    the background and in blocking calls, by resuming the session or
+    adopting its leases on another server (see the module's docstring).
+    False: a lost connection closes the Client for good and its leases are
+    lost ("closed"; "shutdown" at EVENT SHUTDOWN).
+    ``detach_ms`` (default 30000; None or 0: off; only with reconnect): how
+    long the daemon keeps the session's leases after the connection ends
+    without QUIT, waiting for a resume. A daemon that refuses ``detach=``
+    (ERR ARG) is used without.
 
     Safe to share between threads: one request is on the connection at a
-    time. A context manager: leaving the block closes the connection
-    (QUIT), which releases every lock still held.
+    time. A context manager: leaving the block closes the session (QUIT),
+    which releases every lock still held.
     """
 
-    def __init__(self, server=None, name=None, password=None, timeout=5.0):
-        if server is None:
-            server = os.environ.get(SERVER_ENV) or _proto.DEFAULT_SERVER
-        self.server = server
+    def __init__(self, server=None, name=None, password=None, timeout=5.0, *,
+                 servers=None, detach_ms=30000, reconnect=True):
+        if server is not None and servers is not None:
+            raise ValueError("give server or servers, not both")
+        spec = servers if servers is not None else server
+        if spec is None:
+            spec = os.environ.get(SERVER_ENV) or _proto.DEFAULT_SERVER
+        self.servers = _server_list(spec)
+        self._addrs = [_proto.parse_server(s) for s in self.servers]
+        self.server = self.servers[0]
         self.timeout = timeout
-        self._addr = _proto.parse_server(server)
+        if detach_ms is not None:
+            if isinstance(detach_ms, bool) or not isinstance(detach_ms, int):
+                raise TypeError("detach_ms must be an int (milliseconds) "
+                                "or None")
+            if detach_ms < 0:
+                raise ValueError("detach_ms must not be negative")
+        self._auto = bool(reconnect)
+        self.detach_ms = (detach_ms or None) if self._auto else None
         if name is not None:
             _proto.word(name, "client name")
         if password is not None:
             _check_password(password)
+        self._name = name
+        self._password = password
         self.session = None
+        self._secret = None           # resumes the session: never shown
+        self._session_index = None    # the server the session lives on
         self.server_version = None
         self.nodes = None
         self.quorum = None
+        self.reconnects = 0
+        self.last_reconnect = None
         self._req_lock = threading.Lock()
         self._state = threading.Condition()
-        self._pending = collections.deque()
-        self._leases = {}           # resource -> Lease
-        self._early_lost = {}       # resource -> (fence, reason)
+        self._conn = None
+        self._rt_conn = None          # the conn of the last _roundtrip
+        self._graveyard = []          # dead conns whose sockets to close
+        self._ready = False
+        self._started = False
+        self._leases = {}             # resource -> Lease
+        self._early_lost = {}         # resource -> (fence, reason)
         self._closed = False
         self._close_message = None
         self._closing_reason = None
         self._shutdown_seen = False
-        self._sock = self._connect()
-        self._reader = threading.Thread(target=self._read_loop, daemon=True,
-                                        name=f"redlockd-reader {server}")
-        self._reader.start()
+        self._backoff = 0.0
+        self._next_attempt = 0.0
+        self._adopt_at = 0.0
+        self._last_error = None
+        self._index = 0
+        self._background = None
+        self._pid = os.getpid()
         try:
-            self._hello(name)
-            if password is not None:
-                self.auth(password)
+            with self._req_lock:
+                self._first_connect()
         except BaseException:
             self.close()
             raise
-        self._refresher = threading.Thread(target=self._refresh_loop,
-                                           daemon=True,
-                                           name=f"redlockd-refresh {server}")
-        self._refresher.start()
+        self._background = threading.Thread(
+            target=self._background_loop, daemon=True,
+            name=f"redlockd-background {self.servers[0]}")
+        self._background.start()
+        _open_clients.add(self)
+
+    def _first_connect(self):
+        """The first server that answers HELLO (and AUTH) in list order."""
+        last = None
+        for i in range(len(self._addrs)):
+            conn = None
+            try:
+                conn = self._open(i, self.timeout)
+                self._hello_on(conn, self.timeout, resume=False)
+                if self._password is not None:
+                    self._auth_on(conn, self._password, self.timeout)
+            except TransportError as e:
+                last = e
+                if conn is not None:
+                    self._drop(conn, f"connect failed: {e}")
+                continue
+            with self._state:
+                if self._conn is not conn:
+                    raise self._conn_error(conn)
+                self._ready = True
+                self._started = True
+                self._index = i
+                self.server = conn.server
+            return
+        raise last
 
     # ---- connection ----
 
-    def _connect(self):
+    def _connect(self, index, timeout):
+        addr = self._addrs[index]
+        server = self.servers[index]
         try:
-            if self._addr[0] == "unix":
+            if addr[0] == "unix":
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.settimeout(self.timeout)
+                sock.settimeout(timeout)
                 try:
-                    sock.connect(self._addr[1])
+                    sock.connect(addr[1])
                 except BaseException:
                     sock.close()
                     raise
             else:
-                sock = socket.create_connection(self._addr[1:],
-                                                timeout=self.timeout)
+                sock = socket.create_connection(addr[1:], timeout=timeout)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError as e:
-            raise TransportError(f"cannot connect to {self.server}: {e}") from e
+            raise TransportError(f"cannot connect to {server}: {e}") from e
         # The reader blocks in recv; a send that cannot go out in time fails
         # (SO_SNDTIMEO) rather than hanging the caller.
         sock.settimeout(None)
@@ -288,26 +477,113 @@ class Client:
                             struct.pack("ll", secs, usecs))
         return sock
 
-    def _hello(self, name):
+    def _open(self, index, timeout):
+        """Connect to server `index` and make it the current connection (not
+        ready yet). Caller holds _req_lock (or is the constructor)."""
+        self._bury()
+        sock = self._connect(index, timeout)
+        conn = _Conn(sock, index, self.servers[index])
+        with self._state:
+            if self._closed:
+                sock.close()
+                raise self._closed_error()
+            self._conn = conn
+            self._ready = False
+            self._index = index
+            self._closing_reason = None
+            self._shutdown_seen = False
+            self._early_lost.clear()
+        conn.reader = threading.Thread(target=self._read_loop, args=(conn,),
+                                       daemon=True,
+                                       name=f"redlockd-reader {conn.server}")
+        conn.reader.start()
+        return conn
+
+    def _bury(self):
+        """Close the sockets of dead connections whose reader has ended (so
+        no thread can be using the descriptor)."""
+        with self._state:
+            done = [c for c in self._graveyard if c.reader_done]
+            self._graveyard = [c for c in self._graveyard if not c.reader_done]
+        for c in done:
+            try:
+                c.sock.close()
+            except OSError:
+                pass
+
+    def _hello_on(self, conn, limit, resume):
         words = ["HELLO", "proto=1"]
-        if name is not None:
-            words.append("name=" + name)
-        rest = self._ok(self._request(" ".join(words))[1])
-        f = _proto.fields(rest)
-        self.session = f.get("session")
+        if self._name is not None:
+            words.append("name=" + self._name)
+        if resume:
+            words += ["resume=" + self.session, "secret=" + self._secret]
+            _, line = self._roundtrip(" ".join(words), limit=limit, conn=conn)
+            f = _proto.fields(self._ok(line))
+            if f.get("session") != self.session:
+                self._drop(conn, "HELLO resume= answered for another session")
+                raise ProtocolError("HELLO resume= answered for another "
+                                    "session")
+            self._hello_fields(f)
+            return
+        detach = self.detach_ms if self._auto else None
+        f = None
+        if detach:
+            try:
+                _, line = self._roundtrip(" ".join(words + [f"detach={detach}"]),
+                                          limit=limit, conn=conn)
+                f = _proto.fields(self._ok(line))
+            except Arg:
+                detach = None       # a daemon without detach=, or a lower max
+        if f is None:
+            _, line = self._roundtrip(" ".join(words), limit=limit, conn=conn)
+            f = _proto.fields(self._ok(line))
+        secret = f.get("secret") if detach else None
+        if secret is not None and not _HEX32.match(secret):
+            secret = None
+        now = time.monotonic()
+        with self._state:
+            self.session = f.get("session")
+            self._secret = secret
+            self._session_index = conn.index
+            # The old session is left behind: its leases are to be adopted
+            # by this one.
+            for lease in set(self._leases.values()):
+                if lease._alive(now):
+                    lease._needs_adopt = True
+        self._hello_fields(f)
+
+    def _hello_fields(self, f):
         self.server_version = f.get("server")
         self.nodes = int(f["nodes"]) if f.get("nodes", "").isdigit() else None
         self.quorum = int(f["quorum"]) if f.get("quorum", "").isdigit() else None
 
+    def _auth_on(self, conn, password, limit):
+        self._ok(self._roundtrip("AUTH " + password, limit=limit, conn=conn)[1])
+
     @property
     def closed(self):
+        """True once the Client is closed for good (close(), or a lost
+        connection with reconnect=False)."""
         with self._state:
             return self._closed
 
     @property
+    def connected(self):
+        """True while a connection is up and its session confirmed."""
+        with self._state:
+            return self._ready and not self._closed
+
+    @property
+    def detachable(self):
+        """True when the current session can be resumed (the daemon
+        accepted detach= and gave a secret)."""
+        with self._state:
+            return self._secret is not None
+
+    @property
     def close_reason(self):
-        """The daemon's EVENT CLOSING reason (or "shutdown" after EVENT
-        SHUTDOWN), None otherwise."""
+        """The daemon's EVENT CLOSING reason on the last connection (or
+        "shutdown" after EVENT SHUTDOWN), None otherwise."""
         with self._state:
             if self._closing_reason is not None:
                 return self._closing_reason
@@ -315,34 +591,71 @@ class Client:
 
     @property
     def shutting_down(self):
-        """True once the daemon sent EVENT SHUTDOWN."""
+        """True once the daemon of the current connection sent EVENT
+        SHUTDOWN."""
         with self._state:
             return self._shutdown_seen
 
     def close(self):
-        """QUIT (when the connection is idle within `timeout`) and close.
-        The daemon releases every lock of the session. Idempotent."""
+        """QUIT and close. The daemon releases every lock of the session.
+        If the connection is down, one resume of the session is tried
+        first (within `timeout`) so that the QUIT can release its leases.
+        Idempotent."""
         got = self._req_lock.acquire(
             timeout=-1 if self.timeout is None else self.timeout)
         try:
-            if got and not self.closed:
+            if got and self._started and not self.closed:
+                with self._state:
+                    ready = self._ready
+                    busy = any(not l._released for l in self._leases.values())
+                if not ready and self._auto and busy:
+                    try:
+                        self._attempt(resume_only=True)
+                    except Error:
+                        pass
+                with self._state:
+                    ready = self._ready
+                if ready:
+                    try:
+                        self._roundtrip("QUIT")
+                    except Error:
+                        pass
+        finally:
+            if got:
+                self._req_lock.release()
+        with self._state:
+            conn = self._conn
+        self._mark_closed("closed by the client")
+        _open_clients.discard(self)
+        me = threading.current_thread()
+        if conn is not None and conn.reader is not None and me is not conn.reader:
+            conn.reader.join(5.0)
+        if self._background is not None and me is not self._background:
+            self._background.join(5.0)
+        if conn is not None:
+            try:
+                conn.sock.close()
+            except OSError:
+                pass
+        self._bury()
+
+    def _exit_close(self):
+        """close() for the interpreter's exit: QUIT only if the connection
+        is free and up now, waiting at most a second for either. Not in a
+        forked child: the session is its parent's."""
+        if os.getpid() != self._pid:
+            return
+        got = self._req_lock.acquire(timeout=1.0)
+        try:
+            if got and self.connected:
                 try:
-                    self._roundtrip("QUIT")
+                    self._roundtrip("QUIT", limit=1.0)
                 except Error:
                     pass
         finally:
             if got:
                 self._req_lock.release()
-        self._mark_closed("closed by the client")
-        if threading.current_thread() is not self._reader:
-            self._reader.join(5.0)
-        refresher = getattr(self, "_refresher", None)
-        if refresher is not None and threading.current_thread() is not refresher:
-            refresher.join(5.0)
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        self._mark_closed("closed at the interpreter's exit")
 
     def __enter__(self):
         return self
@@ -350,6 +663,22 @@ class Client:
     def __exit__(self, exc_type, exc, tb):
         self.close()
         return False
+
+    def __repr__(self):
+        with self._state:
+            state = ("closed" if self._closed else
+                     "connected" if self._ready else "reconnecting")
+            return (f"<redlockd.Client {self.server} session={self.session} "
+                    f"{state}>")
+
+    def _conn_error(self, conn):
+        reason = conn.closing_reason
+        if reason is None and conn.shutdown_seen:
+            reason = "shutdown"
+        msg = conn.message or "connection closed"
+        if reason is not None:
+            msg += f" (daemon: {reason})"
+        return ConnectionClosed(msg, reason)
 
     def _closed_error(self):
         reason = self._closing_reason
@@ -363,29 +692,55 @@ class Client:
     def _mark_closed(self, message):
         """Closed for good: fail the waiting request, lose every lease."""
         with self._state:
-            if self._closed:
+            if not self._closed:
+                self._closed = True
+                self._close_message = message
+                for lease in set(self._leases.values()):
+                    lease._lose("closed")
+            conn = self._conn
+            self._state.notify_all()
+        if conn is not None:
+            self._drop(conn, message)
+
+    def _drop(self, conn, message):
+        """This connection is no use any more (also from the reader)."""
+        with self._state:
+            if conn.dead:
                 return
-            self._closed = True
-            self._close_message = message
-            for lease in set(self._leases.values()):
-                lease._lose("closed")
-            err = self._closed_error()
-            while self._pending:
-                p = self._pending.popleft()
+            conn.dead = True
+            conn.message = message
+            err = self._conn_error(conn)
+            while conn.pending:
+                p = conn.pending.popleft()
                 p.error = err
                 p.done.set()
+            self._graveyard.append(conn)
+            if self._conn is conn:
+                self._conn = None
+                self._ready = False
+                self._close_message = message
+                if conn.closing_reason is not None:
+                    self._closing_reason = conn.closing_reason
+                if self._started and not self._closed:
+                    if self._auto:
+                        # First try at once, later ones with backoff.
+                        self._next_attempt = time.monotonic() + self._backoff
+                    else:
+                        self._closed = True
+                        for lease in set(self._leases.values()):
+                            lease._lose("closed")
             self._state.notify_all()
         try:
-            self._sock.shutdown(socket.SHUT_RDWR)
+            conn.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
 
-    # ---- the reader thread ----
+    # ---- the reader threads ----
 
-    def _read_loop(self):
+    def _read_loop(self, conn):
         message = "connection closed by the daemon"
         try:
-            f = self._sock.makefile("rb")
+            f = conn.sock.makefile("rb")
             while True:
                 raw = f.readline()
                 if not raw:
@@ -395,39 +750,52 @@ class Client:
                     break
                 line = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", "replace")
                 if line.startswith("EVENT "):
-                    self._on_event(line)
-                elif line:
-                    self._on_reply(line)
+                    self._on_event(conn, line)
+                elif line and not self._on_reply(conn, line):
+                    message = f"unexpected line from the daemon: {line[:80]!r}"
+                    break
         except OSError as e:
             message = f"connection error: {e}"
         except Exception as e:  # a bug must not leave callers waiting
             message = f"reader failed: {e!r}"
-        self._mark_closed(message)
-
-    def _on_reply(self, line):
+        self._drop(conn, message)
         with self._state:
-            if not self._pending:
-                bad = True
-            else:
-                bad = False
-                p = self._pending.popleft()
-                p.line = line
-                p.done.set()
-        if bad:
-            self._mark_closed(f"unexpected line from the daemon: {line[:80]!r}")
+            conn.reader_done = True
+        # Close the socket now if no request can be sending on it.
+        if self._req_lock.acquire(blocking=False):
+            try:
+                self._bury()
+            finally:
+                self._req_lock.release()
 
-    def _on_event(self, line):
+    def _on_reply(self, conn, line):
+        with self._state:
+            if not conn.pending:
+                return False
+            p = conn.pending.popleft()
+            p.line = line
+            p.done.set()
+            return True
+
+    def _on_event(self, conn, line):
         name, f = _proto.event(line)
         with self._state:
+            if conn is not self._conn or conn.dead:
+                # A connection we left: its session's news is not ours (a
+                # lease adopted elsewhere is lost there, and not here).
+                return
             if name == "LOST":
                 self._on_lost(f.get("resource"), f.get("fence"),
                               f.get("reason") or "lost")
             elif name == "SHUTDOWN":
+                conn.shutdown_seen = True
                 self._shutdown_seen = True
-                for lease in set(self._leases.values()):
-                    lease._lose("shutdown")
+                if not self._auto:
+                    for lease in set(self._leases.values()):
+                        lease._lose("shutdown")
             elif name == "CLOSING":
-                self._closing_reason = f.get("reason") or "unknown"
+                conn.closing_reason = f.get("reason") or "unknown"
+                self._closing_reason = conn.closing_reason
             # Other events: ignored, as the protocol asks.
 
     def _on_lost(self, resource, fence, reason):
@@ -441,52 +809,77 @@ class Client:
 
     # ---- requests ----
 
-    def _roundtrip(self, line, wait_s=0.0):
-        """Send one line, wait for its reply. Caller holds _req_lock.
-        Returns (monotonic send time, reply line)."""
+    def _roundtrip(self, line, wait_s=0.0, limit=None, conn=None):
+        """Send one line on `conn` (the current connection by default),
+        wait for its reply. Caller holds _req_lock. Returns (monotonic send
+        time, reply line). `limit` replaces timeout + wait_s."""
         data = line.encode("utf-8") + b"\n"
         p = _Pending()
         with self._state:
-            if self._closed:
-                raise self._closed_error()
-            self._pending.append(p)
+            if conn is None:
+                conn = self._conn
+                if conn is None or not self._ready:
+                    if self._closed or not self._auto:
+                        raise self._closed_error()
+                    raise ConnectionClosed(
+                        f"not connected ({self._close_message})",
+                        self._closing_reason)
+            if conn.dead:
+                raise self._conn_error(conn)
+            conn.pending.append(p)
+            self._rt_conn = conn
         t_send = time.monotonic()
         try:
-            self._sock.sendall(data)
+            conn.sock.sendall(data)
         except OSError as e:
-            self._mark_closed(f"send failed: {e}")
-        limit = None if self.timeout is None else self.timeout + wait_s
+            self._drop(conn, f"send failed: {e}")
+        if limit is None and self.timeout is not None:
+            limit = self.timeout + wait_s
         if not p.done.wait(limit):
-            self._mark_closed(f"no reply within {limit:.3g} s")
-            raise IOTimeout(f"no reply from {self.server} within {limit:.3g} s "
+            self._drop(conn, f"no reply within {limit:.3g} s")
+            raise IOTimeout(f"no reply from {conn.server} within {limit:.3g} s "
                             f"to {line.split()[0]}; connection closed")
         if p.error is not None:
             raise p.error
         return t_send, p.line
 
-    def _request(self, line, wait_s=0.0):
+    def _request(self, line, wait_s=0.0, retry=False):
+        """One request, reconnecting first if need be. With `retry` (for
+        requests that change nothing) it is sent again, once, if the
+        connection was lost under it."""
         with self._req_lock:
+            self._ensure_ready()
+            try:
+                return self._roundtrip(line, wait_s)
+            except IOTimeout:
+                raise
+            except ConnectionClosed:
+                if not retry or not self._auto or self.closed:
+                    raise
+            self._ensure_ready()
             return self._roundtrip(line, wait_s)
 
     def _trusted(self, parse, *args):
-        """parse(*args); a ProtocolError also closes the connection (what
+        """parse(*args); a ProtocolError also drops the connection (what
         comes after a reply we could not read cannot be trusted)."""
         try:
             return parse(*args)
         except ProtocolError as e:
-            self._mark_closed(str(e))
+            if self._rt_conn is not None:
+                self._drop(self._rt_conn, str(e))
             raise
 
     def _expect(self, want, line):
         head, rest = self._trusted(_proto.split_reply, line)
         if head != want:
-            self._mark_closed(f"expected {want}, got {line!r}")
+            if self._rt_conn is not None:
+                self._drop(self._rt_conn, f"expected {want}, got {line!r}")
             raise ProtocolError(f"expected {want}, got {line!r}")
         return rest
 
     def _ok(self, line):
         """The text after OK; the ERR's exception; ProtocolError (and the
-        connection closed) for anything else."""
+        connection dropped) for anything else."""
         return self._expect("OK", line)
 
     def _json(self, line):
@@ -504,14 +897,261 @@ class Client:
     def ping(self, word=None):
         """PING; returns the word echoed (or "")."""
         words = ["PING"] if word is None else ["PING", _proto.word(word, "word")]
-        _, line = self._request(" ".join(words))
+        _, line = self._request(" ".join(words), retry=True)
         return self._expect("PONG", line)
 
     def auth(self, password):
-        """AUTH on this connection (the client password, or the admin one
-        for FORCEUNLOCK)."""
+        """AUTH on this session (the client password, or the admin one
+        for FORCEUNLOCK); sent again on a new session after a failover."""
         _check_password(password)
         self._ok(self._request("AUTH " + password)[1])
+        self._password = password
+
+    # ---- reconnection ----
+
+    def reconnect(self):
+        """Drop the connection (if any) and connect again now, as after a
+        lost connection: resume the session on its server, else a new
+        session on the next server and ADOPT of every lease. Blocks up to
+        `timeout`. Returns "resumed" or "new" (a new session). Raises
+        ConnectionClosed when the Client is closed, a TransportError (or
+        the last server's error) when no server could be reached in time,
+        RuntimeError with reconnect=False."""
+        if not self._auto:
+            raise RuntimeError("this Client was made with reconnect=False")
+        with self._req_lock:
+            with self._state:
+                if self._closed:
+                    raise self._closed_error()
+                conn = self._conn
+                self._backoff = 0.0
+                self._next_attempt = 0.0
+            if conn is not None:
+                self._drop(conn, "reconnect() called")
+            self._ensure_ready()
+            return self.last_reconnect
+
+    def _ensure_ready(self):
+        """Caller holds _req_lock. Returns once a connection is ready;
+        reconnects (with backoff) for up to `timeout` if none is."""
+        end = None
+        while True:
+            with self._state:
+                if self._closed or (not self._ready and not self._auto):
+                    raise self._closed_error()
+                if self._ready:
+                    return
+                now = time.monotonic()
+                if end is None:
+                    end = float("inf") if self.timeout is None else \
+                        now + self.timeout
+                wait = self._next_attempt - now
+                if wait > 0:
+                    if now + wait > end:
+                        raise self._unreachable()
+                    self._state.wait(wait)
+                    continue
+            try:
+                self._attempt()
+                return
+            except Error as e:
+                if isinstance(e, Auth):
+                    raise
+                if time.monotonic() >= end:
+                    raise self._unreachable() from e
+
+    def _unreachable(self):
+        err = self._last_error
+        return ConnectionClosed(
+            f"not connected to any of {', '.join(self.servers)}"
+            + (f": {err}" if err is not None else ""),
+            self._closing_reason)
+
+    def _reply_limit(self):
+        """How long to wait for a reply while leases may need to move: half
+        the time left to the nearest deadline (at least MIN_REPLY_S), at
+        most `timeout`."""
+        now = time.monotonic()
+        with self._state:
+            ds = [l._deadline for l in set(self._leases.values())
+                  if l._alive(now)]
+        if not ds:
+            return self.timeout
+        lim = max(MIN_REPLY_S, (min(ds) - now) / 2)
+        return lim if self.timeout is None else min(self.timeout, lim)
+
+    def _attempt(self, resume_only=False):
+        """One pass over the servers. Caller holds _req_lock and there is no
+        ready connection. Returns "resumed" or "new"; raises the last
+        server's error (and backs off) when none would do."""
+        with self._state:
+            if self._conn is not None:
+                conn = self._conn
+            else:
+                conn = None
+        if conn is not None:
+            self._drop(conn, "reconnecting")
+        last = None
+        n = len(self._addrs)
+        start = self._index
+        if self.session is not None and self._secret is not None:
+            start = self._session_index
+            try:
+                self._resume_at(self._session_index)
+                return self._attempt_ok("resumed")
+            except NoSession as e:
+                last = e
+                with self._state:      # ended, expired or never here
+                    self.session = None
+                    self._secret = None
+            except Error as e:
+                last = e
+            self._abandon()
+        if not resume_only:
+            for k in range(1, n + 1):
+                i = (start + k) % n
+                try:
+                    self._fresh_at(i)
+                    return self._attempt_ok("new")
+                except Auth:
+                    self._abandon()
+                    self._attempt_failed(last)
+                    raise
+                except Error as e:
+                    last = e
+                self._abandon()
+        self._attempt_failed(last)
+        raise last if last is not None else ConnectionClosed("no server")
+
+    def _abandon(self):
+        with self._state:
+            conn = self._conn
+        if conn is not None:
+            self._drop(conn, "reconnect attempt failed")
+
+    def _attempt_failed(self, err):
+        with self._state:
+            self._last_error = err
+            self._backoff = min(RECONNECT_MAX_S,
+                                max(RECONNECT_MIN_S, self._backoff * 2))
+            self._next_attempt = time.monotonic() + self._backoff
+
+    def _attempt_ok(self, how):
+        with self._state:
+            conn = self._conn
+            if conn is None or conn.dead:
+                err = ConnectionClosed("the connection ended during the "
+                                       "handshake")
+                self._attempt_failed(err)
+                raise err
+            self._ready = True
+            self.server = conn.server
+            self._backoff = 0.0
+            self._next_attempt = 0.0
+            self._last_error = None
+            self.reconnects += 1
+            self.last_reconnect = how
+            self._state.notify_all()
+        return how
+
+    def _resume_at(self, index):
+        """HELLO resume= on server `index`; LOCKS confirms the leases (the
+        EVENT LOST lines for those lost meanwhile come before its reply);
+        what the session holds that no lease knows is given back."""
+        limit = self._reply_limit()
+        conn = self._open(index, limit)
+        self._hello_on(conn, limit, resume=True)
+        with self._state:
+            snapshot = [l for l in set(self._leases.values())
+                        if not l._needs_adopt]
+        t_send, line = self._roundtrip("LOCKS", limit=limit, conn=conn)
+        body = self._json(line)
+        self._apply_locks(body, snapshot, t_send)
+        with self._state:
+            orphans = [e["resource"] for e in body.get("locks") or []
+                       if isinstance(e, dict) and
+                       isinstance(e.get("resource"), str) and
+                       e["resource"] not in self._leases]
+        for r in orphans:       # a LOCK whose reply the lost connection ate
+            try:
+                self._ok(self._roundtrip("UNLOCK " + r, limit=limit,
+                                         conn=conn)[1])
+            except RedlockdError:
+                pass
+        self._adopt_pending(conn)
+
+    def _fresh_at(self, index):
+        """A new session on server `index` (HELLO detach=, AUTH) and ADOPT
+        of every lease still within its deadline."""
+        limit = self._reply_limit()
+        conn = self._open(index, limit)
+        self._hello_on(conn, limit, resume=False)
+        if self._password is not None:
+            self._auth_on(conn, self._password, limit)
+        self._adopt_pending(conn)
+
+    def _adopt_pending(self, conn):
+        """ADOPT each lease that needs it, one request per grant. Caller
+        holds _req_lock. A lease past its deadline is not adopted (lost,
+        "deadline"); ERR LOST and other refusals lose it ("adopt");
+        UNAVAILABLE leaves it to be tried again. Raises TransportError,
+        Shutdown and NoAuth (this server will not do)."""
+        with self._state:
+            todo = [l for l in dict.fromkeys(self._leases.values())
+                    if l._needs_adopt]
+        again = False
+        for lease in todo:
+            with self._state:
+                if not lease._alive(time.monotonic()) or not lease._needs_adopt:
+                    lease._needs_adopt = False
+                    continue
+                if lease.mode == "shared" or lease.limit is not None:
+                    lease._lose("adopt")      # not supported by ADOPT yet
+                    continue
+                token, ttl, renew = lease.token, lease.ttl, lease.renew
+            words = ["ADOPT", *lease.resources, "token=" + token, f"ttl={ttl}"]
+            if not renew:
+                words.append("renew=0")
+            t_send, line = self._roundtrip(" ".join(words), conn=conn)
+            try:
+                rest = self._ok(line)
+            except (Unavailable, Shutdown, NoAuth) as e:
+                if not isinstance(e, Unavailable):
+                    raise
+                again = True
+                continue
+            except Held:
+                # This very session holds it already (an ADOPT whose reply
+                # was lost, then a resume): LOCKS will say with what fence.
+                with self._state:
+                    lease._needs_adopt = False
+                    lease._refreshed_at = t_send - lease.ttl / 3000.0
+                continue
+            except RedlockdError:
+                with self._state:
+                    lease._lose("adopt")
+                continue
+            f = _proto.fields(rest)
+            new_token = f.get("token")
+            fence = self._trusted(_proto.int_field, f, "fence", line)
+            validity = self._trusted(_proto.int_field, f, "validity", line)
+            new_ttl = self._trusted(_proto.int_field, f, "ttl", line, ttl)
+            if not new_token:
+                self._drop(conn, f"ADOPT reply without token=: {line!r}")
+                raise ProtocolError(f"ADOPT reply without token=: {line!r}")
+            with self._state:
+                lease.token = new_token
+                lease._needs_adopt = False
+                if fence != lease.fence:
+                    lease._lose("adopt")
+                    continue
+                lease._confirm(t_send, t_send + validity / 1000.0, validity,
+                               new_ttl)
+        with self._state:
+            self._adopt_at = (time.monotonic() + max(RECONNECT_MIN_S,
+                                                     self._backoff)
+                              if again else 0.0)
+        return again
 
     # ---- locks ----
 
@@ -550,6 +1190,7 @@ class Client:
             words.append(f"limit={limit}")
             features.add("limit")
         with self._req_lock:
+            self._ensure_ready()
             t_send, line = self._roundtrip(" ".join(words), wait / 1000.0)
             try:
                 rest = self._ok(line)
@@ -597,6 +1238,7 @@ class Client:
     def _forget(self, lease):
         with self._state:
             lease._released = True
+            lease._needs_adopt = False
             for r in lease.resources:
                 if self._leases.get(r) is lease:
                     del self._leases[r]
@@ -615,25 +1257,34 @@ class Client:
         for r in resources:
             _proto.word(r, "resource name")
         with self._req_lock:
+            self._ensure_ready()
+            return self._unlock_locked(resources)
+
+    def _unlock_locked(self, resources):
+        with self._state:
+            leases = {self._leases[r] for r in resources if r in self._leases}
+        try:
+            _, line = self._roundtrip("UNLOCK " + " ".join(resources))
+            rest = self._ok(line)
+        except Lost as e:
+            e.resource = resources[0]
             with self._state:
-                leases = {self._leases[r] for r in resources if r in self._leases}
-            try:
-                _, line = self._roundtrip("UNLOCK " + " ".join(resources))
-                rest = self._ok(line)
-            except Lost as e:
-                e.resource = resources[0]
-                with self._state:
-                    for lease in leases:
-                        lease._lose("lost")
-                self._forget_all(leases, resources)
-                raise
-            except (NotHeld, TransportError):
-                # Not held (any more) by this connection either way.
-                self._forget_all(leases, resources)
-                raise
-            except Arg as e:
-                raise _unsupported(e, {"multi"} if len(resources) > 1 else set())
+                for lease in leases:
+                    lease._lose("lost")
             self._forget_all(leases, resources)
+            raise
+        except NotHeld:
+            self._forget_all(leases, resources)
+            raise
+        except TransportError:
+            # Without reconnection the daemon releases them with the
+            # connection; with it they are still ours to release.
+            if not self._auto:
+                self._forget_all(leases, resources)
+            raise
+        except Arg as e:
+            raise _unsupported(e, {"multi"} if len(resources) > 1 else set())
+        self._forget_all(leases, resources)
         return _proto.fields(rest)
 
     def _release(self, lease):
@@ -646,17 +1297,60 @@ class Client:
             self._forget(lease)
             with self._state:
                 raise self._closed_error()
-        try:
-            f = self.unlock(*lease.resources)
-        except (NotHeld, TransportError):
-            self._forget(lease)
-            raise
-        nodes = f.get("nodes")
-        return int(nodes) if nodes is not None and nodes.isdigit() else None
+        retried = False
+        while True:
+            with self._req_lock:
+                try:
+                    self._ensure_ready()
+                except TransportError:
+                    self._give_up(lease)
+                    raise
+                try:
+                    with self._state:
+                        pending = lease._needs_adopt
+                    if pending and self._adopt_pending(self._conn):
+                        if lease._needs_adopt:
+                            self._forget(lease)
+                            raise Unavailable(
+                                "UNAVAILABLE", "the lease could not be "
+                                "adopted for its release (it expires at its "
+                                "ttl)")
+                    f = self._unlock_locked(lease.resources)
+                except NotHeld as e:
+                    self._forget(lease)
+                    with self._state:
+                        reason = lease._lost_reason
+                    if reason is not None:
+                        raise LockLost(lease.resource, reason) from e
+                    if retried:
+                        return None     # the first UNLOCK did it
+                    raise
+                except TransportError as e:
+                    if (isinstance(e, ConnectionClosed) and not retried and
+                            self._auto and not self.closed):
+                        retried = True      # lost under the UNLOCK: again
+                        continue
+                    self._give_up(lease)
+                    raise
+            nodes = f.get("nodes")
+            return int(nodes) if nodes is not None and nodes.isdigit() else None
+
+    def _give_up(self, lease):
+        """release() could not reach a daemon: the lease is lost to the
+        program. A later resume gives it back (UNLOCK of what the session
+        holds that no lease knows); else its keys expire at its ttl."""
+        with self._state:
+            lease._lose("closed")
+        self._forget(lease)
 
     def _extend(self, lease, ttl):
         words_ttl = "ttl=" + _proto.millis(ttl, "ttl")
         with self._req_lock:
+            self._ensure_ready()
+            if lease._needs_adopt and self._adopt_pending(self._conn) and \
+                    lease._needs_adopt:
+                raise Unavailable("UNAVAILABLE", "the lease is not adopted "
+                                  "on this session yet")
             deadline = None
             validity = None
             t_first = None
@@ -687,11 +1381,16 @@ class Client:
         of this client: send time + the validity listed; a lease the daemon
         no longer lists is marked lost."""
         with self._req_lock:
-            with self._state:
-                snapshot = set(self._leases.values())
-            t_send, line = self._roundtrip("LOCKS")
-            body = self._json(line)
-            self._apply_locks(body, snapshot, t_send)
+            self._ensure_ready()
+            return self._locks_locked()
+
+    def _locks_locked(self, limit=None):
+        with self._state:
+            snapshot = [l for l in set(self._leases.values())
+                        if not l._needs_adopt]
+        t_send, line = self._roundtrip("LOCKS", limit=limit)
+        body = self._json(line)
+        self._apply_locks(body, snapshot, t_send)
         return body
 
     def _apply_locks(self, body, snapshot, t_send):
@@ -724,24 +1423,24 @@ class Client:
     def status(self, resource):
         """STATUS <resource> as parsed JSON."""
         _proto.word(resource, "resource name")
-        return self._json(self._request("STATUS " + resource)[1])
+        return self._json(self._request("STATUS " + resource, retry=True)[1])
 
     def sessions(self):
         """SESSIONS as parsed JSON."""
-        return self._json(self._request("SESSIONS")[1])
+        return self._json(self._request("SESSIONS", retry=True)[1])
 
     def stats(self):
         """STATS as parsed JSON."""
-        return self._json(self._request("STATS")[1])
+        return self._json(self._request("STATS", retry=True)[1])
 
     def help(self, command=None):
         """HELP: the list of command names; HELP <command>: its usage line
         (Unsupported from a daemon without per-command help)."""
         if command is None:
-            return self._ok(self._request("HELP")[1]).split()
+            return self._ok(self._request("HELP", retry=True)[1]).split()
         _proto.word(command, "command")
         try:
-            return self._ok(self._request("HELP " + command)[1])
+            return self._ok(self._request("HELP " + command, retry=True)[1])
         except Arg as e:
             raise _unsupported(e, {"help"}) from None
 
@@ -751,7 +1450,7 @@ class Client:
         _proto.word(resource, "resource name")
         return _proto.fields(self._ok(self._request("FORCEUNLOCK " + resource)[1]))
 
-    # ---- the refresh thread ----
+    # ---- the background thread ----
 
     def _next_refresh(self):
         due = None
@@ -761,25 +1460,54 @@ class Client:
                 due = d
         return due
 
-    def _refresh_loop(self):
+    def _background_loop(self):
         while True:
             with self._state:
                 if self._closed:
                     return
-                due = self._next_refresh()
                 now = time.monotonic()
-                if due is None or due > now:
-                    self._state.wait(None if due is None else due - now)
-                    continue
-            try:
-                self.locks()
-            except TransportError:
-                return
-            except Error:
-                # Not expected for LOCKS; do not spin on it.
+                if not self._ready:
+                    if self._next_attempt > now:
+                        self._state.wait(self._next_attempt - now)
+                        continue
+                    action = "reconnect"
+                else:
+                    due = self._next_refresh()
+                    action = "refresh"
+                    if any(l._needs_adopt for l in self._leases.values()):
+                        if due is None or self._adopt_at < due:
+                            due, action = self._adopt_at, "adopt"
+                    if due is None or due > now:
+                        self._state.wait(None if due is None else due - now)
+                        continue
+            with self._req_lock:
                 with self._state:
-                    for lease in set(self._leases.values()):
-                        lease._refreshed_at = time.monotonic()
+                    if self._closed:
+                        return
+                    ready = self._ready
+                if action == "reconnect" and ready:
+                    continue    # a blocking call did it meanwhile
+                try:
+                    if not ready:
+                        self._attempt()
+                    elif action == "adopt":
+                        self._adopt_pending(self._conn)
+                    else:
+                        self._locks_locked(limit=self._reply_limit())
+                except TransportError:
+                    pass        # dropped: the next turn reconnects
+                except Exception:   # an ERR, or a bug: do not spin on it
+                    with self._state:
+                        now = time.monotonic()
+                        if not ready:
+                            self._next_attempt = max(self._next_attempt,
+                                                     now + RECONNECT_MIN_S)
+                        elif action == "adopt":
+                            self._adopt_at = now + RECONNECT_MAX_S
+                        elif ready:
+                            # Not expected for LOCKS; do not spin on it.
+                            for lease in set(self._leases.values()):
+                                lease._refreshed_at = now
 
 
 def _check_password(password):

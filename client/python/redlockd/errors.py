@@ -9,7 +9,9 @@ Three families, all under :class:`Error`:
   itself, with that code.
 - :class:`TransportError`: the connection failed (refused, reset, closed by
   the daemon, no reply in time, a line that is not the protocol). After one
-  of these the connection is gone, and with it every lock it held.
+  of these that connection is gone. A Client made with ``reconnect=True``
+  (the default) connects again and keeps its leases (resume or ADOPT); with
+  ``reconnect=False`` the locks are gone with the connection.
 - :class:`LockLost`: a lease is no longer safe to rely on
   (:meth:`redlockd.Lease.check`). :class:`Lost` (``ERR LOST`` from the
   daemon) is both a :class:`RedlockdError` and a :class:`LockLost`, so
@@ -21,7 +23,7 @@ __all__ = [
     "IOTimeout", "ProtocolError", "LockLost",
     "Arg", "Unsupported", "Unknown", "TooLong", "NoAuth", "Auth", "Busy",
     "Timeout", "Held", "NotHeld", "Lost", "Unavailable", "Limit", "Shutdown",
-    "error_for",
+    "NoSession", "error_for",
 ]
 
 
@@ -43,11 +45,13 @@ class RedlockdError(Error):
 
 
 class TransportError(Error):
-    """The connection to the daemon failed; its locks are gone with it."""
+    """The connection to the daemon failed (or no server could be reached
+    in time). Without reconnection its locks are gone with it."""
 
 
 class ConnectionClosed(TransportError):
-    """The connection is closed (by us, by the daemon, or by an error).
+    """The connection is closed (by us, by the daemon, or by an error), or
+    none could be made again within the client's timeout.
 
     ``.reason`` is the daemon's ``EVENT CLOSING reason=`` when it sent one,
     ``"shutdown"`` after ``EVENT SHUTDOWN``, else None."""
@@ -70,10 +74,11 @@ class ProtocolError(TransportError):
 
 
 class LockLost(Error):
-    """A lease was lost: ``EVENT LOST``, its deadline passed, the daemon
-    stopped, or the connection closed. ``.resource`` and ``.reason``
-    (``"expired"``, ``"quorum"``, ``"node"`` from the daemon; ``"deadline"``,
-    ``"shutdown"``, ``"closed"``, ``"gone"`` from the client)."""
+    """A lease was lost: ``EVENT LOST``, its deadline passed, an ADOPT on
+    another daemon failed, the daemon stopped, or the connection closed.
+    ``.resource`` and ``.reason`` (``"expired"``, ``"quorum"``, ``"node"``
+    from the daemon; ``"deadline"``, ``"adopt"``, ``"shutdown"``,
+    ``"closed"``, ``"gone"`` from the client)."""
 
     def __init__(self, resource=None, reason=None, message=None):
         self.resource = resource

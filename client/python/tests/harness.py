@@ -146,6 +146,8 @@ class Redis(_Signals):
 
 class Daemon(_Signals):
     def __init__(self, harness, bin_path, nodes, extra=None):
+        self.harness = harness
+        self.bin_path = bin_path
         self.dir = harness.mkdtemp("redlockd")
         self.log_path = os.path.join(self.dir, "redlockd.log")
         self.conf_path = os.path.join(self.dir, "redlockd.json")
@@ -197,6 +199,30 @@ class Daemon(_Signals):
     def terminate(self):
         """SIGTERM, without waiting."""
         self.proc.send(signal.SIGTERM)
+
+    def kill(self):
+        """SIGKILL, and wait for it to be gone."""
+        self.proc.stop(signal.SIGKILL)
+
+    def start_again(self, timeout=5.0):
+        """Start the same binary with the same config (the same port and
+        socket), as systemctl restart does; the old one must have exited."""
+        if self.proc.running():
+            raise StartError("redlockd is still running")
+        self.proc = _Proc([self.bin_path, "-c", self.conf_path], self.log_path)
+        self.harness.procs.append(self.proc)
+        if wait_until(lambda: self._ready() or not self.proc.running(),
+                      timeout) and self.proc.running():
+            return
+        self.proc.stop(signal.SIGKILL)
+        raise StartError(f"redlockd did not start again:\n{_tail(self.log_path)}")
+
+    def restart(self, stop_timeout=10.0):
+        """SIGTERM, wait for the exit (its exit code is returned), start
+        again on the same port and config."""
+        code = self.proc.stop(signal.SIGTERM, stop_timeout)
+        self.start_again()
+        return code
 
     def wait(self, timeout=10.0):
         try:

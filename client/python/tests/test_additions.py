@@ -113,8 +113,10 @@ def test_help_for_one_command(shared):
 
 
 def test_event_closing(h, res):
+    """Without reconnection the daemon's close is the end of the Client
+    (with it, test_failover.py: the session is resumed)."""
     _, d = h.cluster(1, {"limits": {"idle_timeout_ms": 300}})
-    c = redlockd.Client(d.server)
+    c = redlockd.Client(d.server, reconnect=False)
     try:
         lease = c.lock(res, ttl=60000)      # no refresh within 300 ms
         assert wait_until(lambda: c.closed, 3), "idle connection not closed"

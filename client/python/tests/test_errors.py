@@ -40,7 +40,7 @@ def test_unknown(shared):
 
 
 def test_toolong_closes_the_connection(shared, res):
-    with redlockd.Client(shared.server) as c:
+    with redlockd.Client(shared.server, reconnect=False) as c:
         lease = c.lock(res)
         with pytest.raises(redlockd.TooLong):
             c.command("PING", "x" * 5000)

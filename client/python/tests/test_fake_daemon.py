@@ -167,7 +167,7 @@ def test_unlisted_lease_is_lost(fake):
 
 def test_reply_without_request_closes(fake):
     d = fake(base)
-    with redlockd.Client(d.server, timeout=2) as c:
+    with redlockd.Client(d.server, timeout=2, reconnect=False) as c:
         d.send("OK stray")
         assert wait_until(lambda: c.closed, 2)
         with pytest.raises(redlockd.ConnectionClosed):
@@ -178,7 +178,7 @@ def test_no_reply_times_out_and_closes(fake):
     def script(line):
         return [] if line.startswith("PING") else base(line)
     d = fake(script)
-    c = redlockd.Client(d.server, timeout=0.3)
+    c = redlockd.Client(d.server, timeout=0.3, reconnect=False)
     t0 = time.monotonic()
     with pytest.raises(redlockd.IOTimeout):
         c.ping()

@@ -60,7 +60,8 @@ def test_lost_when_two_of_three_nodes_stop(h, res):
 def test_deadline_passes_while_the_daemon_is_paused(h, res):
     _, d = h.cluster(1)
     with redlockd.Client(d.server, timeout=10) as c, \
-            redlockd.Client(d.server, timeout=0.3) as impatient:
+            redlockd.Client(d.server, timeout=0.3,
+                            reconnect=False) as impatient:
         lease = c.lock(res, ttl=1000)
         d.pause()
         try:
@@ -106,10 +107,11 @@ def test_shutdown(h, res):
     """EVENT SHUTDOWN marks the leases lost; a waiting LOCK cut short by
     the shutdown is answered ERR SHUTDOWN (an addition of the protocol).
     The daemon leaves the held lease to expire and closes the session once
-    shutdown_timeout_ms has passed."""
+    shutdown_timeout_ms has passed. (reconnect=False: the Client ends with
+    the connection; with reconnection, test_failover.py.)"""
     _, d = h.cluster(1)
-    a = redlockd.Client(d.server)
-    b = redlockd.Client(d.server)
+    a = redlockd.Client(d.server, reconnect=False)
+    b = redlockd.Client(d.server, reconnect=False)
     try:
         lease = a.lock(res)
         out = []
