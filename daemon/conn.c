@@ -445,6 +445,7 @@ void conn_close(struct session *s, bool died, const char *why)
     if (s->closing)
         return;
     s->closing = true;
+    s->dropped = died;
     /* At shutdown every session ends by our doing: no lock-delay. */
     s->died = died && !session_shutting_down();
     if (s->reading)

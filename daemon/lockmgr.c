@@ -2160,7 +2160,7 @@ void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
 
 /* ---- inspection --------------------------------------------------------- */
 
-static json_t *lease_json(const struct lease *l)
+static json_t *lease_json(const struct lease *l, bool token)
 {
     uint64_t now = timer_now();
     json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:b, s:I, s:s}",
@@ -2176,17 +2176,19 @@ static json_t *lease_json(const struct lease *l)
         json_object_set_new(j, "limit", json_integer(l->limit));
         json_object_set_new(j, "slot", json_integer(l->slot));
     }
+    if (token)
+        json_object_set_new(j, "token", json_string(l->token));
     return j;
 }
 
-json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o)
+json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o, bool tokens)
 {
     json_t *arr = json_array();
     const struct list *link;
 
     list_foreach(link, &o->leases)
         json_array_append_new(arr, lease_json(
-            list_entry(link, const struct lease, olink)));
+            list_entry(link, const struct lease, olink), tokens));
     return arr;
 }
 

@@ -208,8 +208,10 @@ void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
  * to look at, or 0 for what this daemon knows of it. */
 void lockmgr_status(struct lockmgr_owner *o, const char *resource,
                     size_t len, uint32_t limit);
-/* LOCKS: o's leases as a JSON array (caller owns it). */
-json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o);
+/* o's leases as a JSON array (caller owns it). With `tokens` each names its
+ * token: for o's own LOCKS only (a token is a bearer credential for ADOPT:
+ * never in SESSIONS or anywhere another session can read it). */
+json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o, bool tokens);
 
 /* A release notification for a Redis key (pub/sub). */
 void lockmgr_on_release(const char *key, size_t len);

@@ -700,7 +700,7 @@ static void cmd_locks(struct session *s)
         json_array_append_new(lost, json_string(
             list_entry(p, struct lost_lease, link)->resource));
     conn_json(s, json_pack("{s:s, s:o, s:o}", "session", s->idstr,
-                           "locks", lockmgr_owner_leases_json(&s->owner),
+                           "locks", lockmgr_owner_leases_json(&s->owner, true),
                            "lost", lost));
 }
 
@@ -777,7 +777,7 @@ json_t *session_list_json(void)
             "waits", (json_int_t)(s->owner.pending ? 1 : 0),
             "idle_ms", (json_int_t)(now - s->last_line_at),
             "age_ms", (json_int_t)(now - s->created_at),
-            "held", lockmgr_owner_leases_json(&s->owner)));
+            "held", lockmgr_owner_leases_json(&s->owner, false)));
         json_object_set_new(json_array_get(arr, json_array_size(arr) - 1),
                             "attached", json_true());
     }
@@ -1294,7 +1294,7 @@ static json_t *detached_json(const struct detached *d)
                      "attached", false,
                      "detached_ms", (json_int_t)(timer_now() -
                                                  d->owner.detached_at),
-                     "held", lockmgr_owner_leases_json(&d->owner));
+                     "held", lockmgr_owner_leases_json(&d->owner, false));
 }
 
 /* ---- the end of a session ---------------------------------------------- */
@@ -1317,6 +1317,10 @@ void session_end(struct session *s)
     session_tell_resume_lost(s);    /* ended before its reply went out */
     if (session_may_detach(s))
         session_detach(s);
+    else if (S.shutdown && s->detach_ms && s->dropped)
+        /* A detachable session's connection dropping is no release, and
+         * nothing can resume it now: its leases are left to expire. */
+        S.abandoned += lockmgr_owner_abandon(&s->owner, &S.abandoned_until);
     lockmgr_owner_end(&s->owner, s->died);
 }
 

@@ -68,6 +68,7 @@ struct session {
                                TOOLONG, EOF, rejected); NULL = stay open */
     const char *close_event;    /* EVENT CLOSING reason= to send last */
     bool died;              /* ends without QUIT (for lock_delay) */
+    bool dropped;           /* ended without QUIT, shutdown or not */
     bool eof;               /* the client sends no more: no waiting */
 
     /* ---- requests (session.c) ---- */

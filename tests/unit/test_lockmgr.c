@@ -903,7 +903,7 @@ START_TEST(test_extend_while_renewal_in_flight)
     ck_assert_int_eq(A.nextended, 1);
     ck_assert_int_eq(A.err, PROTO_ERR_NONE);
     ck_assert_int_eq(A.validity, 900);
-    json_t *arr = lockmgr_owner_leases_json(&A.o);
+    json_t *arr = lockmgr_owner_leases_json(&A.o, true);
     json_int_t v = json_integer_value(json_object_get(json_array_get(arr, 0),
                                                       "validity"));
     json_decref(arr);
@@ -929,7 +929,7 @@ END_TEST
 
 static json_int_t lease_validity_of(struct fowner *f)
 {
-    json_t *arr = lockmgr_owner_leases_json(&f->o);
+    json_t *arr = lockmgr_owner_leases_json(&f->o, true);
     json_int_t v = json_integer_value(json_object_get(json_array_get(arr, 0),
                                                       "validity"));
     json_decref(arr);
@@ -1513,7 +1513,7 @@ START_TEST(test_semaphore_slots)
     answer_ok(pending(F_ACQUIRE, k1), 13, 29000);
     ck_assert_int_eq(D.nlocked, 1);
     ck_assert_uint_eq(D.slot, (base + 1) % 3);
-    json_t *arr = lockmgr_owner_leases_json(&D.o);
+    json_t *arr = lockmgr_owner_leases_json(&D.o, true);
     json_t *l0 = json_array_get(arr, 0);
     ck_assert_int_eq(json_integer_value(json_object_get(l0, "limit")), 3);
     ck_assert_int_eq(json_integer_value(json_object_get(l0, "slot")),
@@ -1668,11 +1668,16 @@ START_TEST(test_status_and_leases_json)
     ck_assert(json_is_null(json_object_get(json_array_get(nodes, 2), "pttl")));
     ck_assert_int_eq(C.refs, 0);
 
-    json_t *arr = lockmgr_owner_leases_json(&A.o);
+    json_t *arr = lockmgr_owner_leases_json(&A.o, false);
     ck_assert_uint_eq(json_array_size(arr), 1);
     json_t *l0 = json_array_get(arr, 0);
     ck_assert_str_eq(json_string_value(json_object_get(l0, "resource")), "r");
     ck_assert_int_eq(json_integer_value(json_object_get(l0, "fence")), 17);
+    ck_assert_ptr_null(json_object_get(l0, "token"));   /* not for others */
+    json_decref(arr);
+    arr = lockmgr_owner_leases_json(&A.o, true);      /* its own LOCKS */
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(arr, 0),
+                                                       "token")), A.token);
     json_decref(arr);
     end_and_release(&A, "lock:r");
 }
