@@ -417,6 +417,11 @@ static uint64_t op_elapsed_ms(const struct op *o)
 /* Does this round go to node i? A raise goes to the holders below F. */
 static bool op_targets(const struct op *o, int i)
 {
+    /* A rotation on a node whose answer cannot count would still take the
+     * old token away there: a client retrying its ADOPT (it never saw the
+     * new token) would find the key no longer its own. */
+    if (o->kind == OP_ADOPT)
+        return node_votes(i);
     if (o->kind != OP_RAISE)
         return true;
     return o->votes[i].vote == REDLOCK_VOTE_HELD &&
@@ -618,8 +623,11 @@ static void op_fan_out(struct op *o)
         nargs += POOL_GUARD_WORDS;
     o->pending = 1;
     for (int i = 0; i < pool_nnodes(); i++) {
-        if (!op_targets(o, i))
+        if (!op_targets(o, i)) {
+            if (o->kind == OP_ADOPT)
+                o->res.failed++;    /* not asked: no vote */
             continue;
+        }
         if (guarded)
             guard_words(&o, 1, i, argv, lens,
                         nkeys + nargs - POOL_GUARD_WORDS);
