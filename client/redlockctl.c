@@ -10,7 +10,10 @@
  * confirms the lease every ttl/3 (redlockd_refresh), stops the whole group
  * (SIGTERM, SIGKILL after --kill-after) when the lease is lost or its
  * deadline passes unconfirmed, and releases the lock when the command
- * exits. `ping`, `status`, `sessions`
+ * exits. With several servers (-s repeated) the library follows the lease
+ * when the connection breaks or the daemon restarts or dies (resume, or
+ * ADOPT on another daemon), and the command runs on; see "run: failover"
+ * below. `ping`, `status`, `sessions`
  * and `stats` print the daemon's answers, as tables or (--json) raw;
  * `locks` lists every lock the daemon's sessions hold, from SESSIONS.
  * `release --force` is the operator's FORCEUNLOCK, after AUTH with the
@@ -50,12 +53,17 @@
 #define CTL_DEFAULT_TIMEOUT_MS 5000
 /*
  * `run` hands its lock connection down to the command (not close-on-exec,
- * its number in REDLOCKD_LOCK_FD): the daemon sees the connection close,
- * and releases the lock, only when the last process holding that socket
- * exits, redlockctl and every descendant that kept it. So the lock stays
+ * its number in REDLOCKD_LOCK_FD): the daemon sees the connection close
+ * only when the last process holding that socket exits, redlockctl and
+ * every descendant that kept it; the session then detaches, and the lock
+ * is released when its detach time (--detach) runs out. So the lock stays
  * held while the command runs even if redlockctl is killed with SIGKILL.
- * For the same reason `run` asks for no HELLO keepalive: once redlockctl
- * is gone nobody would send the lines that keep such a session alive.
+ * After a failover the session is on a connection of redlockctl's own,
+ * which the command does not have (the library shut the inherited one
+ * down): a SIGKILLed redlockctl then keeps the lock for the detach time
+ * only. For the same reason `run` asks for no HELLO keepalive: once
+ * redlockctl is gone nobody would send the lines that keep such a session
+ * alive.
  *
  * It confirms the lease every third of its ttl (the daemon's renewal
  * period), which leaves each confirmation two thirds of a ttl to arrive
@@ -79,6 +87,21 @@
 #define CTL_GROUP_POLL_MS 20
 /* The environment variable that names the inherited lock connection. */
 #define CTL_LOCK_FD_ENV "REDLOCKD_LOCK_FD"
+/*
+ * run: failover. The session asks for HELLO detach= of the ttl, at least
+ * CTL_DETACH_MIN_MS and at most CTL_DETACH_MAX_MS (the daemon's default
+ * limits.max_detach_ms), unless --detach says otherwise: so a broken
+ * connection costs nothing while the library resumes the session, and a
+ * daemon restarted or lost costs nothing while it adopts the lease on
+ * another. While the handle is not connected, redlockctl gives it slices
+ * of at most CTL_RECONNECT_SLICE_MS to reconnect in, so that signals and
+ * the command's exit are not left waiting, and looks again after
+ * CTL_RECONNECT_POLL_MS.
+ */
+#define CTL_DETACH_MIN_MS 30000
+#define CTL_DETACH_MAX_MS 60000
+#define CTL_RECONNECT_SLICE_MS 1000
+#define CTL_RECONNECT_POLL_MS 20
 
 /* run -r: the most resources one run takes (the daemon's locks.max_multi
  * may allow fewer). */
@@ -86,7 +109,8 @@
 
 struct ctl {
     /* common options */
-    const char *server;
+    const char *servers[REDLOCKD_SERVERS_MAX];  /* -s, in order */
+    size_t nservers;
     const char *password_file;
     const char *name;
     int timeout_ms;
@@ -103,6 +127,9 @@ struct ctl {
     uint32_t limit;                 /* --limit K */
     const char *resources[CTL_MAX_RESOURCES];   /* -r, in order */
     size_t nresources;
+    /* run: failover */
+    int detach_set;                 /* --detach given */
+    uint32_t detach_ms;             /* its value; 0: off */
     /* release options */
     int force;
     const char *admin_password_file;
@@ -130,6 +157,7 @@ enum {
     OPT_LIMIT,
     OPT_FORCE,
     OPT_ADMIN_PASSWORD_FILE,
+    OPT_DETACH,
 };
 
 /* Which commands take an option. */
@@ -156,8 +184,9 @@ struct ctl_opt {
 
 static const struct ctl_opt ctl_opts[] = {
     { "server", 's', "ADDR", CTL_ANY,
-      "HOST:PORT, [IPV6]:PORT or unix:/PATH\n"
-      "(default: $REDLOCKD_SERVER, else 127.0.0.1:7390)\n" },
+      "HOST:PORT, [IPV6]:PORT or unix:/PATH; repeat for\n"
+      "daemons to fail over to (default: $REDLOCKD_SERVER,\n"
+      "comma-separated, else 127.0.0.1:7390)\n" },
     { "password-file", OPT_PASSWORD_FILE, "F", CTL_ANY,
       "send the first line of F with AUTH\n" },
     { "name", OPT_NAME, "NAME", CTL_ANY, "client name shown by `sessions`\n" },
@@ -188,6 +217,10 @@ static const struct ctl_opt ctl_opts[] = {
       "one of K slots of a semaphore (K holders at once)\n" },
     { "resource", 'r', "R", CTL_RUN,
       "lock R too (repeat for several, all or none)\n" },
+    { "detach", OPT_DETACH, "MS", CTL_RUN,
+      "how long the daemon keeps the session after the\n"
+      "connection is lost (default: the ttl, 30000 to\n"
+      "60000; 0: off, a lost connection loses the lock)\n" },
     { "force", OPT_FORCE, NULL, CTL_RELEASE,
       "delete the lock whoever holds it (FORCEUNLOCK)\n" },
     { "admin-password-file", OPT_ADMIN_PASSWORD_FILE, "F", CTL_RELEASE,
@@ -273,7 +306,10 @@ static void ctl_usage(FILE *out)
 "with -r also REDLOCKD_RESOURCES (space-separated), with --limit\n"
 "REDLOCKD_SLOT, with --shared REDLOCKD_MODE=shared. It inherits the lock\n"
 "connection as file descriptor $REDLOCKD_LOCK_FD: the lock stays held\n"
-"while any process keeps it open, even if redlockctl is killed.\n"
+"while any process keeps it open, even if redlockctl is killed, and\n"
+"--detach longer. With several servers (-s repeated) the lock moves to\n"
+"another daemon when its own restarts or dies, and the command runs on\n"
+"(REDLOCKD_TOKEN is then out of date).\n"
 "\n"
 "Exit status:\n"
 "  run: the command's status (128+N if it died of signal N); 75 (or -E) when\n"
@@ -342,7 +378,16 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
     if (o->scope != CTL_ANY && !c->cmd_opt[o->scope])
         c->cmd_opt[o->scope] = o;
     switch (o->val) {
-    case 's': c->server = arg; return 0;
+    case 's':
+        if (c->nservers >= REDLOCKD_SERVERS_MAX) {
+            warnx("-s: at most %d servers", REDLOCKD_SERVERS_MAX);
+            return -1;
+        }
+        c->servers[c->nservers++] = arg;
+        return 0;
+    case OPT_DETACH:
+        c->detach_set = 1;
+        return ctl_number_u32(arg, o, &c->detach_ms);
     case OPT_PASSWORD_FILE: c->password_file = arg; return 0;
     case OPT_NAME: c->name = arg; return 0;
     case OPT_JSON: c->json = 1; return 0;
@@ -529,14 +574,20 @@ static int ctl_report(const char *what, int rc, const char *msg)
     return EX_UNAVAILABLE;
 }
 
-/* The address the library will use, for messages. */
+/* The addresses the library will use, for messages. */
 static const char *ctl_server(const struct ctl *c)
 {
+    static char list[512];
     const char *env = getenv(REDLOCKD_SERVER_ENV);
+    size_t len = 0;
 
-    if (c->server)
-        return c->server;
-    return env && *env != '\0' ? env : REDLOCKD_DEFAULT_SERVER;
+    if (c->nservers == 0)
+        return env && *env != '\0' ? env : REDLOCKD_DEFAULT_SERVER;
+    list[0] = '\0';
+    for (size_t i = 0; i < c->nservers && len < sizeof(list); i++)
+        len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
+                                i > 0 ? "," : "", c->servers[i]);
+    return list;
 }
 
 static int ctl_connect(struct ctl *c, struct redlockd_opts *o,
@@ -547,7 +598,8 @@ static int ctl_connect(struct ctl *c, struct redlockd_opts *o,
 
     if (c->password_file && ctl_read_password(c) < 0)
         return EX_USAGE;
-    o->server = c->server;
+    o->servers = c->nservers > 0 ? c->servers : NULL;
+    o->nservers = c->nservers;
     o->connect_timeout_ms = c->timeout_ms;
     o->io_timeout_ms = c->timeout_ms;
     o->name = c->name ? c->name : c->default_name;
@@ -1294,15 +1346,28 @@ static int ctl_signals_init(void)
     return 0;
 }
 
+/* The library's own reasons for a lost lease, for the message. */
+static const char *ctl_lost_why(const char *reason)
+{
+    if (strcmp(reason, "deadline") == 0)
+        return "it was not confirmed again before its deadline";
+    if (strcmp(reason, "adopt") == 0)
+        return "no daemon could take it over after the connection was lost";
+    if (strcmp(reason, "disconnected") == 0)
+        return "the session ended with the connection";
+    return "the daemon could not keep the lease";
+}
+
 static void ctl_on_lost(const char *resource, uint64_t fence,
                         const char *reason, void *ud)
 {
     struct ctl_run *r = ud;
 
     (void)fence;
-    /* The library gave the connection up (an I/O error or timeout, a
-     * daemon that closed it): the command's inherited copies must not
-     * keep the daemon's session, and with it the lease, alive. */
+    /* The library gave the connection up for good (a handle that does
+     * not reconnect; one that does shuts a lost connection down itself):
+     * the command's inherited copies must not keep the daemon's session,
+     * and with it the lease, alive. */
     if (!resource && r->conn >= 0)
         (void)shutdown(r->conn, SHUT_RDWR);
     if (r->lost)
@@ -1312,8 +1377,8 @@ static void ctl_on_lost(const char *resource, uint64_t fence,
                  "the connection to the daemon was lost");
     else if (ctl_holds(r->c, r->resource, resource))
         snprintf(r->lost_reason, sizeof(r->lost_reason),
-                 "the daemon could not keep the lease%s%s (%s)",
-                 r->c->nresources > 1 ? " on " : "",
+                 "%s%s%s (%s)", ctl_lost_why(reason),
+                 r->c->nresources > 1 ? ", on " : "",
                  r->c->nresources > 1 ? resource : "", reason);
     else
         return;
@@ -1487,9 +1552,12 @@ static void ctl_notice_lost(struct ctl_run *r)
     r->kill_at = ctl_now_ms() + r->c->kill_after_s * 1000.0;
 }
 
+/* Failures reach us through ctl_on_lost; a lost connection leaves the
+ * handle unconnected, and ctl_timers reconnects. (A daemon shutting down
+ * is not left before it closes the connection: closing it ourselves then
+ * would release the lock.) */
 static void ctl_handle_daemon(struct ctl_run *r)
 {
-    /* Failures reach us through ctl_on_lost (disconnected). */
     (void)redlockd_poll_events(r->h, 0);
     ctl_notice_lost(r);
 }
@@ -1519,16 +1587,19 @@ static void ctl_schedule_refresh(struct ctl_run *r, double sent)
                                                          : CTL_REFRESH_MIN_MS);
 }
 
+/* Confirm the lease, or (not connected) reconnect: not waiting past the
+ * stop time, and while reconnecting not past a slice of it either. A lost
+ * lease reaches us through ctl_on_lost. */
 static void ctl_refresh(struct ctl_run *r)
 {
-    double sent = ctl_now_ms(), stop;
+    double sent = ctl_now_ms(), stop, within;
 
     if (!ctl_stop_at(r, &stop) || stop <= sent)
         return;
-    /* Not waiting past the stop time; a failure closes the connection and
-     * reaches us through ctl_on_lost (disconnected). */
-    if (redlockd_refresh_within(r->h, (int)(stop - sent))
-        == -REDLOCKD_E_IO_TIMEOUT)
+    within = stop - sent;
+    if (redlockd_fd(r->h) < 0 && within > CTL_RECONNECT_SLICE_MS)
+        within = CTL_RECONNECT_SLICE_MS;
+    if (redlockd_refresh_within(r->h, (int)within) == -REDLOCKD_E_IO_TIMEOUT)
         snprintf(r->lost_reason, sizeof(r->lost_reason),
                  "the daemon did not confirm the lease");
     ctl_schedule_refresh(r, sent);
@@ -1562,7 +1633,7 @@ static void ctl_timers(struct ctl_run *r)
     /* A deadline passed while we were not looking (redlockctl itself was
      * stopped) is not undone by a refresh: the command ran unconfirmed. */
     ctl_check_deadline(r);
-    if (!r->lost && now >= r->next_refresh)
+    if (!r->lost && (now >= r->next_refresh || redlockd_fd(r->h) < 0))
         ctl_refresh(r);
     ctl_check_deadline(r);
     ctl_notice_lost(r);
@@ -1579,6 +1650,10 @@ static int ctl_poll_timeout(const struct ctl_run *r)
     }
     if (r->kill_at > 0 && (next < 0 || r->kill_at < next))
         next = r->kill_at;
+    /* Reconnecting: the library paces the attempts. */
+    if (!r->lost && redlockd_fd(r->h) < 0
+        && (next < 0 || now + CTL_RECONNECT_POLL_MS < next))
+        next = now + CTL_RECONNECT_POLL_MS;
     /* Waiting for processes of the group that are not our children. */
     if (r->exited && (next < 0 || now + CTL_GROUP_POLL_MS < next))
         next = now + CTL_GROUP_POLL_MS;
@@ -1638,7 +1713,9 @@ static int ctl_finish(struct ctl_run *r)
                   r->resource);
         } else if (rc < 0) {
             warnx("could not release %s (the daemon releases it as the "
-                  "connection closes): %s", r->resource,
+                  "session ends%s): %s", r->resource,
+                  redlockd_fd(r->h) < 0 ? ", when its detach time runs out"
+                                        : "",
                   redlockd_last_error(r->h)->msg);
         }
     } else if (!r->lost_noticed) {
@@ -1686,13 +1763,27 @@ static bool ctl_lock(struct ctl_run *r, struct redlockd_lease *lease,
     return !r->not_taken;
 }
 
+/* HELLO detach= for run (see CTL_DETACH_MIN_MS); negative: off. */
+static int ctl_detach(const struct ctl *c)
+{
+    uint32_t ttl = c->ttl_ms ? c->ttl_ms : CTL_DETACH_MIN_MS;
+
+    if (c->detach_set)
+        return c->detach_ms == 0 ? -1
+             : c->detach_ms > INT32_MAX ? INT32_MAX : (int)c->detach_ms;
+    if (ttl < CTL_DETACH_MIN_MS)
+        return CTL_DETACH_MIN_MS;
+    return ttl > CTL_DETACH_MAX_MS ? CTL_DETACH_MAX_MS : (int)ttl;
+}
+
 /* args: RESOURCE [--] COMMAND [ARGS...] */
 static int ctl_run(struct ctl *c, int argc, char **argv)
 {
     struct ctl_run r = { .c = c, .conn = -1 };
     /* No keepalive: the command keeps the connection after us (see
      * CTL_REFRESH_MAX_MS). */
-    struct redlockd_opts o = { .on_lost = ctl_on_lost, .ud = &r };
+    struct redlockd_opts o = { .on_lost = ctl_on_lost, .ud = &r,
+                               .detach_ms = ctl_detach(c) };
     struct redlockd_lease lease;
     int rc, i = 0;
 

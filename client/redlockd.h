@@ -1,11 +1,15 @@
 /*
  * libredlockd: a small blocking C client for the redlockd lock service.
  *
- * One handle is one connection, and one connection is one daemon session:
- * every lock taken through a handle is held for as long as the handle stays
- * connected (the daemon renews the lease), and is released by the daemon the
- * moment the connection drops. Build with `pkg-config --cflags --libs
- * redlockd`. The wire protocol is described in docs/protocol.md.
+ * A handle is one daemon session, over one connection at a time: the locks
+ * taken through it are held for as long as the session lives (the daemon
+ * renews their leases), and released when the handle is closed. The
+ * handle does not die with its connection: given one or more servers
+ * (redlockd_opts.servers), it reconnects when the connection breaks or its
+ * daemon restarts or goes away, resuming the session on the same daemon or
+ * adopting every lease on another, with the same fence (see "Failover"
+ * below). Build with `pkg-config --cflags --libs redlockd`. The wire
+ * protocol is described in docs/protocol.md.
  *
  *     struct redlockd *h;
  *     struct redlockd_lease lease;
@@ -33,16 +37,57 @@
  * different handles may be used from different threads freely.
  *
  * Transport errors (REDLOCKD_E_IO, _IO_TIMEOUT, _CLOSED, _PROTO, and
- * _NOMEM while reading) close the connection, as does REDLOCKD_E_TOOLONG:
- * the daemon then releases every lock of the handle, so redlockd_lost()
- * answers 1 for all of them, and later calls fail with REDLOCKD_E_CLOSED
- * (redlockd_fd() is -1). Reconnect with a new handle. Other errors the
- * daemon answers with (REDLOCKD_E_BUSY and friends) and REDLOCKD_E_INVALID
- * leave the connection usable.
+ * _NOMEM while reading) close the connection, as does REDLOCKD_E_TOOLONG;
+ * redlockd_fd() is then -1 until the handle has reconnected. Other errors
+ * the daemon answers with (REDLOCKD_E_BUSY and friends) and
+ * REDLOCKD_E_INVALID leave the connection usable.
+ *
+ * Failover. The handle asks for a detachable session (HELLO detach=), which
+ * the daemon keeps, with its leases renewed, for detach_ms after the
+ * connection is lost. The next blocking call (any request,
+ * redlockd_refresh, redlockd_poll_events with a timeout, redlockd_reconnect)
+ * reconnects, pausing between rounds from reconnect_min_ms up to
+ * reconnect_max_ms: first to the same daemon with HELLO resume= (the same
+ * session and leases, confirmed by a refresh), else (ERR NOSESSION: a
+ * restarted daemon; or that daemon can not be reached) to the servers in
+ * turn, with a new session and one ADOPT per grant (the resources of one
+ * multi-resource LOCK together): the same lease and fence, a new token
+ * (redlockd_lease_info). Meanwhile a lease is UNCONFIRMED
+ * (redlockd_lease_state) and its deadline still holds; one whose deadline
+ * passes first is not adopted but lost (on_lost reason "deadline"), as is
+ * one that ADOPT refuses ("adopt": it is gone, or a shared hold or
+ * semaphore slot, which ADOPT can not move yet). A call reconnects for no
+ * longer than the I/O timeout, the earliest lease deadline and its own
+ * timeout; if that is not enough it fails with the transport error and the
+ * next call goes on. Requests that were in flight: a LOCK fails with
+ * REDLOCKD_E_IO (it may or may not have been granted: a grant that did
+ * happen is released with the old session, when its detach time runs out,
+ * or at once by the resume); UNLOCK, EXTEND, PING, FORCEUNLOCK and the
+ * inspection commands are sent again on the new connection (an UNLOCK of
+ * a lease found gone counts as done).
+ *
+ * A daemon that is shutting down (EVENT SHUTDOWN) keeps the connection
+ * until its shutdown_timeout_ms, then leaves the leases on the nodes and
+ * says so (EVENT CLOSING reason=shutdown): the handle adopts them
+ * elsewhere, or on the daemon once it is back. The handle does not leave
+ * such a daemon sooner, but a detachable session's connection lost during
+ * the shutdown window is no release either: the daemon leaves those leases
+ * on the nodes too, and they are adopted the same way.
+ *
+ * A daemon that refuses detach= (older than it, or limits.max_detach_ms 0
+ * or below detach_ms) gets a plain HELLO: the handle still reconnects, but
+ * the daemon releases the leases of a session whose connection ends, so
+ * they are lost then ("disconnected") unless the daemon said it left them
+ * on the nodes (EVENT CLOSING reason=shutdown), in which case they are
+ * adopted. reconnect_max_ms < 0 turns all of this off: the handle then
+ * dies with its connection, as every handle did before failover (every
+ * lease lost, on_lost(NULL, 0, "disconnected"), later calls fail with
+ * REDLOCKD_E_CLOSED; no detach= either).
  */
 #ifndef REDLOCKD_CLIENT_H
 #define REDLOCKD_CLIENT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -55,6 +100,8 @@ extern "C" {
  * (locks.max_resource_len, default 200) applies too. */
 #define REDLOCKD_RESOURCE_MAX 1024
 #define REDLOCKD_TOKEN_LEN 32
+/* The most servers one handle takes. */
+#define REDLOCKD_SERVERS_MAX 16
 
 enum redlockd_code {
     REDLOCKD_OK = 0,
@@ -94,7 +141,9 @@ struct redlockd_error {
 
 /*
  * Connection options. Zero-initialise and set what you need: every zero or
- * NULL field means "the default".
+ * NULL field means "the default". Fields are only ever added at the end;
+ * this is a 0.x library, so a program built against an older redlockd.h
+ * must be rebuilt against this one (the library reads the whole struct).
  */
 struct redlockd_opts {
     /*
@@ -106,7 +155,8 @@ struct redlockd_opts {
      * 65535 in at most 5 digits and defaults to 7390. docs/protocol.md has
      * the grammar. A malformed address fails redlockd_connect with
      * REDLOCKD_E_INVALID before anything is resolved. NULL:
-     * $REDLOCKD_SERVER, else REDLOCKD_DEFAULT_SERVER.
+     * $REDLOCKD_SERVER (one address, or several separated by commas), else
+     * REDLOCKD_DEFAULT_SERVER. Ignored when servers is set.
      */
     const char *server;
     int connect_timeout_ms;     /* 0: 5000; negative: none */
@@ -121,16 +171,39 @@ struct redlockd_opts {
     /*
      * Called from inside library calls (any request, redlockd_poll_events)
      * when the daemon reports EVENT LOST, with that event's fields, or when
-     * redlockd_refresh() finds a lease no longer listed (reason
-     * "missing"); and once with resource NULL, fence 0 and reason
-     * "disconnected" when the connection is lost, which means every lease
-     * of the handle is gone.
+     * the library finds a lease lost itself: a refresh does not find it
+     * (reason "missing"), its deadline passed while the handle was
+     * reconnecting ("deadline"), ADOPT refused it ("adopt"), or its session
+     * was not detachable and the connection ended ("disconnected"). A
+     * handle that does not reconnect (reconnect_max_ms < 0) calls it once
+     * with resource NULL, fence 0 and reason "disconnected" when the
+     * connection is lost, which means every lease of the handle is gone.
      * It must not make requests on the same handle (they fail with
-     * REDLOCKD_E_INVALID); redlockd_lost() is fine.
+     * REDLOCKD_E_INVALID); redlockd_lost() and the redlockd_lease_*
+     * queries are fine.
      */
     void (*on_lost)(const char *resource, uint64_t fence, const char *reason,
                     void *ud);
     void *ud;
+
+    /* ---- failover (0.5); see "Failover" above ---- */
+    /* Several servers (each as `server`), tried in turn; wins over server
+     * and $REDLOCKD_SERVER when nservers > 0. At most
+     * REDLOCKD_SERVERS_MAX. redlockd_connect takes the first that
+     * answers. */
+    const char *const *servers;
+    size_t nservers;
+    /* HELLO detach=: how long the daemon keeps the session after its
+     * connection is lost. 0: 30000; negative: not asked for (a lost
+     * connection then costs every lease). A lease's deadline is never more
+     * than this (less 1%) after its confirmation, so refresh more often
+     * than that with a longer ttl. */
+    int detach_ms;
+    /* The pause between rounds of reconnection attempts, doubling from
+     * min to max (less up to half of it, at random). 0: 50 and 1000;
+     * reconnect_max_ms negative: never reconnect. */
+    int reconnect_min_ms;
+    int reconnect_max_ms;
 };
 
 struct redlockd_lease {
@@ -152,15 +225,18 @@ struct redlockd_info {
 struct redlockd;
 
 /*
- * Connect, send HELLO (proto=1, name, keepalive) and AUTH when a password
- * is given. opts may be NULL. On failure *out is NULL and err (if not NULL)
- * says why.
+ * Connect to the first server that answers, send HELLO (proto=1, name,
+ * keepalive, detach) and AUTH when a password is given. opts may be NULL.
+ * On failure *out is NULL and err (if not NULL) says why (a transport
+ * failure: the last server's).
  */
 int redlockd_connect(struct redlockd **out, const struct redlockd_opts *opts,
                      struct redlockd_error *err);
 
 /* Send QUIT (so the daemon releases the locks at once, without
- * lock_delay_ms), close and free. NULL is fine. */
+ * lock_delay_ms), close and free. NULL is fine. A handle that is not
+ * connected at the time leaves its detached session (and its leases) to
+ * the daemon, which ends it when detach_ms runs out. */
 void redlockd_close(struct redlockd *h);
 
 /*
@@ -194,9 +270,11 @@ int redlockd_stats(struct redlockd *h, char **json);
 
 /*
  * 1 if the lease on resource taken through this handle was lost (EVENT LOST
- * arrived, UNLOCK/EXTEND answered ERR LOST, a refresh did not find it, or
- * the connection is gone), else 0. Taking the resource again clears it.
- * Only events already read count: call redlockd_poll_events() while idle.
+ * arrived, UNLOCK/EXTEND answered ERR LOST, a refresh did not find it, the
+ * handle could not take it over after a lost connection, or the connection
+ * is gone on a handle that does not reconnect), else 0. Taking the
+ * resource again clears it. Only events already read count: call
+ * redlockd_poll_events() while idle.
  * This is what the daemon said; whether the lease may still be relied on
  * now is redlockd_lease_check()'s answer.
  */
@@ -230,9 +308,13 @@ int redlockd_lost(const struct redlockd *h, const char *resource);
  * until the I/O timeout, and never past the earliest deadline still
  * ahead, so that a caller waiting here can stop its work on time: no
  * answer by then fails with REDLOCKD_E_IO_TIMEOUT and closes the
- * connection (a late answer can not be told from the next one), after
- * which every lease of the handle counts as lost. Any line keeps the
- * session alive, so this also serves as the keepalive ping.
+ * connection (a late answer can not be told from the next one); the lease
+ * whose deadline that was is lost ("deadline"), the others are
+ * unconfirmed until the handle reconnects (a handle that does not
+ * reconnect: every lease counts as lost). A handle whose connection was
+ * lost reconnects first; one that loses it here reconnects before the
+ * call returns, unless that earliest deadline has come. Any line keeps
+ * the session alive, so this also serves as the keepalive ping.
  */
 int redlockd_refresh(struct redlockd *h);
 /* The same, waiting for the answer no longer than timeout_ms either
@@ -242,22 +324,65 @@ int redlockd_refresh_within(struct redlockd *h, int timeout_ms);
 
 /*
  * The deadline of the lease on resource into *deadline_ms (may be NULL):
- * 0 while the handle holds the lease, even when the deadline has passed;
- * -REDLOCKD_E_LOST once it was reported lost (as redlockd_lost()) or the
- * connection is gone; -REDLOCKD_E_NOTHELD if the handle never took it or
- * released it. *deadline_ms is set only with 0.
+ * 0 while the handle holds the lease, even when the deadline has passed,
+ * and while it is unconfirmed (the handle reconnects); -REDLOCKD_E_LOST
+ * once it was reported lost (as redlockd_lost()) or the connection is gone
+ * on a handle that does not reconnect; -REDLOCKD_E_NOTHELD if the handle
+ * never took it or released it. *deadline_ms is set only with 0.
  */
 int redlockd_lease_deadline(const struct redlockd *h, const char *resource,
                             int64_t *deadline_ms);
 
 /*
  * May the caller still act under the lease? 0 while its deadline is
- * ahead; -REDLOCKD_E_LOST once the deadline has passed, or as
- * redlockd_lease_deadline() says; -REDLOCKD_E_NOTHELD likewise. A passed
- * deadline is moved on again by a refresh that finds the lease still
- * valid: the daemon kept it all along, only the confirmation was late.
+ * ahead, confirmed or not (an unconfirmed lease's keys outlive its
+ * deadline on the nodes); -REDLOCKD_E_LOST once the deadline has passed,
+ * or as redlockd_lease_deadline() says; -REDLOCKD_E_NOTHELD likewise. A
+ * passed deadline is moved on again by a refresh that finds the lease
+ * still valid: the daemon kept it all along, only the confirmation was
+ * late. An unconfirmed lease whose deadline passed is never confirmed
+ * again.
  */
 int redlockd_lease_check(const struct redlockd *h, const char *resource);
+
+/* Where a lease stands (docs: "Failover" above). */
+enum redlockd_lease_state {
+    REDLOCKD_LEASE_NONE = 0,        /* never taken here, or released */
+    REDLOCKD_LEASE_HELD,            /* confirmed on the current connection
+                                       (its deadline is lease_check's) */
+    REDLOCKD_LEASE_UNCONFIRMED,     /* the connection was lost: being
+                                       resumed or adopted, deadline ahead */
+    REDLOCKD_LEASE_LOST,            /* as redlockd_lost(), or unconfirmed
+                                       past its deadline (on_lost follows
+                                       at the next call) */
+};
+
+/* enum redlockd_lease_state of the lease on resource. A query: it sends
+ * nothing and never reconnects. */
+int redlockd_lease_state(const struct redlockd *h, const char *resource);
+
+/*
+ * The lease on resource as the handle holds it now into *lease (may be
+ * NULL): its token changes when a new daemon adopts it, its fence never;
+ * validity is the last one reported. 0 while held or unconfirmed,
+ * -REDLOCKD_E_LOST (*lease filled all the same) once lost,
+ * -REDLOCKD_E_NOTHELD as redlockd_lease_deadline().
+ */
+int redlockd_lease_info(const struct redlockd *h, const char *resource,
+                        struct redlockd_lease *lease);
+
+/*
+ * Reconnect now: drop the connection (without QUIT, so a detachable
+ * session detaches; one that is not loses its leases) and resume or adopt
+ * as after a lost one, for no longer than the I/O timeout and the earliest
+ * lease deadline. For a client that knows its network changed, and for
+ * tests. REDLOCKD_E_INVALID on a handle that does not reconnect.
+ */
+int redlockd_reconnect(struct redlockd *h);
+
+/* The server the handle is connected to, or will try next ("HOST:PORT",
+ * "unix:/PATH"): canonical text, owned by the handle. */
+const char *redlockd_server(const struct redlockd *h);
 
 /*
  * FORCEUNLOCK (operators): delete the resource's keys on every node,
@@ -272,11 +397,15 @@ int redlockd_force_unlock(struct redlockd *h, const char *resource);
  * Read EVENT lines that have arrived, without sending anything. Waits up to
  * timeout_ms for at least one (0: do not wait, negative: forever). Returns
  * the number of events handled, or a negative code (connection closed...).
+ * A lost connection is reconnected within timeout_ms (and the bounds of
+ * "Failover" above): with 0 it is not, and the call fails with the
+ * transport error; the next blocking call reconnects.
  */
 int redlockd_poll_events(struct redlockd *h, int timeout_ms);
 
 /* The socket, to wait for readability with poll() alongside other work,
- * then call redlockd_poll_events(h, 0). -1 once closed. */
+ * then call redlockd_poll_events(h, 0). -1 while not connected; it changes
+ * when the handle reconnects. */
 int redlockd_fd(const struct redlockd *h);
 
 /* 1 once the daemon has sent EVENT SHUTDOWN. */

@@ -309,6 +309,11 @@ static void lk_connect(const struct cfg *c)
     o.server = c->server;
     o.name = c->name;
     o.keepalive_ms = (unsigned)c->keepalive_ms;
+    /* A worker that dies keeps its tasks' locks only as long as their
+     * ttl (a blip shorter than that is ridden out): its stale work is
+     * then recovered by another worker, not the library's default 30 s
+     * later. */
+    o.detach_ms = c->ttl_ms;
     if (redlockd_connect(&lk, &o, &err) < 0)
         die(EXIT_UNAVAILABLE, "redlockd %s: %s",
             c->server ? c->server : "(default)", err.msg);

@@ -17,7 +17,7 @@
  *   - SIGKILL of redlockctl neither frees the lock nor stops the command:
  *     the command inherited the lock connection ($REDLOCKD_LOCK_FD), so the
  *     daemon keeps the lock until the command's last process exits, and
- *     frees it then;
+ *     frees it the --detach time later;
  *   - SIGTERM and SIGINT sent to redlockctl reach the command;
  *   - a lease lost while the command runs (two of three nodes SIGSTOPped)
  *     stops the command, and redlockctl exits 70;
@@ -30,6 +30,11 @@
  *     nodes grants the lock (comparing the command's last write with the
  *     grant), and a redlockctl that was itself stopped past the deadline
  *     stops its command as it resumes;
+ *   - failover (issue 18): `run` with two daemons (-s twice, or a comma
+ *     list in $REDLOCKD_SERVER) rides through its daemon's SIGTERM and
+ *     restart, and through its SIGKILL: the command runs its 3 s to the
+ *     end, exit 0, and another client gets BUSY all along; ping goes to
+ *     the list's next daemon when the first is down;
  *   - status, sessions, stats and ping, as tables and as --json, over TCP,
  *     the unix socket and $REDLOCKD_SERVER; an unreachable daemon gives 69
  *     and one "redlockctl: ..." line on stderr, and so does ping to a
@@ -936,10 +941,10 @@ static void kill_group(long pgid)
  * SIGKILL leaves redlockctl no chance to UNLOCK, nor to stop its command:
  * the command inherited the lock connection, so the daemon keeps the lock
  * (and renews it, past several ttls) while any process of the command runs,
- * and releases it as soon as the last one exits (redlockctl(1): "the lock
- * is held while any process of the command's group runs"). Here the
- * command's shell waits for its child `sleep` and then writes a file: both
- * must outlive redlockctl.
+ * and releases it once the last one has exited and the session's --detach
+ * time has run out (redlockctl(1): "the lock is held while any process of
+ * the command's group runs"). Here the command's shell waits for its child
+ * `sleep` and then writes a file: both must outlive redlockctl.
  */
 START_TEST(run_sigkill_keeps_lock)
 {
@@ -957,7 +962,8 @@ START_TEST(run_sigkill_keeps_lock)
     fdf = tmp_path("fd");
     connect_to(&A);
     t0 = h_now_ms();
-    p = ctl_start("-s", S, "run", "--ttl", "600", "cli:kill", "--", "sh", "-c",
+    p = ctl_start("-s", S, "run", "--ttl", "600", "--detach", "1000", "cli:kill",
+                  "--", "sh", "-c",
                   "readlink \"/proc/$$/fd/$REDLOCKD_LOCK_FD\" > \"$3\"; "
                   "echo $$ > \"$1\"; sleep 2; echo done > \"$2\"",
                   "sh", pidf, donef, fdf, NULL);
@@ -981,16 +987,18 @@ START_TEST(run_sigkill_keeps_lock)
             "command started, redlockctl long dead\n", h_since(t0));
 
     /* The command was not stopped: it finishes its work, and its exit
-     * frees the lock. */
+     * detaches the session, which ends (freeing the lock) 1000 ms later. */
     ck_assert_msg(wait_group_gone(pgid, h_scale(5000)),
                   "the command (group %ld) still runs %lld ms after it started",
                   pgid, h_since(t0));
     free_after = h_since(t0);
     ck_assert_msg(read_file(donef, buf, sizeof(buf)) && strcmp(buf, "done\n") == 0,
                   "the command did not finish its work (file: \"%s\")", buf);
-    took = lock_within(&A, "cli:kill", h_scale(1000));
+    took = lock_within(&A, "cli:kill", h_scale(3000));
     fprintf(stderr, "run_sigkill_keeps_lock: the command ended %lld ms after it "
             "started, the lock free %lld ms later\n", free_after, took);
+    ck_assert_msg(took >= 900, "the lock was free %lld ms after the command "
+                  "ended, before --detach 1000 ran out", took);
     h_expect(&A, "OK resource=cli:kill ", "UNLOCK cli:kill");
     /* REDLOCKD_LOCK_FD named the inherited connection. */
     ck_assert_msg(read_file(fdf, buf, sizeof(buf)) && h_starts(buf, "socket:["),
@@ -1205,6 +1213,164 @@ START_TEST(run_ctl_stopped)
     /* The connection closed, so the daemon let the lock go. */
     connect_to(&A);
     assert_free("cli:ctlstop");
+}
+END_TEST
+
+/* ---- run: failover ---- */
+
+#define FAILOVER_JSON "{\"shutdown_timeout_ms\":500}"
+
+/* D and D2 on the same nodes, each with a short shutdown_timeout_ms (a
+ * lease still held delays a stopping daemon's exit by that much); B is
+ * connected to D2. The address of D2 into s2. */
+static void start_two_daemons(char *s2, size_t size)
+{
+    start_daemon(FAILOVER_JSON);
+    h_daemon_start(&D2, R, nr, FAILOVER_JSON);
+    h_wait_voting(&D2, nr, h_scale(5000));
+    snprintf(s2, size, "127.0.0.1:%d", D2.port);
+    h_connect_tcp_ok(&B, D2.port);
+}
+
+/* `run` of a command that runs 3 s undisturbed, then writes "done". */
+#define FAILOVER_CMD "echo $$ > \"$1\"; sleep 3; echo done > \"$2\""
+
+/* res is BUSY for another client (B) while the command of redlockctl p
+ * runs (it has not written donef by the time the answer came: after
+ * that, redlockctl releases the lock); else what redlockctl and the
+ * daemons said. */
+static void busy_for(struct proc *p, const char *res, const char *donef)
+{
+    char *line = h_cmd(&B, "LOCK %s ttl=30000", res);
+
+    if (h_starts(line, "ERR BUSY"))
+        return;
+    if (h_starts(line, "OK ") && file_exists(donef)) {
+        h_expect(&B, "OK resource=", "UNLOCK %s", res);
+        return;
+    }
+    proc_drain(p);
+    h_daemon_dump_log(&D);
+    h_daemon_dump_log(&D2);
+    ck_abort_msg("LOCK %s on the other daemon answered \"%s\" while "
+                 "redlockctl (pid %ld) held it; its stderr: %s", res, line,
+                 (long)p->pid, p->err);
+}
+
+/* Until redlockctl p exits: res is BUSY for another client (B) every
+ * 20 ms. */
+static void busy_until_exit(struct proc *p, const char *res,
+                            const char *donef)
+{
+    uint64_t t0 = h_now_ms();
+
+    while (!proc_exited(p, 20)) {
+        busy_for(p, res, donef);
+        ck_assert_msg(h_since(t0) < h_scale(10000), "redlockctl still running "
+                      "10 s on; stderr: %s", p->err);
+    }
+}
+
+/* redlockctl holds res through the first daemon, D (asked with A). */
+static void assert_held_on_first(const char *res)
+{
+    json_t *st;
+
+    connect_to(&A);
+    st = h_ok_json(&A, "STATUS %s", res);
+    ck_assert_msg(h_json_int(st, "holders_here") == 1, "%s is not held through "
+                  "the first daemon", res);
+    json_decref(st);
+    h_close(&A);
+}
+
+/* The command ran its 3 s to the end, redlockctl exited 0 without a word,
+ * and released the lock. */
+static void assert_rode_through(const struct proc *p, const char *donef,
+                                const char *res, long long took)
+{
+    char buf[64];
+
+    assert_ok_quiet(p, p->cmdline);
+    ck_assert_msg(read_file(donef, buf, sizeof(buf)) && strcmp(buf, "done\n") == 0,
+                  "the command did not finish its work (file: \"%s\")", buf);
+    ck_assert_msg(took >= 3000, "the command ended after %lld ms, before its "
+                  "3 s sleep", took);
+    h_expect(&B, "OK resource=", "LOCK %s ttl=30000", res);
+    h_expect(&B, "OK resource=", "UNLOCK %s", res);
+}
+
+/*
+ * redlockctl -s A -s B run, while A is stopped (SIGTERM) and started
+ * again: the command is not interrupted, and another client gets BUSY all
+ * along (redlockctl leaves the stopping daemon for the other one and
+ * adopts the lease there).
+ */
+START_TEST(run_failover_restart)
+{
+    const char *pidf, *donef;
+    char s2[64];
+    struct proc *p;
+    uint64_t t0, start;
+    int checks = 0;
+
+    start_nodes(3);
+    start_two_daemons(s2, sizeof(s2));
+    pidf = tmp_path("pid");
+    donef = tmp_path("done");
+    start = h_now_ms();
+    p = ctl_start("-s", S, "-s", s2, "run", "cli:fo", "--", "sh", "-c",
+                  FAILOVER_CMD, "sh", pidf, donef, NULL);
+    wait_file_number(pidf, h_scale(5000));
+    busy_for(p, "cli:fo", donef);
+    assert_held_on_first("cli:fo");
+
+    t0 = h_now_ms();
+    ck_assert_int_eq(kill(D.pid, SIGTERM), 0);
+    while (!pid_gone(D.pid)) {
+        busy_for(p, "cli:fo", donef);
+        checks++;
+        ck_assert_msg(h_since(t0) < h_scale(5000), "redlockd still running");
+        h_sleep_ms(20);
+    }
+    ck_assert_int_eq(h_daemon_wait(&D, 5000), 0);
+    fprintf(stderr, "run_failover_restart: A stopped in %lld ms (%d BUSY "
+            "checks)\n", h_since(t0), checks);
+    h_daemon_restart(&D);
+    busy_for(p, "cli:fo", donef);
+    busy_until_exit(p, "cli:fo", donef);
+    assert_rode_through(p, donef, "cli:fo", h_since(start));
+}
+END_TEST
+
+/*
+ * The same with the daemons in $REDLOCKD_SERVER (a comma list) and A
+ * killed (SIGKILL) for good: redlockctl adopts the lease on B.
+ */
+START_TEST(run_failover_kill)
+{
+    const char *pidf, *donef;
+    char s2[64], list[160];
+    struct proc *p;
+    uint64_t start;
+
+    start_nodes(3);
+    start_two_daemons(s2, sizeof(s2));
+    snprintf(list, sizeof(list), "%s,%s", S, s2);
+    server_env = list;
+    pidf = tmp_path("pid");
+    donef = tmp_path("done");
+    start = h_now_ms();
+    p = ctl_start("run", "cli:fk", "--", "sh", "-c", FAILOVER_CMD, "sh", pidf,
+                  donef, NULL);
+    wait_file_number(pidf, h_scale(5000));
+    busy_for(p, "cli:fk", donef);
+    assert_held_on_first("cli:fk");
+    h_daemon_kill(&D);
+    /* With A gone, the list's next daemon answers the other commands. */
+    ctl_ok("PONG", "ping", NULL);
+    busy_until_exit(p, "cli:fk", donef);
+    assert_rode_through(p, donef, "cli:fk", h_since(start));
 }
 END_TEST
 
@@ -1856,6 +2022,8 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_lease_lost);
     tcase_add_test(tc, run_daemon_stalled);
     tcase_add_test(tc, run_ctl_stopped);
+    tcase_add_test(tc, run_failover_restart);
+    tcase_add_test(tc, run_failover_kill);
     tcase_add_test(tc, inspection_commands);
     tcase_add_test(tc, ping_no_quorum);
     tcase_add_test(tc, unreachable_daemon);

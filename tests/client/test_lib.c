@@ -22,7 +22,17 @@
  *   - lease deadlines: LOCK sets one, refreshes move it on while the
  *     daemon renews, and with the daemon stopped a refresh gives up at the
  *     deadline and lease_check says LOST from the deadline on;
- *   - strerror and code names for every code.
+ *   - strerror and code names for every code;
+ *   - failover (issue 18): a handle given two daemons rides through its
+ *     daemon's SIGTERM and restart (the lease adopted on the restarted
+ *     daemon: same fence, new token, another handle BUSY throughout), its
+ *     daemon's SIGKILL (every grant adopted on the other daemon, the
+ *     resources of a multi-resource grant in one ADOPT with one token; a
+ *     shared hold lost, "adopt"; the next LOCK goes to the new session),
+ *     a network blip (the same session resumed on the same daemon, also
+ *     on request, and with an UNLOCK in the call that finds it), and a
+ *     daemon SIGSTOPped past the lease's deadline (lost, "deadline", and
+ *     never adopted).
  * UNKNOWN (the library only sends commands it knows) and SHUTDOWN (the
  * daemon closes every session as it starts stopping) can not be provoked
  * through the library.
@@ -35,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -51,10 +62,13 @@
 static struct h_redis R[NODES_MAX];
 static int nr;
 static struct h_daemon D;
+/* A second daemon on the same nodes, for failover. */
+static struct h_daemon D2;
 /* Every handle a test opened, closed by the teardown. */
 static struct redlockd *H[HANDLES_MAX];
 static int nh;
 static char tcp_addr[64];
+static char tcp_addr2[64];
 
 /* ---- fixture ---- */
 
@@ -62,17 +76,19 @@ static void setup(void)
 {
     memset(R, 0, sizeof(R));
     memset(&D, 0, sizeof(D));
+    memset(&D2, 0, sizeof(D2));
     memset(H, 0, sizeof(H));
     nr = 0;
     nh = 0;
     tcp_addr[0] = '\0';
+    tcp_addr2[0] = '\0';
 }
 
 /* Runs after every passing test; a failing one _exit()s its fork, and then
  * PDEATHSIG and the harness's guardians clean up instead. */
 static void teardown(void)
 {
-    int rc;
+    int rc, rc2;
 
     /* A daemon a test left stopped must run again to exit on SIGTERM. */
     if (D.pid != 0)
@@ -83,6 +99,9 @@ static void teardown(void)
     nh = 0;
     rc = h_daemon_finish(&D);
     h_daemon_cleanup(&D);
+    rc2 = D2.pid != 0 ? h_daemon_finish(&D2) : 0;
+    h_daemon_cleanup(&D2);
+    rc = rc != 0 ? rc : rc2;
     h_redis_cleanup_all(R, nr);
     ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
 }
@@ -641,15 +660,18 @@ START_TEST(unavailable)
 }
 END_TEST
 
-/* A line over limits.max_line: the daemon answers TOOLONG and hangs up. */
+/* A line over limits.max_line: the daemon answers TOOLONG and hangs up. A
+ * handle that does not reconnect stays closed. */
 START_TEST(toolong_closes)
 {
+    struct redlockd_opts o = { .name = "lib-long", .reconnect_max_ms = -1 };
     struct redlockd *h;
     char res[101];
 
     start_nodes(1);
     start_daemon("{\"limits\":{\"max_line\":64}}");
-    h = open_at(tcp_addr, "lib-long");
+    o.server = tcp_addr;
+    h = open_opts(&o);
     memset(res, 'r', sizeof(res) - 1);
     res[sizeof(res) - 1] = '\0';
     assert_code(h, redlockd_lock(h, res, 30000, 0, 1, NULL), REDLOCKD_E_TOOLONG,
@@ -699,11 +721,13 @@ START_TEST(transport_errors)
                   err.msg);
 
     /* A daemon that stopped answering (SIGSTOP: its socket still accepts):
-     * the I/O timeout fires, on a request and on a connect. */
+     * the I/O timeout fires, on a request and on a connect. The handle
+     * does not reconnect, so it stays closed after. */
     start_nodes(1);
     start_daemon(NULL);
     o.server = tcp_addr;
     o.io_timeout_ms = 300;
+    o.reconnect_max_ms = -1;
     h = open_opts(&o);
     ck_assert_int_eq(kill(D.pid, SIGSTOP), 0);
     t0 = h_now_ms();
@@ -728,11 +752,13 @@ START_TEST(transport_errors)
 END_TEST
 
 /* The daemon shuts down under a held lock: EVENT SHUTDOWN, then CLOSED,
- * and every lease of the handle counts as lost; the key is left on the
- * nodes to expire by its ttl. */
+ * and for a handle that does not reconnect every lease counts as lost;
+ * the key is left on the nodes to expire by its ttl. */
 START_TEST(daemon_stop_closes)
 {
     struct lost_log log;
+    struct redlockd_opts o = { .name = "lib-closed", .on_lost = on_lost,
+                               .ud = &log, .reconnect_max_ms = -1 };
     struct redlockd *h;
     struct redlockd_lease l;
     uint64_t t0;
@@ -740,7 +766,9 @@ START_TEST(daemon_stop_closes)
 
     start_nodes(1);
     start_daemon(NULL);
-    h = open_logged("lib-closed", &log);
+    memset(&log, 0, sizeof(log));
+    o.server = tcp_addr;
+    h = log.h = open_opts(&o);
     lock_ok(h, "lib:closed", 30000, 1, &l);
 
     stop_rc = h_daemon_stop(&D);
@@ -964,6 +992,330 @@ START_TEST(lease_deadline)
 }
 END_TEST
 
+/* ---- failover ---- */
+
+/* A daemon that shuts down quickly when told to (a lease still held
+ * delays its exit by shutdown_timeout_ms). */
+#define FAILOVER_JSON "{\"shutdown_timeout_ms\":300}"
+
+/* D (tcp_addr) and D2 (tcp_addr2) on the same nodes, every node voting
+ * on both. */
+static void start_two_daemons(void)
+{
+    start_daemon(FAILOVER_JSON);
+    h_daemon_start(&D2, R, nr, FAILOVER_JSON);
+    snprintf(tcp_addr2, sizeof(tcp_addr2), "127.0.0.1:%d", D2.port);
+    h_wait_voting(&D2, nr, h_scale(5000));
+}
+
+/* A handle over both daemons, D first, logging on_lost into log. */
+static struct redlockd *open_failover(const char *name, struct lost_log *log,
+                                      struct redlockd_opts *o)
+{
+    static const char *servers[2];
+
+    servers[0] = tcp_addr;
+    servers[1] = tcp_addr2;
+    memset(log, 0, sizeof(*log));
+    o->servers = servers;
+    o->nservers = 2;
+    o->name = name;
+    o->on_lost = on_lost;
+    o->ud = log;
+    log->h = open_opts(o);
+    return log->h;
+}
+
+static void assert_busy(struct redlockd *other, const char *res,
+                        const char *when)
+{
+    int rc = redlockd_lock(other, res, 30000, 0, 1, NULL);
+
+    ck_assert_msg(rc == -REDLOCKD_E_BUSY, "another handle's LOCK %s %s: %d "
+                  "(%s: %s), want BUSY", res, when, rc, redlockd_code_name(rc),
+                  redlockd_last_error(other)->msg);
+}
+
+/* Has process pid exited (a zombie not yet reaped counts)? */
+static bool exited(pid_t pid)
+{
+    char path[64], buf[512];
+    const char *paren;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return true;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    paren = strrchr(buf, ')');
+    return paren && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* SIGTERM to d, asking `other` for res every 20 ms until d has exited:
+ * it must be BUSY throughout. */
+static void stop_watching(struct h_daemon *d, struct redlockd *other,
+                          const char *res)
+{
+    uint64_t t0 = h_now_ms();
+    int checks = 0;
+
+    ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
+    while (!exited(d->pid)) {
+        assert_busy(other, res, "while its holder's daemon stops");
+        checks++;
+        ck_assert_msg(h_since(t0) < h_scale(5000), "redlockd still running "
+                      "5 s after SIGTERM");
+        h_sleep_ms(20);
+    }
+    ck_assert_int_eq(h_daemon_wait(d, 5000), 0);
+    fprintf(stderr, "failover: daemon stopped %lld ms after SIGTERM, %d BUSY "
+            "checks meanwhile\n", h_since(t0), checks);
+}
+
+/* The lease came back: held, the same fence, a token other than `old`
+ * (NULL: the same as before) that every node holds. */
+static void assert_back(struct redlockd *h, const char *res,
+                        const struct redlockd_lease *before, bool new_token)
+{
+    struct redlockd_lease now;
+    int rc = redlockd_lease_info(h, res, &now);
+
+    ck_assert_msg(rc == 0, "lease_info %s: %d", res, rc);
+    ck_assert_int_eq(redlockd_lease_state(h, res), REDLOCKD_LEASE_HELD);
+    ck_assert_int_eq(redlockd_lease_check(h, res), 0);
+    ck_assert_int_eq(redlockd_lost(h, res), 0);
+    ck_assert_msg(now.fence == before->fence, "%s: fence %" PRIu64 " after "
+                  "failover, %" PRIu64 " before", res, now.fence, before->fence);
+    if (new_token)
+        ck_assert_msg(strcmp(now.token, before->token) != 0, "%s: the token "
+                      "did not change (%s)", res, now.token);
+    else
+        ck_assert_str_eq(now.token, before->token);
+    assert_keys(res, now.token);
+}
+
+/*
+ * The handle's daemon is stopped (SIGTERM: it leaves the lease on the
+ * nodes) and started again; the handle, asked nothing meanwhile, finds its
+ * connection closed, its session unknown to the new process, and adopts
+ * the lease there: the same fence, a new token, another handle BUSY all
+ * along; then UNLOCK releases it for real.
+ */
+START_TEST(failover_restart)
+{
+    struct redlockd_opts o = { 0 };
+    struct redlockd_lease l;
+    struct lost_log log;
+    struct redlockd *h, *other;
+    char session[64];
+    uint64_t t0;
+    int rc;
+
+    start_nodes(3);
+    start_two_daemons();
+    h = open_failover("fo-restart", &log, &o);
+    other = open_at(tcp_addr2, "fo-other");
+    lock_ok(h, "fo:r", 30000, 1, &l);
+    snprintf(session, sizeof(session), "%s", redlockd_info(h)->session);
+    assert_busy(other, "fo:r", "before the stop");
+
+    stop_watching(&D, other, "fo:r");
+    assert_keys("fo:r", l.token);
+    h_daemon_restart(&D);
+    assert_busy(other, "fo:r", "after the restart");
+
+    t0 = h_now_ms();
+    rc = redlockd_refresh(h);
+    fprintf(stderr, "failover_restart: back in %lld ms on %s\n", h_since(t0),
+            redlockd_server(h));
+    ck_assert_msg(rc == 0, "refresh after the restart: %d %s", rc,
+                  redlockd_last_error(h)->msg);
+    ck_assert_str_eq(redlockd_server(h), tcp_addr);
+    ck_assert_str_ne(redlockd_info(h)->session, session);
+    assert_back(h, "fo:r", &l, true);
+    ck_assert_int_eq(log.calls + log.null_calls, 0);
+    assert_busy(other, "fo:r", "after the adopt");
+    ck_assert_int_eq(redlockd_unlock(h, "fo:r"), 0);
+    ck_assert_int_eq(redlockd_lease_state(h, "fo:r"), REDLOCKD_LEASE_NONE);
+    assert_keys("fo:r", NULL);
+    lock_ok(other, "fo:r", 30000, 1, &l);
+}
+END_TEST
+
+/*
+ * The handle's daemon is killed (SIGKILL) and stays down: the handle
+ * adopts every grant on the other daemon, one ADOPT per grant (the two
+ * resources of one LOCK keep sharing one token), and loses the shared
+ * hold it had (ADOPT takes exclusive leases only).
+ */
+START_TEST(failover_kill)
+{
+    struct redlockd_opts o = { 0 };
+    struct redlockd_lock_opts shared = { .mode = REDLOCKD_SHARED };
+    const char *ab[] = { "fo:a", "fo:b" }, *sh[] = { "fo:sh" };
+    struct redlockd_lease l, la, lb, na, nb;
+    struct redlockd_grant g;
+    struct lost_log log;
+    struct redlockd *h, *other;
+    json_t *st;
+    int rc;
+
+    start_nodes(3);
+    start_two_daemons();
+    h = open_failover("fo-kill", &log, &o);
+    other = open_at(tcp_addr2, "fo-other");
+    lock_ok(h, "fo:k", 30000, 1, &l);
+    ck_assert_int_eq(redlockd_lockv(h, ab, 2, NULL, &g), 0);
+    ck_assert_int_eq(redlockd_lease_info(h, "fo:a", &la), 0);
+    ck_assert_int_eq(redlockd_lease_info(h, "fo:b", &lb), 0);
+    ck_assert_int_eq(redlockd_lockv(h, sh, 1, &shared, NULL), 0);
+
+    h_daemon_kill(&D);
+    assert_busy(other, "fo:k", "after its holder's daemon died");
+    /* The first call after finds the connection closed before it sends
+     * anything: a LOCK goes to the new session, not into the old one. */
+    rc = redlockd_lock(h, "fo:new", 30000, 0, 1, NULL);
+    ck_assert_msg(rc == 0, "lock after the kill: %d %s", rc,
+                  redlockd_last_error(h)->msg);
+    ck_assert_str_eq(redlockd_server(h), tcp_addr2);
+    assert_back(h, "fo:k", &l, true);
+    assert_back(h, "fo:a", &la, true);
+    assert_back(h, "fo:b", &lb, true);
+    ck_assert_int_eq(redlockd_lease_info(h, "fo:a", &na), 0);
+    ck_assert_int_eq(redlockd_lease_info(h, "fo:b", &nb), 0);
+    ck_assert_str_eq(na.token, nb.token);
+    /* The shared hold could not be moved. */
+    ck_assert_int_eq(log.calls, 1);
+    ck_assert_str_eq(log.resource, "fo:sh");
+    ck_assert_str_eq(log.reason, "adopt");
+    ck_assert_int_eq(redlockd_lease_state(h, "fo:sh"), REDLOCKD_LEASE_LOST);
+    st = stats(h);
+    ck_assert_int_eq(h_json_int(st, "adopts"), 2);
+    json_decref(st);
+    assert_busy(other, "fo:k", "after the adopt");
+    assert_busy(other, "fo:a", "after the adopt");
+    ck_assert_int_eq(redlockd_unlock(h, "fo:k"), 0);
+    ck_assert_int_eq(redlockd_unlock(h, "fo:new"), 0);
+    ck_assert_int_eq(redlockd_unlockv(h, ab, 2), 0);
+    lock_ok(other, "fo:k", 30000, 1, &l);
+    lock_ok(other, "fo:b", 30000, 1, &l);
+}
+END_TEST
+
+/*
+ * A network blip: the handle's socket is shut down under it. The next
+ * call resumes the same session on the same daemon: same id, same token,
+ * nothing adopted, nothing lost; the daemon saw the session detach and
+ * come back.
+ */
+START_TEST(failover_blip)
+{
+    struct redlockd_opts o = { 0 };
+    struct redlockd_lease l;
+    struct lost_log log;
+    struct redlockd *h, *other;
+    char session[64], *text = NULL;
+    json_t *st, *s, *sessions;
+    size_t i;
+    int found = 0;
+
+    start_nodes(3);
+    start_two_daemons();
+    h = open_failover("fo-blip", &log, &o);
+    other = open_at(tcp_addr, "fo-other");
+    lock_ok(h, "fo:blip", 30000, 1, &l);
+    snprintf(session, sizeof(session), "%s", redlockd_info(h)->session);
+
+    ck_assert_int_eq(shutdown(redlockd_fd(h), SHUT_RDWR), 0);
+    assert_busy(other, "fo:blip", "after the blip");
+    ck_assert_int_eq(redlockd_ping(h), 0);
+    ck_assert_str_eq(redlockd_server(h), tcp_addr);
+    ck_assert_str_eq(redlockd_info(h)->session, session);
+    assert_back(h, "fo:blip", &l, false);
+    ck_assert_int_eq(log.calls + log.null_calls, 0);
+    st = stats(h);
+    ck_assert_int_eq(h_json_int(st, "adopts"), 0);
+    json_decref(st);
+    /* One session of that id, attached again. */
+    sessions = parse(redlockd_sessions(other, &text), &text, other, "sessions");
+    json_array_foreach(json_object_get(sessions, "sessions"), i, s) {
+        if (strcmp(h_json_str(s, "id"), session) == 0) {
+            found++;
+            ck_assert(json_is_true(json_object_get(s, "attached")));
+        }
+    }
+    json_decref(sessions);
+    ck_assert_int_eq(found, 1);
+    /* On request: the same again. */
+    ck_assert_int_eq(redlockd_reconnect(h), 0);
+    ck_assert_str_eq(redlockd_info(h)->session, session);
+    assert_back(h, "fo:blip", &l, false);
+    /* Once more, with the unlock in the call that finds it broken. */
+    ck_assert_int_eq(shutdown(redlockd_fd(h), SHUT_RDWR), 0);
+    ck_assert_int_eq(redlockd_unlock(h, "fo:blip"), 0);
+    ck_assert_str_eq(redlockd_info(h)->session, session);
+    assert_keys("fo:blip", NULL);
+    lock_ok(other, "fo:blip", 30000, 1, &l);
+}
+END_TEST
+
+/*
+ * The handle's daemon is SIGSTOPped and the handle asks nothing until its
+ * lease's deadline has passed: the lease is lost ("deadline") and not
+ * adopted, though the other daemon is there to take it; the handle itself
+ * goes on there, and the resource is had by another once its keys expire.
+ */
+START_TEST(failover_deadline)
+{
+    struct redlockd_opts o = { .connect_timeout_ms = 300, .io_timeout_ms = 500 };
+    struct redlockd_lease l;
+    struct lost_log log;
+    struct redlockd *h, *other;
+    int64_t deadline;
+    uint64_t t0;
+    json_t *st;
+    int rc;
+
+    start_nodes(3);
+    start_two_daemons();
+    h = open_failover("fo-stall", &log, &o);
+    other = open_at(tcp_addr2, "fo-other");
+    lock_ok(h, "fo:stall", 1500, 1, &l);
+    ck_assert_int_eq(redlockd_lease_deadline(h, "fo:stall", &deadline), 0);
+    ck_assert_int_eq(kill(D.pid, SIGSTOP), 0);
+    while (mono_ms() < deadline + 100)
+        h_sleep_ms(10);
+    ck_assert_int_eq(redlockd_lease_check(h, "fo:stall"), -REDLOCKD_E_LOST);
+
+    /* The first call finds the connection dead; a later one (the stopped
+     * daemon takes the first's time) is on the other daemon. */
+    t0 = h_now_ms();
+    while ((rc = redlockd_ping(h)) != 0)
+        ck_assert_msg(h_since(t0) < h_scale(5000), "not reconnected: %d %s", rc,
+                      redlockd_last_error(h)->msg);
+    ck_assert_str_eq(redlockd_server(h), tcp_addr2);
+    ck_assert_int_eq(log.calls, 1);
+    ck_assert_str_eq(log.resource, "fo:stall");
+    ck_assert_str_eq(log.reason, "deadline");
+    ck_assert_int_eq(redlockd_lease_state(h, "fo:stall"), REDLOCKD_LEASE_LOST);
+    ck_assert_int_eq(redlockd_lost(h, "fo:stall"), 1);
+    st = stats(h);
+    ck_assert_int_eq(h_json_int(st, "adopts"), 0);
+    json_decref(st);
+    t0 = h_now_ms();
+    while ((rc = redlockd_lock(other, "fo:stall", 30000, 0, 1, NULL)) != 0) {
+        ck_assert_msg(rc == -REDLOCKD_E_BUSY, "lock: %d", rc);
+        ck_assert_msg(h_since(t0) < h_scale(3000), "still BUSY");
+        h_sleep_ms(20);
+    }
+    ck_assert_int_eq(kill(D.pid, SIGCONT), 0);
+}
+END_TEST
+
 /* ---- codes ---- */
 
 /* redlockd_lockv / redlockd_unlockv: a mode, a limit, several resources. */
@@ -1082,6 +1434,10 @@ static Suite *lib_suite(void)
     tcase_add_test(tc, lease_deadline);
     tcase_add_test(tc, strerror_all_codes);
     tcase_add_test(tc, lock_kinds);
+    tcase_add_test(tc, failover_restart);
+    tcase_add_test(tc, failover_kill);
+    tcase_add_test(tc, failover_blip);
+    tcase_add_test(tc, failover_deadline);
     suite_add_tcase(s, tc);
     return s;
 }

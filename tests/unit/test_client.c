@@ -7,6 +7,9 @@
  * (the socket buffer holds them) and reading back the request line the
  * library sent, while a handle made by redlockd_open_fd() wraps the other
  * end. Replies too big for the socket buffer come from a forked writer.
+ * Failover (reconnect, resume, ADOPT, the detach= fallback) needs handles
+ * that connect themselves: a forked daemon on a unix socket of its own
+ * plays a script per connection it accepts (t_serve).
  */
 #include <check.h>
 #include <errno.h>
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1155,6 +1159,226 @@ START_TEST(test_close_sends_quit)
 }
 END_TEST
 
+/* ---- failover: a scripted daemon on a unix socket ------------------------ */
+
+#define T1 "11111111111111111111111111111111"
+#define T2 "22222222222222222222222222222222"
+#define T3 "33333333333333333333333333333333"
+#define S1 "0123456789abcdef0123456789abcdef"
+#define S2 "fedcba9876543210fedcba9876543210"
+
+/* Listens on a unix socket of its own; plays conns[i] ({request, reply}
+ * pairs, NULL-terminated) on the i-th connection it accepts, and closes
+ * that connection after its last reply. */
+struct t_server {
+    struct t_daemon d;
+    char dir[64];
+    char path[128];
+    char addr[160];
+};
+
+static void t_serve_child(int lfd, const char *const *const *conns, int out)
+{
+    char c = '0';
+
+    alarm(10);
+    for (; *conns != NULL && c == '0'; conns++) {
+        int fd = accept(lfd, NULL, NULL);
+
+        c = fd < 0 ? 'a' : t_play(fd, *conns);
+        if (fd >= 0)
+            close(fd);
+    }
+    if (write(out, &c, 1) != 1)
+        _exit(1);
+    _exit(0);
+}
+
+static void t_serve(struct t_server *s, const char *const *const *conns)
+{
+    struct sockaddr_un sun = { .sun_family = AF_UNIX };
+    int lfd, p[2];
+
+    snprintf(s->dir, sizeof(s->dir), "/tmp/rl-unit.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(s->dir));
+    snprintf(s->path, sizeof(s->path), "%s/d.sock", s->dir);
+    snprintf(s->addr, sizeof(s->addr), "unix:%s", s->path);
+    ck_assert_uint_lt(strlen(s->path), sizeof(sun.sun_path));
+    memcpy(sun.sun_path, s->path, strlen(s->path) + 1);
+    lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ge(lfd, 0);
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+    ck_assert_int_eq(listen(lfd, 8), 0);
+    ck_assert_int_eq(pipe(p), 0);
+    s->d.pid = fork();
+    ck_assert_int_ge(s->d.pid, 0);
+    if (s->d.pid == 0)
+        t_serve_child(lfd, conns, p[1]);
+    close(lfd);
+    close(p[1]);
+    s->d.result = p[0];
+}
+
+static void t_serve_done(struct t_server *s)
+{
+    t_script_done(&s->d);
+    unlink(s->path);
+    rmdir(s->dir);
+}
+
+static struct redlockd *t_connect_to(struct t_server *s, struct t_lost_log *log)
+{
+    struct redlockd_opts o = { .server = s->addr, .on_lost = t_on_lost,
+                               .ud = log };
+    struct redlockd_error err;
+    struct redlockd *h = NULL;
+    int rc = redlockd_connect(&h, &o, &err);
+
+    ck_assert_msg(rc == 0, "connect: %d %s", rc, err.msg);
+    return h;
+}
+
+/*
+ * The session is unknown after a restart (NOSESSION): a new one, and one
+ * ADOPT per grant (b and c together, with their token); one the daemon
+ * refuses is lost ("adopt"). Then a LOCK whose connection breaks: it fails
+ * with IO, the session is resumed, a LOCKS round confirms the lease and
+ * the grant nobody knows about is released.
+ */
+START_TEST(test_failover_adopt_resume)
+{
+    static const char *const c1[] = {
+        "HELLO proto=1 detach=30000\n",
+        "OK proto=1 session=s1 server=redlockd/0.1.0 nodes=3 quorum=2 "
+        "secret=" S1 "\n",
+        "LOCK a ttl=5000 renew=1\n",
+        "OK resource=a token=" T1 " fence=7 ttl=5000 validity=4900\n",
+        "LOCK b c ttl=5000\n",
+        "OK resource=b token=" T2 " fence=8 ttl=5000 validity=4900 "
+        "resources=2\n",
+        NULL,
+    };
+    static const char *const c2[] = {
+        "HELLO proto=1 resume=s1 secret=" S1 "\n",
+        "ERR NOSESSION no such session, or a wrong secret\n",
+        "HELLO proto=1 detach=30000\n",
+        "OK proto=1 session=s2 server=redlockd/0.1.0 nodes=3 quorum=2 "
+        "secret=" S2 "\n",
+        "ADOPT a token=" T1 " ttl=5000 renew=1\n",
+        "OK resource=a token=" T3 " fence=7 ttl=5000 validity=4800\n",
+        "ADOPT b c token=" T2 " ttl=5000 renew=1\n",
+        "ERR LOST the token holds on too few nodes\n",
+        "PING\n", "PONG\n",
+        "LOCK d ttl=5000 renew=1\n", "",
+        NULL,
+    };
+    static const char *const c3[] = {
+        "HELLO proto=1 resume=s2 secret=" S2 "\n",
+        "OK proto=1 session=s2 server=redlockd/0.1.0 nodes=3 quorum=2 "
+        "resumed=2\n",
+        "LOCKS\n",
+        "OK {\"session\":\"s2\",\"locks\":[{\"resource\":\"a\",\"fence\":7,"
+        "\"ttl\":5000,\"validity\":4000},{\"resource\":\"d\",\"fence\":9,"
+        "\"ttl\":5000,\"validity\":4000}],\"lost\":[]}\n",
+        "UNLOCK d\n", "OK resource=d nodes=3\n",
+        "UNLOCK a\n", "OK resource=a nodes=3\n",
+        "QUIT\n", "OK bye\n",
+        NULL,
+    };
+    static const char *const *const conns[] = { c1, c2, c3, NULL };
+    const char *bc[] = { "b", "c" };
+    struct redlockd_lock_opts lo = { .ttl_ms = 5000 };
+    struct t_lost_log log = { 0 };
+    struct redlockd_lease l;
+    struct t_server s;
+    struct redlockd *h;
+
+    t_serve(&s, conns);
+    h = t_connect_to(&s, &log);
+    ck_assert_int_eq(redlockd_lock(h, "a", 5000, 0, 1, NULL), 0);
+    ck_assert_int_eq(redlockd_lockv(h, bc, 2, &lo, NULL), 0);
+    /* c1 is closed by now: the ping finds out, and is sent again. */
+    ck_assert_int_eq(redlockd_ping(h), 0);
+    ck_assert_str_eq(redlockd_info(h)->session, "s2");
+    ck_assert_int_eq(redlockd_lease_state(h, "a"), REDLOCKD_LEASE_HELD);
+    ck_assert_int_eq(redlockd_lease_info(h, "a", &l), 0);
+    ck_assert_str_eq(l.token, T3);
+    ck_assert_uint_eq(l.fence, 7);
+    ck_assert_int_eq(redlockd_lease_state(h, "b"), REDLOCKD_LEASE_LOST);
+    ck_assert_int_eq(redlockd_lease_state(h, "c"), REDLOCKD_LEASE_LOST);
+    ck_assert_int_eq(log.calls, 2);
+    ck_assert_str_eq(log.reason, "adopt");
+    ck_assert_int_eq(log.disconnects, 0);
+    /* c2 closes with the LOCK unanswered. */
+    ck_assert_int_eq(redlockd_lock(h, "d", 5000, 0, 1, NULL), -REDLOCKD_E_IO);
+    ck_assert_ptr_nonnull(strstr(t_msg(h), "outcome is unknown"));
+    ck_assert_int_eq(redlockd_lease_state(h, "d"), REDLOCKD_LEASE_NONE);
+    ck_assert_int_eq(redlockd_lease_state(h, "a"), REDLOCKD_LEASE_HELD);
+    ck_assert_int_eq(redlockd_unlock(h, "a"), 0);
+    redlockd_close(h);
+    t_serve_done(&s);
+}
+END_TEST
+
+/*
+ * A daemon that does not know detach= (ERR ARG) gets a plain HELLO. Its
+ * session ends with the connection, so the lease is lost then
+ * ("disconnected"), unless the daemon said it left the lease on the nodes
+ * (EVENT CLOSING reason=shutdown): then it is adopted.
+ */
+START_TEST(test_failover_no_detach)
+{
+    static const char *const c1[] = {
+        "HELLO proto=1 detach=30000\n", "ERR ARG unknown option detach=\n",
+        "HELLO proto=1\n",
+        "OK proto=1 session=s1 server=redlockd/0.0.9 nodes=1 quorum=1\n",
+        "LOCK a ttl=5000 renew=1\n",
+        "OK resource=a token=" T1 " fence=3 ttl=5000 validity=4900\n",
+        NULL,
+    };
+    static const char *const c2[] = {
+        "HELLO proto=1 detach=30000\n", "ERR ARG unknown option detach=\n",
+        "HELLO proto=1\n",
+        "OK proto=1 session=s2 server=redlockd/0.0.9 nodes=1 quorum=1\n",
+        "PING\n", "PONG\n",
+        "LOCK b ttl=5000 renew=1\n",
+        "OK resource=b token=" T2 " fence=4 ttl=5000 validity=4900\n"
+        "EVENT SHUTDOWN\nEVENT CLOSING reason=shutdown\n",
+        NULL,
+    };
+    static const char *const c3[] = {
+        "HELLO proto=1 detach=30000\n", "ERR ARG unknown option detach=\n",
+        "HELLO proto=1\n",
+        "OK proto=1 session=s3 server=redlockd/0.0.9 nodes=1 quorum=1\n",
+        "ADOPT b token=" T2 " ttl=5000 renew=1\n",
+        "OK resource=b token=" T3 " fence=4 ttl=5000 validity=4800\n",
+        "PING\n", "PONG\n",
+        "QUIT\n", "OK bye\n",
+        NULL,
+    };
+    static const char *const *const conns[] = { c1, c2, c3, NULL };
+    struct t_lost_log log = { 0 };
+    struct t_server s;
+    struct redlockd *h;
+
+    t_serve(&s, conns);
+    h = t_connect_to(&s, &log);
+    ck_assert_int_eq(redlockd_lock(h, "a", 5000, 0, 1, NULL), 0);
+    ck_assert_int_eq(redlockd_ping(h), 0);
+    ck_assert_int_eq(redlockd_lease_state(h, "a"), REDLOCKD_LEASE_LOST);
+    ck_assert_int_eq(log.calls, 1);
+    ck_assert_str_eq(log.resource, "a");
+    ck_assert_str_eq(log.reason, "disconnected");
+    ck_assert_int_eq(redlockd_lock(h, "b", 5000, 0, 1, NULL), 0);
+    ck_assert_int_eq(redlockd_ping(h), 0);
+    ck_assert_int_eq(redlockd_lease_state(h, "b"), REDLOCKD_LEASE_HELD);
+    ck_assert_int_eq(log.calls, 1);
+    ck_assert_str_eq(redlockd_info(h)->session, "s3");
+    redlockd_close(h);
+    t_serve_done(&s);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("client");
@@ -1217,6 +1441,8 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_big_json);
     tcase_add_test(tc, test_too_long_reply);
     tcase_add_test(tc, test_close_sends_quit);
+    tcase_add_test(tc, test_failover_adopt_resume);
+    tcase_add_test(tc, test_failover_no_detach);
     suite_add_tcase(s, tc);
     return s;
 }

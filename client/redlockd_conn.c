@@ -1,0 +1,772 @@
+/*
+ * libredlockd, one connection: errors and their texts, clocks, server
+ * addresses, connecting, and the line I/O of a request and its reply.
+ *
+ * A handle owns one non-blocking socket at a time; every wait (connect,
+ * send, reply) goes through poll() so the connect and I/O timeouts hold. A
+ * request is one line out and one reply line in, read from an input buffer
+ * that also carries the daemon's EVENT lines: those are handled wherever
+ * they show up (before a reply, after it, or while polling for events) and
+ * never taken for a reply. proto/ does the protocol's parts: reply lines
+ * are parsed by proto_reply_parse, server addresses by proto_addr_parse,
+ * numbers by its strict readers; it also owns the error-code table, which
+ * this file only maps to the public enum.
+ *
+ * A transport failure drops the connection (rl_drop); what becomes of the
+ * session and its leases then is redlockd_failover.c's business.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "redlockd_priv.h"
+
+/* QUIT is a courtesy (the daemon then skips lock_delay_ms); never wait long. */
+#define RL_QUIT_TIMEOUT_MS 1000
+#define RL_READ_CHUNK 4096
+#define RL_IN_MAX (REDLOCKD_MAX_REPLY + 2 + RL_READ_CHUNK)
+
+/* Protocol error code -> public code; a missing REDLOCKD_E_<name> fails
+ * to compile, so the two enums cannot drift apart. */
+static const int rl_code_of_proto[PROTO_ERR_COUNT] = {
+#define X(name, word, msg) [PROTO_ERR_##name] = REDLOCKD_E_##name,
+    PROTO_ERRORS(X)
+#undef X
+};
+
+/* ---- errors ------------------------------------------------------------- */
+
+/* The one formatter of error messages; e may be NULL. */
+int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (e) {
+        e->code = code;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+        va_end(ap);
+    }
+    return -code;
+}
+
+/* The connection is gone: close it, and let the failover decide what that
+ * means for the session and its leases. */
+static void rl_drop(struct redlockd *h)
+{
+    if (h->fd < 0)
+        return;
+    rl_close_fd(h);
+    snprintf(h->dead, sizeof(h->dead), "%s", h->err.msg);
+    rl_after_drop(h);
+}
+
+int rl_drop_rc(struct redlockd *h, int rc)
+{
+    rl_drop(h);
+    return rc;
+}
+
+/* TOOLONG closes the connection too, but its request was refused: not
+ * one to send again, nor one whose outcome is unknown. */
+bool rl_transport_failed(const struct redlockd *h, int rc)
+{
+    return rc < 0 && h->fd < 0 && rc != -REDLOCKD_E_TOOLONG;
+}
+
+static int rl_fatal_errno(struct redlockd *h, const char *what)
+{
+    int e = errno;
+
+    if (e == EPIPE || e == ECONNRESET)
+        return rl_fatal(h, REDLOCKD_E_CLOSED,
+                        "%s: connection reset by the daemon", what);
+    return rl_fatal(h, REDLOCKD_E_IO, "%s: %s", what, strerror(e));
+}
+
+/*
+ * The word and the description of every public code. The daemon's come
+ * from proto's table; the library's own are named after their enum
+ * suffix, so neither can drift from the enum.
+ */
+struct rl_code_text {
+    const char *name;
+    const char *msg;
+};
+
+#define RL_OWN_CODE(suffix, msg) [REDLOCKD_E_##suffix] = { #suffix, msg }
+
+static const struct rl_code_text rl_code_texts[REDLOCKD_CODE_COUNT] = {
+    [REDLOCKD_OK] = { "OK", "success" },
+#define X(name, word, msg) [REDLOCKD_E_##name] = { word, msg },
+    PROTO_ERRORS(X)
+#undef X
+    RL_OWN_CODE(OTHER, "the daemon answered with an unknown code"),
+    RL_OWN_CODE(IO, "connection error"),
+    RL_OWN_CODE(IO_TIMEOUT, "timed out talking to the daemon"),
+    RL_OWN_CODE(CLOSED, "the connection to the daemon is closed"),
+    RL_OWN_CODE(PROTO, "unexpected data from the daemon"),
+    RL_OWN_CODE(NOMEM, "out of memory"),
+    RL_OWN_CODE(INVALID, "invalid argument"),
+};
+
+/* The entry of a code, either sign; NULL for none. */
+static const struct rl_code_text *rl_code_text(int code)
+{
+    if (code < 0)
+        code = -code;
+    if (code >= REDLOCKD_CODE_COUNT || !rl_code_texts[code].name)
+        return NULL;
+    return &rl_code_texts[code];
+}
+
+const char *redlockd_strerror(int code)
+{
+    const struct rl_code_text *t = rl_code_text(code);
+
+    return t ? t->msg : "unknown error code";
+}
+
+const char *redlockd_code_name(int code)
+{
+    const struct rl_code_text *t = rl_code_text(code);
+
+    return t ? t->name : "?";
+}
+
+/* ---- small readers and clocks ------------------------------------------- */
+
+/* The length of a reply value that may be missing (NULL): proto's number
+ * readers reject NULL, so a missing key reads as a malformed number. */
+size_t rl_len(const char *s)
+{
+    return s ? strlen(s) : 0;
+}
+
+int64_t rl_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* -1: no deadline. */
+int64_t rl_deadline(int timeout_ms)
+{
+    return timeout_ms < 0 ? -1 : rl_now_ms() + timeout_ms;
+}
+
+int64_t rl_earlier(int64_t a, int64_t b)
+{
+    if (a < 0)
+        return b;
+    if (b < 0)
+        return a;
+    return a < b ? a : b;
+}
+
+int rl_remaining(int64_t deadline)
+{
+    int64_t left;
+
+    if (deadline < 0)
+        return -1;
+    left = deadline - rl_now_ms();
+    if (left < 0)
+        return 0;
+    return left > INT_MAX ? INT_MAX : (int)left;
+}
+
+/* 1 ready, 0 deadline passed, -1 poll failed (errno). */
+int rl_wait(int fd, short events, int64_t deadline)
+{
+    struct pollfd p;
+    int n;
+
+    for (;;) {
+        p.fd = fd;
+        p.events = events;
+        p.revents = 0;
+        n = poll(&p, 1, rl_remaining(deadline));
+        if (n > 0)
+            return 1;
+        if (n == 0)
+            return 0;
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
+/* ---- server addresses --------------------------------------------------- */
+
+/* The start of untrusted text, printable, for an error message. */
+void rl_quote(char *dst, size_t sz, const char *line, size_t len)
+{
+    size_t i, n = len < sz - 1 ? len : sz - 1;
+
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)line[i];
+        dst[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    dst[n] = '\0';
+}
+
+int redlockd_addr_parse(const char *s, struct redlockd_addr *a,
+                        struct redlockd_error *err)
+{
+    struct proto_addr pa;
+    enum proto_addr_err e;
+    char shown[48];
+
+    memset(a, 0, sizeof(*a));
+    e = proto_addr_parse(&pa, s, PROTO_ADDR_FOR_CLIENT);
+    if (e != PROTO_ADDR_OK) {
+        rl_quote(shown, sizeof(shown), s ? s : "", rl_len(s));
+        return rl_seterr(err, REDLOCKD_E_INVALID, "server address \"%s\": %s",
+                         shown, proto_addr_strerror(e));
+    }
+    a->is_unix = pa.kind == PROTO_ADDR_KIND_UNIX;
+    memcpy(a->host, pa.host, sizeof(a->host));
+    memcpy(a->path, pa.path, sizeof(a->path));
+    if (!a->is_unix)
+        snprintf(a->port, sizeof(a->port), "%u", (unsigned)pa.port);
+    proto_addr_format(&pa, a->text, sizeof(a->text));
+    return 0;
+}
+
+/* ---- connecting --------------------------------------------------------- */
+
+/* 0 connected, else an errno value (ETIMEDOUT when the deadline passed). */
+static int rl_connect_sa(int fd, const struct sockaddr *sa, socklen_t salen,
+                         int64_t deadline)
+{
+    int soerr = 0, rc;
+    socklen_t len = sizeof(soerr);
+
+    for (;;) {
+        if (connect(fd, sa, salen) == 0)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        /* A unix listener with a full backlog says EAGAIN: retry. */
+        if (errno != EAGAIN || rl_remaining(deadline) == 0)
+            break;
+        poll(NULL, 0, 10);
+    }
+    if (errno == EAGAIN)
+        return ETIMEDOUT;
+    if (errno != EINPROGRESS)
+        return errno;
+    rc = rl_wait(fd, POLLOUT, deadline);
+    if (rc < 0)
+        return errno;
+    if (rc == 0)
+        return ETIMEDOUT;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
+        return errno;
+    return soerr;
+}
+
+static int rl_socket(int family, int *fd)
+{
+    *fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    return *fd < 0 ? errno : 0;
+}
+
+/* A connect failure as a message naming the address. */
+static int rl_connect_err(const struct redlockd_addr *a, int e,
+                          struct redlockd_error *err)
+{
+    if (e == ETIMEDOUT)
+        return rl_seterr(err, REDLOCKD_E_IO_TIMEOUT,
+                         "connect to %s: timed out", a->text);
+    return rl_seterr(err, REDLOCKD_E_IO, "connect to %s: %s", a->text,
+                     strerror(e));
+}
+
+/* 0 connected, else an errno value. */
+static int rl_connect_unix(const struct redlockd_addr *a, int64_t deadline,
+                           int *fd)
+{
+    struct sockaddr_un sun;
+    int e;
+
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    memcpy(sun.sun_path, a->path, strlen(a->path));
+    e = rl_socket(AF_UNIX, fd);
+    if (e != 0)
+        return e;
+    e = rl_connect_sa(*fd, (struct sockaddr *)&sun, sizeof(sun), deadline);
+    if (e != 0) {
+        close(*fd);
+        *fd = -1;
+    }
+    return e;
+}
+
+static void rl_tune_tcp(int fd)
+{
+    int one = 1;
+
+    /* One line per request: no reason to let Nagle hold it back. Failure
+     * only costs latency. */
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+}
+
+/* 0 connected, else an errno value; tries every address of the host. */
+static int rl_connect_ai(struct addrinfo *res, int64_t deadline, int *fd)
+{
+    struct addrinfo *ai;
+    int e = ECONNREFUSED;
+
+    for (ai = res; ai; ai = ai->ai_next) {
+        e = rl_socket(ai->ai_family, fd);
+        if (e != 0)
+            continue;
+        e = rl_connect_sa(*fd, ai->ai_addr, ai->ai_addrlen, deadline);
+        if (e == 0) {
+            rl_tune_tcp(*fd);
+            return 0;
+        }
+        close(*fd);
+        *fd = -1;
+        if (e == ETIMEDOUT)
+            break;
+    }
+    return e;
+}
+
+int rl_connect_fd(const struct redlockd_addr *a, int64_t deadline, int *fd,
+                  struct redlockd_error *err)
+{
+    struct addrinfo hints, *res;
+    int e;
+
+    *fd = -1;
+    if (a->is_unix) {
+        e = rl_connect_unix(a, deadline, fd);
+        return e == 0 ? 0 : rl_connect_err(a, e, err);
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    e = getaddrinfo(a->host, a->port, &hints, &res);
+    if (e != 0)
+        return rl_seterr(err, REDLOCKD_E_IO, "cannot resolve %s: %s", a->host,
+                         gai_strerror(e));
+    e = rl_connect_ai(res, deadline, fd);
+    freeaddrinfo(res);
+    return e == 0 ? 0 : rl_connect_err(a, e, err);
+}
+
+void rl_attach_fd(struct redlockd *h, int fd)
+{
+    h->fd = fd;
+    h->in_start = h->in_len = h->in_scan = 0;
+    h->shutdown_seen = 0;
+    h->closing = h->closing_kept = false;
+    h->settled = false;
+}
+
+void rl_close_fd(struct redlockd *h)
+{
+    if (h->fd < 0)
+        return;
+    (void)shutdown(h->fd, SHUT_RDWR);
+    close(h->fd);
+    h->fd = -1;
+    h->settled = false;
+}
+
+/* ---- events ------------------------------------------------------------- */
+
+static int rl_is_event(const char *line, size_t len)
+{
+    return len > 6 && memcmp(line, "EVENT", 5) == 0
+        && (line[5] == ' ' || line[5] == '\t');
+}
+
+static int rl_event_lost(struct redlockd *h, const struct proto_reply *ev)
+{
+    const char *res = proto_reply_get(ev, "resource");
+    const char *reason = proto_reply_get(ev, "reason");
+    const char *fence_s = proto_reply_get(ev, "fence");
+    const struct rl_lease *l;
+    uint64_t fence = 0;
+    bool told;
+    int rc;
+
+    if (!res || *res == '\0')
+        return rl_fatal(h, REDLOCKD_E_PROTO, "EVENT LOST without a resource");
+    /* A missing or odd fence must not hide the loss itself. */
+    if (proto_parse_u64(fence_s, rl_len(fence_s), &fence) < 0)
+        fence = 0;
+    /* One the library gave up already (its deadline passed while the
+     * handle reconnected) was reported then; a resumed daemon says so
+     * only now. */
+    l = rl_lease_find(h, res);
+    told = l && l->lost && l->fence == fence && fence != 0;
+    rc = rl_lease_lose(h, res, fence);
+    if (rc < 0)
+        return rc;
+    if (!told)
+        rl_tell_lost(h, res, fence, reason ? reason : "");
+    return 0;
+}
+
+/* EVENT CLOSING reason=shutdown: the daemon exits and leaves every lease it
+ * still holds for us on the nodes, to ADOPT elsewhere (the session itself
+ * ends). Other reasons end the connection only. */
+static void rl_event_closing(struct redlockd *h, const struct proto_reply *ev)
+{
+    const char *reason = proto_reply_get(ev, "reason");
+
+    h->closing = true;
+    if (reason && strcmp(reason, "shutdown") == 0)
+        h->closing_kept = true;
+}
+
+/* line is one EVENT line in the input buffer (LF still there). */
+static int rl_event(struct redlockd *h, char *line, size_t len)
+{
+    struct proto_reply ev;
+
+    if (proto_reply_parse(line, len, &ev) < 0 || ev.kind != PROTO_REPLY_EVENT)
+        return rl_fatal(h, REDLOCKD_E_PROTO, "unparseable EVENT line");
+    h->nevents++;
+    if (strcmp(ev.text, "LOST") == 0)
+        return rl_event_lost(h, &ev);
+    if (strcmp(ev.text, "SHUTDOWN") == 0)
+        h->shutdown_seen = 1;
+    if (strcmp(ev.text, "CLOSING") == 0)
+        rl_event_closing(h, &ev);
+    /* Other events are for newer clients. */
+    return 0;
+}
+
+/* ---- input buffer ------------------------------------------------------- */
+
+/* Room for one more read: drop consumed bytes, then grow up to RL_IN_MAX. */
+static int rl_in_reserve(struct redlockd *h)
+{
+    size_t cap;
+    char *grown;
+
+    if (h->in_start > 0) {
+        memmove(h->in, h->in + h->in_start, h->in_len - h->in_start);
+        h->in_len -= h->in_start;
+        h->in_scan -= h->in_start;
+        h->in_start = 0;
+    }
+    if (h->in_cap - h->in_len >= RL_READ_CHUNK || h->in_cap == RL_IN_MAX)
+        return 0;
+    cap = h->in_cap ? h->in_cap * 2 : 2 * RL_READ_CHUNK;
+    if (cap > RL_IN_MAX)
+        cap = RL_IN_MAX;
+    grown = realloc(h->in, cap);
+    if (!grown)
+        return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
+    h->in = grown;
+    h->in_cap = cap;
+    return 0;
+}
+
+/* 1 with the next complete line (without its LF, which stays in the buffer
+ * for proto_reply_parse's NUL), 0 if there is none yet. Lines are valid
+ * until the next rl_fill. Blank lines are skipped. */
+static int rl_next_line(struct redlockd *h, char **line, size_t *len)
+{
+    char *lf;
+
+    for (;;) {
+        /* Nothing new (possibly no buffer yet: memchr wants a pointer). */
+        if (h->in_scan == h->in_len)
+            return 0;
+        lf = memchr(h->in + h->in_scan, '\n', h->in_len - h->in_scan);
+        if (!lf) {
+            h->in_scan = h->in_len;
+            return 0;
+        }
+        *line = h->in + h->in_start;
+        *len = (size_t)(lf - *line);
+        h->in_start = h->in_scan = (size_t)(lf + 1 - h->in);
+        if (*len > 1 || (*len == 1 && **line != '\r'))
+            return 1;
+    }
+}
+
+/* 1 if the pending partial line is already longer than any reply may be. */
+static int rl_in_overlong(const struct redlockd *h)
+{
+    return h->in_len - h->in_start > REDLOCKD_MAX_REPLY;
+}
+
+/* After a send or recv that moved nothing (errno says why): 0 to try
+ * again (interrupted, or the socket is ready now), 1 the deadline passed,
+ * negative: the connection failed and is closed. */
+static int rl_io_retry(struct redlockd *h, short events, int64_t deadline,
+                       const char *what)
+{
+    int rc;
+
+    if (errno == EINTR)
+        return 0;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return rl_fatal_errno(h, what);
+    rc = rl_wait(h->fd, events, deadline);
+    if (rc < 0)
+        return rl_fatal_errno(h, "poll");
+    return rc == 0 ? 1 : 0;
+}
+
+/* Read what the socket has, waiting until deadline. 0 read something,
+ * 1 deadline passed (the caller decides whether that is an error),
+ * negative: connection gone. */
+static int rl_fill(struct redlockd *h, int64_t deadline)
+{
+    ssize_t n;
+    int rc;
+
+    rc = rl_in_reserve(h);
+    if (rc < 0)
+        return rc;
+    /* Callers check rl_in_overlong first; a zero-length recv would look
+     * like EOF. */
+    if (h->in_len == h->in_cap)
+        return rl_fatal(h, REDLOCKD_E_PROTO, "line from the daemon too long");
+    for (;;) {
+        n = recv(h->fd, h->in + h->in_len, h->in_cap - h->in_len, 0);
+        if (n > 0) {
+            h->in_len += (size_t)n;
+            return 0;
+        }
+        if (n == 0)
+            return rl_fatal(h, REDLOCKD_E_CLOSED,
+                            "the daemon closed the connection%s",
+                            h->shutdown_seen ? " (it is shutting down)" : "");
+        rc = rl_io_retry(h, POLLIN, deadline, "receive");
+        if (rc != 0)
+            return rc;
+    }
+}
+
+int rl_drain_events(struct redlockd *h)
+{
+    char *line;
+    size_t len;
+    int rc;
+
+    while (h->fd >= 0 && rl_next_line(h, &line, &len)) {
+        if (!rl_is_event(line, len))
+            return rl_fatal(h, REDLOCKD_E_PROTO,
+                            "the daemon sent a reply nobody asked for");
+        rc = rl_event(h, line, len);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int rl_read_events(struct redlockd *h, int64_t deadline)
+{
+    unsigned long before = h->nevents;
+    int rc;
+
+    for (;;) {
+        rc = rl_drain_events(h);
+        if (rc < 0)
+            return rc;
+        if (h->nevents != before)
+            return (int)(h->nevents - before);
+        if (rl_in_overlong(h))
+            return rl_fatal(h, REDLOCKD_E_PROTO,
+                            "line from the daemon too long");
+        rc = rl_fill(h, deadline);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+    }
+}
+
+void rl_peek(struct redlockd *h)
+{
+    while (h->fd >= 0 && rl_read_events(h, rl_now_ms()) > 0)
+        ;
+    if (h->fd >= 0 && h->closing)
+        rl_fatal(h, REDLOCKD_E_CLOSED, "the daemon closed the connection");
+}
+
+/* ---- requests and replies ----------------------------------------------- */
+
+/* Copy a reply line out of the input buffer and parse it there. */
+static int rl_take_reply(struct redlockd *h, const char *line, size_t len,
+                         struct proto_reply *r)
+{
+    char *grown, shown[48];
+
+    if (len + 1 > h->reply_cap) {
+        grown = realloc(h->reply, len + 1);
+        if (!grown)
+            return rl_fatal(h, REDLOCKD_E_NOMEM, "out of memory");
+        h->reply = grown;
+        h->reply_cap = len + 1;
+    }
+    memcpy(h->reply, line, len);
+    /* Quoting the line says so when the client was pointed at the wrong
+     * port (Redis, HTTP). */
+    if (proto_reply_parse(h->reply, len, r) < 0) {
+        rl_quote(shown, sizeof(shown), line, len);
+        return rl_fatal(h, REDLOCKD_E_PROTO,
+                        "unparseable reply (is this redlockd?): \"%s\"", shown);
+    }
+    return 0;
+}
+
+/* Read up to the next reply, handling the events in front of it. 1: none
+ * came before deadline (the caller closes the connection: a late reply
+ * would be taken for the next request's). */
+static int rl_read_reply(struct redlockd *h, int64_t deadline,
+                         struct proto_reply *r)
+{
+    char *line;
+    size_t len;
+    int rc;
+
+    for (;;) {
+        while (rl_next_line(h, &line, &len)) {
+            if (len > REDLOCKD_MAX_REPLY)
+                return rl_fatal(h, REDLOCKD_E_PROTO,
+                                "reply longer than %d bytes",
+                                REDLOCKD_MAX_REPLY);
+            if (!rl_is_event(line, len))
+                return rl_take_reply(h, line, len, r);
+            rc = rl_event(h, line, len);
+            if (rc < 0)
+                return rc;
+        }
+        if (rl_in_overlong(h))
+            return rl_fatal(h, REDLOCKD_E_PROTO, "reply longer than %d bytes",
+                            REDLOCKD_MAX_REPLY);
+        rc = rl_fill(h, deadline);
+        if (rc != 0)
+            return rc;
+    }
+}
+
+static int rl_send(struct redlockd *h, const char *buf, size_t len,
+                   int64_t deadline)
+{
+    ssize_t n;
+    int rc;
+
+    while (len > 0) {
+        n = send(h->fd, buf, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            buf += n;
+            len -= (size_t)n;
+            continue;
+        }
+        /* The daemon may have said why before closing: read that instead. */
+        if (errno == EPIPE || errno == ECONNRESET)
+            return 0;
+        rc = rl_io_retry(h, POLLOUT, deadline, "send");
+        if (rc < 0)
+            return rc;
+        if (rc == 1)
+            return rl_fatal(h, REDLOCKD_E_IO_TIMEOUT, "send timed out");
+    }
+    return 0;
+}
+
+static int rl_daemon_err(struct redlockd *h, const struct proto_reply *r)
+{
+    int code;
+
+    if (r->err == PROTO_ERR_NONE)
+        return rl_fail(h, REDLOCKD_E_OTHER, "%s %s", r->err_word, r->text);
+    code = rl_code_of_proto[r->err];
+    rl_fail(h, code, "%s", *r->text != '\0' ? r->text
+                                             : proto_err_default_msg(r->err));
+    /* The daemon closes after TOOLONG. */
+    if (code == REDLOCKD_E_TOOLONG)
+        rl_drop(h);
+    return -code;
+}
+
+int rl_exchange(struct redlockd *h, const struct sbuf *b, int64_t deadline,
+                struct proto_reply *r)
+{
+    int rc;
+
+    if (h->fd < 0)
+        return rl_fail(h, REDLOCKD_E_CLOSED, "not connected (%.200s)",
+                       h->dead);
+    h->sent_ms = rl_now_ms();
+    rc = rl_send(h, b->data, b->len, deadline);
+    if (rc < 0)
+        return rc;
+    rc = rl_read_reply(h, deadline, r);
+    if (rc != 0)
+        return rc;
+    if (r->kind == PROTO_REPLY_ERR)
+        return rl_daemon_err(h, r);
+    return 0;
+}
+
+int64_t rl_io_deadline(const struct redlockd *h, uint32_t extra_ms)
+{
+    return h->io_timeout_ms < 0 ? -1
+                                : rl_now_ms() + h->io_timeout_ms + extra_ms;
+}
+
+int rl_expect(struct redlockd *h, const struct proto_reply *r,
+              enum proto_reply_kind kind, enum proto_cmd cmd)
+{
+    if (r->kind == kind)
+        return 0;
+    return rl_fatal(h, REDLOCKD_E_PROTO, "unexpected reply to %s",
+                    proto_cmd_name(cmd));
+}
+
+/* Sent with a plain send(): the socket may already be gone, and nothing
+ * that goes wrong here is worth reporting. */
+void rl_quit(struct redlockd *h)
+{
+    int timeout = RL_QUIT_TIMEOUT_MS;
+    int64_t deadline;
+    char scratch[512];
+    ssize_t n;
+
+    if (h->io_timeout_ms >= 0 && h->io_timeout_ms < timeout)
+        timeout = h->io_timeout_ms;
+    deadline = rl_deadline(timeout);
+    sbuf_reset(&h->req);
+    proto_format_request(&h->req, PROTO_CMD_QUIT, NULL);
+    if (send(h->fd, h->req.data, h->req.len, MSG_NOSIGNAL)
+        != (ssize_t)h->req.len)
+        return;
+    for (;;) {
+        n = recv(h->fd, scratch, sizeof(scratch), 0);
+        if (n > 0 || (n < 0 && errno == EINTR))
+            continue;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            return;
+        if (rl_wait(h->fd, POLLIN, deadline) <= 0)
+            return;
+    }
+}

@@ -1,0 +1,248 @@
+/*
+ * The inside of a libredlockd handle, shared by the library's files and
+ * by nothing else (not installed, not exported: client/redlockd.map lists
+ * the public symbols). The library is split by concern:
+ *
+ *   redlockd_conn.c      one connection: errors, clocks, addresses,
+ *                        connecting, the input buffer, sending a request
+ *                        and reading its reply, EVENT lines
+ *   redlockd_lease.c     the table of leases, their deadlines and states,
+ *                        the LOCKS refresh that moves the deadlines on
+ *   redlockd_failover.c  the servers, the handshake (HELLO detach=, AUTH),
+ *                        reconnecting: resume on the same daemon or ADOPT
+ *                        every lease on another
+ *   redlockd.c           the handle and the commands of redlockd.h
+ *
+ * Every time here is CLOCK_MONOTONIC milliseconds; a deadline of -1 means
+ * none.
+ */
+#ifndef REDLOCKD_CLIENT_PRIV_H
+#define REDLOCKD_CLIENT_PRIV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto.h"
+#include "redlockd.h"
+#include "redlockd_internal.h"
+
+#define RL_CONNECT_TIMEOUT_MS 5000
+#define RL_IO_TIMEOUT_MS 10000
+#define RL_DETACH_MS 30000
+#define RL_RECONNECT_MIN_MS 50
+#define RL_RECONNECT_MAX_MS 1000
+#define RL_PASSWORD_MAX 1024
+/* The longest request line: LOCK with a resource of the longest size and
+ * every option (AUTH's password and a resuming HELLO are shorter). */
+#define RL_REQ_MAX (REDLOCKD_RESOURCE_MAX + 128)
+
+/*
+ * A lease of the handle: held from LOCK (or lockv) to UNLOCK, or reported
+ * lost and kept, so that redlockd_lost() can say so, until the resource is
+ * taken again. Its session may change under it: a resumed session keeps
+ * it as it is, a new one takes it over with ADOPT (a new token).
+ */
+struct rl_lease {
+    char *resource;
+    char token[REDLOCKD_TOKEN_LEN + 1]; /* the leases of one multi-resource
+                                           grant share it: one ADOPT each */
+    uint64_t fence;             /* 0 when only an ERR LOST named it */
+    uint32_t ttl;
+    int64_t validity;           /* as the last confirmation reported it */
+    /* The send time of the request that last confirmed the lease plus the
+     * validity its reply reported (and no more than the session is sure
+     * to outlive a lost connection: rl_lease_confirm). */
+    int64_t deadline;
+    bool renew;
+    bool adoptable;             /* exclusive: ADOPT can move it (not a
+                                   shared hold, not a semaphore slot) */
+    bool lost;                  /* EVENT LOST, ERR LOST, NOTHELD, missing
+                                   from LOCKS, deadline passed unconfirmed,
+                                   ADOPT refused */
+    bool confirmed;             /* by the current connection */
+    bool attached;              /* held by the current session (a fresh
+                                   session holds nothing until ADOPT) */
+    bool releasing;             /* an UNLOCK of it is under way */
+};
+
+struct redlockd {
+    int fd;                     /* -1 while not connected */
+    int io_timeout_ms;          /* negative: none */
+    int connect_timeout_ms;     /* negative: none */
+    void (*on_lost)(const char *resource, uint64_t fence, const char *reason,
+                    void *ud);
+    void *ud;
+    int in_callback;            /* inside on_lost: no requests */
+    int shutdown_seen;          /* EVENT SHUTDOWN on this connection */
+    bool closing;               /* EVENT CLOSING: the daemon hangs up */
+    bool closing_kept;          /* EVENT CLOSING reason=shutdown: the
+                                   daemon left our leases on the nodes */
+    unsigned long nevents;      /* events handled so far */
+
+    /* Bytes read, lines not yet taken: [in_start, in_len) of in. */
+    char *in;
+    size_t in_start, in_len, in_cap;
+    size_t in_scan;             /* no LF in [in_start, in_scan) */
+
+    /* The last reply line, copied out of `in` so the events behind it can
+     * be read before the caller is done with it. */
+    char *reply;
+    size_t reply_cap;
+
+    struct rl_lease *leases;
+    size_t nleases, leases_cap;
+    int64_t sent_ms;            /* when the last request went out */
+
+    /* The request line being built, and the one the failover builds while
+     * a caller's request waits to be sent again. Reserved for RL_REQ_MAX
+     * bytes when the handle is made, so building a request never allocates
+     * (sbuf aborts when it cannot; a library must not). */
+    struct sbuf req;
+    struct sbuf freq;
+
+    /* ---- failover (redlockd_failover.c) ---- */
+    struct redlockd_addr *servers;
+    size_t nservers;            /* 0: made by redlockd_open_fd, never
+                                   reconnects */
+    size_t cur;                 /* the server in use, or to try next */
+    char *name, *password;      /* for each HELLO / AUTH */
+    unsigned keepalive_ms;
+    int detach_ms;              /* asked for; 0: not asked */
+    int reconnect_min_ms, reconnect_max_ms; /* max < 0: never reconnect */
+    bool detachable;            /* the daemon granted detach= */
+    char secret[PROTO_SECRET_LEN + 1];  /* "" when no session to resume */
+    size_t session_server;      /* where the session lives */
+    bool resumed;               /* the connection resumed the session: its
+                                   leases want a LOCKS before use */
+    bool settled;               /* connected, and every lease confirmed or
+                                   lost: requests may go out */
+    int backoff_ms;             /* the next pause between rounds */
+    int64_t next_round_ms;      /* no round of attempts before this */
+    unsigned seed;              /* jitter of the pauses */
+
+    struct redlockd_info info;
+    struct redlockd_error err;
+    char dead[sizeof(((struct redlockd_error *)0)->msg)]; /* why fd is -1 */
+};
+
+/* ---- redlockd_conn.c ---------------------------------------------------- */
+
+int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A failure of a call on h: its code and message become the last error. */
+#define rl_fail(h, code, ...) rl_seterr(&(h)->err, (code), __VA_ARGS__)
+/* A transport failure: the reply stream can not be trusted any more, so
+ * the connection closes after the error is set (rl_drop). */
+#define rl_fatal(h, code, ...) \
+    rl_drop_rc((h), rl_fail((h), (code), __VA_ARGS__))
+int rl_drop_rc(struct redlockd *h, int rc);
+/* Is rc a failure that cost the connection (or found it gone)? */
+bool rl_transport_failed(const struct redlockd *h, int rc);
+
+int64_t rl_now_ms(void);
+int64_t rl_deadline(int timeout_ms);
+int64_t rl_earlier(int64_t a, int64_t b);   /* of two deadlines, -1 none */
+int rl_remaining(int64_t deadline);
+int rl_wait(int fd, short events, int64_t deadline);
+void rl_quote(char *dst, size_t sz, const char *line, size_t len);
+size_t rl_len(const char *s);
+
+/* Connect to a; 0 or -code with err set. */
+int rl_connect_fd(const struct redlockd_addr *a, int64_t deadline, int *fd,
+                  struct redlockd_error *err);
+/* A new connection for h (fresh input buffer, no events seen yet). */
+void rl_attach_fd(struct redlockd *h, int fd);
+/* Close the connection without QUIT (shut down first: copies of the
+ * socket in other processes must not keep the session attached). */
+void rl_close_fd(struct redlockd *h);
+
+/* Send b and read its reply into r, giving up at deadline: 0, -code (ERR
+ * replies become their code; a transport failure dropped the connection),
+ * or 1 when no reply came in time (the connection still open). */
+int rl_exchange(struct redlockd *h, const struct sbuf *b, int64_t deadline,
+                struct proto_reply *r);
+/* The I/O timeout from now, lengthened by extra_ms; -1: none. */
+int64_t rl_io_deadline(const struct redlockd *h, uint32_t extra_ms);
+int rl_expect(struct redlockd *h, const struct proto_reply *r,
+              enum proto_reply_kind kind, enum proto_cmd cmd);
+/* Handle every complete EVENT line already read. */
+int rl_drain_events(struct redlockd *h);
+/* Read events until one comes or deadline: the number handled, 0 on the
+ * deadline, or -code. */
+int rl_read_events(struct redlockd *h, int64_t deadline);
+/* Before a request: read what has come in meanwhile, so that a
+ * connection the daemon closed is found (and dropped) before anything is
+ * sent into it. */
+void rl_peek(struct redlockd *h);
+/* Send QUIT and wait briefly for the daemon to close its end. */
+void rl_quit(struct redlockd *h);
+
+/* ---- redlockd_lease.c --------------------------------------------------- */
+
+struct rl_lease *rl_lease_find(const struct redlockd *h, const char *resource);
+struct rl_lease *rl_lease_get(struct redlockd *h, const char *resource);
+void rl_lease_del(struct redlockd *h, const char *resource);
+int rl_lease_lose(struct redlockd *h, const char *resource, uint64_t fence);
+/* Lost for a reason the library found (on_lost with that reason). */
+void rl_lease_lost_by(struct redlockd *h, struct rl_lease *l,
+                      const char *reason);
+void rl_lease_confirm(struct redlockd *h, struct rl_lease *l,
+                      int64_t validity_ms);
+/* A grant (LOCK, lockv, ADOPT reply) into the table. */
+int rl_lease_taken(struct redlockd *h, const struct redlockd_lease *ls,
+                   bool renew, bool adoptable);
+/* Every unconfirmed lease whose deadline has passed is lost ("deadline"),
+ * or forgotten when it was being released. */
+void rl_lease_expire(struct redlockd *h);
+/* The earliest deadline of a lease not lost, or -1. */
+int64_t rl_lease_earliest(const struct redlockd *h);
+/* The connection is gone: nothing is confirmed any more, and what the
+ * daemon releases with it is lost ("disconnected"): everything, unless the
+ * session is detachable and the daemon was not shutting down, or it said
+ * it left the leases on the nodes. */
+void rl_lease_unconfirm(struct redlockd *h);
+void rl_lease_free_all(struct redlockd *h);
+
+/* The LOCKS round in b, waiting no longer than until (and, with watch,
+ * than the earliest deadline ahead): the deadlines move on. With adopt,
+ * after a resume: what the session holds and we do not (a LOCK whose
+ * answer was lost, a lease given up) is released. 1: no answer in time
+ * (the connection then closed; by a lease's deadline, that lease lost). */
+int rl_locks_round(struct redlockd *h, struct sbuf *b, int64_t until,
+                   bool watch, bool after_resume);
+
+/* ---- redlockd_failover.c ------------------------------------------------ */
+
+/* The connection just closed (rl_drop): what that means for the session
+ * and its leases. */
+void rl_after_drop(struct redlockd *h);
+/* The servers the options name, checked. */
+int rl_check_servers(const struct redlockd_opts *o, struct redlockd_error *err);
+/* Does this handle reconnect when its connection is lost? */
+bool rl_can_reconnect(const struct redlockd *h);
+/* Reconnect (resume, or a new session and ADOPT) and settle every lease,
+ * giving up at caller_until (-1: none), at the I/O timeout and at the
+ * earliest lease deadline. 0, or -code with h->err set. */
+int rl_recover(struct redlockd *h, int64_t caller_until);
+/* The options a handle keeps for its handshakes; -code on failure. */
+int rl_keep_opts(struct redlockd *h, const struct redlockd_opts *o);
+void rl_free_opts(struct redlockd *h);
+/* HELLO (and AUTH) on a connection just made, by deadline. */
+int rl_handshake(struct redlockd *h, int64_t deadline);
+
+/* ---- redlockd.c --------------------------------------------------------- */
+
+/* A handle without a connection, keeping opts (NULL: defaults). */
+int rl_handle_new(struct redlockd **out, const struct redlockd_opts *opts,
+                  struct redlockd_error *err);
+int rl_check_opts(const struct redlockd_opts *o, struct redlockd_error *err);
+/* The start of every call: not from on_lost, and a clean last error. */
+int rl_begin_plain(struct redlockd *h);
+/* Start a request line in b: its command word, from the table. */
+struct sbuf *rl_req(struct sbuf *b, enum proto_cmd cmd);
+/* Calls into the application's on_lost. */
+void rl_tell_lost(struct redlockd *h, const char *resource, uint64_t fence,
+                  const char *reason);
+
+#endif
