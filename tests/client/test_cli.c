@@ -1301,10 +1301,10 @@ static void assert_rode_through(const struct proc *p, const char *donef,
 }
 
 /*
- * redlockctl -s A -s B run, while A is stopped (SIGTERM) and started
- * again: the command is not interrupted, and another client gets BUSY all
- * along (redlockctl leaves the stopping daemon for the other one and
- * adopts the lease there).
+ * redlockctl -s A -s B run, while A and then B are stopped (SIGTERM) and
+ * started again, as a rolling restart does: the command is not
+ * interrupted, and another client gets BUSY all along (redlockctl adopts
+ * the lease on the other daemon, or on the restarted one).
  */
 START_TEST(run_failover_restart)
 {
@@ -1337,7 +1337,15 @@ START_TEST(run_failover_restart)
     fprintf(stderr, "run_failover_restart: A stopped in %lld ms (%d BUSY "
             "checks)\n", h_since(t0), checks);
     h_daemon_restart(&D);
+    h_wait_voting(&D, nr, h_scale(5000));
     busy_for(p, "cli:fo", donef);
+    /* Then B's daemon, as a rolling restart goes on: the checker moves to
+     * the restarted A. */
+    h_close(&B);
+    h_connect_tcp_ok(&B, D.port);
+    busy_for(p, "cli:fo", donef);
+    ck_assert_int_eq(h_daemon_stop(&D2), 0);
+    h_daemon_restart(&D2);
     busy_until_exit(p, "cli:fo", donef);
     assert_rode_through(p, donef, "cli:fo", h_since(start));
 }
