@@ -48,21 +48,6 @@ static atomic_bool stopping;
 static atomic_int grants, refused, lost, adopted, errors;
 static char lost_msg[512];
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
-
-    nanosleep(&ts, NULL);
-}
-
 static void on_lost(const char *resource, uint64_t fence, const char *reason,
                     void *ud)
 {
@@ -95,9 +80,9 @@ static void record(int res, int id, uint64_t fence, int64_t start,
  * relied on; returns when the holder stopped working (us). */
 static int64_t hold(struct redlockd *h, const char *name, int64_t hold_until)
 {
-    int64_t refreshed = now_us(), t;
+    int64_t refreshed = h_now_us(), t;
 
-    while ((t = now_us()) < hold_until) {
+    while ((t = h_now_us()) < hold_until) {
         if (redlockd_lease_check(h, name) != 0)
             return t;
         if (t - refreshed >= REFRESH_MS * 1000) {
@@ -105,7 +90,7 @@ static int64_t hold(struct redlockd *h, const char *name, int64_t hold_until)
             (void)redlockd_refresh(h);  /* reconnects, resumes or adopts */
             continue;
         }
-        sleep_ms(STEP_MS);
+        h_sleep_ms(STEP_MS);
     }
     return t;
 }
@@ -135,10 +120,10 @@ static void *client_main(void *arg)
         snprintf(name, sizeof(name), "roll:%d", res);
         if (redlockd_lock(h, name, TTL_MS, 0, 1, &l) != 0) {
             atomic_fetch_add(&refused, 1);
-            sleep_ms(50 + (int)(rand_r(&seed) % 100));
+            h_sleep_ms(50 + (int)(rand_r(&seed) % 100));
             continue;
         }
-        start = now_us();
+        start = h_now_us();
         atomic_fetch_add(&grants, 1);
         /* Many holds outlast a daemon's shutdown window (500 ms): those
          * are left on the nodes and adopted. */
@@ -185,7 +170,7 @@ START_TEST(rolling_restart)
     for (int i = 0; i < NCLIENTS; i++)
         ck_assert_int_eq(pthread_create(&th[i], NULL, client_main,
                                         (void *)(intptr_t)i), 0);
-    sleep_ms(1000);
+    h_sleep_ms(1000);
     for (int round = 0; round < ROUNDS; round++) {
         for (int d = 0; d < 2; d++) {
             int st = h_daemon_stop(&D[d]);
@@ -193,10 +178,10 @@ START_TEST(rolling_restart)
             h_daemon_restart(&D[d]);
             h_wait_voting(&D[d], NNODES, h_scale(5000));
             restarts++;
-            sleep_ms(700);
+            h_sleep_ms(700);
         }
     }
-    sleep_ms(1000);
+    h_sleep_ms(1000);
     atomic_store(&stopping, true);
     for (int i = 0; i < NCLIENTS; i++)
         pthread_join(th[i], NULL);

@@ -186,6 +186,7 @@ int h_run(char *const argv[], char *out, size_t outsize);
 void h_raise_nofile(int want);
 
 uint64_t h_now_ms(void);                    /* CLOCK_MONOTONIC */
+int64_t h_now_us(void);                     /* the same, in microseconds */
 void h_sleep_ms(int ms);
 int h_free_port(void);
 /* A loopback port that refuses connections for as long as the returned

@@ -263,14 +263,6 @@ static char unexpected_msg[2048];
 
 /* ---- time and randomness ----------------------------------------------- */
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static int64_t rel(int64_t t)
 {
     return t - t_run;
@@ -309,7 +301,7 @@ static uint64_t seed_init(void)
         ck_assert_msg(errno == 0 && *end == '\0',
                       "REDLOCKD_LOSTUPDATE_SEED is not a number: %s", s);
     } else if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) {
-        seed = (uint64_t)now_us() ^ ((uint64_t)getpid() << 32);
+        seed = (uint64_t)h_now_us() ^ ((uint64_t)getpid() << 32);
     }
     rng_state = seed;
     return seed;
@@ -386,7 +378,7 @@ static void daemon_reap(int i)
     if (st != 0) {
         cnt.term_bad++;
         fprintf(stderr, "lostupdate: +%.1f s daemon %d exited %d on SIGTERM\n",
-                secs(rel(now_us())), i, st);
+                secs(rel(h_now_us())), i, st);
         h_daemon_dump_log(&D[i]);
     }
     dstate[i] = D_DOWN;
@@ -406,7 +398,7 @@ static void daemon_watch(void)
         d_crashed[i] = true;
         cnt.crashed++;
         fprintf(stderr, "lostupdate: +%.1f s daemon %d (pid %d) died\n",
-                secs(rel(now_us())), i, (int)D[i].pid);
+                secs(rel(h_now_us())), i, (int)D[i].pid);
     }
 }
 
@@ -457,7 +449,7 @@ static void daemon_raise_ttl(int i, int max_ttl)
     reload[i].pending = true;
     reload[i].offset = file_size(D[i].log_path);
     reload[i].want = max_ttl;
-    reload[i].until = now_us() + US(h_scale(RELOAD_WAIT_MS));
+    reload[i].until = h_now_us() + US(h_scale(RELOAD_WAIT_MS));
     ck_assert_int_eq(kill(D[i].pid, SIGHUP), 0);
 }
 
@@ -549,7 +541,7 @@ static void att_end(struct client *c, enum att_result how, int64_t t)
 
 static void client_drop(struct client *c, bool failover)
 {
-    int64_t now = now_us();
+    int64_t now = h_now_us();
 
     if (c->held)
         att_end(c, ATT_DROPPED, now);
@@ -583,7 +575,7 @@ static void client_send(struct client *c, enum req req, int timeout_ms,
     ck_assert(n > 0 && n < (int)sizeof(line) - 1);
     line[n++] = '\n';
     c->req = req;
-    c->req_sent = now_us();
+    c->req_sent = h_now_us();
     c->req_timeout = c->req_sent + US(timeout_ms);
     do {
         w = send(c->fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -819,7 +811,7 @@ static void client_read(struct client *c)
 {
     while (c->fd >= 0) {
         ssize_t n = recv(c->fd, c->buf + c->len, sizeof(c->buf) - 1 - c->len, 0);
-        int64_t now = now_us();
+        int64_t now = h_now_us();
         char *lf;
 
         if (n < 0 && errno == EINTR)
@@ -854,8 +846,8 @@ static bool client_may_work(struct client *c)
     client_read(c);
     if (c->fd < 0 || !c->held)
         return false;
-    if (now_us() + WRITE_GUARD_US >= c->deadline) {
-        int64_t now = now_us();
+    if (h_now_us() + WRITE_GUARD_US >= c->deadline) {
+        int64_t now = h_now_us();
 
         cnt.expired++;
         att_end(c, ATT_EXPIRED, now);
@@ -872,11 +864,11 @@ static void client_do_read(struct client *c)
     if (!client_may_work(c))
         return;
     c->read_val = reg_read(c->reg);
-    c->write_at = now_us() + US(think_ms(c));
+    c->write_at = h_now_us() + US(think_ms(c));
     c->phase = PH_THINK;
     a = att_of(c);
     if (a != NULL) {
-        a->read_at = rel(now_us());
+        a->read_at = rel(h_now_us());
         a->read_val = c->read_val;
     }
 }
@@ -889,9 +881,9 @@ static void client_do_write(struct client *c)
 
     if (!client_may_work(c))
         return;
-    t0 = now_us();
+    t0 = h_now_us();
     ok = reg_write(c->reg, c->read_val + 1, c->fence, c->att);
-    t1 = now_us();
+    t1 = h_now_us();
     a = att_of(c);
     if (a != NULL)
         a->write_at = rel(t0);
@@ -1325,7 +1317,7 @@ static void fault_end(struct fault *f)
     default:
         break;
     }
-    f->t_end = rel(now_us());
+    f->t_end = rel(h_now_us());
 }
 
 static void faults_tick(int64_t now)
@@ -1484,11 +1476,11 @@ static void run_drive(void)
 {
     int64_t next_watch = 0, drain_until = 0;
 
-    t_run = now_us();
+    t_run = h_now_us();
     for (;;) {
         struct pollfd pfd[NCLIENTS];
         int map[NCLIENTS], n = 0;
-        int64_t now = now_us(), t = rel(now);
+        int64_t now = h_now_us(), t = rel(now);
         bool busy = false;
 
         if (now >= next_watch) {
@@ -1505,7 +1497,7 @@ static void run_drive(void)
             ck_assert_msg(faults_over(), "the run cap came before the faults ended");
         }
         for (int i = 0; i < NCLIENTS; i++) {
-            client_tick(&C[i], now_us());
+            client_tick(&C[i], h_now_us());
             busy = busy || client_busy(&C[i]);
         }
         if (stopping && (!busy || now >= drain_until))
@@ -1683,7 +1675,7 @@ static void run_finish(uint64_t seed, struct verdict *v)
     check_overlaps(v);
     for (int i = 0; i < NDAEMONS; i++)
         v->exit_status[i] = d_crashed[i] ? -1 : h_daemon_finish(&D[i]);
-    v->seconds = (double)(now_us() - t_run) / 1e6;
+    v->seconds = (double)(h_now_us() - t_run) / 1e6;
     fprintf(stderr,
             "lostupdate[%s]: seed=%" PRIu64 " acknowledged=%d final=%lld lost=%lld "
             "stale_refused=%d rounds=%d grants=%d (recorded %d%s) expired=%d "

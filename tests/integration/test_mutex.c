@@ -205,14 +205,6 @@ static char unexpected_msg[1024];
 
 /* ---- time and randomness ----------------------------------------------- */
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static double secs(int64_t t)
 {
     return (double)(t - t_run) / 1e6;
@@ -247,7 +239,7 @@ static uint64_t seed_init(void)
         ck_assert_msg(errno == 0 && *end == '\0',
                       "REDLOCKD_MUTEX_SEED is not a number: %s", s);
     } else if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) {
-        seed = (uint64_t)now_us() ^ ((uint64_t)getpid() << 32);
+        seed = (uint64_t)h_now_us() ^ ((uint64_t)getpid() << 32);
     }
     rng_state = seed;
     return seed;
@@ -319,7 +311,7 @@ static void daemon_watch(void)
             d_crashed[i] = true;
             cnt.crashed++;
             fprintf(stderr, "mutex: +%.1f s daemon %d (pid %d) died: %s %d\n",
-                    secs(now_us()), i, (int)D[i].pid,
+                    secs(h_now_us()), i, (int)D[i].pid,
                     si.si_code == CLD_EXITED ? "exit status" : "signal",
                     si.si_status);
         }
@@ -356,7 +348,7 @@ static void work_end(struct client *c, int64_t t)
  * clients that a killed daemon sent away come back over time. */
 static void client_drop(struct client *c, bool failover)
 {
-    int64_t now = now_us();
+    int64_t now = h_now_us();
     /* An exclusive holder cut off from its daemon may go on until its
      * deadline and take the lease over elsewhere (the careful-client rule
      * still bounds its interval). */
@@ -398,7 +390,7 @@ static void client_send(struct client *c, enum req req, int timeout_ms,
     ck_assert(n > 0 && n < (int)sizeof(line) - 1);
     line[n++] = '\n';
     c->req = req;
-    c->req_sent = now_us();
+    c->req_sent = h_now_us();
     c->req_timeout = c->req_sent + US(timeout_ms);
     do {
         w = send(c->fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -472,7 +464,7 @@ static void client_unlock(struct client *c)
 
     snprintf(name, sizeof(name), RES_NAME, c->res);
     /* The holder stops working before the request leaves. */
-    work_end(c, now_us());
+    work_end(c, h_now_us());
     client_send(c, REQ_UNLOCK, reply_timeout(c), "UNLOCK %s", name);
 }
 
@@ -716,7 +708,7 @@ static void client_read(struct client *c)
 {
     for (;;) {
         ssize_t n = recv(c->fd, c->buf + c->len, sizeof(c->buf) - 1 - c->len, 0);
-        int64_t now = now_us();
+        int64_t now = h_now_us();
         char *lf;
 
         if (n < 0 && errno == EINTR)
@@ -834,7 +826,7 @@ static void plain_key(char *key, size_t size, int res)
 static int plain_all(struct plain *p, const char *want, const char *fmt, ...)
 {
     bool sent[NNODES] = { false };
-    int64_t now = now_us();
+    int64_t now = h_now_us();
     int ok = 0;
     va_list ap;
 
@@ -855,7 +847,7 @@ static int plain_all(struct plain *p, const char *want, const char *fmt, ...)
         if (!sent[i])
             continue;
         if (redisGetReply(p->ctx[i], (void **)&r) != REDIS_OK || r == NULL) {
-            plain_fail(p, i, now_us());
+            plain_fail(p, i, h_now_us());
             continue;
         }
         if (want != NULL ? r->type == REDIS_REPLY_STATUS && strcmp(r->str, want) == 0
@@ -886,9 +878,9 @@ static void plain_try(struct plain *p)
     p->token[32] = '\0';
     plain_key(key, sizeof(key), p->res);
     cnt.plain_rounds++;
-    p->t0 = now_us();
+    p->t0 = h_now_us();
     ok = plain_all(p, "OK", "SET %s %s NX PX %d", key, p->token, TTL_MS);
-    now = now_us();
+    now = h_now_us();
     validity = US(TTL_MS) - (now - p->t0) - US(DRIFT_MS);
     if (ok >= QUORUM && validity > 0) {
         int64_t hold = US(rng_range(10, 300));
@@ -906,20 +898,20 @@ static void plain_try(struct plain *p)
     /* Partial keys: gone at once, or by their ttl. */
     note_touch(p->res, p->t0);
     plain_release(p);
-    p->next_at = now_us() + US(rng_range(50, 250));
+    p->next_at = h_now_us() + US(rng_range(50, 250));
 }
 
 static void plain_tick(struct plain *p, int64_t now)
 {
     if (p->holding) {
         if (now >= p->hold_until || stopping) {
-            int64_t t = now_us();
+            int64_t t = h_now_us();
 
             record(p->res, 100 + p->id, MC_PLAIN, 0, p->start,
                    t < p->valid_end ? t : p->valid_end, NULL);
             p->holding = false;
             plain_release(p);
-            p->next_at = now_us() + US(rng_range(20, 200));
+            p->next_at = h_now_us() + US(rng_range(20, 200));
         }
         return;
     }
@@ -1048,7 +1040,7 @@ static void fault_begin(struct fault *f)
     if (f->target >= 0)
         cnt.faults[f->kind]++;
     fprintf(stderr, "mutex: +%.1f s %s %s %d for %" PRId64 " ms\n",
-            secs(now_us()), fault_names[f->kind],
+            secs(h_now_us()), fault_names[f->kind],
             f->kind == F_NODE_STOP || f->kind == F_NODE_KILL ? "node" : "daemon",
             f->target, ms);
 }
@@ -1161,7 +1153,7 @@ static void keys_check(void)
         }
     }
     while (!all_gone) {
-        int64_t now = now_us();
+        int64_t now = h_now_us();
 
         all_gone = true;
         for (int k = 0; k < nprefix; k++) {
@@ -1275,11 +1267,11 @@ static void run_drive(void)
 {
     int64_t next_disconnect = US(1500), next_watch = 0, drain_until = 0;
 
-    t_run = now_us();
+    t_run = h_now_us();
     for (;;) {
         struct pollfd pfd[NCLIENTS];
         int map[NCLIENTS], n = 0;
-        int64_t now = now_us(), t = now - t_run;
+        int64_t now = h_now_us(), t = now - t_run;
         bool busy = false;
 
         if (now >= next_watch) {
@@ -1301,7 +1293,7 @@ static void run_drive(void)
             busy = busy || client_busy(&C[i]);
         }
         for (int i = 0; i < rc->nplain; i++) {
-            plain_tick(&P[i], now_us());
+            plain_tick(&P[i], h_now_us());
             busy = busy || P[i].holding;
         }
         if (stopping && (!busy || now >= drain_until))
@@ -1348,7 +1340,7 @@ static void run_finish(uint64_t seed, struct run_result *res)
     daemon_watch();
     for (int i = 0; i < NDAEMONS; i++)
         res->exit_status[i] = h_daemon_finish(&D[i]);
-    t_end = now_us();
+    t_end = h_now_us();
     res->seconds = (double)(t_end - t_run) / 1e6;
     ck_assert_int_eq(mc_check(&ivlog, &res->rep), 0);
     fprintf(stderr,
