@@ -173,7 +173,11 @@ START_TEST(adopt_after_restart)
                   "restarted daemon: %s", tries, line);
     ck_assert_str_eq(h_kv(line, "fence"), fence);
     h_expect(&B, "ERR BUSY ", "LOCK rs");
-    h_expect(&A, "OK resource=rs nodes=3", "UNLOCK rs");
+    /* A node that did not vote yet when ADOPT went out was not asked: it
+     * keeps the old token until its ttl, so the release deletes on the
+     * two or three that took the new one. */
+    line = h_expect(&A, "OK resource=rs nodes=", "UNLOCK rs");
+    ck_assert_int_ge(atoi(h_kv(line, "nodes")), 2);
     h_daemon_finish_ok(&D1);
     h_daemon_finish_ok(&D2);
 }
