@@ -394,7 +394,7 @@ static int rl_lock_reply(struct redlockd *h, const struct proto_reply *r,
     if (rc == 0)
         rc = rl_lease_fill(h, r, resource, lease);
     if (rc == 0)
-        rc = rl_lease_taken(h, lease, renew != 0, true);
+        rc = rl_lease_taken(h, lease, renew != 0);
     /* The deadline counts from when LOCK was sent, however long it waited
      * for the grant: if that used up half the validity, confirm the lease
      * again now rather than hand out a deadline about to pass. */
@@ -854,13 +854,11 @@ int redlockd_lockv(struct redlockd *h, const char *const *resources, size_t n,
         rc = rl_lease_fill(h, &r, resources[0], &g->lease);
     if (rc == 0)
         rc = rl_grant_kind(h, &r, n, g);
-    /* Each resource is a lease of its own, with the deadline rule; only
-     * exclusive ones can be adopted elsewhere. */
+    /* Each resource is a lease of its own, with the deadline rule. */
     for (size_t i = 0; rc == 0 && i < n; i++) {
         struct redlockd_lease one = g->lease;
         snprintf(one.resource, sizeof(one.resource), "%s", resources[i]);
-        rc = rl_lease_taken(h, &one, !o->no_renew,
-                            g->mode == REDLOCKD_EXCLUSIVE && g->limit == 0);
+        rc = rl_lease_taken(h, &one, !o->no_renew);
     }
     return rl_finish(h, rc);
 }

@@ -55,8 +55,8 @@
  * (redlockd_lease_info). Meanwhile a lease is UNCONFIRMED
  * (redlockd_lease_state) and its deadline still holds; one whose deadline
  * passes first is not adopted but lost (on_lost reason "deadline"), as is
- * one that ADOPT refuses ("adopt": it is gone, or a shared hold or
- * semaphore slot, which ADOPT can not move yet). A call reconnects for no
+ * one that ADOPT refuses ("adopt": it is gone). Every kind of lease is
+ * adopted: exclusive, shared, a semaphore slot (the same slot). A call reconnects for no
  * longer than the I/O timeout, the earliest lease deadline and its own
  * timeout; if that is not enough it fails with the transport error and the
  * next call goes on. Requests that were in flight: a LOCK fails with

@@ -542,8 +542,9 @@ static int rl_adopt_send(struct redlockd *h, char **names, size_t n,
     return 1;
 }
 
-/* The grant of the lease at index first: its leases go together. A shared
- * hold or a semaphore slot can not be adopted (yet): lost. */
+/* The grant of the lease at index first: its leases go together (a
+ * shared hold or a semaphore slot is one resource: the daemon finds which
+ * kind the token holds). */
 static int rl_adopt_group(struct redlockd *h, size_t first, int64_t until)
 {
     const char *names[RL_ADOPT_MAX];
@@ -551,10 +552,6 @@ static int rl_adopt_group(struct redlockd *h, size_t first, int64_t until)
     size_t n = rl_adopt_names(h, first, names), k;
     int rc;
 
-    if (!h->leases[first].adoptable) {
-        rl_lease_lost_by(h, &h->leases[first], "adopt");
-        return 0;
-    }
     rc = rl_adopt_line(h, &h->leases[first], names, n);
     for (k = 0; rc == 0 && k < n; k++) {
         copies[k] = strdup(names[k]);

@@ -134,7 +134,7 @@ void rl_lease_confirm(struct redlockd *h, struct rl_lease *l,
 }
 
 int rl_lease_taken(struct redlockd *h, const struct redlockd_lease *ls,
-                   bool renew, bool adoptable)
+                   bool renew)
 {
     struct rl_lease *l = rl_lease_get(h, ls->resource);
 
@@ -146,7 +146,6 @@ int rl_lease_taken(struct redlockd *h, const struct redlockd_lease *ls,
     l->fence = ls->fence;
     l->ttl = ls->ttl;
     l->renew = renew;
-    l->adoptable = adoptable;
     snprintf(l->token, sizeof(l->token), "%s", ls->token);
     rl_lease_confirm(h, l, ls->validity);
     return 0;

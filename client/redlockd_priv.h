@@ -55,8 +55,6 @@ struct rl_lease {
      * to outlive a lost connection: rl_lease_confirm). */
     int64_t deadline;
     bool renew;
-    bool adoptable;             /* exclusive: ADOPT can move it (not a
-                                   shared hold, not a semaphore slot) */
     bool lost;                  /* EVENT LOST, ERR LOST, NOTHELD, missing
                                    from LOCKS, deadline passed unconfirmed,
                                    ADOPT refused */
@@ -191,7 +189,7 @@ void rl_lease_confirm(struct redlockd *h, struct rl_lease *l,
                       int64_t validity_ms);
 /* A grant (LOCK, lockv, ADOPT reply) into the table. */
 int rl_lease_taken(struct redlockd *h, const struct redlockd_lease *ls,
-                   bool renew, bool adoptable);
+                   bool renew);
 /* Every unconfirmed lease whose deadline has passed is lost ("deadline"),
  * or forgotten when it was being released. */
 void rl_lease_expire(struct redlockd *h);

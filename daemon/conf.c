@@ -881,14 +881,19 @@ static int conf_default_id(struct conf_loader *ld)
 
 /* Is s (n bytes, a key's text after locks.key_prefix) what redlockd could
  * write for some resource of at most max bytes: its key, its shared set,
- * one of its semaphore slots, or the waiting mark of one of those? */
+ * one of its semaphore slots, the waiting mark of one of those, or the
+ * shared set's fences? */
 static bool conf_names_lock(const char *s, size_t n, size_t max)
 {
     size_t wl = strlen(CONF_WAITING_SUFFIX), sl = strlen(CONF_SHARED_SUFFIX);
+    size_t fl = strlen(CONF_FENCES_SUFFIX);
     size_t d;
 
     if (n > wl && memcmp(s + n - wl, CONF_WAITING_SUFFIX, wl) == 0)
         n -= wl;
+    else if (n > fl + sl && memcmp(s + n - fl, CONF_FENCES_SUFFIX, fl) == 0 &&
+             memcmp(s + n - fl - sl, CONF_SHARED_SUFFIX, sl) == 0)
+        n -= fl;
     for (size_t i = 0; i < n; i++) {
         if (s[i] < 0x21 || s[i] > 0x7e)
             return false;

@@ -17,7 +17,8 @@
  * The keys redlockd writes on the nodes. For a resource r: key_prefix + r
  * (exclusive), + CONF_SHARED_SUFFIX (its shared holders), + CONF_SLOT_SEP
  * and a number (a semaphore slot), and any of these + CONF_WAITING_SUFFIX
- * (the mark of a waiter). Beside them, one of each per node:
+ * (the mark of a waiter); the shared set + CONF_FENCES_SUFFIX (its
+ * members' fences, a hash). Beside them, one of each per node:
  * locks.fence_key (the fence counter), + CONF_MARKER_SUFFIX (the recovery
  * marker) and + CONF_MAXTTL_SUFFIX (the longest ttl any daemon granted
  * there). conf refuses a configuration in which one of the second kind
@@ -26,6 +27,7 @@
 #define CONF_SHARED_SUFFIX ":shared"
 #define CONF_SLOT_SEP '#'
 #define CONF_WAITING_SUFFIX " waiting"
+#define CONF_FENCES_SUFFIX " fences"
 #define CONF_MARKER_SUFFIX ":admitted"
 #define CONF_MAXTTL_SUFFIX ":maxttl"
 

@@ -93,9 +93,11 @@ struct lock_entry {
     struct list waiters;            /* struct req_pos, FIFO */
     size_t nwait;
     uint32_t limit;                 /* a semaphore of this many slots, or 0 */
-    uint8_t *slots;                 /* (owned) semaphore: 1 for a slot held
-                                       or asked for here */
-    uint32_t nused;                 /* slots set */
+    uint8_t *slots;                 /* (owned) semaphore: for each slot,
+                                       the holders and requests here (2
+                                       only while an ADOPT moves a lease
+                                       from one session to another) */
+    uint32_t nused;                 /* their sum */
     uint32_t ngone_slots;           /* of them by holders going away */
     int pins;                       /* kicks walking its queue */
     size_t keylen;
@@ -827,7 +829,7 @@ static void entry_drop_holder(struct lock_entry *e, struct lease *l)
         e->ngone_excl--;
     }
     if (l->limit) {
-        e->slots[l->slot] = 0;
+        e->slots[l->slot]--;
         e->nused--;
         e->ngone_slots--;
     }
@@ -1110,10 +1112,12 @@ static size_t put_lit(char *out, size_t at, const char *lit)
 
 /* The holder label an acquisition stores after its token, so that STATUS
  * on any daemon of these nodes can name the holder:
- * {"daemon":"<id>","session":"<id>"[,"name":"<name>"]}, compact (no space:
- * the value is "token label fence"). Writes it and a NUL to out unless out
- * is NULL; returns its length. */
-static size_t label_put(const struct lockmgr_owner *o, char *out)
+ * {"daemon":"<id>","session":"<id>"[,"name":"<name>"][,"limit":K]},
+ * compact (no space: the value is "token label fence"). A semaphore
+ * slot's says its semaphore's size, which ADOPT finds there. Writes it and
+ * a NUL to out unless out is NULL; returns its length. */
+static size_t label_put(const struct lockmgr_owner *o, uint32_t limit,
+                        char *out)
 {
     size_t at = put_lit(out, 0, "{\"daemon\":\"");
 
@@ -1124,7 +1128,13 @@ static size_t label_put(const struct lockmgr_owner *o, char *out)
         at = put_lit(out, at, "\",\"name\":\"");
         at = json_put_str(out, at, o->name);
     }
-    at = put_lit(out, at, "\"}");
+    at = put_lit(out, at, "\"");
+    if (limit) {
+        char num[sizeof(",\"limit\":4294967295")];
+        snprintf(num, sizeof(num), ",\"limit\":%" PRIu32, limit);
+        at = put_lit(out, at, num);
+    }
+    at = put_lit(out, at, "}");
     if (out)
         out[at] = '\0';
     return at;
@@ -1275,13 +1285,13 @@ static int64_t req_next_slot(struct lockreq *q)
 
 static void slot_take(struct lock_entry *e, int64_t slot)
 {
-    e->slots[slot] = 1;
+    e->slots[slot]++;
     e->nused++;
 }
 
 static void slot_give(struct lock_entry *e, int64_t slot)
 {
-    e->slots[slot] = 0;
+    e->slots[slot]--;
     e->nused--;
 }
 
@@ -1537,11 +1547,11 @@ void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r)
         leave();
         return;
     }
-    size_t labellen = label_put(o, NULL);
+    size_t labellen = label_put(o, r->limit, NULL);
     q = mem_alloc(sizeof(*q) + r->n * sizeof(q->pos[0]) + labellen + 1);
     q->n = r->n;
     list_init(&q->hlink);
-    label_put(o, (char *)&q->pos[r->n]);
+    label_put(o, r->limit, (char *)&q->pos[r->n]);
     q->label = (char *)&q->pos[r->n];
     q->labellen = labellen;
     q->o = o;
@@ -1914,45 +1924,130 @@ static void adopt_drop_old(struct lock_entry *e, const char *old)
     }
 }
 
+static void probe_make(const char *res, size_t len, uint32_t limit,
+                       struct redlock_probe *pr, char **buf);
+
+/* Can e take the lease one resource's ADOPT found (its kind is known only
+ * from the nodes' answers)? A semaphore here of another size, or a
+ * semaphore found where this daemon locks the resource otherwise (or the
+ * other way round), cannot: msg says why. */
+static bool adopt_fits(struct lock_entry *e, const struct redlock_result *res,
+                       char *msg, size_t size)
+{
+    uint32_t limit = res->adopted_limit;
+
+    if (res->adopted != REDLOCK_HELD_SLOT) {
+        if (!e->limit)
+            return true;
+        snprintf(msg, size, "%s is a semaphore here (limit=%" PRIu32 ")",
+                 e->resource, e->limit);
+        return false;
+    }
+    if (!limit)
+        limit = e->limit;       /* stored by a daemon that did not say */
+    if (!limit || res->adopted_slot >= limit) {
+        snprintf(msg, size, "slot %" PRIu32 " of %s: its semaphore's size "
+                 "is not stored on the nodes", res->adopted_slot,
+                 e->resource);
+        return false;
+    }
+    if (e->limit == limit)
+        return true;
+    if (e->limit || e->nheld || e->nwait) {
+        snprintf(msg, size, "%s is locked here %s, not as a semaphore of "
+                 "limit=%" PRIu32, e->resource, e->limit ? "with another "
+                 "limit=" : "without limit=", limit);
+        return false;
+    }
+    e->limit = limit;           /* the entry was made by this ADOPT */
+    e->slots = mem_alloc(limit);
+    return true;
+}
+
+/* The adopted lease of one resource, or of each key of a multi-resource
+ * grant, as a LOCK's grant is answered: to o, with the new token. */
+static void adopt_grant(struct adopt_ctx *x, const struct redlock_result *res)
+{
+    struct lockmgr_owner *o = x->o;
+    struct lease *first = NULL;
+    struct lease_init in = {
+        .mode = LOCKMGR_EXCLUSIVE, .slot = -1, .token = x->token,
+        .fence = res->fence, .ttl = x->ttl, .renew = x->renew,
+        .validity = res->validity,
+    };
+
+    for (size_t i = 0; i < x->n; i++) {
+        struct lock_entry *e = x->e[i];
+        size_t keylen = e->keylen;
+        const char *key = e->key;
+        if (x->n == 1 && res->adopted == REDLOCK_HELD_SHARED) {
+            in.mode = LOCKMGR_SHARED;
+            key = e->shared;
+            keylen = e->sharedlen;
+        } else if (x->n == 1 && res->adopted == REDLOCK_HELD_SLOT) {
+            in.limit = e->limit;
+            in.slot = res->adopted_slot;
+            key = entry_slot_key(e, (uint32_t)in.slot, &keylen);
+        }
+        adopt_drop_old(e, x->old);
+        struct lease *l = lease_new(e, key, keylen, &in);
+        if (in.limit)
+            slot_take(e, in.slot);
+        if (!first) {
+            struct notice *n = notice_new(N_LOCKED, o, l->resource, NULL);
+            first = l;
+            n->fence = l->fence;
+            n->ttl = l->ttl;
+            n->validity = lease_validity(l);
+            n->nres = x->n;
+            n->mode = in.mode;
+            n->limit = in.limit;
+            n->slot = in.limit ? (uint32_t)in.slot : 0;
+            memcpy(n->token, l->token, sizeof(n->token));
+        } else {
+            list_push_tail(&first->glink, &l->glink);
+        }
+        lease_attach(l, o);
+        audit(l, o, "adopt", "token rotated on a quorum");
+    }
+    M.c.adopts++;
+}
+
+/* Keys rotated to our new token that nobody will hold: given back. */
+static void adopt_give_back(struct adopt_ctx *x,
+                            const struct redlock_result *res)
+{
+    for (size_t i = 0; i < x->n; i++) {
+        struct lock_entry *e = x->e[i];
+        size_t keylen = e->keylen;
+        const char *key = e->key;
+        if (x->n == 1 && res->adopted == REDLOCK_HELD_SHARED) {
+            key = e->shared;
+            keylen = e->sharedlen;
+        } else if (x->n == 1 && res->adopted == REDLOCK_HELD_SLOT) {
+            key = entry_slot_key(e, res->adopted_slot, &keylen);
+        }
+        M.rl->release(key, keylen, x->token, NULL, NULL);
+    }
+}
+
 static void adopt_done(void *ud, const struct redlock_result *res)
 {
     struct adopt_ctx *x = ud;
     struct lockmgr_owner *o = x->o;
-    struct lease *first = NULL;
     char why[PROTO_MAX_ERRMSG];
 
     enter();
     if (res->status == REDLOCK_OK && o->ended) {
-        /* Nobody to hand it to: give the keys back. */
-        for (size_t i = 0; i < x->n; i++)
-            M.rl->release(x->e[i]->key, x->e[i]->keylen, x->token, NULL,
-                          NULL);
+        adopt_give_back(x, res);    /* nobody to hand it to */
+    } else if (res->status == REDLOCK_OK &&
+               (x->n > 1 || adopt_fits(x->e[0], res, why, sizeof(why)))) {
+        adopt_grant(x, res);
     } else if (res->status == REDLOCK_OK) {
-        const struct lease_init in = {
-            .mode = LOCKMGR_EXCLUSIVE, .slot = -1, .token = x->token,
-            .fence = res->fence, .ttl = x->ttl, .renew = x->renew,
-            .validity = res->validity,
-        };
-        for (size_t i = 0; i < x->n; i++) {
-            struct lock_entry *e = x->e[i];
-            adopt_drop_old(e, x->old);
-            struct lease *l = lease_new(e, e->key, e->keylen, &in);
-            if (!first) {
-                struct notice *n = notice_new(N_LOCKED, o, l->resource, NULL);
-                first = l;
-                n->fence = l->fence;
-                n->ttl = l->ttl;
-                n->validity = lease_validity(l);
-                n->nres = x->n;
-                n->mode = LOCKMGR_EXCLUSIVE;
-                memcpy(n->token, l->token, sizeof(n->token));
-            } else {
-                list_push_tail(&first->glink, &l->glink);
-            }
-            lease_attach(l, o);
-            audit(l, o, "adopt", "token rotated on a quorum");
-        }
-        M.c.adopts++;
+        /* Ours on the nodes, but not a lease this daemon can keep beside
+         * what it holds: the client hears why (its lease is gone). */
+        adopt_give_back(x, res);
+        adopt_answer(o, PROTO_ERR_ARG, why);
     } else if (res->status == REDLOCK_BUSY) {
         adopt_answer(o, PROTO_ERR_LOST, "the token holds on too few nodes: "
                      "the lease is gone (or was adopted elsewhere)");
@@ -1990,9 +2085,9 @@ static enum proto_err adopt_refuse(const struct lockmgr_owner *o,
                      (int)r->len[i], r->res[i]);
             return PROTO_ERR_HELD;
         }
-        if (e && e->limit) {
-            snprintf(msg, size, "%.*s is a semaphore here: ADOPT takes "
-                     "exclusive leases", (int)r->len[i], r->res[i]);
+        if (r->n > 1 && e && e->limit) {
+            snprintf(msg, size, "%.*s is a semaphore here: the resources of "
+                     "one grant are exclusive", (int)r->len[i], r->res[i]);
             return PROTO_ERR_ARG;
         }
     }
@@ -2004,6 +2099,8 @@ void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r)
     const char *keys[CONF_MAX_MULTI];
     size_t lens[CONF_MAX_MULTI];
     char msg[PROTO_MAX_ERRMSG];
+    struct redlock_probe one;
+    char *names = NULL;
     enum proto_err err;
     struct adopt_ctx *x;
 
@@ -2033,16 +2130,22 @@ void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r)
         keys[i] = x->e[i]->key;
         lens[i] = x->e[i]->keylen;
     }
-    size_t labellen = label_put(o, NULL);
+    /* One resource may be a shared hold or a slot of a semaphore of any
+     * size this daemon allows. */
+    if (r->n == 1)
+        probe_make(r->res[0], r->len[0], M.conf->locks.max_limit, &one,
+                   &names);
+    size_t labellen = label_put(o, 0, NULL);
     char *label = mem_alloc(labellen + 1);
-    label_put(o, label);
+    label_put(o, 0, label);
     const struct redlock_adopt a = {
-        .n = (int)r->n, .keys = keys, .lens = lens, .old_token = x->old,
-        .token = x->token, .label = label, .labellen = labellen,
-        .ttl = r->ttl,
+        .n = r->n > 1 ? (int)r->n : 0, .one = r->n == 1 ? &one : NULL,
+        .keys = keys, .lens = lens, .old_token = x->old, .token = x->token,
+        .label = label, .labellen = labellen, .ttl = r->ttl,
     };
     M.rl->adopt(&a, adopt_done, x);
     free(label);
+    free(names);
     leave();
 }
 

@@ -186,12 +186,33 @@
     "end\n"
 
 /* A shared hold is a member of the set: the token, scored by its expiry
- * on the node's clock. The set lives as long as its latest member. */
+ * on the node's clock. Its fence f (given at the grant, raised by
+ * RAISE_SHARED, moved by ADOPT) is its field in the hash s .. ' fences',
+ * nobody's lock (no resource name has a space). The set and the hash
+ * live as long as the latest member. */
+#define POOL_LUA_FENCES_KEY(s) s " .. '" CONF_FENCES_SUFFIX "'"
 #define POOL_LUA_SHARED_PUT \
-    "local function put(s, token, ttl)\n" \
+    "local function put(s, token, ttl, f)\n" \
     POOL_LUA_NOW \
     "  redis.call('ZADD', s, now + ttl, token)\n" \
     "  if redis.call('PTTL', s) < ttl then redis.call('PEXPIRE', s, ttl) end\n" \
+    "  local h = " POOL_LUA_FENCES_KEY("s") "\n" \
+    "  if f then redis.call('HSET', h, token, f) end\n" \
+    "  if redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, ttl) end\n" \
+    "end\n"
+
+/* Fences of members that expired without a release (their holder's
+ * daemon died) are dropped once they outnumber the live members: the
+ * hash stays within twice the set, at an amortised constant cost. */
+#define POOL_LUA_FENCES_PRUNE \
+    "local function prune(s)\n" \
+    "  local h = " POOL_LUA_FENCES_KEY("s") "\n" \
+    "  if redis.call('HLEN', h) <= 2 * redis.call('ZCARD', s) + 16 then\n" \
+    "    return\n" \
+    "  end\n" \
+    "  for _, m in ipairs(redis.call('HKEYS', h)) do\n" \
+    "    if not redis.call('ZSCORE', s, m) then redis.call('HDEL', h, m) end\n" \
+    "  end\n" \
     "end\n"
 
 /* release(k, t, channel, id): 1 when k was ours and is gone, else 0. A
@@ -212,9 +233,14 @@
     "    local s = redis.call('ZSCORE', k, t)\n" \
     "    if not s then return 0 end\n" \
     "    redis.call('ZREM', k, t)\n" \
+    "    local h = " POOL_LUA_FENCES_KEY("k") "\n" \
+    "    redis.call('HDEL', h, t)\n" \
     POOL_LUA_NOW \
     "    redis.call('ZREMRANGEBYSCORE', k, '-inf', now)\n" \
-    "    if redis.call('EXISTS', k) == 0 then announce(k) end\n" \
+    "    if redis.call('EXISTS', k) == 0 then\n" \
+    "      redis.call('DEL', h)\n" \
+    "      announce(k)\n" \
+    "    end\n" \
     "    if tonumber(s) <= now then return 0 end\n" \
     "    return 1\n" \
     "  end\n" \
@@ -254,6 +280,7 @@
     POOL_LUA_NOW \
     "    if tonumber(s) <= now then\n" \
     "      redis.call('ZREM', k, t)\n" \
+    "      redis.call('HDEL', " POOL_LUA_FENCES_KEY("k") ", t)\n" \
     "      return 0\n" \
     "    end\n" \
     "    put(k, t, tonumber(ttl))\n" \
@@ -373,6 +400,65 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "end\n"
         "note_ttl(ARGV[3])\n"
         "return {1, best}\n",
+    /* ADOPT of one resource, whatever kind of lease the token holds:
+     * the exclusive key, else a live member of the shared set, else one
+     * of ARGV[6] semaphore slots (keys ARGV[5] .. i, not in KEYS: up to
+     * locks.max_limit of them, read 128 at a time). The lease gets the new
+     * token ARGV[2] and the ttl ARGV[3], keeps its fence; a key's label
+     * becomes ARGV[4] (a slot's keeps its "limit"). {1, fence, kind[,
+     * slot, limit]}, kind "exclusive", "shared" or "slot" ('' for a
+     * fence or limit not stored), or {0} with nothing written. */
+    [POOL_SCRIPT_ADOPT_ONE] =
+        POOL_LUA_GUARD
+        POOL_LUA_OURS
+        POOL_LUA_FENCE_OF
+        POOL_LUA_SHARED_PUT
+        "local old, new, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])\n"
+        "local function rotate(k, v, label)\n"
+        "  local f = fence_of(v) or ''\n"
+        "  local nv = new\n"
+        "  if label ~= '' and f ~= '' then\n"
+        "    nv = new .. ' ' .. label .. ' ' .. f\n"
+        "  end\n"
+        "  redis.call('SET', k, nv, 'PX', ttl)\n"
+        "  note_ttl(ttl)\n"
+        "  return f\n"
+        "end\n"
+        "local v = redis.pcall('GET', KEYS[1])\n"
+        "if ours(v, old) then\n"
+        "  return {1, rotate(KEYS[1], v, ARGV[4]), 'exclusive'}\n"
+        "end\n"
+        "if redis.call('TYPE', KEYS[2])['ok'] == 'zset' then\n"
+        "  local s = redis.call('ZSCORE', KEYS[2], old)\n"
+        POOL_LUA_NOW
+        "  if s and tonumber(s) > now then\n"
+        "    local h = " POOL_LUA_FENCES_KEY("KEYS[2]") "\n"
+        "    local f = redis.pcall('HGET', h, old)\n"
+        "    if type(f) ~= 'string' then f = '' end\n"
+        "    redis.call('ZREM', KEYS[2], old)\n"
+        "    redis.pcall('HDEL', h, old)\n"
+        "    put(KEYS[2], new, ttl, f ~= '' and f or nil)\n"
+        "    note_ttl(ttl)\n"
+        "    return {1, f, 'shared'}\n"
+        "  end\n"
+        "end\n"
+        "local n = tonumber(ARGV[6])\n"
+        "for i = 0, n - 1, 128 do\n"
+        "  local ks = {}\n"
+        "  for j = i, math.min(i + 127, n - 1) do ks[#ks + 1] = ARGV[5] .. j end\n"
+        "  local vs = redis.call('MGET', unpack(ks))\n"
+        "  for j = 1, #ks do\n"
+        "    if ours(vs[j], old) then\n"
+        "      local label, k = ARGV[4], string.match(vs[j], '\"limit\":(%d+)')\n"
+        "      if k and string.sub(label, -1) == '}' then\n"
+        "        label = string.sub(label, 1, -2) .. ',\"limit\":' .. k .. '}'\n"
+        "      end\n"
+        "      return {1, rotate(ks[j], vs[j], label), 'slot', tostring(i + j - 1),\n"
+        "              k or ''}\n"
+        "    end\n"
+        "  end\n"
+        "end\n"
+        "return {0}\n",
     [POOL_SCRIPT_UNDO] =
         POOL_LUA_OURS
         "if ours(redis.call('GET', KEYS[1]), ARGV[1]) then\n"
@@ -387,6 +473,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         POOL_LUA_COUNTER
         POOL_LUA_NOTLOCK
         POOL_LUA_SHARED_PUT
+        POOL_LUA_FENCES_PRUNE
         POOL_LUA_BUSY
         POOL_LUA_SEEN("ARGV[3]")
         "local t = redis.call('TYPE', KEYS[1])['ok']\n"
@@ -399,8 +486,9 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "if t == 'zset' then\n"
         POOL_LUA_NOW
         "  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)\n"
+        "  prune(KEYS[3])\n"
         "end\n"
-        "put(KEYS[3], ARGV[1], tonumber(ARGV[2]))\n"
+        "put(KEYS[3], ARGV[1], tonumber(ARGV[2]), f)\n"
         POOL_LUA_GRANT,
     /* All the keys or none, in one step: no two requests for overlapping
      * sets can each hold a part. The busy answer's PTTL is the longest of
@@ -447,6 +535,12 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "  redis.call('SET', fk, ARGV[2])\n"
         "  c = ARGV[2]\n"
         "end\n"
+        /* The member's fence too (ADOPT reads it), as RAISE_HELD's. */
+        "local h = " POOL_LUA_FENCES_KEY("KEYS[1]") "\n"
+        "local mf = redis.call('HGET', h, ARGV[1])\n"
+        "if mf and above(ARGV[2], mf) then\n"
+        "  redis.call('HSET', h, ARGV[1], ARGV[2])\n"
+        "end\n"
         "return {1, c}\n",
     /* STATUS: the exclusive key's PTTL, the live shared holders, for
      * each of K semaphore slots (keys ARGV[1] .. i, which are not in KEYS:
@@ -469,6 +563,7 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
      * release announced (a slot's too, so semaphore waiters wake). */
     [POOL_SCRIPT_FORCE] =
         "local n = redis.call('DEL', KEYS[1], KEYS[2])\n"
+        "redis.call('DEL', " POOL_LUA_FENCES_KEY("KEYS[2]") ")\n"
         "local first = nil\n"
         "for i = 0, tonumber(ARGV[2]) - 1 do\n"
         "  local k = ARGV[1] .. i\n"

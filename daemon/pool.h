@@ -87,8 +87,9 @@
  * A resource's exclusive key is a plain string holding the token, or
  * "token label fence" when the acquisition gave a label (the owner checks
  * accept both); its shared holders are the members of a sorted set (the
- * tokens, scored by their expiry on the node's clock). RELEASE and EXTEND
- * take either.
+ * tokens, scored by their expiry on the node's clock) and their fences the
+ * fields of a hash beside it (pool.c, POOL_LUA_SHARED_PUT). RELEASE and
+ * EXTEND take either.
  */
 enum pool_script {
     POOL_SCRIPT_ACQUIRE,    /* KEYS lock,fence[,shared] ARGV token,ttl,seen,
@@ -116,6 +117,9 @@ enum pool_script {
     POOL_SCRIPT_ADOPT,      /* KEYS lock... ARGV old token,new token,ttl,
                                label -> {1,"fence"} all ours, rotated |
                                {0} */
+    POOL_SCRIPT_ADOPT_ONE,  /* KEYS lock,shared ARGV old token,new token,
+                               ttl,label,slot-prefix,K -> {1,"fence",kind
+                               [,"slot","limit"]} | {0} */
     POOL_SCRIPT_RELEASE_MANY,   /* KEYS lock|shared... ARGV channel,
                                    instance id,token... -> {1|0, ...} */
     POOL_SCRIPT_COUNT

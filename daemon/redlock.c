@@ -56,6 +56,10 @@ struct op {
     uint32_t ttl;
     bool undo;              /* acquire: some node may hold our key */
     bool wait;              /* acquire: will wait (struct redlock_lock) */
+    bool adopt_one;         /* adopt: keys are key, shared set, old token,
+                               label, slot prefix (ADOPT_ONE) */
+    uint32_t nslots;        /* adopt_one: slots to look at */
+    bool adopted;           /* adopt_one: res.adopted_* set by a node */
     struct redlock_node_vote *votes;    /* (owned) acquire: one per node */
     uint64_t *gens;         /* (in this allocation) per node, its
                                node_vote_gen when the request was sent */
@@ -437,6 +441,30 @@ static const char *op_shared(const struct op *o, int i, size_t *len)
     return o->keys[o->nres + i];
 }
 
+/* ADOPT_ONE's words: the key and the shared set, then the old token, the
+ * new one, the ttl, the label, the slot prefix and the slots to look at
+ * (redlock_adopt's copies). */
+static enum pool_script adopt_one_words(const struct op *o, const char **argv,
+                                        size_t *lens, int *nkeys, int *nargs,
+                                        char *num, char *slots)
+{
+    snprintf(num, POOL_NUM_SIZE, "%" PRIu32, o->ttl);
+    snprintf(slots, POOL_NUM_SIZE, "%" PRIu32, o->nslots);
+    argv[0] = o->keys[0];
+    argv[1] = o->keys[1];
+    argv[2] = o->keys[2];
+    argv[3] = o->token;
+    argv[4] = num;
+    argv[5] = o->keys[3];
+    argv[6] = o->keys[4];
+    argv[7] = slots;
+    for (int i = 0; i < 8; i++)
+        lens[i] = strlen(argv[i]);
+    *nkeys = 2;
+    *nargs = 6;
+    return POOL_SCRIPT_ADOPT_ONE;
+}
+
 /* The words of an acquisition's round, in the order its script wants
  * them; returns the script, with *nkeys and *nargs set. */
 static enum pool_script op_words(const struct op *o, const char **argv,
@@ -520,6 +548,7 @@ static bool script_guarded(enum pool_script s)
     case POOL_SCRIPT_EXTEND:
     case POOL_SCRIPT_EXTEND_MANY:
     case POOL_SCRIPT_ADOPT:
+    case POOL_SCRIPT_ADOPT_ONE:
         return true;
     default:
         return false;
@@ -585,6 +614,10 @@ static void op_fan_out(struct op *o)
         s = op_words(o, argv, lens, &nkeys, &nargs, num, seen);
         break;
     case OP_ADOPT:
+        if (o->adopt_one) {
+            s = adopt_one_words(o, argv, lens, &nkeys, &nargs, num, seen);
+            break;
+        }
         /* keys, then the old token and the label after them (op_create's
          * copies, redlock_adopt) */
         s = POOL_SCRIPT_ADOPT;
@@ -708,7 +741,52 @@ static void fence_count(struct op *o, int node, const redisReply *r)
     }
 }
 
-/* One node's answer to ADOPT: {1, "fence"} rotated, {0} not ours. */
+/* A string element of a reply as a number, or -1 (none, empty, bad). */
+static int64_t reply_num(const redisReply *r, size_t i)
+{
+    uint64_t v = 0;
+
+    if (i >= r->elements || counter_parse(r->element[i], &v) != 0 ||
+        v > INT64_MAX)
+        return -1;
+    return (int64_t)v;
+}
+
+/* What ADOPT_ONE found the token holding ({1, "fence", kind[, "slot",
+ * "limit"]}): false when the answer is malformed or names another lease
+ * than an earlier node's (a token names one lease: such a node's answer
+ * is not counted). */
+static bool adopt_kind(struct op *o, const redisReply *r)
+{
+    const redisReply *k = r->elements >= 3 ? r->element[2] : NULL;
+    enum redlock_held held = REDLOCK_HELD_KEY;
+    int64_t slot = 0, limit = -1;
+
+    if (!k || k->type != REDIS_REPLY_STRING)
+        return false;
+    if (strcmp(k->str, "shared") == 0) {
+        held = REDLOCK_HELD_SHARED;
+    } else if (strcmp(k->str, "slot") == 0) {
+        held = REDLOCK_HELD_SLOT;
+        if ((slot = reply_num(r, 3)) < 0 || slot >= UINT32_MAX)
+            return false;
+        limit = reply_num(r, 4);
+    } else if (strcmp(k->str, "exclusive") != 0) {
+        return false;
+    }
+    if (o->adopted && (o->res.adopted != held ||
+                       o->res.adopted_slot != (uint32_t)slot))
+        return false;
+    o->adopted = true;
+    o->res.adopted = held;
+    o->res.adopted_slot = (uint32_t)slot;
+    if (limit > slot && limit <= UINT32_MAX &&
+        (uint32_t)limit > o->res.adopted_limit)
+        o->res.adopted_limit = (uint32_t)limit;
+    return true;
+}
+
+/* One node's answer to ADOPT: {1, "fence"...} rotated, {0} not ours. */
 static void adopt_count(struct op *o, int node, const redisReply *r)
 {
     long long owned = -1;
@@ -721,7 +799,8 @@ static void adopt_count(struct op *o, int node, const redisReply *r)
         o->res.busy++;
         return;
     }
-    if (owned != 1 || r->elements != 2) {
+    if (owned != 1 || r->elements < 2 ||
+        (o->adopt_one && !adopt_kind(o, r))) {
         op_log_reply(o, node, r);
         o->res.failed++;
         return;
@@ -920,12 +999,37 @@ void redlock_acquire(const struct redlock_lock *lk, const char *token,
     op_fan_out(o);
 }
 
+/* One resource held in any way: the key, the shared set, the old token,
+ * the label and the slot prefix ride as the op's keys (ADOPT_ONE). */
+static void adopt_one(const struct redlock_adopt *a, redlock_cb cb, void *ud)
+{
+    const struct redlock_probe *p = a->one;
+    const char *keys[] = {
+        p->key, p->shared, a->old_token, a->label ? a->label : "", p->slots,
+    };
+    const size_t lens[] = {
+        p->keylen, p->sharedlen, strlen(a->old_token),
+        a->label ? a->labellen : 0, p->slotslen,
+    };
+    struct op *o = op_create(OP_ADOPT, 5, keys, lens, a->token, a->ttl, cb,
+                             ud);
+    o->adopt_one = true;
+    o->nslots = p->limit;
+    o->label = o->keys[3];
+    o->res.fence = 0;
+    op_fan_out(o);
+}
+
 void redlock_adopt(const struct redlock_adopt *a, redlock_cb cb, void *ud)
 {
     const char *keys[CONF_MAX_MULTI + 2];
     size_t lens[CONF_MAX_MULTI + 2];
     int n = a->n;
 
+    if (a->one) {
+        adopt_one(a, cb, ud);
+        return;
+    }
     for (int i = 0; i < n; i++)
         keys[i] = a->keys[i], lens[i] = a->lens[i];
     /* The old token and the label ride along as the last "keys". */

@@ -48,6 +48,11 @@ enum redlock_status {
     REDLOCK_LOST,           /* extend: our key is gone on too many nodes */
 };
 
+enum redlock_mode { REDLOCK_EXCLUSIVE, REDLOCK_SHARED };
+/* The key a lease's token is in: the exclusive key, a member of the
+ * shared set, a semaphore slot. */
+enum redlock_held { REDLOCK_HELD_KEY, REDLOCK_HELD_SHARED, REDLOCK_HELD_SLOT };
+
 struct redlock_result {
     enum redlock_status status;
     int ok;                 /* counted (voting) successes; acquire: nodes
@@ -61,12 +66,16 @@ struct redlock_result {
     int64_t pttl;           /* acquire BUSY: smallest PTTL seen, -1 unknown */
     int deleted;            /* release: nodes where our key was deleted */
     uint64_t elapsed_ms;
+    /* adopt of one resource: what the token held */
+    enum redlock_held adopted;
+    uint32_t adopted_slot;  /* REDLOCK_HELD_SLOT: which */
+    uint32_t adopted_limit; /* and its semaphore's size as stored, 0 when
+                               not stored */
 };
 
 typedef void (*redlock_cb)(void *ud, const struct redlock_result *res);
 
 /* What one acquisition takes; lockmgr makes the key names. */
-enum redlock_mode { REDLOCK_EXCLUSIVE, REDLOCK_SHARED };
 
 struct redlock_lock {
     enum redlock_mode mode;
@@ -94,10 +103,14 @@ struct redlock_lock {
  * status is OK with a quorum of voting nodes that did so in time (fence:
  * the largest they carried), BUSY when too many did not hold the old
  * token, else UNAVAILABLE. Keys rotated on too few nodes are left to
- * expire. */
+ * expire. One resource (`one`) may be held in any way: the exclusive key,
+ * a member of the shared set or one of probe->limit semaphore slots; the
+ * result says which (adopted_*), and nodes that disagree do not count. */
+struct redlock_probe;
 struct redlock_adopt {
-    int n;                      /* exclusive keys: 1, or the keys of one
-                                   multi-resource grant */
+    int n;                      /* exclusive keys of one multi-resource
+                                   grant (keys, lens), or 0 with one */
+    const struct redlock_probe *one;
     const char *const *keys;
     const size_t *lens;
     const char *old_token;      /* REDLOCK_TOKEN_LEN hex chars */

@@ -28,7 +28,8 @@
  *     daemon: same fence, new token, another handle BUSY throughout), its
  *     daemon's SIGKILL (every grant adopted on the other daemon, the
  *     resources of a multi-resource grant in one ADOPT with one token; a
- *     shared hold lost, "adopt"; the next LOCK goes to the new session),
+ *     shared hold and the semaphore slot too; the next LOCK goes to the
+ *     new session),
  *     a network blip (the same session resumed on the same daemon, also
  *     on request, and with an UNLOCK in the call that finds it), and a
  *     daemon SIGSTOPped past the lease's deadline (lost, "deadline", and
@@ -1171,15 +1172,17 @@ END_TEST
 /*
  * The handle's daemon is killed (SIGKILL) and stays down: the handle
  * adopts every grant on the other daemon, one ADOPT per grant (the two
- * resources of one LOCK keep sharing one token), and loses the shared
- * hold it had (ADOPT takes exclusive leases only).
+ * resources of one LOCK keep sharing one token), a shared hold and a
+ * semaphore slot included.
  */
 START_TEST(failover_kill)
 {
     struct redlockd_opts o = { 0 };
     struct redlockd_lock_opts shared = { .mode = REDLOCKD_SHARED };
+    struct redlockd_lock_opts sem = { .limit = 2 };
     const char *ab[] = { "fo:a", "fo:b" }, *sh[] = { "fo:sh" };
-    struct redlockd_lease l, la, lb, na, nb;
+    const char *se[] = { "fo:se" };
+    struct redlockd_lease l, la, lb, na, nb, ls, lse, now;
     struct redlockd_grant g;
     struct lost_log log;
     struct redlockd *h, *other;
@@ -1195,6 +1198,9 @@ START_TEST(failover_kill)
     ck_assert_int_eq(redlockd_lease_info(h, "fo:a", &la), 0);
     ck_assert_int_eq(redlockd_lease_info(h, "fo:b", &lb), 0);
     ck_assert_int_eq(redlockd_lockv(h, sh, 1, &shared, NULL), 0);
+    ck_assert_int_eq(redlockd_lockv(h, se, 1, &sem, NULL), 0);
+    ck_assert_int_eq(redlockd_lease_info(h, "fo:sh", &ls), 0);
+    ck_assert_int_eq(redlockd_lease_info(h, "fo:se", &lse), 0);
 
     h_daemon_kill(&D);
     assert_busy(other, "fo:k", "after its holder's daemon died");
@@ -1210,19 +1216,28 @@ START_TEST(failover_kill)
     ck_assert_int_eq(redlockd_lease_info(h, "fo:a", &na), 0);
     ck_assert_int_eq(redlockd_lease_info(h, "fo:b", &nb), 0);
     ck_assert_str_eq(na.token, nb.token);
-    /* The shared hold could not be moved. */
-    ck_assert_int_eq(log.calls, 1);
-    ck_assert_str_eq(log.resource, "fo:sh");
-    ck_assert_str_eq(log.reason, "adopt");
-    ck_assert_int_eq(redlockd_lease_state(h, "fo:sh"), REDLOCKD_LEASE_LOST);
+    /* The shared hold and the slot too: same fence, a new token. */
+    ck_assert_int_eq(log.calls, 0);
+    for (int i = 0; i < 2; i++) {
+        const struct redlockd_lease *was = i ? &lse : &ls;
+        ck_assert_int_eq(redlockd_lease_info(h, was->resource, &now), 0);
+        ck_assert_int_eq(redlockd_lease_state(h, was->resource),
+                         REDLOCKD_LEASE_HELD);
+        ck_assert_uint_eq(now.fence, was->fence);
+        ck_assert_str_ne(now.token, was->token);
+    }
+    assert_busy(other, "fo:sh", "after the adopt of its shared hold");
     st = stats(h);
-    ck_assert_int_eq(h_json_int(st, "adopts"), 2);
+    ck_assert_int_eq(h_json_int(st, "adopts"), 4);
     json_decref(st);
     assert_busy(other, "fo:k", "after the adopt");
     assert_busy(other, "fo:a", "after the adopt");
     ck_assert_int_eq(redlockd_unlock(h, "fo:k"), 0);
     ck_assert_int_eq(redlockd_unlock(h, "fo:new"), 0);
     ck_assert_int_eq(redlockd_unlockv(h, ab, 2), 0);
+    ck_assert_int_eq(redlockd_unlock(h, "fo:sh"), 0);
+    ck_assert_int_eq(redlockd_unlock(h, "fo:se"), 0);
+    lock_ok(other, "fo:sh", 30000, 1, &l);
     lock_ok(other, "fo:k", 30000, 1, &l);
     lock_ok(other, "fo:b", 30000, 1, &l);
 }

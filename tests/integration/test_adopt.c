@@ -12,7 +12,9 @@
  *     end change nothing, nobody else is granted;
  *   - a daemon restarted under a held lock (SIGTERM leaves the lease): the
  *     client adopts on the restarted daemon within its validity;
- *   - the resources of one multi-resource grant together;
+ *   - the resources of one multi-resource grant together; a shared hold
+ *     (the member's token rotated, its fence kept) and a semaphore slot
+ *     (found by the token, the reply says its limit and slot);
  *   - another session of the same daemon holding the lease: the adopter
  *     gets it, the old holder hears EVENT LOST;
  *   - a wrong token answers ERR LOST, a held resource ERR HELD, a missing
@@ -219,6 +221,87 @@ START_TEST(adopt_same_daemon)
 }
 END_TEST
 
+/* Every node has token as a live member of res's shared holders' set, and
+ * not gone (the old token no member). */
+static void assert_member(const char *res, const char *token, bool want)
+{
+    for (int i = 0; i < NNODES; i++) {
+        char *v = NULL;
+        h_redis_cmd(&N[i], &v, "ZSCORE lock:%s:shared %s", res, token);
+        ck_assert_msg((v != NULL) == want, "node %d: %s is %sa member of "
+                      "lock:%s:shared", i, token, v ? "" : "not ", res);
+        free(v);
+    }
+}
+
+START_TEST(adopt_shared)
+{
+    char token[64], fence[32], fresh[64], *line;
+
+    start();
+    lock(&A, "sh mode=shared ttl=1500", token, fence);
+    line = h_expect(&B, "OK resource=sh ", "ADOPT sh token=%s ttl=1500",
+                    token);
+    ck_assert_str_eq(h_kv(line, "mode"), "shared");
+    ck_assert_str_eq(h_kv(line, "fence"), fence);
+    h_kv_copy(line, "token", fresh, sizeof(fresh));
+    ck_assert_str_ne(fresh, token);
+    assert_member("sh", fresh, true);
+    assert_member("sh", token, false);
+    line = h_expect(&B, "OK ", "LOCKS");
+    ck_assert_msg(strstr(line, "\"mode\":\"shared\""), "LOCKS: %s", line);
+    /* The old holder's renewal finds nothing; its release at the end of
+     * its session removes nothing. */
+    ck_assert_msg(h_expect_event(&A, "EVENT LOST resource=sh ",
+                                 h_scale(3000)), "the old holder was not told");
+    h_close(&A);
+    h_connect_tcp_ok(&C, D1.port);
+    h_expect(&C, "ERR BUSY ", "LOCK sh");
+    /* Renewed by its new daemon past the ttl. */
+    h_sleep_ms(2000);
+    assert_member("sh", fresh, true);
+    h_expect(&C, "ERR BUSY ", "LOCK sh");
+    h_expect(&B, "OK resource=sh nodes=3", "UNLOCK sh");
+    h_expect(&C, "OK resource=sh ", "LOCK sh");
+    h_daemon_finish_ok(&D1);
+    h_daemon_finish_ok(&D2);
+}
+END_TEST
+
+START_TEST(adopt_slot)
+{
+    char token[64], fence[32], fresh[64], slot[16], *line;
+
+    start();
+    line = h_expect(&A, "OK ", "LOCK se limit=2 ttl=1500");
+    h_kv_copy(line, "token", token, sizeof(token));
+    h_kv_copy(line, "fence", fence, sizeof(fence));
+    h_kv_copy(line, "slot", slot, sizeof(slot));
+    line = h_expect(&B, "OK resource=se ", "ADOPT se token=%s ttl=1500",
+                    token);
+    ck_assert_str_eq(h_kv(line, "limit"), "2");
+    ck_assert_str_eq(h_kv(line, "slot"), slot);
+    ck_assert_str_eq(h_kv(line, "fence"), fence);
+    h_kv_copy(line, "token", fresh, sizeof(fresh));
+    char res[32];
+    snprintf(res, sizeof(res), "se#%s", slot);
+    assert_keys(res, fresh);
+    ck_assert_msg(h_expect_event(&A, "EVENT LOST resource=se ",
+                                 h_scale(3000)), "the old holder was not told");
+    /* Two slots: the adopted one and C's; A finds none free, even after
+     * the adopted lease's first ttl. */
+    h_connect_tcp_ok(&C, D1.port);
+    h_expect(&C, "OK resource=se ", "LOCK se limit=2");
+    h_sleep_ms(2000);
+    h_expect(&A, "ERR BUSY ", "LOCK se limit=2");
+    assert_keys(res, fresh);
+    h_expect(&B, "OK resource=se nodes=3", "UNLOCK se");
+    h_expect(&A, "OK resource=se ", "LOCK se limit=2");
+    h_daemon_finish_ok(&D1);
+    h_daemon_finish_ok(&D2);
+}
+END_TEST
+
 START_TEST(adopt_errors)
 {
     char token[64], fence[32];
@@ -250,6 +333,8 @@ static Suite *adopt_suite(void)
     tcase_add_test(tc, adopt_while_old_daemon_stopped);
     tcase_add_test(tc, adopt_after_restart);
     tcase_add_test(tc, adopt_multi);
+    tcase_add_test(tc, adopt_shared);
+    tcase_add_test(tc, adopt_slot);
     tcase_add_test(tc, adopt_same_daemon);
     tcase_add_test(tc, adopt_errors);
     suite_add_tcase(s, tc);

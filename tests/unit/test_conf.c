@@ -502,6 +502,9 @@ static const struct bad_row cross_rows[] = {
     /* a waiter's mark on resource x */
     { "{\"locks\": {\"fence_key\": \"lock:x waiting\"}}", "locks.fence_key",
       "\"lock:x waiting\" could also be a key redlockd writes" },
+    /* the fences of x's shared holders */
+    { "{\"locks\": {\"fence_key\": \"lock:x:shared fences\"}}",
+      "locks.fence_key", "could also be a key redlockd writes" },
     /* x's shared set, slot 12 of x, with x at the longest name */
     { "{\"locks\": {\"max_resource_len\": 1, \"fence_key\": \"lock:x:shared\"}}",
       "locks.fence_key", "could also be a key redlockd writes" },

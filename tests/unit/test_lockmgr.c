@@ -128,14 +128,27 @@ static void f_force(const struct redlock_probe *p, redlock_cb cb, void *ud)
     c->ud = ud;
 }
 
-/* token: the old one; keys: every key; label: the new token. */
+/* token: the old one; keys: every key; label: the new token. One
+ * resource: its key, shared set and slot prefix, and limit the slots
+ * looked at. */
 static void f_adopt(const struct redlock_adopt *a, redlock_cb cb, void *ud)
 {
-    struct fcall *c = record(F_ADOPT, a->keys[0], a->lens[0], a->old_token,
-                             a->ttl);
+    const struct redlock_probe *p = a->one;
+    struct fcall *c = p ? record(F_ADOPT, p->key, p->keylen, a->old_token,
+                                 a->ttl)
+                        : record(F_ADOPT, a->keys[0], a->lens[0],
+                                 a->old_token, a->ttl);
     size_t at = 0;
 
-    c->nkeys = a->n;
+    if (p) {
+        c->nkeys = 1;
+        snprintf(c->keys, sizeof(c->keys), "%.*s", (int)p->slotslen,
+                 p->slots);
+        snprintf(c->shared, sizeof(c->shared), "%.*s", (int)p->sharedlen,
+                 p->shared);
+        c->limit = p->limit;
+    }
+    c->nkeys = p ? 1 : a->n;
     for (int i = 0; i < a->n; i++)
         at += (size_t)snprintf(c->keys + at, sizeof(c->keys) - at, "%s%.*s",
                                i ? " " : "", (int)a->lens[i], a->keys[i]);
@@ -191,6 +204,19 @@ static void answer_ok(int i, uint64_t fence, int64_t validity)
     struct redlock_result r = { .status = REDLOCK_OK, .ok = 3,
                                 .fence = fence, .validity = validity,
                                 .deleted = 3 };
+    answer(i, &r);
+}
+
+/* An ADOPT of one resource that found the token in a shared set
+ * (limit 0) or in slot `slot` of a semaphore of `limit` (0: not stored). */
+static void answer_adopted(int i, uint64_t fence, enum redlock_held held,
+                           uint32_t slot, uint32_t limit)
+{
+    struct redlock_result r = { .status = REDLOCK_OK, .ok = 3,
+                                .fence = fence, .validity = 9000,
+                                .deleted = 3, .adopted = held,
+                                .adopted_slot = slot,
+                                .adopted_limit = limit };
     answer(i, &r);
 }
 
@@ -1457,6 +1483,97 @@ START_TEST(test_shared_lost_and_lock_delay)
 }
 END_TEST
 
+/* One resource's ADOPT takes whatever the token holds: a shared hold, a
+ * semaphore slot (of the size stored with it); one this daemon cannot
+ * keep beside its own locks is refused and given back. */
+START_TEST(test_adopt_kinds)
+{
+    struct lockmgr_adopt_req ar = {
+        .n = 1, .res = (const char *[]){ "s" }, .len = (size_t[]){ 1 },
+        .token = "0123456789abcdef0123456789abcdef", .ttl = 10000,
+        .renew = true,
+    };
+    lockmgr_adopt(&A.o, &ar);
+    int i = pending(F_ADOPT, "lock:s");
+    ck_assert_str_eq(calls[i].shared, "lock:s:shared");
+    ck_assert_str_eq(calls[i].keys, "lock:s#");
+    ck_assert_uint_eq(calls[i].limit, conf.locks.max_limit);
+    answer_adopted(i, 7, REDLOCK_HELD_SHARED, 0, 0);
+    ck_assert_int_eq(A.nlocked, 1);
+    ck_assert_int_eq(A.mode, LOCKMGR_SHARED);
+    ck_assert_uint_eq(A.fence, 7);
+    lockmgr_unlock(&A.o, held(&A, "s"));
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:s:shared"), 1);
+
+    /* Slot 1 of 3: a LOCK limit=3 here looks at the other two, and says
+     * the limit in its label. */
+    ar.res = (const char *[]){ "k" };
+    lockmgr_adopt(&C.o, &ar);
+    answer_adopted(pending(F_ADOPT, "lock:k"), 8, REDLOCK_HELD_SLOT, 1, 3);
+    ck_assert_int_eq(C.nlocked, 1);
+    ck_assert_uint_eq(C.limit, 3);
+    ck_assert_uint_eq(C.slot, 1);
+    lock_kind(&B, "k", LOCKMGR_EXCLUSIVE, 3, 0);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:k#1"), 0);
+    i = count_open(F_ACQUIRE, "lock:k#0") ? pending(F_ACQUIRE, "lock:k#0")
+                                          : pending(F_ACQUIRE, "lock:k#2");
+    ck_assert_msg(strstr(calls[i].label, "\"limit\":3}"), "label %s",
+                  calls[i].label);
+    /* Another size here, or none stored: refused, and the slot rotated
+     * to the new token is given back. */
+    lockmgr_adopt(&D.o, &ar);
+    i = pending(F_ADOPT, "lock:k");
+    answer_adopted(i, 8, REDLOCK_HELD_SLOT, 0, 5);
+    ck_assert_int_eq(D.err, PROTO_ERR_ARG);
+    ck_assert_str_eq(calls[pending(F_RELEASE, "lock:k#0")].token,
+                     calls[i].label);
+    ar.res = (const char *[]){ "u" };
+    lockmgr_adopt(&D.o, &ar);
+    answer_adopted(pending(F_ADOPT, "lock:u"), 8, REDLOCK_HELD_SLOT, 0, 0);
+    ck_assert_int_eq(D.err, PROTO_ERR_ARG);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:u#0"), 1);
+    ck_assert_ptr_null(held(&D, "k"));
+    ck_assert_ptr_null(held(&D, "u"));
+}
+END_TEST
+
+/* A slot moved from one session here to another: still taken while the
+ * old holder's release is under way, and after it. */
+START_TEST(test_adopt_slot_here)
+{
+    lock_kind(&A, "m", LOCKMGR_EXCLUSIVE, 2, 0);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:m#0") +
+                     count_open(F_ACQUIRE, "lock:m#1"), 1);
+    int i = count_open(F_ACQUIRE, "lock:m#0") ? pending(F_ACQUIRE, "lock:m#0")
+                                              : pending(F_ACQUIRE, "lock:m#1");
+    char key[32];
+    snprintf(key, sizeof(key), "%s", calls[i].key);
+    answer_ok(i, 3, 29000);
+    uint32_t slot = A.slot;
+    struct lockmgr_adopt_req ar = {
+        .n = 1, .res = (const char *[]){ "m" }, .len = (size_t[]){ 1 },
+        .token = A.token, .ttl = 10000, .renew = true,
+    };
+    lockmgr_adopt(&B.o, &ar);
+    answer_adopted(pending(F_ADOPT, "lock:m"), 3, REDLOCK_HELD_SLOT, slot, 2);
+    ck_assert_int_eq(B.nlocked, 1);
+    ck_assert_int_eq(A.nlost, 1);
+    lock_kind(&C, "m", LOCKMGR_EXCLUSIVE, 2, 0);
+    ck_assert_int_eq(count_open(F_ACQUIRE, key), 0);
+    int j = pending(F_RELEASE, key);
+    ck_assert_str_eq(calls[j].token, ar.token);
+    answer_released(j, 0, 3);
+    /* The other slot taken too: nothing left to try. */
+    snprintf(key + strlen(key) - 1, 2, "%u", 1 - slot);
+    answer_ok(pending(F_ACQUIRE, key), 4, 29000);
+    ck_assert_int_eq(C.nlocked, 1);
+    lock_kind(&D, "m", LOCKMGR_EXCLUSIVE, 2, 0);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:m#0") +
+                     count_open(F_ACQUIRE, "lock:m#1"), 0);
+    ck_assert_int_eq(D.err, PROTO_ERR_BUSY);
+}
+END_TEST
+
 START_TEST(test_semaphore_slots)
 {
     /* This daemon starts at slot spread % K; the next holder takes the
@@ -1943,6 +2060,8 @@ static Suite *lockmgr_suite(void)
     tcase_add_test(t, test_owner_abandon_leaves_keys);
     tcase_add_test(t, test_adopt);
     tcase_add_test(t, test_adopt_multi);
+    tcase_add_test(t, test_adopt_kinds);
+    tcase_add_test(t, test_adopt_slot_here);
     tcase_add_test(t, test_lock_delay_on_drop);
     tcase_add_test(t, test_end_during_acquisition);
     tcase_add_test(t, test_end_of_waiter_passes_the_turn);

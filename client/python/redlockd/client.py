@@ -42,9 +42,9 @@ with backoff, in the background thread and in any blocking call:
    every lease, one per grant, while its deadline is ahead. ADOPT gives the
    lease a new token and keeps its fence. ``ERR LOST`` loses it ("adopt").
 
-A lease past its deadline is never adopted: it is lost ("deadline"). Shared
-holds and semaphore slots cannot be adopted (the daemon does not support
-it yet): they survive a resume, and are lost ("adopt") otherwise.
+A lease past its deadline is never adopted: it is lost ("deadline"). Every
+kind of lease is adopted: an exclusive one, a shared hold, a semaphore slot
+(the same slot), the resources of one multi-resource grant together.
 """
 
 import atexit
@@ -1104,9 +1104,6 @@ class Client:
             with self._state:
                 if not lease._alive(time.monotonic()) or not lease._needs_adopt:
                     lease._needs_adopt = False
-                    continue
-                if lease.mode == "shared" or lease.limit is not None:
-                    lease._lose("adopt")      # not supported by ADOPT yet
                     continue
                 token, ttl, renew = lease.token, lease.ttl, lease.renew
             words = ["ADOPT", *lease.resources, "token=" + token, f"ttl={ttl}"]

@@ -181,38 +181,42 @@ def test_restart_keeps_the_lease(h, res):
 
 def test_sigkill_adopts_on_the_second_daemon(h, res):
     """Two daemons over the same node; the first is SIGKILLed. The client
-    adopts each exclusive lease on the second (one ADOPT per grant, a
-    multi-resource lock in one); a shared hold cannot be adopted and is
-    lost ("adopt")."""
+    adopts each lease on the second (one ADOPT per grant, a multi-resource
+    lock in one, a shared hold, a semaphore slot): the same fence (and
+    slot), a new token."""
     nodes = h.redis(1)
     da, db = h.daemon(nodes), h.daemon(nodes)
-    one, two, three, sh = (res + ":1", res + ":2", res + ":3", res + ":sh")
+    one, two, three, sh, sem = (res + ":1", res + ":2", res + ":3",
+                                res + ":sh", res + ":sem")
     c = redlockd.Client(servers=[da.server, db.server], timeout=2)
     try:
         single = c.lock(one, ttl=4000)
         multi = c.lock([two, three], ttl=4000)
         shared = c.lock(sh, ttl=4000, mode="shared")
-        before = {l: (l.fence, l.token) for l in (single, multi)}
+        slot = c.lock(sem, ttl=4000, limit=2)
+        every = (single, multi, shared, slot)
+        before = {l: (l.fence, l.token) for l in every}
+        slot_before = slot.slot
         assert c.server == da.server
         da.kill()
         assert wait_until(lambda: c.reconnects >= 1 and
-                          single.state == "held" and
-                          multi.state == "held", 3), \
-            (single.state, single.lost_reason, multi.state, multi.lost_reason)
+                          all(l.state == "held" for l in every), 3), \
+            [(l.state, l.lost_reason) for l in every]
         assert c.server == db.server and c.last_reconnect == "new"
         for lease, (fence, token) in before.items():
             assert lease.fence == fence and lease.token != token
             lease.check()
         assert multi.resources == (two, three)
-        assert shared.state == "lost" and shared.lost_reason == "adopt"
-        with pytest.raises(redlockd.LockLost) as ei:
-            shared.check()
-        assert ei.value.reason == "adopt"
-        for r in (one, two, three):
+        assert slot.slot == slot_before and slot.limit == 2
+        for r in (one, two, three, sh):
             assert probe(db.server, r) == "BUSY"
         held = {e["resource"]: e["fence"] for e in c.locks()["locks"]}
         assert held == {one: single.fence, two: multi.fence,
-                        three: multi.fence}
+                        three: multi.fence, sh: shared.fence,
+                        sem: slot.fence}
+        assert shared.release() == 1
+        assert slot.release() == 1
+        assert probe(db.server, sh) == "OK"
         assert single.release() == 1
         assert multi.release() == 1
         assert probe(db.server, one) == "OK"
