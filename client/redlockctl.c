@@ -1499,14 +1499,18 @@ static void ctl_check_group(struct ctl_run *r)
         ctl_kill_group(r, 0);
 }
 
-/* Is there more to wait for? The command itself, and after a lost lease
- * with --on-lost kill the rest of its group too: SIGTERM went to all of
- * it, and each process has --kill-after to finish before SIGKILL. */
+/* Is there more to wait for? The command itself, then the rest of its
+ * process group: the lock is the group's while any of it runs (a
+ * background job the command left). After a lost lease there is nothing
+ * to keep; with --on-lost kill, SIGTERM went to all of the group and each
+ * process has --kill-after to finish before SIGKILL. */
 static bool ctl_waiting(struct ctl_run *r)
 {
     if (!r->exited)
         return true;
-    if (!r->lost_noticed || !r->c->kill_on_lost || r->killed)
+    if (r->lost_noticed && (!r->c->kill_on_lost || r->killed))
+        return false;
+    if (r->lost && !r->lost_noticed)
         return false;
     ctl_check_group(r);
     return !r->group_gone;

@@ -946,6 +946,45 @@ static void kill_group(long pgid)
  * the command's group runs"). Here the command's shell waits for its child
  * `sleep` and then writes a file: both must outlive redlockctl.
  */
+/*
+ * The command exits at once, leaving a process of its group behind (a
+ * `sleep &`): redlockctl keeps the lock until that process exits too, then
+ * unlocks and exits with the command's status.
+ */
+START_TEST(run_waits_for_group)
+{
+    const char *pidf, *donef;
+    struct proc *p;
+    uint64_t t0;
+    long pgid;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    pidf = tmp_path("pid");
+    donef = tmp_path("done");
+    connect_to(&A);
+    t0 = h_now_ms();
+    p = ctl_start("-s", S, "run", "--ttl", "600", "cli:grp", "--", "sh", "-c",
+                  "echo $$ > \"$1\"; (sleep 1.5; echo done > \"$2\") & exit 3",
+                  "sh", pidf, donef, NULL);
+    pgid = wait_file_number(pidf, h_scale(5000));
+    h_sleep_ms(300);
+    ck_assert_msg(!proc_exited(p, 0), "redlockctl exited with the command, "
+                  "while its group still runs");
+    for (int i = 0; i < 2; i++) {
+        h_expect(&A, "ERR BUSY", "LOCK cli:grp ttl=30000");
+        ck_assert_msg(group_alive(pgid) && !file_exists(donef), "the group "
+                      "ended %lld ms after it started, before the check",
+                      h_since(t0));
+        h_sleep_ms(500);
+    }
+    proc_wait(p, h_scale(5000));
+    assert_status(p, 3, "redlockctl after the group ended");
+    ck_assert_msg(file_exists(donef), "redlockctl exited before the group");
+    h_expect(&A, "OK resource=cli:grp ", "LOCK cli:grp ttl=30000");
+}
+END_TEST
+
 START_TEST(run_sigkill_keeps_lock)
 {
     const char *pidf, *donef, *fdf;
@@ -2026,6 +2065,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_busy_exit_zero);
     tcase_add_test(tc, run_exit_status);
     tcase_add_test(tc, run_sigkill_keeps_lock);
+    tcase_add_test(tc, run_waits_for_group);
     tcase_add_test(tc, run_sigterm_forwarded);
     tcase_add_test(tc, run_lease_lost);
     tcase_add_test(tc, run_daemon_stalled);
