@@ -191,6 +191,7 @@ static struct {
     bool flushing;
     bool starting;                  /* until lockmgr_ready() */
     struct list held_back;          /* struct lockreq (hlink), in order */
+    struct list adopts_held;        /* struct adopt_ctx (hlink), in order */
     uint64_t rng;                   /* xorshift64* state, never 0 */
     uint64_t spread;                /* where this daemon starts in a
                                        semaphore's slots: hash of its id */
@@ -332,6 +333,7 @@ void lockmgr_init(const struct conf *conf, const struct redlock_ops *rl)
     hmap_init(&M.table);
     list_init(&M.notices);
     list_init(&M.held_back);
+    list_init(&M.adopts_held);
     if (getrandom(&M.rng, sizeof(M.rng), GRND_NONBLOCK) != sizeof(M.rng))
         M.rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     M.rng |= 1;
@@ -1585,6 +1587,9 @@ void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r)
     leave();
 }
 
+static void adopt_send_held(void);
+static void adopt_unhold(struct lockmgr_owner *o, enum proto_err err);
+
 /* Held back at start-up; ends with lockmgr_ready(). */
 void lockmgr_starting(void)
 {
@@ -1605,6 +1610,7 @@ void lockmgr_ready(void)
         q->last = REDLOCK_BUSY;
         req_begin(q);
     }
+    adopt_send_held();
     leave();
 }
 
@@ -1758,6 +1764,7 @@ void lockmgr_owner_shutdown(struct lockmgr_owner *o)
         if (!q->attempting)
             req_fail(q, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
     }
+    adopt_unhold(o, PROTO_ERR_SHUTDOWN);
     leave();
 }
 
@@ -1811,6 +1818,7 @@ void lockmgr_owner_end(struct lockmgr_owner *o, bool died)
 
     enter();
     o->ended = true;
+    adopt_unhold(o, PROTO_ERR_NONE);
     if (q) {
         o->pending = NULL;
         q->o = NULL;
@@ -1896,6 +1904,7 @@ void lockmgr_on_release(const char *key, size_t len)
 
 struct adopt_ctx {
     struct lockmgr_owner *o;        /* (ref) */
+    struct list hlink;              /* in M.adopts_held (start-up) */
     uint32_t ttl;
     bool renew;
     char old[REDLOCK_TOKEN_LEN + 1];
@@ -2094,13 +2103,78 @@ static enum proto_err adopt_refuse(const struct lockmgr_owner *o,
     return PROTO_ERR_NONE;
 }
 
-void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r)
+/* The round of x: one resource may be a shared hold or a slot of a
+ * semaphore of any size this daemon allows. */
+static void adopt_send(struct adopt_ctx *x)
 {
     const char *keys[CONF_MAX_MULTI];
     size_t lens[CONF_MAX_MULTI];
-    char msg[PROTO_MAX_ERRMSG];
     struct redlock_probe one;
     char *names = NULL;
+
+    for (size_t i = 0; i < x->n; i++) {
+        keys[i] = x->e[i]->key;
+        lens[i] = x->e[i]->keylen;
+    }
+    if (x->n == 1)
+        probe_make(x->e[0]->resource, x->e[0]->keylen - M.prefixlen,
+                   M.conf->locks.max_limit, &one, &names);
+    size_t labellen = label_put(x->o, 0, NULL);
+    char *label = mem_alloc(labellen + 1);
+    label_put(x->o, 0, label);
+    const struct redlock_adopt a = {
+        .n = x->n > 1 ? (int)x->n : 0, .one = x->n == 1 ? &one : NULL,
+        .keys = keys, .lens = lens, .old_token = x->old, .token = x->token,
+        .label = label, .labellen = labellen, .ttl = x->ttl,
+    };
+    M.rl->adopt(&a, adopt_done, x);
+    free(label);
+    free(names);
+}
+
+/* An ADOPT that will not be sent (its owner ended or the daemon shuts
+ * down while it was held back). */
+static void adopt_drop(struct adopt_ctx *x)
+{
+    list_remove(&x->hlink);
+    for (size_t i = 0; i < x->n; i++) {
+        x->e[i]->pins--;
+        entry_maybe_free(x->e[i]);
+    }
+    owner_unref(x->o);
+    free(x);
+}
+
+/* o's ADOPT held back at start-up, if any, given up (answered err). */
+static void adopt_unhold(struct lockmgr_owner *o, enum proto_err err)
+{
+    struct list *p, *tmp;
+
+    list_foreach_safe(p, tmp, &M.adopts_held) {
+        struct adopt_ctx *x = list_entry(p, struct adopt_ctx, hlink);
+        if (x->o != o)
+            continue;
+        if (err != PROTO_ERR_NONE)
+            adopt_answer(o, err, "the daemon is shutting down");
+        adopt_drop(x);
+    }
+}
+
+/* Start-up is over: the ADOPTs held back go out, in order. */
+static void adopt_send_held(void)
+{
+    struct list *link;
+
+    while ((link = list_first(&M.adopts_held))) {
+        struct adopt_ctx *x = list_entry(link, struct adopt_ctx, hlink);
+        list_remove(link);
+        adopt_send(x);
+    }
+}
+
+void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r)
+{
+    char msg[PROTO_MAX_ERRMSG];
     enum proto_err err;
     struct adopt_ctx *x;
 
@@ -2120,6 +2194,7 @@ void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r)
     }
     x->o = o;
     owner_ref(o);
+    list_init(&x->hlink);
     x->ttl = r->ttl;
     x->renew = r->renew;
     snprintf(x->old, sizeof(x->old), "%s", r->token);
@@ -2127,25 +2202,13 @@ void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r)
     for (size_t i = 0; i < r->n; i++) {
         x->e[i] = entry_get(r->res[i], r->len[i], 0);
         x->e[i]->pins++;
-        keys[i] = x->e[i]->key;
-        lens[i] = x->e[i]->keylen;
     }
-    /* One resource may be a shared hold or a slot of a semaphore of any
-     * size this daemon allows. */
-    if (r->n == 1)
-        probe_make(r->res[0], r->len[0], M.conf->locks.max_limit, &one,
-                   &names);
-    size_t labellen = label_put(o, 0, NULL);
-    char *label = mem_alloc(labellen + 1);
-    label_put(o, 0, label);
-    const struct redlock_adopt a = {
-        .n = r->n > 1 ? (int)r->n : 0, .one = r->n == 1 ? &one : NULL,
-        .keys = keys, .lens = lens, .old_token = x->old, .token = x->token,
-        .label = label, .labellen = labellen, .ttl = r->ttl,
-    };
-    M.rl->adopt(&a, adopt_done, x);
-    free(label);
-    free(names);
+    /* As a LOCK is: until the nodes are checked, an answer could only be
+     * UNAVAILABLE (and the client would have to try again). */
+    if (M.starting)
+        list_push_tail(&M.adopts_held, &x->hlink);
+    else
+        adopt_send(x);
     leave();
 }
 

@@ -767,6 +767,36 @@ START_TEST(test_lock_held_back_until_ready)
 }
 END_TEST
 
+START_TEST(test_adopt_held_back_until_ready)
+{
+    /* As a LOCK: at start-up an ADOPT would only find nodes not yet
+     * voting (UNAVAILABLE); it waits for lockmgr_ready(). */
+    struct lockmgr_adopt_req ar = {
+        .n = 1, .res = (const char *[]){ "r" }, .len = (size_t[]){ 1 },
+        .token = "0123456789abcdef0123456789abcdef", .ttl = 10000,
+        .renew = true,
+    };
+    lockmgr_starting();
+    lockmgr_adopt(&A.o, &ar);
+    ar.res = (const char *[]){ "q" };
+    lockmgr_adopt(&B.o, &ar);                       /* goes away */
+    ar.res = (const char *[]){ "p" };
+    lockmgr_adopt(&C.o, &ar);                       /* shut down */
+    ck_assert_int_eq(ncalls, 0);
+    lockmgr_owner_end(&B.o, true);
+    ck_assert_int_eq(B.refs, 0);
+    lockmgr_owner_shutdown(&C.o);
+    ck_assert_int_eq(C.err, PROTO_ERR_SHUTDOWN);
+    ck_assert_int_eq(C.refs, 0);
+    ck_assert_int_eq(A.nlocked + A.nfailed, 0);
+    lockmgr_ready();
+    ck_assert_int_eq(ncalls, 1);
+    answer_ok(pending(F_ADOPT, "lock:r"), 5, 9000);
+    ck_assert_int_eq(A.nlocked, 1);
+    ck_assert_uint_eq(A.fence, 5);
+}
+END_TEST
+
 START_TEST(test_held_back_lock_cut_or_shut_down)
 {
     lockmgr_starting();
@@ -2060,6 +2090,7 @@ static Suite *lockmgr_suite(void)
     tcase_add_test(t, test_owner_abandon_leaves_keys);
     tcase_add_test(t, test_adopt);
     tcase_add_test(t, test_adopt_multi);
+    tcase_add_test(t, test_adopt_held_back_until_ready);
     tcase_add_test(t, test_adopt_kinds);
     tcase_add_test(t, test_adopt_slot_here);
     tcase_add_test(t, test_lock_delay_on_drop);
