@@ -77,9 +77,10 @@
  *
  * note_ttl(t): the record holds the longest ttl granted or renewed on this
  * node while some such lease may live (its own expiry is kept at least t
- * ahead), so that a daemon deciding how long a node that lost its data
- * must wait can read the longest lease any daemon may still hold
- * (docs/design.md, "Restarted nodes").
+ * ahead: set to 2t whenever less than t is left, so that it is written
+ * once per t rather than at every grant), so that a daemon deciding how
+ * long a node that lost its data must wait can read the longest lease any
+ * daemon may still hold (docs/design.md, "Restarted nodes").
  */
 #define POOL_LUA_GUARD \
     "local ttl_key = ARGV[#ARGV - 2]\n" \
@@ -92,9 +93,10 @@
     "local function note_ttl(t)\n" \
     "  t = tonumber(t)\n" \
     "  local v = tonumber(redis.call('GET', ttl_key) or '0') or 0\n" \
-    "  if v < t or redis.call('PTTL', ttl_key) < t then\n" \
-    "    if v < t then v = t end\n" \
-    "    redis.call('SET', ttl_key, v, 'PX', t)\n" \
+    "  if v < t then\n" \
+    "    redis.call('SET', ttl_key, t, 'PX', 2 * t)\n" \
+    "  elseif redis.call('PTTL', ttl_key) < t then\n" \
+    "    redis.call('PEXPIRE', ttl_key, 2 * t)\n" \
     "  end\n" \
     "end\n"
 
@@ -245,8 +247,9 @@
     "    return 1\n" \
     "  end\n" \
     "  if ours(v, t) then\n" \
-    "    redis.call('DEL', k)\n" \
-    "    announce(k .. ' ' .. id)\n" \
+    "    if redis.call('DEL', k, k .. '" CONF_WAITING_SUFFIX "') == 2 then\n" \
+    "      redis.call('PUBLISH', channel, k .. ' ' .. id)\n" \
+    "    end\n" \
     "    return 1\n" \
     "  end\n" \
     "  return 0\n" \
