@@ -598,20 +598,58 @@ static bool req_may_start(const struct lockreq *q, bool count_gone)
     return true;
 }
 
+/*
+ * Is all that keeps q (exclusive or shared, not a semaphore) from asking
+ * Redis now either requests ahead of it already asking, or holders whose
+ * keys are going away? Then no one holds what it wants yet: a LOCK
+ * without wait= waits for their outcome rather than hearing that the
+ * resource is held.
+ */
+static bool req_only_asked(const struct lockreq *q)
+{
+    if (q->limit)
+        return false;
+    for (size_t i = 0; i < q->n; i++) {
+        const struct lock_entry *e = q->pos[i].e;
+        const struct list *p;
+        list_foreach(p, &e->waiters) {
+            const struct lockreq *w = pos_of(p)->q;
+            if (w == q)
+                break;
+            if (!w->attempting)
+                return false;
+        }
+        if (q->mode == LOCKMGR_SHARED ? e->nexcl > e->ngone_excl
+                                      : e->nheld > e->ngone)
+            return false;
+    }
+    return true;
+}
+
+static void req_give_up(struct lockreq *q);
+
 /* Let every waiter that may talk to Redis now do so, in queue order,
- * stopping at the first that may not: nobody behind it overtakes it. */
+ * stopping at the first that may not: nobody behind it overtakes it. A
+ * LOCK without wait= that waited for others' outcome and now finds the
+ * resource held is answered at once. */
 static void entry_kick(struct lock_entry *e)
 {
-    struct list *p;
+    struct list *p, *tmp;
 
     e->pins++;
-    list_foreach(p, &e->waiters) {
+    list_foreach_safe(p, tmp, &e->waiters) {
         struct lockreq *q = pos_of(p)->q;
         if (q->attempting)
             continue;
-        if (!req_may_start(q, true))
+        if (req_may_start(q, true)) {
+            req_attempt(q);
+            continue;
+        }
+        if (q->deadline || q->o == NULL || list_linked(&q->hlink) ||
+            req_may_start(q, false) || req_only_asked(q))
             break;
-        req_attempt(q);
+        req_give_up(q);
+        break;
     }
     e->pins--;
     entry_maybe_free(e);
@@ -1523,6 +1561,11 @@ static void req_begin(struct lockreq *q)
                         2 * (uint64_t)M.conf->redis.command_timeout_ms + 1);
         else
             timer_start_at(&q->timer, q->deadline);
+    } else if (!wait && req_only_asked(q)) {
+        /* Others are asking for it, nobody holds it here: their outcome
+         * decides (entry_kick), within two command timeouts. */
+        timer_start(&q->timer,
+                    2 * (uint64_t)M.conf->redis.command_timeout_ms + 1);
     } else if (!wait) {
         /* Held here, or others wait first: first come, first served. */
         req_give_up(q);

@@ -239,6 +239,20 @@ static void on_signal(uv_signal_t *h, int signum)
     daemon_stop(signum == SIGINT ? "SIGINT" : "SIGTERM");
 }
 
+/* An even number of nodes needs a quorum one larger than the odd number
+ * below it and tolerates no more of them down: say so, once, at start. */
+static void warn_even_nodes(const struct conf *c)
+{
+    size_t n = c->redis.nnodes, quorum = n / 2 + 1;
+
+    if (n < 2 || n % 2 != 0)
+        return;
+    log_warn("redis.nodes: %zu nodes need a quorum of %zu and tolerate %zu "
+             "of them down, no more than %zu node%s would; %zu tolerate%s "
+             "one more", n, quorum, n - quorum, n - 1, n - 1 == 1 ? "" : "s",
+             n + 1, n + 1 == 1 ? "s" : "");
+}
+
 /* Tell systemd, and lockmgr (which holds back the LOCKs that came
  * before), we are ready once a quorum of nodes votes (or the connect
  * timeout has passed, so a start with nodes down is still visible). */
@@ -317,6 +331,7 @@ static int run(void)
     if (rc == 0 && D.conf.metrics.listen)
         rc = metrics_start(&D.loop, D.conf.metrics.listen);
     if (rc == 0) {
+        warn_even_nodes(&D.conf);
         lockmgr_starting();
         node_init(&D.loop, &D.conf, on_release);
         D.ready_deadline = timer_now() + D.conf.redis.connect_timeout_ms;

@@ -253,6 +253,24 @@ START_TEST(reload_node_change_needs_restart)
 }
 END_TEST
 
+/* Two nodes tolerate no more failures than one: the log says so at
+ * start. */
+START_TEST(even_node_count_warned)
+{
+    static struct h_redis both[2];
+
+    both[0] = R;
+    h_redis_start(&both[1], NULL);
+    h_daemon_start(&D, both, 2, NULL);
+    h_wait_voting(&D, 2, h_scale(5000));
+    ck_assert_msg(strstr(daemon_log(), "redis.nodes: 2 nodes need a quorum "
+                         "of 2 and tolerate 0 of them down"), "%s",
+                  daemon_log());
+    ck_assert_int_eq(h_daemon_finish(&D), 0);
+    h_redis_cleanup(&both[1]);
+}
+END_TEST
+
 /* ---- the unix socket ---------------------------------------------------- */
 
 /* Run a second daemon with the given listen list (JSON array text) on the
@@ -685,6 +703,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, reload_good_file);
     tcase_add_test(tc, reload_bad_file_keeps_config);
     tcase_add_test(tc, reload_node_change_needs_restart);
+    tcase_add_test(tc, even_node_count_warned);
     tcase_add_test(tc, unix_socket_in_use);
     tcase_add_test(tc, unix_socket_stale_file_replaced);
     tcase_add_test(tc, unix_socket_missing_directory);

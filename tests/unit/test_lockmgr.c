@@ -753,10 +753,11 @@ START_TEST(test_lock_held_back_until_ready)
     lockmgr_ready();
     lockmgr_ready();                                /* harmless twice */
     ck_assert_int_eq(ncalls, 1);                    /* A's, nobody else's */
-    ck_assert_int_eq(B.nfailed, 1);                 /* A asks first */
-    ck_assert_int_eq(B.err, PROTO_ERR_BUSY);
+    ck_assert_int_eq(B.nfailed, 0);                 /* A asks first */
     answer_ok(pending(F_ACQUIRE, "lock:r"), 1, 29000);
     ck_assert_int_eq(A.nlocked, 1);
+    ck_assert_int_eq(B.nfailed, 1);                 /* then A holds it */
+    ck_assert_int_eq(B.err, PROTO_ERR_BUSY);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:p"), 0);
 
     /* Ready: straight to Redis. */
@@ -794,6 +795,34 @@ START_TEST(test_adopt_held_back_until_ready)
     answer_ok(pending(F_ADOPT, "lock:r"), 5, 9000);
     ck_assert_int_eq(A.nlocked, 1);
     ck_assert_uint_eq(A.fence, 5);
+}
+END_TEST
+
+/* A LOCK without wait= behind another session's acquisition still under
+ * way: nobody holds the resource yet, so it waits for that outcome. The
+ * other fails UNAVAILABLE: it asks itself (and hears the nodes' answer,
+ * not "held by someone else"); the other is granted: BUSY at once. */
+START_TEST(test_nowait_behind_asking)
+{
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
+    lockmgr_lock(&B.o, R("r"), 30000, 0, true);
+    ck_assert_int_eq(B.nfailed, 0);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);
+    answer_unavailable(pending(F_ACQUIRE, "lock:r"));
+    ck_assert_int_eq(A.err, PROTO_ERR_UNAVAILABLE);
+    ck_assert_int_eq(B.nfailed, 0);
+    answer_unavailable(pending(F_ACQUIRE, "lock:r"));   /* B's own */
+    ck_assert_int_eq(B.nfailed, 1);
+    ck_assert_int_eq(B.err, PROTO_ERR_UNAVAILABLE);
+
+    lockmgr_lock(&C.o, R("q"), 30000, 0, true);
+    lockmgr_lock(&D.o, R("q"), 30000, 0, true);
+    answer_ok(pending(F_ACQUIRE, "lock:q"), 2, 29000);
+    ck_assert_int_eq(C.nlocked, 1);
+    ck_assert_int_eq(D.nfailed, 1);
+    ck_assert_int_eq(D.err, PROTO_ERR_BUSY);
+    ck_assert_int_eq(count_open(F_ACQUIRE, "lock:q"), 0);
+    ck_assert_uint_eq(lockmgr_waiter_count(), 0);
 }
 END_TEST
 
@@ -2091,6 +2120,7 @@ static Suite *lockmgr_suite(void)
     tcase_add_test(t, test_adopt);
     tcase_add_test(t, test_adopt_multi);
     tcase_add_test(t, test_adopt_held_back_until_ready);
+    tcase_add_test(t, test_nowait_behind_asking);
     tcase_add_test(t, test_adopt_kinds);
     tcase_add_test(t, test_adopt_slot_here);
     tcase_add_test(t, test_lock_delay_on_drop);
