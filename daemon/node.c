@@ -283,9 +283,12 @@ static void node_send_owed(struct node *n)
 
     list_foreach_safe(pos, tmp, &n->owed) {
         struct owed_release *o = list_entry(pos, struct owed_release, link);
-        const char *argv[] = { o->key, o->token, N.conf->locks.release_channel };
-        size_t lens[] = { o->keylen, strlen(o->token), strlen(argv[2]) };
-        int nargs = o->script == POOL_SCRIPT_RELEASE ? 2 : 1;
+        const char *argv[] = { o->key, o->token,
+                               N.conf->locks.release_channel,
+                               pool_instance_id() };
+        size_t lens[] = { o->keylen, strlen(o->token), strlen(argv[2]),
+                          POOL_INSTANCE_ID_LEN };
+        int nargs = o->script == POOL_SCRIPT_RELEASE ? 3 : 1;
         if (pool_script(n->idx, o->script, 1, nargs, argv, lens, owed_reply,
                         NULL) != 0)
             continue;

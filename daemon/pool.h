@@ -67,7 +67,8 @@
 #define POOL_INSTANCE_ID_LEN 16
 
 /*
- * The scripts (pool.c has their text). The fence scripts are the halves
+ * The scripts (daemon/lua/ has their text, one file each, with its keys,
+ * arguments and replies; pool_lua.h). The fence scripts are the halves
  * of a grant's fence (docs/design.md, "Fences"): the ACQUIRE scripts set
  * the counter to max(counter, seen) + 1 atomically with a successful grant
  * and return it; RAISE_HELD raises the counter to a value only while the
@@ -82,19 +83,20 @@
  * below: the longest-ttl record's key, the recovery marker's key, and the
  * run_id under which the node was admitted ("" for no check). A node whose
  * marker does not name that run answers an error starting "LOSTDATA"
- * before writing anything (pool.c, POOL_LUA_GUARD).
+ * before writing anything (daemon/lua/lib/guard.lua).
  *
  * A resource's exclusive key is a plain string holding the token, or
  * "token label fence" when the acquisition gave a label (the owner checks
  * accept both); its shared holders are the members of a sorted set (the
  * tokens, scored by their expiry on the node's clock) and their fences the
- * fields of a hash beside it (pool.c, POOL_LUA_SHARED_PUT). RELEASE and
+ * fields of a hash beside it (daemon/lua/lib/shared_put.lua). RELEASE and
  * EXTEND take either.
  */
 enum pool_script {
     POOL_SCRIPT_ACQUIRE,    /* KEYS lock,fence[,shared] ARGV token,ttl,seen,
                                label,wait -> {1,"counter"} | {0,pttl} */
-    POOL_SCRIPT_RELEASE,    /* KEYS lock|shared ARGV token,channel -> 1|0 */
+    POOL_SCRIPT_RELEASE,    /* KEYS lock|shared ARGV token,channel,
+                               pool_instance_id() -> 1|0 */
     POOL_SCRIPT_EXTEND,     /* KEYS lock|shared ARGV token,ttl -> 1|0 */
     POOL_SCRIPT_RAISE,      /* KEYS fence ARGV value -> 1 */
     POOL_SCRIPT_RAISE_HELD, /* KEYS lock,fence[,lock...] ARGV token,value

@@ -637,8 +637,11 @@ static void op_fan_out(struct op *o)
         s = POOL_SCRIPT_RELEASE;
         argv[1] = o->token;
         argv[2] = RC->locks.release_channel;
+        argv[3] = pool_instance_id();
         lens[1] = strlen(argv[1]);
         lens[2] = strlen(argv[2]);
+        lens[3] = POOL_INSTANCE_ID_LEN;
+        nargs = 3;
         break;
     case OP_EXTEND:
     default:

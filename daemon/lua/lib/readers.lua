@@ -1,0 +1,11 @@
+-- The shared holders of a set s still alive by the node's clock: their count
+-- (expired members are dropped first), or nil and the type of a key that is
+-- no set.
+local function readers(s)
+  local t = redis.call('TYPE', s)['ok']
+  if t == 'none' then return 0 end
+  if t ~= 'zset' then return nil, t end
+--@include now
+  redis.call('ZREMRANGEBYSCORE', s, '-inf', now)
+  return redis.call('ZCARD', s)
+end

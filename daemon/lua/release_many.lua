@@ -1,0 +1,11 @@
+-- RELEASE_MANY: releases nobody waits for, together.
+--
+--   KEYS   lock or shared set, per lease
+--   ARGV   release channel, instance id, then a token per key
+--   -> {1|0|error, ...} one per key
+--
+-- Releases nobody waits for, together: key i with token ARGV[2 + i]; ARGV[1]
+-- the channel, ARGV[2] the instance id.
+--@include release
+--@include each | fn=release | args=KEYS[i], ARGV[2 + i], ARGV[1], ARGV[2]
+return out

@@ -1,0 +1,344 @@
+/*
+ * test_lua: the Redis scripts (daemon/lua/, as embedded in pool_lua.c)
+ * run by a real redis-server, each on a table of cases: what it answers
+ * and what it leaves in the keyspace. The daemon's tests see the scripts
+ * only through Redlock rounds; here each rule of a script is asked
+ * directly:
+ *
+ *   - owner checks: a release, renewal or raise with another token
+ *     changes nothing; with the token, a labelled value is still ours;
+ *   - the fence successor, on decimal strings past 2^53, and the refusal
+ *     of a counter that is not a decimal below 10^18;
+ *   - the guard: a node whose recovery marker does not name the run it
+ *     was admitted under answers LOSTDATA and writes nothing;
+ *   - the batch scripts decide each key on its own (pcall): a key of a
+ *     foreign type fails that key only;
+ *   - ADOPT_ONE finds the token in the exclusive key, a shared member or
+ *     a semaphore slot, keeps the fence and the slot's limit.
+ */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "harness.h"
+#include "pool_lua.h"
+
+#define TOK_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define TOK_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define LABEL "{\"daemon\":\"t\",\"session\":\"s1\"}"
+#define FENCE "redlockd:fence"
+#define MARKER FENCE ":admitted"
+#define MAXTTL FENCE ":maxttl"
+
+static struct h_redis R;
+static redisContext *C;
+
+static void setup(void)
+{
+    h_redis_start(&R, NULL);
+    C = h_redis_connect(&R);
+    ck_assert_ptr_nonnull(C);
+}
+
+static void teardown(void)
+{
+    if (C)
+        redisFree(C);
+    C = NULL;
+    h_redis_cleanup(&R);
+}
+
+/* EVAL of script s with nkeys keys, then the words (NULL-terminated);
+ * guarded scripts get the guard words "maxttl marker ''" appended unless
+ * the caller passes its own (guard != NULL: the run_id to check). */
+static redisReply *run(enum pool_script s, int nkeys, const char *guard, ...)
+{
+    const char *argv[64];
+    size_t lens[64];
+    char nk[16];
+    int n = 0;
+    va_list ap;
+
+    snprintf(nk, sizeof(nk), "%d", nkeys);
+    argv[n++] = "EVAL";
+    argv[n++] = pool_lua[s];
+    argv[n++] = nk;
+    va_start(ap, guard);
+    for (const char *w; (w = va_arg(ap, const char *)); )
+        argv[n++] = w;
+    va_end(ap);
+    if (guard) {
+        argv[n++] = MAXTTL;
+        argv[n++] = MARKER;
+        argv[n++] = guard;
+    }
+    for (int i = 0; i < n; i++)
+        lens[i] = strlen(argv[i]);
+    redisReply *r = redisCommandArgv(C, n, argv, lens);
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+static char *get(const char *key)
+{
+    static char buf[512];
+    redisReply *r = redisCommand(C, "GET %s", key);
+    ck_assert_ptr_nonnull(r);
+    if (r->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return NULL;
+    }
+    snprintf(buf, sizeof(buf), "%s", r->str);
+    freeReplyObject(r);
+    return buf;
+}
+
+static void cmd(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(C, fmt, ap);
+    va_end(ap);
+    ck_assert_ptr_nonnull(r);
+    freeReplyObject(r);
+}
+
+/* {int, "string"} ({int} will do when second is NULL) */
+static void assert_pair(redisReply *r, long long first, const char *second)
+{
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY &&
+                  r->elements >= (second ? 2u : 1u),
+                  "reply type %d: %s", r->type, r->str ? r->str : "");
+    ck_assert_int_eq(r->element[0]->integer, first);
+    if (second)
+        ck_assert_str_eq(r->element[1]->str, second);
+    freeReplyObject(r);
+}
+
+static void assert_error(redisReply *r, const char *part)
+{
+    ck_assert_msg(r->type == REDIS_REPLY_ERROR && strstr(r->str, part),
+                  "want an error with \"%s\", got type %d %s", part, r->type,
+                  r->str ? r->str : "");
+    freeReplyObject(r);
+}
+
+static void assert_int(redisReply *r, long long want)
+{
+    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "reply type %d %s",
+                  r->type, r->str ? r->str : "");
+    ck_assert_int_eq(r->integer, want);
+    freeReplyObject(r);
+}
+
+static redisReply *acquire(const char *key, const char *token,
+                           const char *seen)
+{
+    return run(POOL_SCRIPT_ACQUIRE, 2, "", key, FENCE, token, "30000", seen,
+               LABEL, "0", NULL);
+}
+
+/* ---- the fence successor ------------------------------------------------ */
+
+static const struct {
+    const char *counter;    /* NULL: no counter yet */
+    const char *seen;
+    const char *fence;      /* NULL: refused */
+} fence_rows[] = {
+    { NULL, "0", "1" },
+    { "99", "0", "100" },
+    { "99", "500", "501" },                         /* seen is larger */
+    { "9007199254740993", "0", "9007199254740994" }, /* past 2^53 */
+    { "999999999999999999", "0", "1000000000000000000" },
+    { "1000000000000000000", "0", NULL },           /* not below 10^18 */
+    { "12x", "0", NULL },
+    { "007", "0", NULL },
+};
+
+START_TEST(fence_successor)
+{
+    char key[32];
+
+    cmd("DEL %s", FENCE);
+    if (fence_rows[_i].counter)
+        cmd("SET %s %s", FENCE, fence_rows[_i].counter);
+    snprintf(key, sizeof(key), "lock:f%d", _i);
+    redisReply *r = acquire(key, TOK_A, fence_rows[_i].seen);
+    if (!fence_rows[_i].fence) {
+        assert_error(r, "fence counter");
+        ck_assert_ptr_null(get(key));       /* nothing written */
+        return;
+    }
+    assert_pair(r, 1, fence_rows[_i].fence);
+    ck_assert_str_eq(get(FENCE), fence_rows[_i].fence);
+    char want[256];
+    snprintf(want, sizeof(want), "%s %s %s", TOK_A, LABEL,
+             fence_rows[_i].fence);
+    ck_assert_str_eq(get(key), want);
+}
+END_TEST
+
+/* ---- owner checks --------------------------------------------------------- */
+
+START_TEST(owner_checks)
+{
+    assert_pair(acquire("lock:o", TOK_A, "0"), 1, NULL);
+    /* Taken: busy, with its PTTL. */
+    redisReply *r = acquire("lock:o", TOK_B, "0");
+    ck_assert_int_eq(r->element[0]->integer, 0);
+    ck_assert_int_gt(r->element[1]->integer, 29000);
+    freeReplyObject(r);
+    /* Another token extends, raises and releases nothing. */
+    assert_int(run(POOL_SCRIPT_EXTEND, 1, "", "lock:o", TOK_B, "1000", NULL),
+               0);
+    assert_pair(run(POOL_SCRIPT_RAISE_HELD, 2, "", "lock:o", FENCE, TOK_B,
+                    "50", NULL), 0, NULL);
+    assert_int(run(POOL_SCRIPT_RELEASE, 1, NULL, "lock:o", TOK_B, "ch", "id",
+                   NULL), 0);
+    assert_int(run(POOL_SCRIPT_UNDO, 1, NULL, "lock:o", TOK_B, NULL), 0);
+    ck_assert_ptr_nonnull(get("lock:o"));
+    /* The holder's token, with the label after it, is ours. */
+    assert_int(run(POOL_SCRIPT_EXTEND, 1, "", "lock:o", TOK_A, "60000", NULL),
+               1);
+    r = redisCommand(C, "PTTL lock:o");
+    ck_assert_int_gt(r->integer, 59000);
+    freeReplyObject(r);
+    /* A raise while ours writes the raised fence into the value, ttl
+     * kept. */
+    assert_pair(run(POOL_SCRIPT_RAISE_HELD, 2, "", "lock:o", FENCE, TOK_A,
+                    "50", NULL), 1, "50");
+    ck_assert_str_eq(get(FENCE), "50");
+    ck_assert_str_eq(get("lock:o"), TOK_A " " LABEL " 50");
+    /* The release of a waited-for key deletes the mark and announces. */
+    cmd("SET %s 1", "lock:o waiting");
+    assert_int(run(POOL_SCRIPT_RELEASE, 1, NULL, "lock:o", TOK_A, "ch", "id",
+                   NULL), 1);
+    ck_assert_ptr_null(get("lock:o"));
+    ck_assert_ptr_null(get("lock:o waiting"));
+}
+END_TEST
+
+/* ---- the guard ------------------------------------------------------------ */
+
+START_TEST(guard_marker)
+{
+    cmd("SET %s run-b", MARKER);
+    /* Admitted under run-a, the marker says run-b: the node lost its
+     * data. Nothing is written, not even the counter. */
+    redisReply *r = run(POOL_SCRIPT_ACQUIRE, 2, "run-a", "lock:g", FENCE,
+                        TOK_A, "30000", "0", LABEL, "0", NULL);
+    assert_error(r, "LOSTDATA");
+    ck_assert_ptr_null(get("lock:g"));
+    ck_assert_ptr_null(get(FENCE));
+    assert_error(run(POOL_SCRIPT_EXTEND_MANY, 1, "run-a", "lock:g", TOK_A,
+                     "1000", NULL), "LOSTDATA");
+    /* The run it names: granted, and the longest ttl is noted. */
+    assert_pair(run(POOL_SCRIPT_ACQUIRE, 2, "run-b", "lock:g", FENCE, TOK_A,
+                    "30000", "0", LABEL, "0", NULL), 1, "1");
+    ck_assert_str_eq(get(MAXTTL), "30000");
+}
+END_TEST
+
+/* ---- batches: each key on its own ---------------------------------------- */
+
+START_TEST(batch_per_key)
+{
+    assert_pair(acquire("lock:b1", TOK_A, "0"), 1, NULL);
+    cmd("HSET lock:b2 f v");                /* a key of a foreign type */
+    redisReply *r = run(POOL_SCRIPT_EXTEND_MANY, 3, "", "lock:b1", "lock:b2",
+                        "lock:b3", TOK_A, "5000", TOK_A, "5000", TOK_A,
+                        "5000", NULL);
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_int_eq(r->elements, 3);
+    ck_assert_int_eq(r->element[0]->integer, 1);
+    ck_assert_int_eq(r->element[1]->type, REDIS_REPLY_ERROR);
+    ck_assert_int_eq(r->element[2]->integer, 0);
+    freeReplyObject(r);
+    r = run(POOL_SCRIPT_RELEASE_MANY, 2, NULL, "lock:b2", "lock:b1", "ch",
+            "id", TOK_A, TOK_A, NULL);
+    ck_assert_int_eq(r->elements, 2);
+    ck_assert_int_eq(r->element[0]->type, REDIS_REPLY_ERROR);
+    ck_assert_int_eq(r->element[1]->integer, 1);
+    freeReplyObject(r);
+    ck_assert_ptr_null(get("lock:b1"));
+}
+END_TEST
+
+/* ---- ADOPT_ONE ------------------------------------------------------------ */
+
+static redisReply *adopt_one(const char *res, const char *old)
+{
+    char key[64], shared[64], slots[64];
+    snprintf(key, sizeof(key), "lock:%s", res);
+    snprintf(shared, sizeof(shared), "lock:%s:shared", res);
+    snprintf(slots, sizeof(slots), "lock:%s#", res);
+    return run(POOL_SCRIPT_ADOPT_ONE, 2, "", key, shared, old, TOK_B, "20000",
+               LABEL, slots, "300", NULL);
+}
+
+START_TEST(adopt_kinds)
+{
+    /* Exclusive. */
+    assert_pair(acquire("lock:x", TOK_A, "0"), 1, "1");
+    redisReply *r = adopt_one("x", TOK_A);
+    ck_assert_str_eq(r->element[2]->str, "exclusive");
+    assert_pair(r, 1, "1");
+    ck_assert_str_eq(get("lock:x"), TOK_B " " LABEL " 1");
+    assert_pair(adopt_one("x", TOK_A), 0, NULL);    /* the old token: gone */
+    /* Shared: the member and its fence move to the new token. */
+    assert_pair(run(POOL_SCRIPT_ACQUIRE_SHARED, 3, "", "lock:s", FENCE,
+                    "lock:s:shared", TOK_A, "30000", "0", "", "0", NULL),
+                1, "2");
+    r = adopt_one("s", TOK_A);
+    ck_assert_str_eq(r->element[2]->str, "shared");
+    assert_pair(r, 1, "2");
+    r = redisCommand(C, "ZSCORE lock:s:shared %s", TOK_A);
+    ck_assert_int_eq(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    r = redisCommand(C, "HGET %s %s", "lock:s:shared fences", TOK_B);
+    ck_assert_str_eq(r->str, "2");
+    freeReplyObject(r);
+    /* Slot 217 of 300: found past the first 128, limit kept. */
+    run(POOL_SCRIPT_ACQUIRE, 2, "", "lock:k#217", FENCE, TOK_A, "30000", "0",
+        "{\"daemon\":\"t\",\"limit\":300}", "0", NULL);
+    r = adopt_one("k", TOK_A);
+    ck_assert_str_eq(r->element[2]->str, "slot");
+    ck_assert_str_eq(r->element[3]->str, "217");
+    ck_assert_str_eq(r->element[4]->str, "300");
+    assert_pair(r, 1, "3");
+    ck_assert_msg(strstr(get("lock:k#217"), "\"limit\":300}"), "%s",
+                  get("lock:k#217"));
+    /* Nothing of the token anywhere. */
+    assert_pair(adopt_one("none", TOK_A), 0, NULL);
+}
+END_TEST
+
+static Suite *lua_suite(void)
+{
+    Suite *s = suite_create("lua");
+    TCase *tc = tcase_create("scripts");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, fence_successor, 0,
+                        sizeof(fence_rows) / sizeof(fence_rows[0]));
+    tcase_add_test(tc, owner_checks);
+    tcase_add_test(tc, guard_marker);
+    tcase_add_test(tc, batch_per_key);
+    tcase_add_test(tc, adopt_kinds);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(lua_suite());
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
