@@ -1786,24 +1786,6 @@ size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until)
     return n;
 }
 
-size_t lockmgr_owner_move(struct lockmgr_owner *from,
-                          struct lockmgr_owner *to)
-{
-    struct list *link;
-    size_t n = 0;
-
-    while ((link = list_first(&from->leases))) {
-        struct lease *l = list_entry(link, struct lease, olink);
-        list_remove(link);
-        from->nleases--;
-        list_push_tail(&to->leases, link);
-        to->nleases++;
-        l->owner = to;
-        n++;
-    }
-    return n;
-}
-
 /* o's LOCK, if any, is no longer o's: dropped now, or, with an attempt
  * in flight, when it completes (a grant then given back). */
 static void owner_drop_pending(struct lockmgr_owner *o)

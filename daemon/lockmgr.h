@@ -175,12 +175,6 @@ void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r);
  * themselves complete. What o holds stays o's, renewed, and its losses
  * still reach o (->lost); requests made afterwards are answered. */
 void lockmgr_owner_cancel(struct lockmgr_owner *o);
-/* Every lease of `from` becomes `to`'s (a session detached from its
- * connection, and resumed): renewals go on, later notices reach `to`.
- * `from` must have no pending LOCK (lockmgr_owner_end it afterwards, or
- * cut its wait first). Returns how many moved. */
-size_t lockmgr_owner_move(struct lockmgr_owner *from,
-                          struct lockmgr_owner *to);
 /* The owner is ending: cancel its pending LOCK and release all it holds
  * (keeping keys for lock_delay_ms when `died` and the delay is set). No
  * callback reaches o after this returns. */

@@ -394,24 +394,6 @@ static void end_and_release(struct fowner *f, const char *key)
 
 /* ---- sessions that outlive their connection, ADOPT, shutdown ----------- */
 
-START_TEST(test_owner_move_keeps_renewing)
-{
-    take(&A, "r", 3000, 4);
-    ck_assert_uint_eq(lockmgr_owner_move(&A.o, &B.o), 1);
-    ck_assert_uint_eq(A.o.nleases, 0);
-    ck_assert_ptr_nonnull(held(&B, "r"));
-    /* A ends: nothing of its own to release. */
-    lockmgr_owner_end(&A.o, true);
-    ck_assert_int_eq(count_open(F_RELEASE, "lock:r"), 0);
-    /* The lease renews as before, and its loss reaches B. */
-    timer_advance(1000);
-    answer_lost(pending(F_EXTEND, "lock:r"));
-    ck_assert_int_eq(B.nlost, 1);
-    ck_assert_int_eq(A.nlost, 0);
-    ck_assert_int_eq(B.refs, 0);
-}
-END_TEST
-
 /* The connection that asked went away, the owner lives on (a session
  * detached, or taken over by a new connection): what it asked is
  * withdrawn or not answered, what it holds stays its own. */
@@ -1984,7 +1966,6 @@ static Suite *lockmgr_suite(void)
     t = tcase_create("owner");
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, test_end_releases_everything);
-    tcase_add_test(t, test_owner_move_keeps_renewing);
     tcase_add_test(t, test_owner_cancel_withdraws_requests);
     tcase_add_test(t, test_owner_abandon_leaves_keys);
     tcase_add_test(t, test_adopt);
