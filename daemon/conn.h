@@ -79,7 +79,8 @@ struct conn_line {
 /* Room for the binder's name in log lines ("s42.mifc7b9k"). */
 #define CONN_NAME_LEN 48
 
-/* Fields are conn.c's; others read peer, ip, trusted, eof, closing,
+/* Fields are conn.c's. The server sets up h, peer, ip and trusted before
+ * conn_start; others only read peer, ip, trusted, name, eof, died,
  * created_at and last_line_at. */
 struct conn {
     union conn_stream h;

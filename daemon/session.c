@@ -1117,9 +1117,10 @@ static void session_tell_untold(struct session *s)
 
 /* ---- the session table -------------------------------------------------- */
 
+/* One SESSIONS entry; its keys come in the order they always had. */
 static json_t *session_json(const struct session *s, uint64_t now)
 {
-    const struct conn *c = s->conn;
+    bool attached = s->state == SESSION_ATTACHED;
     json_t *j = json_pack("{s:s, s:s?, s:s, s:I, s:I}",
                           "id", s->idstr,
                           "name", s->name[0] ? s->name : NULL,
@@ -1127,11 +1128,11 @@ static json_t *session_json(const struct session *s, uint64_t now)
                           "locks", (json_int_t)s->owner.nleases,
                           "waits", (json_int_t)(s->owner.pending ? 1 : 0));
 
-    if (c) {
+    if (attached) {
         json_object_set_new(j, "idle_ms", json_integer(
-            (json_int_t)(now - c->last_line_at)));
+            (json_int_t)(now - s->conn->last_line_at)));
         json_object_set_new(j, "age_ms", json_integer(
-            (json_int_t)(now - c->created_at)));
+            (json_int_t)(now - s->conn->created_at)));
     } else {
         json_object_set_new(j, "attached", json_false());
         json_object_set_new(j, "detached_ms", json_integer(
@@ -1139,7 +1140,7 @@ static json_t *session_json(const struct session *s, uint64_t now)
     }
     json_object_set_new(j, "held", lockmgr_owner_leases_json(&s->owner,
                                                              false));
-    if (c)
+    if (attached)
         json_object_set_new(j, "attached", json_true());
     return j;
 }
