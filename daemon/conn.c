@@ -1,11 +1,11 @@
 /*
  * conn: see conn.h.
  *
- * Reading: a partial line waits in the session's rbuf for the rest; a line
- * longer than max_line becomes a TOOLONG placeholder and the rest of what
- * was read is dropped, since the connection closes after answering it.
- * After EOF the requests already read are answered (LOCKs without
- * waiting), then the session ends and its locks are released.
+ * Reading: a partial line waits in rbuf for the rest; a line longer than
+ * max_line becomes a TOOLONG placeholder and the rest of what was read is
+ * dropped, since the connection closes after answering it. After EOF the
+ * requests already read are answered (LOCKs without waiting), then the
+ * connection closes and its binder is told (ops->closed).
  *
  * Writing: replies accumulate in `out`. conn_flush first tries a direct
  * write (most replies fit in the socket buffer at once, which saves the
@@ -21,13 +21,14 @@
 
 #include "conf.h"
 #include "log.h"
-#include "session.h"
+#include "mem.h"
 #include "stats.h"
 
 #define CONN_READ_SIZE 65536
 
-/* Reads land in one loop-wide buffer; a session keeps its own buffer only
- * for an unfinished line, so an idle connection costs no read memory. */
+/* Reads land in one loop-wide buffer; a connection keeps its own buffer
+ * only for an unfinished line, so an idle connection costs no read
+ * memory. */
 static char conn_rdbuf[CONN_READ_SIZE];
 
 static const struct conf *conn_conf;     /* limits.*: read live */
@@ -45,367 +46,618 @@ static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     buf->len = sizeof(conn_rdbuf);
 }
 
-static int conn_keep(struct session *s, const char *p, size_t n)
+/* ---- a connection's life ------------------------------------------------ */
+
+static void conn_idle_cb(struct timer *t);
+static void conn_arm_idle(struct conn *c);
+
+struct conn *conn_create(uv_loop_t *loop, bool is_unix, int *rc)
 {
-    if (s->rcap - s->rlen < n) {
-        size_t ncap = s->rcap ? s->rcap : 256;
-        while (ncap - s->rlen < n)
+    struct conn *c = mem_alloc(sizeof(*c));
+
+    *rc = is_unix ? uv_pipe_init(loop, &c->h.pipe, 0)
+                  : uv_tcp_init(loop, &c->h.tcp);
+    if (*rc != 0) {
+        free(c);        /* no handle was made: nothing to close */
+        return NULL;
+    }
+    c->h.handle.data = c;
+    c->refs = 1;        /* the handle's; dropped by its close callback */
+    snprintf(c->name, sizeof(c->name), "conn");
+    sbuf_init(&c->out);
+    sbuf_init(&c->wbuf);
+    list_init(&c->queue);
+    c->created_at = c->last_line_at = timer_now();
+    timer_init(&c->idle_timer, conn_idle_cb, c);
+    conn_arm_idle(c);   /* handshake_timeout_ms */
+    stats.connections++;    /* until conn_on_close */
+    return c;
+}
+
+static void conn_queue_free(struct conn *c)
+{
+    struct list *p, *tmp;
+
+    list_foreach_safe(p, tmp, &c->queue) {
+        list_remove(p);
+        free(list_entry(p, struct conn_line, link));
+    }
+    c->qlen = 0;
+}
+
+static void conn_free(struct conn *c)
+{
+    timer_stop(&c->idle_timer);
+    conn_queue_free(c);
+    free(c->cur);
+    free(c->rbuf);
+    sbuf_deinit(&c->out);
+    sbuf_deinit(&c->wbuf);
+    free(c);
+}
+
+void conn_ref(struct conn *c)
+{
+    c->refs++;
+}
+
+void conn_unref(struct conn *c)
+{
+    if (--c->refs == 0)
+        conn_free(c);
+}
+
+void conn_bind(struct conn *c, const struct conn_ops *ops, void *data,
+               const char *name)
+{
+    c->ops = ops;
+    c->data = data;
+    snprintf(c->name, sizeof(c->name), "%s", name);
+}
+
+/* ---- idle / handshake / keepalive -------------------------------------- */
+
+/* Why a quiet connection is closed: the EVENT CLOSING reason and the log's
+ * words. */
+struct conn_idle_rule {
+    const char *reason;
+    const char *why;
+};
+
+static const struct conn_idle_rule idle_handshake = {
+    "handshake", "no request within limits.handshake_timeout_ms" };
+static const struct conn_idle_rule idle_idle = {
+    "idle", "idle for limits.idle_timeout_ms" };
+static const struct conn_idle_rule idle_keepalive = {
+    "keepalive", "no line within the session's keepalive" };
+
+/* How long c may stay quiet, and which rule says so (0: forever). */
+static uint64_t conn_idle_limit(const struct conn *c,
+                                const struct conn_idle_rule **rule)
+{
+    const struct conf *cf = conn_conf;
+    uint64_t limit = 0;
+
+    if (!c->got_line) {
+        *rule = &idle_handshake;
+        return cf->limits.handshake_timeout_ms;
+    }
+    if (cf->limits.idle_timeout_ms) {
+        limit = cf->limits.idle_timeout_ms;
+        *rule = &idle_idle;
+    }
+    if (c->keepalive_ms && (!limit || c->keepalive_ms < limit)) {
+        limit = c->keepalive_ms;
+        *rule = &idle_keepalive;
+    }
+    return limit;
+}
+
+static void conn_arm_idle(struct conn *c)
+{
+    const struct conn_idle_rule *rule = NULL;
+    uint64_t limit = conn_idle_limit(c, &rule);
+
+    if (!limit || c->closing)
+        timer_stop(&c->idle_timer);
+    else
+        timer_start_at(&c->idle_timer, c->last_line_at + limit);
+}
+
+static void conn_idle_cb(struct timer *t)
+{
+    struct conn *c = t->data;
+    const struct conn_idle_rule *rule = NULL;
+    uint64_t limit = conn_idle_limit(c, &rule);
+
+    if (!limit || c->closing)
+        return;
+    /* Lines reset last_line_at without touching the timer; check again. */
+    if (timer_now() < c->last_line_at + limit) {
+        timer_start_at(&c->idle_timer, c->last_line_at + limit);
+        return;
+    }
+    log_info("%s (%s): %s, closing", c->name, c->peer, rule->why);
+    conn_close_now_announced(c, rule->reason, rule->why);
+}
+
+void conn_set_keepalive(struct conn *c, uint32_t ms)
+{
+    c->keepalive_ms = ms;
+    conn_arm_idle(c);
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+static int conn_keep(struct conn *c, const char *p, size_t n)
+{
+    if (c->rcap - c->rlen < n) {
+        size_t ncap = c->rcap ? c->rcap : 256;
+        while (ncap - c->rlen < n)
             ncap *= 2;
-        char *nb = realloc(s->rbuf, ncap);
+        char *nb = realloc(c->rbuf, ncap);
         if (!nb)
             return -1;
-        s->rbuf = nb;
-        s->rcap = ncap;
+        c->rbuf = nb;
+        c->rcap = ncap;
     }
-    memcpy(s->rbuf + s->rlen, p, n);
-    s->rlen += n;
+    memcpy(c->rbuf + c->rlen, p, n);
+    c->rlen += n;
     return 0;
 }
 
-/* Split complete lines out of buf[0..len) into the session's queue;
- * returns how many bytes were consumed. */
-static size_t conn_frame(struct session *s, const char *buf, size_t len)
+/* A complete line arrived (len bytes, no LF) or a too-long one. */
+static void conn_push_line(struct conn *c, const char *data, size_t len,
+                           bool toolong)
 {
-    const struct conf *c = conn_conf;
+    struct conn_line *ln = mem_alloc(sizeof(*ln) + len + 1);
+
+    ln->toolong = toolong;
+    ln->len = len;
+    if (len)
+        memcpy(ln->data, data, len);
+    ln->data[len] = '\0';
+    list_push_tail(&c->queue, &ln->link);
+    c->qlen++;
+
+    c->last_line_at = timer_now();
+    if (!c->got_line) {
+        c->got_line = true;
+        conn_arm_idle(c);
+    }
+}
+
+/* Split complete lines out of buf[0..len) into the queue; returns how
+ * many bytes were consumed. */
+static size_t conn_frame(struct conn *c, const char *buf, size_t len)
+{
+    const struct conf *cf = conn_conf;
     size_t start = 0;
 
-    while (!s->closing && s->qlen < c->limits.max_pipeline) {
+    while (!c->closing && c->qlen < cf->limits.max_pipeline) {
         const char *lf = memchr(buf + start, '\n', len - start);
         size_t n = lf ? (size_t)(lf - (buf + start)) : len - start;
-        if (n > c->limits.max_line) {
-            session_push_line(s, NULL, 0, true);
+        if (n > cf->limits.max_line) {
+            conn_push_line(c, NULL, 0, true);
             return len;
         }
         if (!lf)
             break;
-        session_push_line(s, buf + start, n, false);
+        conn_push_line(c, buf + start, n, false);
         start += n + 1;
     }
     return start;
 }
 
-static void conn_release_rbuf(struct session *s)
+static void conn_release_rbuf(struct conn *c)
 {
-    if (s->rlen == 0 && s->rcap > 0) {
-        free(s->rbuf);
-        s->rbuf = NULL;
-        s->rcap = 0;
+    if (c->rlen == 0 && c->rcap > 0) {
+        free(c->rbuf);
+        c->rbuf = NULL;
+        c->rcap = 0;
     }
 }
 
-bool conn_refill(struct session *s)
+/* Queue lines still waiting in the read buffer (read ahead of the
+ * pipeline limit); true if any were queued. */
+static bool conn_refill(struct conn *c)
 {
-    if (s->rlen == 0)
+    if (c->rlen == 0)
         return false;
-    size_t used = conn_frame(s, s->rbuf, s->rlen);
-    memmove(s->rbuf, s->rbuf + used, s->rlen - used);
-    s->rlen -= used;
-    conn_release_rbuf(s);
+    size_t used = conn_frame(c, c->rbuf, c->rlen);
+    memmove(c->rbuf, c->rbuf + used, c->rlen - used);
+    c->rlen -= used;
+    conn_release_rbuf(c);
     return used > 0;
 }
 
 /* Frame what arrived, with any unfinished line kept from before. Lines
  * beyond the read-ahead limit wait, unframed, in rbuf. */
-static int conn_take(struct session *s, const char *data, size_t len)
+static int conn_take(struct conn *c, const char *data, size_t len)
 {
-    if (s->rlen > 0) {
-        if (conn_keep(s, data, len) != 0)
+    if (c->rlen > 0) {
+        if (conn_keep(c, data, len) != 0)
             return -1;
-        conn_refill(s);
+        conn_refill(c);
         return 0;
     }
-    size_t used = conn_frame(s, data, len);
-    if (used < len && conn_keep(s, data + used, len - used) != 0)
+    size_t used = conn_frame(c, data, len);
+    if (used < len && conn_keep(c, data + used, len - used) != 0)
         return -1;
-    conn_release_rbuf(s);
+    conn_release_rbuf(c);
     return 0;
+}
+
+static void conn_update_reading(struct conn *c);
+
+/* A client that closed and one that only shut down its sending side (`nc
+ * -N`, `printf ... | nc -q1`) look the same. Answer what was read, without
+ * waiting for any lock, then close: a vanished waiter leaves its queue at
+ * once, a half-closed one still gets its replies. */
+static void conn_on_eof(struct conn *c)
+{
+    conn_ref(c);
+    c->eof = true;
+    conn_close_after_reply(c, "end of input", true);
+    if (c->ops)
+        c->ops->eof(c, c->data);    /* may answer, and run the queue */
+    if (!c->closing)
+        conn_process(c);
+    conn_unref(c);
 }
 
 static void conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
-    struct session *s = st->data;
+    struct conn *c = st->data;
 
     if (nread > 0) {
-        if (conn_take(s, buf->base, (size_t)nread) != 0) {
-            conn_close(s, true, "out of memory for the read buffer");
+        if (conn_take(c, buf->base, (size_t)nread) != 0) {
+            conn_close(c, true, "out of memory for the read buffer");
             return;
         }
-        session_process(s);
-        conn_update_reading(s);
+        conn_process(c);
+        conn_update_reading(c);
         return;
     }
     if (nread == 0)         /* EAGAIN: nothing to do */
         return;
     if (nread == UV_ENOBUFS) {
-        conn_close(s, true, "out of memory for the read buffer");
+        conn_close(c, true, "out of memory for the read buffer");
         return;
     }
     if (nread == UV_EOF) {
-        /* A client that closed and one that only shut down its sending
-         * side (`nc -N`, `printf ... | nc -q1`) look the same. Answer what
-         * was read, without waiting for any lock, then end the session: a
-         * vanished waiter leaves its queue at once, a half-closed one still
-         * gets its replies. */
-        s->eof = true;
-        conn_close_after_reply(s, "end of input", true);
-        session_on_eof(s);
-        if (!s->closing)
-            conn_flush(s);
+        conn_on_eof(c);
         return;
     }
-    conn_close(s, true, uv_strerror((int)nread));
+    conn_close(c, true, uv_strerror((int)nread));
 }
 
-void conn_start(struct session *s)
+void conn_start(struct conn *c)
 {
-    s->h.handle.data = s;
-    s->reading = false;
-    conn_update_reading(s);
+    c->reading = false;
+    conn_update_reading(c);
 }
 
-void conn_update_reading(struct session *s)
+/* Stop reading when the request queue is full; resume when it drains. */
+static void conn_update_reading(struct conn *c)
 {
-    const struct conf *c = conn_conf;
+    const struct conf *cf = conn_conf;
     /* Read more only when the queue has room and rbuf holds at most an
      * unfinished line, so one client's read-ahead stays bounded. */
-    bool want = !s->closing && !s->close_why &&
-                s->qlen < c->limits.max_pipeline &&
-                s->rlen <= c->limits.max_line;
+    bool want = !c->closing && !c->close_why &&
+                c->qlen < cf->limits.max_pipeline &&
+                c->rlen <= cf->limits.max_line;
 
-    if (want && !s->reading) {
-        if (uv_read_start(&s->h.stream, conn_alloc, conn_on_read) == 0)
-            s->reading = true;
-    } else if (!want && s->reading) {
-        uv_read_stop(&s->h.stream);
-        s->reading = false;
+    if (want && !c->reading) {
+        if (uv_read_start(&c->h.stream, conn_alloc, conn_on_read) == 0)
+            c->reading = true;
+    } else if (!want && c->reading) {
+        uv_read_stop(&c->h.stream);
+        c->reading = false;
     }
 }
 
-static bool conn_write_now(struct session *s);
+/* ---- serving requests, in order ---------------------------------------- */
 
-void conn_close_after_reply(struct session *s, const char *why, bool died)
+static struct conn_line *conn_pop(struct conn *c)
 {
-    if (s->close_why)
-        return;
-    s->close_why = why;
-    s->died = died;
-    conn_update_reading(s);
+    struct list *p = list_first(&c->queue);
+
+    if (!p)
+        return NULL;
+    list_remove(p);
+    c->qlen--;
+    return list_entry(p, struct conn_line, link);
 }
 
-void conn_close_announced(struct session *s, const char *reason,
+/* A line over max_line: answered in its turn, then nothing more is. */
+static void conn_toolong(struct conn *c)
+{
+    conn_errf(c, PROTO_ERR_TOOLONG, "request line longer than %u bytes "
+              "(limits.max_line); closing", conn_conf->limits.max_line);
+    conn_stop(c, "request line too long", true);
+}
+
+void conn_process(struct conn *c)
+{
+    if (c->in_process)
+        return;     /* an answer arrived synchronously; the loop goes on */
+    c->in_process = true;
+    conn_ref(c);
+    while (!c->closing && !c->busy && c->ops) {
+        struct conn_line *ln = conn_pop(c);
+        if (!ln) {
+            if (!conn_refill(c))
+                break;
+            continue;
+        }
+        if (ln->toolong) {
+            free(ln);
+            conn_toolong(c);
+            break;
+        }
+        c->cur = ln;
+        c->ops->line(c, c->data, ln->data, ln->len);
+        if (!c->busy && c->cur == ln) {
+            free(ln);
+            c->cur = NULL;
+        }
+    }
+    c->in_process = false;
+    if (!c->closing) {
+        conn_flush(c);
+        conn_update_reading(c);
+    }
+    conn_unref(c);
+}
+
+void conn_hold(struct conn *c)
+{
+    c->busy = true;
+}
+
+void conn_done(struct conn *c)
+{
+    c->busy = false;
+    free(c->cur);
+    c->cur = NULL;
+    conn_process(c);
+}
+
+void conn_stop(struct conn *c, const char *why, bool died)
+{
+    conn_queue_free(c);
+    free(c->rbuf);
+    c->rbuf = NULL;
+    c->rlen = c->rcap = 0;
+    conn_close_after_reply(c, why, died);
+}
+
+/* ---- closing with a reason -------------------------------------------- */
+
+static bool conn_write_now(struct conn *c);
+
+void conn_close_after_reply(struct conn *c, const char *why, bool died)
+{
+    if (c->close_why)
+        return;
+    c->close_why = why;
+    c->died = died;
+    conn_update_reading(c);
+}
+
+void conn_close_announced(struct conn *c, const char *reason,
                           const char *why)
 {
-    if (s->closing)
+    if (c->closing)
         return;
     /* Said last, whether or not a close after the replies was due. */
-    s->close_event = reason;
-    conn_close_after_reply(s, why, true);   /* keeps a reason given before */
+    c->close_event = reason;
+    conn_close_after_reply(c, why, true);   /* keeps a reason given before */
 }
 
-void conn_close_now_announced(struct session *s, const char *reason,
+void conn_close_now_announced(struct conn *c, const char *reason,
                               const char *why)
 {
-    if (s->closing)
+    if (c->closing)
         return;
-    proto_format_event_closing(&s->out, reason);
-    if (conn_write_now(s))
-        conn_close(s, true, why);
+    proto_format_event_closing(&c->out, reason);
+    if (conn_write_now(c))
+        conn_close(c, true, why);
 }
 
 /* ---- writing ------------------------------------------------------------ */
 
 static void conn_on_write(uv_write_t *req, int status)
 {
-    struct session *s = req->data;
+    struct conn *c = req->data;
 
-    s->writing = false;
-    sbuf_deinit(&s->wbuf);  /* an idle session keeps no write memory */
+    c->writing = false;
+    sbuf_deinit(&c->wbuf);  /* an idle connection keeps no write memory */
     if (status < 0) {
-        if (!s->closing)
-            conn_close(s, true, uv_strerror(status));
+        if (!c->closing)
+            conn_close(c, true, uv_strerror(status));
     } else {
-        conn_flush(s);
+        conn_flush(c);
     }
-    session_unref(s);
+    conn_unref(c);
 }
 
 /* Hand what fits to the kernel now; false if the connection failed. */
-static bool conn_write_now(struct session *s)
+static bool conn_write_now(struct conn *c)
 {
     uv_buf_t ub;
     int k;
 
-    if (s->writing || s->out.len == 0)
+    if (c->writing || c->out.len == 0)
         return true;
-    ub = uv_buf_init(s->out.data, (unsigned)s->out.len);
-    k = uv_try_write(&s->h.stream, &ub, 1);
+    ub = uv_buf_init(c->out.data, (unsigned)c->out.len);
+    k = uv_try_write(&c->h.stream, &ub, 1);
     if (k > 0)
-        sbuf_consume(&s->out, (size_t)k);
+        sbuf_consume(&c->out, (size_t)k);
     else if (k < 0 && k != UV_EAGAIN && k != UV_ENOSYS) {
-        conn_close(s, true, uv_strerror(k));
+        conn_close(c, true, uv_strerror(k));
         return false;
     }
     return true;
 }
 
-void conn_flush(struct session *s)
+void conn_flush(struct conn *c)
 {
-    if (s->closing || s->writing)
+    if (c->closing || c->writing)
         return;
-    if (!conn_write_now(s))
+    if (!conn_write_now(c))
         return;
-    if (s->out.len == 0) {
-        sbuf_reset(&s->out);
-        if (!s->close_why || s->busy || session_has_queued(s))
+    if (c->out.len == 0) {
+        sbuf_reset(&c->out);
+        if (!c->close_why || c->busy || !list_empty(&c->queue))
             return;
-        if (s->close_event) {
+        if (c->close_event) {
             /* The last line: why we close (see conn_close_after_reply). */
-            proto_format_event_closing(&s->out, s->close_event);
-            s->close_event = NULL;
-            conn_flush(s);
+            proto_format_event_closing(&c->out, c->close_event);
+            c->close_event = NULL;
+            conn_flush(c);
             return;
         }
-        conn_close(s, s->died, s->close_why);
+        conn_close(c, c->died, c->close_why);
         return;
     }
     /* Swap buffers: `out` keeps collecting while wbuf is in flight. */
-    struct sbuf tmp = s->wbuf;
-    s->wbuf = s->out;
-    s->out = tmp;
-    sbuf_reset(&s->out);
+    struct sbuf tmp = c->wbuf;
+    c->wbuf = c->out;
+    c->out = tmp;
+    sbuf_reset(&c->out);
 
-    uv_buf_t b = uv_buf_init(s->wbuf.data, (unsigned)s->wbuf.len);
-    s->wreq.data = s;
-    int rc = uv_write(&s->wreq, &s->h.stream, &b, 1, conn_on_write);
+    uv_buf_t b = uv_buf_init(c->wbuf.data, (unsigned)c->wbuf.len);
+    c->wreq.data = c;
+    int rc = uv_write(&c->wreq, &c->h.stream, &b, 1, conn_on_write);
     if (rc != 0) {
-        conn_close(s, true, uv_strerror(rc));
+        conn_close(c, true, uv_strerror(rc));
         return;
     }
-    s->writing = true;
-    session_ref(s);
+    c->writing = true;
+    conn_ref(c);
 }
 
-/* The output buffer for one more line, or NULL when the session is
+/* The output buffer for one more line, or NULL when the connection is
  * closing or has stopped reading its replies (then it is closed). */
-static struct sbuf *conn_out(struct session *s)
+static struct sbuf *conn_out(struct conn *c)
 {
-    const struct conf *c = conn_conf;
-
-    if (s->closing)
+    if (c->closing)
         return NULL;
-    if (s->out.len + s->wbuf.len >= c->limits.max_output_bytes) {
+    if (c->out.len + c->wbuf.len >= conn_conf->limits.max_output_bytes) {
         stats.output_overflows++;
         log_warn("%s (%s): %zu bytes of replies unread: disconnecting "
-                 "(limits.max_output_bytes)", s->idstr, s->peer,
-                 s->out.len + s->wbuf.len);
-        conn_close_now_announced(s, "output", "output buffer limit");
+                 "(limits.max_output_bytes)", c->name, c->peer,
+                 c->out.len + c->wbuf.len);
+        conn_close_now_announced(c, "output", "output buffer limit");
         return NULL;
     }
-    return &s->out;
+    return &c->out;
 }
 
 /* The line being built by conn_ok_begin, if it was begun. */
-static struct sbuf *conn_cont(struct session *s)
+static struct sbuf *conn_cont(struct conn *c)
 {
-    return s->closing ? NULL : &s->out;
+    return c->closing ? NULL : &c->out;
 }
 
-void conn_ok(struct session *s)
+void conn_ok(struct conn *c)
 {
-    struct sbuf *b = conn_out(s);
+    struct sbuf *b = conn_out(c);
     if (b)
         proto_format_ok(b);
 }
 
-void conn_ok_begin(struct session *s)
+void conn_ok_begin(struct conn *c)
 {
-    struct sbuf *b = conn_out(s);
+    struct sbuf *b = conn_out(c);
     if (b)
         proto_format_ok_begin(b);
 }
 
-void conn_kv_str(struct session *s, const char *key, const char *val)
+void conn_kv_str(struct conn *c, const char *key, const char *val)
 {
-    struct sbuf *b = conn_cont(s);
+    struct sbuf *b = conn_cont(c);
     if (b)
         proto_format_kv_str(b, key, val);
 }
 
-void conn_kv_u64(struct session *s, const char *key, uint64_t val)
+void conn_kv_u64(struct conn *c, const char *key, uint64_t val)
 {
-    struct sbuf *b = conn_cont(s);
+    struct sbuf *b = conn_cont(c);
     if (b)
         proto_format_kv_u64(b, key, val);
 }
 
-void conn_kv_i64(struct session *s, const char *key, int64_t val)
+void conn_kv_i64(struct conn *c, const char *key, int64_t val)
 {
-    struct sbuf *b = conn_cont(s);
+    struct sbuf *b = conn_cont(c);
     if (b)
         proto_format_kv_i64(b, key, val);
 }
 
-void conn_word(struct session *s, const char *word)
+void conn_word(struct conn *c, const char *word)
 {
-    struct sbuf *b = conn_cont(s);
+    struct sbuf *b = conn_cont(c);
     if (b)
         proto_format_word(b, word);
 }
 
-void conn_end(struct session *s)
+void conn_end(struct conn *c)
 {
-    struct sbuf *b = conn_cont(s);
+    struct sbuf *b = conn_cont(c);
     if (b)
         proto_format_end(b);
 }
 
-void conn_json(struct session *s, json_t *j)
+void conn_json(struct conn *c, json_t *j)
 {
     char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
     struct sbuf *b;
 
     json_decref(j);
     if (!text) {
-        conn_err(s, PROTO_ERR_LIMIT, "out of memory building the reply");
+        conn_err(c, PROTO_ERR_LIMIT, "out of memory building the reply");
         return;
     }
-    b = conn_out(s);
+    b = conn_out(c);
     if (b)
         proto_format_ok_json(b, text);
     free(text);
 }
 
-void conn_pong(struct session *s, const char *word, size_t len)
+void conn_pong(struct conn *c, const char *word, size_t len)
 {
-    struct sbuf *b = conn_out(s);
+    struct sbuf *b = conn_out(c);
     if (b)
         proto_format_pong(b, word, len);
 }
 
-void conn_help(struct session *s)
+void conn_help(struct conn *c)
 {
-    struct sbuf *b = conn_out(s);
+    struct sbuf *b = conn_out(c);
     if (b)
         proto_format_help(b);
 }
 
-void conn_usage(struct session *s, enum proto_cmd cmd)
+void conn_usage(struct conn *c, enum proto_cmd cmd)
 {
-    struct sbuf *b = conn_out(s);
+    struct sbuf *b = conn_out(c);
     if (b)
         proto_format_usage(b, cmd);
 }
 
-void conn_err(struct session *s, enum proto_err code, const char *msg)
+void conn_err(struct conn *c, enum proto_err code, const char *msg)
 {
-    struct sbuf *b = conn_out(s);
+    struct sbuf *b = conn_out(c);
 
     stats_count_error(code);
     if (b)
         proto_format_err(b, code, msg);
 }
 
-void conn_errf(struct session *s, enum proto_err code, const char *fmt, ...)
+void conn_errf(struct conn *c, enum proto_err code, const char *fmt, ...)
 {
     struct sbuf msg = SBUF_INIT;
     va_list ap;
@@ -413,45 +665,51 @@ void conn_errf(struct session *s, enum proto_err code, const char *fmt, ...)
     va_start(ap, fmt);
     sbuf_vprintf(&msg, fmt, ap);
     va_end(ap);
-    conn_err(s, code, msg.data);
+    conn_err(c, code, msg.data);
     sbuf_deinit(&msg);
 }
 
-void conn_event_lost(struct session *s, const char *resource, uint64_t fence,
+void conn_event_lost(struct conn *c, const char *resource, uint64_t fence,
                      const char *reason)
 {
-    struct sbuf *b = conn_out(s);
+    struct sbuf *b = conn_out(c);
     if (b)
         proto_format_event_lost(b, resource, fence, reason);
 }
 
-void conn_event_shutdown(struct session *s)
+void conn_event_shutdown(struct conn *c)
 {
-    struct sbuf *b = conn_out(s);
+    struct sbuf *b = conn_out(c);
     if (b)
         proto_format_event_shutdown(b);
 }
 
-/* ---- closing ------------------------------------------------------------ */
+/* ---- closing now -------------------------------------------------------- */
 
 static void conn_on_close(uv_handle_t *h)
 {
     stats.connections--;
-    session_unref(h->data);
+    conn_unref(h->data);
 }
 
-void conn_close(struct session *s, bool died, const char *why)
+void conn_close(struct conn *c, bool died, const char *why)
 {
-    if (s->closing)
+    const struct conn_ops *ops = c->ops;
+    void *data = c->data;
+
+    if (c->closing)
         return;
-    s->closing = true;
-    s->dropped = died;
-    /* At shutdown every session ends by our doing: no lock-delay. */
-    s->died = died && !session_shutting_down();
-    if (s->reading)
-        uv_read_stop(&s->h.stream);
-    s->reading = false;
-    log_debug("%s (%s) closed: %s", s->idstr, s->peer, why);
-    session_end(s);
-    uv_close(&s->h.handle, conn_on_close);
+    c->closing = true;
+    c->died = died;
+    if (c->reading)
+        uv_read_stop(&c->h.stream);
+    c->reading = false;
+    timer_stop(&c->idle_timer);
+    conn_queue_free(c);
+    log_debug("%s (%s) closed: %s", c->name, c->peer, why);
+    c->ops = NULL;
+    c->data = NULL;
+    if (ops)
+        ops->closed(c, data);
+    uv_close(&c->h.handle, conn_on_close);
 }

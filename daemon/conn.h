@@ -1,15 +1,31 @@
 /*
- * conn: the I/O half of a session (the struct is in session.h).
+ * conn: one client connection, and nothing of what its lines mean.
  *
- * Reading: bytes are split into lines at LF and queued on the session
- * (read-ahead up to max_pipeline, then reading stops until the queue
- * drains). Writing: every reply and event is formatted straight into the
- * session's output buffer through the calls below, and handed to the
- * kernel by conn_flush. A client whose unsent output reaches
+ * It owns the stream, the peer's address, the read buffer and the line
+ * framing, the in-order queue of request lines, the bounded output buffer
+ * and its writes, the quiet-connection timer (handshake, idle, keepalive)
+ * and closing with a reason. Whoever the lines are for (a session) binds
+ * itself with conn_bind and is reached only through struct conn_ops, so
+ * conn knows no session: a session may outlive its connection (detached)
+ * and move to another one (resume), conn never notices.
+ *
+ * Reading: bytes are split into lines at LF and queued (read-ahead up to
+ * max_pipeline, then reading stops until the queue drains). Requests are
+ * served one at a time, in order: ops->line gets the next line once the
+ * one before it was answered; an answer that takes time is marked with
+ * conn_hold and finished with conn_done. Writing: every reply and event is
+ * formatted straight into the output buffer through the calls below, and
+ * handed to the kernel by conn_flush. A client whose unsent output reaches
  * max_output_bytes is not reading its replies and is disconnected.
  *
  * Closing is one decision with one reason: conn_close_after_reply (answer
- * what is queued, flush, then close) or conn_close (now).
+ * what is queued, flush, then close) or conn_close (now). ops->closed is
+ * the last call conn makes to its binder.
+ *
+ * Lifetime: a conn is freed when its handle's close callback has run and
+ * no write or caller holds a reference any more (conn_ref/conn_unref). The
+ * binder holds no reference: ops->closed comes before the handle closes,
+ * and after it the binder forgets the conn.
  */
 #ifndef REDLOCKD_CONN_H
 #define REDLOCKD_CONN_H
@@ -21,10 +37,13 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "list.h"
 #include "proto.h"
+#include "sbuf.h"
+#include "timer.h"
 
 struct conf;
-struct session;
+struct conn;
 
 /* A client connection or a listener: a TCP or a unix stream. */
 union conn_stream {
@@ -34,56 +53,146 @@ union conn_stream {
     uv_pipe_t pipe;
 };
 
+/* What a conn tells the one it serves (data: conn_bind's). */
+struct conn_ops {
+    /* Serve one request line: len bytes without the LF, NUL-terminated
+     * (line is the callee's to parse in place until it returns). Answer
+     * it with the reply calls, or conn_hold now and conn_done once
+     * answered; the next line waits until then. */
+    void (*line)(struct conn *c, void *data, char *line, size_t len);
+    /* The client sends no more (EOF): cut any wait short. The lines read
+     * before it are still served. */
+    void (*eof)(struct conn *c, void *data);
+    /* The connection is closing (c->died: without QUIT): let go of it. No
+     * ops call follows; c's fields stay readable during this call. */
+    void (*closed)(struct conn *c, void *data);
+};
+
+/* A request line read ahead of its turn. */
+struct conn_line {
+    struct list link;       /* in conn->queue */
+    bool toolong;           /* placeholder: answer ERR TOOLONG, then close */
+    size_t len;
+    char data[];            /* len bytes + room for a NUL */
+};
+
+/* Room for the binder's name in log lines ("s42.mifc7b9k"). */
+#define CONN_NAME_LEN 48
+
+/* Fields are conn.c's. The server sets up h, peer, ip and trusted before
+ * conn_start; others only read peer, ip, trusted, name, eof, died,
+ * created_at and last_line_at. */
+struct conn {
+    union conn_stream h;
+    char peer[80];
+    char ip[64];            /* the peer's address without the port; "" for
+                               unix */
+    bool trusted;           /* loopback or unix socket peer */
+    const struct conn_ops *ops;     /* NULL: bound to nobody */
+    void *data;
+    char name[CONN_NAME_LEN];       /* the binder's, for log lines */
+
+    /* ---- reading and the request queue ---- */
+    char *rbuf;             /* bytes read, not yet framed */
+    size_t rlen, rcap;
+    bool reading;
+    bool eof;               /* the client sends no more: no waiting */
+    struct list queue;      /* struct conn_line, in arrival order */
+    size_t qlen;
+    struct conn_line *cur;  /* the request being served */
+    bool busy;              /* cur waits for its answer (conn_hold) */
+    bool in_process;        /* guards conn_process re-entry */
+
+    /* ---- quiet connections: handshake, idle, keepalive ---- */
+    uint64_t created_at;
+    uint64_t last_line_at;
+    bool got_line;          /* a first full line arrived (handshake) */
+    uint32_t keepalive_ms;
+    struct timer idle_timer;
+
+    /* ---- writing ---- */
+    struct sbuf out;        /* replies not yet handed to the kernel */
+    struct sbuf wbuf;       /* bytes in the uv_write in flight */
+    uv_write_t wreq;
+    bool writing;
+
+    /* ---- closing ---- */
+    bool closing;           /* close started: no more requests */
+    const char *close_why;  /* close once answered and flushed (QUIT,
+                               TOOLONG, EOF, rejected); NULL = stay open */
+    const char *close_event;    /* EVENT CLOSING reason= to send last */
+    bool died;              /* ends without QUIT (a drop) */
+    int refs;
+};
+
 /* The limits conn applies are read from conf at each use (a reload
  * changes them in place). */
 void conn_init(const struct conf *conf);
-/* Start reading a freshly accepted stream (its handle already set up). */
-void conn_start(struct session *s);
+/* A new connection's handle on loop (a pipe or a TCP stream), ready for
+ * uv_accept; NULL (and *rc) when libuv refuses. Its handshake timer runs
+ * from now. */
+struct conn *conn_create(uv_loop_t *loop, bool is_unix, int *rc);
+void conn_ref(struct conn *c);
+void conn_unref(struct conn *c);
+/* Serve ops/data from now on (NULL: nobody; then lines are not served and
+ * closing tells nobody). name labels the connection in log lines. */
+void conn_bind(struct conn *c, const struct conn_ops *ops, void *data,
+               const char *name);
+/* Start reading a freshly accepted stream. */
+void conn_start(struct conn *c);
+/* The client's HELLO keepalive= (0: none): close after that long quiet. */
+void conn_set_keepalive(struct conn *c, uint32_t ms);
+
+/* ---- serving requests ---- */
+/* Serve queued lines in order until one must wait. */
+void conn_process(struct conn *c);
+/* The line being served is answered later: hold the queue. */
+void conn_hold(struct conn *c);
+/* The held line is answered: serve the next. */
+void conn_done(struct conn *c);
 
 /* ---- replies: each call queues one complete line (or, for the ok_begin /
  * kv / end trio, builds one) ---- */
-void conn_ok(struct session *s);                        /* "OK" */
-void conn_ok_begin(struct session *s);                  /* "OK" ... */
-void conn_kv_str(struct session *s, const char *key, const char *val);
-void conn_kv_u64(struct session *s, const char *key, uint64_t val);
-void conn_kv_i64(struct session *s, const char *key, int64_t val);
-void conn_word(struct session *s, const char *word);
-void conn_end(struct session *s);                       /* ... LF */
+void conn_ok(struct conn *c);                        /* "OK" */
+void conn_ok_begin(struct conn *c);                  /* "OK" ... */
+void conn_kv_str(struct conn *c, const char *key, const char *val);
+void conn_kv_u64(struct conn *c, const char *key, uint64_t val);
+void conn_kv_i64(struct conn *c, const char *key, int64_t val);
+void conn_word(struct conn *c, const char *word);
+void conn_end(struct conn *c);                       /* ... LF */
 /* "OK <json>"; takes the reference to j. */
-void conn_json(struct session *s, json_t *j);
-void conn_pong(struct session *s, const char *word, size_t len);
-void conn_help(struct session *s);
-void conn_usage(struct session *s, enum proto_cmd cmd);     /* HELP cmd */
+void conn_json(struct conn *c, json_t *j);
+void conn_pong(struct conn *c, const char *word, size_t len);
+void conn_help(struct conn *c);
+void conn_usage(struct conn *c, enum proto_cmd cmd);     /* HELP cmd */
 /* "ERR CODE msg" (msg NULL: the code's default message). */
-void conn_err(struct session *s, enum proto_err code, const char *msg);
-void conn_errf(struct session *s, enum proto_err code, const char *fmt, ...)
+void conn_err(struct conn *c, enum proto_err code, const char *msg);
+void conn_errf(struct conn *c, enum proto_err code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void conn_event_lost(struct session *s, const char *resource, uint64_t fence,
+void conn_event_lost(struct conn *c, const char *resource, uint64_t fence,
                      const char *reason);
-void conn_event_shutdown(struct session *s);
+void conn_event_shutdown(struct conn *c);
 
 /* Hand queued output to the kernel (a direct write first, libuv for the
  * rest); closes the connection once a close-after-reply is due. */
-void conn_flush(struct session *s);
-/* Queue lines still waiting in the read buffer (read ahead of the pipeline
- * limit); true if any were queued. */
-bool conn_refill(struct session *s);
-/* Stop reading when the request queue is full; resume when it drains. */
-void conn_update_reading(struct session *s);
+void conn_flush(struct conn *c);
 /* Read no more; close once the queued requests are answered and the
  * output is written. `died` says whether this counts as a drop (for
- * lock_delay). The first reason given is kept. */
-void conn_close_after_reply(struct session *s, const char *why, bool died);
+ * lock_delay and detaching). The first reason given is kept. */
+void conn_close_after_reply(struct conn *c, const char *why, bool died);
+/* As conn_close_after_reply, and the lines already read are dropped
+ * unanswered: nothing after QUIT (or a too-long line) is served. */
+void conn_stop(struct conn *c, const char *why, bool died);
 /* The daemon closes this connection on its own (reason: handshake, idle,
- * keepalive, output, auth, shutdown): the client hears one
+ * keepalive, output, auth, shutdown, resumed): the client hears one
  * "EVENT CLOSING reason=..." line first, when it can. _announced closes
  * after the replies already due, _now_announced at once. Either counts as
- * a drop (lock_delay applies, except at shutdown). */
-void conn_close_announced(struct session *s, const char *reason,
+ * a drop. */
+void conn_close_announced(struct conn *c, const char *reason,
                           const char *why);
-void conn_close_now_announced(struct session *s, const char *reason,
+void conn_close_now_announced(struct conn *c, const char *reason,
                               const char *why);
 /* Close now. */
-void conn_close(struct session *s, bool died, const char *why);
+void conn_close(struct conn *c, bool died, const char *why);
 
 #endif

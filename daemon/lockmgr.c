@@ -7,9 +7,10 @@
  * - A lockreq (one LOCK request) is owned by the FIFOs it waits in (one
  *   per resource it names, all entered at once, so any two requests are in
  *   the same order in every queue they share); it holds an owner reference
- *   until it has answered. When its owner ends first, req->o becomes NULL
- *   and the request is dropped, or, if an acquisition is in flight,
- *   dropped when it completes (releasing the keys if it won).
+ *   until it has answered. When its owner ends (or cancels) first,
+ *   req->o becomes NULL and the request is dropped, or, if an acquisition
+ *   is in flight, dropped when it completes (releasing the keys if it
+ *   won).
  * - A lease is owned by lockmgr. While held it is on its owner's list and
  *   among its entry's holders; on release or loss it leaves the owner at
  *   once but stays among the holders until its keys are gone from Redis
@@ -140,12 +141,14 @@ struct lease {
 struct extend_ctx {
     struct lease *l;
     struct lockmgr_owner *o;        /* (ref) */
+    unsigned gen;                   /* o->gen when asked */
     uint32_t ttl;
 };
 
 /* One UNLOCK of one or more leases: answered once all are released. */
 struct unlock_ctx {
     struct lockmgr_owner *o;        /* (ref) */
+    unsigned gen;                   /* o->gen when asked */
     size_t n;                       /* leases */
     size_t left;                    /* releases not done yet */
     int nodes;                      /* the fewest deletions of any */
@@ -160,6 +163,7 @@ struct notice {
     struct list link;
     enum notice_kind kind;
     struct lockmgr_owner *o;        /* (ref) */
+    unsigned gen;                   /* answers: the asker's o->gen */
     enum proto_err err;
     uint64_t fence;
     uint32_t ttl;
@@ -238,6 +242,7 @@ static struct notice *notice_new(enum notice_kind kind,
 
     n->kind = kind;
     n->o = o;
+    n->gen = o->gen;
     n->nres = 1;
     owner_ref(o);
     if (rlen)
@@ -255,7 +260,9 @@ static void notice_deliver(struct notice *n)
     struct lockmgr_owner *o = n->o;
     const struct lockmgr_owner_ops *ops = o->ops;
 
-    if (o->ended) {
+    /* An answer for a requester that went away (lockmgr_owner_cancel)
+     * is dropped; a loss is the owner's whoever asks for it. */
+    if (o->ended || (n->kind != N_LOST && n->gen != o->gen)) {
         json_decref(n->json);
         return;
     }
@@ -924,6 +931,7 @@ static void unlock_step(struct unlock_ctx *u, const struct redlock_result *res)
     if (--u->left > 0)
         return;
     struct notice *n = notice_new(N_UNLOCKED, u->o, u->resource, NULL);
+    n->gen = u->gen;
     n->nodes = u->nodes;
     n->nres = u->n;
     if (u->lost)
@@ -1693,6 +1701,7 @@ void lockmgr_unlock_many(struct lockmgr_owner *o, struct lease *const *l,
 
     enter();
     u->o = o;
+    u->gen = o->gen;
     owner_ref(o);
     u->n = u->left = n;
     u->nodes = M.rl->nnodes();
@@ -1713,6 +1722,7 @@ static void extend_answer(struct extend_ctx *x, enum proto_err err,
     struct lease *l = x->l;
     struct notice *n = notice_new(N_EXTENDED, x->o, l->resource, NULL);
 
+    n->gen = x->gen;
     n->err = err;
     n->ttl = l->ttl;
     n->validity = validity;
@@ -1770,6 +1780,7 @@ void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl)
     enter();
     x->l = l;
     x->o = o;
+    x->gen = o->gen;
     x->ttl = ttl;
     owner_ref(o);
     l->ops++;
@@ -1835,40 +1846,39 @@ size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until)
     return n;
 }
 
-size_t lockmgr_owner_move(struct lockmgr_owner *from,
-                          struct lockmgr_owner *to)
+/* o's LOCK, if any, is no longer o's: dropped now, or, with an attempt
+ * in flight, when it completes (a grant then given back). */
+static void owner_drop_pending(struct lockmgr_owner *o)
 {
-    struct list *link;
-    size_t n = 0;
+    struct lockreq *q = o->pending;
 
-    while ((link = list_first(&from->leases))) {
-        struct lease *l = list_entry(link, struct lease, olink);
-        list_remove(link);
-        from->nleases--;
-        list_push_tail(&to->leases, link);
-        to->nleases++;
-        l->owner = to;
-        n++;
-    }
-    return n;
+    if (!q)
+        return;
+    o->pending = NULL;
+    q->o = NULL;
+    if (!q->attempting)
+        req_drop(q);
+    owner_unref(o);     /* the request's reference */
+}
+
+void lockmgr_owner_cancel(struct lockmgr_owner *o)
+{
+    enter();
+    o->gen++;
+    owner_drop_pending(o);
+    adopt_unhold(o, PROTO_ERR_NONE);
+    leave();
 }
 
 void lockmgr_owner_end(struct lockmgr_owner *o, bool died)
 {
-    struct lockreq *q = o->pending;
     uint32_t delay = died ? M.conf->locks.lock_delay_ms : 0;
     struct list *link;
 
     enter();
     o->ended = true;
     adopt_unhold(o, PROTO_ERR_NONE);
-    if (q) {
-        o->pending = NULL;
-        q->o = NULL;
-        if (!q->attempting)
-            req_drop(q);
-        owner_unref(o);     /* the request's reference */
-    }
+    owner_drop_pending(o);
     while ((link = list_first(&o->leases))) {
         struct lease *l = list_entry(link, struct lease, olink);
         lease_release(l, delay, NULL, delay ? "the connection dropped; "
@@ -1948,6 +1958,7 @@ void lockmgr_on_release(const char *key, size_t len)
 struct adopt_ctx {
     struct lockmgr_owner *o;        /* (ref) */
     struct list hlink;              /* in M.adopts_held (start-up) */
+    unsigned gen;                   /* o->gen when asked */
     uint32_t ttl;
     bool renew;
     char old[REDLOCK_TOKEN_LEN + 1];
@@ -1956,10 +1967,11 @@ struct adopt_ctx {
     struct lock_entry *e[];         /* pinned while the round runs */
 };
 
-static void adopt_answer(struct lockmgr_owner *o, enum proto_err err,
-                         const char *msg)
+static void adopt_answer(struct lockmgr_owner *o, unsigned gen,
+                         enum proto_err err, const char *msg)
 {
     struct notice *n = notice_new(N_LOCKED, o, NULL, msg);
+    n->gen = gen;
     n->err = err;
 }
 
@@ -2047,6 +2059,7 @@ static void adopt_grant(struct adopt_ctx *x, const struct redlock_result *res)
             slot_take(e, in.slot);
         if (!first) {
             struct notice *n = notice_new(N_LOCKED, o, l->resource, NULL);
+            n->gen = x->gen;
             first = l;
             n->fence = l->fence;
             n->ttl = l->ttl;
@@ -2090,8 +2103,8 @@ static void adopt_done(void *ud, const struct redlock_result *res)
     char why[PROTO_MAX_ERRMSG];
 
     enter();
-    if (res->status == REDLOCK_OK && o->ended) {
-        adopt_give_back(x, res);    /* nobody to hand it to */
+    if (res->status == REDLOCK_OK && (o->ended || x->gen != o->gen)) {
+        adopt_give_back(x, res);    /* nobody to hand it to (withdrawn) */
     } else if (res->status == REDLOCK_OK &&
                (x->n > 1 || adopt_fits(x->e[0], res, why, sizeof(why)))) {
         adopt_grant(x, res);
@@ -2099,15 +2112,15 @@ static void adopt_done(void *ud, const struct redlock_result *res)
         /* Ours on the nodes, but not a lease this daemon can keep beside
          * what it holds: the client hears why (its lease is gone). */
         adopt_give_back(x, res);
-        adopt_answer(o, PROTO_ERR_ARG, why);
+        adopt_answer(o, x->gen, PROTO_ERR_ARG, why);
     } else if (res->status == REDLOCK_BUSY) {
-        adopt_answer(o, PROTO_ERR_LOST, "the token holds on too few nodes: "
-                     "the lease is gone (or was adopted elsewhere)");
+        adopt_answer(o, x->gen, PROTO_ERR_LOST, "the token holds on too few "
+                     "nodes: the lease is gone (or was adopted elsewhere)");
     } else {
         size_t k = M.rl->why_unavailable ? M.rl->why_unavailable(why,
                                                                   sizeof(why))
                                          : 0;
-        adopt_answer(o, PROTO_ERR_UNAVAILABLE, k ? why
+        adopt_answer(o, x->gen, PROTO_ERR_UNAVAILABLE, k ? why
                      : "no quorum of redis nodes answered in time");
     }
     for (size_t i = 0; i < x->n; i++) {
@@ -2198,7 +2211,7 @@ static void adopt_unhold(struct lockmgr_owner *o, enum proto_err err)
         if (x->o != o)
             continue;
         if (err != PROTO_ERR_NONE)
-            adopt_answer(o, err, "the daemon is shutting down");
+            adopt_answer(o, x->gen, err, "the daemon is shutting down");
         adopt_drop(x);
     }
 }
@@ -2223,19 +2236,20 @@ void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r)
 
     enter();
     if ((err = adopt_refuse(o, r, msg, sizeof(msg))) != PROTO_ERR_NONE) {
-        adopt_answer(o, err, msg);
+        adopt_answer(o, o->gen, err, msg);
         leave();
         return;
     }
     x = mem_alloc(sizeof(*x) + r->n * sizeof(x->e[0]));
     if (M.rl->token(x->token) != 0) {
         free(x);
-        adopt_answer(o, PROTO_ERR_UNAVAILABLE, "the system's random source "
-                     "failed");
+        adopt_answer(o, o->gen, PROTO_ERR_UNAVAILABLE, "the system's random "
+                     "source failed");
         leave();
         return;
     }
     x->o = o;
+    x->gen = o->gen;
     owner_ref(o);
     list_init(&x->hlink);
     x->ttl = r->ttl;
@@ -2260,6 +2274,7 @@ void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r)
 /* FORCEUNLOCK's and STATUS's context: who asked, about what. */
 struct owner_ask {
     struct lockmgr_owner *o;    /* (ref) */
+    unsigned gen;               /* o->gen when asked */
     size_t len;
     uint32_t limit;             /* STATUS: slots looked at */
     char resource[];
@@ -2271,6 +2286,7 @@ static struct owner_ask *owner_ask_new(struct lockmgr_owner *o,
     struct owner_ask *x = mem_alloc(sizeof(*x) + len + 1);
 
     x->o = o;
+    x->gen = o->gen;
     owner_ref(o);
     x->len = len;
     memcpy(x->resource, resource, len);
@@ -2289,6 +2305,7 @@ static void force_done(void *ud, const struct redlock_result *res)
                x->o->name[0] ? x->o->name : "-", x->o->peer ? x->o->peer
                : "-", res->deleted, M.rl->nnodes());
     n = notice_new(N_UNLOCKED, x->o, x->resource, NULL);
+    n->gen = x->gen;
     n->nodes = res->deleted;
     owner_unref(x->o);
     free(x);
@@ -2547,6 +2564,7 @@ static void status_done(void *ud, const struct redlock_node_view *v, int n)
         shared_max = (int64_t)nshared;
     const char *key = entry_key(x->resource, x->len, &keylen);
     struct notice *no = notice_new(N_STATUS, x->o, NULL, NULL);
+    no->gen = x->gen;
     size_t here = e ? e->nheld - e->ngone : 0;
     no->json = json_pack("{s:s, s:s, s:b, s:s?, s:o, s:o, s:I, s:I, s:I, "
                          "s:o}",

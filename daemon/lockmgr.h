@@ -108,6 +108,8 @@ struct lockmgr_owner {
     struct list leases;         /* held leases */
     size_t nleases;
     struct lockreq *pending;    /* a LOCK queued or in flight, or NULL */
+    unsigned gen;               /* requests made before the last
+                                   lockmgr_owner_cancel are not answered */
     bool ended;
     /* Set by the owner: a session detached from its connection (STATUS
      * says so), and since when (timer_now ms). */
@@ -165,12 +167,14 @@ size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until);
  * A lease of this daemon's with the old token (another session's) is
  * lost by its owner once the new one holds. */
 void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r);
-/* Every lease of `from` becomes `to`'s (a session detached from its
- * connection, and resumed): renewals go on, later notices reach `to`.
- * `from` must have no pending LOCK (lockmgr_owner_end it afterwards, or
- * cut its wait first). Returns how many moved. */
-size_t lockmgr_owner_move(struct lockmgr_owner *from,
-                          struct lockmgr_owner *to);
+/* Whoever asked o's requests so far is gone, but o lives on (a session
+ * whose connection ended, detached, or was taken over by another): a LOCK
+ * or ADOPT of o in flight is withdrawn (a grant that arrives is given
+ * back, as after lockmgr_owner_end), and answers to its other requests
+ * (UNLOCK, EXTEND, STATUS, FORCEUNLOCK) are dropped while the operations
+ * themselves complete. What o holds stays o's, renewed, and its losses
+ * still reach o (->lost); requests made afterwards are answered. */
+void lockmgr_owner_cancel(struct lockmgr_owner *o);
 /* The owner is ending: cancel its pending LOCK and release all it holds
  * (keeping keys for lock_delay_ms when `died` and the delay is set). No
  * callback reaches o after this returns. */

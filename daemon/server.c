@@ -86,107 +86,100 @@ static bool addr_is_loopback(const struct sockaddr_storage *ss)
     return false;
 }
 
-static void peer_describe(struct session *s, bool is_unix)
+static void peer_describe(struct conn *c, bool is_unix)
 {
     struct sockaddr_storage ss;
     int len = sizeof(ss);
     char host[INET6_ADDRSTRLEN] = "?";
 
     if (is_unix) {
-        snprintf(s->peer, sizeof(s->peer), "unix");
-        s->trusted = true;
+        snprintf(c->peer, sizeof(c->peer), "unix");
+        c->trusted = true;
         return;
     }
-    if (uv_tcp_getpeername(&s->h.tcp, (struct sockaddr *)&ss, &len) != 0) {
-        snprintf(s->peer, sizeof(s->peer), "?");
+    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len) != 0) {
+        snprintf(c->peer, sizeof(c->peer), "?");
         return;
     }
     if (ss.ss_family == AF_INET) {
         const struct sockaddr_in *in = (const void *)&ss;
         uv_ip4_name(in, host, sizeof(host));
-        snprintf(s->peer, sizeof(s->peer), "%s:%u", host, ntohs(in->sin_port));
-        snprintf(s->ip, sizeof(s->ip), "%s", host);
+        snprintf(c->peer, sizeof(c->peer), "%s:%u", host, ntohs(in->sin_port));
+        snprintf(c->ip, sizeof(c->ip), "%s", host);
     } else {
         const struct sockaddr_in6 *in6 = (const void *)&ss;
         uv_ip6_name(in6, host, sizeof(host));
-        snprintf(s->peer, sizeof(s->peer), "[%s]:%u", host,
+        snprintf(c->peer, sizeof(c->peer), "[%s]:%u", host,
                  ntohs(in6->sin6_port));
-        snprintf(s->ip, sizeof(s->ip), "%s", host);
+        snprintf(c->ip, sizeof(c->ip), "%s", host);
     }
-    s->trusted = addr_is_loopback(&ss);
+    c->trusted = addr_is_loopback(&ss);
 }
 
 /* Answer one ERR line and close: for connections we will not serve. */
-static void session_reject(struct session *s, enum proto_err code,
-                           const char *msg, const char *why)
+static void server_reject(struct conn *c, enum proto_err code,
+                          const char *msg, const char *why)
 {
     stats.connections_rejected++;
-    conn_err(s, code, msg);
-    conn_close_after_reply(s, why, false);
-    conn_flush(s);
-    log_info("%s rejected (%s): %s", s->idstr, s->peer, why);
+    conn_err(c, code, msg);
+    conn_close_after_reply(c, why, false);
+    conn_flush(c);
+    log_info("%s rejected (%s): %s", c->name, c->peer, why);
 }
 
 static void on_connection(uv_stream_t *ls, int status)
 {
     struct listener *l = ls->data;
-    const struct conf *c = server.conf;
+    const struct conf *cf = server.conf;
 
     if (status < 0) {
         log_warn("accept on %s: %s", l->name, uv_strerror(status));
         return;
     }
     size_t active = session_count();
-    struct session *s = session_create();
-    int rc = l->is_unix ? uv_pipe_init(server.loop, &s->h.pipe, 0)
-                        : uv_tcp_init(server.loop, &s->h.tcp);
-    if (rc == 0)
-        stats.connections++;    /* until conn_on_close */
-    if (rc != 0) {
-        /* No handle to close: drop the session directly. */
+    int rc;
+    struct conn *c = conn_create(server.loop, l->is_unix, &rc);
+    if (!c) {
         log_warn("accept on %s: %s", l->name, uv_strerror(rc));
-        s->closing = true;
-        session_end(s);
-        session_unref(s);
         return;
     }
-    s->h.handle.data = s;
-    rc = uv_accept(ls, &s->h.stream);
+    rc = uv_accept(ls, &c->h.stream);
     if (rc != 0) {
         log_warn("accept on %s: %s", l->name, uv_strerror(rc));
-        conn_close(s, false, "accept failed");
+        conn_close(c, false, "accept failed");
         return;
     }
     if (!l->is_unix)
-        uv_tcp_nodelay(&s->h.tcp, 1);
-    peer_describe(s, l->is_unix);
+        uv_tcp_nodelay(&c->h.tcp, 1);
+    peer_describe(c, l->is_unix);
+    session_create(c);     /* binds c: its name is the session's */
     stats.connections_total++;
-    conn_start(s);
+    conn_start(c);
     if (server.stopping) {
-        session_reject(s, PROTO_ERR_SHUTDOWN, "the daemon is shutting down",
-                       "shutting down");
+        server_reject(c, PROTO_ERR_SHUTDOWN, "the daemon is shutting down",
+                      "shutting down");
         return;
     }
-    if (active >= c->limits.max_clients) {
-        session_reject(s, PROTO_ERR_LIMIT, "too many clients (max_clients)",
-                       "max_clients reached");
+    if (active >= cf->limits.max_clients) {
+        server_reject(c, PROTO_ERR_LIMIT, "too many clients (max_clients)",
+                      "max_clients reached");
         return;
     }
-    /* s itself is already counted among the live sessions. */
-    if (c->limits.max_clients_per_ip && s->ip[0] &&
-        session_count_ip(s->ip) > c->limits.max_clients_per_ip) {
-        session_reject(s, PROTO_ERR_LIMIT, "too many connections from this "
-                       "address (limits.max_clients_per_ip)",
-                       "max_clients_per_ip reached");
+    /* This connection's session is already counted among them. */
+    if (cf->limits.max_clients_per_ip && c->ip[0] &&
+        session_count_ip(c->ip) > cf->limits.max_clients_per_ip) {
+        server_reject(c, PROTO_ERR_LIMIT, "too many connections from "
+                      "this address (limits.max_clients_per_ip)",
+                      "max_clients_per_ip reached");
         return;
     }
-    if (c->auth.protected_mode && !c->auth.password && !s->trusted) {
-        session_reject(s, PROTO_ERR_NOAUTH, "protected mode: no password is "
-                       "set and this peer is not local; set auth.password or "
-                       "auth.protected_mode false", "protected mode");
+    if (cf->auth.protected_mode && !cf->auth.password && !c->trusted) {
+        server_reject(c, PROTO_ERR_NOAUTH, "protected mode: no password "
+                      "is set and this peer is not local; set auth.password "
+                      "or auth.protected_mode false", "protected mode");
         return;
     }
-    log_debug("%s connected from %s", s->idstr, s->peer);
+    log_debug("%s connected from %s", c->name, c->peer);
 }
 
 static int listen_tcp(const struct conf_addr *a)

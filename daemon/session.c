@@ -1,11 +1,15 @@
 /*
- * session: the protocol half of a client connection (see session.h).
+ * session: a client's session (see session.h for its states).
  *
- * Requests are served strictly in order: a request starts only after the
- * one before it was answered, so a pipelined UNLOCK after LOCK always sees
- * the lock. A request that needs Redis marks the session busy; its answer
- * arrives through one of the lockmgr owner callbacks at the end of this
- * file, which replies (through conn's reply calls) and resumes the queue.
+ * Requests are served strictly in order: conn hands over one line at a
+ * time (ops->line), and a request that needs Redis holds the connection's
+ * queue (conn_hold) until its answer arrives through one of the lockmgr
+ * owner callbacks ("answers from lockmgr"), which replies and lets the
+ * queue go on (conn_done). A later request waits meanwhile, so a
+ * pipelined UNLOCK after LOCK always sees the lock.
+ *
+ * The end of a connection (conn ops->closed) decides what becomes of the
+ * session: it detaches or ends ("detach, resume, end").
  */
 #include "session.h"
 
@@ -22,41 +26,20 @@
 #include "node.h"
 #include "stats.h"
 
-/* A lease lost while its session was detached: told when it resumes. */
-struct detached_lost {
+/* A lease lost: told already (lost), or to be told on resume (untold). */
+struct session_lost {
     struct list link;
     uint64_t fence;
     enum lockmgr_lost_reason why;
     char resource[];
 };
 
-/*
- * A session whose connection ended without QUIT after it asked for HELLO
- * detach=: its leases, still renewed by lockmgr, wait here for a HELLO
- * resume= with its id and secret, at most detach_ms. Its lockmgr owner is
- * its own; lockmgr_owner_move hands the leases over in both directions.
- */
-struct detached {
-    struct list link;               /* in S.detached */
-    struct lockmgr_owner owner;
-    char idstr[SESSION_ID_LEN];
-    char name[PROTO_MAX_NAME_LEN + 1];
-    char peer[80];
-    char secret[PROTO_SECRET_LEN + 1];
-    uint32_t detach_ms;
-    bool authed, admin;
-    struct timer timer;             /* detach_ms runs out */
-    struct list lost;               /* struct detached_lost, oldest first */
-    size_t nlost;
-    int refs;                       /* S.detached's, and lockmgr notices' */
-};
-
 static struct {
     const struct conf *conf;    /* read live: a reload changes it in place */
     struct proto_limits limits;
-    struct list live;           /* sessions not closing */
+    struct list attached;       /* struct session, newest connection first */
     size_t count;
-    struct list detached;       /* struct detached */
+    struct list detached;       /* struct session, newest first */
     size_t ndetached;
     size_t abandoned;           /* leases of detached sessions left at
                                    shutdown */
@@ -64,7 +47,8 @@ static struct {
     uint64_t next_id;
     char epoch[16];             /* the start time in session ids */
     bool shutdown;
-} S = { .live = LIST_INIT(S.live), .detached = LIST_INIT(S.detached) };
+} S = { .attached = LIST_INIT(S.attached),
+        .detached = LIST_INIT(S.detached) };
 
 void session_init(const struct conf *conf)
 {
@@ -87,82 +71,54 @@ void session_init(const struct conf *conf)
 }
 
 static void session_auth_cb(struct timer *t);
-static void session_stop(struct session *s, const char *why, bool died);
+static void session_expire_cb(struct timer *t);
+static void session_attach(struct session *s, struct conn *c,
+                           struct list *after);
 
 static const struct lockmgr_owner_ops session_owner_ops;
 
-static void session_idle_cb(struct timer *t);
-static void session_arm_idle(struct session *s);
-
-struct session *session_create(void)
+struct session *session_create(struct conn *c)
 {
     struct session *s = mem_alloc(sizeof(*s));
 
     s->id = ++S.next_id;
     snprintf(s->idstr, sizeof(s->idstr), "s%" PRIu64 ".%s", s->id, S.epoch);
-    sbuf_init(&s->out);
-    sbuf_init(&s->wbuf);
-    list_init(&s->queue);
+    list_init(&s->link);
     list_init(&s->lost);
+    list_init(&s->untold);
     lockmgr_owner_init(&s->owner, &session_owner_ops, s->idstr, s->name,
                        s->peer);
     timer_init(&s->auth_timer, session_auth_cb, s);
-    s->refs = 1;                /* the handle's; dropped by its close cb */
-    s->created_at = s->last_line_at = timer_now();
-    timer_init(&s->idle_timer, session_idle_cb, s);
-    session_arm_idle(s);        /* handshake_timeout_ms */
-    list_push_head(&S.live, &s->link);
-    S.count++;
+    timer_init(&s->detach_timer, session_expire_cb, s);
+    session_attach(s, c, &S.attached);
     return s;
 }
 
-static void session_unlist(struct session *s)
-{
-    if (!list_linked(&s->link))
-        return;
-    list_remove(&s->link);
-    S.count--;
-}
-
-static void queue_free(struct session *s)
+static void session_lost_free(struct list *head, size_t *n)
 {
     struct list *p, *tmp;
 
-    list_foreach_safe(p, tmp, &s->queue) {
+    list_foreach_safe(p, tmp, head) {
         list_remove(p);
-        free(list_entry(p, struct line, link));
+        free(list_entry(p, struct session_lost, link));
     }
-    s->qlen = 0;
-}
-
-bool session_has_queued(const struct session *s)
-{
-    return !list_empty(&s->queue);
+    *n = 0;
 }
 
 static void session_free(struct session *s)
 {
-    struct list *p, *tmp;
-
-    queue_free(s);
-    free(s->cur);
-    list_foreach_safe(p, tmp, &s->lost) {
-        list_remove(p);
-        free(list_entry(p, struct lost_lease, link));
-    }
-    free(s->rbuf);
+    session_lost_free(&s->lost, &s->nlost);
+    session_lost_free(&s->untold, &s->nuntold);
     free(s->unlock_lost);
-    sbuf_deinit(&s->out);
-    sbuf_deinit(&s->wbuf);
     free(s);
 }
 
-void session_ref(struct session *s)
+static void session_ref(struct session *s)
 {
     s->refs++;
 }
 
-void session_unref(struct session *s)
+static void session_unref(struct session *s)
 {
     if (--s->refs == 0)
         session_free(s);
@@ -183,118 +139,11 @@ size_t session_count_ip(const char *ip)
     struct list *p;
     size_t n = 0;
 
-    list_foreach(p, &S.live) {
+    list_foreach(p, &S.attached) {
         const struct session *x = container_of(p, struct session, link);
-        n += strcmp(x->ip, ip) == 0;
+        n += strcmp(x->conn->ip, ip) == 0;
     }
     return n;
-}
-
-/* ---- idle / handshake / keepalive -------------------------------------- */
-
-/* Why a quiet connection is closed: the EVENT CLOSING reason and the log's
- * words. */
-struct idle_rule {
-    const char *reason;
-    const char *why;
-};
-
-static const struct idle_rule idle_handshake = {
-    "handshake", "no request within limits.handshake_timeout_ms" };
-static const struct idle_rule idle_idle = {
-    "idle", "idle for limits.idle_timeout_ms" };
-static const struct idle_rule idle_keepalive = {
-    "keepalive", "no line within the session's keepalive" };
-
-/* How long s may stay quiet, and which rule says so (0: forever). */
-static uint64_t session_idle_limit(const struct session *s,
-                                   const struct idle_rule **rule)
-{
-    const struct conf *c = S.conf;
-    uint64_t limit = 0;
-
-    if (!s->got_line) {
-        *rule = &idle_handshake;
-        return c->limits.handshake_timeout_ms;
-    }
-    if (c->limits.idle_timeout_ms) {
-        limit = c->limits.idle_timeout_ms;
-        *rule = &idle_idle;
-    }
-    if (s->keepalive_ms && (!limit || s->keepalive_ms < limit)) {
-        limit = s->keepalive_ms;
-        *rule = &idle_keepalive;
-    }
-    return limit;
-}
-
-static void session_arm_idle(struct session *s)
-{
-    const struct idle_rule *rule = NULL;
-    uint64_t limit = session_idle_limit(s, &rule);
-
-    if (!limit || s->closing)
-        timer_stop(&s->idle_timer);
-    else
-        timer_start_at(&s->idle_timer, s->last_line_at + limit);
-}
-
-static void session_idle_cb(struct timer *t)
-{
-    struct session *s = t->data;
-    const struct idle_rule *rule = NULL;
-    uint64_t limit = session_idle_limit(s, &rule);
-
-    if (!limit || s->closing)
-        return;
-    /* Lines reset last_line_at without touching the timer; check again. */
-    if (timer_now() < s->last_line_at + limit) {
-        timer_start_at(&s->idle_timer, s->last_line_at + limit);
-        return;
-    }
-    log_info("%s (%s): %s, closing", s->idstr, s->peer, rule->why);
-    conn_close_now_announced(s, rule->reason, rule->why);
-}
-
-/* ---- request queue ----------------------------------------------------- */
-
-void session_push_line(struct session *s, const char *data, size_t len,
-                       bool toolong)
-{
-    struct line *ln = mem_alloc(sizeof(*ln) + len + 1);
-
-    ln->toolong = toolong;
-    ln->len = len;
-    if (len)
-        memcpy(ln->data, data, len);
-    ln->data[len] = '\0';
-    list_push_tail(&s->queue, &ln->link);
-    s->qlen++;
-
-    s->last_line_at = timer_now();
-    if (!s->got_line) {
-        s->got_line = true;
-        session_arm_idle(s);
-    }
-}
-
-static struct line *queue_pop(struct session *s)
-{
-    struct list *p = list_first(&s->queue);
-
-    if (!p)
-        return NULL;
-    list_remove(p);
-    s->qlen--;
-    return list_entry(p, struct line, link);
-}
-
-static void request_done(struct session *s)
-{
-    s->busy = false;
-    free(s->cur);
-    s->cur = NULL;
-    session_process(s);
 }
 
 /* ---- commands ---------------------------------------------------------- */
@@ -313,15 +162,15 @@ static bool cmd_needs_auth(enum proto_cmd cmd)
     }
 }
 
-static size_t session_resume(struct session *s, const struct proto_request *r);
-static void session_tell_resume_lost(struct session *s);
-static void session_note_lost(struct session *s, const char *resource);
-static json_t *detached_json(const struct detached *d);
+static struct session *session_resume(struct session *s,
+                                      const struct proto_request *r);
+static void session_tell_untold(struct session *s);
 
 /* HELLO detach=: 0 turns it off; above 0 the session gets a secret (kept
  * if it had one). False when refused (answered). */
 static bool hello_detach(struct session *s, uint32_t ms)
 {
+    struct conn *c = s->conn;
     unsigned max = S.conf->limits.max_detach_ms;
 
     if (ms == 0) {
@@ -330,18 +179,18 @@ static bool hello_detach(struct session *s, uint32_t ms)
         return true;
     }
     if (max == 0) {
-        conn_err(s, PROTO_ERR_ARG, "detach is off on this daemon "
+        conn_err(c, PROTO_ERR_ARG, "detach is off on this daemon "
                  "(limits.max_detach_ms is 0)");
         return false;
     }
     if (ms > max) {
-        conn_errf(s, PROTO_ERR_ARG, "detach must be at most %u ms "
+        conn_errf(c, PROTO_ERR_ARG, "detach must be at most %u ms "
                   "(limits.max_detach_ms)", max);
         return false;
     }
     if (!s->secret[0] && redlock_token(s->secret) != 0) {
         s->secret[0] = '\0';
-        conn_err(s, PROTO_ERR_UNAVAILABLE, "the system's random source "
+        conn_err(c, PROTO_ERR_UNAVAILABLE, "the system's random source "
                  "failed; no secret to resume with");
         return false;
     }
@@ -351,31 +200,31 @@ static bool hello_detach(struct session *s, uint32_t ms)
 
 static void cmd_hello(struct session *s, const struct proto_request *r)
 {
+    struct conn *c = s->conn;
     bool resume = r->has & PROTO_OPT_RESUME;
-    size_t resumed = 0;
 
     if ((r->has & PROTO_OPT_DETACH) && !hello_detach(s, r->detach))
         return;
-    if (resume && (resumed = session_resume(s, r)) == (size_t)-1)
+    /* Resumed, c serves the session named from now on: the rest of the
+     * HELLO is that session's. */
+    if (resume && !(s = session_resume(s, r)))
         return;
     if (r->has & PROTO_OPT_NAME)
         snprintf(s->name, sizeof(s->name), "%.*s", (int)r->name_len, r->name);
-    if (r->has & PROTO_OPT_KEEPALIVE) {
-        s->keepalive_ms = r->keepalive;
-        session_arm_idle(s);
-    }
-    conn_ok_begin(s);
-    conn_kv_u64(s, "proto", PROTO_VERSION);
-    conn_kv_str(s, "session", s->idstr);
-    conn_kv_str(s, "server", "redlockd/" REDLOCKD_VERSION);
-    conn_kv_u64(s, "nodes", (uint64_t)redlock_nnodes());
-    conn_kv_u64(s, "quorum", (uint64_t)redlock_nquorum());
+    if (r->has & PROTO_OPT_KEEPALIVE)
+        conn_set_keepalive(c, r->keepalive);
+    conn_ok_begin(c);
+    conn_kv_u64(c, "proto", PROTO_VERSION);
+    conn_kv_str(c, "session", s->idstr);
+    conn_kv_str(c, "server", "redlockd/" REDLOCKD_VERSION);
+    conn_kv_u64(c, "nodes", (uint64_t)redlock_nnodes());
+    conn_kv_u64(c, "quorum", (uint64_t)redlock_nquorum());
     if (s->detach_ms && (r->has & PROTO_OPT_DETACH))
-        conn_kv_str(s, "secret", s->secret);
+        conn_kv_str(c, "secret", s->secret);
     if (resume)
-        conn_kv_u64(s, "resumed", resumed);
-    conn_end(s);
-    session_tell_resume_lost(s);
+        conn_kv_u64(c, "resumed", s->owner.nleases);
+    conn_end(c);
+    session_tell_untold(s);
     if (s->name[0])
         log_debug("%s is %s", s->idstr, s->name);
 }
@@ -395,15 +244,15 @@ static bool secret_equal(const char *a, size_t alen, const char *b)
 static void session_auth_cb(struct timer *t)
 {
     struct session *s = t->data;
+    struct conn *c = s->conn;     /* stopped when the connection leaves */
 
-    if (s->closing)
-        return;
-    conn_err(s, PROTO_ERR_AUTH, "invalid password");
-    request_done(s);
+    conn_err(c, PROTO_ERR_AUTH, "invalid password");
+    conn_done(c);
 }
 
 static void auth_failed(struct session *s)
 {
+    struct conn *c = s->conn;
     unsigned max = S.conf->limits.max_auth_failures;
     uint64_t delay = 100 * (uint64_t)s->auth_failures;
 
@@ -411,33 +260,34 @@ static void auth_failed(struct session *s)
     log_notice("%s (%s): wrong password (%u of limits.max_auth_failures=%u)",
                s->idstr, s->peer, s->auth_failures, max);
     if (s->auth_failures >= max) {
-        conn_err(s, PROTO_ERR_AUTH, "invalid password; too many failures, "
+        conn_err(c, PROTO_ERR_AUTH, "invalid password; too many failures, "
                  "closing (limits.max_auth_failures)");
-        session_stop(s, "too many wrong passwords", true);
-        conn_close_announced(s, "auth", "too many wrong passwords");
+        conn_stop(c, "too many wrong passwords", true);
+        conn_close_announced(c, "auth", "too many wrong passwords");
         return;
     }
-    s->busy = true;
+    conn_hold(c);
     timer_start(&s->auth_timer, delay < 2000 ? delay : 2000);
 }
 
 static void cmd_auth(struct session *s, const struct proto_request *r)
 {
+    struct conn *c = s->conn;
     const char *pw = S.conf->auth.password;
     const char *admin = S.conf->auth.admin_password;
 
     if (!pw && !admin) {
-        conn_err(s, PROTO_ERR_AUTH, "no password is configured");
+        conn_err(c, PROTO_ERR_AUTH, "no password is configured");
         return;
     }
     if (admin && secret_equal(r->arg, r->arg_len, admin)) {
         s->authed = s->admin = true;
         log_notice("%s (%s): authenticated as an operator (admin password)",
                    s->idstr, s->peer);
-        conn_ok(s);
+        conn_ok(c);
     } else if (pw && secret_equal(r->arg, r->arg_len, pw)) {
         s->authed = true;
-        conn_ok(s);
+        conn_ok(c);
     } else {
         auth_failed(s);
     }
@@ -449,7 +299,7 @@ static bool session_take_lost(struct session *s, const char *res, size_t len)
     struct list *p;
 
     list_foreach(p, &s->lost) {
-        struct lost_lease *x = list_entry(p, struct lost_lease, link);
+        struct session_lost *x = list_entry(p, struct session_lost, link);
         if (strlen(x->resource) == len && memcmp(x->resource, res, len) == 0) {
             list_remove(p);
             free(x);
@@ -462,10 +312,11 @@ static bool session_take_lost(struct session *s, const char *res, size_t len)
 
 static bool check_ttl(struct session *s, uint32_t ttl)
 {
-    const struct conf *c = S.conf;
-    if (ttl < c->locks.min_ttl_ms || ttl > c->locks.max_ttl_ms) {
-        conn_errf(s, PROTO_ERR_ARG, "ttl must be between %u and %u ms",
-                  c->locks.min_ttl_ms, c->locks.max_ttl_ms);
+    struct conn *c = s->conn;
+    const struct conf *cf = S.conf;
+    if (ttl < cf->locks.min_ttl_ms || ttl > cf->locks.max_ttl_ms) {
+        conn_errf(c, PROTO_ERR_ARG, "ttl must be between %u and %u ms",
+                  cf->locks.min_ttl_ms, cf->locks.max_ttl_ms);
         return false;
     }
     return true;
@@ -475,9 +326,11 @@ static bool check_ttl(struct session *s, uint32_t ttl)
  * holds already. Forgets a lost lease of each (a new LOCK starts over). */
 static bool lock_names_free(struct session *s, const struct proto_request *r)
 {
+    struct conn *c = s->conn;
+
     for (size_t i = 0; i < r->nargs; i++) {
         if (lockmgr_held(&s->owner, r->args[i], r->args_len[i])) {
-            conn_errf(s, PROTO_ERR_HELD, "this session already holds %.*s",
+            conn_errf(c, PROTO_ERR_HELD, "this session already holds %.*s",
                       (int)r->args_len[i], r->args[i]);
             return false;
         }
@@ -490,29 +343,30 @@ static bool lock_names_free(struct session *s, const struct proto_request *r)
 /* mode=, limit= and several resources: which go together. */
 static bool lock_kind_ok(struct session *s, const struct proto_request *r)
 {
-    const struct conf *c = S.conf;
+    struct conn *c = s->conn;
+    const struct conf *cf = S.conf;
 
-    if (r->nargs > c->locks.max_multi) {
-        conn_errf(s, PROTO_ERR_ARG, "at most %u resources in one LOCK "
-                  "(locks.max_multi)", c->locks.max_multi);
+    if (r->nargs > cf->locks.max_multi) {
+        conn_errf(c, PROTO_ERR_ARG, "at most %u resources in one LOCK "
+                  "(locks.max_multi)", cf->locks.max_multi);
         return false;
     }
-    if (r->limit > c->locks.max_limit) {
-        conn_errf(s, PROTO_ERR_ARG, "limit must be between 1 and %u "
-                  "(locks.max_limit)", c->locks.max_limit);
+    if (r->limit > cf->locks.max_limit) {
+        conn_errf(c, PROTO_ERR_ARG, "limit must be between 1 and %u "
+                  "(locks.max_limit)", cf->locks.max_limit);
         return false;
     }
     if (r->nargs > 1 && r->mode == PROTO_MODE_SHARED) {
-        conn_err(s, PROTO_ERR_ARG, "several resources are locked in "
+        conn_err(c, PROTO_ERR_ARG, "several resources are locked in "
                  "exclusive mode only");
         return false;
     }
     if (r->nargs > 1 && r->limit) {
-        conn_err(s, PROTO_ERR_ARG, "limit= takes one resource");
+        conn_err(c, PROTO_ERR_ARG, "limit= takes one resource");
         return false;
     }
     if (r->limit && r->mode == PROTO_MODE_SHARED) {
-        conn_err(s, PROTO_ERR_ARG, "limit= and mode=shared do not go "
+        conn_err(c, PROTO_ERR_ARG, "limit= and mode=shared do not go "
                  "together: each slot is an exclusive lock");
         return false;
     }
@@ -521,26 +375,28 @@ static bool lock_kind_ok(struct session *s, const struct proto_request *r)
 
 static void cmd_lock(struct session *s, const struct proto_request *r)
 {
-    const struct conf *c = S.conf;
-    uint32_t ttl = (r->has & PROTO_OPT_TTL) ? r->ttl : c->locks.default_ttl_ms;
+    struct conn *c = s->conn;
+    const struct conf *cf = S.conf;
+    uint32_t ttl = (r->has & PROTO_OPT_TTL) ? r->ttl
+                                            : cf->locks.default_ttl_ms;
     /* Nobody is left to wait for the answer after EOF. */
-    uint32_t wait = (r->has & PROTO_OPT_WAIT) && !s->eof ? r->wait : 0;
+    uint32_t wait = (r->has & PROTO_OPT_WAIT) && !c->eof ? r->wait : 0;
 
     if (S.shutdown) {
-        conn_err(s, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
+        conn_err(c, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
         return;
     }
     if (!check_ttl(s, ttl) || !lock_kind_ok(s, r))
         return;
-    if (wait > c->locks.max_wait_ms) {
-        conn_errf(s, PROTO_ERR_ARG, "wait must be at most %u ms",
-                  c->locks.max_wait_ms);
+    if (wait > cf->locks.max_wait_ms) {
+        conn_errf(c, PROTO_ERR_ARG, "wait must be at most %u ms",
+                  cf->locks.max_wait_ms);
         return;
     }
     if (!lock_names_free(s, r))
         return;
-    if (s->owner.nleases + r->nargs > c->limits.max_locks_per_session) {
-        conn_errf(s, PROTO_ERR_LIMIT, "this session holds %zu locks "
+    if (s->owner.nleases + r->nargs > cf->limits.max_locks_per_session) {
+        conn_errf(c, PROTO_ERR_LIMIT, "this session holds %zu locks "
                   "(limits.max_locks_per_session)", s->owner.nleases);
         return;
     }
@@ -550,7 +406,7 @@ static void cmd_lock(struct session *s, const struct proto_request *r)
                                              : LOCKMGR_EXCLUSIVE,
         .limit = r->limit, .ttl = ttl, .wait = wait, .renew = r->renew,
     };
-    s->busy = true;
+    conn_hold(c);
     s->lock_started_ns = uv_hrtime();
     s->lock_waited = wait > 0;
     lockmgr_lock_req(&s->owner, &lr);
@@ -560,18 +416,20 @@ static void cmd_lock(struct session *s, const struct proto_request *r)
  * died or restarted). Answered as a LOCK is (owner_locked). */
 static void cmd_adopt(struct session *s, const struct proto_request *r)
 {
-    const struct conf *c = S.conf;
-    uint32_t ttl = (r->has & PROTO_OPT_TTL) ? r->ttl : c->locks.default_ttl_ms;
+    struct conn *c = s->conn;
+    const struct conf *cf = S.conf;
+    uint32_t ttl = (r->has & PROTO_OPT_TTL) ? r->ttl
+                                            : cf->locks.default_ttl_ms;
 
     if (S.shutdown) {
-        conn_err(s, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
+        conn_err(c, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
         return;
     }
     if (!check_ttl(s, ttl))
         return;
-    if (r->nargs > c->locks.max_multi) {
-        conn_errf(s, PROTO_ERR_ARG, "at most %u resources in one ADOPT "
-                  "(locks.max_multi)", c->locks.max_multi);
+    if (r->nargs > cf->locks.max_multi) {
+        conn_errf(c, PROTO_ERR_ARG, "at most %u resources in one ADOPT "
+                  "(locks.max_multi)", cf->locks.max_multi);
         return;
     }
     if (!lock_names_free(s, r))
@@ -580,7 +438,7 @@ static void cmd_adopt(struct session *s, const struct proto_request *r)
         .n = r->nargs, .res = r->args, .len = r->args_len, .token = r->token,
         .ttl = ttl, .renew = r->renew,
     };
-    s->busy = true;
+    conn_hold(c);
     s->lock_started_ns = uv_hrtime();
     s->lock_waited = false;
     lockmgr_adopt(&s->owner, &ar);
@@ -591,14 +449,15 @@ static void cmd_adopt(struct session *s, const struct proto_request *r)
 static struct lease *held_or_reply_name(struct session *s, const char *res,
                                         size_t len)
 {
+    struct conn *c = s->conn;
     struct lease *l = lockmgr_held(&s->owner, res, len);
     if (l)
         return l;
     if (session_take_lost(s, res, len))
-        conn_errf(s, PROTO_ERR_LOST, "the lease on %.*s was lost",
+        conn_errf(c, PROTO_ERR_LOST, "the lease on %.*s was lost",
                   (int)len, res);
     else
-        conn_errf(s, PROTO_ERR_NOTHELD, "this session does not hold %.*s",
+        conn_errf(c, PROTO_ERR_NOTHELD, "this session does not hold %.*s",
                   (int)len, res);
     return NULL;
 }
@@ -616,7 +475,7 @@ static long lost_among(struct session *s, const struct proto_request *r)
 
     for (size_t i = 0; i < r->nargs; i++) {
         list_foreach(p, &s->lost) {
-            const char *x = list_entry(p, struct lost_lease, link)->resource;
+            const char *x = list_entry(p, struct session_lost, link)->resource;
             if (strlen(x) == r->args_len[i] &&
                 memcmp(x, r->args[i], r->args_len[i]) == 0)
                 return (long)i;
@@ -632,6 +491,7 @@ static long lost_among(struct session *s, const struct proto_request *r)
  */
 static void cmd_unlock(struct session *s, const struct proto_request *r)
 {
+    struct conn *c = s->conn;
     struct lease *ls[PROTO_MAX_RESOURCES];
     size_t n = 0;
 
@@ -639,7 +499,7 @@ static void cmd_unlock(struct session *s, const struct proto_request *r)
         struct lease *l = held_or_reply(s, r);
         if (!l)
             return;
-        s->busy = true;
+        conn_hold(c);
         lockmgr_unlock(&s->owner, l);
         return;
     }
@@ -652,12 +512,12 @@ static void cmd_unlock(struct session *s, const struct proto_request *r)
         bool lost = false;
         struct list *p;
         list_foreach(p, &s->lost) {
-            const char *x = list_entry(p, struct lost_lease, link)->resource;
+            const char *x = list_entry(p, struct session_lost, link)->resource;
             lost |= strlen(x) == r->args_len[i] &&
                     memcmp(x, r->args[i], r->args_len[i]) == 0;
         }
         if (!lost) {
-            conn_errf(s, PROTO_ERR_NOTHELD, "this session does not hold "
+            conn_errf(c, PROTO_ERR_NOTHELD, "this session does not hold "
                       "%.*s (nothing was released)", (int)r->args_len[i],
                       r->args[i]);
             return;
@@ -668,7 +528,7 @@ static void cmd_unlock(struct session *s, const struct proto_request *r)
         for (size_t i = 0; i < r->nargs; i++)
             session_take_lost(s, r->args[i], r->args_len[i]);
         if (!n) {
-            conn_errf(s, PROTO_ERR_LOST, "the lease on %.*s was lost",
+            conn_errf(c, PROTO_ERR_LOST, "the lease on %.*s was lost",
                       (int)r->args_len[lost], r->args[lost]);
             return;
         }
@@ -676,30 +536,33 @@ static void cmd_unlock(struct session *s, const struct proto_request *r)
         s->unlock_lost = mem_alloc(r->args_len[lost] + 1);
         memcpy(s->unlock_lost, r->args[lost], r->args_len[lost]);
     }
-    s->busy = true;
+    conn_hold(c);
     lockmgr_unlock_many(&s->owner, ls, n);
 }
 
 static void cmd_extend(struct session *s, const struct proto_request *r)
 {
+    struct conn *c = s->conn;
+
     if (!check_ttl(s, r->ttl))
         return;
     struct lease *l = held_or_reply(s, r);
     if (!l)
         return;
-    s->busy = true;
+    conn_hold(c);
     lockmgr_extend(&s->owner, l, r->ttl);
 }
 
 static void cmd_locks(struct session *s)
 {
+    struct conn *c = s->conn;
     json_t *lost = json_array();
     struct list *p;
 
     list_foreach(p, &s->lost)
         json_array_append_new(lost, json_string(
-            list_entry(p, struct lost_lease, link)->resource));
-    conn_json(s, json_pack("{s:s, s:o, s:o}", "session", s->idstr,
+            list_entry(p, struct session_lost, link)->resource));
+    conn_json(c, json_pack("{s:s, s:o, s:o}", "session", s->idstr,
                            "locks", lockmgr_owner_leases_json(&s->owner, true),
                            "lost", lost));
 }
@@ -707,13 +570,15 @@ static void cmd_locks(struct session *s)
 /* An operator's: one check shared by FORCEUNLOCK and READMIT. */
 static bool session_is_operator(struct session *s, const char *what)
 {
+    struct conn *c = s->conn;
+
     if (!S.conf->auth.admin_password) {
-        conn_errf(s, PROTO_ERR_NOAUTH, "%s is disabled: no "
+        conn_errf(c, PROTO_ERR_NOAUTH, "%s is disabled: no "
                   "auth.admin_password is configured", what);
         return false;
     }
     if (!s->admin) {
-        conn_errf(s, PROTO_ERR_NOAUTH, "%s needs AUTH with the admin "
+        conn_errf(c, PROTO_ERR_NOAUTH, "%s needs AUTH with the admin "
                   "password", what);
         return false;
     }
@@ -722,15 +587,18 @@ static bool session_is_operator(struct session *s, const char *what)
 
 static void cmd_forceunlock(struct session *s, const struct proto_request *r)
 {
+    struct conn *c = s->conn;
+
     if (!session_is_operator(s, "FORCEUNLOCK"))
         return;
-    s->busy = true;
+    conn_hold(c);
     lockmgr_force_release(&s->owner, r->arg, r->arg_len);
 }
 
 /* End a node's recovery now: the operator knows no lock outlived it. */
 static void cmd_readmit(struct session *s, const struct proto_request *r)
 {
+    struct conn *c = s->conn;
     char node[128], msg[512];
     int n;
 
@@ -739,109 +607,77 @@ static void cmd_readmit(struct session *s, const struct proto_request *r)
     snprintf(node, sizeof(node), "%.*s", (int)r->arg_len, r->arg);
     n = node_end_recovery(node, msg, sizeof(msg));
     if (n < 0) {
-        conn_errf(s, PROTO_ERR_ARG, "%s", msg[0] ? msg : "no such node");
+        conn_errf(c, PROTO_ERR_ARG, "%s", msg[0] ? msg : "no such node");
         return;
     }
     log_notice("%s (name=%s peer=%s) READMIT %s: %s", s->idstr,
                s->name[0] ? s->name : "-", s->peer, node, msg);
-    conn_ok_begin(s);
-    conn_kv_u64(s, "readmitted", (uint64_t)n);
-    conn_end(s);
+    conn_ok_begin(c);
+    conn_kv_u64(c, "readmitted", (uint64_t)n);
+    conn_end(c);
 }
 
 static void cmd_status(struct session *s, const struct proto_request *r)
 {
+    struct conn *c = s->conn;
+
     if (r->limit > S.conf->locks.max_limit) {
-        conn_errf(s, PROTO_ERR_ARG, "limit must be between 1 and %u "
+        conn_errf(c, PROTO_ERR_ARG, "limit must be between 1 and %u "
                   "(locks.max_limit)", S.conf->locks.max_limit);
         return;
     }
-    s->busy = true;
+    conn_hold(c);
     lockmgr_status(&s->owner, r->arg, r->arg_len, r->limit);
-}
-
-json_t *session_list_json(void)
-{
-    json_t *arr = json_array();
-    uint64_t now = timer_now();
-    struct list *p;
-
-    list_foreach(p, &S.live) {
-        const struct session *s = list_entry(p, struct session, link);
-        json_array_append_new(arr, json_pack(
-            "{s:s, s:s?, s:s, s:I, s:I, s:I, s:I, s:o}",
-            "id", s->idstr,
-            "name", s->name[0] ? s->name : NULL,
-            "peer", s->peer,
-            "locks", (json_int_t)s->owner.nleases,
-            "waits", (json_int_t)(s->owner.pending ? 1 : 0),
-            "idle_ms", (json_int_t)(now - s->last_line_at),
-            "age_ms", (json_int_t)(now - s->created_at),
-            "held", lockmgr_owner_leases_json(&s->owner, false)));
-        json_object_set_new(json_array_get(arr, json_array_size(arr) - 1),
-                            "attached", json_true());
-    }
-    list_foreach(p, &S.detached)
-        json_array_append_new(arr, detached_json(
-            list_entry(p, const struct detached, link)));
-    return json_pack("{s:o}", "sessions", arr);
-}
-
-/* Nothing after QUIT (or a too-long line) is read or served. */
-static void session_stop(struct session *s, const char *why, bool died)
-{
-    queue_free(s);
-    free(s->rbuf);
-    s->rbuf = NULL;
-    s->rlen = s->rcap = 0;
-    conn_close_after_reply(s, why, died);
 }
 
 static void cmd_quit(struct session *s)
 {
-    conn_ok_begin(s);
-    conn_word(s, "bye");
-    conn_end(s);
-    session_stop(s, "QUIT", false);
+    struct conn *c = s->conn;
+
+    conn_ok_begin(c);
+    conn_word(c, "bye");
+    conn_end(c);
+    conn_stop(c, "QUIT", false);
 }
 
 static void cmd_help(struct session *s, const struct proto_request *r)
 {
+    struct conn *c = s->conn;
     enum proto_cmd cmd;
 
     if (!r->arg) {
-        conn_help(s);
+        conn_help(c);
         return;
     }
     cmd = proto_cmd_lookup(r->arg, r->arg_len);
     if (cmd == PROTO_CMD_NONE)
-        conn_errf(s, PROTO_ERR_ARG, "no such command: %.*s (HELP lists them)",
+        conn_errf(c, PROTO_ERR_ARG, "no such command: %.*s (HELP lists them)",
                   (int)r->arg_len, r->arg);
     else
-        conn_usage(s, cmd);
+        conn_usage(c, cmd);
 }
 
-static void session_execute(struct session *s, struct line *ln)
+static void session_execute(struct session *s, char *line, size_t len)
 {
+    struct conn *c = s->conn;
     struct proto_request r;
     struct proto_error err;
 
-    enum proto_parse_status st = proto_parse(ln->data, ln->len, &S.limits,
-                                             &r, &err);
+    enum proto_parse_status st = proto_parse(line, len, &S.limits, &r, &err);
     if (st == PROTO_PARSE_EMPTY)
         return;
     stats_count_command(r.cmd);
     if (st == PROTO_PARSE_ERROR) {
-        conn_err(s, err.code, err.msg);
+        conn_err(c, err.code, err.msg);
         return;
     }
     if (!s->authed && S.conf->auth.password && cmd_needs_auth(r.cmd)) {
-        conn_err(s, PROTO_ERR_NOAUTH, "authentication required: send AUTH "
+        conn_err(c, PROTO_ERR_NOAUTH, "authentication required: send AUTH "
                  "<password> first");
         return;
     }
     switch (r.cmd) {
-    case PROTO_CMD_PING:     conn_pong(s, r.arg, r.arg ? r.arg_len : 0); break;
+    case PROTO_CMD_PING:     conn_pong(c, r.arg, r.arg ? r.arg_len : 0); break;
     case PROTO_CMD_HELLO:    cmd_hello(s, &r); break;
     case PROTO_CMD_AUTH:     cmd_auth(s, &r); break;
     case PROTO_CMD_LOCK:     cmd_lock(s, &r); break;
@@ -852,51 +688,33 @@ static void session_execute(struct session *s, struct line *ln)
     case PROTO_CMD_STATUS:   cmd_status(s, &r); break;
     case PROTO_CMD_FORCEUNLOCK: cmd_forceunlock(s, &r); break;
     case PROTO_CMD_READMIT:  cmd_readmit(s, &r); break;
-    case PROTO_CMD_SESSIONS: conn_json(s, session_list_json()); break;
-    case PROTO_CMD_STATS:    conn_json(s, stats_json()); break;
+    case PROTO_CMD_SESSIONS: conn_json(c, session_list_json()); break;
+    case PROTO_CMD_STATS:    conn_json(c, stats_json()); break;
     case PROTO_CMD_HELP:     cmd_help(s, &r); break;
     case PROTO_CMD_QUIT:     cmd_quit(s); break;
-    default:                 conn_err(s, PROTO_ERR_UNKNOWN, NULL); break;
+    default:                 conn_err(c, PROTO_ERR_UNKNOWN, NULL); break;
     }
 }
 
-void session_process(struct session *s)
+/* conn ops->line: s is c's session. */
+static void session_on_line(struct conn *c, void *data, char *line,
+                            size_t len)
 {
-    if (s->in_process)
-        return;     /* an answer arrived synchronously; the loop goes on */
-    s->in_process = true;
-    session_ref(s);
-    while (!s->closing && !s->busy) {
-        struct line *ln = queue_pop(s);
-        if (!ln) {
-            if (!conn_refill(s))
-                break;
-            continue;
-        }
-        if (ln->toolong) {
-            conn_errf(s, PROTO_ERR_TOOLONG, "request line longer than %u "
-                      "bytes (limits.max_line); closing",
-                      S.conf->limits.max_line);
-            free(ln);
-            session_stop(s, "request line too long", true);
-            break;
-        }
-        s->cur = ln;
-        session_execute(s, ln);
-        if (!s->busy && s->cur == ln) {
-            free(ln);
-            s->cur = NULL;
-        }
-    }
-    s->in_process = false;
-    if (!s->closing) {
-        conn_flush(s);
-        conn_update_reading(s);
-    }
+    struct session *s = data;
+
+    (void)c;
+    session_ref(s);     /* a resume may end s on the way */
+    session_execute(s, line, len);
     session_unref(s);
 }
 
 /* ---- answers from lockmgr (the owner interface) ------------------------- */
+
+/*
+ * An answer reaches a session only while the connection that asked is
+ * attached (lockmgr_owner_cancel drops the others), so s->conn is the one
+ * to answer on. A lease lost reaches it in any state but ended.
+ */
 
 static struct session *owner_session(struct lockmgr_owner *o)
 {
@@ -918,123 +736,138 @@ static void owner_locked(struct lockmgr_owner *o,
                          const char *msg)
 {
     struct session *s = owner_session(o);
+    struct conn *c = s->conn;
 
     stats_observe_lock(s->lock_waited,
                        (double)(uv_hrtime() - s->lock_started_ns) / 1e9);
-    if (s->closing)
+    if (!c)
         return;
     if (!g) {
-        conn_err(s, err, msg);
+        conn_err(c, err, msg);
     } else {
-        conn_ok_begin(s);
+        conn_ok_begin(c);
         if (g->nresources > 1)
-            conn_kv_u64(s, "resources", g->nresources);
+            conn_kv_u64(c, "resources", g->nresources);
         else
-            conn_kv_str(s, "resource", g->resource);
-        conn_kv_str(s, "token", g->token);
-        conn_kv_u64(s, "fence", g->fence);
-        conn_kv_u64(s, "ttl", g->ttl);
-        conn_kv_i64(s, "validity", g->validity);
+            conn_kv_str(c, "resource", g->resource);
+        conn_kv_str(c, "token", g->token);
+        conn_kv_u64(c, "fence", g->fence);
+        conn_kv_u64(c, "ttl", g->ttl);
+        conn_kv_i64(c, "validity", g->validity);
         if (g->mode == LOCKMGR_SHARED)
-            conn_kv_str(s, "mode", "shared");
+            conn_kv_str(c, "mode", "shared");
         if (g->limit) {
-            conn_kv_u64(s, "limit", g->limit);
-            conn_kv_u64(s, "slot", g->slot);
+            conn_kv_u64(c, "limit", g->limit);
+            conn_kv_u64(c, "slot", g->slot);
         }
-        conn_end(s);
+        conn_end(c);
     }
-    request_done(s);
+    conn_done(c);
 }
 
 static void owner_unlocked(struct lockmgr_owner *o, const char *resource,
                            size_t nres, int nodes, enum proto_err err)
 {
     struct session *s = owner_session(o);
+    struct conn *c = s->conn;
     char *lost = s->unlock_lost;
 
     s->unlock_lost = NULL;
-    if (s->closing) {
+    if (!c) {
         free(lost);
         return;
     }
     if (lost) {
-        conn_errf(s, PROTO_ERR_LOST, "the lease on %s was lost; the others "
+        conn_errf(c, PROTO_ERR_LOST, "the lease on %s was lost; the others "
                   "are released", lost);
     } else if (err != PROTO_ERR_NONE) {
-        conn_errf(s, err, "%s%s: the lease was no longer held on any node",
+        conn_errf(c, err, "%s%s: the lease was no longer held on any node",
                   resource, nres > 1 ? " (or another of them)" : "");
     } else {
-        conn_ok_begin(s);
+        conn_ok_begin(c);
         if (nres > 1)
-            conn_kv_u64(s, "resources", nres);
+            conn_kv_u64(c, "resources", nres);
         else
-            conn_kv_str(s, "resource", resource);
-        conn_kv_u64(s, "nodes", (uint64_t)nodes);
-        conn_end(s);
+            conn_kv_str(c, "resource", resource);
+        conn_kv_u64(c, "nodes", (uint64_t)nodes);
+        conn_end(c);
     }
     free(lost);
-    request_done(s);
+    conn_done(c);
 }
 
 static void owner_extended(struct lockmgr_owner *o, const char *resource,
                            uint32_t ttl, int64_t validity, enum proto_err err)
 {
-    struct session *s = owner_session(o);
+    struct conn *c = owner_session(o)->conn;
 
-    if (s->closing)
+    if (!c)
         return;
     if (err == PROTO_ERR_LOST) {
-        conn_errf(s, err, "the lease on %s was lost", resource);
+        conn_errf(c, err, "the lease on %s was lost", resource);
     } else if (err != PROTO_ERR_NONE) {
-        conn_err(s, err, "could not set the new ttl on a quorum of nodes; "
+        conn_err(c, err, "could not set the new ttl on a quorum of nodes; "
                  "some may hold it, the others the old one: count on the "
                  "shorter until an EXTEND succeeds");
     } else {
-        conn_ok_begin(s);
-        conn_kv_str(s, "resource", resource);
-        conn_kv_u64(s, "ttl", ttl);
-        conn_kv_i64(s, "validity", validity);
-        conn_end(s);
+        conn_ok_begin(c);
+        conn_kv_str(c, "resource", resource);
+        conn_kv_u64(c, "ttl", ttl);
+        conn_kv_i64(c, "validity", validity);
+        conn_end(c);
     }
-    request_done(s);
+    conn_done(c);
 }
 
+/* Add a lost lease to list (bounded like the leases themselves): at the
+ * head, or at the tail for oldest first. */
+static void session_lost_add(struct list *list, size_t *n, bool tail,
+                             const char *resource, uint64_t fence,
+                             enum lockmgr_lost_reason why)
+{
+    size_t len = strlen(resource);
+
+    if (*n >= S.conf->limits.max_locks_per_session)
+        return;
+    struct session_lost *x = mem_alloc(sizeof(*x) + len + 1);
+    x->fence = fence;
+    x->why = why;
+    memcpy(x->resource, resource, len + 1);
+    if (tail)
+        list_push_tail(list, &x->link);
+    else
+        list_push_head(list, &x->link);
+    (*n)++;
+}
+
+/* Attached: told now, and remembered so a later UNLOCK/EXTEND says LOST,
+ * not NOTHELD. Detached: kept to be told after the resume reply. */
 static void owner_lost(struct lockmgr_owner *o, const char *resource,
                        uint64_t fence, enum lockmgr_lost_reason why)
 {
     struct session *s = owner_session(o);
+    struct conn *c = s->conn;
 
-    if (s->closing)
+    if (!c) {
+        session_lost_add(&s->untold, &s->nuntold, true, resource, fence,
+                         why);
         return;
-    session_note_lost(s, resource);
-    conn_event_lost(s, resource, fence, lockmgr_lost_reason_name(why));
-    conn_flush(s);
-}
-
-/* Remember a lost lease so a later UNLOCK/EXTEND says LOST, not NOTHELD;
- * bounded like the leases themselves. */
-static void session_note_lost(struct session *s, const char *resource)
-{
-    size_t len = strlen(resource);
-
-    if (s->nlost < S.conf->limits.max_locks_per_session) {
-        struct lost_lease *x = mem_alloc(sizeof(*x) + len + 1);
-        memcpy(x->resource, resource, len + 1);
-        list_push_head(&s->lost, &x->link);
-        s->nlost++;
     }
+    session_lost_add(&s->lost, &s->nlost, false, resource, fence, why);
+    conn_event_lost(c, resource, fence, lockmgr_lost_reason_name(why));
+    conn_flush(c);
 }
 
 static void owner_status(struct lockmgr_owner *o, json_t *status)
 {
-    struct session *s = owner_session(o);
+    struct conn *c = owner_session(o)->conn;
 
-    if (s->closing) {
+    if (!c) {
         json_decref(status);
         return;
     }
-    conn_json(s, status);
-    request_done(s);
+    conn_json(c, status);
+    conn_done(c);
 }
 
 static const struct lockmgr_owner_ops session_owner_ops = {
@@ -1043,149 +876,137 @@ static const struct lockmgr_owner_ops session_owner_ops = {
     .extended = owner_extended, .lost = owner_lost, .status = owner_status,
 };
 
-/* ---- detached sessions ------------------------------------------------- */
+/* ---- attach, detach, resume, end ---------------------------------------- */
 
-static struct detached *owner_detached(struct lockmgr_owner *o)
-{
-    return container_of(o, struct detached, owner);
-}
+static void session_on_line(struct conn *c, void *data, char *line,
+                            size_t len);
+static void session_on_eof(struct conn *c, void *data);
+static void session_on_closed(struct conn *c, void *data);
 
-static void detached_free(struct detached *d)
-{
-    struct list *p, *tmp;
-
-    list_foreach_safe(p, tmp, &d->lost) {
-        list_remove(p);
-        free(list_entry(p, struct detached_lost, link));
-    }
-    free(d);
-}
-
-static void detached_ref(struct lockmgr_owner *o)
-{
-    owner_detached(o)->refs++;
-}
-
-static void detached_unref(struct lockmgr_owner *o)
-{
-    struct detached *d = owner_detached(o);
-
-    if (--d->refs == 0)
-        detached_free(d);
-}
-
-/* Kept to be told on resume; bounded like the leases themselves. */
-static void detached_lost(struct lockmgr_owner *o, const char *resource,
-                          uint64_t fence, enum lockmgr_lost_reason why)
-{
-    struct detached *d = owner_detached(o);
-    size_t len = strlen(resource);
-
-    if (d->nlost >= S.conf->limits.max_locks_per_session)
-        return;
-    struct detached_lost *x = mem_alloc(sizeof(*x) + len + 1);
-    x->fence = fence;
-    x->why = why;
-    memcpy(x->resource, resource, len + 1);
-    list_push_tail(&d->lost, &x->link);
-    d->nlost++;
-}
-
-/* A detached session sends no requests: only lost (and references) can
- * reach it. */
-static void detached_status(struct lockmgr_owner *o, json_t *status)
-{
-    (void)o;
-    json_decref(status);
-}
-
-static const struct lockmgr_owner_ops detached_owner_ops = {
-    .ref = detached_ref, .unref = detached_unref,
-    .lost = detached_lost, .status = detached_status,
+static const struct conn_ops session_conn_ops = {
+    .line = session_on_line, .eof = session_on_eof,
+    .closed = session_on_closed,
 };
 
-/* Off the table: resumed (nothing left to release), expired or shut down
- * (lockmgr_owner_end releases, or abandon left, what it held). */
-static void detached_end(struct detached *d, bool died)
+/* c serves s from now on; s is listed among the attached sessions right
+ * after `after` (the table's head, or the place of the connection's
+ * previous session, so the listing keeps connection order). Takes the
+ * state's reference. */
+static void session_attach(struct session *s, struct conn *c,
+                           struct list *after)
 {
-    list_remove(&d->link);
-    S.ndetached--;
-    timer_stop(&d->timer);
-    lockmgr_owner_end(&d->owner, died);
-    detached_unref(&d->owner);
+    s->state = SESSION_ATTACHED;
+    s->conn = c;
+    s->owner.detached = false;
+    snprintf(s->peer, sizeof(s->peer), "%s", c->peer);
+    conn_bind(c, &session_conn_ops, s, s->idstr);
+    list_insert_after(after, &s->link);
+    S.count++;
+    session_ref(s);
 }
 
-static void detached_expire_cb(struct timer *t)
+/* The connection serving s leaves it (closed, or taken by a resume
+ * elsewhere): what that connection asked is withdrawn, and what it was
+ * told is its own. s keeps its state's reference. */
+static void session_unplug(struct session *s)
 {
-    struct detached *d = t->data;
-
-    log_info("%s (%s): not resumed within %u ms (detach=); ended, its %zu "
-             "leases released", d->idstr, d->peer, d->detach_ms,
-             d->owner.nleases);
-    detached_end(d, true);
+    list_remove(&s->link);
+    S.count--;
+    s->conn = NULL;
+    timer_stop(&s->auth_timer);
+    free(s->unlock_lost);
+    s->unlock_lost = NULL;
+    s->auth_failures = 0;
+    session_lost_free(&s->lost, &s->nlost);
+    lockmgr_owner_cancel(&s->owner);
 }
 
-static bool session_may_detach(const struct session *s)
+/* Release everything s holds (died: a drop, so lock_delay applies) and
+ * drop the state's reference. */
+static void session_end(struct session *s, bool died)
 {
-    return s->detach_ms > 0 && s->died && !s->resumed_away && !S.shutdown &&
-           S.conf->limits.max_detach_ms > 0;
+    s->state = SESSION_ENDED;
+    lockmgr_owner_end(&s->owner, died);
+    session_unref(s);
 }
 
-/* The connection of s ended without QUIT: keep its leases for detach_ms
- * (at most limits.max_detach_ms as it is now). Its pending LOCK is left
- * for lockmgr_owner_end to cancel. */
+/* Detached, its connection gone: keep the leases for detach_ms (at most
+ * limits.max_detach_ms as it is now). */
 static void session_detach(struct session *s)
 {
-    struct detached *d = mem_alloc(sizeof(*d));
     unsigned max = S.conf->limits.max_detach_ms;
 
-    memcpy(d->idstr, s->idstr, sizeof(d->idstr));
-    memcpy(d->name, s->name, sizeof(d->name));
-    memcpy(d->peer, s->peer, sizeof(d->peer));
-    memcpy(d->secret, s->secret, sizeof(d->secret));
-    d->detach_ms = s->detach_ms < max ? s->detach_ms : max;
-    d->authed = s->authed;
-    d->admin = s->admin;
-    list_init(&d->lost);
-    d->refs = 1;
-    lockmgr_owner_init(&d->owner, &detached_owner_ops, d->idstr, d->name,
-                       d->peer);
-    d->owner.detached = true;
-    d->owner.detached_at = timer_now();
-    lockmgr_owner_move(&s->owner, &d->owner);
-    timer_init(&d->timer, detached_expire_cb, d);
-    timer_start(&d->timer, d->detach_ms);
-    list_push_head(&S.detached, &d->link);
+    if (s->detach_ms > max)
+        s->detach_ms = max;
+    s->state = SESSION_DETACHED;
+    s->owner.detached = true;
+    s->owner.detached_at = timer_now();
+    timer_start(&s->detach_timer, s->detach_ms);
+    list_push_head(&S.detached, &s->link);
     S.ndetached++;
     log_info("%s (%s): connection gone; detached with %zu leases for up to "
-             "%u ms", d->idstr, d->peer, d->owner.nleases, d->detach_ms);
+             "%u ms", s->idstr, s->peer, s->owner.nleases, s->detach_ms);
 }
 
-/* The session named r->resume, if r->secret is its secret: a detached one,
- * or one still attached to another connection. */
-static struct detached *detached_find(const struct proto_request *r)
+/* Off the detached table, to be attached again or ended. */
+static void session_undetach(struct session *s)
 {
-    struct list *p;
+    timer_stop(&s->detach_timer);
+    list_remove(&s->link);
+    S.ndetached--;
+}
 
-    list_foreach(p, &S.detached) {
-        struct detached *d = list_entry(p, struct detached, link);
-        if (strlen(d->idstr) == r->resume_len &&
-            memcmp(d->idstr, r->resume, r->resume_len) == 0)
-            return secret_equal(r->secret, PROTO_SECRET_LEN, d->secret)
-                   ? d : NULL;
+static void session_expire_cb(struct timer *t)
+{
+    struct session *s = t->data;
+
+    log_info("%s (%s): not resumed within %u ms (detach=); ended, its %zu "
+             "leases released", s->idstr, s->peer, s->detach_ms,
+             s->owner.nleases);
+    session_undetach(s);
+    session_end(s, true);
+}
+
+/* conn ops->eof: nobody is left to wait for a LOCK's answer. */
+static void session_on_eof(struct conn *c, void *data)
+{
+    struct session *s = data;
+
+    (void)c;
+    lockmgr_cut_wait(&s->owner);    /* may answer, and run the queue */
+}
+
+/* conn ops->closed: the connection ended. Without QUIT a session that
+ * asked for detach= detaches; otherwise it ends. At shutdown every close
+ * is the daemon's doing: no lock-delay, no detaching. */
+static void session_on_closed(struct conn *c, void *data)
+{
+    struct session *s = data;
+    bool died = c->died && !S.shutdown;
+
+    session_unplug(s);
+    if (s->detach_ms > 0 && died && S.conf->limits.max_detach_ms > 0) {
+        session_detach(s);
+        return;
     }
-    return NULL;
+    if (S.shutdown && s->detach_ms && c->died)
+        /* A detachable session's connection dropping is no release, and
+         * nothing can resume it now: its leases are left to expire. */
+        S.abandoned += lockmgr_owner_abandon(&s->owner, &S.abandoned_until);
+    session_end(s, died);
 }
 
-static struct session *attached_find(const struct session *self,
-                                     const struct proto_request *r)
+/* The session in `list` named r->resume, if r->secret is its secret (self,
+ * the asking session, is never the one). */
+static struct session *session_find_in(struct list *list,
+                                       const struct session *self,
+                                       const struct proto_request *r)
 {
     struct list *p;
 
-    list_foreach(p, &S.live) {
+    list_foreach(p, list) {
         struct session *x = list_entry(p, struct session, link);
-        if (x == self || x->closing || x->resumed_away ||
-            strlen(x->idstr) != r->resume_len ||
+        if (x == self || strlen(x->idstr) != r->resume_len ||
             memcmp(x->idstr, r->resume, r->resume_len) != 0)
             continue;
         return x->detach_ms &&
@@ -1197,141 +1018,151 @@ static struct session *attached_find(const struct session *self,
 /* ERR NOSESSION, counted as a wrong password. */
 static void resume_refused(struct session *s)
 {
+    struct conn *c = s->conn;
     unsigned max = S.conf->limits.max_auth_failures;
 
     s->auth_failures++;
     log_notice("%s (%s): HELLO resume= of an unknown session or with a "
                "wrong secret (%u of limits.max_auth_failures=%u)", s->idstr,
                s->peer, s->auth_failures, max);
-    conn_err(s, PROTO_ERR_NOSESSION, "no such session, or a wrong secret");
+    conn_err(c, PROTO_ERR_NOSESSION, "no such session, or a wrong secret");
     if (s->auth_failures >= max) {
-        session_stop(s, "too many failed resumes", true);
-        conn_close_announced(s, "auth", "too many failed resumes");
+        conn_stop(c, "too many failed resumes", true);
+        conn_close_announced(c, "auth", "too many failed resumes");
     }
+}
+
+/* x, attached to another connection, is taken over: that connection is
+ * unbound and closed with EVENT CLOSING reason=resumed. */
+static void session_take_over(struct session *x, const struct conn *by)
+{
+    struct conn *old = x->conn;
+
+    session_unplug(x);
+    conn_bind(old, NULL, NULL, x->idstr);
+    log_info("%s (%s): taken over by a new connection (%s) with %zu "
+             "leases", x->idstr, x->peer, by->peer, x->owner.nleases);
+    conn_close_now_announced(old, "resumed", "resumed on another "
+                             "connection");
+}
+
+/* What s's connection was told was lost becomes x's (x was left by its
+ * connection, so it has no such list of its own). */
+static void session_lost_move(struct session *x, struct session *s)
+{
+    struct list *p;
+
+    while ((p = list_first(&s->lost))) {
+        list_remove(p);
+        list_push_tail(&x->lost, p);
+    }
+    x->nlost = s->nlost;
+    s->nlost = 0;
 }
 
 /*
- * HELLO resume=: s becomes the session named, with its leases, if the
- * secret is right. One still attached elsewhere is taken over: its
- * connection gets EVENT CLOSING reason=resumed and is closed. Leases lost
- * while detached are told (EVENT LOST) right after the reply. Returns the
- * leases s holds now, or (size_t)-1 when refused (answered).
+ * HELLO resume=: s's connection serves the session named from now on, if
+ * the secret is right; s, which holds nothing, ends. What s's connection
+ * was granted (AUTH) carries over, and so do its failures. Returns the
+ * session now attached, or NULL when refused (answered).
  */
-static size_t session_resume(struct session *s, const struct proto_request *r)
+static struct session *session_resume(struct session *s,
+                                      const struct proto_request *r)
 {
-    struct detached *d = NULL;
-    struct session *x = NULL;
+    struct conn *c = s->conn;
+    struct session *x;
 
     if (s->owner.nleases > 0 || s->owner.pending) {
-        conn_err(s, PROTO_ERR_ARG, "resume= must come before this "
+        conn_err(c, PROTO_ERR_ARG, "resume= must come before this "
                  "connection locks anything");
-        return (size_t)-1;
+        return NULL;
     }
-    if (!(d = detached_find(r)) && !(x = attached_find(s, r))) {
-        resume_refused(s);
-        return (size_t)-1;
-    }
-    if (d) {
-        memcpy(s->idstr, d->idstr, sizeof(s->idstr));
-        memcpy(s->name, d->name, sizeof(s->name));
-        memcpy(s->secret, d->secret, sizeof(s->secret));
-        s->detach_ms = d->detach_ms;
-        s->authed |= d->authed;
-        s->admin |= d->admin;
-        lockmgr_owner_move(&d->owner, &s->owner);
-        /* Told after the reply: queued in order behind it. */
-        s->resume_lost = d;
-        list_remove(&d->link);
-        S.ndetached--;
-        timer_stop(&d->timer);
+    if ((x = session_find_in(&S.detached, s, r))) {
+        session_undetach(x);
         log_info("%s (%s): resumed with %zu leases after %" PRIu64 " ms "
-                 "detached", s->idstr, s->peer, s->owner.nleases,
-                 timer_now() - d->owner.detached_at);
+                 "detached", x->idstr, c->peer, x->owner.nleases,
+                 timer_now() - x->owner.detached_at);
+    } else if ((x = session_find_in(&S.attached, s, r))) {
+        session_take_over(x, c);
     } else {
-        memcpy(s->idstr, x->idstr, sizeof(s->idstr));
-        memcpy(s->name, x->name, sizeof(s->name));
-        memcpy(s->secret, x->secret, sizeof(s->secret));
-        s->detach_ms = x->detach_ms;
-        s->authed |= x->authed;
-        s->admin |= x->admin;
-        x->resumed_away = true;
-        lockmgr_owner_move(&x->owner, &s->owner);
-        log_info("%s (%s): taken over by a new connection (%s) with %zu "
-                 "leases", x->idstr, x->peer, s->peer, s->owner.nleases);
-        conn_close_now_announced(x, "resumed", "resumed on another "
-                                 "connection");
+        resume_refused(s);
+        return NULL;
     }
-    return s->owner.nleases;
+    x->authed |= s->authed;
+    x->admin |= s->admin;
+    x->auth_failures = s->auth_failures;
+    session_lost_move(x, s);
+    session_attach(x, c, &s->link);
+    session_unref(x);           /* its previous state's reference */
+    session_unplug(s);
+    session_end(s, false);      /* holds nothing */
+    return x;
 }
 
 /* After the reply to a resume: what was lost while detached. */
-static void session_tell_resume_lost(struct session *s)
+static void session_tell_untold(struct session *s)
 {
-    struct detached *d = s->resume_lost;
+    struct conn *c = s->conn;
     struct list *p;
 
-    if (!d)
-        return;
-    s->resume_lost = NULL;
-    list_foreach(p, &d->lost) {
-        struct detached_lost *x = list_entry(p, struct detached_lost, link);
-        session_note_lost(s, x->resource);
-        conn_event_lost(s, x->resource, x->fence,
+    list_foreach(p, &s->untold) {
+        struct session_lost *x = list_entry(p, struct session_lost, link);
+        session_lost_add(&s->lost, &s->nlost, false, x->resource, x->fence,
+                         x->why);
+        conn_event_lost(c, x->resource, x->fence,
                         lockmgr_lost_reason_name(x->why));
     }
-    lockmgr_owner_end(&d->owner, false);    /* holds nothing now */
-    detached_unref(&d->owner);
+    session_lost_free(&s->untold, &s->nuntold);
 }
 
-static json_t *detached_json(const struct detached *d)
+/* ---- the session table -------------------------------------------------- */
+
+/* One SESSIONS entry; its keys come in the order they always had. */
+static json_t *session_json(const struct session *s, uint64_t now)
 {
-    return json_pack("{s:s, s:s?, s:s, s:I, s:I, s:b, s:I, s:o}",
-                     "id", d->idstr,
-                     "name", d->name[0] ? d->name : NULL,
-                     "peer", d->peer,
-                     "locks", (json_int_t)d->owner.nleases,
-                     "waits", (json_int_t)0,
-                     "attached", false,
-                     "detached_ms", (json_int_t)(timer_now() -
-                                                 d->owner.detached_at),
-                     "held", lockmgr_owner_leases_json(&d->owner, false));
+    bool attached = s->state == SESSION_ATTACHED;
+    json_t *j = json_pack("{s:s, s:s?, s:s, s:I, s:I}",
+                          "id", s->idstr,
+                          "name", s->name[0] ? s->name : NULL,
+                          "peer", s->peer,
+                          "locks", (json_int_t)s->owner.nleases,
+                          "waits", (json_int_t)(s->owner.pending ? 1 : 0));
+
+    if (attached) {
+        json_object_set_new(j, "idle_ms", json_integer(
+            (json_int_t)(now - s->conn->last_line_at)));
+        json_object_set_new(j, "age_ms", json_integer(
+            (json_int_t)(now - s->conn->created_at)));
+    } else {
+        json_object_set_new(j, "attached", json_false());
+        json_object_set_new(j, "detached_ms", json_integer(
+            (json_int_t)(now - s->owner.detached_at)));
+    }
+    json_object_set_new(j, "held", lockmgr_owner_leases_json(&s->owner,
+                                                             false));
+    if (attached)
+        json_object_set_new(j, "attached", json_true());
+    return j;
 }
 
-/* ---- the end of a session ---------------------------------------------- */
-
-void session_on_eof(struct session *s)
+json_t *session_list_json(void)
 {
-    session_ref(s);
-    lockmgr_cut_wait(&s->owner);    /* may answer, and run the queue */
-    if (!s->closing)
-        session_process(s);
-    session_unref(s);
-}
+    json_t *arr = json_array();
+    uint64_t now = timer_now();
+    struct list *p;
 
-void session_end(struct session *s)
-{
-    timer_stop(&s->idle_timer);
-    timer_stop(&s->auth_timer);
-    session_unlist(s);
-    queue_free(s);
-    session_tell_resume_lost(s);    /* ended before its reply went out */
-    if (session_may_detach(s))
-        session_detach(s);
-    else if (S.shutdown && s->detach_ms && s->dropped)
-        /* A detachable session's connection dropping is no release, and
-         * nothing can resume it now: its leases are left to expire. */
-        S.abandoned += lockmgr_owner_abandon(&s->owner, &S.abandoned_until);
-    lockmgr_owner_end(&s->owner, s->died);
+    list_foreach(p, &S.attached)
+        json_array_append_new(arr, session_json(
+            list_entry(p, const struct session, link), now));
+    list_foreach(p, &S.detached)
+        json_array_append_new(arr, session_json(
+            list_entry(p, const struct session, link), now));
+    return json_pack("{s:o}", "sessions", arr);
 }
 
 void session_set_shutdown(void)
 {
     S.shutdown = true;
-}
-
-bool session_shutting_down(void)
-{
-    return S.shutdown;
 }
 
 /* A session that holds leases at shutdown stays open until its client
@@ -1344,19 +1175,23 @@ void session_shutdown_all(void)
     /* Detached sessions cannot resume any more (nothing is accepted):
      * their leases are left to expire now. */
     while ((p = list_first(&S.detached))) {
-        struct detached *d = list_entry(p, struct detached, link);
-        S.abandoned += lockmgr_owner_abandon(&d->owner, &S.abandoned_until);
-        detached_end(d, false);
-    }
-    list_foreach_safe(p, tmp, &S.live) {
         struct session *s = list_entry(p, struct session, link);
+        S.abandoned += lockmgr_owner_abandon(&s->owner, &S.abandoned_until);
+        session_undetach(s);
+        session_end(s, false);
+    }
+    list_foreach_safe(p, tmp, &S.attached) {
+        struct session *s = list_entry(p, struct session, link);
+        struct conn *c = s->conn;
         session_ref(s);
-        conn_event_shutdown(s);
+        conn_ref(c);
+        conn_event_shutdown(c);
         lockmgr_owner_shutdown(&s->owner);  /* may answer a waiting LOCK */
         if (s->owner.nleases == 0)
-            conn_close_announced(s, "shutdown", "the daemon is shutting "
+            conn_close_announced(c, "shutdown", "the daemon is shutting "
                                  "down");
-        conn_flush(s);
+        conn_flush(c);
+        conn_unref(c);
         session_unref(s);
     }
 }
@@ -1368,13 +1203,16 @@ size_t session_abandon_all(uint64_t *until)
 
     if (S.abandoned_until > *until)
         *until = S.abandoned_until;
-    list_foreach_safe(p, tmp, &S.live) {
+    list_foreach_safe(p, tmp, &S.attached) {
         struct session *s = list_entry(p, struct session, link);
+        struct conn *c = s->conn;
         session_ref(s);
+        conn_ref(c);
         n += lockmgr_owner_abandon(&s->owner, until);
-        conn_close_announced(s, "shutdown", "the daemon is shutting down; "
+        conn_close_announced(c, "shutdown", "the daemon is shutting down; "
                              "its leases are left to expire by their ttl");
-        conn_flush(s);
+        conn_flush(c);
+        conn_unref(c);
         session_unref(s);
     }
     return n;
@@ -1384,8 +1222,8 @@ void session_close_all(const char *why)
 {
     struct list *p;
 
-    while ((p = list_first(&S.live))) {
+    while ((p = list_first(&S.attached))) {
         struct session *s = list_entry(p, struct session, link);
-        conn_close(s, false, why);  /* unlists s */
+        conn_close(s->conn, false, why);    /* unplugs s */
     }
 }

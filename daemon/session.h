@@ -1,18 +1,37 @@
 /*
- * session: one client connection and everything it owns.
+ * session: a client's session, the object its leases belong to.
  *
- * The I/O half (conn.c, conn.h: reading, line framing, the bounded output
- * buffer, closing) and the protocol half (session.c: auth, keepalive, the
- * in-order request queue, commands) share this one struct because they
- * share one lifetime: a session lives from accept until its handle is
- * closed and the last reference to it is gone (refs == 0). Its locks are
- * lockmgr's, reached through the embedded lockmgr_owner.
+ * A session is created for each accepted connection (conn.h), which serves
+ * it through struct conn_ops: the connection frames the lines, the session
+ * says what they mean (auth, commands, keepalive) and answers through
+ * conn's reply calls. Its locks are lockmgr's, reached through the
+ * embedded lockmgr_owner, and stay with the session object whatever
+ * happens to its connection.
  *
- * A session that asked for HELLO detach= outlives its connection: when
- * the connection ends without QUIT, its leases move to a detached record
- * (session.c, "detached sessions") that keeps them, renewed, for up to
- * detach ms, and a HELLO resume= with its id and secret on a new
- * connection moves them back (protocol.md, "Detachable sessions").
+ * States (protocol.md, "Detachable sessions"):
+ *
+ *   ATTACHED --(conn ends: QUIT, or no detach=)-----------------> ENDED
+ *   ATTACHED --(conn ends without QUIT, HELLO detach= asked)----> DETACHED
+ *   DETACHED --(HELLO resume= with its id and secret)-----------> ATTACHED
+ *   DETACHED --(detach ms run out; shutdown)--------------------> ENDED
+ *   ATTACHED --(HELLO resume= on another conn: takeover)--------> ATTACHED
+ *                                   (the old conn is closed, unbound)
+ *
+ * Attached, s->conn is its connection and the connection's data is s.
+ * Detached, s->conn is NULL; lockmgr renews its leases as any others, a
+ * lease lost meanwhile is kept to be told after the resume reply, and a
+ * timer ends it after detach ms. Whenever a connection leaves a session
+ * (detach, takeover) what that connection asked is withdrawn
+ * (lockmgr_owner_cancel): a new connection never hears another's answers.
+ * Ended, it has released (or, at shutdown, abandoned) everything; it is
+ * freed when the last reference goes.
+ *
+ * References (session_ref/unref): one for the state, held while attached
+ * (the connection's binding) or detached (the detached table), dropped
+ * when the session ends; one per lockmgr notice or request in flight
+ * (the owner ops); short ones around calls that may end it. The session
+ * holds no reference on its conn: conn tells it (ops->closed) before the
+ * conn can go away, and the session forgets it then.
  */
 #ifndef REDLOCKD_SESSION_H
 #define REDLOCKD_SESSION_H
@@ -22,26 +41,19 @@
 #include <stdint.h>
 
 #include <jansson.h>
-#include <uv.h>
 
-#include "conn.h"
 #include "list.h"
 #include "lockmgr.h"
 #include "proto.h"
-#include "sbuf.h"
 #include "timer.h"
 
-/* A request line read ahead of its turn. */
-struct line {
-    struct list link;       /* in session->queue */
-    bool toolong;           /* placeholder: answer ERR TOOLONG, then close */
-    size_t len;
-    char data[];            /* len bytes + room for a NUL */
-};
+struct conf;
+struct conn;
 
-struct lost_lease {         /* a resource whose lease was lost (ERR LOST) */
-    struct list link;
-    char resource[];
+enum session_state {
+    SESSION_ATTACHED,       /* a connection serves it */
+    SESSION_DETACHED,       /* its connection is gone; leases kept */
+    SESSION_ENDED,          /* released; waits for its last reference */
 };
 
 /* "s<n>.<start>": n counts this daemon's sessions, start is the daemon's
@@ -50,82 +62,42 @@ struct lost_lease {         /* a resource whose lease was lost (ERR LOST) */
 #define SESSION_ID_LEN 40
 
 struct session {
-    /* ---- I/O (conn.c) ---- */
-    union conn_stream h;
-    char peer[80];
-    char ip[64];            /* the peer's address without the port; "" for
-                               unix */
-    bool trusted;           /* loopback or unix socket peer */
-    char *rbuf;             /* bytes read, not yet framed */
-    size_t rlen, rcap;
-    struct sbuf out;        /* replies not yet handed to the kernel */
-    struct sbuf wbuf;       /* bytes in the uv_write in flight */
-    uv_write_t wreq;
-    bool writing;
-    bool reading;
-    bool closing;           /* close started: no more requests */
-    const char *close_why;  /* close once answered and flushed (QUIT,
-                               TOOLONG, EOF, rejected); NULL = stay open */
-    const char *close_event;    /* EVENT CLOSING reason= to send last */
-    bool died;              /* ends without QUIT (for lock_delay) */
-    bool dropped;           /* ended without QUIT, shutdown or not */
-    bool eof;               /* the client sends no more: no waiting */
+    enum session_state state;
+    struct conn *conn;      /* attached: its connection; else NULL */
+    struct list link;       /* attached or detached: in that table */
+    int refs;
 
-    /* ---- requests (session.c) ---- */
-    struct list queue;      /* struct line, in arrival order */
-    size_t qlen;
-    struct line *cur;       /* the request being served asynchronously */
-    bool busy;              /* cur is waiting for an async answer */
-    uint64_t lock_started_ns;   /* uv_hrtime() of the LOCK in cur */
-    bool lock_waited;           /* that LOCK allowed a wait */
-    bool in_process;        /* guards session_process re-entry */
-
-    /* ---- session state ---- */
+    /* ---- the session: kept across connections ---- */
     uint64_t id;
-    char idstr[SESSION_ID_LEN];     /* "s42" */
+    char idstr[SESSION_ID_LEN];     /* "s42.mifc7b9k" */
     char name[PROTO_MAX_NAME_LEN + 1];
+    char peer[80];          /* its (last) connection's, for logs */
     bool authed;
     bool admin;             /* AUTH with auth.admin_password */
-    unsigned auth_failures;
-    struct timer auth_timer;    /* the answer to a wrong AUTH, delayed */
-    bool got_line;          /* a first full line arrived (handshake) */
-    uint32_t keepalive_ms;
-    uint64_t created_at;
-    uint64_t last_line_at;
-    struct timer idle_timer;    /* handshake / idle / keepalive */
     struct lockmgr_owner owner; /* leases and the pending LOCK */
-    uint32_t detach_ms;         /* HELLO detach=: outlive the connection */
+    uint32_t detach_ms;     /* HELLO detach=: outlive the connection */
     char secret[PROTO_SECRET_LEN + 1];  /* with detach_ms: what resumes it */
-    bool resumed_away;          /* another connection took it over */
-    struct detached *resume_lost;   /* (ref) the detached record resumed:
-                                       its lost leases are told after the
-                                       reply, then it is let go */
-    struct list lost;           /* struct lost_lease */
-    size_t nlost;
-    char *unlock_lost;          /* (owned) UNLOCK of several in flight: the
-                                   lost one its answer names, or NULL */
-    int refs;
-    struct list link;           /* all live sessions */
-};
+    struct timer detach_timer;  /* detached: detach_ms runs out */
+    struct list untold;     /* struct session_lost: lost while detached,
+                               told after the resume reply */
+    size_t nuntold;
 
-struct conf;
+    /* ---- its current connection's: reset when another attaches ---- */
+    unsigned auth_failures; /* wrong AUTH or resume= on this connection */
+    struct timer auth_timer;    /* the answer to a wrong AUTH, delayed */
+    uint64_t lock_started_ns;   /* uv_hrtime() of the LOCK being served */
+    bool lock_waited;           /* that LOCK allowed a wait */
+    char *unlock_lost;      /* (owned) UNLOCK of several in flight: the
+                               lost one its answer names, or NULL */
+    struct list lost;       /* struct session_lost: leases lost and told,
+                               so UNLOCK/EXTEND answer LOST, not NOTHELD */
+    size_t nlost;
+};
 
 /* Before the first session: the config sessions read (live). */
 void session_init(const struct conf *conf);
-struct session *session_create(void);
-void session_ref(struct session *s);
-void session_unref(struct session *s);
-/* A complete line arrived (len bytes, no LF) or a too-long one. */
-void session_push_line(struct session *s, const char *data, size_t len,
-                       bool toolong);
-/* Any request line still queued? */
-bool session_has_queued(const struct session *s);
-/* Serve queued requests in order until one must wait. */
-void session_process(struct session *s);
-/* The client sent EOF: cut any wait short; queued requests still run. */
-void session_on_eof(struct session *s);
-/* The connection is closing: release everything (called once, by conn). */
-void session_end(struct session *s);
+/* A new session, attached to c (which it binds; c serves it from now). */
+struct session *session_create(struct conn *c);
 
 /* Session table / stats. */
 size_t session_count(void);
@@ -136,13 +108,15 @@ size_t session_detached_count(void);
  * EVENT CLOSING reason=shutdown. Returns the leases left; *until as in
  * lockmgr_owner_abandon. */
 size_t session_abandon_all(uint64_t *until);
-/* Live sessions whose peer has this address (limits.max_clients_per_ip). */
+/* Attached sessions whose peer has this address
+ * (limits.max_clients_per_ip). */
 size_t session_count_ip(const char *ip);
 json_t *session_list_json(void);
 /* Shutdown: take no new locks (session_set_shutdown); tell every client,
  * answer waiting LOCKs ERR SHUTDOWN, close the sessions that hold nothing
- * (session_shutdown_all); at the end, leave what is still held to expire
- * (session_abandon_all) and close whatever is left (session_close_all). */
+ * and abandon the detached ones (session_shutdown_all); at the end, leave
+ * what is still held to expire (session_abandon_all) and close whatever is
+ * left (session_close_all). */
 void session_set_shutdown(void);
 bool session_shutting_down(void);
 void session_shutdown_all(void);

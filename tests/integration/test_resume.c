@@ -15,6 +15,9 @@
  *   - a session still attached elsewhere is taken over: the old
  *     connection gets EVENT CLOSING reason=resumed and is closed, the
  *     lease stays held throughout;
+ *   - the same session detaches and is resumed twice over;
+ *   - a takeover withdraws what the old connection asked: its waiting
+ *     LOCK is not granted to the session afterwards;
  *   - a lease lost while detached is told on resume (EVENT LOST after the
  *     reply), and UNLOCK of it answers ERR LOST;
  *   - detach= above limits.max_detach_ms, or with it 0: ERR ARG; resume=
@@ -209,6 +212,63 @@ START_TEST(takeover)
 }
 END_TEST
 
+/* The same session detaches, is resumed, detaches again and is resumed
+ * again: one lease, one id throughout. */
+START_TEST(resume_twice)
+{
+    char id[64], secret[64], *line;
+
+    start(NULL);
+    detachable(&A, 5000, id, secret);
+    h_expect(&A, "OK resource=rt ", "LOCK rt");
+    h_close(&A);
+    h_connect_tcp_ok(&C, D.port);
+    line = h_expect(&C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
+    ck_assert_str_eq(h_kv(line, "resumed"), "1");
+    h_close(&C);
+    h_sleep_ms(100);
+    ck_assert_int_eq(h_stats_int(&B, "sessions_detached"), 1);
+    h_expect(&B, "ERR BUSY ", "LOCK rt");
+    h_connect_tcp_ok(&A, D.port);
+    line = h_expect(&A, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
+    ck_assert_str_eq(h_kv(line, "session"), id);
+    ck_assert_str_eq(h_kv(line, "resumed"), "1");
+    h_expect(&A, "OK resource=rt nodes=1", "UNLOCK rt");
+    h_expect(&A, "OK bye", "QUIT");
+    h_connect_tcp_ok(&C, D.port);
+    h_expect(&C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, secret);
+    finish();
+}
+END_TEST
+
+/* What the old connection asked is withdrawn when another takes the
+ * session over: its waiting LOCK is neither answered there nor granted
+ * to the session later. */
+START_TEST(takeover_withdraws_wait)
+{
+    char id[64], secret[64], *line;
+
+    start(NULL);
+    detachable(&A, 5000, id, secret);
+    h_expect(&B, "OK resource=tw ", "LOCK tw");
+    h_sendf(&A, "LOCK tw wait=%d\n", h_scale(5000));
+    h_sleep_ms(100);
+    h_connect_tcp_ok(&C, D.port);
+    line = h_expect(&C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
+    ck_assert_str_eq(h_kv(line, "resumed"), "0");
+    ck_assert_str_eq(h_recv_line(&A, h_scale(2000)),
+                     "EVENT CLOSING reason=resumed");
+    ck_assert(h_wait_eof(&A, h_scale(2000)));
+    h_expect(&B, "OK resource=tw nodes=1", "UNLOCK tw");
+    h_sleep_ms(300);
+    line = h_expect(&C, "OK {", "LOCKS");
+    ck_assert_msg(!strstr(line, "\"tw\""), "the withdrawn LOCK was granted: "
+                  "%s", line);
+    h_expect(&B, "OK resource=tw ", "LOCK tw");
+    finish();
+}
+END_TEST
+
 START_TEST(lost_while_detached)
 {
     char id[64], secret[64], *line;
@@ -305,6 +365,8 @@ static Suite *resume_suite(void)
     tcase_add_test(tc, quit_releases);
     tcase_add_test(tc, wrong_secret);
     tcase_add_test(tc, takeover);
+    tcase_add_test(tc, resume_twice);
+    tcase_add_test(tc, takeover_withdraws_wait);
     tcase_add_test(tc, lost_while_detached);
     tcase_add_test(tc, limits);
     tcase_add_test(tc, detached_at_shutdown);

@@ -420,21 +420,48 @@ static void end_and_release(struct fowner *f, const char *key)
 
 /* ---- sessions that outlive their connection, ADOPT, shutdown ----------- */
 
-START_TEST(test_owner_move_keeps_renewing)
+/* The connection that asked went away, the owner lives on (a session
+ * detached, or taken over by a new connection): what it asked is
+ * withdrawn or not answered, what it holds stays its own. */
+START_TEST(test_owner_cancel_withdraws_requests)
 {
     take(&A, "r", 3000, 4);
-    ck_assert_uint_eq(lockmgr_owner_move(&A.o, &B.o), 1);
-    ck_assert_uint_eq(A.o.nleases, 0);
-    ck_assert_ptr_nonnull(held(&B, "r"));
-    /* A ends: nothing of its own to release. */
-    lockmgr_owner_end(&A.o, true);
-    ck_assert_int_eq(count_open(F_RELEASE, "lock:r"), 0);
-    /* The lease renews as before, and its loss reaches B. */
+    take(&A, "e", 30000, 5);
+    take(&A, "u", 30000, 6);
+    lockmgr_lock(&A.o, R("w"), 30000, 5000, true);
+    int acq = pending(F_ACQUIRE, "lock:w");
+    lockmgr_extend(&A.o, held(&A, "e"), 20000);
+    lockmgr_unlock(&A.o, held(&A, "u"));
+    struct lockmgr_adopt_req ar = {
+        .n = 1, .res = (const char *[]){ "q" }, .len = (size_t[]){ 1 },
+        .token = "0123456789abcdef0123456789abcdef", .ttl = 20000,
+        .renew = true,
+    };
+    lockmgr_adopt(&A.o, &ar);
+    int adopt = pending(F_ADOPT, "lock:q");
+    lockmgr_owner_cancel(&A.o);
+    ck_assert_ptr_null(A.o.pending);
+    /* The grants that arrive now are given back, unheard. */
+    answer_ok(acq, 7, 29000);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:w"), 1);
+    answer_ok(adopt, 3, 19000);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:q"), 1);
+    ck_assert_int_eq(A.nlocked, 3);
+    /* The other operations complete, unanswered. */
+    answer_ok(pending(F_EXTEND, "lock:e"), 0, 19900);
+    answer_released(pending(F_RELEASE, "lock:u"), 3, 0);
+    ck_assert_int_eq(A.nextended + A.nunlocked + A.nfailed, 0);
+    ck_assert_ptr_null(held(&A, "u"));
+    ck_assert_uint_eq(A.o.nleases, 2);
+    /* The leases renew as before, a loss is told, and a new request is
+     * answered. */
     timer_advance(1000);
     answer_lost(pending(F_EXTEND, "lock:r"));
-    ck_assert_int_eq(B.nlost, 1);
-    ck_assert_int_eq(A.nlost, 0);
-    ck_assert_int_eq(B.refs, 0);
+    ck_assert_int_eq(A.nlost, 1);
+    lockmgr_unlock(&A.o, held(&A, "e"));
+    answer_released(pending(F_RELEASE, "lock:e"), 3, 0);
+    ck_assert_int_eq(A.nunlocked, 1);
+    ck_assert_int_eq(A.refs, 0);
 }
 END_TEST
 
@@ -2115,7 +2142,7 @@ static Suite *lockmgr_suite(void)
     t = tcase_create("owner");
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, test_end_releases_everything);
-    tcase_add_test(t, test_owner_move_keeps_renewing);
+    tcase_add_test(t, test_owner_cancel_withdraws_requests);
     tcase_add_test(t, test_owner_abandon_leaves_keys);
     tcase_add_test(t, test_adopt);
     tcase_add_test(t, test_adopt_multi);
