@@ -104,7 +104,9 @@ struct lockmgr_owner {
     const struct lockmgr_owner_ops *ops;
     const char *id;             /* "s42": logs, STATUS (owner's storage) */
     const char *name;           /* client name or "" (owner's storage) */
-    const char *peer;           /* where it connects from, for the log */
+    const char *peer;           /* where its client connects from (the
+                                   session's copy, kept across
+                                   connections), for the log */
     struct list leases;         /* held leases */
     size_t nleases;
     struct lockreq *pending;    /* a LOCK queued or in flight, or NULL */

@@ -277,10 +277,11 @@ static void ready_cb(struct timer *t)
     notify("READY=1");
 }
 
-/* ---- w2-nodes hook: SIGUSR1 ends every node recovery ----------------------
- * Until the admin command that calls node_end_recovery exists: an operator
- * (and tests/integration/test_nodes.c) ends recoveries with kill -USR1.
- * node_end_recovery logs what it did at notice. */
+/* ---- SIGUSR1 ends every node recovery -------------------------------------
+ * The same as READMIT for every node (session.c, cmd_readmit), for an
+ * operator with a shell on the host but no admin password (and for
+ * tests/integration/test_nodes.c). node_end_recovery logs what it did at
+ * notice. */
 static void on_sigusr1(uv_signal_t *h, int signum)
 {
     char msg[1024];

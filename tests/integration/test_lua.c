@@ -303,13 +303,14 @@ START_TEST(adopt_kinds)
     ck_assert_str_eq(r->str, "2");
     freeReplyObject(r);
     /* Slot 217 of 300: found past the first 128, limit kept. */
-    run(POOL_SCRIPT_ACQUIRE, 2, "", "lock:k#217", FENCE, TOK_A, "30000", "0",
-        "{\"daemon\":\"t\",\"limit\":300}", "0", NULL);
+    assert_pair(run(POOL_SCRIPT_ACQUIRE, 2, "", "lock:k#217", FENCE, TOK_A,
+                    "30000", "0", "{\"daemon\":\"t\",\"limit\":300}", "0",
+                    NULL), 1, "3");
     r = adopt_one("k", TOK_A);
     ck_assert_str_eq(r->element[2]->str, "slot");
     ck_assert_str_eq(r->element[3]->str, "217");
     ck_assert_str_eq(r->element[4]->str, "300");
-    assert_pair(r, 1, "3");
+    assert_pair(r, 1, "3");         /* the fence the slot carries */
     ck_assert_msg(strstr(get("lock:k#217"), "\"limit\":300}"), "%s",
                   get("lock:k#217"));
     /* Nothing of the token anywhere. */
