@@ -3,11 +3,24 @@
  */
 #include "stats_glue.h"
 
+#include <assert.h>
+#include <stdint.h>
+
 #include "lockmgr.h"
 #include "node.h"
 #include "redlock.h"
 #include "session.h"
 #include "stats.h"
+
+/*
+ * lockmgr's counters, copied row by row as LOCKMGR_COUNTERS maps them. The
+ * static assertion keeps a counter from landing in a gauge (a double would
+ * take it silently).
+ */
+#define GLUE_COUNTER(field, row, cell)                                       \
+    static_assert(_Generic(v->row cell, uint64_t: 1, default: 0),           \
+                  "lockmgr counter " #field " feeds no counter cell");      \
+    v->row cell = c->field;
 
 static void glue_lockmgr(struct stats_values *v, void *ud)
 {
@@ -16,20 +29,9 @@ static void glue_lockmgr(struct stats_values *v, void *ud)
 
     v->locks_held = (double)lockmgr_held_count();
     v->waiters = (double)lockmgr_waiter_count();
-    v->acquisitions[STATS_RESULT_ok] = c->acquire_ok;
-    v->acquisitions[STATS_RESULT_busy] = c->acquire_busy;
-    v->acquisitions[STATS_RESULT_timeout] = c->acquire_timeout;
-    v->acquisitions[STATS_RESULT_unavailable] = c->acquire_unavailable;
-    v->releases = c->releases;
-    v->extends = c->extends;
-    v->renewals = c->renewals;
-    v->renewal_failures = c->renewal_failures;
-    v->leases_lost = c->leases_lost;
-    v->adopts = c->adopts;
-    v->waits = c->waits;
-    v->wakeups[STATS_CAUSE_notified] = c->wakeups_notified;
-    v->wakeups[STATS_CAUSE_retry] = c->wakeups_retry;
+    LOCKMGR_COUNTERS(GLUE_COUNTER)
 }
+#undef GLUE_COUNTER
 
 /* Sessions that serve requests; `connections` (kept by server and conn)
  * also counts sockets still being flushed or refused. */
