@@ -317,22 +317,21 @@ static void metrics_render(struct sbuf *b)
 static bool metrics_healthy(char *why, size_t size)
 {
     struct stats_values v;
-    size_t i, len = 0;
-    json_t *o;
+    size_t len = 0;
     int fresh = 0;
 
     stats_collect(&v);
-    for (i = 0; i < v.nnodes; i++)
+    for (size_t i = 0; i < v.nnodes; i++)
         fresh += v.nodes[i].voting == 1 && v.nodes[i].answered_recently == 1;
     bool ok = fresh >= v.quorum;
     why[0] = '\0';
-    json_array_foreach(v.nodes_json, i, o) {
-        const char *w = json_string_value(json_object_get(o, "why"));
-        const char *name = json_string_value(json_object_get(o, "node"));
-        if (ok || !w || !*w || !name || len >= size)
+    for (size_t i = 0; i < v.nnodes && !ok && len < size; i++) {
+        const struct stats_node *n = &v.nodes[i];
+
+        if (!n->why || !*n->why)
             continue;
         int k = snprintf(why + len, size - len, "%s%s is %s", len ? "; " : "",
-                         name, w);
+                         n->name, n->why);
         if (k > 0)
             len += (size_t)k;
     }

@@ -228,28 +228,6 @@ START_TEST(json_labelled_and_histogram)
 }
 END_TEST
 
-/* What the JSON view wrote reads back the same (a sum into its first
- * cell); histograms are not read. */
-START_TEST(json_read_back)
-{
-    struct test_values v = test_sample(), back;
-    json_t *o = json_object();
-
-    memset(&back, 0xff, sizeof(back));
-    stats_table_json(&test_table, &v, o);
-    stats_table_read_json(&test_table, o, &back);
-    ck_assert_uint_eq(back.hits[TEST_red], 3);
-    ck_assert_uint_eq(back.hits[TEST_blue], 4);
-    ck_assert_uint_eq(back.shapes[TEST_round], 1);
-    ck_assert_uint_eq(back.shapes[TEST_square], 0);
-    ck_assert_uint_eq(back.tones[TEST_red], 11);
-    ck_assert_uint_eq(back.tones[TEST_blue], 0);
-    ck_assert(back.level_ms == 1500);
-    ck_assert_uint_eq(back.busy_ms, 2250);
-    json_decref(o);
-}
-END_TEST
-
 /* The STATS keys tools read today, in order, then the ones added since
  * (at the end, so the old order holds). */
 static const char *const stats_keys[] = {
@@ -288,6 +266,7 @@ static void provide(struct stats_values *v, void *ud)
     v->wakeups[STATS_CAUSE_retry] = 2;
     v->nodes_voting = 1;
     stats_node_set_name(n, "127.0.0.1:6379");
+    stats_node_set_why(n, "down: connection refused");
     n->requests = 9;
     n->latency_ms = 0.25;
     stats_hist_observe(&n->request_seconds, &stats_buckets_latency, 0.0003);
@@ -482,26 +461,6 @@ START_TEST(process_numbers)
 }
 END_TEST
 
-/* Glue that only has JSON reads it back by the codec's keys. */
-START_TEST(read_json_by_codec_keys)
-{
-    json_t *o = json_pack("{s:s, s:b, s:b, s:I, s:f}", "node", "n1",
-                          "up", 1, "voting", 0, "requests", (json_int_t)12,
-                          "latency_ms", 1.5);
-    struct stats_values v = { 0 };
-    struct stats_node *n = stats_nodes_alloc(&v, 1);
-
-    stats_table_read_json(&stats_node_table, o, n);
-    ck_assert(n->up == 1 && n->voting == 0);
-    ck_assert_uint_eq(n->requests, 12);
-    ck_assert_uint_eq(n->errors, 0);
-    ck_assert(n->latency_ms == 1.5);
-    ck_assert(isnan(n->rejoin_in_ms));
-    stats_values_deinit(&v);
-    json_decref(o);
-}
-END_TEST
-
 static void count_calls(struct stats_values *v, void *ud)
 {
     (void)v;
@@ -650,12 +609,10 @@ static Suite *stats_suite(void)
     tcase_add_test(tc, prometheus_instance_label);
     tcase_add_test(tc, histogram_buckets);
     tcase_add_test(tc, json_labelled_and_histogram);
-    tcase_add_test(tc, json_read_back);
     tcase_add_test(tc, stats_json_shape);
     tcase_add_test(tc, daemon_prometheus);
     tcase_add_test(tc, observation_points);
     tcase_add_test(tc, process_numbers);
-    tcase_add_test(tc, read_json_by_codec_keys);
     tcase_add_test(tc, providers_bounded_and_reset);
     suite_add_tcase(s, tc);
     tc = tcase_create("reader");
