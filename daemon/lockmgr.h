@@ -119,23 +119,40 @@ struct lockmgr_owner {
     uint64_t detached_at;
 };
 
-/* lockmgr's own counters (it is a leaf: whoever reports them reads them
- * here). They only grow. */
+/*
+ * lockmgr's own counters, which only grow: X(field, row, cell).
+ *
+ *   field  the member of struct lockmgr_counters
+ *   row    the STATS_CODEC row (stats.h) that reports it
+ *   cell   for a labelled row, the cell as an index in brackets; else empty
+ *
+ * lockmgr uses only `field`: it is a leaf and never includes stats.h. The
+ * row and cell are stats' names, spelt out here so that this one list is
+ * the whole mapping; they are expanded only in stats_glue.c, so a name
+ * misspelt on either side fails to compile instead of reporting 0.
+ */
+#define LOCKMGR_COUNTERS(X)                                                  \
+    X(acquire_ok, acquisitions, [STATS_RESULT_ok])                          \
+    X(acquire_busy, acquisitions, [STATS_RESULT_busy])                      \
+    X(acquire_timeout, acquisitions, [STATS_RESULT_timeout])                \
+    X(acquire_unavailable, acquisitions, [STATS_RESULT_unavailable])        \
+    X(releases, releases, )                                                 \
+    X(extends, extends, )                                                   \
+    X(renewals, renewals, )                                                 \
+    X(renewal_failures, renewal_failures, )                                 \
+    X(leases_lost, leases_lost, )                                           \
+    X(adopts, adopts, )                 /* ADOPTs granted */                \
+    X(waits, waits, )                                                       \
+    /* A waiter retried: told of a release (pub/sub or local), or by its   \
+     * fallback timer. */                                                   \
+    X(wakeups_notified, wakeups, [STATS_CAUSE_notified])                    \
+    X(wakeups_retry, wakeups, [STATS_CAUSE_retry])
+
+#define LOCKMGR_COUNTER_FIELD(field, row, cell) uint64_t field;
 struct lockmgr_counters {
-    uint64_t acquire_ok;
-    uint64_t acquire_busy;
-    uint64_t acquire_timeout;
-    uint64_t acquire_unavailable;
-    uint64_t releases;
-    uint64_t extends;
-    uint64_t renewals;
-    uint64_t renewal_failures;
-    uint64_t leases_lost;
-    uint64_t adopts;                /* ADOPTs granted */
-    uint64_t waits;
-    uint64_t wakeups_notified;      /* pub/sub or local release */
-    uint64_t wakeups_retry;         /* fallback timer */
+    LOCKMGR_COUNTERS(LOCKMGR_COUNTER_FIELD)
 };
+#undef LOCKMGR_COUNTER_FIELD
 
 /* rl is the Redis side: &redlock_ops_default, or a test's fake. */
 void lockmgr_init(const struct conf *conf, const struct redlock_ops *rl);

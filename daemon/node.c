@@ -27,6 +27,7 @@
 #include "node.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +52,6 @@
  * does until the year 2160. */
 #define NODE_EPOCH_SHIFT 21
 #define NODE_EPOCH_ORIGIN 1704067200u   /* 2024-01-01T00:00:00Z */
-#define NODE_WHY_SIZE 320           /* one node's explanation */
 #define NODE_POLICY_MAX 32          /* a maxmemory-policy name kept */
 
 enum node_state {
@@ -1299,51 +1299,47 @@ int node_nvoting(void)
     return k;
 }
 
-json_t *node_stats_json(void)
+int node_count(void)
 {
-    json_t *arr = json_array();
+    return N.nnodes;
+}
+
+void node_report(int i, struct node_report *r)
+{
+    const struct node *n = &N.nodes[i];
+    const struct pool_node_stats *s = pool_node_stats(i);
     uint64_t now = timer_now();
     uint64_t window = (uint64_t)N.conf->redis.probe_interval_ms +
                       N.conf->redis.command_timeout_ms;
 
-    for (int i = 0; i < N.nnodes; i++) {
-        const struct node *n = &N.nodes[i];
-        const struct pool_node_stats *s = pool_node_stats(i);
-        bool recent = s->last_answer_ms && now - s->last_answer_ms <= window;
-        char why[NODE_WHY_SIZE], until[TIMER_UTC_SIZE];
-
-        node_why(n, why, sizeof(why));
-        if (!why[0] && !recent)
-            snprintf(why, sizeof(why), "no answer for %" PRIu64 " ms",
-                     now - s->last_answer_ms);
-        json_t *o = json_pack("{s:s, s:b, s:b, s:b, s:b, s:s, s:s, s:b,"
-                              " s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:s, s:s}",
-            "node", node_name(n),
-            "up", pool_node_up(i),
-            "voting", node_votes(i),
-            "answered_recently", recent,
-            "recovering", node_recovering(n),
-            "state", pool_node_up(i) ? node_state_names[n->state] : "down",
-            "why", why,
-            "aof_always", n->aof_always,
-            "requests", (json_int_t)s->requests,
-            "errors", (json_int_t)s->errors,
-            "timeouts", (json_int_t)s->timeouts,
-            "reconnects", (json_int_t)s->reconnects,
-            "restarts", (json_int_t)n->restarts,
-            "latency_ms", s->latency_ms,
-            "latency_max_ms", s->latency_max_ms,
-            "run_id", n->run_id,
-            "last_error", s->last_error);
-        if (n->loss != NODE_LOSS_NONE && n->state != NODE_REPAIRING) {
-            timer_fmt_utc(n->recover_at, until, sizeof(until));
-            json_object_set_new(o, "until", json_string(until));
-            json_object_set_new(o, "rejoin_in_ms", json_integer(
-                n->recover_at > now ? (json_int_t)(n->recover_at - now) : 0));
-        } else {
-            json_object_set_new(o, "until", json_null());
-        }
-        json_array_append_new(arr, o);
+    r->name = node_name(n);
+    r->up = pool_node_up(i);
+    r->state = r->up ? node_state_names[n->state] : "down";
+    r->voting = node_votes(i);
+    r->answered_recently = s->last_answer_ms &&
+                           now - s->last_answer_ms <= window;
+    r->recovering = node_recovering(n);
+    r->aof_always = n->aof_always;
+    r->requests = s->requests;
+    r->errors = s->errors;
+    r->timeouts = s->timeouts;
+    r->reconnects = s->reconnects;
+    r->restarts = n->restarts;
+    r->latency_ms = s->latency_ms;
+    r->latency_max_ms = s->latency_max_ms;
+    r->run_id = n->run_id;
+    r->last_error = s->last_error;
+    node_why(n, r->why, sizeof(r->why));
+    /* Nothing wrong by its state, yet silent: it froze without traffic,
+     * and its probe's deadline has not failed it yet. */
+    if (!r->why[0] && !r->answered_recently)
+        snprintf(r->why, sizeof(r->why), "no answer for %" PRIu64 " ms",
+                 now - s->last_answer_ms);
+    r->until[0] = '\0';
+    r->rejoin_in_ms = NAN;
+    if (n->loss != NODE_LOSS_NONE && n->state != NODE_REPAIRING) {
+        timer_fmt_utc(n->recover_at, r->until, sizeof(r->until));
+        r->rejoin_in_ms = n->recover_at > now
+                          ? (double)(n->recover_at - now) : 0;
     }
-    return arr;
 }

@@ -40,8 +40,10 @@
  *   (it was down, or an acquisition's undo failed there) is kept, bounded,
  *   and sent when the node is next up, since it may still run requests
  *   buffered before it stopped;
- * - the per-node STATS objects, and the sentence saying why nodes do not
- *   vote (for ERR UNAVAILABLE, STATS and /healthz).
+ * - the per-node report (struct node_report: what STATS and /metrics say
+ *   of each node, copied by stats_glue.c field by field), and the sentence
+ *   saying why nodes do not vote (for ERR UNAVAILABLE, STATS and
+ *   /healthz).
  *
  * node_init starts the pool with node's hooks; main stops and frees both
  * through node_shutdown and node_free. The Redlock numbers node applies are
@@ -55,11 +57,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
 #include <uv.h>
 
 #include "conf.h"
 #include "pool.h"
+#include "timer.h"
 
 /* The Redlock rules node applies to restarted nodes. */
 struct node_rules {
@@ -133,7 +135,40 @@ size_t node_why_unavailable(char *buf, size_t size);
  */
 int node_end_recovery(const char *node_name_or_all, char *msg, size_t len);
 
-/* Per-node state for STATS: an array of objects, one per node. */
-json_t *node_stats_json(void);
+/* Room for one node's explanation (node_report's why), NUL included. */
+#define NODE_WHY_SIZE 320
+
+/*
+ * What node says of one node, for STATS and /metrics. The names of its
+ * numbers are the rows of STATS_NODE_CODEC (stats.h), which stats_glue.c
+ * copies from here row by row: a row without its field here fails to
+ * compile. Pointers are into node's and the pool's own storage, valid
+ * until the next loop turn.
+ */
+struct node_report {
+    const char *name;           /* HOST:PORT, as in redis.nodes */
+    const char *state;          /* "voting", "checking", ..., or "down" */
+    bool up;                    /* a connection to it is up */
+    bool voting;                /* node_votes() */
+    bool answered_recently;     /* within probe_interval_ms +
+                                   command_timeout_ms */
+    bool recovering;            /* may have lost keys; not voting yet */
+    bool aof_always;            /* appendfsync always, as it last said */
+    uint64_t requests, errors, timeouts, reconnects;    /* the pool's */
+    uint64_t restarts;          /* came back with a new run_id */
+    double latency_ms;          /* moving average */
+    double latency_max_ms;
+    double rejoin_in_ms;        /* until it may vote again; NaN when it
+                                   is not waiting to */
+    char until[TIMER_UTC_SIZE]; /* the same as a UTC time, or "" */
+    char why[NODE_WHY_SIZE];    /* why it does not vote, or "" */
+    const char *run_id;         /* "" if never seen */
+    const char *last_error;     /* the pool's, "" if none yet */
+};
+
+/* How many nodes there are (redis.nodes), and the report on one of them,
+ * 0 <= node < node_count(). */
+int node_count(void);
+void node_report(int node, struct node_report *r);
 
 #endif

@@ -159,8 +159,10 @@ void stats_collect(struct stats_values *v)
 
 void stats_values_deinit(struct stats_values *v)
 {
-    for (size_t i = 0; i < v->nnodes; i++)
+    for (size_t i = 0; i < v->nnodes; i++) {
         free(v->nodes[i].name);
+        free(v->nodes[i].why);
+    }
     free(v->nodes);
     json_decref(v->nodes_json);
     v->nodes = NULL;
@@ -192,13 +194,25 @@ struct stats_node *stats_nodes_alloc(struct stats_values *v, size_t n)
     return v->nodes;
 }
 
+static char *stats_strdup(const char *s)
+{
+    size_t len = strlen(s);
+    char *copy = mem_alloc(len + 1);
+
+    memcpy(copy, s, len + 1);
+    return copy;
+}
+
 void stats_node_set_name(struct stats_node *n, const char *name)
 {
-    size_t len = strlen(name);
-
     free(n->name);
-    n->name = mem_alloc(len + 1);
-    memcpy(n->name, name, len + 1);
+    n->name = stats_strdup(name);
+}
+
+void stats_node_set_why(struct stats_node *n, const char *why)
+{
+    free(n->why);
+    n->why = stats_strdup(why);
 }
 
 void stats_hist_observe(struct stats_hist *h, const struct stats_buckets *b,
@@ -497,56 +511,6 @@ void stats_table_json(const struct stats_table *t, const void *base,
 {
     for (size_t i = 0; i < t->n; i++)
         stats_row_json(&t->rows[i], base, obj);
-}
-
-static void stats_cell_read(const struct stats_desc *d, const json_t *v,
-                            void *base, size_t k)
-{
-    char *p = (char *)base + d->offset;
-
-    if (d->kind == STATS_COUNTER)
-        ((uint64_t *)p)[k] = json_is_integer(v) && json_integer_value(v) > 0
-                             ? (uint64_t)json_integer_value(v) : 0;
-    else if (d->kind == STATS_GAUGE && json_is_boolean(v))
-        ((double *)p)[k] = json_is_true(v) ? 1 : 0;
-    else if (d->kind == STATS_GAUGE)
-        ((double *)p)[k] = json_is_number(v) ? json_number_value(v) : NAN;
-}
-
-/* A SUM row reads back as its total in cell 0 ("other"), the rest 0. */
-static void stats_row_read(const struct stats_desc *d, const json_t *obj,
-                           void *base)
-{
-    const json_t *v = json_object_get(obj, d->key);
-    char key[STATS_KEY_MAX];
-
-    if (!d->labels) {
-        stats_cell_read(d, v, base, 0);
-        return;
-    }
-    for (size_t k = 0; k < d->labels->n; k++) {
-        switch (d->labels->json) {
-        case STATS_JSON_OBJECT:
-            stats_cell_read(d, json_object_get(v, d->labels->values[k]),
-                            base, k);
-            break;
-        case STATS_JSON_FLAT:
-            stats_flat_key(key, d, k);
-            stats_cell_read(d, json_object_get(obj, key), base, k);
-            break;
-        case STATS_JSON_SUM:
-            stats_cell_read(d, k == 0 ? v : NULL, base, k);
-            break;
-        }
-    }
-}
-
-void stats_table_read_json(const struct stats_table *t, const json_t *obj,
-                           void *base)
-{
-    for (size_t i = 0; i < t->n; i++)
-        if (t->rows[i].kind != STATS_HISTOGRAM)
-            stats_row_read(&t->rows[i], obj, base);
 }
 
 json_t *stats_values_json(const struct stats_values *v)

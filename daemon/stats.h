@@ -14,7 +14,9 @@
  * numbers, so pool may call stats_observe_node_request too. Numbers owned
  * by modules that must not know stats (lockmgr, a leaf; pool's and node's
  * counters) are filled in by providers, callbacks registered at start
- * (stats_glue.c) and run on a copy of `stats` before every report. The
+ * (stats_glue.c) and run on a copy of `stats` before every report; they
+ * copy from lockmgr's LOCKMGR_COUNTERS list and node's struct node_report
+ * by name, so a name that does not match is a compile error. The
  * process's numbers are read from /proc/self for each report. stats.c
  * itself includes nothing above it.
  */
@@ -84,8 +86,9 @@
 
 /*
  * Per Redis node, exported with a node="HOST:PORT" label. The fields are
- * the keys of the node objects in STATS "nodes" (which the pool writes;
- * see stats_glue.c). A node histogram has the LATENCY buckets.
+ * the keys of the node objects in STATS "nodes", and the names of struct
+ * node_report's numbers (node.h), which stats_glue.c copies row by row.
+ * A node histogram has the LATENCY buckets.
  */
 #define STATS_NODE_CODEC(X)                                                  \
     X(up, GAUGE, ONE, "node_up", "1 while at least one connection to this Redis node is up, else 0.") \
@@ -265,6 +268,8 @@ struct stats_table {
 
 struct stats_node {
     char *name;                     /* (owned) HOST:PORT, the node label */
+    char *why;                      /* (owned) why it does not vote, or ""
+                                     * (NULL when no provider said) */
     STATS_NODE_CODEC(STATS_NODE_ROW_FIELD)
 };
 
@@ -337,6 +342,7 @@ void stats_values_deinit(struct stats_values *v);
 /* For providers: v->nodes as n zeroed nodes (gauges NaN), names unset. */
 struct stats_node *stats_nodes_alloc(struct stats_values *v, size_t n);
 void stats_node_set_name(struct stats_node *n, const char *name);
+void stats_node_set_why(struct stats_node *n, const char *why);
 
 void stats_hist_observe(struct stats_hist *h, const struct stats_buckets *b,
                         double seconds);
@@ -352,10 +358,5 @@ void stats_table_json(const struct stats_table *t, const void *base,
  * (cumulative, the last one +Inf). */
 json_t *stats_hist_json(const struct stats_hist *h,
                         const struct stats_buckets *b);
-/* The reverse, for glue that gets its numbers as JSON: the rows of t from
- * the members of obj (histograms are not read; a missing gauge is NaN, a
- * missing counter 0). */
-void stats_table_read_json(const struct stats_table *t, const json_t *obj,
-                           void *base);
 
 #endif

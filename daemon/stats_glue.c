@@ -3,11 +3,24 @@
  */
 #include "stats_glue.h"
 
+#include <assert.h>
+#include <stdint.h>
+
 #include "lockmgr.h"
 #include "node.h"
 #include "redlock.h"
 #include "session.h"
 #include "stats.h"
+
+/*
+ * lockmgr's counters, copied row by row as LOCKMGR_COUNTERS maps them. The
+ * static assertion keeps a counter from landing in a gauge (a double would
+ * take it silently).
+ */
+#define GLUE_COUNTER(field, row, cell)                                       \
+    static_assert(_Generic(v->row cell, uint64_t: 1, default: 0),           \
+                  "lockmgr counter " #field " feeds no counter cell");      \
+    v->row cell = c->field;
 
 static void glue_lockmgr(struct stats_values *v, void *ud)
 {
@@ -16,20 +29,9 @@ static void glue_lockmgr(struct stats_values *v, void *ud)
 
     v->locks_held = (double)lockmgr_held_count();
     v->waiters = (double)lockmgr_waiter_count();
-    v->acquisitions[STATS_RESULT_ok] = c->acquire_ok;
-    v->acquisitions[STATS_RESULT_busy] = c->acquire_busy;
-    v->acquisitions[STATS_RESULT_timeout] = c->acquire_timeout;
-    v->acquisitions[STATS_RESULT_unavailable] = c->acquire_unavailable;
-    v->releases = c->releases;
-    v->extends = c->extends;
-    v->renewals = c->renewals;
-    v->renewal_failures = c->renewal_failures;
-    v->leases_lost = c->leases_lost;
-    v->adopts = c->adopts;
-    v->waits = c->waits;
-    v->wakeups[STATS_CAUSE_notified] = c->wakeups_notified;
-    v->wakeups[STATS_CAUSE_retry] = c->wakeups_retry;
+    LOCKMGR_COUNTERS(GLUE_COUNTER)
 }
+#undef GLUE_COUNTER
 
 /* Sessions that serve requests; `connections` (kept by server and conn)
  * also counts sockets still being flushed or refused. */
@@ -41,35 +43,82 @@ static void glue_sessions(struct stats_values *v, void *ud)
 }
 
 /*
- * STATS shows node's per-node objects as they are, and the per-node
- * numbers for /metrics are read back from them by the node codec's own
- * keys, so the two views cannot disagree. The reply-time histogram is
- * stats' own (stats_observe_node_request, by the pool's node index, which
- * is the index in node's array); it joins each object under its key.
+ * One node's numbers for /metrics and /healthz: every row of
+ * STATS_NODE_CODEC from the report's field of the same name (the
+ * histogram is stats' own, by the pool's node index, which is node's
+ * index too).
  */
+#define GLUE_NODE_COPY_COUNTER(field) s->field = r->field;
+#define GLUE_NODE_COPY_GAUGE(field) s->field = r->field;
+#define GLUE_NODE_COPY_HISTOGRAM(field)
+#define GLUE_NODE_ROW(field, kind, unit, metric, help)                     \
+    GLUE_NODE_COPY_##kind(field)
+
+static void glue_node(struct stats_node *s, const struct node_report *r,
+                      int i)
+{
+    const struct stats_hist *h = stats_node_request_hist(i);
+
+    stats_node_set_name(s, r->name);
+    stats_node_set_why(s, r->why);
+    STATS_NODE_CODEC(GLUE_NODE_ROW)
+    if (h)
+        s->request_seconds = *h;
+}
+#undef GLUE_NODE_ROW
+
+/* The same report as a STATS "nodes" object, with the reply-time
+ * histogram from s. Keys keep the order tools have seen. */
+static json_t *glue_node_json(const struct node_report *r,
+                              const struct stats_node *s)
+{
+    json_t *o = json_pack("{s:s, s:b, s:b, s:b, s:b, s:s, s:s, s:b,"
+                          " s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:s, s:s}",
+        "node", r->name,
+        "up", r->up,
+        "voting", r->voting,
+        "answered_recently", r->answered_recently,
+        "recovering", r->recovering,
+        "state", r->state,
+        "why", r->why,
+        "aof_always", r->aof_always,
+        "requests", (json_int_t)r->requests,
+        "errors", (json_int_t)r->errors,
+        "timeouts", (json_int_t)r->timeouts,
+        "reconnects", (json_int_t)r->reconnects,
+        "restarts", (json_int_t)r->restarts,
+        "latency_ms", r->latency_ms,
+        "latency_max_ms", r->latency_max_ms,
+        "run_id", r->run_id,
+        "last_error", r->last_error);
+
+    if (r->until[0]) {
+        json_object_set_new(o, "until", json_string(r->until));
+        json_object_set_new(o, "rejoin_in_ms",
+                            json_integer((json_int_t)r->rejoin_in_ms));
+    } else {
+        json_object_set_new(o, "until", json_null());
+    }
+    json_object_set_new(o, "request_seconds", stats_hist_json(
+        &s->request_seconds, &stats_buckets_latency));
+    return o;
+}
+
 static void glue_nodes(struct stats_values *v, void *ud)
 {
-    json_t *arr = node_stats_json();
-    struct stats_node *nodes = stats_nodes_alloc(v, json_array_size(arr));
-    size_t i;
-    json_t *o;
+    int n = node_count();
+    struct stats_node *nodes = stats_nodes_alloc(v, (size_t)n);
+    struct node_report r;
     (void)ud;
 
     v->nodes_total = redlock_nnodes();
     v->nodes_voting = node_nvoting();
     v->quorum = redlock_nquorum();
-    v->nodes_json = arr;
-    json_array_foreach(arr, i, o) {
-        const char *name = json_string_value(json_object_get(o, "node"));
-
-        const struct stats_hist *h = stats_node_request_hist((int)i);
-
-        stats_node_set_name(&nodes[i], name ? name : "");
-        stats_table_read_json(&stats_node_table, o, &nodes[i]);
-        if (h)
-            nodes[i].request_seconds = *h;
-        json_object_set_new(o, "request_seconds", stats_hist_json(
-            &nodes[i].request_seconds, &stats_buckets_latency));
+    v->nodes_json = json_array();
+    for (int i = 0; i < n; i++) {
+        node_report(i, &r);
+        glue_node(&nodes[i], &r, i);
+        json_array_append_new(v->nodes_json, glue_node_json(&r, &nodes[i]));
     }
 }
 

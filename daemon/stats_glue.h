@@ -3,7 +3,11 @@
  *
  * lockmgr is a leaf and never includes stats.h; pool and node keep their
  * counters to themselves. This file, above them all, reads their accessors
- * and fills a report's values. main calls stats_glue_register once, after
+ * and fills a report's values, by name only: lockmgr's counters as its
+ * LOCKMGR_COUNTERS list maps them to STATS_CODEC rows, node's numbers
+ * from struct node_report, one field per STATS_NODE_CODEC row (and the
+ * STATS "nodes" objects from the same report). A name that does not
+ * match fails to compile. main calls stats_glue_register once, after
  * stats_init.
  */
 #ifndef REDLOCKD_STATS_GLUE_H

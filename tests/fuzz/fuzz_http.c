@@ -1,49 +1,58 @@
 /*
- * libFuzzer target for the metrics endpoint's request reader
- * (metrics_request_* in daemon/metrics.c), the one place the daemon reads
- * HTTP from the network.
+ * libFuzzer target for the HTTP request reader (httpd_request_* in
+ * daemon/httpd.c, which serves the metrics endpoint), the one place the
+ * daemon reads HTTP from the network.
  *
  * The first input byte picks a chunk size; the rest is what a client
  * sends. The stream is read twice, at once and in chunks, as reads from a
- * socket may cut it anywhere. Besides the sanitizers' memory checks, it
- * asserts: both reads decide the same, the head never passes
- * METRICS_HEAD_MAX, an undecided head took every byte, a request routed to
- * /metrics or /healthz is a GET or HEAD naming that path, and the response
- * for it carries its body's length and, for HEAD, no body.
+ * socket may cut it anywhere, against the metrics endpoint's two routes.
+ * Besides the sanitizers' memory checks, it asserts: both reads decide the
+ * same, the head never passes HTTPD_HEAD_MAX, an undecided head took every
+ * byte, a request routed to /metrics or /healthz is a GET or HEAD naming
+ * that path, and the response for it carries its body's length and, for
+ * HEAD, no body.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fuzz.h"
-#include "metrics.h"
+#include "httpd.h"
 #include "sbuf.h"
 
-/* Allocated once: a struct metrics_request holds a head-sized buffer. */
-static struct metrics_request *whole, *chunked;
+/* The reader only matches paths: nothing is served here. */
+static const struct httpd_route routes[] = {
+    { "/metrics", NULL },
+    { "/healthz", NULL },
+};
 
-static size_t fuzz_feed_all(struct metrics_request *r, const char *s,
+/* Allocated once: a struct httpd_request holds a head-sized buffer. */
+static struct httpd_request *whole, *chunked;
+
+static size_t fuzz_feed_all(struct httpd_request *r, const char *s,
                             size_t len, size_t chunk)
 {
     size_t taken = 0;
 
     for (size_t off = 0; off < len; off += chunk) {
         size_t n = len - off < chunk ? len - off : chunk;
-        size_t used = metrics_request_feed(r, s + off, n);
+        size_t used = httpd_request_feed(r, s + off, n);
 
         FUZZ_CHECK(used <= n);
         /* Nothing is taken after the head is decided. */
-        FUZZ_CHECK(used == n || r->answer != METRICS_ANSWER_NONE);
+        FUZZ_CHECK(used == n || r->answer != HTTPD_ANSWER_NONE);
         taken += used;
     }
     return taken;
 }
 
-static void fuzz_check_route(const struct metrics_request *r, const char *s,
+static void fuzz_check_route(const struct httpd_request *r, const char *s,
                              size_t len)
 {
-    const char *path = r->answer == METRICS_ANSWER_METRICS ? "/metrics"
-                       : "/healthz";
+    const char *path;
+
+    FUZZ_CHECK(r->route < sizeof(routes) / sizeof(routes[0]));
+    path = routes[r->route].path;
 
     FUZZ_CHECK(r->parser.method == HTTP_GET ||
                r->parser.method == HTTP_HEAD);
@@ -53,15 +62,15 @@ static void fuzz_check_route(const struct metrics_request *r, const char *s,
 }
 
 /* The response to a request, with the stream itself as the body. */
-static void fuzz_check_response(const struct metrics_request *r,
+static void fuzz_check_response(const struct httpd_request *r,
                                 const char *s, size_t len)
 {
-    bool head_only = metrics_request_is_head(r);
+    bool head_only = httpd_request_is_head(r);
     struct sbuf b = SBUF_INIT;
     char want[64];
     const char *end;
 
-    metrics_format_response(&b, "200 OK", "text/plain", "", s, len,
+    httpd_format_response(&b, "200 OK", "text/plain", "", s, len,
                             head_only);
     snprintf(want, sizeof(want), "\r\nContent-Length: %zu\r\n", len);
     FUZZ_CHECK(memmem(b.data, b.len, want, strlen(want)));
@@ -85,38 +94,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         chunked = malloc(sizeof(*chunked));
         FUZZ_CHECK(whole && chunked);
     }
-    metrics_request_init(whole);
-    metrics_request_init(chunked);
+    httpd_request_init(whole, routes, sizeof(routes) / sizeof(routes[0]));
+    httpd_request_init(chunked, routes, sizeof(routes) / sizeof(routes[0]));
     a = fuzz_feed_all(whole, s, len, len > 0 ? len : 1);
     b = fuzz_feed_all(chunked, s, len, chunk);
 
     FUZZ_CHECK(whole->answer == chunked->answer);
     FUZZ_CHECK(a == whole->head_len && b == chunked->head_len);
-    FUZZ_CHECK(whole->head_len <= METRICS_HEAD_MAX);
+    FUZZ_CHECK(whole->head_len <= HTTPD_HEAD_MAX);
     FUZZ_CHECK(whole->url_len <= whole->head_len);
-    FUZZ_CHECK(metrics_request_is_head(whole) ==
-               metrics_request_is_head(chunked));
+    FUZZ_CHECK(httpd_request_is_head(whole) ==
+               httpd_request_is_head(chunked));
     /* Where the reader stops does not depend on the cut, nor what it kept
      * of a good head. (Of a bad one, the parser hands over the target's
      * pieces up to each cut, but not the piece an error interrupts.) */
     FUZZ_CHECK(whole->head_len == chunked->head_len);
-    if (whole->answer != METRICS_ANSWER_BAD_REQUEST)
+    if (whole->answer != HTTPD_ANSWER_BAD_REQUEST)
         FUZZ_CHECK(whole->url_len == chunked->url_len &&
                    memcmp(whole->url, chunked->url, whole->url_len) == 0);
     switch (whole->answer) {
-    case METRICS_ANSWER_NONE:
-        FUZZ_CHECK(whole->head_len == len && len < METRICS_HEAD_MAX);
+    case HTTPD_ANSWER_NONE:
+        FUZZ_CHECK(whole->head_len == len && len < HTTPD_HEAD_MAX);
         break;
-    case METRICS_ANSWER_TOO_LARGE:
-        FUZZ_CHECK(whole->head_len == METRICS_HEAD_MAX);
+    case HTTPD_ANSWER_TOO_LARGE:
+        FUZZ_CHECK(whole->head_len == HTTPD_HEAD_MAX);
         break;
-    case METRICS_ANSWER_METRICS:
-    case METRICS_ANSWER_HEALTHZ:
+    case HTTPD_ANSWER_ROUTE:
+        FUZZ_CHECK(whole->route == chunked->route);
         fuzz_check_route(whole, s, len);
         break;
-    case METRICS_ANSWER_NOT_FOUND:
-    case METRICS_ANSWER_BAD_METHOD:
-    case METRICS_ANSWER_BAD_REQUEST:
+    case HTTPD_ANSWER_NOT_FOUND:
+    case HTTPD_ANSWER_BAD_METHOD:
+    case HTTPD_ANSWER_BAD_REQUEST:
         break;
     default:
         FUZZ_CHECK(!"unexpected answer");

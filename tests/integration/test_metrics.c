@@ -35,7 +35,7 @@
 #include "daemon/stats.h"
 
 #define NNODES 3
-#define MAX_CONNS 64            /* the daemon's cap, metrics.c */
+#define MAX_CONNS 64            /* the daemon's cap, httpd.h */
 
 static struct h_redis N[NNODES];
 static struct h_daemon D;
@@ -672,7 +672,7 @@ START_TEST(head_too_large_431)
 }
 END_TEST
 
-/* A head not complete within 5 s (metrics.c) is answered 408. */
+/* A head not complete within 5 s (httpd.h) is answered 408. */
 START_TEST(slow_head_408)
 {
     static const char part[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n";

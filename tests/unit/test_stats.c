@@ -6,8 +6,7 @@
  * today, written out here by hand on purpose: a renamed row must fail
  * this test. A small list of the test's own, built with the same
  * generators, covers what the daemon does not use yet: a counter with a
- * label and a histogram. The last part is the metrics endpoint's request
- * reader (metrics_request_*), which needs no socket.
+ * label and a histogram. (The endpoint's HTTP server is test_httpd.c.)
  */
 #include <check.h>
 #include <math.h>
@@ -228,28 +227,6 @@ START_TEST(json_labelled_and_histogram)
 }
 END_TEST
 
-/* What the JSON view wrote reads back the same (a sum into its first
- * cell); histograms are not read. */
-START_TEST(json_read_back)
-{
-    struct test_values v = test_sample(), back;
-    json_t *o = json_object();
-
-    memset(&back, 0xff, sizeof(back));
-    stats_table_json(&test_table, &v, o);
-    stats_table_read_json(&test_table, o, &back);
-    ck_assert_uint_eq(back.hits[TEST_red], 3);
-    ck_assert_uint_eq(back.hits[TEST_blue], 4);
-    ck_assert_uint_eq(back.shapes[TEST_round], 1);
-    ck_assert_uint_eq(back.shapes[TEST_square], 0);
-    ck_assert_uint_eq(back.tones[TEST_red], 11);
-    ck_assert_uint_eq(back.tones[TEST_blue], 0);
-    ck_assert(back.level_ms == 1500);
-    ck_assert_uint_eq(back.busy_ms, 2250);
-    json_decref(o);
-}
-END_TEST
-
 /* The STATS keys tools read today, in order, then the ones added since
  * (at the end, so the old order holds). */
 static const char *const stats_keys[] = {
@@ -288,6 +265,7 @@ static void provide(struct stats_values *v, void *ud)
     v->wakeups[STATS_CAUSE_retry] = 2;
     v->nodes_voting = 1;
     stats_node_set_name(n, "127.0.0.1:6379");
+    stats_node_set_why(n, "down: connection refused");
     n->requests = 9;
     n->latency_ms = 0.25;
     stats_hist_observe(&n->request_seconds, &stats_buckets_latency, 0.0003);
@@ -482,26 +460,6 @@ START_TEST(process_numbers)
 }
 END_TEST
 
-/* Glue that only has JSON reads it back by the codec's keys. */
-START_TEST(read_json_by_codec_keys)
-{
-    json_t *o = json_pack("{s:s, s:b, s:b, s:I, s:f}", "node", "n1",
-                          "up", 1, "voting", 0, "requests", (json_int_t)12,
-                          "latency_ms", 1.5);
-    struct stats_values v = { 0 };
-    struct stats_node *n = stats_nodes_alloc(&v, 1);
-
-    stats_table_read_json(&stats_node_table, o, n);
-    ck_assert(n->up == 1 && n->voting == 0);
-    ck_assert_uint_eq(n->requests, 12);
-    ck_assert_uint_eq(n->errors, 0);
-    ck_assert(n->latency_ms == 1.5);
-    ck_assert(isnan(n->rejoin_in_ms));
-    stats_values_deinit(&v);
-    json_decref(o);
-}
-END_TEST
-
 static void count_calls(struct stats_values *v, void *ud)
 {
     (void)v;
@@ -526,120 +484,6 @@ START_TEST(providers_bounded_and_reset)
 }
 END_TEST
 
-/* ---- the metrics request reader ---------------------------------------- */
-
-struct reader_case {
-    const char *in;
-    enum metrics_answer answer;
-    bool head;
-};
-
-static const struct reader_case reader_cases[] = {
-    { "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", METRICS_ANSWER_METRICS, false },
-    { "HEAD /metrics HTTP/1.1\r\n\r\n", METRICS_ANSWER_METRICS, true },
-    { "GET /healthz?probe=1 HTTP/1.0\n\n", METRICS_ANSWER_HEALTHZ, false },
-    { "HEAD /healthz#x HTTP/1.0\r\n\r\n", METRICS_ANSWER_HEALTHZ, true },
-    { "GET http://h:1/metrics HTTP/1.1\r\n\r\n", METRICS_ANSWER_METRICS, false },
-    { "\r\nGET /metrics HTTP/1.1\r\n\r\n", METRICS_ANSWER_METRICS, false },
-    { "GET /metrics/ HTTP/1.1\r\n\r\n", METRICS_ANSWER_NOT_FOUND, false },
-    { "GET /METRICS HTTP/1.1\r\n\r\n", METRICS_ANSWER_NOT_FOUND, false },
-    { "HEAD / HTTP/1.1\r\n\r\n", METRICS_ANSWER_NOT_FOUND, true },
-    { "POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
-      METRICS_ANSWER_BAD_METHOD, false },
-    { "OPTIONS /metrics HTTP/1.1\r\n\r\n", METRICS_ANSWER_BAD_METHOD, false },
-    { "GET /metrics HTTP/2.0\r\n\r\n", METRICS_ANSWER_BAD_REQUEST, false },
-    { "GET /metrics\r\n\r\n", METRICS_ANSWER_BAD_REQUEST, false },
-    { "GET metrics HTTP/1.1\r\n\r\n", METRICS_ANSWER_BAD_REQUEST, false },
-    { "FROB /metrics HTTP/1.1\r\n\r\n", METRICS_ANSWER_BAD_REQUEST, false },
-    { "hello there\r\n\r\n", METRICS_ANSWER_BAD_REQUEST, false },
-    { "GET /metrics HTTP/1.1\r\nbad header\r\n\r\n",
-      METRICS_ANSWER_BAD_REQUEST, false },
-    { "GET /metrics HTTP/1.1\r\nHost: x\r\n", METRICS_ANSWER_NONE, false },
-    { "", METRICS_ANSWER_NONE, false },
-};
-
-/* Fed at once and fed byte by byte, a head reads the same. */
-START_TEST(reader_table)
-{
-    for (size_t i = 0; i < NELEM(reader_cases); i++) {
-        const struct reader_case *c = &reader_cases[i];
-        size_t len = strlen(c->in);
-        struct metrics_request *whole = malloc(sizeof(*whole));
-        struct metrics_request *bytes = malloc(sizeof(*bytes));
-
-        ck_assert(whole && bytes);
-        metrics_request_init(whole);
-        metrics_request_init(bytes);
-        metrics_request_feed(whole, c->in, len);
-        for (size_t k = 0; k < len; k++)
-            metrics_request_feed(bytes, c->in + k, 1);
-        ck_assert_msg(whole->answer == c->answer, "case %zu: answer %d, "
-                      "want %d", i, whole->answer, c->answer);
-        ck_assert_msg(bytes->answer == c->answer, "case %zu byte by byte: "
-                      "answer %d, want %d", i, bytes->answer, c->answer);
-        ck_assert_msg(metrics_request_is_head(whole) == c->head,
-                      "case %zu: HEAD", i);
-        ck_assert_msg(whole->head_len == bytes->head_len,
-                      "case %zu: head %zu vs %zu bytes", i, whole->head_len,
-                      bytes->head_len);
-        free(whole);
-        free(bytes);
-    }
-}
-END_TEST
-
-/* A head of exactly METRICS_HEAD_MAX bytes is read; one byte more is 431,
- * and nothing past the limit is taken. */
-START_TEST(reader_head_limit)
-{
-    static const char line[] = "GET /healthz HTTP/1.1\r\nX: ";
-    char *buf = malloc(METRICS_HEAD_MAX + 64);
-    struct metrics_request *r = malloc(sizeof(*r));
-    size_t n;
-
-    ck_assert(buf && r);
-    for (size_t extra = 0; extra <= 1; extra++) {
-        size_t total = METRICS_HEAD_MAX + extra;
-
-        memcpy(buf, line, sizeof(line) - 1);
-        memset(buf + sizeof(line) - 1, 'a', total - (sizeof(line) - 1) - 4);
-        memcpy(buf + total - 4, "\r\n\r\n", 4);
-        metrics_request_init(r);
-        n = metrics_request_feed(r, buf, total);
-        ck_assert_msg(r->answer == (extra ? METRICS_ANSWER_TOO_LARGE
-                                          : METRICS_ANSWER_HEALTHZ),
-                      "%zu-byte head: answer %d", total, r->answer);
-        ck_assert_uint_le(n, METRICS_HEAD_MAX);
-        ck_assert_uint_eq(metrics_request_feed(r, "\r\n", 2), 0);
-    }
-    free(r);
-    free(buf);
-}
-END_TEST
-
-/* HEAD keeps the headers, Content-Length too, and drops the body. */
-START_TEST(response_head_only)
-{
-    struct sbuf get = SBUF_INIT, head = SBUF_INIT;
-    const char *g, *h;
-
-    metrics_format_response(&get, "200 OK", "text/plain", "X: y\r\n",
-                            "body\n", 5, false);
-    metrics_format_response(&head, "200 OK", "text/plain", "X: y\r\n",
-                            "body\n", 5, true);
-    g = sbuf_cstr(&get);
-    h = sbuf_cstr(&head);
-    ck_assert_str_eq(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
-                     "Content-Length: 5\r\nCache-Control: no-store\r\n"
-                     "X: y\r\nConnection: close\r\n\r\n");
-    ck_assert_uint_eq(strlen(g), strlen(h) + 5);
-    ck_assert(strncmp(g, h, strlen(h)) == 0);
-    ck_assert_str_eq(g + strlen(h), "body\n");
-    sbuf_deinit(&get);
-    sbuf_deinit(&head);
-}
-END_TEST
-
 static Suite *stats_suite(void)
 {
     Suite *s = suite_create("stats");
@@ -650,18 +494,11 @@ static Suite *stats_suite(void)
     tcase_add_test(tc, prometheus_instance_label);
     tcase_add_test(tc, histogram_buckets);
     tcase_add_test(tc, json_labelled_and_histogram);
-    tcase_add_test(tc, json_read_back);
     tcase_add_test(tc, stats_json_shape);
     tcase_add_test(tc, daemon_prometheus);
     tcase_add_test(tc, observation_points);
     tcase_add_test(tc, process_numbers);
-    tcase_add_test(tc, read_json_by_codec_keys);
     tcase_add_test(tc, providers_bounded_and_reset);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("reader");
-    tcase_add_test(tc, reader_table);
-    tcase_add_test(tc, reader_head_limit);
-    tcase_add_test(tc, response_head_only);
     suite_add_tcase(s, tc);
     return s;
 }
