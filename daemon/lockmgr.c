@@ -72,7 +72,7 @@ struct lockreq {
     bool woken;                     /* its timer is a notified wake-up */
     bool notified;                  /* a release was announced meanwhile */
     bool shutdown;                  /* the daemon stops: no grant */
-    struct list hlink;              /* in M.held_back (start-up) */
+    struct list hlink;              /* in mgr.held_back (start-up) */
     enum redlock_status last;
     struct timer timer;
     char token[REDLOCK_TOKEN_LEN + 1];
@@ -199,7 +199,7 @@ static struct {
     uint64_t rng;                   /* xorshift64* state, never 0 */
     uint64_t spread;                /* where this daemon starts in a
                                        semaphore's slots: hash of its id */
-} M;
+} mgr;
 
 /* How long a waiter woken by a release announcement waits before asking:
  * up to this many ms, at random, so waiters on several daemons that hear
@@ -251,7 +251,7 @@ static struct notice *notice_new(enum notice_kind kind,
         memcpy(n->text + rlen + 1, msg, mlen);
         n->msg = n->text + rlen + 1;
     }
-    list_push_tail(&M.notices, &n->link);
+    list_push_tail(&mgr.notices, &n->link);
     return n;
 }
 
@@ -299,33 +299,33 @@ static void notices_flush(void)
 {
     struct list *link;
 
-    if (M.flushing)
+    if (mgr.flushing)
         return;     /* an owner called back in: the loop below goes on */
-    M.flushing = true;
-    while ((link = list_first(&M.notices))) {
+    mgr.flushing = true;
+    while ((link = list_first(&mgr.notices))) {
         struct notice *n = list_entry(link, struct notice, link);
         list_remove(link);
         notice_deliver(n);
         owner_unref(n->o);
         free(n);
     }
-    M.flushing = false;
+    mgr.flushing = false;
 }
 
 static void enter(void)
 {
-    M.depth++;
+    mgr.depth++;
 }
 
 static void leave(void)
 {
-    if (--M.depth == 0)
+    if (--mgr.depth == 0)
         notices_flush();
 }
 
 /* ---- set-up ------------------------------------------------------------ */
 
-static lockmgr_hold_fn *hold_observer;     /* outside M: init keeps it */
+static lockmgr_hold_fn *hold_observer;     /* outside mgr: init keeps it */
 
 void lockmgr_set_hold_observer(lockmgr_hold_fn *fn)
 {
@@ -334,25 +334,25 @@ void lockmgr_set_hold_observer(lockmgr_hold_fn *fn)
 
 void lockmgr_init(const struct conf *conf, const struct redlock_ops *rl)
 {
-    memset(&M, 0, sizeof(M));
-    M.conf = conf;
-    M.rl = rl;
-    hmap_init(&M.table);
-    list_init(&M.notices);
-    list_init(&M.held_back);
-    list_init(&M.adopts_held);
-    if (getrandom(&M.rng, sizeof(M.rng), GRND_NONBLOCK) != sizeof(M.rng))
-        M.rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    M.rng |= 1;
+    memset(&mgr, 0, sizeof(mgr));
+    mgr.conf = conf;
+    mgr.rl = rl;
+    hmap_init(&mgr.table);
+    list_init(&mgr.notices);
+    list_init(&mgr.held_back);
+    list_init(&mgr.adopts_held);
+    if (getrandom(&mgr.rng, sizeof(mgr.rng), GRND_NONBLOCK) != sizeof(mgr.rng))
+        mgr.rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    mgr.rng |= 1;
     /* Daemons with different ids start at different slots, so two of them
      * do not both ask for slot 0 first. */
     if (conf->id)
-        M.spread = hmap_hash(conf->id, strlen(conf->id));
-    M.prefixlen = strlen(conf->locks.key_prefix);
-    M.keycap = M.prefixlen + conf->locks.max_resource_len +
+        mgr.spread = hmap_hash(conf->id, strlen(conf->id));
+    mgr.prefixlen = strlen(conf->locks.key_prefix);
+    mgr.keycap = mgr.prefixlen + conf->locks.max_resource_len +
                LOCKMGR_SLOT_SUFFIX_SIZE;
-    M.keybuf = mem_alloc(M.keycap);
-    memcpy(M.keybuf, conf->locks.key_prefix, M.prefixlen);
+    mgr.keybuf = mem_alloc(mgr.keycap);
+    memcpy(mgr.keybuf, conf->locks.key_prefix, mgr.prefixlen);
 }
 
 static void entry_free(struct lock_entry *e)
@@ -367,15 +367,15 @@ void lockmgr_deinit(void)
      * lease whose release did not complete before the shutdown timeout. */
     struct hmap_iter it;
     struct hmap_node *n;
-    hmap_iter_init(&it, &M.table);
+    hmap_iter_init(&it, &mgr.table);
     while ((n = hmap_iter_next(&it))) {
         struct lock_entry *e = container_of(n, struct lock_entry, node);
-        hmap_del(&M.table, n);
+        hmap_del(&mgr.table, n);
         entry_free(e);
     }
-    hmap_deinit(&M.table);
-    free(M.keybuf);
-    M.keybuf = NULL;
+    hmap_deinit(&mgr.table);
+    free(mgr.keybuf);
+    mgr.keybuf = NULL;
 }
 
 void lockmgr_owner_init(struct lockmgr_owner *o,
@@ -402,17 +402,17 @@ const char *lockmgr_lost_reason_name(enum lockmgr_lost_reason r)
 
 size_t lockmgr_held_count(void)
 {
-    return M.held;
+    return mgr.held;
 }
 
 size_t lockmgr_waiter_count(void)
 {
-    return M.waiters;
+    return mgr.waiters;
 }
 
 const struct lockmgr_counters *lockmgr_counters(void)
 {
-    return &M.c;
+    return &mgr.c;
 }
 
 static int64_t lease_validity(const struct lease *l)
@@ -461,35 +461,35 @@ static void audit(const struct lease *l, const struct lockmgr_owner *o,
 
 /* ---- entries ------------------------------------------------------------ */
 
-/* key_prefix + res in M.keybuf (valid until the next call). The buffer is
+/* key_prefix + res in mgr.keybuf (valid until the next call). The buffer is
  * sized for max_resource_len and a slot's suffix, and grows if a longer
  * name ever comes. */
 static const char *entry_key(const char *res, size_t len, size_t *keylen)
 {
-    if (M.prefixlen + len + LOCKMGR_SLOT_SUFFIX_SIZE > M.keycap) {
-        M.keycap = M.prefixlen + len + LOCKMGR_SLOT_SUFFIX_SIZE;
-        M.keybuf = mem_realloc(M.keybuf, M.keycap);
+    if (mgr.prefixlen + len + LOCKMGR_SLOT_SUFFIX_SIZE > mgr.keycap) {
+        mgr.keycap = mgr.prefixlen + len + LOCKMGR_SLOT_SUFFIX_SIZE;
+        mgr.keybuf = mem_realloc(mgr.keybuf, mgr.keycap);
     }
-    memcpy(M.keybuf + M.prefixlen, res, len);
-    M.keybuf[M.prefixlen + len] = '\0';
-    *keylen = M.prefixlen + len;
-    return M.keybuf;
+    memcpy(mgr.keybuf + mgr.prefixlen, res, len);
+    mgr.keybuf[mgr.prefixlen + len] = '\0';
+    *keylen = mgr.prefixlen + len;
+    return mgr.keybuf;
 }
 
-/* The key of slot `slot` of e in M.keybuf (valid until the next call). */
+/* The key of slot `slot` of e in mgr.keybuf (valid until the next call). */
 static const char *entry_slot_key(const struct lock_entry *e, uint32_t slot,
                                   size_t *keylen)
 {
-    size_t len = e->keylen - M.prefixlen;
+    size_t len = e->keylen - mgr.prefixlen;
     entry_key(e->resource, len, keylen);
-    *keylen += (size_t)snprintf(M.keybuf + *keylen, LOCKMGR_SLOT_SUFFIX_SIZE,
+    *keylen += (size_t)snprintf(mgr.keybuf + *keylen, LOCKMGR_SLOT_SUFFIX_SIZE,
                                 "%c%" PRIu32, LOCKMGR_SLOT_SEP, slot);
-    return M.keybuf;
+    return mgr.keybuf;
 }
 
 static struct lock_entry *entry_lookup(const char *key, size_t keylen)
 {
-    struct hmap_node *n = hmap_get(&M.table, key, keylen);
+    struct hmap_node *n = hmap_get(&mgr.table, key, keylen);
     return n ? container_of(n, struct lock_entry, node) : NULL;
 }
 
@@ -507,14 +507,14 @@ static struct lock_entry *entry_get(const char *res, size_t len,
     struct lock_entry *e = entry_find(res, len);
     if (e)
         return e;
-    size_t keylen = M.prefixlen + len;
+    size_t keylen = mgr.prefixlen + len;
     e = mem_alloc(sizeof(*e) + keylen + 1 + keylen +
                   LOCKMGR_SHARED_SUFFIX_LEN + 1);
-    memcpy(e->key, M.conf->locks.key_prefix, M.prefixlen);
-    memcpy(e->key + M.prefixlen, res, len);
+    memcpy(e->key, mgr.conf->locks.key_prefix, mgr.prefixlen);
+    memcpy(e->key + mgr.prefixlen, res, len);
     e->keylen = keylen;
     e->key[keylen] = '\0';
-    e->resource = e->key + M.prefixlen;
+    e->resource = e->key + mgr.prefixlen;
     char *sh = e->key + keylen + 1;
     memcpy(sh, e->key, keylen);
     memcpy(sh + keylen, LOCKMGR_SHARED_SUFFIX, LOCKMGR_SHARED_SUFFIX_LEN + 1);
@@ -525,7 +525,7 @@ static struct lock_entry *entry_get(const char *res, size_t len,
     e->limit = limit;
     if (limit)
         e->slots = mem_alloc(limit);
-    hmap_put(&M.table, &e->node, e->key, e->keylen);
+    hmap_put(&mgr.table, &e->node, e->key, e->keylen);
     return e;
 }
 
@@ -544,7 +544,7 @@ static void entry_maybe_free(struct lock_entry *e)
 {
     if (e->nheld || !list_empty(&e->waiters) || e->pins)
         return;
-    hmap_del(&M.table, &e->node);
+    hmap_del(&mgr.table, &e->node);
     entry_free(e);
 }
 
@@ -552,14 +552,14 @@ static void entry_push(struct req_pos *p)
 {
     list_push_tail(&p->e->waiters, &p->link);
     p->e->nwait++;
-    M.waiters++;
+    mgr.waiters++;
 }
 
 static void entry_remove(struct req_pos *p)
 {
     list_remove(&p->link);
     p->e->nwait--;
-    M.waiters--;
+    mgr.waiters--;
 }
 
 static bool req_exclusive(const struct lockreq *q)
@@ -690,7 +690,7 @@ static void lease_put(struct lease *l)
  */
 static uint64_t lease_margin(const struct lease *l)
 {
-    uint64_t m = 2 * (uint64_t)M.conf->redis.command_timeout_ms +
+    uint64_t m = 2 * (uint64_t)mgr.conf->redis.command_timeout_ms +
                  l->ttl / 20;
     return m < l->ttl / 4 ? m : l->ttl / 4;
 }
@@ -773,7 +773,7 @@ struct lease_init {
 static struct lease *lease_new(struct lock_entry *e, const char *key,
                                size_t keylen, const struct lease_init *in)
 {
-    size_t len = e->keylen - M.prefixlen;
+    size_t len = e->keylen - mgr.prefixlen;
     struct lease *l = mem_alloc(sizeof(*l) + len + 1 + keylen + 1);
     memcpy(l->resource, e->resource, len);
     l->resource[len] = '\0';
@@ -828,7 +828,7 @@ static void lease_attach(struct lease *l, struct lockmgr_owner *o)
     e->nheld++;
     if (l->mode == LOCKMGR_EXCLUSIVE && !l->limit)
         e->nexcl++;
-    M.held++;
+    mgr.held++;
 }
 
 /* The lease stops being held: off its owner, no more timers, and an
@@ -847,7 +847,7 @@ static void lease_end(struct lease *l)
     timer_stop(&l->timer);
     timer_stop(&l->deadline);
     l->gone = true;
-    M.held--;
+    mgr.held--;
     if (hold_observer)
         hold_observer(timer_now() - l->acquired_at);
     if (e) {
@@ -882,7 +882,7 @@ static void entry_drop_holder(struct lock_entry *e, struct lease *l)
     }
     struct lockreq *head = entry_head(e);
     if (head && !head->attempting)
-        M.c.wakeups_notified++;
+        mgr.c.wakeups_notified++;
     entry_kick(e);
 }
 
@@ -905,17 +905,17 @@ static void lease_release(struct lease *l, uint32_t delay_ms,
 
     audit(l, l->owner, "release", why);
     lease_end(l);
-    M.c.releases++;
+    mgr.c.releases++;
     x->l = l;
     x->u = u;
     l->ops++;
     /* With no UNLOCK waiting for it, it can go with others. */
     if (delay_ms > 0)
-        (u ? M.rl->extend : M.rl->extend_batched)(l->key, l->keylen,
+        (u ? mgr.rl->extend : mgr.rl->extend_batched)(l->key, l->keylen,
                                                   l->token, delay_ms,
                                                   release_done, x);
     else
-        (u ? M.rl->release : M.rl->release_batched)(l->key, l->keylen,
+        (u ? mgr.rl->release : mgr.rl->release_batched)(l->key, l->keylen,
                                                     l->token, release_done,
                                                     x);
 }
@@ -926,7 +926,7 @@ static void unlock_step(struct unlock_ctx *u, const struct redlock_result *res)
         u->nodes = res->deleted;
     /* So many nodes had no key of ours that no quorum can have held it:
      * the lock had been lost before this UNLOCK. */
-    if (res->busy > M.rl->nnodes() - M.rl->quorum())
+    if (res->busy > mgr.rl->nnodes() - mgr.rl->quorum())
         u->lost = true;
     if (--u->left > 0)
         return;
@@ -986,7 +986,7 @@ static void lease_lose(struct lease *l, enum lockmgr_lost_reason why)
         [LOST_NODE] = "the nodes no longer hold its key",
     };
 
-    M.c.leases_lost++;
+    mgr.c.leases_lost++;
     if (l->owner) {
         struct notice *n = notice_new(N_LOST, l->owner, l->resource, NULL);
         n->fence = l->fence;
@@ -1010,7 +1010,7 @@ static void lease_lose(struct lease *l, enum lockmgr_lost_reason why)
  * plus the grace a late loop gets) can come before the hard deadline. */
 static bool lease_can_retry(const struct lease *l, uint64_t at)
 {
-    return at + 2 * (uint64_t)M.conf->redis.command_timeout_ms <=
+    return at + 2 * (uint64_t)mgr.conf->redis.command_timeout_ms <=
            lease_deadline(l);
 }
 
@@ -1048,10 +1048,10 @@ static void renew_done(void *ud, const struct redlock_result *res)
         l->valid_until = now + (uint64_t)(res->validity > 0 ? res->validity
                                                              : 0);
         l->renewals++;
-        M.c.renewals++;
+        mgr.c.renewals++;
         lease_arm(l, true);
     } else if (res->status == REDLOCK_LOST) {
-        M.c.renewal_failures++;
+        mgr.c.renewal_failures++;
         lease_lose(l, LOST_NODE);
     } else {
         /* Not enough nodes answered: try again soon, while a retry can
@@ -1061,7 +1061,7 @@ static void renew_done(void *ud, const struct redlock_result *res)
             retry = 20;
         if (retry > 1000)
             retry = 1000;
-        M.c.renewal_failures++;
+        mgr.c.renewal_failures++;
         lease_cap(l, now + (uint64_t)(res->validity > 0 ? res->validity : 0));
         if (lease_can_retry(l, now + retry)) {
             log_info("renewal of %s reached %d nodes; retrying in %" PRIu64
@@ -1079,7 +1079,7 @@ static void renew_start(struct lease *l)
     l->renew_due = false;
     l->extending = true;
     l->ops++;
-    M.rl->extend_batched(l->key, l->keylen, l->token, l->ttl, renew_done, l);
+    mgr.rl->extend_batched(l->key, l->keylen, l->token, l->ttl, renew_done, l);
 }
 
 /* Renew l now, or when the op in flight for it is answered. */
@@ -1169,7 +1169,7 @@ static size_t label_put(const struct lockmgr_owner *o, uint32_t limit,
 {
     size_t at = put_lit(out, 0, "{\"daemon\":\"");
 
-    at = json_put_str(out, at, M.conf->id ? M.conf->id : "");
+    at = json_put_str(out, at, mgr.conf->id ? mgr.conf->id : "");
     at = put_lit(out, at, "\",\"session\":\"");
     at = json_put_str(out, at, o->id);
     if (o->name && o->name[0]) {
@@ -1247,16 +1247,16 @@ static void req_give_up(struct lockreq *q)
          * down and why): "could not be reached" is wrong for nodes that
          * answer but may not vote yet. */
         char why[512], full[PROTO_MAX_ERRMSG + sizeof(why)];
-        size_t n = M.rl->why_unavailable ? M.rl->why_unavailable(why,
+        size_t n = mgr.rl->why_unavailable ? mgr.rl->why_unavailable(why,
                                                                   sizeof(why))
                                          : 0;
-        M.c.acquire_unavailable++;
+        mgr.c.acquire_unavailable++;
         snprintf(full, sizeof(full), "no quorum of %d of %d redis nodes "
-                 "voted in time%s%s", M.rl->quorum(), M.rl->nnodes(),
+                 "voted in time%s%s", mgr.rl->quorum(), mgr.rl->nnodes(),
                  n ? ": " : "", n ? why : "");
         req_fail(q, PROTO_ERR_UNAVAILABLE, full);
     } else if (q->deadline || q->cut) {
-        M.c.acquire_timeout++;
+        mgr.c.acquire_timeout++;
         if (q->cut)
             snprintf(msg, sizeof(msg), "the client closed the connection "
                      "while waiting for %s", names);
@@ -1268,7 +1268,7 @@ static void req_give_up(struct lockreq *q)
                      names, what);
         req_fail(q, PROTO_ERR_TIMEOUT, msg);
     } else {
-        M.c.acquire_busy++;
+        mgr.c.acquire_busy++;
         if (q->limit)
             snprintf(msg, sizeof(msg), "all %" PRIu32 " slots of %s are "
                      "held", q->limit, names);
@@ -1282,10 +1282,10 @@ static void req_give_up(struct lockreq *q)
 /* Seeded per process from the OS, so daemons do not share a sequence. */
 static uint64_t rng_below(uint64_t n)
 {
-    M.rng ^= M.rng >> 12;
-    M.rng ^= M.rng << 25;
-    M.rng ^= M.rng >> 27;
-    return n ? (M.rng * 0x2545f4914f6cdd1dULL >> 11) % n : 0;
+    mgr.rng ^= mgr.rng >> 12;
+    mgr.rng ^= mgr.rng << 25;
+    mgr.rng ^= mgr.rng >> 27;
+    return n ? (mgr.rng * 0x2545f4914f6cdd1dULL >> 11) % n : 0;
 }
 
 static uint64_t jitter(uint64_t ms)
@@ -1300,7 +1300,7 @@ static uint64_t jitter(uint64_t ms)
 static void req_sleep(struct lockreq *q, int64_t pttl)
 {
     uint64_t now = timer_now();
-    uint64_t delay = jitter(M.conf->locks.retry_ms);
+    uint64_t delay = jitter(mgr.conf->locks.retry_ms);
 
     /* The key expires before that: ask just after, a little spread too. */
     if (pttl >= 0 && (uint64_t)pttl + 1 < delay)
@@ -1324,7 +1324,7 @@ static int64_t req_next_slot(struct lockreq *q)
     if (hint >= 0 && hint < (int64_t)e->limit && !e->slots[hint])
         return hint;
     while (q->visited < e->limit) {
-        uint32_t s = (uint32_t)((M.spread + q->visited++) % e->limit);
+        uint32_t s = (uint32_t)((mgr.spread + q->visited++) % e->limit);
         if (!e->slots[s])
             return s;
     }
@@ -1349,7 +1349,7 @@ static void req_give_back(struct lockreq *q)
     for (size_t i = 0; i < q->n; i++) {
         size_t keylen;
         const char *key = req_key(q, i, &keylen);
-        M.rl->release(key, keylen, q->token, NULL, NULL);
+        mgr.rl->release(key, keylen, q->token, NULL, NULL);
     }
 }
 
@@ -1379,7 +1379,7 @@ static void req_granted(struct lockreq *q, const struct redlock_result *res)
         audit(l, o, "grant", l->renew ? "renewed while the session lives"
                                       : "renew=0");
     }
-    M.c.acquire_ok++;
+    mgr.c.acquire_ok++;
     o->pending = NULL;
     req_drop(q);        /* the slot, if any, is the lease's now */
     owner_unref(o);
@@ -1468,7 +1468,7 @@ static bool req_try(struct lockreq *q)
         lk.shared = shared;
         lk.shared_lens = slens;
     }
-    if (M.rl->token(q->token) != 0) {
+    if (mgr.rl->token(q->token) != 0) {
         /* Answer from the timer, never from inside our caller: it may be
          * about to touch the entry this request's answer could free. */
         q->no_token = true;
@@ -1478,7 +1478,7 @@ static bool req_try(struct lockreq *q)
     if (q->limit)
         slot_take(q->pos[0].e, q->slot);
     q->attempting = true;
-    M.rl->acquire(&lk, q->token, q->ttl, attempt_done, q);
+    mgr.rl->acquire(&lk, q->token, q->ttl, attempt_done, q);
     return true;
 }
 
@@ -1509,9 +1509,9 @@ static void req_timer_cb(struct timer *t)
         req_give_up(q);
     } else if (req_may_start(q, true)) {
         if (q->woken)
-            M.c.wakeups_notified++;
+            mgr.c.wakeups_notified++;
         else
-            M.c.wakeups_retry++;
+            mgr.c.wakeups_retry++;
         if (!req_attempt(q))
             timer_start_at(&q->timer, q->deadline);
     } else {
@@ -1553,7 +1553,7 @@ static void req_begin(struct lockreq *q)
     for (size_t i = 0; i < q->n; i++)
         if (q->pos[i].e->nwait > q->pos[crowded].e->nwait)
             crowded = i;
-    size_t max_waiters = M.conf->limits.max_waiters_per_resource;
+    size_t max_waiters = mgr.conf->limits.max_waiters_per_resource;
     if (req_may_start(q, true)) {
         if (!req_attempt(q))    /* cannot be: a slot is free; as busy */
             timer_start_at(&q->timer, q->deadline);
@@ -1566,14 +1566,14 @@ static void req_begin(struct lockreq *q)
          * than two command timeouts. */
         if (!wait)
             timer_start(&q->timer,
-                        2 * (uint64_t)M.conf->redis.command_timeout_ms + 1);
+                        2 * (uint64_t)mgr.conf->redis.command_timeout_ms + 1);
         else
             timer_start_at(&q->timer, q->deadline);
     } else if (!wait && req_only_asked(q)) {
         /* Others are asking for it, nobody holds it here: their outcome
          * decides (entry_kick), within two command timeouts. */
         timer_start(&q->timer,
-                    2 * (uint64_t)M.conf->redis.command_timeout_ms + 1);
+                    2 * (uint64_t)mgr.conf->redis.command_timeout_ms + 1);
     } else if (!wait) {
         /* Held here, or others wait first: first come, first served. */
         req_give_up(q);
@@ -1625,11 +1625,11 @@ void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r)
         entry_push(&q->pos[i]);
     }
     if (r->wait)
-        M.c.waits++;
-    if (M.starting) {
+        mgr.c.waits++;
+    if (mgr.starting) {
         /* Until then a wait that runs out is for lack of nodes. */
         q->last = REDLOCK_UNAVAILABLE;
-        list_push_tail(&M.held_back, &q->hlink);
+        list_push_tail(&mgr.held_back, &q->hlink);
         if (q->deadline)
             timer_start_at(&q->timer, q->deadline);
     } else {
@@ -1644,18 +1644,18 @@ static void adopt_unhold(struct lockmgr_owner *o, enum proto_err err);
 /* Held back at start-up; ends with lockmgr_ready(). */
 void lockmgr_starting(void)
 {
-    M.starting = true;
+    mgr.starting = true;
 }
 
 void lockmgr_ready(void)
 {
     struct list *link;
 
-    if (!M.starting)
+    if (!mgr.starting)
         return;
     enter();
-    M.starting = false;
-    while ((link = list_first(&M.held_back))) {
+    mgr.starting = false;
+    while ((link = list_first(&mgr.held_back))) {
         struct lockreq *q = list_entry(link, struct lockreq, hlink);
         list_remove(link);
         q->last = REDLOCK_BUSY;
@@ -1704,7 +1704,7 @@ void lockmgr_unlock_many(struct lockmgr_owner *o, struct lease *const *l,
     u->gen = o->gen;
     owner_ref(o);
     u->n = u->left = n;
-    u->nodes = M.rl->nnodes();
+    u->nodes = mgr.rl->nnodes();
     memcpy(u->resource, l[0]->resource, len + 1);
     for (size_t i = 0; i < n; i++)
         lease_release(l[i], 0, u, "UNLOCK");
@@ -1740,7 +1740,7 @@ static void extend_done(void *ud, const struct redlock_result *res)
     enum proto_err err = PROTO_ERR_NONE;
 
     enter();
-    M.c.extends++;
+    mgr.c.extends++;
     if (l->gone) {
         err = PROTO_ERR_LOST;
     } else if (res->status == REDLOCK_OK) {
@@ -1749,7 +1749,7 @@ static void extend_done(void *ud, const struct redlock_result *res)
         lease_arm(l, true);
     } else if (res->status == REDLOCK_LOST) {
         err = PROTO_ERR_LOST;
-        M.c.leases_lost++;
+        mgr.c.leases_lost++;
         lease_release(l, 0, NULL, "EXTEND found it lost");
     } else {
         /* Some nodes may have taken the new ttl: if it was shorter, the
@@ -1770,7 +1770,7 @@ static void extend_start(struct extend_ctx *x)
     struct lease *l = x->l;
 
     l->extending = true;
-    M.rl->extend(l->key, l->keylen, l->token, x->ttl, extend_done, x);
+    mgr.rl->extend(l->key, l->keylen, l->token, x->ttl, extend_done, x);
 }
 
 void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl)
@@ -1801,7 +1801,7 @@ void lockmgr_cut_wait(struct lockmgr_owner *o)
     q->deadline = 0;
     q->cut = true;
     if (!q->attempting) {
-        M.c.acquire_timeout++;
+        mgr.c.acquire_timeout++;
         req_fail(q, PROTO_ERR_TIMEOUT, "the client closed the connection "
                  "while waiting");
     }
@@ -1832,8 +1832,8 @@ size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until)
         struct lease *l = list_entry(link, struct lease, olink);
         /* The keys last as long as the last renewal's ttl: at most the
          * validity plus what was taken off it (drift, the round). */
-        uint64_t end = l->valid_until + M.conf->redis.command_timeout_ms +
-                       (uint64_t)((double)l->ttl * M.conf->locks.drift_factor)
+        uint64_t end = l->valid_until + mgr.conf->redis.command_timeout_ms +
+                       (uint64_t)((double)l->ttl * mgr.conf->locks.drift_factor)
                        + 2;
         if (end > *until)
             *until = end;
@@ -1872,7 +1872,7 @@ void lockmgr_owner_cancel(struct lockmgr_owner *o)
 
 void lockmgr_owner_end(struct lockmgr_owner *o, bool died)
 {
-    uint32_t delay = died ? M.conf->locks.lock_delay_ms : 0;
+    uint32_t delay = died ? mgr.conf->locks.lock_delay_ms : 0;
     struct list *link;
 
     enter();
@@ -1935,20 +1935,20 @@ void lockmgr_on_release(const char *key, size_t len)
     size_t base;
     int64_t slot;
 
-    if (len < M.prefixlen ||
-        memcmp(key, M.conf->locks.key_prefix, M.prefixlen) != 0)
+    if (len < mgr.prefixlen ||
+        memcmp(key, mgr.conf->locks.key_prefix, mgr.prefixlen) != 0)
         return;
     /* A name may also be another's derived key: every reading wakes its
      * entry; a wake-up that finds the lock still taken costs one try. */
     if ((e = entry_lookup(key, len)) && !e->limit)
         entry_wake(e, -1);
-    if (len > M.prefixlen + LOCKMGR_SHARED_SUFFIX_LEN &&
+    if (len > mgr.prefixlen + LOCKMGR_SHARED_SUFFIX_LEN &&
         memcmp(key + len - LOCKMGR_SHARED_SUFFIX_LEN, LOCKMGR_SHARED_SUFFIX,
                LOCKMGR_SHARED_SUFFIX_LEN) == 0 &&
         (e = entry_lookup(key, len - LOCKMGR_SHARED_SUFFIX_LEN)) &&
         !e->limit)
         entry_wake(e, -1);
-    if ((slot = key_slot(key, len, &base)) >= 0 && base > M.prefixlen &&
+    if ((slot = key_slot(key, len, &base)) >= 0 && base > mgr.prefixlen &&
         (e = entry_lookup(key, base)) && e->limit)
         entry_wake(e, slot < (int64_t)e->limit ? slot : -1);
 }
@@ -1957,7 +1957,7 @@ void lockmgr_on_release(const char *key, size_t len)
 
 struct adopt_ctx {
     struct lockmgr_owner *o;        /* (ref) */
-    struct list hlink;              /* in M.adopts_held (start-up) */
+    struct list hlink;              /* in mgr.adopts_held (start-up) */
     unsigned gen;                   /* o->gen when asked */
     uint32_t ttl;
     bool renew;
@@ -2075,7 +2075,7 @@ static void adopt_grant(struct adopt_ctx *x, const struct redlock_result *res)
         lease_attach(l, o);
         audit(l, o, "adopt", "token rotated on a quorum");
     }
-    M.c.adopts++;
+    mgr.c.adopts++;
 }
 
 /* Keys rotated to our new token that nobody will hold: given back. */
@@ -2092,7 +2092,7 @@ static void adopt_give_back(struct adopt_ctx *x,
         } else if (x->n == 1 && res->adopted == REDLOCK_HELD_SLOT) {
             key = entry_slot_key(e, res->adopted_slot, &keylen);
         }
-        M.rl->release(key, keylen, x->token, NULL, NULL);
+        mgr.rl->release(key, keylen, x->token, NULL, NULL);
     }
 }
 
@@ -2117,7 +2117,7 @@ static void adopt_done(void *ud, const struct redlock_result *res)
         adopt_answer(o, x->gen, PROTO_ERR_LOST, "the token holds on too few "
                      "nodes: the lease is gone (or was adopted elsewhere)");
     } else {
-        size_t k = M.rl->why_unavailable ? M.rl->why_unavailable(why,
+        size_t k = mgr.rl->why_unavailable ? mgr.rl->why_unavailable(why,
                                                                   sizeof(why))
                                          : 0;
         adopt_answer(o, x->gen, PROTO_ERR_UNAVAILABLE, k ? why
@@ -2137,10 +2137,10 @@ static enum proto_err adopt_refuse(const struct lockmgr_owner *o,
                                    const struct lockmgr_adopt_req *r,
                                    char *msg, size_t size)
 {
-    if (o->nleases + r->n > M.conf->limits.max_locks_per_session) {
+    if (o->nleases + r->n > mgr.conf->limits.max_locks_per_session) {
         snprintf(msg, size, "this session would hold more than %u locks "
                  "(limits.max_locks_per_session)",
-                 M.conf->limits.max_locks_per_session);
+                 mgr.conf->limits.max_locks_per_session);
         return PROTO_ERR_LIMIT;
     }
     for (size_t i = 0; i < r->n; i++) {
@@ -2173,8 +2173,8 @@ static void adopt_send(struct adopt_ctx *x)
         lens[i] = x->e[i]->keylen;
     }
     if (x->n == 1)
-        probe_make(x->e[0]->resource, x->e[0]->keylen - M.prefixlen,
-                   M.conf->locks.max_limit, &one, &names);
+        probe_make(x->e[0]->resource, x->e[0]->keylen - mgr.prefixlen,
+                   mgr.conf->locks.max_limit, &one, &names);
     size_t labellen = label_put(x->o, 0, NULL);
     char *label = mem_alloc(labellen + 1);
     label_put(x->o, 0, label);
@@ -2183,7 +2183,7 @@ static void adopt_send(struct adopt_ctx *x)
         .keys = keys, .lens = lens, .old_token = x->old, .token = x->token,
         .label = label, .labellen = labellen, .ttl = x->ttl,
     };
-    M.rl->adopt(&a, adopt_done, x);
+    mgr.rl->adopt(&a, adopt_done, x);
     free(label);
     free(names);
 }
@@ -2206,7 +2206,7 @@ static void adopt_unhold(struct lockmgr_owner *o, enum proto_err err)
 {
     struct list *p, *tmp;
 
-    list_foreach_safe(p, tmp, &M.adopts_held) {
+    list_foreach_safe(p, tmp, &mgr.adopts_held) {
         struct adopt_ctx *x = list_entry(p, struct adopt_ctx, hlink);
         if (x->o != o)
             continue;
@@ -2221,7 +2221,7 @@ static void adopt_send_held(void)
 {
     struct list *link;
 
-    while ((link = list_first(&M.adopts_held))) {
+    while ((link = list_first(&mgr.adopts_held))) {
         struct adopt_ctx *x = list_entry(link, struct adopt_ctx, hlink);
         list_remove(link);
         adopt_send(x);
@@ -2241,7 +2241,7 @@ void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r)
         return;
     }
     x = mem_alloc(sizeof(*x) + r->n * sizeof(x->e[0]));
-    if (M.rl->token(x->token) != 0) {
+    if (mgr.rl->token(x->token) != 0) {
         free(x);
         adopt_answer(o, o->gen, PROTO_ERR_UNAVAILABLE, "the system's random "
                      "source failed");
@@ -2262,8 +2262,8 @@ void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r)
     }
     /* As a LOCK is: until the nodes are checked, an answer could only be
      * UNAVAILABLE (and the client would have to try again). */
-    if (M.starting)
-        list_push_tail(&M.adopts_held, &x->hlink);
+    if (mgr.starting)
+        list_push_tail(&mgr.adopts_held, &x->hlink);
     else
         adopt_send(x);
     leave();
@@ -2303,7 +2303,7 @@ static void force_done(void *ud, const struct redlock_result *res)
     log_notice("forced release of %s by %s (name=%s peer=%s): deleted on "
                "%d of %d nodes", x->resource, x->o->id,
                x->o->name[0] ? x->o->name : "-", x->o->peer ? x->o->peer
-               : "-", res->deleted, M.rl->nnodes());
+               : "-", res->deleted, mgr.rl->nnodes());
     n = notice_new(N_UNLOCKED, x->o, x->resource, NULL);
     n->gen = x->gen;
     n->nodes = res->deleted;
@@ -2319,11 +2319,11 @@ static void probe_make(const char *res, size_t len, uint32_t limit,
                        struct redlock_probe *pr, char **buf)
 {
     struct lock_entry *e = entry_find(res, len);
-    size_t keylen = M.prefixlen + len;
+    size_t keylen = mgr.prefixlen + len;
     char *b = mem_alloc(3 * (keylen + LOCKMGR_SHARED_SUFFIX_LEN + 2));
 
-    memcpy(b, M.conf->locks.key_prefix, M.prefixlen);
-    memcpy(b + M.prefixlen, res, len);
+    memcpy(b, mgr.conf->locks.key_prefix, mgr.prefixlen);
+    memcpy(b + mgr.prefixlen, res, len);
     b[keylen] = '\0';
     char *sh = b + keylen + 1;
     memcpy(sh, b, keylen);
@@ -2378,8 +2378,8 @@ void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
      * may have. */
     probe_make(resource, len, 0, &pr, &buf);
     if (!pr.limit)
-        pr.limit = M.conf->locks.max_limit;
-    M.rl->force_release(&pr, force_done, x);
+        pr.limit = mgr.conf->locks.max_limit;
+    mgr.rl->force_release(&pr, force_done, x);
     free(buf);
     leave();
 }
@@ -2422,7 +2422,7 @@ json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o, bool tokens)
 static json_t *holder_json(const struct lease *l)
 {
     json_t *j = json_pack("{s:s?, s:s, s:s?, s:I, s:I, s:I, s:s}",
-                          "daemon", M.conf->id,
+                          "daemon", mgr.conf->id,
                           "session", l->owner->id,
                           "name", l->owner->name[0] ? l->owner->name : NULL,
                           "fence", (json_int_t)l->fence,
@@ -2516,7 +2516,7 @@ static void status_done(void *ud, const struct redlock_node_view *v, int n)
     int64_t shared_max = 0;
     uint32_t slots_held = 0;
     size_t keylen, nshared, nexcl;
-    int quorum = M.rl->quorum();
+    int quorum = mgr.rl->quorum();
 
     enter();
     e = entry_find(x->resource, x->len);
@@ -2596,7 +2596,7 @@ void lockmgr_status(struct lockmgr_owner *o, const char *resource,
     x = owner_ask_new(o, resource, len);
     probe_make(resource, len, limit, &pr, &buf);
     x->limit = pr.limit;
-    M.rl->inspect(&pr, status_done, x);
+    mgr.rl->inspect(&pr, status_done, x);
     free(buf);
     leave();
 }

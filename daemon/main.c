@@ -50,7 +50,7 @@ static struct {
     struct timer ready;
     uint64_t ready_deadline;
     bool stopping;
-} D;
+} app;
 
 static void usage(FILE *f)
 {
@@ -89,11 +89,11 @@ static void close_walk_cb(uv_handle_t *h, void *arg)
  * the loop then runs out. */
 static void close_own_handles(void)
 {
-    uv_close((uv_handle_t *)&D.sigint, NULL);
-    uv_close((uv_handle_t *)&D.sigterm, NULL);
-    uv_close((uv_handle_t *)&D.sighup, NULL);
+    uv_close((uv_handle_t *)&app.sigint, NULL);
+    uv_close((uv_handle_t *)&app.sigterm, NULL);
+    uv_close((uv_handle_t *)&app.sighup, NULL);
     redis_uv_close();
-    uv_close((uv_handle_t *)&D.sigusr1, NULL);
+    uv_close((uv_handle_t *)&app.sigusr1, NULL);
     timer_sys_deinit();
 }
 
@@ -105,7 +105,7 @@ static void log_exit_line(void);
 
 static void finish_cb(struct timer *t)
 {
-    if (redlock_live() > 0 && D.finish_turns++ < 100) {
+    if (redlock_live() > 0 && app.finish_turns++ < 100) {
         timer_start(t, 1);
         return;
     }
@@ -119,18 +119,18 @@ static void log_exit_line(void)
 {
     char when[TIMER_UTC_SIZE];
     uint64_t now = timer_now();
-    uint64_t in = D.left_until > now ? D.left_until - now : 0;
+    uint64_t in = app.left_until > now ? app.left_until - now : 0;
 
-    if (D.left == 0) {
+    if (app.left == 0) {
         log_notice("stopped: no lease left on the nodes");
         return;
     }
-    timer_fmt_utc(D.left_until, when, sizeof(when));
+    timer_fmt_utc(app.left_until, when, sizeof(when));
     log_notice("stopped: %zu lease%s left on the nodes to expire by %s "
                "(neither deleted nor renewed); the last expires by %s (in "
                "%" PRIu64 " ms). Their clients may ADOPT them on another "
-               "daemon", D.left, D.left == 1 ? "" : "s",
-               D.left == 1 ? "its ttl" : "their ttls", when, in);
+               "daemon", app.left, app.left == 1 ? "" : "s",
+               app.left == 1 ? "its ttl" : "their ttls", when, in);
 }
 
 static void drain_cb(struct timer *t)
@@ -141,37 +141,37 @@ static void drain_cb(struct timer *t)
      * give them until the deadline (their own command timeouts bound each
      * one). */
     if (lockmgr_held_count() > 0 || pool_busy() || redlock_live() > 0) {
-        if (timer_now() < D.drain_deadline) {
-            timer_start(&D.drain, 10);
+        if (timer_now() < app.drain_deadline) {
+            timer_start(&app.drain, 10);
             return;
         }
         if (redlock_live() > 0)
             log_warn("shutdown_timeout_ms passed with releases in flight; "
                      "their keys will expire by their ttl");
     }
-    D.left = session_abandon_all(&D.left_until);
+    app.left = session_abandon_all(&app.left_until);
     session_close_all("shutdown_timeout_ms passed");
     node_shutdown();
-    D.drain.cb = finish_cb;
-    timer_start(&D.drain, 0);
+    app.drain.cb = finish_cb;
+    timer_start(&app.drain, 0);
 }
 
 static void daemon_stop(const char *why)
 {
-    if (D.stopping)
+    if (app.stopping)
         return;
-    D.stopping = true;
+    app.stopping = true;
     log_notice("shutting down (%s)", why);
-    timer_stop(&D.ready);
+    timer_stop(&app.ready);
     notify("STOPPING=1");
     server.stopping = true;
     session_set_shutdown();
     server_stop_listening();
     metrics_stop();
     session_shutdown_all();
-    D.drain_deadline = timer_now() + D.conf.shutdown_timeout_ms;
-    timer_init(&D.drain, drain_cb, NULL);
-    timer_start(&D.drain, 0);
+    app.drain_deadline = timer_now() + app.conf.shutdown_timeout_ms;
+    timer_init(&app.drain, drain_cb, NULL);
+    timer_start(&app.drain, 0);
 }
 
 /* ---- SIGHUP: reload ------------------------------------------------------ */
@@ -208,20 +208,20 @@ static void reload(void)
     char err[CONF_ERRLEN];
 
     notify("RELOADING=1");
-    if (conf_load(&fresh, D.conf.path, err, sizeof(err)) != 0) {
+    if (conf_load(&fresh, app.conf.path, err, sizeof(err)) != 0) {
         log_error("reload rejected: %s; the running configuration stays",
                   err);
         conf_deinit(&fresh);
         notify("READY=1");
         return;
     }
-    t.restart = conf_reload(&D.conf, &fresh, reload_report, &t);
+    t.restart = conf_reload(&app.conf, &fresh, reload_report, &t);
     node_reloaded();
     conf_deinit(&fresh);
-    log_init((enum log_level)D.conf.log.level);
+    log_init((enum log_level)app.conf.log.level);
     log_notice("reloaded %s: %d change(s) applied, %d need a restart",
-               D.conf.path, t.applied, t.restart);
-    conf_warnings(&D.conf, warn_log, NULL);
+               app.conf.path, t.applied, t.restart);
+    conf_warnings(&app.conf, warn_log, NULL);
     notify("READY=1");
 }
 
@@ -229,7 +229,7 @@ static void on_sighup(uv_signal_t *h, int signum)
 {
     (void)h;
     (void)signum;
-    if (!D.stopping)
+    if (!app.stopping)
         reload();
 }
 
@@ -259,12 +259,12 @@ static void warn_even_nodes(const struct conf *c)
 static void ready_cb(struct timer *t)
 {
     (void)t;
-    if (D.stopping)
+    if (app.stopping)
         return;
     int voting = node_nvoting();
     int quorum = redlock_nquorum();
-    if (voting < quorum && timer_now() < D.ready_deadline) {
-        timer_start(&D.ready, 10);
+    if (voting < quorum && timer_now() < app.ready_deadline) {
+        timer_start(&app.ready, 10);
         return;
     }
     if (voting < quorum)
@@ -311,49 +311,49 @@ static void stats_start(void)
 
 static int run(void)
 {
-    if (uv_loop_init(&D.loop) != 0) {
+    if (uv_loop_init(&app.loop) != 0) {
         fprintf(stderr, "redlockd: cannot create the event loop\n");
         return 1;
     }
-    timer_sys_init(&D.loop);
+    timer_sys_init(&app.loop);
     stats_start();
-    redlock_init(&D.conf);
-    lockmgr_init(&D.conf, &redlock_ops_default);
-    uv_signal_init(&D.loop, &D.sigint);
-    uv_signal_init(&D.loop, &D.sigterm);
-    uv_signal_start(&D.sigint, on_signal, SIGINT);
-    uv_signal_start(&D.sigterm, on_signal, SIGTERM);
-    uv_signal_init(&D.loop, &D.sighup);
-    uv_signal_start(&D.sighup, on_sighup, SIGHUP);
-    uv_signal_init(&D.loop, &D.sigusr1);
-    uv_signal_start(&D.sigusr1, on_sigusr1, SIGUSR1);
+    redlock_init(&app.conf);
+    lockmgr_init(&app.conf, &redlock_ops_default);
+    uv_signal_init(&app.loop, &app.sigint);
+    uv_signal_init(&app.loop, &app.sigterm);
+    uv_signal_start(&app.sigint, on_signal, SIGINT);
+    uv_signal_start(&app.sigterm, on_signal, SIGTERM);
+    uv_signal_init(&app.loop, &app.sighup);
+    uv_signal_start(&app.sighup, on_sighup, SIGHUP);
+    uv_signal_init(&app.loop, &app.sigusr1);
+    uv_signal_start(&app.sigusr1, on_sigusr1, SIGUSR1);
 
-    int rc = server_start(&D.loop, &D.conf);
-    if (rc == 0 && D.conf.metrics.listen)
-        rc = metrics_start(&D.loop, D.conf.metrics.listen);
+    int rc = server_start(&app.loop, &app.conf);
+    if (rc == 0 && app.conf.metrics.listen)
+        rc = metrics_start(&app.loop, app.conf.metrics.listen);
     if (rc == 0) {
-        warn_even_nodes(&D.conf);
+        warn_even_nodes(&app.conf);
         lockmgr_starting();
-        node_init(&D.loop, &D.conf, on_release);
-        D.ready_deadline = timer_now() + D.conf.redis.connect_timeout_ms;
-        timer_init(&D.ready, ready_cb, NULL);
-        timer_start(&D.ready, 0);
-        uv_run(&D.loop, UV_RUN_DEFAULT);
+        node_init(&app.loop, &app.conf, on_release);
+        app.ready_deadline = timer_now() + app.conf.redis.connect_timeout_ms;
+        timer_init(&app.ready, ready_cb, NULL);
+        timer_start(&app.ready, 0);
+        uv_run(&app.loop, UV_RUN_DEFAULT);
     } else {
         server_stop_listening();
         metrics_stop();
         close_own_handles();
-        uv_run(&D.loop, UV_RUN_DEFAULT);
+        uv_run(&app.loop, UV_RUN_DEFAULT);
     }
     /* Anything still open at this point is a bug; close it so the loop
      * can be freed, and say so. */
-    if (uv_loop_alive(&D.loop)) {
+    if (uv_loop_alive(&app.loop)) {
         log_warn("handles left open at exit; closing them");
-        uv_walk(&D.loop, close_walk_cb, NULL);
-        uv_run(&D.loop, UV_RUN_DEFAULT);
+        uv_walk(&app.loop, close_walk_cb, NULL);
+        uv_run(&app.loop, UV_RUN_DEFAULT);
     }
     lockmgr_deinit();
-    uv_loop_close(&D.loop);
+    uv_loop_close(&app.loop);
     return rc == 0 ? 0 : 1;
 }
 
@@ -398,22 +398,22 @@ int main(int argc, char **argv)
     }
 
     char err[CONF_ERRLEN];
-    if (conf_load(&D.conf, path, err, sizeof(err)) != 0) {
+    if (conf_load(&app.conf, path, err, sizeof(err)) != 0) {
         fprintf(stderr, "redlockd: %s\n", err);
-        conf_deinit(&D.conf);
+        conf_deinit(&app.conf);
         return 1;
     }
     if (check) {
-        conf_warnings(&D.conf, warn_stderr, NULL);
+        conf_warnings(&app.conf, warn_stderr, NULL);
         printf("%s: configuration OK (%zu listen address(es), %zu redis "
-               "node(s))\n", path, D.conf.nlisten, D.conf.redis.nnodes);
-        conf_deinit(&D.conf);
+               "node(s))\n", path, app.conf.nlisten, app.conf.redis.nnodes);
+        conf_deinit(&app.conf);
         return 0;
     }
-    log_init((enum log_level)D.conf.log.level);
-    conf_warnings(&D.conf, warn_log, NULL);
+    log_init((enum log_level)app.conf.log.level);
+    conf_warnings(&app.conf, warn_log, NULL);
     signal(SIGPIPE, SIG_IGN);
     int rc = run();
-    conf_deinit(&D.conf);
+    conf_deinit(&app.conf);
     return rc;
 }

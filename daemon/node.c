@@ -172,7 +172,7 @@ static struct {
      * since it started (a reload that lowers it shortens nothing), and the
      * largest longest-ttl record read from any node. */
     uint64_t ttl_cover;
-} N;
+} cluster;
 
 static void node_check(struct node *n, bool first);
 static void node_repair(struct node *n);
@@ -188,13 +188,13 @@ static const char *node_name(const struct node *n)
  * live there, plus drift. */
 static uint64_t node_readmit_ms(void)
 {
-    uint64_t t = N.ttl_cover;
+    uint64_t t = cluster.ttl_cover;
 
-    if (N.conf && N.conf->locks.max_ttl_ms > t)
-        t = N.conf->locks.max_ttl_ms;
+    if (cluster.conf && cluster.conf->locks.max_ttl_ms > t)
+        t = cluster.conf->locks.max_ttl_ms;
     if (t > UINT32_MAX)
         t = UINT32_MAX;
-    return t + (uint64_t)N.rules.drift_ms((uint32_t)t);
+    return t + (uint64_t)cluster.rules.drift_ms((uint32_t)t);
 }
 
 static bool node_recovering(const struct node *n)
@@ -218,7 +218,7 @@ static void *node_gen_ud(const struct node *n)
 
 static bool node_stale(const struct node *n, void *ud)
 {
-    return N.stopping || (uintptr_t)ud != (uintptr_t)n->gen;
+    return cluster.stopping || (uintptr_t)ud != (uintptr_t)n->gen;
 }
 
 /* "in 86399 s" and the like: a duration for people. */
@@ -248,9 +248,9 @@ static void owed_reply(void *ud, int node, redisReply *r)
 static void node_owe(int node, enum pool_script script, const char *key,
                      size_t keylen, const char *token)
 {
-    struct node *n = &N.nodes[node];
+    struct node *n = &cluster.nodes[node];
 
-    if (N.stopping)
+    if (cluster.stopping)
         return;
     if (n->nowed >= NODE_MAX_OWED) {
         log_warn("redis %s: too many releases held back; %.*s will expire "
@@ -284,7 +284,7 @@ static void node_send_owed(struct node *n)
     list_foreach_safe(pos, tmp, &n->owed) {
         struct owed_release *o = list_entry(pos, struct owed_release, link);
         const char *argv[] = { o->key, o->token,
-                               N.conf->locks.release_channel,
+                               cluster.conf->locks.release_channel,
                                pool_instance_id() };
         size_t lens[] = { o->keylen, strlen(o->token), strlen(argv[2]),
                           POOL_INSTANCE_ID_LEN };
@@ -329,7 +329,7 @@ void node_undo(const char *key, size_t keylen, const char *token)
     u->pending = 1;
     const char *argv[] = { u->key, u->token };
     size_t lens[] = { keylen, toklen };
-    for (int i = 0; i < N.nnodes; i++) {
+    for (int i = 0; i < cluster.nnodes; i++) {
         u->pending++;
         if (pool_script(i, POOL_SCRIPT_UNDO, 1, 1, argv, lens, undo_reply,
                         u) != 0) {
@@ -342,8 +342,8 @@ void node_undo(const char *key, size_t keylen, const char *token)
 
 void node_note_fence(uint64_t fence)
 {
-    if (fence > N.max_fence)
-        N.max_fence = fence;
+    if (fence > cluster.max_fence)
+        cluster.max_fence = fence;
 }
 
 /* ---- verdicts ------------------------------------------------------------ */
@@ -381,8 +381,8 @@ static void stamp_reply(void *ud, int node, redisReply *r)
 /* Write the marker naming its current run, for every daemon to read. */
 static void node_stamp(struct node *n, pool_reply_cb cb, void *ud)
 {
-    const char *argv[] = { "SET", N.marker_key, n->run_id };
-    size_t lens[] = { 3, strlen(N.marker_key), strlen(n->run_id) };
+    const char *argv[] = { "SET", cluster.marker_key, n->run_id };
+    size_t lens[] = { 3, strlen(cluster.marker_key), strlen(n->run_id) };
 
     if (pool_command(n->idx, 3, argv, lens, cb, ud) != 0 && cb != stamp_reply)
         cb(ud, n->idx, NULL);
@@ -390,7 +390,7 @@ static void node_stamp(struct node *n, pool_reply_cb cb, void *ud)
 
 static void stamp_admit_reply(void *ud, int node, redisReply *r)
 {
-    struct node *n = &N.nodes[node];
+    struct node *n = &cluster.nodes[node];
     const char *how = n->stamp_how;
 
     if (node_stale(n, ud))
@@ -426,11 +426,11 @@ static void node_cover_ttl(uint64_t ttl)
 {
     uint64_t now = timer_now();
 
-    if (ttl <= N.ttl_cover)
+    if (ttl <= cluster.ttl_cover)
         return;
-    N.ttl_cover = ttl;
-    for (int i = 0; i < N.nnodes; i++) {
-        struct node *n = &N.nodes[i];
+    cluster.ttl_cover = ttl;
+    for (int i = 0; i < cluster.nnodes; i++) {
+        struct node *n = &cluster.nodes[i];
         uint64_t at = n->loss_base + node_readmit_ms();
         if (n->loss == NODE_LOSS_NONE || n->end_requested ||
             at <= n->recover_at)
@@ -502,7 +502,7 @@ static void node_verdict(struct node *n, const struct node_check *c)
     uint64_t now = timer_now();
     enum node_mark mark = !c->have_marker ? NODE_MARK_NONE
         : strcmp(c->marker, c->run_id) == 0 ? NODE_MARK_OURS : NODE_MARK_STALE;
-    bool known = N.cluster_known;
+    bool known = cluster.cluster_known;
 
     if (n->stamp_how)
         return;     /* its marker is being written: stamp_admit_reply decides */
@@ -513,7 +513,7 @@ static void node_verdict(struct node *n, const struct node_check *c)
     n->has_fence = c->has_fence;
     node_cover_ttl(c->ttl_record);
     if (mark != NODE_MARK_NONE)
-        N.cluster_known = true;
+        cluster.cluster_known = true;
 
     if (mark == NODE_MARK_OURS) {
         node_admit(n, "its data is intact (recovery marker of this run)");
@@ -526,7 +526,7 @@ static void node_verdict(struct node *n, const struct node_check *c)
         /* Keys it lost were set before it started, with at most max_ttl. */
         uint64_t start = now > c->uptime_ms ? now - c->uptime_ms : 0;
         node_recover(n, NODE_LOSS_RESTART, start);
-    } else if (N.cluster_known) {
+    } else if (cluster.cluster_known) {
         /* Lost when, we cannot tell: count from now (node_recover keeps
          * the first notice of this run). */
         node_recover(n, NODE_LOSS_DATA, now);
@@ -550,15 +550,15 @@ static void node_decide_cluster(void)
     int nfence = 0, nold = 0;
     const char *what;
 
-    if (!N.cluster_known) {
-        for (int i = 0; i < N.nnodes; i++) {
-            const struct node *n = &N.nodes[i];
+    if (!cluster.cluster_known) {
+        for (int i = 0; i < cluster.nnodes; i++) {
+            const struct node *n = &cluster.nodes[i];
             if (n->state != NODE_NEW || !pool_node_up(i))
                 return;     /* wait until every node has answered */
             nfence += n->has_fence;
             nold += n->uptime_ms >= node_readmit_ms();
         }
-        if (nfence == 0 || (nfence == N.nnodes && nold == N.nnodes)) {
+        if (nfence == 0 || (nfence == cluster.nnodes && nold == cluster.nnodes)) {
             what = nfence == 0
                 ? "bootstrap: no node has a fence counter or a recovery "
                   "marker, so this is a new cluster (had every node lost "
@@ -567,10 +567,10 @@ static void node_decide_cluster(void)
                 : "adopting nodes used by a daemon that wrote no recovery "
                   "markers: each has a fence counter and has run longer "
                   "than locks.max_ttl_ms";
-            log_warn("%s; all %d nodes vote", what, N.nnodes);
-            N.cluster_known = true;
-            for (int i = 0; i < N.nnodes; i++)
-                node_stamp_admit(&N.nodes[i], nfence == 0 ? "bootstrap"
+            log_warn("%s; all %d nodes vote", what, cluster.nnodes);
+            cluster.cluster_known = true;
+            for (int i = 0; i < cluster.nnodes; i++)
+                node_stamp_admit(&cluster.nodes[i], nfence == 0 ? "bootstrap"
                                                           : "adopted");
             return;
         }
@@ -578,11 +578,11 @@ static void node_decide_cluster(void)
                  "all empty nor all in use for longer than the readmission "
                  "wait (%d of %d have a fence counter, %d have run that "
                  "long): every node recovers as one that lost its data",
-                 nfence, N.nnodes, nold);
-        N.cluster_known = true;
+                 nfence, cluster.nnodes, nold);
+        cluster.cluster_known = true;
     }
-    for (int i = 0; i < N.nnodes; i++) {
-        struct node *n = &N.nodes[i];
+    for (int i = 0; i < cluster.nnodes; i++) {
+        struct node *n = &cluster.nodes[i];
         if (n->state == NODE_NEW)
             node_recover(n, NODE_LOSS_DATA, timer_now());
     }
@@ -625,7 +625,7 @@ static void check_step(struct node *n)
 
 static void check_info_cb(void *ud, int node, redisReply *r)
 {
-    struct node *n = &N.nodes[node];
+    struct node *n = &cluster.nodes[node];
     char up[POOL_NUM_SIZE];
 
     if (node_stale(n, ud))
@@ -643,7 +643,7 @@ static void check_info_cb(void *ud, int node, redisReply *r)
 
 static void check_marker_cb(void *ud, int node, redisReply *r)
 {
-    struct node *n = &N.nodes[node];
+    struct node *n = &cluster.nodes[node];
 
     if (node_stale(n, ud))
         return;
@@ -658,7 +658,7 @@ static void check_marker_cb(void *ud, int node, redisReply *r)
 
 static void check_ttl_cb(void *ud, int node, redisReply *r)
 {
-    struct node *n = &N.nodes[node];
+    struct node *n = &cluster.nodes[node];
 
     if (node_stale(n, ud))
         return;
@@ -671,7 +671,7 @@ static void check_ttl_cb(void *ud, int node, redisReply *r)
 
 static void check_fence_cb(void *ud, int node, redisReply *r)
 {
-    struct node *n = &N.nodes[node];
+    struct node *n = &cluster.nodes[node];
 
     if (node_stale(n, ud))
         return;
@@ -686,11 +686,11 @@ static void check_fence_cb(void *ud, int node, redisReply *r)
  * keys (and under allkeys-* the fence counter and the marker too). */
 static void check_memory_cb(void *ud, int node, redisReply *r)
 {
-    struct node *n = &N.nodes[node];
+    struct node *n = &cluster.nodes[node];
     const char *policy = NULL, *limit = "";
 
     (void)ud;   /* advisory: a reply after a verdict is still worth it */
-    if (N.stopping || !r || r->type != REDIS_REPLY_ARRAY)
+    if (cluster.stopping || !r || r->type != REDIS_REPLY_ARRAY)
         return;
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *k = r->element[i], *v = r->element[i + 1];
@@ -735,11 +735,11 @@ static int node_send(struct node *n, pool_reply_cb cb, int argc,
 static void node_check(struct node *n, bool first)
 {
     const char *info[] = { "INFO", "server" };
-    const char *marker[] = { "GET", N.marker_key };
-    const char *fence[] = { "EXISTS", N.conf->locks.fence_key };
-    const char *ttl[] = { "GET", N.ttl_key };
+    const char *marker[] = { "GET", cluster.marker_key };
+    const char *fence[] = { "EXISTS", cluster.conf->locks.fence_key };
+    const char *ttl[] = { "GET", cluster.ttl_key };
 
-    if (n->chk.wait > 0 || !pool_node_up(n->idx) || N.stopping)
+    if (n->chk.wait > 0 || !pool_node_up(n->idx) || cluster.stopping)
         return;
     memset(&n->chk, 0, sizeof(n->chk));
     n->chk.wait = 1;        /* held until every request is out */
@@ -775,9 +775,9 @@ static void node_check_cb(struct timer *t)
 {
     struct node *n = t->data;
 
-    if (N.stopping)
+    if (cluster.stopping)
         return;
-    timer_start(t, N.conf->redis.probe_interval_ms);
+    timer_start(t, cluster.conf->redis.probe_interval_ms);
     node_check(n, false);
 }
 
@@ -800,7 +800,7 @@ static void repair_retry(struct node *n, const char *fmt, ...)
 
 static void repair_stamped_cb(void *ud, int node, redisReply *r)
 {
-    struct node *n = &N.nodes[node];
+    struct node *n = &cluster.nodes[node];
     char how[96];
 
     if (node_stale(n, ud))
@@ -817,7 +817,7 @@ static void repair_stamped_cb(void *ud, int node, redisReply *r)
 
 static void repair_raised_cb(void *ud, int node, redisReply *r)
 {
-    struct node *n = &N.nodes[node];
+    struct node *n = &cluster.nodes[node];
 
     if (node_stale(n, ud))
         return;
@@ -846,7 +846,7 @@ static uint64_t node_epoch_floor(uint64_t node_clock_s)
 /* Every read is in: raise this node's counter. */
 static void repair_raise(struct node *n)
 {
-    int quorum = N.rules.quorum;
+    int quorum = cluster.rules.quorum;
     char val[POOL_NUM_SIZE];
 
     if (!n->repair_epoch && n->repair_trusted < quorum) {
@@ -854,8 +854,8 @@ static void repair_raise(struct node *n)
                      "needs", n->repair_trusted, quorum);
         return;
     }
-    n->repair_floor = n->repair_max > N.max_fence ? n->repair_max
-                                                  : N.max_fence;
+    n->repair_floor = n->repair_max > cluster.max_fence ? n->repair_max
+                                                  : cluster.max_fence;
     if (n->repair_epoch) {
         uint64_t e = node_epoch_floor(n->repair_clock_s);
         if (e > n->repair_floor)
@@ -866,10 +866,10 @@ static void repair_raise(struct node *n)
                  "largest fence this daemon granted (%" PRIu64 ") and the "
                  "clock epoch, so that fences stay monotonic", node_name(n),
                  n->repair_trusted, quorum, n->repair_floor, n->repair_max,
-                 N.max_fence);
+                 cluster.max_fence);
     }
     snprintf(val, sizeof(val), "%" PRIu64, n->repair_floor);
-    const char *argv[] = { N.conf->locks.fence_key, val };
+    const char *argv[] = { cluster.conf->locks.fence_key, val };
     size_t lens[] = { strlen(argv[0]), strlen(val) };
     if (pool_script(n->idx, POOL_SCRIPT_RAISE, 1, 1, argv, lens,
                     repair_raised_cb, node_gen_ud(n)) != 0)
@@ -891,7 +891,7 @@ static struct node *repair_reply_node(void *ud, bool *trusted)
 {
     struct repair_req *q = ud;
     struct node *n = q->n;
-    bool stale = N.stopping || q->gen != n->gen;
+    bool stale = cluster.stopping || q->gen != n->gen;
 
     if (trusted)
         *trusted = q->trusted;
@@ -970,21 +970,21 @@ static void repair_send(struct node *n, int i, bool trusted, int argc,
  */
 static void node_repair(struct node *n)
 {
-    const char *get[] = { "GET", N.conf->locks.fence_key };
-    const char *ttl[] = { "GET", N.ttl_key };
+    const char *get[] = { "GET", cluster.conf->locks.fence_key };
+    const char *ttl[] = { "GET", cluster.ttl_key };
     const char *tm[] = { "TIME" };
     int voting = 0;
 
     timer_stop(&n->timer);
     n->state = NODE_REPAIRING;
-    for (int i = 0; i < N.nnodes; i++)
+    for (int i = 0; i < cluster.nnodes; i++)
         voting += i != n->idx && node_votes(i);
-    n->repair_epoch = voting < N.rules.quorum;
+    n->repair_epoch = voting < cluster.rules.quorum;
     n->repair_wait = 1;     /* held until every request is out */
     n->repair_trusted = 0;
     n->repair_max = 0;
     n->repair_clock_s = 0;
-    for (int i = 0; i < N.nnodes; i++) {
+    for (int i = 0; i < cluster.nnodes; i++) {
         if (!pool_node_up(i))
             continue;
         repair_send(n, i, i != n->idx && node_votes(i), 2, get,
@@ -1002,7 +1002,7 @@ static void node_timer_cb(struct timer *t)
 {
     struct node *n = t->data;
 
-    if (N.stopping || !pool_node_up(n->idx))
+    if (cluster.stopping || !pool_node_up(n->idx))
         return;     /* on_up checks it again */
     if (n->state == NODE_WAITING || n->state == NODE_REPAIRING)
         node_repair(n);
@@ -1028,7 +1028,7 @@ static void node_warn_aof(struct node *n)
 
 static void node_on_up(int node, const char *run_id, bool aof_always)
 {
-    struct node *n = &N.nodes[node];
+    struct node *n = &cluster.nodes[node];
 
     n->down_logged = false;
     n->aof_always = aof_always;
@@ -1048,12 +1048,12 @@ static void node_on_up(int node, const char *run_id, bool aof_always)
 
 static void node_on_down(int node, const char *why)
 {
-    struct node *n = &N.nodes[node];
+    struct node *n = &cluster.nodes[node];
 
     node_bump(n);
     timer_stop(&n->timer);
     n->state = NODE_UNCHECKED;
-    if (!n->down_logged && !N.stopping)
+    if (!n->down_logged && !cluster.stopping)
         log_warn("redis %s: down (%s)", node_name(n), why);
     else
         log_debug("redis %s: still down (%s)", node_name(n), why);
@@ -1107,15 +1107,15 @@ size_t node_why_unavailable(char *buf, size_t size)
 
     if (size)
         buf[0] = '\0';
-    for (int i = 0; i < N.nnodes; i++) {
+    for (int i = 0; i < cluster.nnodes; i++) {
         char why[NODE_WHY_SIZE];
-        node_why(&N.nodes[i], why, sizeof(why));
+        node_why(&cluster.nodes[i], why, sizeof(why));
         if (!why[0])
             continue;
         int k = snprintf(len < size ? buf + len : NULL,
                          len < size ? size - len : 0, "%s%s%s is %s",
                          first ? "" : "; ", first ? "node " : "",
-                         node_name(&N.nodes[i]), why);
+                         node_name(&cluster.nodes[i]), why);
         if (k > 0)
             len += (size_t)k;
         first = false;
@@ -1131,12 +1131,12 @@ int node_end_recovery(const char *name, char *msg, size_t len)
 
     if (len)
         msg[0] = '\0';
-    if (N.stopping) {
+    if (cluster.stopping) {
         snprintf(msg, len, "shutting down");
         return 0;
     }
-    for (int i = 0; i < N.nnodes; i++) {
-        struct node *n = &N.nodes[i];
+    for (int i = 0; i < cluster.nnodes; i++) {
+        struct node *n = &cluster.nodes[i];
         char why[NODE_WHY_SIZE];
 
         if (!all && strcmp(node_name(n), name) != 0)
@@ -1167,7 +1167,7 @@ int node_end_recovery(const char *name, char *msg, size_t len)
             used += (size_t)k;
         ended++;
         n->end_requested = true;
-        N.cluster_known = true;     /* no bootstrap after an operator's say */
+        cluster.cluster_known = true;     /* no bootstrap after an operator's say */
         if (n->state != NODE_REPAIRING && n->state != NODE_UNCHECKED)
             node_repair(n);
     }
@@ -1186,7 +1186,7 @@ int node_end_recovery(const char *name, char *msg, size_t len)
 
 void node_set_rules(const struct node_rules *rules)
 {
-    N.rules = *rules;
+    cluster.rules = *rules;
 }
 
 int node_init(uv_loop_t *loop, const struct conf *conf,
@@ -1200,18 +1200,18 @@ int node_init(uv_loop_t *loop, const struct conf *conf,
     size_t mlen = strlen(conf->locks.fence_key) + sizeof(CONF_MARKER_SUFFIX);
     size_t tlen = strlen(conf->locks.fence_key) + sizeof(CONF_MAXTTL_SUFFIX);
 
-    N.conf = conf;
-    N.nnodes = (int)conf->redis.nnodes;
-    N.ttl_cover = conf->locks.max_ttl_ms;
-    N.marker_key = mem_alloc(mlen);
-    snprintf(N.marker_key, mlen, "%s%s", conf->locks.fence_key,
+    cluster.conf = conf;
+    cluster.nnodes = (int)conf->redis.nnodes;
+    cluster.ttl_cover = conf->locks.max_ttl_ms;
+    cluster.marker_key = mem_alloc(mlen);
+    snprintf(cluster.marker_key, mlen, "%s%s", conf->locks.fence_key,
              CONF_MARKER_SUFFIX);
-    N.ttl_key = mem_alloc(tlen);
-    snprintf(N.ttl_key, tlen, "%s%s", conf->locks.fence_key,
+    cluster.ttl_key = mem_alloc(tlen);
+    snprintf(cluster.ttl_key, tlen, "%s%s", conf->locks.fence_key,
              CONF_MAXTTL_SUFFIX);
-    N.nodes = mem_alloc(sizeof(struct node) * (size_t)N.nnodes);
-    for (int i = 0; i < N.nnodes; i++) {
-        struct node *n = &N.nodes[i];
+    cluster.nodes = mem_alloc(sizeof(struct node) * (size_t)cluster.nnodes);
+    for (int i = 0; i < cluster.nnodes; i++) {
+        struct node *n = &cluster.nodes[i];
         n->idx = i;
         list_init(&n->owed);
         timer_init(&n->timer, node_timer_cb, n);
@@ -1223,51 +1223,51 @@ int node_init(uv_loop_t *loop, const struct conf *conf,
 
 void node_shutdown(void)
 {
-    if (!N.nodes || N.stopping)
+    if (!cluster.nodes || cluster.stopping)
         return;
-    N.stopping = true;
+    cluster.stopping = true;
     pool_shutdown();
     /* Only now: dropping the links runs callbacks that may touch any node. */
-    for (int i = 0; i < N.nnodes; i++) {
-        timer_stop(&N.nodes[i].timer);
-        timer_stop(&N.nodes[i].check_timer);
+    for (int i = 0; i < cluster.nnodes; i++) {
+        timer_stop(&cluster.nodes[i].timer);
+        timer_stop(&cluster.nodes[i].check_timer);
     }
 }
 
 void node_free(void)
 {
-    if (!N.nodes)
+    if (!cluster.nodes)
         return;
-    for (int i = 0; i < N.nnodes; i++) {
+    for (int i = 0; i < cluster.nnodes; i++) {
         struct list *pos, *tmp;
-        list_foreach_safe(pos, tmp, &N.nodes[i].owed)
+        list_foreach_safe(pos, tmp, &cluster.nodes[i].owed)
             free(list_entry(pos, struct owed_release, link));
     }
-    free(N.nodes);
-    N.nodes = NULL;
-    free(N.marker_key);
-    N.marker_key = NULL;
-    free(N.ttl_key);
-    N.ttl_key = NULL;
+    free(cluster.nodes);
+    cluster.nodes = NULL;
+    free(cluster.marker_key);
+    cluster.marker_key = NULL;
+    free(cluster.ttl_key);
+    cluster.ttl_key = NULL;
     pool_free();
 }
 
 bool node_votes(int node)
 {
-    return pool_node_up(node) && N.nodes[node].state == NODE_OK;
+    return pool_node_up(node) && cluster.nodes[node].state == NODE_OK;
 }
 
 uint64_t node_vote_gen(int node)
 {
-    return N.nodes[node].gen;
+    return cluster.nodes[node].gen;
 }
 
 void node_guard(int node, const char **words, size_t *lens)
 {
-    const struct node *n = &N.nodes[node];
+    const struct node *n = &cluster.nodes[node];
 
-    words[0] = N.ttl_key;
-    words[1] = N.marker_key;
+    words[0] = cluster.ttl_key;
+    words[1] = cluster.marker_key;
     words[2] = node_votes(node) ? n->run_id : "";
     for (int i = 0; i < POOL_GUARD_WORDS; i++)
         lens[i] = strlen(words[i]);
@@ -1275,9 +1275,9 @@ void node_guard(int node, const char **words, size_t *lens)
 
 void node_lost_data(int node, const char *why)
 {
-    struct node *n = &N.nodes[node];
+    struct node *n = &cluster.nodes[node];
 
-    if (N.stopping || n->state != NODE_OK)
+    if (cluster.stopping || n->state != NODE_OK)
         return;
     log_warn("redis %s: %s; it stops voting now and is checked", node_name(n),
              why);
@@ -1288,29 +1288,29 @@ void node_lost_data(int node, const char *why)
 
 void node_reloaded(void)
 {
-    node_cover_ttl(N.conf->locks.max_ttl_ms);
+    node_cover_ttl(cluster.conf->locks.max_ttl_ms);
 }
 
 int node_nvoting(void)
 {
     int k = 0;
-    for (int i = 0; i < N.nnodes; i++)
+    for (int i = 0; i < cluster.nnodes; i++)
         k += node_votes(i);
     return k;
 }
 
 int node_count(void)
 {
-    return N.nnodes;
+    return cluster.nnodes;
 }
 
 void node_report(int i, struct node_report *r)
 {
-    const struct node *n = &N.nodes[i];
+    const struct node *n = &cluster.nodes[i];
     const struct pool_node_stats *s = pool_node_stats(i);
     uint64_t now = timer_now();
-    uint64_t window = (uint64_t)N.conf->redis.probe_interval_ms +
-                      N.conf->redis.command_timeout_ms;
+    uint64_t window = (uint64_t)cluster.conf->redis.probe_interval_ms +
+                      cluster.conf->redis.command_timeout_ms;
 
     r->name = node_name(n);
     r->up = pool_node_up(i);

@@ -114,7 +114,7 @@ static struct {
     char *probe_channel;                /* (owned) see POOL_PROBE_SUFFIX */
     char *cmd;                          /* (owned) resp_format's buffer */
     size_t cmdcap;
-} P;
+} pool;
 
 static void link_connect(struct pool_link *l);
 static void pool_node_fail(struct pool_node *n, const char *why);
@@ -133,7 +133,7 @@ static void link_arm(struct pool_link *l)
          * request behind thousands of others: time out only when the
          * oldest request is overdue *and* nothing came back meanwhile. */
         uint64_t d = oldest->deadline;
-        uint64_t quiet = l->last_progress + P.conf->redis.command_timeout_ms;
+        uint64_t quiet = l->last_progress + pool.conf->redis.command_timeout_ms;
         if (quiet > d)
             d = quiet;
         if (d < due)
@@ -197,7 +197,7 @@ static char *put_bulk(char *p, const char *s, size_t len)
     return p;
 }
 
-/* q as a RESP array in P.cmd, the bytes redisAsyncCommandArgv would
+/* q as a RESP array in pool.cmd, the bytes redisAsyncCommandArgv would
  * write: hiredis formats with its own printf (sdscatfmt), which was the
  * daemon's biggest user-space cost. Returns the length. */
 static size_t resp_format(const struct pool_req *q, bool by_sha)
@@ -212,7 +212,7 @@ static size_t resp_format(const struct pool_req *q, bool by_sha)
     size_t nkeyslen = 0;
 
     if (q->script >= 0) {
-        script = by_sha ? P.sha[q->script] : pool_lua[q->script];
+        script = by_sha ? pool.sha[q->script] : pool_lua[q->script];
         scriptlen = strlen(script);
         nkeyslen = (size_t)(proto_write_u64(nkeys, (uint64_t)q->nkeys) -
                             nkeys);
@@ -221,12 +221,12 @@ static size_t resp_format(const struct pool_req *q, bool by_sha)
     }
     for (int i = 0; i < q->argc; i++)
         need += over + q->lens[i];
-    if (need > P.cmdcap) {
-        P.cmd = mem_realloc(P.cmd, need);
-        P.cmdcap = need;
+    if (need > pool.cmdcap) {
+        pool.cmd = mem_realloc(pool.cmd, need);
+        pool.cmdcap = need;
     }
 
-    char *p = P.cmd;
+    char *p = pool.cmd;
     *p++ = '*';
     p = proto_write_u64(p, (uint64_t)words);
     *p++ = '\r';
@@ -238,23 +238,23 @@ static size_t resp_format(const struct pool_req *q, bool by_sha)
     }
     for (int i = 0; i < q->argc; i++)
         p = put_bulk(p, q->argv[i], q->lens[i]);
-    return (size_t)(p - P.cmd);
+    return (size_t)(p - pool.cmd);
 }
 
 /* Hand q to hiredis on l; 0, or -1 with q still owned by the caller. */
 static int link_send(struct pool_link *l, struct pool_req *q)
 {
-    bool by_sha = q->script >= 0 && !q->retried && P.sha[q->script][0];
+    bool by_sha = q->script >= 0 && !q->retried && pool.sha[q->script][0];
 
     if (!l->ac)
         return -1;
     size_t len = resp_format(q, by_sha);
-    if (redisAsyncFormattedCommand(l->ac, link_on_reply, q, P.cmd,
+    if (redisAsyncFormattedCommand(l->ac, link_on_reply, q, pool.cmd,
                                    len) != REDIS_OK)
         return -1;
     q->sent_ns = uv_hrtime();
     l->last_send = timer_now();
-    q->deadline = timer_now() + P.conf->redis.command_timeout_ms;
+    q->deadline = timer_now() + pool.conf->redis.command_timeout_ms;
     if (l->state == LINK_CONNECTING && q->deadline < l->connect_deadline)
         q->deadline = l->connect_deadline;
     if (list_empty(&l->queue)) {
@@ -266,7 +266,7 @@ static int link_send(struct pool_link *l, struct pool_req *q)
     l->nqueue++;
     link_arm(l);
     l->node->st.requests++;
-    P.inflight++;
+    pool.inflight++;
     return 0;
 }
 
@@ -288,7 +288,7 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 
     list_remove(&q->queue);
     l->nqueue--;
-    P.inflight--;
+    pool.inflight--;
     if (!r) {
         /* The connection failed (or we are dropping it): fail the node once,
          * unless this context was already detached by pool_node_fail. */
@@ -341,12 +341,12 @@ static void pool_node_reconnect_cb(struct timer *t)
 {
     struct pool_node *n = t->data;
 
-    if (P.stopping)
+    if (pool.stopping)
         return;
     n->failed = false;
     if (n->identified)
         n->st.reconnects++;
-    for (unsigned i = 0; i < P.conf->redis.pool_size; i++)
+    for (unsigned i = 0; i < pool.conf->redis.pool_size; i++)
         link_connect(&n->links[i]);
     link_connect(&n->sub);
 }
@@ -357,17 +357,17 @@ static void pool_node_fail(struct pool_node *n, const char *why)
         return;
     n->failed = true;
     snprintf(n->st.last_error, sizeof(n->st.last_error), "%s", why);
-    if (P.hooks.on_down)
-        P.hooks.on_down(n->idx, why);
-    for (unsigned i = 0; i < P.conf->redis.pool_size; i++)
+    if (pool.hooks.on_down)
+        pool.hooks.on_down(n->idx, why);
+    for (unsigned i = 0; i < pool.conf->redis.pool_size; i++)
         link_drop(&n->links[i]);
     link_drop(&n->sub);
-    if (P.stopping)
+    if (pool.stopping)
         return;
     timer_start(&n->reconnect_timer, n->backoff_ms);
     n->backoff_ms *= 2;
-    if (n->backoff_ms > P.conf->redis.reconnect_max_ms)
-        n->backoff_ms = P.conf->redis.reconnect_max_ms;
+    if (n->backoff_ms > pool.conf->redis.reconnect_max_ms)
+        n->backoff_ms = pool.conf->redis.reconnect_max_ms;
 }
 
 /*
@@ -381,13 +381,13 @@ static void pool_node_fail(struct pool_node *n, const char *why)
 static bool link_loop_was_late(struct pool_link *l)
 {
     uint64_t now = uv_hrtime() / 1000000u;
-    uint64_t period = P.conf->redis.command_timeout_ms;
+    uint64_t period = pool.conf->redis.command_timeout_ms;
     bool unsent = l->ac && l->ac->c.obuf && l->ac->c.obuf[0];
 
     if (l->graced || (!unsent && now < l->timer.due + period / 2))
         return false;
     l->graced = true;
-    uv_update_time(P.loop);
+    uv_update_time(pool.loop);
     l->last_progress = timer_now();
     if (l->probe_deadline)
         l->probe_deadline = timer_now() + period;
@@ -420,13 +420,13 @@ static void link_ready(struct pool_link *l, const char *run_id)
     l->state = LINK_UP;
     l->last_recv = timer_now();
     link_arm(l);
-    timer_start(&l->probe_timer, P.conf->redis.probe_interval_ms);
+    timer_start(&l->probe_timer, pool.conf->redis.probe_interval_ms);
     if (l->subscriber || n->nup++ > 0)
         return;
     n->backoff_ms = POOL_BACKOFF_MIN_MS;
     n->identified = run_id[0] != '\0';
-    if (P.hooks.on_up)
-        P.hooks.on_up(n->idx, run_id, l->fsync_always && l->aof_on);
+    if (pool.hooks.on_up)
+        pool.hooks.on_up(n->idx, run_id, l->fsync_always && l->aof_on);
 }
 
 /*
@@ -436,7 +436,7 @@ static void link_ready(struct pool_link *l, const char *run_id)
  */
 static bool hs_check(int node, redisReply *r, const char *what)
 {
-    struct pool_node *n = &P.nodes[node];
+    struct pool_node *n = &pool.nodes[node];
 
     if (!r)
         return false;   /* the node already failed */
@@ -464,7 +464,7 @@ static void hs_select_cb(void *ud, int node, redisReply *r)
 
 static void hs_script_cb(void *ud, int node, redisReply *r)
 {
-    char *sha = ud;     /* P.sha[] of the script this link loaded */
+    char *sha = ud;     /* pool.sha[] of the script this link loaded */
 
     if (!hs_check(node, r, "SCRIPT LOAD"))
         return;
@@ -554,12 +554,12 @@ static void sub_on_release(const char *msg, size_t len)
 
     if (len > idlen + 1 && msg[len - idlen - 1] == ' ' &&
         strspn(msg + len - idlen, "0123456789abcdef") == idlen) {
-        if (memcmp(msg + len - idlen, P.instance_id, idlen) == 0)
+        if (memcmp(msg + len - idlen, pool.instance_id, idlen) == 0)
             return;
         len -= idlen + 1;
     }
-    if (P.hooks.on_release)
-        P.hooks.on_release(msg, len);
+    if (pool.hooks.on_release)
+        pool.hooks.on_release(msg, len);
 }
 
 /* The subscriber heard its probe: it and its node are alive. */
@@ -594,7 +594,7 @@ static void sub_on_message(redisAsyncContext *ac, void *reply, void *privdata)
         r->element[1]->type != REDIS_REPLY_STRING ||
         r->element[2]->type != REDIS_REPLY_STRING)
         return;
-    if (strcmp(r->element[1]->str, P.probe_channel) == 0)
+    if (strcmp(r->element[1]->str, pool.probe_channel) == 0)
         sub_on_probe(l, r->element[2]);
     else
         sub_on_release(r->element[2]->str, r->element[2]->len);
@@ -602,7 +602,7 @@ static void sub_on_message(redisAsyncContext *ac, void *reply, void *privdata)
 
 static void link_handshake(struct pool_link *l)
 {
-    const struct conf *c = P.conf;
+    const struct conf *c = pool.conf;
     int rc = 0;
 
     if (c->redis.password) {
@@ -616,7 +616,7 @@ static void link_handshake(struct pool_link *l)
     }
     if (l->subscriber) {
         const char *argv[] = { "SUBSCRIBE", c->locks.release_channel,
-                               P.probe_channel };
+                               pool.probe_channel };
         size_t lens[] = { 9, strlen(argv[1]), strlen(argv[2]) };
         l->probe_refused = false;
         if (rc == 0 && redisAsyncCommandArgv(l->ac, sub_on_message, l, 3,
@@ -630,7 +630,7 @@ static void link_handshake(struct pool_link *l)
             rc |= hs_send(l, hs_select_cb, NULL, 2, sel);
         for (int s = 0; s < POOL_SCRIPT_COUNT; s++) {
             const char *argv[] = { "SCRIPT", "LOAD", pool_lua[s] };
-            rc |= hs_send(l, hs_script_cb, P.sha[s], 3, argv);
+            rc |= hs_send(l, hs_script_cb, pool.sha[s], 3, argv);
         }
         const char *cfg[] = { "CONFIG", "GET", "appendfsync" };
         const char *aof[] = { "CONFIG", "GET", "appendonly" };
@@ -714,7 +714,7 @@ static void link_connect(struct pool_link *l)
      * also lets the kernel notice it. */
     if (a->kind == CONF_ADDR_TCP)
         link_keepalive(ac->c.fd);
-    if (redis_uv_attach(ac, P.loop) != 0) {
+    if (redis_uv_attach(ac, pool.loop) != 0) {
         redisAsyncFree(ac);
         pool_node_fail(l->node, "cannot attach to the event loop");
         return;
@@ -724,7 +724,7 @@ static void link_connect(struct pool_link *l)
     redisAsyncSetDisconnectCallback(ac, link_on_disconnect);
     l->ac = ac;
     l->state = LINK_CONNECTING;
-    l->connect_deadline = timer_now() + P.conf->redis.connect_timeout_ms;
+    l->connect_deadline = timer_now() + pool.conf->redis.connect_timeout_ms;
     link_arm(l);
     link_handshake(l);
 }
@@ -742,7 +742,7 @@ static void probe_ping_cb(void *ud, int node, redisReply *r)
 
 static void probe_published_cb(void *ud, int node, redisReply *r)
 {
-    struct pool_node *n = &P.nodes[node];
+    struct pool_node *n = &pool.nodes[node];
     struct pool_link *sub = &n->sub;
     (void)ud;
 
@@ -751,7 +751,7 @@ static void probe_published_cb(void *ud, int node, redisReply *r)
     if (r->type == REDIS_REPLY_ERROR) {
         /* An ACL without this channel: the data links are still probed. */
         log_warn("redis %s: PUBLISH to %s refused (%s); its subscriber "
-                 "connection is not probed", n->addr->text, P.probe_channel,
+                 "connection is not probed", n->addr->text, pool.probe_channel,
                  r->str);
         sub->probe_refused = true;
         sub->probe_deadline = 0;
@@ -787,8 +787,8 @@ static void link_probe_sub(struct pool_link *l)
     if (!via)
         return;
     snprintf(seq, sizeof(seq), "%" PRIu64, ++n->probe_seq);
-    const char *argv[] = { "PUBLISH", P.probe_channel, seq };
-    size_t lens[] = { 7, strlen(P.probe_channel), strlen(seq) };
+    const char *argv[] = { "PUBLISH", pool.probe_channel, seq };
+    size_t lens[] = { 7, strlen(pool.probe_channel), strlen(seq) };
     struct pool_req *q = req_create(-1, 0, 3, argv, lens);
     if (!q)
         return;
@@ -798,7 +798,7 @@ static void link_probe_sub(struct pool_link *l)
         return;
     }
     l->probe_seq = n->probe_seq;
-    l->probe_deadline = timer_now() + P.conf->redis.command_timeout_ms;
+    l->probe_deadline = timer_now() + pool.conf->redis.command_timeout_ms;
     link_arm(l);
 }
 
@@ -807,11 +807,11 @@ static void link_probe_sub(struct pool_link *l)
 static void link_probe_cb(struct timer *t)
 {
     struct pool_link *l = t->data;
-    uint64_t every = P.conf->redis.probe_interval_ms;
+    uint64_t every = pool.conf->redis.probe_interval_ms;
     uint64_t now = timer_now();
     uint64_t last;
 
-    if (P.stopping || l->state != LINK_UP || l->node->failed)
+    if (pool.stopping || l->state != LINK_UP || l->node->failed)
         return;
     if (l->subscriber) {
         if (!l->probe_deadline && !l->probe_refused &&
@@ -853,25 +853,25 @@ static void pool_draw_instance_id(void)
     } while (k < 0 && errno == EINTR);
     if (k != (ssize_t)sizeof(v))
         v = uv_hrtime() ^ ((uint64_t)uv_os_getpid() << 32);
-    snprintf(P.instance_id, sizeof(P.instance_id), "%016" PRIx64, v);
+    snprintf(pool.instance_id, sizeof(pool.instance_id), "%016" PRIx64, v);
 }
 
 int pool_init(uv_loop_t *loop, const struct conf *conf,
               const struct pool_hooks *hooks)
 {
-    P.loop = loop;
-    P.conf = conf;
-    P.hooks = *hooks;
-    P.nnodes = (int)conf->redis.nnodes;
+    pool.loop = loop;
+    pool.conf = conf;
+    pool.hooks = *hooks;
+    pool.nnodes = (int)conf->redis.nnodes;
     pool_draw_instance_id();
     size_t chlen = strlen(conf->locks.release_channel) +
                    strlen(POOL_PROBE_SUFFIX) + POOL_INSTANCE_ID_LEN + 1;
-    P.probe_channel = mem_alloc(chlen);
-    snprintf(P.probe_channel, chlen, "%s%s%s", conf->locks.release_channel,
-             POOL_PROBE_SUFFIX, P.instance_id);
-    P.nodes = mem_alloc(sizeof(struct pool_node) * (size_t)P.nnodes);
-    for (int i = 0; i < P.nnodes; i++) {
-        struct pool_node *n = &P.nodes[i];
+    pool.probe_channel = mem_alloc(chlen);
+    snprintf(pool.probe_channel, chlen, "%s%s%s", conf->locks.release_channel,
+             POOL_PROBE_SUFFIX, pool.instance_id);
+    pool.nodes = mem_alloc(sizeof(struct pool_node) * (size_t)pool.nnodes);
+    for (int i = 0; i < pool.nnodes; i++) {
+        struct pool_node *n = &pool.nodes[i];
         n->idx = i;
         n->addr = &conf->redis.nodes[i];
         n->backoff_ms = POOL_BACKOFF_MIN_MS;
@@ -881,67 +881,67 @@ int pool_init(uv_loop_t *loop, const struct conf *conf,
         link_init(&n->sub, n, true);
         timer_init(&n->reconnect_timer, pool_node_reconnect_cb, n);
     }
-    for (int i = 0; i < P.nnodes; i++)
-        pool_node_reconnect_cb(&P.nodes[i].reconnect_timer);
+    for (int i = 0; i < pool.nnodes; i++)
+        pool_node_reconnect_cb(&pool.nodes[i].reconnect_timer);
     return 0;
 }
 
 void pool_shutdown(void)
 {
-    if (!P.nodes || P.stopping)
+    if (!pool.nodes || pool.stopping)
         return;
-    P.stopping = true;
-    for (int i = 0; i < P.nnodes; i++) {
-        struct pool_node *n = &P.nodes[i];
+    pool.stopping = true;
+    for (int i = 0; i < pool.nnodes; i++) {
+        struct pool_node *n = &pool.nodes[i];
         n->failed = true;
-        for (unsigned k = 0; k < P.conf->redis.pool_size; k++)
+        for (unsigned k = 0; k < pool.conf->redis.pool_size; k++)
             link_drop(&n->links[k]);
         link_drop(&n->sub);
     }
     /* Only now: dropping a link runs callbacks that may touch any node. */
-    for (int i = 0; i < P.nnodes; i++)
-        timer_stop(&P.nodes[i].reconnect_timer);
+    for (int i = 0; i < pool.nnodes; i++)
+        timer_stop(&pool.nodes[i].reconnect_timer);
 }
 
 void pool_free(void)
 {
-    if (!P.nodes)
+    if (!pool.nodes)
         return;
-    for (int i = 0; i < P.nnodes; i++)
-        free(P.nodes[i].links);
-    free(P.nodes);
-    P.nodes = NULL;
-    free(P.probe_channel);
-    P.probe_channel = NULL;
-    free(P.cmd);
-    P.cmd = NULL;
-    P.cmdcap = 0;
+    for (int i = 0; i < pool.nnodes; i++)
+        free(pool.nodes[i].links);
+    free(pool.nodes);
+    pool.nodes = NULL;
+    free(pool.probe_channel);
+    pool.probe_channel = NULL;
+    free(pool.cmd);
+    pool.cmd = NULL;
+    pool.cmdcap = 0;
 }
 
 bool pool_busy(void)
 {
-    return P.inflight > 0;
+    return pool.inflight > 0;
 }
 
 int pool_nnodes(void)
 {
-    return P.nnodes;
+    return pool.nnodes;
 }
 
 bool pool_node_up(int node)
 {
-    const struct pool_node *n = &P.nodes[node];
+    const struct pool_node *n = &pool.nodes[node];
     return !n->failed && n->nup > 0;
 }
 
 const char *pool_node_name(int node)
 {
-    return P.nodes[node].addr->text;
+    return pool.nodes[node].addr->text;
 }
 
 const char *pool_instance_id(void)
 {
-    return P.instance_id;
+    return pool.instance_id;
 }
 
 /* The first link that is up and has fewer than POOL_LINK_FILL requests
@@ -951,7 +951,7 @@ const char *pool_instance_id(void)
  * traffic when the first is down. */
 static struct pool_link *pool_node_pick(struct pool_node *n)
 {
-    unsigned size = P.conf->redis.pool_size;
+    unsigned size = pool.conf->redis.pool_size;
     struct pool_link *best = NULL;
 
     for (unsigned i = 0; i < size; i++) {
@@ -968,10 +968,10 @@ static struct pool_link *pool_node_pick(struct pool_node *n)
 
 static int pool_node_send(int node, struct pool_req *q)
 {
-    struct pool_node *n = &P.nodes[node];
+    struct pool_node *n = &pool.nodes[node];
     struct pool_link *l = NULL;
 
-    if (!P.stopping && pool_node_up(node))
+    if (!pool.stopping && pool_node_up(node))
         l = pool_node_pick(n);
     if (!l || link_send(l, q) != 0) {
         free(q);
@@ -1006,5 +1006,5 @@ int pool_command(int node, int argc, const char **argv, const size_t *lens,
 
 const struct pool_node_stats *pool_node_stats(int node)
 {
-    return &P.nodes[node].st;
+    return &pool.nodes[node].st;
 }

@@ -47,8 +47,8 @@ static struct {
     uint64_t next_id;
     char epoch[16];             /* the start time in session ids */
     bool shutdown;
-} S = { .attached = LIST_INIT(S.attached),
-        .detached = LIST_INIT(S.detached) };
+} sessions = { .attached = LIST_INIT(sessions.attached),
+        .detached = LIST_INIT(sessions.detached) };
 
 void session_init(const struct conf *conf)
 {
@@ -57,8 +57,8 @@ void session_init(const struct conf *conf)
     char tmp[16];
     int n = 0;
 
-    S.conf = conf;
-    S.limits.max_resource_len = conf->locks.max_resource_len;
+    sessions.conf = conf;
+    sessions.limits.max_resource_len = conf->locks.max_resource_len;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     do {
@@ -66,8 +66,8 @@ void session_init(const struct conf *conf)
         ms /= 36;
     } while (ms && n < (int)sizeof(tmp) - 1);
     for (int i = 0; i < n; i++)
-        S.epoch[i] = tmp[n - 1 - i];
-    S.epoch[n] = '\0';
+        sessions.epoch[i] = tmp[n - 1 - i];
+    sessions.epoch[n] = '\0';
 }
 
 static void session_auth_cb(struct timer *t);
@@ -81,8 +81,8 @@ struct session *session_create(struct conn *c)
 {
     struct session *s = mem_alloc(sizeof(*s));
 
-    s->id = ++S.next_id;
-    snprintf(s->idstr, sizeof(s->idstr), "s%" PRIu64 ".%s", s->id, S.epoch);
+    s->id = ++sessions.next_id;
+    snprintf(s->idstr, sizeof(s->idstr), "s%" PRIu64 ".%s", s->id, sessions.epoch);
     list_init(&s->link);
     list_init(&s->lost);
     list_init(&s->untold);
@@ -90,7 +90,7 @@ struct session *session_create(struct conn *c)
                        s->peer);
     timer_init(&s->auth_timer, session_auth_cb, s);
     timer_init(&s->detach_timer, session_expire_cb, s);
-    session_attach(s, c, &S.attached);
+    session_attach(s, c, &sessions.attached);
     return s;
 }
 
@@ -126,12 +126,12 @@ static void session_unref(struct session *s)
 
 size_t session_count(void)
 {
-    return S.count;
+    return sessions.count;
 }
 
 size_t session_detached_count(void)
 {
-    return S.ndetached;
+    return sessions.ndetached;
 }
 
 size_t session_count_ip(const char *ip)
@@ -139,7 +139,7 @@ size_t session_count_ip(const char *ip)
     struct list *p;
     size_t n = 0;
 
-    list_foreach(p, &S.attached) {
+    list_foreach(p, &sessions.attached) {
         const struct session *x = container_of(p, struct session, link);
         n += strcmp(x->conn->ip, ip) == 0;
     }
@@ -171,7 +171,7 @@ static void session_tell_untold(struct session *s);
 static bool hello_detach(struct session *s, uint32_t ms)
 {
     struct conn *c = s->conn;
-    unsigned max = S.conf->limits.max_detach_ms;
+    unsigned max = sessions.conf->limits.max_detach_ms;
 
     if (ms == 0) {
         s->detach_ms = 0;
@@ -253,7 +253,7 @@ static void session_auth_cb(struct timer *t)
 static void auth_failed(struct session *s)
 {
     struct conn *c = s->conn;
-    unsigned max = S.conf->limits.max_auth_failures;
+    unsigned max = sessions.conf->limits.max_auth_failures;
     uint64_t delay = 100 * (uint64_t)s->auth_failures;
 
     s->auth_failures++;
@@ -273,8 +273,8 @@ static void auth_failed(struct session *s)
 static void cmd_auth(struct session *s, const struct proto_request *r)
 {
     struct conn *c = s->conn;
-    const char *pw = S.conf->auth.password;
-    const char *admin = S.conf->auth.admin_password;
+    const char *pw = sessions.conf->auth.password;
+    const char *admin = sessions.conf->auth.admin_password;
 
     if (!pw && !admin) {
         conn_err(c, PROTO_ERR_AUTH, "no password is configured");
@@ -313,7 +313,7 @@ static bool session_take_lost(struct session *s, const char *res, size_t len)
 static bool check_ttl(struct session *s, uint32_t ttl)
 {
     struct conn *c = s->conn;
-    const struct conf *cf = S.conf;
+    const struct conf *cf = sessions.conf;
     if (ttl < cf->locks.min_ttl_ms || ttl > cf->locks.max_ttl_ms) {
         conn_errf(c, PROTO_ERR_ARG, "ttl must be between %u and %u ms",
                   cf->locks.min_ttl_ms, cf->locks.max_ttl_ms);
@@ -344,7 +344,7 @@ static bool lock_names_free(struct session *s, const struct proto_request *r)
 static bool lock_kind_ok(struct session *s, const struct proto_request *r)
 {
     struct conn *c = s->conn;
-    const struct conf *cf = S.conf;
+    const struct conf *cf = sessions.conf;
 
     if (r->nargs > cf->locks.max_multi) {
         conn_errf(c, PROTO_ERR_ARG, "at most %u resources in one LOCK "
@@ -376,13 +376,13 @@ static bool lock_kind_ok(struct session *s, const struct proto_request *r)
 static void cmd_lock(struct session *s, const struct proto_request *r)
 {
     struct conn *c = s->conn;
-    const struct conf *cf = S.conf;
+    const struct conf *cf = sessions.conf;
     uint32_t ttl = (r->has & PROTO_OPT_TTL) ? r->ttl
                                             : cf->locks.default_ttl_ms;
     /* Nobody is left to wait for the answer after EOF. */
     uint32_t wait = (r->has & PROTO_OPT_WAIT) && !c->eof ? r->wait : 0;
 
-    if (S.shutdown) {
+    if (sessions.shutdown) {
         conn_err(c, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
         return;
     }
@@ -417,11 +417,11 @@ static void cmd_lock(struct session *s, const struct proto_request *r)
 static void cmd_adopt(struct session *s, const struct proto_request *r)
 {
     struct conn *c = s->conn;
-    const struct conf *cf = S.conf;
+    const struct conf *cf = sessions.conf;
     uint32_t ttl = (r->has & PROTO_OPT_TTL) ? r->ttl
                                             : cf->locks.default_ttl_ms;
 
-    if (S.shutdown) {
+    if (sessions.shutdown) {
         conn_err(c, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
         return;
     }
@@ -572,7 +572,7 @@ static bool session_is_operator(struct session *s, const char *what)
 {
     struct conn *c = s->conn;
 
-    if (!S.conf->auth.admin_password) {
+    if (!sessions.conf->auth.admin_password) {
         conn_errf(c, PROTO_ERR_NOAUTH, "%s is disabled: no "
                   "auth.admin_password is configured", what);
         return false;
@@ -621,9 +621,9 @@ static void cmd_status(struct session *s, const struct proto_request *r)
 {
     struct conn *c = s->conn;
 
-    if (r->limit > S.conf->locks.max_limit) {
+    if (r->limit > sessions.conf->locks.max_limit) {
         conn_errf(c, PROTO_ERR_ARG, "limit must be between 1 and %u "
-                  "(locks.max_limit)", S.conf->locks.max_limit);
+                  "(locks.max_limit)", sessions.conf->locks.max_limit);
         return;
     }
     conn_hold(c);
@@ -663,7 +663,7 @@ static void session_execute(struct session *s, char *line, size_t len)
     struct proto_request r;
     struct proto_error err;
 
-    enum proto_parse_status st = proto_parse(line, len, &S.limits, &r, &err);
+    enum proto_parse_status st = proto_parse(line, len, &sessions.limits, &r, &err);
     if (st == PROTO_PARSE_EMPTY)
         return;
     stats_count_command(r.cmd);
@@ -671,7 +671,7 @@ static void session_execute(struct session *s, char *line, size_t len)
         conn_err(c, err.code, err.msg);
         return;
     }
-    if (!s->authed && S.conf->auth.password && cmd_needs_auth(r.cmd)) {
+    if (!s->authed && sessions.conf->auth.password && cmd_needs_auth(r.cmd)) {
         conn_err(c, PROTO_ERR_NOAUTH, "authentication required: send AUTH "
                  "<password> first");
         return;
@@ -827,7 +827,7 @@ static void session_lost_add(struct list *list, size_t *n, bool tail,
 {
     size_t len = strlen(resource);
 
-    if (*n >= S.conf->limits.max_locks_per_session)
+    if (*n >= sessions.conf->limits.max_locks_per_session)
         return;
     struct session_lost *x = mem_alloc(sizeof(*x) + len + 1);
     x->fence = fence;
@@ -901,7 +901,7 @@ static void session_attach(struct session *s, struct conn *c,
     snprintf(s->peer, sizeof(s->peer), "%s", c->peer);
     conn_bind(c, &session_conn_ops, s, s->idstr);
     list_insert_after(after, &s->link);
-    S.count++;
+    sessions.count++;
     session_ref(s);
 }
 
@@ -911,7 +911,7 @@ static void session_attach(struct session *s, struct conn *c,
 static void session_unplug(struct session *s)
 {
     list_remove(&s->link);
-    S.count--;
+    sessions.count--;
     s->conn = NULL;
     timer_stop(&s->auth_timer);
     free(s->unlock_lost);
@@ -934,7 +934,7 @@ static void session_end(struct session *s, bool died)
  * limits.max_detach_ms as it is now). */
 static void session_detach(struct session *s)
 {
-    unsigned max = S.conf->limits.max_detach_ms;
+    unsigned max = sessions.conf->limits.max_detach_ms;
 
     if (s->detach_ms > max)
         s->detach_ms = max;
@@ -942,8 +942,8 @@ static void session_detach(struct session *s)
     s->owner.detached = true;
     s->owner.detached_at = timer_now();
     timer_start(&s->detach_timer, s->detach_ms);
-    list_push_head(&S.detached, &s->link);
-    S.ndetached++;
+    list_push_head(&sessions.detached, &s->link);
+    sessions.ndetached++;
     log_info("%s (%s): connection gone; detached with %zu leases for up to "
              "%u ms", s->idstr, s->peer, s->owner.nleases, s->detach_ms);
 }
@@ -953,7 +953,7 @@ static void session_undetach(struct session *s)
 {
     timer_stop(&s->detach_timer);
     list_remove(&s->link);
-    S.ndetached--;
+    sessions.ndetached--;
 }
 
 static void session_expire_cb(struct timer *t)
@@ -982,17 +982,17 @@ static void session_on_eof(struct conn *c, void *data)
 static void session_on_closed(struct conn *c, void *data)
 {
     struct session *s = data;
-    bool died = c->died && !S.shutdown;
+    bool died = c->died && !sessions.shutdown;
 
     session_unplug(s);
-    if (s->detach_ms > 0 && died && S.conf->limits.max_detach_ms > 0) {
+    if (s->detach_ms > 0 && died && sessions.conf->limits.max_detach_ms > 0) {
         session_detach(s);
         return;
     }
-    if (S.shutdown && s->detach_ms && c->died)
+    if (sessions.shutdown && s->detach_ms && c->died)
         /* A detachable session's connection dropping is no release, and
          * nothing can resume it now: its leases are left to expire. */
-        S.abandoned += lockmgr_owner_abandon(&s->owner, &S.abandoned_until);
+        sessions.abandoned += lockmgr_owner_abandon(&s->owner, &sessions.abandoned_until);
     session_end(s, died);
 }
 
@@ -1019,7 +1019,7 @@ static struct session *session_find_in(struct list *list,
 static void resume_refused(struct session *s)
 {
     struct conn *c = s->conn;
-    unsigned max = S.conf->limits.max_auth_failures;
+    unsigned max = sessions.conf->limits.max_auth_failures;
 
     s->auth_failures++;
     log_notice("%s (%s): HELLO resume= of an unknown session or with a "
@@ -1077,12 +1077,12 @@ static struct session *session_resume(struct session *s,
                  "connection locks anything");
         return NULL;
     }
-    if ((x = session_find_in(&S.detached, s, r))) {
+    if ((x = session_find_in(&sessions.detached, s, r))) {
         session_undetach(x);
         log_info("%s (%s): resumed with %zu leases after %" PRIu64 " ms "
                  "detached", x->idstr, c->peer, x->owner.nleases,
                  timer_now() - x->owner.detached_at);
-    } else if ((x = session_find_in(&S.attached, s, r))) {
+    } else if ((x = session_find_in(&sessions.attached, s, r))) {
         session_take_over(x, c);
     } else {
         resume_refused(s);
@@ -1151,10 +1151,10 @@ json_t *session_list_json(void)
     uint64_t now = timer_now();
     struct list *p;
 
-    list_foreach(p, &S.attached)
+    list_foreach(p, &sessions.attached)
         json_array_append_new(arr, session_json(
             list_entry(p, const struct session, link), now));
-    list_foreach(p, &S.detached)
+    list_foreach(p, &sessions.detached)
         json_array_append_new(arr, session_json(
             list_entry(p, const struct session, link), now));
     return json_pack("{s:o}", "sessions", arr);
@@ -1162,7 +1162,7 @@ json_t *session_list_json(void)
 
 void session_set_shutdown(void)
 {
-    S.shutdown = true;
+    sessions.shutdown = true;
 }
 
 /* A session that holds leases at shutdown stays open until its client
@@ -1174,13 +1174,13 @@ void session_shutdown_all(void)
 
     /* Detached sessions cannot resume any more (nothing is accepted):
      * their leases are left to expire now. */
-    while ((p = list_first(&S.detached))) {
+    while ((p = list_first(&sessions.detached))) {
         struct session *s = list_entry(p, struct session, link);
-        S.abandoned += lockmgr_owner_abandon(&s->owner, &S.abandoned_until);
+        sessions.abandoned += lockmgr_owner_abandon(&s->owner, &sessions.abandoned_until);
         session_undetach(s);
         session_end(s, false);
     }
-    list_foreach_safe(p, tmp, &S.attached) {
+    list_foreach_safe(p, tmp, &sessions.attached) {
         struct session *s = list_entry(p, struct session, link);
         struct conn *c = s->conn;
         session_ref(s);
@@ -1199,11 +1199,11 @@ void session_shutdown_all(void)
 size_t session_abandon_all(uint64_t *until)
 {
     struct list *p, *tmp;
-    size_t n = S.abandoned;
+    size_t n = sessions.abandoned;
 
-    if (S.abandoned_until > *until)
-        *until = S.abandoned_until;
-    list_foreach_safe(p, tmp, &S.attached) {
+    if (sessions.abandoned_until > *until)
+        *until = sessions.abandoned_until;
+    list_foreach_safe(p, tmp, &sessions.attached) {
         struct session *s = list_entry(p, struct session, link);
         struct conn *c = s->conn;
         session_ref(s);
@@ -1222,7 +1222,7 @@ void session_close_all(const char *why)
 {
     struct list *p;
 
-    while ((p = list_first(&S.attached))) {
+    while ((p = list_first(&sessions.attached))) {
         struct session *s = list_entry(p, struct session, link);
         conn_close(s->conn, false, why);    /* unplugs s */
     }

@@ -118,28 +118,28 @@ static struct {
     } providers[STATS_PROVIDERS_MAX];
     struct stats_hist *node_req;    /* (owned) per node index */
     size_t nnode_req;
-} S;
+} reg;
 
 static double stats_process_start_ms(void);
 
 void stats_init(void)
 {
     stats = (struct stats_values){ 0 };
-    S.nproviders = 0;
-    S.started_at = timer_now();
-    S.start_time_ms = stats_process_start_ms();
-    free(S.node_req);
-    S.node_req = NULL;
-    S.nnode_req = 0;
+    reg.nproviders = 0;
+    reg.started_at = timer_now();
+    reg.start_time_ms = stats_process_start_ms();
+    free(reg.node_req);
+    reg.node_req = NULL;
+    reg.nnode_req = 0;
 }
 
 int stats_provider_add(stats_collect_fn *collect, void *ud)
 {
-    if (S.nproviders == STATS_PROVIDERS_MAX)
+    if (reg.nproviders == STATS_PROVIDERS_MAX)
         return -1;
-    S.providers[S.nproviders].collect = collect;
-    S.providers[S.nproviders].ud = ud;
-    S.nproviders++;
+    reg.providers[reg.nproviders].collect = collect;
+    reg.providers[reg.nproviders].ud = ud;
+    reg.nproviders++;
     return 0;
 }
 
@@ -151,10 +151,10 @@ void stats_collect(struct stats_values *v)
     v->nodes = NULL;
     v->nnodes = 0;
     v->nodes_json = NULL;
-    v->uptime_ms = (double)(timer_now() - S.started_at);
+    v->uptime_ms = (double)(timer_now() - reg.started_at);
     stats_process_read(&v->process);
-    for (size_t i = 0; i < S.nproviders; i++)
-        S.providers[i].collect(v, S.providers[i].ud);
+    for (size_t i = 0; i < reg.nproviders; i++)
+        reg.providers[i].collect(v, reg.providers[i].ud);
 }
 
 void stats_values_deinit(struct stats_values *v)
@@ -268,22 +268,22 @@ void stats_observe_node_request(int node, double seconds)
 {
     if (node < 0)
         return;
-    if ((size_t)node >= S.nnode_req) {
+    if ((size_t)node >= reg.nnode_req) {
         size_t n = (size_t)node + 1;
 
-        S.node_req = mem_realloc(S.node_req, n * sizeof(*S.node_req));
-        memset(S.node_req + S.nnode_req, 0,
-               (n - S.nnode_req) * sizeof(*S.node_req));
-        S.nnode_req = n;
+        reg.node_req = mem_realloc(reg.node_req, n * sizeof(*reg.node_req));
+        memset(reg.node_req + reg.nnode_req, 0,
+               (n - reg.nnode_req) * sizeof(*reg.node_req));
+        reg.nnode_req = n;
     }
-    stats_hist_observe(&S.node_req[node], &stats_buckets_latency, seconds);
+    stats_hist_observe(&reg.node_req[node], &stats_buckets_latency, seconds);
 }
 
 const struct stats_hist *stats_node_request_hist(int node)
 {
-    if (node < 0 || (size_t)node >= S.nnode_req)
+    if (node < 0 || (size_t)node >= reg.nnode_req)
         return NULL;
-    return &S.node_req[node];
+    return &reg.node_req[node];
 }
 
 /* ---- the process (/proc/self) ------------------------------------------ */
@@ -385,7 +385,7 @@ static void stats_process_read(struct stats_process *p)
 
     stats_table_clear_gauges(&stats_process_table, p);
     p->cpu_ms = 0;
-    p->start_time_ms = S.start_time_ms;
+    p->start_time_ms = reg.start_time_ms;
     p->open_fds = stats_open_fds();
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
         p->max_fds = (double)rl.rlim_cur;
