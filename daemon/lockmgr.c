@@ -2009,6 +2009,12 @@ static bool adopt_fits(struct lock_entry *e, const struct redlock_result *res,
     }
     if (!limit)
         limit = e->limit;       /* stored by a daemon that did not say */
+    if (limit > mgr.conf->locks.max_limit) {
+        snprintf(msg, size, "%s is a semaphore of limit=%" PRIu32 " on the "
+                 "nodes, more than locks.max_limit (%u) here", e->resource,
+                 limit, mgr.conf->locks.max_limit);
+        return false;
+    }
     if (!limit || res->adopted_slot >= limit) {
         snprintf(msg, size, "slot %" PRIu32 " of %s: its semaphore's size "
                  "is not stored on the nodes", res->adopted_slot,
@@ -2025,6 +2031,22 @@ static bool adopt_fits(struct lock_entry *e, const struct redlock_result *res,
     }
     e->limit = limit;           /* the entry was made by this ADOPT */
     e->slots = mem_alloc(limit);
+    return true;
+}
+
+/* The keys of a multi-resource grant are exclusive locks: none of them may
+ * have become a semaphore here meanwhile (another ADOPT of one of them,
+ * which found a slot). */
+static bool adopt_fits_multi(const struct adopt_ctx *x, char *msg,
+                             size_t size)
+{
+    for (size_t i = 0; i < x->n; i++) {
+        if (x->e[i]->limit) {
+            snprintf(msg, size, "%s is a semaphore here: the resources of "
+                     "one grant are exclusive", x->e[i]->resource);
+            return false;
+        }
+    }
     return true;
 }
 
@@ -2106,7 +2128,8 @@ static void adopt_done(void *ud, const struct redlock_result *res)
     if (res->status == REDLOCK_OK && (o->ended || x->gen != o->gen)) {
         adopt_give_back(x, res);    /* nobody to hand it to (withdrawn) */
     } else if (res->status == REDLOCK_OK &&
-               (x->n > 1 || adopt_fits(x->e[0], res, why, sizeof(why)))) {
+               (x->n > 1 ? adopt_fits_multi(x, why, sizeof(why))
+                         : adopt_fits(x->e[0], res, why, sizeof(why)))) {
         adopt_grant(x, res);
     } else if (res->status == REDLOCK_OK) {
         /* Ours on the nodes, but not a lease this daemon can keep beside

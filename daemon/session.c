@@ -209,6 +209,9 @@ static void cmd_hello(struct session *s, const struct proto_request *r)
      * HELLO is that session's. */
     if (resume && !(s = session_resume(s, r)))
         return;
+    /* Answering may close c (output over its limit): the session resumed
+     * then detaches again, or ends, under us. */
+    session_ref(s);
     if (r->has & PROTO_OPT_NAME)
         snprintf(s->name, sizeof(s->name), "%.*s", (int)r->name_len, r->name);
     if (r->has & PROTO_OPT_KEEPALIVE)
@@ -227,6 +230,7 @@ static void cmd_hello(struct session *s, const struct proto_request *r)
     session_tell_untold(s);
     if (s->name[0])
         log_debug("%s is %s", s->idstr, s->name);
+    session_unref(s);
 }
 
 /* Compare without an early exit so timing does not reveal a prefix. */
@@ -1102,17 +1106,20 @@ static struct session *session_resume(struct session *s,
 /* After the reply to a resume: what was lost while detached. */
 static void session_tell_untold(struct session *s)
 {
-    struct conn *c = s->conn;
     struct list *p;
 
-    list_foreach(p, &s->untold) {
+    /* One at a time: a connection closed halfway through (its output
+     * over the limit) leaves the rest for the next resume. */
+    while (s->conn && (p = list_first(&s->untold))) {
         struct session_lost *x = list_entry(p, struct session_lost, link);
+        list_remove(p);
+        s->nuntold--;
         session_lost_add(&s->lost, &s->nlost, false, x->resource, x->fence,
                          x->why);
-        conn_event_lost(c, x->resource, x->fence,
+        conn_event_lost(s->conn, x->resource, x->fence,
                         lockmgr_lost_reason_name(x->why));
+        free(x);
     }
-    session_lost_free(&s->untold, &s->nuntold);
 }
 
 /* ---- the session table -------------------------------------------------- */

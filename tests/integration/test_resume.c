@@ -353,6 +353,36 @@ START_TEST(drop_during_shutdown)
 }
 END_TEST
 
+/* A resume whose reply overflows the output limit (the client queued big
+ * PINGs before it and reads nothing): the connection is closed while the
+ * HELLO is answered, and the session detaches again with its losses still
+ * untold; the daemon goes on (it crashed there, review F1), and a later
+ * resume tells them. */
+START_TEST(resume_reply_overflows)
+{
+    char id[64], secret[64], big[2001];
+
+    start("{\"limits\": {\"max_output_bytes\": 4096}}");
+    detachable(&A, 30000, id, secret);
+    h_expect(&A, "OK resource=ov ", "LOCK ov ttl=300 renew=0");
+    h_close(&A);
+    h_sleep_ms(800);            /* expires while detached: untold */
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    h_sendf(&B, "PING %s\nPING %s\nPING %s\nHELLO resume=%s secret=%s\n",
+            big, big, big, id, secret);
+    h_sleep_ms(500);
+    h_close(&B);
+    h_connect_tcp_ok(&C, D.port);
+    h_expect(&C, "OK proto=1 session=", "HELLO resume=%s secret=%s", id,
+             secret);
+    ck_assert_msg(h_expect_event(&C, "EVENT LOST resource=ov ", 2000),
+                  "the lease lost while detached was never told");
+    h_expect(&C, "PONG", "PING");
+    finish();
+}
+END_TEST
+
 static Suite *resume_suite(void)
 {
     Suite *s = suite_create("resume");
@@ -371,6 +401,7 @@ static Suite *resume_suite(void)
     tcase_add_test(tc, limits);
     tcase_add_test(tc, detached_at_shutdown);
     tcase_add_test(tc, drop_during_shutdown);
+    tcase_add_test(tc, resume_reply_overflows);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1620,6 +1620,39 @@ START_TEST(test_adopt_kinds)
     ck_assert_int_eq(count_open(F_RELEASE, "lock:u#0"), 1);
     ck_assert_ptr_null(held(&D, "k"));
     ck_assert_ptr_null(held(&D, "u"));
+    /* A semaphore larger than this daemon allows: refused, not made. */
+    ar.res = (const char *[]){ "w" };
+    lockmgr_adopt(&D.o, &ar);
+    answer_adopted(pending(F_ADOPT, "lock:w"), 8, REDLOCK_HELD_SLOT, 2,
+                   conf.locks.max_limit + 1);
+    ck_assert_int_eq(D.err, PROTO_ERR_ARG);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:w#2"), 1);
+    ck_assert_ptr_null(held(&D, "w"));
+}
+END_TEST
+
+/* Two ADOPTs at once: one of resource m1 alone, which turns out to be a
+ * semaphore slot, and one of a multi-resource grant that has m1 too: the
+ * grant cannot put an exclusive lease on a semaphore's entry. */
+START_TEST(test_adopt_multi_meets_semaphore)
+{
+    lockmgr_adopt(&A.o, &(struct lockmgr_adopt_req){
+        .n = 1, .res = (const char *[]){ "m1" }, .len = (size_t[]){ 2 },
+        .token = "0123456789abcdef0123456789abcdef", .ttl = 5000,
+        .renew = true });
+    lockmgr_adopt(&B.o, &(struct lockmgr_adopt_req){
+        .n = 2, .res = (const char *[]){ "m1", "m2" },
+        .len = (size_t[]){ 2, 2 },
+        .token = "fedcba9876543210fedcba9876543210", .ttl = 5000,
+        .renew = true });
+    int a = ncalls - 2, b = ncalls - 1;
+    ck_assert(calls[a].op == F_ADOPT && calls[b].op == F_ADOPT);
+    answer_adopted(a, 4, REDLOCK_HELD_SLOT, 1, 3);
+    ck_assert_int_eq(A.nlocked, 1);
+    answer_ok(b, 5, 4900);
+    ck_assert_int_eq(B.nlocked, 0);
+    ck_assert_int_eq(B.err, PROTO_ERR_ARG);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:m2"), 1);
 }
 END_TEST
 
@@ -2146,6 +2179,7 @@ static Suite *lockmgr_suite(void)
     tcase_add_test(t, test_owner_abandon_leaves_keys);
     tcase_add_test(t, test_adopt);
     tcase_add_test(t, test_adopt_multi);
+    tcase_add_test(t, test_adopt_multi_meets_semaphore);
     tcase_add_test(t, test_adopt_held_back_until_ready);
     tcase_add_test(t, test_nowait_behind_asking);
     tcase_add_test(t, test_adopt_kinds);
