@@ -1175,9 +1175,35 @@ void session_set_shutdown(void)
 /* A session that holds leases at shutdown stays open until its client
  * releases them (UNLOCK, QUIT, or closing the connection) or the daemon
  * exits; one that holds none is closed now. */
+/* The attached sessions now, each with a reference (session_let_go): a
+ * walk that closes connections may end any session of the list, not only
+ * the one in hand, so it walks this copy instead. *n: how many. */
+static struct session **session_snapshot(size_t *n)
+{
+    struct session **all = mem_alloc((sessions.count + 1) * sizeof(*all));
+    struct list *p;
+
+    *n = 0;
+    list_foreach(p, &sessions.attached) {
+        struct session *s = list_entry(p, struct session, link);
+        session_ref(s);
+        all[(*n)++] = s;
+    }
+    return all;
+}
+
+static void session_let_go(struct session **all, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        session_unref(all[i]);
+    free(all);
+}
+
 void session_shutdown_all(void)
 {
-    struct list *p, *tmp;
+    struct list *p;
+    struct session **all;
+    size_t n;
 
     /* Detached sessions cannot resume any more (nothing is accepted):
      * their leases are left to expire now. */
@@ -1187,10 +1213,12 @@ void session_shutdown_all(void)
         session_undetach(s);
         session_end(s, false);
     }
-    list_foreach_safe(p, tmp, &sessions.attached) {
-        struct session *s = list_entry(p, struct session, link);
+    all = session_snapshot(&n);
+    for (size_t i = 0; i < n; i++) {
+        struct session *s = all[i];
         struct conn *c = s->conn;
-        session_ref(s);
+        if (s->state != SESSION_ATTACHED || !c)
+            continue;
         conn_ref(c);
         conn_event_shutdown(c);
         lockmgr_owner_shutdown(&s->owner);  /* may answer a waiting LOCK */
@@ -1199,29 +1227,31 @@ void session_shutdown_all(void)
                                  "down");
         conn_flush(c);
         conn_unref(c);
-        session_unref(s);
     }
+    session_let_go(all, n);
 }
 
 size_t session_abandon_all(uint64_t *until)
 {
-    struct list *p, *tmp;
-    size_t n = sessions.abandoned;
+    size_t n = sessions.abandoned, nall;
+    struct session **all;
 
     if (sessions.abandoned_until > *until)
         *until = sessions.abandoned_until;
-    list_foreach_safe(p, tmp, &sessions.attached) {
-        struct session *s = list_entry(p, struct session, link);
+    all = session_snapshot(&nall);
+    for (size_t i = 0; i < nall; i++) {
+        struct session *s = all[i];
         struct conn *c = s->conn;
-        session_ref(s);
+        if (s->state != SESSION_ATTACHED || !c)
+            continue;
         conn_ref(c);
         n += lockmgr_owner_abandon(&s->owner, until);
         conn_close_announced(c, "shutdown", "the daemon is shutting down; "
                              "its leases are left to expire by their ttl");
         conn_flush(c);
         conn_unref(c);
-        session_unref(s);
     }
+    session_let_go(all, nall);
     return n;
 }
 
