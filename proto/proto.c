@@ -475,7 +475,8 @@ static enum proto_parse_status proto_parse_arg(struct proto_request *req,
                           "wrong number of arguments for %s", cmd);
     if (sp->resource && wlen > proto_max_resource(lim))
         return proto_fail(err, PROTO_ERR_ARG,
-                          "resource name longer than %zu bytes",
+                          "resource name longer than %zu bytes "
+                          "(locks.max_resource_len)",
                           proto_max_resource(lim));
     if (sp->resource && !proto_valid_resource(word, wlen, lim))
         return proto_fail(err, PROTO_ERR_ARG,
