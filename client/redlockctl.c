@@ -43,6 +43,7 @@
 
 #include <jansson.h>
 
+#include "num.h"
 #include "redlockd.h"
 
 #ifndef REDLOCKD_VERSION
@@ -205,18 +206,18 @@ static const struct ctl_opt ctl_opts[] = {
     { "password-file", OPT_PASSWORD_FILE, "F", CTL_ANY,
       "send the first line of F with AUTH\n" },
     { "name", OPT_NAME, "NAME", CTL_ANY, "client name shown by `sessions`\n" },
-    { "timeout", OPT_TIMEOUT, "MS", CTL_ANY,
-      "connect and reply timeout (default 5000, 0: none)\n" },
+    { "timeout", OPT_TIMEOUT, "TIME", CTL_ANY,
+      "connect and reply timeout (default 5s, 0: none)\n" },
     { "json", OPT_JSON, NULL, CTL_ANY,
       "print the daemon's JSON instead of a table\n" },
     { "help", 'h', NULL, CTL_ANY, "show this help\n" },
     { "version", 'V', NULL, CTL_ANY, "show the version\n" },
-    { "ttl", OPT_TTL, "MS", CTL_RUN,
-      "lease on Redis (default: the daemon's, 30000);\n"
-      "the command is stopped once MS pass without the\n"
+    { "ttl", OPT_TTL, "TIME", CTL_RUN,
+      "lease on Redis (default: the daemon's, 30s); the\n"
+      "command is stopped once TIME passes without the\n"
       "daemon confirming the lease\n" },
-    { "wait", OPT_WAIT, "MS", CTL_RUN,
-      "wait up to MS for a busy lock (default 0: don't)\n" },
+    { "wait", OPT_WAIT, "TIME", CTL_RUN,
+      "wait up to TIME for a busy lock (default 0: don't)\n" },
     { "on-lost", OPT_ON_LOST, "kill|ignore", CTL_RUN,
       "when the lease is lost: SIGTERM the command's\n"
       "whole process group (default), or let it finish\n" },
@@ -232,10 +233,10 @@ static const struct ctl_opt ctl_opts[] = {
       "one of K slots of a semaphore (K holders at once)\n" },
     { "resource", 'r', "R", CTL_RUN,
       "lock R too (repeat for several, all or none)\n" },
-    { "detach", OPT_DETACH, "MS", CTL_RUN,
+    { "detach", OPT_DETACH, "TIME", CTL_RUN,
       "how long the daemon keeps the session after the\n"
-      "connection is lost (default: the ttl, 30000 to\n"
-      "60000; 0: off, a lost connection loses the lock)\n" },
+      "connection is lost (default: the ttl, 30s to 60s;\n"
+      "0: off, a lost connection loses the lock)\n" },
     { "force", OPT_FORCE, NULL, CTL_RELEASE,
       "delete the lock whoever holds it (FORCEUNLOCK)\n" },
     { "admin-password-file", OPT_ADMIN_PASSWORD_FILE, "F", CTL_RELEASE,
@@ -378,6 +379,21 @@ static int ctl_number_u32(const char *s, const struct ctl_opt *o,
     return 0;
 }
 
+/* A TIME option: milliseconds, or a number with a unit (2m, 1.5s), read
+ * as the daemon reads ttl= (num.h), at most max ms. */
+static int ctl_opt_duration(const char *s, const struct ctl_opt *o,
+                            uint32_t max, uint32_t *out)
+{
+    enum proto_dur e = proto_parse_duration(s, strlen(s), out);
+
+    if (e == PROTO_DUR_OK && *out <= max)
+        return 0;
+    warnx("--%s: expected milliseconds or a number with ms, s, m or h "
+          "(500, 1.5s, 2m), at most %" PRIu32 " ms; \"%s\" %s", o->name,
+          max, s, e == PROTO_DUR_OK ? "is more than that" : proto_dur_why(e));
+    return -1;
+}
+
 static int ctl_on_lost_mode(struct ctl *c, const char *s)
 {
     if (strcmp(s, "kill") == 0)
@@ -409,19 +425,21 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
         return 0;
     case OPT_DETACH:
         c->detach_set = 1;
-        return ctl_number_u32(arg, o, &c->detach_ms);
+        return ctl_opt_duration(arg, o, PROTO_DURATION_MAX_MS, &c->detach_ms);
     case OPT_PASSWORD_FILE: c->password_file = arg; return 0;
     case OPT_NAME: c->name = arg; return 0;
     case OPT_JSON: c->json = 1; return 0;
     case 'h': ctl_usage(stdout); return 1;
     case 'V': printf("redlockctl %s\n", REDLOCKD_VERSION); return 1;
     case OPT_TIMEOUT:
-        if (ctl_number_u32(arg, o, &u) < 0 || u > INT32_MAX)
+        if (ctl_opt_duration(arg, o, INT32_MAX, &u) < 0)
             return -1;
         c->timeout_ms = u == 0 ? -1 : (int)u;
         return 0;
-    case OPT_TTL: return ctl_number_u32(arg, o, &c->ttl_ms);
-    case OPT_WAIT: return ctl_number_u32(arg, o, &c->wait_ms);
+    case OPT_TTL:
+        return ctl_opt_duration(arg, o, PROTO_DURATION_MAX_MS, &c->ttl_ms);
+    case OPT_WAIT:
+        return ctl_opt_duration(arg, o, PROTO_DURATION_MAX_MS, &c->wait_ms);
     case OPT_ON_LOST: return ctl_on_lost_mode(c, arg);
     case 'q': c->quiet = 1; return 0;
     case OPT_SHARED: c->shared = 1; return 0;

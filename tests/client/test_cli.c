@@ -1614,6 +1614,66 @@ START_TEST(options_anywhere)
 }
 END_TEST
 
+/* --ttl, --wait, --detach and --timeout take units (2m, 1.5s) as the
+ * daemon's ttl= does; bare numbers stay milliseconds. */
+START_TEST(run_durations)
+{
+    const char *donef;
+    struct proc *p;
+    json_t *o;
+    json_int_t pttl;
+    uint64_t t0;
+    long long took;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    donef = tmp_path("done");
+    connect_to(&A);
+
+    p = ctl_start("-s", S, "--timeout", "2.5s", "run", "--ttl", "2m",
+                  "--detach", "0.5m", "cli:dur", "--", "sh", "-c",
+                  "sleep 1; touch \"$1\"", "sh", donef, NULL);
+    t0 = h_now_ms();
+    for (;;) {
+        o = h_ok_json(&A, "STATUS cli:dur");
+        if (json_is_true(json_object_get(o, "held")))
+            break;
+        json_decref(o);
+        ck_assert_msg(h_since(t0) < h_scale(5000), "run never took the lock");
+        h_sleep_ms(10);
+    }
+    pttl = h_json_int(json_array_get(json_object_get(o, "nodes"), 0), "pttl");
+    json_decref(o);
+    ck_assert_msg(pttl > 60000 && pttl <= 120000, "--ttl 2m: PTTL %lld",
+                  (long long)pttl);
+    proc_wait(p, h_scale(10000));
+    assert_ok_quiet(p, "run --ttl 2m");
+    ck_assert_msg(file_exists(donef), "the command did not finish");
+
+    h_expect(&A, "OK resource=cli:dur ", "LOCK cli:dur");
+    t0 = h_now_ms();
+    p = ctl_start("-s", S, "run", "--wait", "0.5s", "cli:dur", "--", "true",
+                  NULL);
+    proc_wait(p, h_scale(5000));
+    took = h_since(t0);
+    assert_status(p, EXIT_BUSY, "run --wait 0.5s on a busy lock");
+    ck_assert_msg(took >= 480, "--wait 0.5s gave up after %lld ms", took);
+    ck_assert_msg(strstr(p->err, "after waiting 500 ms"), "%s", p->err);
+
+    assert_usage(ctl_start("-s", S, "run", "--ttl", "5d", "cli:dur", "--",
+                           "true", NULL),
+                 "--ttl: expected milliseconds or a number with ms, s, m or h "
+                 "(500, 1.5s, 2m), at most 4294967295 ms; \"5d\" has an "
+                 "unknown unit (use ms, s, m or h)");
+    assert_usage(ctl_start("-s", S, "run", "--wait", "-1s", "cli:dur", "--",
+                           "true", NULL), "has a sign");
+    assert_usage(ctl_start("-s", S, "--timeout", "25d", "ping", NULL),
+                 "unknown unit");
+    assert_usage(ctl_start("-s", S, "--timeout", "600h", "ping", NULL),
+                 "at most 2147483647 ms; \"600h\" is more than that");
+}
+END_TEST
+
 /* ping exits 69 while the daemon answers but has no quorum of Redis nodes
  * to vote: a health check must not call it healthy. */
 START_TEST(ping_no_quorum)
@@ -2199,6 +2259,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_failover_kill);
     tcase_add_test(tc, inspection_commands);
     tcase_add_test(tc, options_anywhere);
+    tcase_add_test(tc, run_durations);
     tcase_add_test(tc, ping_no_quorum);
     tcase_add_test(tc, unreachable_daemon);
     tcase_add_test(tc, locks_lists_holders);
