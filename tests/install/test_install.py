@@ -6,6 +6,9 @@
   points to redlockd.json(5); the pages format without groff warnings.
 - The tmpfiles.d entry's comment names the file it was installed as.
 - Every document in docs/ is installed with the README and the licence.
+- The Python client is installed where the system's python3 looks
+  (meson's python module), every module of it, and imports from the
+  DESTDIR with the project's version.
 """
 import glob
 import os
@@ -120,3 +123,36 @@ def test_every_doc_is_installed(inst):
     for doc in docs + [os.path.join(os.environ["SOURCE_ROOT"], n)
                        for n in ("README.md", "LICENSE")]:
         assert os.path.isfile(os.path.join(docdir, os.path.basename(doc))), doc
+
+
+def test_python_client_installed(inst, tmp_path):
+    python, site = os.environ.get("CLIENT_PYTHON"), os.environ.get(
+        "CLIENT_PYTHON_DIR")
+    if not python or not site:
+        pytest.skip("the Python client is not installed by this build "
+                    "(-Dpython=disabled, or no python3)")
+    src = os.path.join(os.environ["SOURCE_ROOT"], "client", "python",
+                       "redlockd")
+    pkg = os.path.join(under(inst, site), "redlockd")
+    wanted = sorted(n for n in os.listdir(src)
+                    if n.endswith(".py") or n == "py.typed")
+    assert sorted(os.listdir(pkg)) == wanted
+
+    # Where the system's python3 looks, without any PYTHONPATH.
+    path = subprocess.run([python, "-E", "-s", "-c",
+                           "import sys; print(chr(10).join(sys.path))"],
+                          capture_output=True, text=True, timeout=60)
+    assert site in path.stdout.split("\n"), (site, path.stdout)
+
+    # It imports from there (and not from the sources), with its version.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(PYTHONPATH=under(inst, site), PYTHONDONTWRITEBYTECODE="1")
+    run = subprocess.run([python, "-s", "-c",
+                          "import redlockd, redlockd.client; "
+                          "print(redlockd.__file__, redlockd.__version__)"],
+                         capture_output=True, text=True, timeout=60,
+                         env=env, cwd=str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    path, version = run.stdout.split()
+    assert path == os.path.join(pkg, "__init__.py")
+    assert version == os.environ["VERSION"]
