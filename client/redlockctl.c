@@ -43,6 +43,7 @@
 
 #include <jansson.h>
 
+#include "num.h"
 #include "redlockd.h"
 
 #ifndef REDLOCKD_VERSION
@@ -141,6 +142,21 @@ struct ctl {
     char default_name[CTL_NAME_MAX + 1];
 };
 
+/*
+ * The words after the command word, with options anywhere among them (so
+ * `status job:9 --json` works as `--json status job:9` does); "--" ends
+ * the options. For run the options end at COMMAND too: the words from
+ * there on are the command's, whatever they look like.
+ */
+struct ctl_args {
+    char **words;               /* the words that are not options (owned
+                                   array, argc long); run: RESOURCE */
+    int nwords;
+    bool dashdash;              /* a "--" ended the options */
+    char **cmd;                 /* run: COMMAND [ARGS...]; NULL: none */
+    int ncmd;
+};
+
 /* ---- options, usage ---------------------------------------------------- */
 
 /* Long-only options: values above any short letter. */
@@ -190,18 +206,18 @@ static const struct ctl_opt ctl_opts[] = {
     { "password-file", OPT_PASSWORD_FILE, "F", CTL_ANY,
       "send the first line of F with AUTH\n" },
     { "name", OPT_NAME, "NAME", CTL_ANY, "client name shown by `sessions`\n" },
-    { "timeout", OPT_TIMEOUT, "MS", CTL_ANY,
-      "connect and reply timeout (default 5000, 0: none)\n" },
+    { "timeout", OPT_TIMEOUT, "TIME", CTL_ANY,
+      "connect and reply timeout (default 5s, 0: none)\n" },
     { "json", OPT_JSON, NULL, CTL_ANY,
       "print the daemon's JSON instead of a table\n" },
     { "help", 'h', NULL, CTL_ANY, "show this help\n" },
     { "version", 'V', NULL, CTL_ANY, "show the version\n" },
-    { "ttl", OPT_TTL, "MS", CTL_RUN,
-      "lease on Redis (default: the daemon's, 30000);\n"
-      "the command is stopped once MS pass without the\n"
+    { "ttl", OPT_TTL, "TIME", CTL_RUN,
+      "lease on Redis (default: the daemon's, 30s); the\n"
+      "command is stopped once TIME passes without the\n"
       "daemon confirming the lease\n" },
-    { "wait", OPT_WAIT, "MS", CTL_RUN,
-      "wait up to MS for a busy lock (default 0: don't)\n" },
+    { "wait", OPT_WAIT, "TIME", CTL_RUN,
+      "wait up to TIME for a busy lock (default 0: don't)\n" },
     { "on-lost", OPT_ON_LOST, "kill|ignore", CTL_RUN,
       "when the lease is lost: SIGTERM the command's\n"
       "whole process group (default), or let it finish\n" },
@@ -217,10 +233,10 @@ static const struct ctl_opt ctl_opts[] = {
       "one of K slots of a semaphore (K holders at once)\n" },
     { "resource", 'r', "R", CTL_RUN,
       "lock R too (repeat for several, all or none)\n" },
-    { "detach", OPT_DETACH, "MS", CTL_RUN,
+    { "detach", OPT_DETACH, "TIME", CTL_RUN,
       "how long the daemon keeps the session after the\n"
-      "connection is lost (default: the ttl, 30000 to\n"
-      "60000; 0: off, a lost connection loses the lock)\n" },
+      "connection is lost (default: the ttl, 30s to 60s;\n"
+      "0: off, a lost connection loses the lock)\n" },
     { "force", OPT_FORCE, NULL, CTL_RELEASE,
       "delete the lock whoever holds it (FORCEUNLOCK)\n" },
     { "admin-password-file", OPT_ADMIN_PASSWORD_FILE, "F", CTL_RELEASE,
@@ -284,7 +300,8 @@ static void ctl_usage(FILE *out)
 "                      the same for several locks, all of them or none\n"
 "  status RESOURCE     what the daemon and the Redis nodes know of RESOURCE\n"
 "  sessions            the daemon's client sessions\n"
-"  stats               the daemon's counters\n"
+"  stats               the daemon's nodes, sessions, locks, grants and losses\n"
+"                      per second and acquire latency (--json: every counter)\n"
 "  ping                check that the daemon answers and has a quorum of\n"
 "                      Redis nodes\n"
 "  locks               every lock the daemon's sessions hold, with the\n"
@@ -293,8 +310,14 @@ static void ctl_usage(FILE *out)
 "                      operators: delete the lock on RESOURCE whoever\n"
 "                      holds it (the holder loses it); needs the daemon's\n"
 "                      admin password\n"
+"\n", out);
+    fprintf(out,
+"Options go anywhere: before the command, after it or after its arguments;\n"
+"for run, before COMMAND (its words are the command's; -- ends the options).\n"
+"RESOURCE is 1 to %d visible ASCII characters (the daemon's\n"
+"locks.max_resource_len, by default).\n"
 "\n"
-"Options:\n", out);
+"Options:\n", REDLOCKD_RESOURCE_DEFAULT_MAX);
     ctl_usage_opts(out, CTL_ANY);
     fputs("\nRun options:\n", out);
     ctl_usage_opts(out, CTL_RUN);
@@ -356,6 +379,21 @@ static int ctl_number_u32(const char *s, const struct ctl_opt *o,
     return 0;
 }
 
+/* A TIME option: milliseconds, or a number with a unit (2m, 1.5s), read
+ * as the daemon reads ttl= (num.h), at most max ms. */
+static int ctl_opt_duration(const char *s, const struct ctl_opt *o,
+                            uint32_t max, uint32_t *out)
+{
+    enum proto_dur e = proto_parse_duration(s, strlen(s), out);
+
+    if (e == PROTO_DUR_OK && *out <= max)
+        return 0;
+    warnx("--%s: expected milliseconds or a number with ms, s, m or h "
+          "(500, 1.5s, 2m), at most %" PRIu32 " ms; \"%s\" %s", o->name,
+          max, s, e == PROTO_DUR_OK ? "is more than that" : proto_dur_why(e));
+    return -1;
+}
+
 static int ctl_on_lost_mode(struct ctl *c, const char *s)
 {
     if (strcmp(s, "kill") == 0)
@@ -387,19 +425,21 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
         return 0;
     case OPT_DETACH:
         c->detach_set = 1;
-        return ctl_number_u32(arg, o, &c->detach_ms);
+        return ctl_opt_duration(arg, o, PROTO_DURATION_MAX_MS, &c->detach_ms);
     case OPT_PASSWORD_FILE: c->password_file = arg; return 0;
     case OPT_NAME: c->name = arg; return 0;
     case OPT_JSON: c->json = 1; return 0;
     case 'h': ctl_usage(stdout); return 1;
     case 'V': printf("redlockctl %s\n", REDLOCKD_VERSION); return 1;
     case OPT_TIMEOUT:
-        if (ctl_number_u32(arg, o, &u) < 0 || u > INT32_MAX)
+        if (ctl_opt_duration(arg, o, INT32_MAX, &u) < 0)
             return -1;
         c->timeout_ms = u == 0 ? -1 : (int)u;
         return 0;
-    case OPT_TTL: return ctl_number_u32(arg, o, &c->ttl_ms);
-    case OPT_WAIT: return ctl_number_u32(arg, o, &c->wait_ms);
+    case OPT_TTL:
+        return ctl_opt_duration(arg, o, PROTO_DURATION_MAX_MS, &c->ttl_ms);
+    case OPT_WAIT:
+        return ctl_opt_duration(arg, o, PROTO_DURATION_MAX_MS, &c->wait_ms);
     case OPT_ON_LOST: return ctl_on_lost_mode(c, arg);
     case 'q': c->quiet = 1; return 0;
     case OPT_SHARED: c->shared = 1; return 0;
@@ -665,15 +705,20 @@ static void ctl_table_print(struct ctl_table *t)
         }
     }
     for (r = 0; r < t->nrows; r++) {
-        for (i = 0; i < t->ncols; i++) {
+        /* No trailing blanks: a row ends at its last non-empty cell. */
+        size_t last = t->ncols;
+
+        while (last > 1 && t->cells[r * t->ncols + last - 1][0] == '\0')
+            last--;
+        for (i = 0; i < last; i++) {
             cell = t->cells[r * t->ncols + i];
-            if (i + 1 == t->ncols && !(t->right & (1u << i)))
+            if (i + 1 == last && !(t->right & (1u << i)))
                 printf("%s", cell);
             else if (t->right & (1u << i))
                 printf("%*s", (int)w[i], cell);
             else
                 printf("%-*s", (int)w[i], cell);
-            fputs(i + 1 == t->ncols ? "\n" : "  ", stdout);
+            fputs(i + 1 == last ? "\n" : "  ", stdout);
         }
     }
     for (r = 0; r < t->nrows * t->ncols; r++)
@@ -844,39 +889,6 @@ static void ctl_print_sessions(json_t *root)
     ctl_table_print(&t);
 }
 
-/* STATS as "key value" lines; nested members become "nodes.0.latency_ms". */
-static void ctl_flatten(struct ctl_table *t, const char *prefix, json_t *v)
-{
-    char key[256], buf[64];
-    const char *k;
-    json_t *m;
-    size_t i;
-
-    if (json_is_object(v)) {
-        json_object_foreach(v, k, m) {
-            snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "", k);
-            ctl_flatten(t, key, m);
-        }
-    } else if (json_is_array(v)) {
-        json_array_foreach(v, i, m) {
-            snprintf(key, sizeof(key), "%s%s%zu", prefix, *prefix ? "." : "",
-                     i);
-            ctl_flatten(t, key, m);
-        }
-    } else {
-        const char *row[2] = { prefix, ctl_scalar(v, buf, sizeof(buf)) };
-        ctl_table_add(t, row);
-    }
-}
-
-static void ctl_print_stats(json_t *root)
-{
-    struct ctl_table t = { .ncols = 2 };
-
-    ctl_flatten(&t, "", root);
-    ctl_table_print(&t);
-}
-
 /* ---- inspection commands ------------------------------------------------ */
 
 static int ctl_show(struct ctl *c, const char *json, void (*print)(json_t *))
@@ -908,13 +920,6 @@ static int ctl_fetch_sessions(struct redlockd *h, const char *resource,
     return redlockd_sessions(h, json);
 }
 
-static int ctl_fetch_stats(struct redlockd *h, const char *resource,
-                           char **json)
-{
-    (void)resource;
-    return redlockd_stats(h, json);
-}
-
 /* The commands that print one JSON answer of the daemon. */
 static const struct ctl_inspector {
     const char *cmd;
@@ -924,7 +929,6 @@ static const struct ctl_inspector {
 } ctl_inspectors[] = {
     { "status", 1, ctl_fetch_status, ctl_print_status },
     { "sessions", 0, ctl_fetch_sessions, ctl_print_sessions },
-    { "stats", 0, ctl_fetch_stats, ctl_print_stats },
 };
 
 static const struct ctl_inspector *ctl_inspector_find(const char *cmd)
@@ -1059,12 +1063,214 @@ static int ctl_ping(struct ctl *c)
     return rc;
 }
 
-/* ---- locks: every lock of every session --------------------------------- */
-
 static const char *ctl_json_str(json_t *obj, const char *key)
 {
     return json_string_value(json_object_get(obj, key));
 }
+
+static void ctl_sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* ---- stats: the short table -------------------------------------------- */
+
+/*
+ * `stats` shows what an operator looks at first, as `consul info` or
+ * `etcdctl endpoint status -w table` do: the nodes with their state and
+ * latency, sessions, locks held and waiting, grants and losses per second
+ * (between two STATS CTL_STATS_SAMPLE_MS apart) and acquire latency
+ * quantiles (from the daemon's histogram since it started). --json prints
+ * the first STATS answer whole, at once.
+ */
+#define CTL_STATS_SAMPLE_MS 1000
+
+static json_int_t ctl_int(json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+
+    return json_is_integer(v) ? json_integer_value(v) : 0;
+}
+
+/* Seconds as "850 us", "3.4 ms", "1.25 s". */
+static const char *ctl_seconds(double s, char *buf, size_t sz)
+{
+    if (s < 0.001)
+        snprintf(buf, sz, "%.0f us", s * 1e6);
+    else if (s < 1.0)
+        snprintf(buf, sz, "%.3g ms", s * 1e3);
+    else
+        snprintf(buf, sz, "%.3g s", s);
+    return buf;
+}
+
+/*
+ * The q-quantile of a STATS histogram ({"count", "le": [bounds],
+ * "buckets": [cumulative counts, the last one +Inf]}), interpolated within
+ * its bucket as Prometheus's histogram_quantile() does. Its text in buf,
+ * "> 10 s" beyond the last bound; NULL when the histogram is empty or
+ * unreadable.
+ */
+static const char *ctl_quantile(json_t *h, double q, char *buf, size_t sz)
+{
+    json_t *le = json_object_get(h, "le"), *b = json_object_get(h, "buckets");
+    size_t n = json_array_size(le), i;
+    double rank, prev = 0, lo = 0, cum, hi, v;
+    char num[32];
+
+    if (n == 0 || json_array_size(b) != n + 1 || ctl_int(h, "count") <= 0)
+        return NULL;
+    rank = q * (double)ctl_int(h, "count");
+    for (i = 0; i < n; i++) {
+        cum = (double)json_integer_value(json_array_get(b, i));
+        hi = json_number_value(json_array_get(le, i));
+        if (cum >= rank && cum > prev) {
+            v = lo + (hi - lo) * (rank - prev) / (cum - prev);
+            return ctl_seconds(v, buf, sz);
+        }
+        prev = cum;
+        lo = hi;
+    }
+    snprintf(buf, sz, "> %s", ctl_seconds(lo, num, sizeof(num)));
+    return buf;
+}
+
+static void ctl_print_stat_nodes(json_t *root)
+{
+    struct ctl_table t = { .ncols = 5, .right = (1u << 2) | (1u << 3) };
+    char b[4][64];
+    json_t *node;
+    size_t i;
+
+    ctl_table_add(&t, (const char *const[]){ "NODE", "STATE", "LATENCY",
+                                             "MAX", "" });
+    json_array_foreach(json_object_get(root, "nodes"), i, node) {
+        const char *why = ctl_json_str(node, "why");
+        const char *err = ctl_json_str(node, "last_error");
+        const char *row[5] = {
+            ctl_field(node, "node", b[0], sizeof(b[0])),
+            ctl_field(node, "state", b[1], sizeof(b[1])),
+            ctl_seconds(json_number_value(json_object_get(node, "latency_ms"))
+                        / 1e3, b[2], sizeof(b[2])),
+            ctl_seconds(json_number_value(json_object_get(node,
+                        "latency_max_ms")) / 1e3, b[3], sizeof(b[3])),
+            /* Why it does not vote, or what went wrong last. */
+            why && *why ? why : err && *err ? err : "",
+        };
+        ctl_table_add(&t, row);
+    }
+    ctl_table_print(&t);
+}
+
+/* One "grants  12.5/s over 1.0 s (340 since start)" line. */
+static void ctl_print_rate(const char *what, json_int_t before,
+                           json_int_t after, double secs)
+{
+    printf("%-14s%.1f/s over %.1f s (%" JSON_INTEGER_FORMAT
+           " since start)\n", what,
+           secs > 0 ? (double)(after - before) / secs : 0.0, secs, after);
+}
+
+static void ctl_print_stats(json_t *before, json_t *root, double secs)
+{
+    json_t *acq = json_object_get(root, "acquisitions");
+    json_t *hist = json_object_get(root, "acquire_seconds");
+    json_int_t conns = ctl_int(root, "connections");
+    static const double qs[] = { 0.5, 0.9, 0.99 };
+    static const char *const qnames[] = { "p50", "p90", "p99" };
+    char b[64], up[64];
+    size_t i;
+
+    printf("%-14sredlockd %s, up %s\n", "daemon",
+           ctl_text(root, "version", b, sizeof(b)),
+           ctl_duration(json_object_get(root, "uptime_ms"), up, sizeof(up))
+               ? up : "-");
+    printf("%-14s%" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT
+           " voting, quorum %" JSON_INTEGER_FORMAT "\n", "nodes",
+           ctl_int(root, "nodes_voting"), ctl_int(root, "nodes_total"),
+           ctl_int(root, "quorum"));
+    printf("%-14s%" JSON_INTEGER_FORMAT " (%" JSON_INTEGER_FORMAT
+           " detached), %" JSON_INTEGER_FORMAT " connection%s\n", "sessions",
+           ctl_int(root, "sessions"), ctl_int(root, "sessions_detached"),
+           conns, conns == 1 ? "" : "s");
+    printf("%-14s%" JSON_INTEGER_FORMAT " held, %" JSON_INTEGER_FORMAT
+           " waiting\n", "locks", ctl_int(root, "locks_held"),
+           ctl_int(root, "waiters"));
+    ctl_print_rate("grants", ctl_int(json_object_get(before, "acquisitions"),
+                                     "ok"), ctl_int(acq, "ok"), secs);
+    ctl_print_rate("losses", ctl_int(before, "leases_lost"),
+                   ctl_int(root, "leases_lost"), secs);
+    printf("%-14s", "acquire");
+    if (!ctl_quantile(hist, 0.5, b, sizeof(b))) {
+        printf("no acquisitions yet\n");
+    } else {
+        for (i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
+            printf("%s %s%s", qnames[i], ctl_quantile(hist, qs[i], b,
+                                                      sizeof(b)),
+                   i + 1 < sizeof(qs) / sizeof(qs[0]) ? ", " : "");
+        printf(" (of %" JSON_INTEGER_FORMAT " since start)\n",
+               ctl_int(hist, "count"));
+    }
+    if (json_array_size(json_object_get(root, "nodes")) > 0) {
+        putchar('\n');
+        ctl_print_stat_nodes(root);
+    }
+}
+
+static int ctl_fetch_json(struct redlockd *h, json_t **root)
+{
+    char *json = NULL;
+    int rc = redlockd_stats(h, &json);
+
+    if (rc < 0)
+        return ctl_report("stats", rc, redlockd_last_error(h)->msg);
+    *root = ctl_parse_json(json);
+    free(json);
+    return *root ? 0 : EX_UNAVAILABLE;
+}
+
+static int ctl_stats(struct ctl *c)
+{
+    struct redlockd_opts o = { 0 };
+    struct redlockd *h;
+    json_t *before = NULL, *after = NULL;
+    char *json = NULL;
+    double t0 = 0, t1 = 0;
+    int rc;
+
+    rc = ctl_connect(c, &o, &h);
+    if (rc != 0)
+        return rc;
+    if (c->json) {
+        rc = redlockd_stats(h, &json);
+        if (rc < 0)
+            rc = ctl_report("stats", rc, redlockd_last_error(h)->msg);
+        else
+            printf("%s\n", json);
+        rc = rc < 0 ? rc : 0;
+        free(json);
+        redlockd_close(h);
+        return rc;
+    }
+    t0 = ctl_now_ms();
+    rc = ctl_fetch_json(h, &before);
+    if (rc == 0) {
+        ctl_sleep_ms(CTL_STATS_SAMPLE_MS);
+        t1 = ctl_now_ms();
+        rc = ctl_fetch_json(h, &after);
+    }
+    if (rc == 0)
+        ctl_print_stats(before, after, (t1 - t0) / 1000.0);
+    json_decref(before);
+    json_decref(after);
+    redlockd_close(h);
+    return rc;
+}
+
+/* ---- locks: every lock of every session --------------------------------- */
 
 /* By resource, then by session (shared holders of one resource). */
 static int ctl_row_cmp(const void *a, const void *b)
@@ -1780,8 +1986,8 @@ static int ctl_detach(const struct ctl *c)
     return ttl > CTL_DETACH_MAX_MS ? CTL_DETACH_MAX_MS : (int)ttl;
 }
 
-/* args: RESOURCE [--] COMMAND [ARGS...] */
-static int ctl_run(struct ctl *c, int argc, char **argv)
+/* a: RESOURCE (unless -r gave the resources), then COMMAND [ARGS...]. */
+static int ctl_run(struct ctl *c, const struct ctl_args *a)
 {
     struct ctl_run r = { .c = c, .conn = -1 };
     /* No keepalive: the command keeps the connection after us (see
@@ -1789,22 +1995,28 @@ static int ctl_run(struct ctl *c, int argc, char **argv)
     struct redlockd_opts o = { .on_lost = ctl_on_lost, .ud = &r,
                                .detach_ms = ctl_detach(c) };
     struct redlockd_lease lease;
-    int rc, i = 0;
+    int rc;
 
-    if (argc < 1) {
-        warnx("run: missing RESOURCE and COMMAND (try --help)");
+    if (a->nwords == 0 && c->nresources == 0) {
+        warnx(a->dashdash ? "run: missing RESOURCE before -- (try --help)"
+              : a->cmd ? "run: missing RESOURCE (try --help)"
+              : "run: missing RESOURCE and COMMAND (try --help)");
+        return EX_USAGE;
+    }
+    if (a->nwords > 0 && c->nresources > 0) {
+        warnx("run: give the resources either as RESOURCE or with -r, "
+              "not both (\"%s\")", a->words[0]);
+        return EX_USAGE;
+    }
+    if (!a->cmd) {
+        warnx("run: missing COMMAND after %s (try --help)",
+              c->nresources > 0 ? "the resources" : "RESOURCE");
         return EX_USAGE;
     }
     if (c->nresources > 0)
         r.resource = c->resources[0];   /* -r: no positional RESOURCE */
     else
-        r.resource = c->resources[c->nresources++] = argv[i++];
-    if (i < argc && strcmp(argv[i], "--") == 0)
-        i++;
-    if (i >= argc) {
-        warnx("run: missing COMMAND (try --help)");
-        return EX_USAGE;
-    }
+        r.resource = c->resources[c->nresources++] = a->words[0];
     rc = ctl_connect(c, &o, &r.h);
     if (rc != 0)
         return rc;
@@ -1818,7 +2030,7 @@ static int ctl_run(struct ctl *c, int argc, char **argv)
         rc = CTL_EXIT_LOST;
     }
     if (rc == 0 && (ctl_signals_init() < 0
-                    || ctl_spawn(&r, &lease, argv + i) < 0))
+                    || ctl_spawn(&r, &lease, a->cmd) < 0))
         rc = EX_OSERR;
     if (rc == 0) {
         ctl_wait_child(&r, lease.ttl);
@@ -1836,10 +2048,9 @@ static int ctl_run(struct ctl *c, int argc, char **argv)
 
 /* ---- main --------------------------------------------------------------- */
 
-/* Options from argv[0] on (argv[0] itself skipped): the index of the first
- * other argument, 0 when help/version was printed, -1 on a usage error. */
-/* getopt_long's tables from ctl_opts: "+:" (stop at the first command
- * word, report a missing argument as ':') and the short letters. */
+/* getopt_long's tables from ctl_opts: "+:" (stop at the first word that
+ * is not an option, report a missing argument as ':') and the short
+ * letters. */
 static void ctl_getopt_tables(struct option *longopts, char *shorts)
 {
     size_t i;
@@ -1862,11 +2073,17 @@ static void ctl_getopt_tables(struct option *longopts, char *shorts)
     *shorts = '\0';
 }
 
-static int ctl_parse(struct ctl *c, int argc, char **argv)
+/*
+ * Options from argv[1] on (argv[0] is skipped, as getopt does), up to the
+ * first word that is not one: its index (argc when none is left; after a
+ * "--" that ended the options, the index after it, and *dashdash is set),
+ * 0 when help or version was printed, -1 on a usage error.
+ */
+static int ctl_parse(struct ctl *c, int argc, char **argv, bool *dashdash)
 {
     struct option longopts[CTL_NOPTS + 1];
     char shorts[2 + 2 * CTL_NOPTS + 1];
-    int opt, rc;
+    int opt, rc, last_end = 1;
 
     ctl_getopt_tables(longopts, shorts);
     optind = 0;         /* glibc: start afresh on this argv */
@@ -1881,8 +2098,47 @@ static int ctl_parse(struct ctl *c, int argc, char **argv)
         rc = ctl_option(c, ctl_opt_find(opt), optarg);
         if (rc != 0)
             return rc > 0 ? 0 : -1;
+        last_end = optind;
     }
+    /* getopt steps over the "--" that ends the options (but "--" as an
+     * option's argument, --name --, ended before it). */
+    *dashdash = optind == last_end + 1 && strcmp(argv[optind - 1], "--") == 0;
     return optind;
+}
+
+/* argv[0] is the command word. 1 parsed, 0 help or version printed, -1
+ * usage error. */
+static int ctl_parse_args(struct ctl *c, bool run, int argc, char **argv,
+                          struct ctl_args *a)
+{
+    int k = 0, j;
+
+    memset(a, 0, sizeof(*a));
+    a->words = calloc((size_t)argc, sizeof(*a->words));
+    if (!a->words)
+        errx(EX_OSERR, "out of memory");
+    /* argv[k] plays getopt's argv[0]: the command word, then each word
+     * taken, so that parsing goes on after it. */
+    for (;;) {
+        j = ctl_parse(c, argc - k, argv + k, &a->dashdash);
+        if (j <= 0)
+            return j;
+        k += j;
+        if (k >= argc)
+            return 1;
+        /* run: COMMAND follows "--", RESOURCE, or -r's resources. */
+        if (run && (a->dashdash || a->nwords > 0 || c->nresources > 0)) {
+            a->cmd = argv + k;
+            a->ncmd = argc - k;
+            return 1;
+        }
+        if (a->dashdash)
+            break;
+        a->words[a->nwords++] = argv[k];
+    }
+    while (k < argc)
+        a->words[a->nwords++] = argv[k++];
+    return 1;
 }
 
 /* An option of another command than cmd (scope: cmd's own, or CTL_ANY). */
@@ -1901,43 +2157,62 @@ static int ctl_foreign_opt(const struct ctl *c, const char *cmd,
     return 0;
 }
 
-static int ctl_dispatch(struct ctl *c, const char *cmd, int argc, char **argv)
+/* The commands, for the check that comes before their arguments. */
+static const char *const ctl_commands[] = {
+    "run", "status", "sessions", "stats", "ping", "locks", "release",
+};
+
+static bool ctl_known(const char *cmd)
+{
+    for (size_t i = 0; i < sizeof(ctl_commands) / sizeof(*ctl_commands); i++)
+        if (strcmp(ctl_commands[i], cmd) == 0)
+            return true;
+    return false;
+}
+
+static int ctl_dispatch(struct ctl *c, const char *cmd,
+                        const struct ctl_args *a)
 {
     const struct ctl_inspector *in = ctl_inspector_find(cmd);
-    int ping = strcmp(cmd, "ping") == 0, locks = strcmp(cmd, "locks") == 0;
+    int nargs = in ? in->nargs : 0;
 
     if (strcmp(cmd, "run") == 0)
         return ctl_foreign_opt(c, cmd, CTL_RUN) < 0 ? EX_USAGE
-                                                     : ctl_run(c, argc, argv);
+                                                     : ctl_run(c, a);
     if (strcmp(cmd, "release") == 0)
         return ctl_foreign_opt(c, cmd, CTL_RELEASE) < 0
-                   ? EX_USAGE : ctl_release(c, argc, argv);
-    if (!in && !ping && !locks) {
-        warnx("unknown command \"%s\" (try --help)", cmd);
-        return EX_USAGE;
-    }
+                   ? EX_USAGE : ctl_release(c, a->nwords, a->words);
     if (ctl_foreign_opt(c, cmd, CTL_ANY) < 0)
         return EX_USAGE;
-    if (argc != (in ? in->nargs : 0)) {
-        warnx(in && in->nargs ? "%s: expected one RESOURCE"
-                                      : "%s takes no arguments", cmd);
+    if (a->nwords != nargs) {
+        if (nargs == 0)
+            warnx("%s takes no arguments (got \"%s\")", cmd, a->words[0]);
+        else if (a->nwords == 0)
+            warnx("%s: missing RESOURCE (try --help)", cmd);
+        else
+            warnx("%s: expected one RESOURCE, got %d words (\"%s\" ...)",
+                  cmd, a->nwords, a->words[0]);
         return EX_USAGE;
     }
-    if (ping)
+    if (strcmp(cmd, "ping") == 0)
         return ctl_ping(c);
-    if (locks)
+    if (strcmp(cmd, "locks") == 0)
         return ctl_locks(c);
-    return ctl_inspect(c, in, argc > 0 ? argv[0] : NULL);
+    if (strcmp(cmd, "stats") == 0)
+        return ctl_stats(c);
+    return ctl_inspect(c, in, nargs > 0 ? a->words[0] : NULL);
 }
 
 int main(int argc, char **argv)
 {
     struct ctl c;
+    struct ctl_args a;
     const char *cmd;
-    int i, j;
+    bool dashdash;
+    int i, rc;
 
     ctl_defaults(&c);
-    i = ctl_parse(&c, argc, argv);
+    i = ctl_parse(&c, argc, argv, &dashdash);
     if (i <= 0)
         return i == 0 ? 0 : EX_USAGE;
     if (i >= argc) {
@@ -1949,9 +2224,16 @@ int main(int argc, char **argv)
         ctl_usage(stdout);
         return 0;
     }
-    /* The command's own options: argv[i] plays argv[0]. */
-    j = ctl_parse(&c, argc - i, argv + i);
-    if (j <= 0)
-        return j == 0 ? 0 : EX_USAGE;
-    return ctl_dispatch(&c, cmd, argc - i - j, argv + i + j);
+    if (!ctl_known(cmd)) {
+        warnx("unknown command \"%s\" (try --help)", cmd);
+        return EX_USAGE;
+    }
+    /* The command's words, options anywhere: argv[i] plays argv[0]. */
+    rc = ctl_parse_args(&c, strcmp(cmd, "run") == 0, argc - i, argv + i, &a);
+    if (rc > 0)
+        rc = ctl_dispatch(&c, cmd, &a);
+    else
+        rc = rc == 0 ? 0 : EX_USAGE;
+    free(a.words);
+    return rc;
 }

@@ -181,18 +181,33 @@ static int rl_call_expect(struct redlockd *h, enum proto_cmd cmd,
     return rc;
 }
 
-/* The daemon's rule (proto_valid_resource), under the library's own cap;
- * the daemon's configured one may be lower. */
+/* The public header cannot include proto.h; the numbers must agree. */
+_Static_assert(REDLOCKD_RESOURCE_MAX == PROTO_RESOURCE_LEN_MAX,
+               "REDLOCKD_RESOURCE_MAX is not the largest max_resource_len");
+_Static_assert(REDLOCKD_RESOURCE_DEFAULT_MAX == PROTO_RESOURCE_LEN_DEFAULT,
+               "REDLOCKD_RESOURCE_DEFAULT_MAX is not its default");
+
+/* The daemon's rule (proto_valid_resource), under the largest limit a
+ * daemon may be configured with; the daemon checks its own (by default
+ * PROTO_RESOURCE_LEN_DEFAULT) and says so. */
 static int rl_check_resource(struct redlockd *h, const char *resource)
 {
-    static const struct proto_limits lim = { REDLOCKD_RESOURCE_MAX };
+    static const struct proto_limits lim = { PROTO_RESOURCE_LEN_MAX };
+    size_t len = resource ? strlen(resource) : 0;
 
-    if (resource
-        && proto_valid_resource(resource, strlen(resource), &lim))
+    if (len > PROTO_RESOURCE_LEN_MAX)
+        return rl_fail(h, REDLOCKD_E_INVALID,
+                       "resource name of %zu bytes is too long: redlockd "
+                       "takes 1 to %d bytes by default "
+                       "(locks.max_resource_len, at most %d)",
+                       len, PROTO_RESOURCE_LEN_DEFAULT,
+                       PROTO_RESOURCE_LEN_MAX);
+    if (len > 0 && proto_valid_resource(resource, len, &lim))
         return 0;
     return rl_fail(h, REDLOCKD_E_INVALID,
-                   "a resource name is 1 to %d visible ASCII characters",
-                   REDLOCKD_RESOURCE_MAX);
+                   "a resource name is 1 to %d visible ASCII characters "
+                   "(locks.max_resource_len), no spaces",
+                   PROTO_RESOURCE_LEN_DEFAULT);
 }
 
 /* Start of a request on one resource: checked before anything else. */

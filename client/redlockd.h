@@ -96,9 +96,12 @@ extern "C" {
 
 #define REDLOCKD_DEFAULT_SERVER "127.0.0.1:7390"
 #define REDLOCKD_SERVER_ENV "REDLOCKD_SERVER"
-/* The longest resource name the library accepts. The daemon's own limit
- * (locks.max_resource_len, default 200) applies too. */
+/* The longest resource name the library accepts: the most any daemon's
+ * locks.max_resource_len may allow. The daemon's own limit (by default
+ * REDLOCKD_RESOURCE_DEFAULT_MAX) applies too, and it answers ERR ARG above
+ * it. */
 #define REDLOCKD_RESOURCE_MAX 1024
+#define REDLOCKD_RESOURCE_DEFAULT_MAX 200
 #define REDLOCKD_TOKEN_LEN 32
 /* The most servers one handle takes. */
 #define REDLOCKD_SERVERS_MAX 16

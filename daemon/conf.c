@@ -25,6 +25,7 @@
 #include <jansson.h>
 
 #include "addr.h"
+#include "proto.h"
 #include "num.h"
 
 #define CONF_FILE_MAX (1024 * 1024)  /* a config file is a few KiB */
@@ -123,7 +124,8 @@ static const struct conf_key conf_keys[] = {
     { .key = "locks.drift_factor", .type = CONF_T_NUMBER,
       .off = F(locks.drift_factor), .min = 0, .dval = 0.01, .dmax = 0.5 },
     K_UINT("locks.lock_delay_ms", locks.lock_delay_ms, 0, 0, 86400000),
-    K_UINT("locks.max_resource_len", locks.max_resource_len, 200, 1, 1024),
+    K_UINT("locks.max_resource_len", locks.max_resource_len,
+           PROTO_RESOURCE_LEN_DEFAULT, 1, PROTO_RESOURCE_LEN_MAX),
     K_UINT("locks.retry_ms", locks.retry_ms, 500, 10, 600000),
     K_UINT("locks.max_limit", locks.max_limit, 1024, 1, CONF_MAX_LIMIT),
     K_UINT("locks.max_multi", locks.max_multi, 16, 1, CONF_MAX_MULTI),

@@ -9,6 +9,7 @@
 #include "num.h"
 
 #include <stdbool.h>
+#include <string.h>
 
 #define NUM_U16_DIGITS 5
 #define NUM_U32_DIGITS 10
@@ -110,6 +111,96 @@ int proto_parse_port(const char *s, size_t len, uint16_t *out)
 int proto_parse_octal(const char *s, size_t len, uint32_t *out)
 {
     return num_read_u32(s, len, 8, NUM_U32_OCTAL_DIGITS, out);
+}
+
+/* ---- durations ---------------------------------------------------------- */
+
+#define NUM_DUR_FRACTION_DIGITS 9
+
+static const struct {
+    const char *name;
+    uint32_t ms;
+} num_units[] = {
+    { "ms", 1 },
+    { "s", 1000 },
+    { "m", 60 * 1000 },
+    { "h", 60 * 60 * 1000 },
+};
+
+/* Digits at s[*i..len), at most max of them, into *v; how many. */
+static size_t num_digits(const char *s, size_t len, size_t *i, size_t max,
+                         uint64_t *v)
+{
+    size_t n = 0;
+
+    *v = 0;
+    while (*i < len && s[*i] >= '0' && s[*i] <= '9') {
+        if (n < max)
+            *v = *v * 10 + (uint64_t)(s[*i] - '0');
+        n++;
+        (*i)++;
+    }
+    return n;
+}
+
+enum proto_dur proto_parse_duration(const char *s, size_t len, uint32_t *ms)
+{
+    uint64_t whole, frac = 0, scale = 1, mult, v;
+    size_t i = 0, nwhole, nfrac = 0, u;
+
+    if (!s || len == 0)
+        return PROTO_DUR_EMPTY;
+    if (s[0] == '-' || s[0] == '+')
+        return PROTO_DUR_SIGN;
+    nwhole = num_digits(s, len, &i, NUM_U32_DIGITS, &whole);
+    if (i < len && s[i] == '.') {
+        i++;
+        nfrac = num_digits(s, len, &i, NUM_DUR_FRACTION_DIGITS, &frac);
+        if (nfrac == 0 || nfrac > NUM_DUR_FRACTION_DIGITS)
+            return nwhole == 0 ? PROTO_DUR_EMPTY : PROTO_DUR_SYNTAX;
+        for (u = 0; u < nfrac; u++)
+            scale *= 10;
+    }
+    if (nwhole == 0)
+        return PROTO_DUR_EMPTY;
+    if (nwhole > NUM_U32_DIGITS)
+        return PROTO_DUR_RANGE;
+    if (i == len) {
+        /* Bare: milliseconds, whole ones only. */
+        if (nfrac > 0)
+            return PROTO_DUR_SYNTAX;
+        mult = 1;
+    } else {
+        for (u = 0; u < sizeof(num_units) / sizeof(num_units[0]); u++)
+            if (strlen(num_units[u].name) == len - i
+                && memcmp(num_units[u].name, s + i, len - i) == 0)
+                break;
+        if (u == sizeof(num_units) / sizeof(num_units[0]))
+            return s[i] == '.' ? PROTO_DUR_SYNTAX : PROTO_DUR_UNIT;
+        mult = num_units[u].ms;
+    }
+    /* whole < 10^10 and frac < 10^9, mult <= 3.6e6: no overflow in 64 bits. */
+    if (frac * mult % scale != 0)
+        return PROTO_DUR_PARTIAL;
+    v = whole * mult + frac * mult / scale;
+    if (v > PROTO_DURATION_MAX_MS)
+        return PROTO_DUR_RANGE;
+    *ms = (uint32_t)v;
+    return PROTO_DUR_OK;
+}
+
+const char *proto_dur_why(enum proto_dur e)
+{
+    switch (e) {
+    case PROTO_DUR_OK: return "is fine";
+    case PROTO_DUR_EMPTY: return "has no number";
+    case PROTO_DUR_SIGN: return "has a sign (durations are never negative)";
+    case PROTO_DUR_SYNTAX: return "is not a number (a fraction needs a unit)";
+    case PROTO_DUR_UNIT: return "has an unknown unit (use ms, s, m or h)";
+    case PROTO_DUR_PARTIAL: return "is not a whole number of milliseconds";
+    case PROTO_DUR_RANGE: return "is more than 4294967295 ms";
+    }
+    return "is not a duration";
 }
 
 char *proto_write_u64(char *p, uint64_t v)

@@ -30,6 +30,35 @@ int proto_parse_port(const char *s, size_t len, uint16_t *out);
 /* Octal digits only, 0..037777777777, at most 11 digits (file modes). */
 int proto_parse_octal(const char *s, size_t len, uint32_t *out);
 
+/*
+ * Durations, in milliseconds, 0..4294967295 (the protocol's ttl=, wait=,
+ * keepalive=, detach=; redlockctl's --ttl, --wait, ...):
+ *
+ *     duration = digits                       bare: milliseconds, as always
+ *              | digits [ "." digits ] unit   unit: ms, s, m or h
+ *
+ * "30000", "30s", "500ms", "2m", "1.5s", "0.5h". At most 10 digits before
+ * the point and 9 after it; a fraction needs a unit and must come to whole
+ * milliseconds ("1.5ms" and "0.0001s" do not). Units are lower-case. No
+ * sign, no spaces, no exponent. Returns PROTO_DUR_OK and sets *ms, or why
+ * not (proto_dur_why) and leaves *ms untouched.
+ */
+enum proto_dur {
+    PROTO_DUR_OK = 0,
+    PROTO_DUR_EMPTY,        /* no digits before the unit: "", "s", ".5s" */
+    PROTO_DUR_SIGN,         /* "-1", "+1s" */
+    PROTO_DUR_SYNTAX,       /* "1.", "1.5" (no unit), "1..5s", too many
+                               digits after the point */
+    PROTO_DUR_UNIT,         /* an unknown unit: "5d", "5S", "5sec" */
+    PROTO_DUR_PARTIAL,      /* not whole milliseconds: "1.5ms", "0.0001s" */
+    PROTO_DUR_RANGE,        /* above 4294967295 ms, or over 10 digits */
+};
+#define PROTO_DURATION_MAX_MS 4294967295u
+enum proto_dur proto_parse_duration(const char *s, size_t len, uint32_t *ms);
+/* What was wrong, for a message: "has no number", "has an unknown unit
+ * (use ms, s, m or h)", ... */
+const char *proto_dur_why(enum proto_dur e);
+
 /* The other way, for the hot paths (replies, Redis commands) where printf
  * showed in profiles: v in decimal at p, at most PROTO_U64_DIGITS bytes,
  * no NUL. Returns the end of the digits. */

@@ -327,12 +327,29 @@ static bool proto_has_upper(const char *s, size_t len)
     return false;
 }
 
-static enum proto_parse_status proto_bad_u32(struct proto_error *err,
-                                             const char *opt, uint32_t min)
+/*
+ * A duration option (ttl= wait= keepalive= detach=): whole milliseconds,
+ * or a number with a unit (num.h). The message says what was wrong and
+ * what a duration looks like.
+ */
+static enum proto_parse_status proto_set_duration(const char *opt,
+                                                  const char *val,
+                                                  size_t vlen, uint32_t min,
+                                                  uint32_t *out,
+                                                  struct proto_error *err)
 {
-    return proto_fail(err, PROTO_ERR_ARG,
-                      "%s must be a whole number of ms from %" PRIu32
-                      " to 4294967295", opt, min);
+    char q[PROTO_QUOTE_MAX + 4];
+    enum proto_dur e = proto_parse_duration(val, vlen, out);
+
+    if (e == PROTO_DUR_OK && *out >= min)
+        return PROTO_PARSE_OK;
+    proto_quote(q, sizeof(q), val, vlen);
+    if (e == PROTO_DUR_OK)
+        return proto_fail(err, PROTO_ERR_ARG, "%s must be at least %" PRIu32
+                          " ms (got '%s')", opt, min, q);
+    return proto_fail(err, PROTO_ERR_ARG, "%s must be %" PRIu32 " to "
+                      "4294967295 ms, or a number with ms, s, m or h: '%s' %s",
+                      opt, min, q, proto_dur_why(e));
 }
 
 /* Store the value of an option that the command allows. */
@@ -345,21 +362,14 @@ static enum proto_parse_status proto_set_opt(struct proto_request *req,
 
     switch (bit) {
     case PROTO_OPT_TTL:
-        if (proto_parse_u32(val, vlen, &req->ttl) < 0 || req->ttl == 0)
-            return proto_bad_u32(err, "ttl", 1);
-        break;
+        return proto_set_duration("ttl", val, vlen, 1, &req->ttl, err);
     case PROTO_OPT_WAIT:
-        if (proto_parse_u32(val, vlen, &req->wait) < 0)
-            return proto_bad_u32(err, "wait", 0);
-        break;
+        return proto_set_duration("wait", val, vlen, 0, &req->wait, err);
     case PROTO_OPT_KEEPALIVE:
-        if (proto_parse_u32(val, vlen, &req->keepalive) < 0)
-            return proto_bad_u32(err, "keepalive", 0);
-        break;
+        return proto_set_duration("keepalive", val, vlen, 0, &req->keepalive,
+                                  err);
     case PROTO_OPT_DETACH:
-        if (proto_parse_u32(val, vlen, &req->detach) < 0)
-            return proto_bad_u32(err, "detach", 0);
-        break;
+        return proto_set_duration("detach", val, vlen, 0, &req->detach, err);
     case PROTO_OPT_RESUME:
         if (vlen == 0 || vlen > PROTO_MAX_SESSION_LEN ||
             !proto_all_visible(val, vlen))
@@ -475,7 +485,8 @@ static enum proto_parse_status proto_parse_arg(struct proto_request *req,
                           "wrong number of arguments for %s", cmd);
     if (sp->resource && wlen > proto_max_resource(lim))
         return proto_fail(err, PROTO_ERR_ARG,
-                          "resource name longer than %zu bytes",
+                          "resource name longer than %zu bytes "
+                          "(locks.max_resource_len)",
                           proto_max_resource(lim));
     if (sp->resource && !proto_valid_resource(word, wlen, lim))
         return proto_fail(err, PROTO_ERR_ARG,

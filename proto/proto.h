@@ -98,10 +98,15 @@ enum proto_mode { PROTO_MODE_EXCLUSIVE = 0, PROTO_MODE_SHARED };
 
 /* Checks that depend on configuration; everything else is fixed by v1. */
 struct proto_limits {
-    size_t max_resource_len;    /* default 200 */
+    size_t max_resource_len;    /* default PROTO_RESOURCE_LEN_DEFAULT */
 };
 
-#define PROTO_LIMITS_DEFAULT { 200 }
+/* The daemon's locks.max_resource_len: its default, and the most it may be
+ * set to. A client cannot ask a daemon for its value, so the client library
+ * checks names against the latter and leaves the rest to the daemon. */
+#define PROTO_RESOURCE_LEN_DEFAULT 200
+#define PROTO_RESOURCE_LEN_MAX 1024
+#define PROTO_LIMITS_DEFAULT { PROTO_RESOURCE_LEN_DEFAULT }
 #define PROTO_MAX_NAME_LEN 64   /* HELLO name=: 1..64 visible ASCII bytes */
 #define PROTO_MAX_SESSION_LEN 39 /* HELLO resume=: a session id's bytes */
 #define PROTO_SECRET_LEN 32     /* HELLO secret=: hex digits (128 bits) */

@@ -5,6 +5,7 @@
  *   taskq work QUEUE [opts] -- CMD ARGS  take tasks one at a time and run CMD
  *   taskq status QUEUE [--json]          counts, ages, locks and holders
  *   taskq monitor QUEUE --listen H:P     the same as JSON over HTTP, GET /status
+ *                                        (HEAD too; 503 while Redis is down)
  *   taskq progress TEXT...               (inside a task) report progress
  *
  * Layout in Redis, every key under "taskq:<QUEUE>:" (README.md):
@@ -131,30 +132,83 @@ static int64_t wall_ms(void)
 
 static redisContext *rc;
 
-static void redis_connect(const struct cfg *c)
-{
-    struct timeval tv = { 2, 0 };
+/*
+ * A worker treats a Redis failure as fatal (the queue store is gone: a
+ * supervisor restarts the worker, and its task is recovered). The monitor
+ * must outlive it and answer 503 instead: with redis_soft set, a failure
+ * is noted in redis_error, the command answers nil, and the caller looks
+ * at redis_error once it is done; the connection is then dropped and made
+ * again for the next request.
+ */
+static bool redis_soft;
+static char redis_error[256];
 
-    rc = redisConnectWithTimeout(c->redis_host, c->redis_port, tv);
-    if (!rc || rc->err)
-        die(EXIT_UNAVAILABLE, "redis %s:%d: %s", c->redis_host, c->redis_port,
-            rc ? rc->errstr : "out of memory");
+static void redis_fail(int code, const char *what)
+{
+    if (!redis_soft)
+        die(code, "redis: %s", what);
+    if (redis_error[0] == '\0')
+        snprintf(redis_error, sizeof(redis_error), "redis: %.240s", what);
 }
 
-/* Run a command; a transport or error reply is fatal (the queue store is
- * gone: a supervisor restarts the worker, and its task is recovered). */
+/* 0, or -1 (soft: the reason in redis_error). */
+static int redis_connect(const struct cfg *c)
+{
+    struct timeval tv = { 2, 0 };
+    char what[300];
+
+    rc = redisConnectWithTimeout(c->redis_host, c->redis_port, tv);
+    if (rc && !rc->err) {
+        /* The monitor's requests must not hang on a stopped Redis. (A
+         * worker's BLMOVE blocks for --poll, longer than this.) */
+        if (redis_soft)
+            redisSetTimeout(rc, tv);
+        return 0;
+    }
+    snprintf(what, sizeof(what), "%.100s:%d: %.120s", c->redis_host,
+             c->redis_port, rc ? rc->errstr : "out of memory");
+    if (!redis_soft)
+        die(EXIT_UNAVAILABLE, "redis %s", what);
+    redisFree(rc);
+    rc = NULL;
+    redis_fail(EXIT_UNAVAILABLE, what);
+    return -1;
+}
+
+/* A failed command in soft mode: a nil reply, so callers go on. */
+static redisReply *redis_nil(void)
+{
+    redisReply *r = calloc(1, sizeof(*r));
+
+    if (!r)
+        die(EXIT_SOFTWARE, "out of memory");
+    r->type = REDIS_REPLY_NIL;
+    return r;
+}
+
+/* Run a command; a transport error or an error reply is fatal, or (soft)
+ * noted (see redis_soft). */
 static redisReply *rcmd(const char *fmt, ...)
 {
     va_list ap;
     redisReply *r;
 
+    if (!rc) {
+        redis_fail(EXIT_UNAVAILABLE, "not connected");
+        return redis_nil();
+    }
     va_start(ap, fmt);
     r = redisvCommand(rc, fmt, ap);
     va_end(ap);
-    if (!r)
-        die(EXIT_UNAVAILABLE, "redis: %s", rc->errstr);
-    if (r->type == REDIS_REPLY_ERROR)
-        die(EXIT_SOFTWARE, "redis: %s", r->str);
+    if (!r) {
+        redis_fail(EXIT_UNAVAILABLE, rc->errstr);
+        return redis_nil();
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        redis_fail(EXIT_SOFTWARE, r->str);
+        freeReplyObject(r);
+        return redis_nil();
+    }
     return r;
 }
 
@@ -164,14 +218,20 @@ static long long rcmd_int(const char *fmt, ...)
     redisReply *r;
     long long v = 0;
 
+    if (!rc) {
+        redis_fail(EXIT_UNAVAILABLE, "not connected");
+        return 0;
+    }
     va_start(ap, fmt);
     r = redisvCommand(rc, fmt, ap);
     va_end(ap);
-    if (!r)
-        die(EXIT_UNAVAILABLE, "redis: %s", rc->errstr);
+    if (!r) {
+        redis_fail(EXIT_UNAVAILABLE, rc->errstr);
+        return 0;
+    }
     if (r->type == REDIS_REPLY_ERROR)
-        die(EXIT_SOFTWARE, "redis: %s", r->str);
-    if (r->type == REDIS_REPLY_INTEGER)
+        redis_fail(EXIT_SOFTWARE, r->str);
+    else if (r->type == REDIS_REPLY_INTEGER)
         v = r->integer;
     else if (r->type == REDIS_REPLY_STRING)
         v = strtoll(r->str, NULL, 10);
@@ -771,6 +831,28 @@ static long long hget_ll(redisReply *h, const char *field, long long dflt)
     return dflt;
 }
 
+/* How long the task's run took: until now while it runs, until it
+ * finished once completed or dead (not growing any more); null when it
+ * has not run, or waits for another attempt (the last one's end is not
+ * recorded). */
+static json_t *task_running_ms(redisReply *h, int64_t now)
+{
+    long long started = hget_ll(h, "started", 0);
+    long long finished = hget_ll(h, "finished", 0);
+    const char *state = NULL;
+
+    for (size_t i = 0; h->type == REDIS_REPLY_ARRAY && i + 1 < h->elements; i += 2)
+        if (h->element[i]->str && strcmp(h->element[i]->str, "state") == 0)
+            state = h->element[i + 1]->str;
+    if (started <= 0 || !state)
+        return json_null();
+    if (strcmp(state, "running") == 0)
+        return json_integer(now > started ? now - started : 0);
+    if (finished >= started)
+        return json_integer(finished - started);
+    return json_null();
+}
+
 /* A task's hash as a JSON object of strings (numbers where they are). */
 static json_t *task_json(const struct cfg *c, const char *id, int64_t now)
 {
@@ -794,8 +876,12 @@ static json_t *task_json(const struct cfg *c, const char *id, int64_t now)
     }
     if ((t = hget_ll(h, "created", 0)) > 0)
         json_object_set_new(o, "age_ms", json_integer(now - t));
-    if ((t = hget_ll(h, "started", 0)) > 0)
-        json_object_set_new(o, "running_ms", json_integer(now - t));
+    json_t *ran = task_running_ms(h, now);
+
+    if (json_is_null(ran))
+        json_decref(ran);
+    else
+        json_object_set_new(o, "running_ms", ran);
     freeReplyObject(h);
     return o;
 }
@@ -890,11 +976,17 @@ static void print_status(const struct cfg *c, json_t *s)
             printf("  %-8s attempts=%lld", json_string_value(json_object_get(t, "id")),
                    (long long)json_integer_value(json_object_get(t, "attempts")));
             if (strcmp(lists[i], "processing") == 0) {
-                printf(" worker=%s fence=%lld running=%.1fs lock=%s",
+                json_t *ran = json_object_get(t, "running_ms");
+                char running[32] = "-";
+
+                if (json_is_integer(ran))
+                    snprintf(running, sizeof(running), "%.1fs",
+                             json_integer_value(ran) / 1000.0);
+                printf(" worker=%s fence=%lld running=%s lock=%s",
                        json_string_value(json_object_get(t, "worker")) ?
                        json_string_value(json_object_get(t, "worker")) : "-",
                        (long long)json_integer_value(json_object_get(t, "fence")),
-                       json_integer_value(json_object_get(t, "running_ms")) / 1000.0,
+                       running,
                        json_is_true(json_object_get(t, "lock_held")) ? "held" : "FREE");
                 if (json_is_object(holder) && json_object_get(holder, "name"))
                     printf(" holder=%s", json_string_value(json_object_get(holder, "name")));
@@ -947,17 +1039,88 @@ static int cmd_status(struct cfg *c)
 
 /* ---- monitor: GET /status ---- */
 
-static void http_reply(int fd, const char *code, const char *ctype,
-                       const char *body)
+/* One answer and its head; HEAD gets the head alone (with the length the
+ * body would have). */
+static void http_reply(int fd, bool head_only, const char *code,
+                       const char *ctype, const char *extra, const char *body)
 {
-    char head[256];
+    char head[512];
     size_t blen = strlen(body);
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n", code, ctype, blen);
+                     "%sConnection: close\r\n\r\n", code, ctype, blen, extra);
 
-    if (write(fd, head, (size_t)n) == n)
+    if (write(fd, head, (size_t)n) == n && !head_only)
         (void)!write(fd, body, blen);
+}
+
+/* GET /status: 200 with the status JSON, or 503 with {"queue", "error"}
+ * while the queue's Redis does not answer (the connection is made again
+ * for the next request). */
+static void monitor_status(struct cfg *c, int fd, bool head_only)
+{
+    json_t *s;
+    char *txt;
+
+    redis_error[0] = '\0';
+    if (!rc)
+        (void)redis_connect(c);
+    if (lk && redlockd_ping(lk) < 0) {
+        redlockd_close(lk);
+        lk = NULL;
+    }
+    s = rc ? status_json(c) : NULL;
+    if (redis_error[0] != '\0') {
+        json_decref(s);
+        s = json_pack("{s:s, s:s}", "queue", c->queue, "error", redis_error);
+        redisFree(rc);
+        rc = NULL;
+    }
+    txt = json_dumps(s, JSON_COMPACT);
+    if (!txt)
+        die(EXIT_SOFTWARE, "out of memory");
+    http_reply(fd, head_only, redis_error[0] ? "503 Service Unavailable"
+               : "200 OK", "application/json", "", txt);
+    free(txt);
+    json_decref(s);
+}
+
+/* Read the request head (bounded: 2 s, 2 KiB) and answer it. */
+static void monitor_request(struct cfg *c, int fd)
+{
+    char req[2048], method[16] = "", path[256] = "";
+    size_t len = 0;
+    bool head;
+
+    while (len < sizeof(req) - 1) {
+        struct pollfd q = { fd, POLLIN, 0 };
+        ssize_t k;
+
+        if (poll(&q, 1, 2000) <= 0)
+            break;
+        k = read(fd, req + len, sizeof(req) - 1 - len);
+        if (k <= 0)
+            break;
+        len += (size_t)k;
+        req[len] = '\0';
+        if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
+            break;
+    }
+    req[len] = '\0';
+    if (sscanf(req, "%15s %255[^ ?\r\n]", method, path) != 2) {
+        http_reply(fd, false, "400 Bad Request", "text/plain", "",
+                   "bad request\n");
+        return;
+    }
+    head = strcmp(method, "HEAD") == 0;
+    if (!head && strcmp(method, "GET") != 0)
+        http_reply(fd, false, "405 Method Not Allowed", "text/plain",
+                   "Allow: GET, HEAD\r\n", "GET or HEAD only\n");
+    else if (strcmp(path, "/status") == 0)
+        monitor_status(c, fd, head);
+    else
+        http_reply(fd, head, "404 Not Found", "text/plain", "",
+                   "not found\n");
 }
 
 static int cmd_monitor(struct cfg *c)
@@ -983,13 +1146,16 @@ static int cmd_monitor(struct cfg *c)
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, on_stop);
     signal(SIGINT, on_stop);
+    /* The monitor reports a Redis that is down (503); it does not die. */
+    redis_soft = true;
     status_connect(c);
+    if (redis_error[0] != '\0')
+        fprintf(stderr, "taskq: monitor: %s (answering 503 until it is "
+                "back)\n", redis_error);
     fprintf(stderr, "taskq: monitor of %s on http://%s/status\n", c->queue,
             c->listen);
     while (!stop_flag) {
         struct pollfd p = { ls, POLLIN, 0 };
-        char req[2048];
-        size_t len = 0;
         int fd;
 
         if (poll(&p, 1, 500) <= 0)
@@ -997,41 +1163,7 @@ static int cmd_monitor(struct cfg *c)
         fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0)
             continue;
-        /* Read the request head (bounded: 2 s, 2 KiB). */
-        while (len < sizeof(req) - 1) {
-            struct pollfd q = { fd, POLLIN, 0 };
-            ssize_t k;
-
-            if (poll(&q, 1, 2000) <= 0)
-                break;
-            k = read(fd, req + len, sizeof(req) - 1 - len);
-            if (k <= 0)
-                break;
-            len += (size_t)k;
-            req[len] = '\0';
-            if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
-                break;
-        }
-        req[len] = '\0';
-        if (strncmp(req, "GET /status ", 12) == 0 ||
-            strncmp(req, "GET /status?", 12) == 0) {
-            json_t *s;
-            char *txt;
-
-            if (lk && redlockd_ping(lk) < 0) {
-                redlockd_close(lk);
-                lk = NULL;
-            }
-            s = status_json(c);
-            txt = json_dumps(s, JSON_COMPACT);
-            http_reply(fd, "200 OK", "application/json", txt);
-            free(txt);
-            json_decref(s);
-        } else if (strncmp(req, "GET ", 4) == 0) {
-            http_reply(fd, "404 Not Found", "text/plain", "not found\n");
-        } else {
-            http_reply(fd, "405 Method Not Allowed", "text/plain", "GET only\n");
-        }
+        monitor_request(c, fd);
         close(fd);
     }
     close(ls);

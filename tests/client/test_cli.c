@@ -35,6 +35,10 @@
  *     restart, and through its SIGKILL: the command runs its 3 s to the
  *     end, exit 0, and another client gets BUSY all along; ping goes to
  *     the list's next daemon when the first is down;
+ *   - options anywhere for every command (for run, before COMMAND), and
+ *     usage messages that name the missing word (run -- true: RESOURCE);
+ *     names as long as the daemon takes, and messages naming its limit;
+ *   - stats as a short table (nodes, sessions, locks, rates, quantiles);
  *   - status, sessions, stats and ping, as tables and as --json, over TCP,
  *     the unix socket and $REDLOCKD_SERVER; an unreachable daemon gives 69
  *     and one "redlockctl: ..." line on stderr, and so does ping to a
@@ -1423,6 +1427,50 @@ END_TEST
 
 /* ---- status, sessions, stats, ping ---- */
 
+/* The line of p's output that starts with `label`, or fail. */
+static const char *line_of(const struct proc *p, const char *label)
+{
+    const char *l = p->out;
+
+    for (; l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (h_starts(l, label))
+            return l;
+    ck_abort_msg("%s: no line starting \"%s\" in: %s", p->cmdline, label,
+                 p->out);
+    return NULL;
+}
+
+/* `stats` with one lock held (by A) and one grant before: the short
+ * table (redlockctl(1)), not the 300 lines of every counter. */
+static void stats_table(void)
+{
+    struct proc *p = ctl_ok("NODE", "-s", S, "stats", NULL);
+    char node[80];
+    int n;
+
+    ck_assert_msg(count_lines(p->out) <= 12 + nr, "stats printed %d lines: %s",
+                  count_lines(p->out), p->out);
+    ck_assert_msg(!strstr(p->out, "acquire_seconds") && !strstr(p->out, ".le."),
+                  "stats shows histogram internals: %s", p->out);
+    ck_assert_msg(h_starts(line_of(p, "daemon"), "daemon        redlockd "
+                           REDLOCKD_VERSION ", up "), "%s", p->out);
+    ck_assert_msg(sscanf(line_of(p, "nodes"), "nodes %d of", &n) == 1 && n == nr,
+                  "nodes line: %s", p->out);
+    ck_assert_msg(h_starts(line_of(p, "locks"), "locks         1 held, 0 waiting"),
+                  "locks line: %s", p->out);
+    ck_assert_msg(strstr(line_of(p, "grants"), "/s over 1.0 s (1 since start)"),
+                  "grants line: %s", p->out);
+    ck_assert_msg(h_starts(line_of(p, "losses"), "losses        0.0/s"),
+                  "losses line: %s", p->out);
+    ck_assert_msg(h_starts(line_of(p, "acquire"), "acquire       p50 ") &&
+                  strstr(line_of(p, "acquire"), " p99 "), "acquire line: %s",
+                  p->out);
+    ck_assert_msg(h_starts(line_of(p, "NODE"), "NODE "), "%s", p->out);
+    snprintf(node, sizeof(node), "127.0.0.1:%d ", R[0].port);
+    ck_assert_msg(h_starts(line_of(p, node), node) &&
+                  strstr(line_of(p, node), " voting "), "node row: %s", p->out);
+}
+
 START_TEST(inspection_commands)
 {
     char addr[400];
@@ -1464,9 +1512,11 @@ START_TEST(inspection_commands)
     ck_assert_msg(found, "--json sessions lacks cli-holder");
     json_decref(o);
 
-    ctl_ok("locks_held", "-s", S, "stats", NULL);
+    stats_table();
     o = ctl_ok_json("-s", S, "--json", "stats", NULL);
     ck_assert_int_eq(h_json_int(o, "locks_held"), 1);
+    ck_assert_msg(json_is_object(json_object_get(o, "acquire_seconds")),
+                  "stats --json lacks the histograms");
     json_decref(o);
 
     ctl_ok("PONG", "-s", S, "ping", NULL);
@@ -1486,6 +1536,141 @@ START_TEST(inspection_commands)
     server_env = S;
     ctl_ok("PONG", "ping", NULL);
     server_env = NULL;
+}
+END_TEST
+
+/* A usage error: status 64, one line on stderr that says `want`. */
+static void assert_usage(struct proc *p, const char *want)
+{
+    proc_wait(p, h_scale(5000));
+    assert_status(p, EXIT_USAGE, p->cmdline);
+    assert_one_error_line(p, p->cmdline);
+    ck_assert_msg(strstr(p->err, want), "%s: stderr does not say \"%s\": %s",
+                  p->cmdline, want, p->err);
+}
+
+/* Options anywhere, for every command (redlockctl(1) OPTIONS); run's end
+ * at COMMAND; what a missing word is called; resource names as long as
+ * the daemon takes, and the messages about longer ones. */
+START_TEST(options_anywhere)
+{
+    char name[1100];
+    const char *marker;
+    struct proc *p;
+    json_t *o;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    marker = tmp_path("ran");
+
+    o = ctl_ok_json("status", "cli:w", "--json", "-s", S, NULL);
+    ck_assert_str_eq(h_json_str(o, "resource"), "cli:w");
+    json_decref(o);
+    json_decref(ctl_ok_json("sessions", "-s", S, "--json", NULL));
+    json_decref(ctl_ok_json("stats", "--json", "-s", S, NULL));
+    json_decref(ctl_ok_json("ping", "-s", S, "--json", NULL));
+    ctl_ok("[", "locks", "-s", S, "--json", NULL);
+    /* Between RESOURCE and "--", and with no "--": the command's own
+     * options are its own. */
+    ctl_ok("cli:w 2000\n", "run", "cli:w", "-s", S, "--ttl", "2000", "--",
+           "sh", "-c", "echo $REDLOCKD_RESOURCE 2000", NULL);
+    ctl_ok("--ttl -x\n", "run", "cli:w", "-s", S, "sh", "-c", "echo \"$*\"",
+           "sh", "--ttl", "-x", NULL);
+    ctl_ok("cli:w\n", "run", "-s", S, "cli:w", "--", "sh", "-c",
+           "echo $REDLOCKD_RESOURCE", "--json", NULL);
+    assert_usage(ctl_start("status", "cli:w", "--ttl", "5", "-s", S, NULL),
+                 "--ttl is an option of run");
+
+    /* The words that are missing, named as such. */
+    assert_usage(ctl_start("-s", S, "run", "--", "sh", "-c",
+                           "touch \"$1\"", "sh", marker, NULL),
+                 "run: missing RESOURCE before --");
+    ck_assert_msg(!file_exists(marker), "run -- ran its command");
+    assert_usage(ctl_start("-s", S, "run", NULL),
+                 "run: missing RESOURCE and COMMAND");
+    assert_usage(ctl_start("-s", S, "run", "cli:w", "--", NULL),
+                 "run: missing COMMAND after RESOURCE");
+    assert_usage(ctl_start("-s", S, "status", NULL), "status: missing RESOURCE");
+    assert_usage(ctl_start("-s", S, "status", "a", "b", NULL),
+                 "status: expected one RESOURCE");
+    assert_usage(ctl_start("-s", S, "stats", "x", NULL),
+                 "stats takes no arguments");
+    assert_usage(ctl_start("frob", "--json", NULL), "unknown command \"frob\"");
+
+    /* Names: 200 bytes are taken, 201 refused by the daemon, over 1024
+     * by the library; both messages say what the limit is. */
+    memset(name, 'n', 200);
+    name[200] = '\0';
+    ctl_ok("", "-s", S, "run", name, "--", "true", NULL);
+    strcpy(name + 200, "n");
+    assert_usage(ctl_start("-s", S, "run", name, "--", "true", NULL),
+                 "longer than 200 bytes (locks.max_resource_len)");
+    memset(name, 'n', sizeof(name) - 1);
+    name[sizeof(name) - 1] = '\0';
+    p = ctl_start("-s", S, "status", name, NULL);
+    assert_usage(p, "1099 bytes is too long: redlockd takes 1 to 200 bytes by "
+                 "default (locks.max_resource_len, at most 1024)");
+    ck_assert_msg(!strstr(p->err, "1 to 1024"), "%s", p->err);
+}
+END_TEST
+
+/* --ttl, --wait, --detach and --timeout take units (2m, 1.5s) as the
+ * daemon's ttl= does; bare numbers stay milliseconds. */
+START_TEST(run_durations)
+{
+    const char *donef;
+    struct proc *p;
+    json_t *o;
+    json_int_t pttl;
+    uint64_t t0;
+    long long took;
+
+    start_nodes(1);
+    start_daemon(NULL);
+    donef = tmp_path("done");
+    connect_to(&A);
+
+    p = ctl_start("-s", S, "--timeout", "2.5s", "run", "--ttl", "2m",
+                  "--detach", "0.5m", "cli:dur", "--", "sh", "-c",
+                  "sleep 1; touch \"$1\"", "sh", donef, NULL);
+    t0 = h_now_ms();
+    for (;;) {
+        o = h_ok_json(&A, "STATUS cli:dur");
+        if (json_is_true(json_object_get(o, "held")))
+            break;
+        json_decref(o);
+        ck_assert_msg(h_since(t0) < h_scale(5000), "run never took the lock");
+        h_sleep_ms(10);
+    }
+    pttl = h_json_int(json_array_get(json_object_get(o, "nodes"), 0), "pttl");
+    json_decref(o);
+    ck_assert_msg(pttl > 60000 && pttl <= 120000, "--ttl 2m: PTTL %lld",
+                  (long long)pttl);
+    proc_wait(p, h_scale(10000));
+    assert_ok_quiet(p, "run --ttl 2m");
+    ck_assert_msg(file_exists(donef), "the command did not finish");
+
+    h_expect(&A, "OK resource=cli:dur ", "LOCK cli:dur");
+    t0 = h_now_ms();
+    p = ctl_start("-s", S, "run", "--wait", "0.5s", "cli:dur", "--", "true",
+                  NULL);
+    proc_wait(p, h_scale(5000));
+    took = h_since(t0);
+    assert_status(p, EXIT_BUSY, "run --wait 0.5s on a busy lock");
+    ck_assert_msg(took >= 480, "--wait 0.5s gave up after %lld ms", took);
+    ck_assert_msg(strstr(p->err, "after waiting 500 ms"), "%s", p->err);
+
+    assert_usage(ctl_start("-s", S, "run", "--ttl", "5d", "cli:dur", "--",
+                           "true", NULL),
+                 "--ttl: expected milliseconds or a number with ms, s, m or h "
+                 "(500, 1.5s, 2m), at most 4294967295 ms; \"5d\" has an "
+                 "unknown unit (use ms, s, m or h)");
+    assert_usage(ctl_start("-s", S, "run", "--wait", "-1s", "cli:dur", "--",
+                           "true", NULL), "has a sign");
+    assert_usage(ctl_start("-s", S, "--timeout", "25d", "ping", NULL),
+                 "unknown unit");
+    assert_usage(ctl_start("-s", S, "--timeout", "600h", "ping", NULL),
+                 "at most 2147483647 ms; \"600h\" is more than that");
 }
 END_TEST
 
@@ -2073,6 +2258,8 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_failover_restart);
     tcase_add_test(tc, run_failover_kill);
     tcase_add_test(tc, inspection_commands);
+    tcase_add_test(tc, options_anywhere);
+    tcase_add_test(tc, run_durations);
     tcase_add_test(tc, ping_no_quorum);
     tcase_add_test(tc, unreachable_daemon);
     tcase_add_test(tc, locks_lists_holders);

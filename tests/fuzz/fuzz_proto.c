@@ -1,6 +1,6 @@
 /*
  * libFuzzer target for proto/: every input is treated as a request line, as
- * a reply line and as untrusted text echoed in replies.
+ * a reply line, as untrusted text echoed in replies, and as a duration.
  *
  * Besides the sanitizers' memory checks, it asserts the properties the
  * daemon and the client rely on: a parsed request only holds validated
@@ -170,8 +170,36 @@ static void fuzz_format(const uint8_t *data, size_t size)
     free(text);
 }
 
+/* The whole input as a duration: whatever it is, a number without a unit
+ * means what the u32 reader says, and a value taken is written back as
+ * its milliseconds and read again the same. */
+static void fuzz_duration(const uint8_t *data, size_t size)
+{
+    const char *s = (const char *)data;
+    char back[PROTO_U64_DIGITS + 1];
+    uint32_t ms = 0, again = 1, u = 0;
+    enum proto_dur e = proto_parse_duration(s, size, &ms);
+    size_t digits = 0;
+
+    FUZZ_CHECK(proto_dur_why(e) != NULL);
+    while (digits < size && s[digits] >= '0' && s[digits] <= '9')
+        digits++;
+    if (digits == size && size > 0) {
+        int rc = proto_parse_u32(s, size, &u);
+
+        FUZZ_CHECK((rc == 0) == (e == PROTO_DUR_OK));
+        FUZZ_CHECK(rc < 0 || u == ms);
+    }
+    if (e != PROTO_DUR_OK)
+        return;
+    *proto_write_u64(back, ms) = '\0';
+    FUZZ_CHECK(proto_parse_duration(back, strlen(back), &again)
+               == PROTO_DUR_OK && again == ms);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    fuzz_duration(data, size);
     fuzz_parse_request(data, size);
     fuzz_parse_reply(data, size);
     fuzz_format(data, size);

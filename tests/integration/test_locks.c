@@ -961,6 +961,53 @@ START_TEST(ttl_out_of_range)
 }
 END_TEST
 
+/* Durations with units (protocol.md "Numbers"): what the nodes hold and
+ * how long a wait lasts follow them; replies keep milliseconds. */
+START_TEST(durations_with_units)
+{
+    struct h_client a, b;
+    char *line;
+    long long pttl, took;
+    uint64_t t0;
+
+    start_nodes(1, NULL);
+    start_daemon(NULL);
+    connect_to(&a, &D[0]);
+    connect_to(&b, &D[0]);
+    h_expect(&a, "OK proto=1 ", "HELLO keepalive=1m");
+    line = h_expect(&a, "OK resource=u ", "LOCK u ttl=1.5m wait=2s renew=0");
+    ck_assert_str_eq(h_kv(line, "ttl"), "90000");
+    pttl = key_pttl(&R[0], "u");
+    ck_assert_msg(pttl > 80000 && pttl <= 90000, "PTTL %lld after ttl=1.5m", pttl);
+    line = h_expect(&a, "OK resource=u ttl=120000 ", "EXTEND u ttl=2m");
+    pttl = key_pttl(&R[0], "u");
+    ck_assert_msg(pttl > 110000 && pttl <= 120000, "PTTL %lld after ttl=2m", pttl);
+
+    t0 = h_now_ms();
+    h_expect(&b, "ERR TIMEOUT", "LOCK u wait=0.4s");
+    took = h_since(t0);
+    ck_assert_msg(took >= 380 && took < h_scale(3000), "wait=0.4s gave up after "
+                  "%lld ms", took);
+
+    /* The daemon's own bounds still apply, in ms. */
+    h_expect(&b, "ERR ARG ttl must be between 100 and 86400000 ms",
+             "LOCK v ttl=50ms");
+    h_expect(&b, "ERR ARG ttl must be between 100 and 86400000 ms",
+             "LOCK v ttl=25h");
+    h_expect(&b, "ERR ARG ttl must be 1 to 4294967295 ms, or a number with ms, "
+             "s, m or h: '5d' has an unknown unit (use ms, s, m or h)",
+             "LOCK v ttl=5d");
+    h_expect(&b, "ERR ARG wait must be 0 to 4294967295 ms, or a number with ms, "
+             "s, m or h: '-1s' has a sign", "LOCK v wait=-1s");
+    h_expect(&b, "ERR ARG", "LOCK v wait=1.5ms");
+    h_expect(&b, "ERR ARG", "LOCK v ttl=1.5");
+    assert_keys(all_nodes(), "v", NULL);
+    ck_assert_str_eq(h_cmd(&a, "UNLOCK u"), "OK resource=u nodes=1");
+    h_close(&a);
+    h_close(&b);
+}
+END_TEST
+
 /* ---- STATS counters ---- */
 
 START_TEST(stats_counters)
@@ -1197,6 +1244,7 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, locks_and_status);
     tcase_add_test(tc, max_locks_per_session);
     tcase_add_test(tc, ttl_out_of_range);
+    tcase_add_test(tc, durations_with_units);
     tcase_add_test(tc, stats_counters);
     tcase_add_test(tc, redis_password_and_db);
     tcase_add_test(tc, redis_acl_user);

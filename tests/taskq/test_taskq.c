@@ -18,7 +18,10 @@
  *   - pending, processing and retry are empty;
  *   - `status --json` while the slow task runs shows it in processing with
  *     its lock held and the holder named, and at the end the counts;
- *   - the monitor's GET /status answers the same JSON, other paths 404.
+ *   - the monitor's GET /status answers the same JSON, other paths 404;
+ *   - a finished task's running_ms is what its run took, and stays so;
+ *     the monitor answers HEAD, 405 with Allow, and 503 (not exiting)
+ *     while the queue's Redis is down, 200 once it is back.
  */
 #include <check.h>
 #include <errno.h>
@@ -187,8 +190,18 @@ static long long count_of(json_t *s, const char *list)
     return json_integer_value(json_object_get(json_object_get(s, list), "count"));
 }
 
+static void http_req(int port, const char *method, const char *path,
+                     char *buf, size_t size);
+
 /* GET path from 127.0.0.1:port; the whole answer into buf. */
 static void http_get(int port, const char *path, char *buf, size_t size)
+{
+    http_req(port, "GET", path, buf, size);
+}
+
+/* `method` path from 127.0.0.1:port; the whole answer into buf. */
+static void http_req(int port, const char *method, const char *path,
+                     char *buf, size_t size)
 {
     struct sockaddr_in sin;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -206,7 +219,8 @@ static void http_get(int port, const char *path, char *buf, size_t size)
         fd = socket(AF_INET, SOCK_STREAM, 0);
         h_sleep_ms(50);
     }
-    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: x\r\n\r\n", method,
+             path);
     ck_assert_int_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     {
         struct timeval tv = { 5, 0 };
@@ -579,6 +593,113 @@ START_TEST(test_lease_lost)
 }
 END_TEST
 
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The JSON body of an HTTP answer (the caller decrefs). */
+static json_t *http_json(const char *answer)
+{
+    const char *js = strstr(answer, "\r\n\r\n");
+    json_t *j;
+
+    ck_assert_msg(js != NULL, "no end of head in: %s", answer);
+    j = json_loads(js + 4, 0, NULL);
+    ck_assert_msg(j != NULL, "body is not JSON: %s", js + 4);
+    return j;
+}
+
+/* Finished tasks' running_ms stays what their run took (it kept growing);
+ * the monitor answers HEAD as GET without the body, 405 names what it
+ * takes, and a queue Redis that goes away is a 503 (the monitor used to
+ * exit), and a 200 again once it is back. */
+START_TEST(test_status_and_monitor)
+{
+    static char out[65536], body[1 << 20];
+    char script[400], listen[64];
+    char *push[] = { (char *)bin(), "push", "q", "--redis", RQ, "n1", "n2",
+                     NULL };
+    char *work[] = { (char *)bin(), "work", "q", "--redis", RQ, "--server", S,
+                     "--max-tasks", "2", "--", "/bin/sh", script, NULL };
+    char *mon[] = { (char *)bin(), "monitor", "q", "--redis", RQ, "--server",
+                    S, "--listen", listen, NULL };
+    int port = h_free_port(), st;
+    json_t *s1, *s2, *t, *j;
+    size_t i;
+
+    start_all();
+    snprintf(script, sizeof(script), "%s", tmp_path("task.sh"));
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    st = h_run(push, out, sizeof(out));
+    ck_assert_msg(st == 0, "push exited %d: %s", st, out);
+    st = h_run(work, out, sizeof(out));
+    ck_assert_msg(st == 0, "work --max-tasks 2 exited %d: %s", st, out);
+
+    s1 = status_json();
+    ck_assert_int_eq(count_of(s1, "completed"), 2);
+    h_sleep_ms(300);
+    s2 = status_json();
+    json_array_foreach(json_object_get(json_object_get(s1, "completed"), "tasks"),
+                       i, t) {
+        json_t *t2 = json_array_get(json_object_get(json_object_get(s2,
+                                    "completed"), "tasks"), i);
+        json_int_t ran = json_integer_value(json_object_get(t, "running_ms"));
+
+        ck_assert_msg(json_is_integer(json_object_get(t, "running_ms")),
+                      "completed task without running_ms");
+        ck_assert_int_eq(ran, json_integer_value(json_object_get(t, "finished")) -
+                              json_integer_value(json_object_get(t, "started")));
+        ck_assert_int_eq(ran, json_integer_value(json_object_get(t2, "running_ms")));
+    }
+    json_decref(s1);
+    json_decref(s2);
+
+    W[0] = spawn(mon, tmp_path("monitor.log"));
+    http_get(port, "/status", body, sizeof(body));
+    ck_assert_msg(strncmp(body, "HTTP/1.0 200", 12) == 0, "GET: %s", body);
+    j = http_json(body);
+    ck_assert_int_eq(count_of(j, "completed"), 2);
+    json_decref(j);
+    http_req(port, "HEAD", "/status", body, sizeof(body));
+    ck_assert_msg(strncmp(body, "HTTP/1.0 200", 12) == 0 &&
+                  strstr(body, "Content-Type: application/json") &&
+                  strstr(body, "Content-Length: ") &&
+                  ends_with(body, "\r\n\r\n"), "HEAD /status: %s", body);
+    http_req(port, "HEAD", "/other", body, sizeof(body));
+    ck_assert_msg(strncmp(body, "HTTP/1.0 404", 12) == 0 &&
+                  ends_with(body, "\r\n\r\n"), "HEAD /other: %s", body);
+    http_req(port, "POST", "/status", body, sizeof(body));
+    ck_assert_msg(strncmp(body, "HTTP/1.0 405", 12) == 0 &&
+                  strstr(body, "Allow: GET, HEAD\r\n"), "POST: %s", body);
+
+    /* The queue's Redis goes away: 503, twice, and the monitor lives. */
+    h_redis_kill(&R[0]);
+    for (int k = 0; k < 2; k++) {
+        http_get(port, "/status", body, sizeof(body));
+        ck_assert_msg(strncmp(body, "HTTP/1.0 503", 12) == 0, "GET #%d with "
+                      "Redis down: %s", k, body);
+        j = http_json(body);
+        ck_assert_str_eq(json_string_value(json_object_get(j, "queue")), "q");
+        ck_assert_msg(h_starts(json_string_value(json_object_get(j, "error")),
+                               "redis: "), "error: %s", body);
+        json_decref(j);
+    }
+    http_req(port, "HEAD", "/status", body, sizeof(body));
+    ck_assert_msg(strncmp(body, "HTTP/1.0 503", 12) == 0, "HEAD: %s", body);
+    ck_assert_msg(waitpid(W[0], &st, WNOHANG) == 0, "the monitor exited (%d)",
+                  st);
+    h_redis_restart(&R[0]);
+    http_get(port, "/status", body, sizeof(body));
+    ck_assert_msg(strncmp(body, "HTTP/1.0 200", 12) == 0, "GET after the "
+                  "restart: %s", body);
+    json_decref(http_json(body));
+    redisFree(q);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("taskq");
@@ -590,6 +711,7 @@ int main(void)
     tcase_set_timeout(tc, 150);
     tcase_add_test(tc, test_queue);
     tcase_add_test(tc, test_lease_lost);
+    tcase_add_test(tc, test_status_and_monitor);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -471,6 +471,10 @@ START_TEST(test_lock_invalid_args)
     memset(big, 'x', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
     ck_assert_int_eq(redlockd_lock(h, big, 0, 0, 1, NULL), -REDLOCKD_E_INVALID);
+    /* It names the daemon's limit, not only the library's. */
+    ck_assert_msg(strstr(redlockd_last_error(h)->msg, "1 to 200 bytes by default "
+                         "(locks.max_resource_len, at most 1024)"),
+                  "%s", redlockd_last_error(h)->msg);
     ck_assert_int_eq(redlockd_extend(h, "ok", 0, NULL), -REDLOCKD_E_INVALID);
     ck_assert_int_eq(redlockd_locks(h, NULL), -REDLOCKD_E_INVALID);
     t_expect_nothing(peer);

@@ -113,6 +113,17 @@ static const struct t_valid t_valid_rows[] = {
       0, true, 0, 0, NULL },
     { "LOCK    a    wait=1\r", PROTO_CMD_LOCK, "a", PROTO_OPT_WAIT, 0, 1,
       true, 0, 0, NULL },
+    /* Durations with units; replies keep milliseconds. */
+    { "LOCK r ttl=30s wait=500ms", PROTO_CMD_LOCK, "r",
+      PROTO_OPT_TTL | PROTO_OPT_WAIT, 30000, 500, true, 0, 0, NULL },
+    { "LOCK r ttl=2m wait=1.5s", PROTO_CMD_LOCK, "r",
+      PROTO_OPT_TTL | PROTO_OPT_WAIT, 120000, 1500, true, 0, 0, NULL },
+    { "LOCK r ttl=1h wait=0s", PROTO_CMD_LOCK, "r",
+      PROTO_OPT_TTL | PROTO_OPT_WAIT, 3600000, 0, true, 0, 0, NULL },
+    { "EXTEND r ttl=0.25m", PROTO_CMD_EXTEND, "r", PROTO_OPT_TTL, 15000, 0,
+      true, 0, 0, NULL },
+    { "HELLO keepalive=5s", PROTO_CMD_HELLO, NULL, PROTO_OPT_KEEPALIVE, 0, 0,
+      true, 0, 5000, NULL },
     { "LOCK !~#{}[]", PROTO_CMD_LOCK, "!~#{}[]", 0, 0, 0, true, 0, 0, NULL },
     { "UNLOCK job:42", PROTO_CMD_UNLOCK, "job:42", 0, 0, 0, true, 0, 0, NULL },
     { "unlock\tx", PROTO_CMD_UNLOCK, "x", 0, 0, 0, true, 0, 0, NULL },
@@ -352,6 +363,25 @@ static const struct t_bad t_bad_rows[] = {
     { "LOCK r ttl=0x10", 0, PROTO_ERR_ARG, "ttl must be" },
     { "LOCK r ttl=1.5", 0, PROTO_ERR_ARG, "ttl must be" },
     { "EXTEND r ttl=0", 0, PROTO_ERR_ARG, "ttl must be" },
+    { "LOCK r ttl=0s", 0, PROTO_ERR_ARG, "ttl must be at least 1 ms (got '0s')" },
+    { "LOCK r ttl=-5s", 0, PROTO_ERR_ARG, "'-5s' has a sign (durations are "
+      "never negative)" },
+    { "LOCK r ttl=5d", 0, PROTO_ERR_ARG, "'5d' has an unknown unit (use ms, s, "
+      "m or h)" },
+    { "LOCK r ttl=5S", 0, PROTO_ERR_ARG, "unknown unit" },
+    { "LOCK r ttl=5sec", 0, PROTO_ERR_ARG, "unknown unit" },
+    { "LOCK r ttl=s", 0, PROTO_ERR_ARG, "'s' has no number" },
+    { "LOCK r ttl=.5s", 0, PROTO_ERR_ARG, "has no number" },
+    { "LOCK r ttl=1.5ms", 0, PROTO_ERR_ARG, "is not a whole number of "
+      "milliseconds" },
+    { "LOCK r ttl=1.5", 0, PROTO_ERR_ARG, "a fraction needs a unit" },
+    { "LOCK r ttl=4294968s", 0, PROTO_ERR_ARG, "'4294968s' is more than "
+      "4294967295 ms" },
+    { "LOCK r wait=1194h", 0, PROTO_ERR_ARG, "wait must be 0 to 4294967295 "
+      "ms, or a number with ms, s, m or h: '1194h' is more than" },
+    { "HELLO keepalive=-1s", 0, PROTO_ERR_ARG, "keepalive must be 0 to "
+      "4294967295 ms, or a number with ms, s, m or h: '-1s' has a sign" },
+    { "HELLO detach=1m30s", 0, PROTO_ERR_ARG, "'1m30s' has an unknown unit" },
     { "LOCK r wait=-1", 0, PROTO_ERR_ARG, "wait must be" },
     { "LOCK r wait=4294967296", 0, PROTO_ERR_ARG, "wait must be" },
     { "LOCK r renew=2", 0, PROTO_ERR_ARG, "renew must be 0 or 1" },
@@ -565,6 +595,122 @@ START_TEST(test_parse_u32)
         ck_assert_uint_eq(v, t->v);
     else
         ck_assert_uint_eq(v, 12345);   /* untouched on failure */
+}
+END_TEST
+
+/* Durations (num.h): a table of what is taken and why the rest is not. */
+struct t_dur {
+    const char *s;
+    enum proto_dur want;
+    uint32_t ms;
+};
+
+static const struct t_dur t_dur_rows[] = {
+    /* bare numbers stay milliseconds, as the u32 reader reads them */
+    { "0", PROTO_DUR_OK, 0 },
+    { "30000", PROTO_DUR_OK, 30000 },
+    { "007", PROTO_DUR_OK, 7 },
+    { "4294967295", PROTO_DUR_OK, 4294967295u },
+    { "0000000001", PROTO_DUR_OK, 1 },
+    /* units */
+    { "500ms", PROTO_DUR_OK, 500 },
+    { "30s", PROTO_DUR_OK, 30000 },
+    { "2m", PROTO_DUR_OK, 120000 },
+    { "1h", PROTO_DUR_OK, 3600000 },
+    { "0s", PROTO_DUR_OK, 0 },
+    { "0ms", PROTO_DUR_OK, 0 },
+    { "1.5s", PROTO_DUR_OK, 1500 },
+    { "0.001s", PROTO_DUR_OK, 1 },
+    { "1.25m", PROTO_DUR_OK, 75000 },
+    { "0.5h", PROTO_DUR_OK, 1800000 },
+    { "2.0ms", PROTO_DUR_OK, 2 },
+    { "1.500000000s", PROTO_DUR_OK, 1500 },
+    { "0.000001h", PROTO_DUR_PARTIAL, 0 },       /* 3.6 ms */
+    { "4294967295ms", PROTO_DUR_OK, 4294967295u },
+    { "4294967.295s", PROTO_DUR_OK, 4294967295u },
+    { "1193h", PROTO_DUR_OK, 4294800000u },
+    /* too large */
+    { "4294967296", PROTO_DUR_RANGE, 0 },
+    { "4294967296ms", PROTO_DUR_RANGE, 0 },
+    { "4294968s", PROTO_DUR_RANGE, 0 },
+    { "71583m", PROTO_DUR_RANGE, 0 },
+    { "1194h", PROTO_DUR_RANGE, 0 },
+    { "9999999999h", PROTO_DUR_RANGE, 0 },
+    { "00000000001", PROTO_DUR_RANGE, 0 },
+    { "99999999999999999999999s", PROTO_DUR_RANGE, 0 },
+    /* signs */
+    { "-1", PROTO_DUR_SIGN, 0 },
+    { "-5s", PROTO_DUR_SIGN, 0 },
+    { "+1", PROTO_DUR_SIGN, 0 },
+    { "+1s", PROTO_DUR_SIGN, 0 },
+    /* no number */
+    { "", PROTO_DUR_EMPTY, 0 },
+    { "s", PROTO_DUR_EMPTY, 0 },
+    { "ms", PROTO_DUR_EMPTY, 0 },
+    { ".5s", PROTO_DUR_EMPTY, 0 },
+    { ".s", PROTO_DUR_EMPTY, 0 },
+    { "h1", PROTO_DUR_EMPTY, 0 },
+    /* units that are not */
+    { "5d", PROTO_DUR_UNIT, 0 },
+    { "5S", PROTO_DUR_UNIT, 0 },
+    { "5MS", PROTO_DUR_UNIT, 0 },
+    { "5sec", PROTO_DUR_UNIT, 0 },
+    { "5us", PROTO_DUR_UNIT, 0 },
+    { "5 s", PROTO_DUR_UNIT, 0 },
+    { "1m30s", PROTO_DUR_UNIT, 0 },
+    { "1e3", PROTO_DUR_UNIT, 0 },
+    { "0x10", PROTO_DUR_UNIT, 0 },
+    { "5s ", PROTO_DUR_UNIT, 0 },
+    /* not whole milliseconds */
+    { "1.5ms", PROTO_DUR_PARTIAL, 0 },
+    { "0.0005s", PROTO_DUR_PARTIAL, 0 },
+    { "0.1ms", PROTO_DUR_PARTIAL, 0 },
+    /* malformed numbers */
+    { "1.5", PROTO_DUR_SYNTAX, 0 },
+    { "1.", PROTO_DUR_SYNTAX, 0 },
+    { "1.s", PROTO_DUR_SYNTAX, 0 },
+    { "1..5s", PROTO_DUR_SYNTAX, 0 },
+    { "1.5.5s", PROTO_DUR_SYNTAX, 0 },
+    { "1.0000000000s", PROTO_DUR_SYNTAX, 0 },   /* 10 digits after the point */
+};
+
+START_TEST(test_parse_duration)
+{
+    const struct t_dur *t = &t_dur_rows[_i];
+    uint32_t v = 12345;
+    enum proto_dur e = proto_parse_duration(t->s, strlen(t->s), &v);
+
+    ck_assert_msg(e == t->want, "\"%s\": %d (%s), want %d (%s)", t->s, (int)e,
+                  proto_dur_why(e), (int)t->want, proto_dur_why(t->want));
+    if (e == PROTO_DUR_OK)
+        ck_assert_msg(v == t->ms, "\"%s\": %u ms, want %u", t->s, v, t->ms);
+    else
+        ck_assert_uint_eq(v, 12345);   /* untouched on failure */
+    ck_assert_ptr_nonnull(proto_dur_why(e));
+}
+END_TEST
+
+START_TEST(test_parse_duration_len)
+{
+    uint32_t v = 0;
+
+    /* Only len bytes are read. */
+    ck_assert_int_eq(proto_parse_duration("1500ms", 2, &v), PROTO_DUR_OK);
+    ck_assert_uint_eq(v, 15);
+    ck_assert_int_eq(proto_parse_duration("2s\0", 3, &v), PROTO_DUR_UNIT);
+    ck_assert_int_eq(proto_parse_duration("2\0s", 3, &v), PROTO_DUR_UNIT);
+    ck_assert_int_eq(proto_parse_duration(NULL, 0, &v), PROTO_DUR_EMPTY);
+    /* Every number the u32 reader takes is the same duration. */
+    for (uint64_t n = 1; n <= UINT32_MAX; n = n * 7 + 3) {
+        char buf[24];
+        uint32_t a = 0, b = 1;
+        int len = snprintf(buf, sizeof(buf), "%llu", (unsigned long long)n);
+
+        ck_assert_int_eq(proto_parse_u32(buf, (size_t)len, &a), 0);
+        ck_assert_int_eq(proto_parse_duration(buf, (size_t)len, &b),
+                         PROTO_DUR_OK);
+        ck_assert_uint_eq(a, b);
+    }
 }
 END_TEST
 
@@ -1310,6 +1456,8 @@ static Suite *proto_suite(void)
     tcase_add_loop_test(tc, test_resource_bytes, 0, ARRAY_LEN(t_byte_rows));
     tcase_add_loop_test(tc, test_parse_u32, 0, ARRAY_LEN(t_u32_rows));
     tcase_add_test(tc, test_parse_u32_len);
+    tcase_add_loop_test(tc, test_parse_duration, 0, ARRAY_LEN(t_dur_rows));
+    tcase_add_test(tc, test_parse_duration_len);
     tcase_add_loop_test(tc, test_parse_num, 0, ARRAY_LEN(t_num_rows));
     tcase_add_loop_test(tc, test_parse_i64, 0, ARRAY_LEN(t_i64_rows));
     tcase_add_test(tc, test_parse_range);

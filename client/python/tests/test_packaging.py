@@ -1,4 +1,5 @@
-"""The package installs with pip from its directory and imports from it."""
+"""The package installs with pip from its directory, and with the
+README's venv command, and imports from there."""
 
 import importlib.util
 import os
@@ -49,6 +50,45 @@ def test_pip_install(tmp_path):
     assert path.startswith(str(site)) and version == "0.1.0"
     assert (site / "redlockd" / "py.typed").exists()
     assert not (site / "tests").exists()
+
+
+def test_readme_venv_command(tmp_path):
+    """The README's venv command, as it stands, offline: a venv that sees
+    Debian's setuptools and wheel, and pip without build isolation."""
+    if importlib.util.find_spec("ensurepip") is None:
+        pytest.skip("no ensurepip for this python (Debian: python3-venv)")
+    for mod in ("setuptools", "wheel"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip("no %s for this python (Debian: python3-%s)"
+                        % (mod, mod))
+    top = os.path.dirname(os.path.dirname(PKG_ROOT))
+    with open(os.path.join(top, "README.md")) as f:
+        text = f.read()
+    marker = "<!-- venv-install -->\n"
+    line = text[text.index(marker) + len(marker):].split("\n", 1)[0]
+    command = line.strip()
+    assert command.startswith("python3 -m venv "), command
+    # From a copy of the checkout's client/python: pip builds in the tree.
+    shutil.copytree(PKG_ROOT, tmp_path / "client" / "python",
+                    ignore=shutil.ignore_patterns("tests", "build",
+                                                  "*.egg-info", "__pycache__"))
+    # This python plays Debian's python3; no network, no pip config.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(sys.executable)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "PIP_", "VIRTUAL_ENV"))}
+    env.update(PATH=str(bindir) + os.pathsep + env.get("PATH", ""),
+               PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    r = _run(["sh", "-c", command], env=env, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run([str(tmp_path / "venv" / "bin" / "python"), "-c",
+              "import redlockd, redlockd.client; "
+              "print(redlockd.__file__, redlockd.__version__)"],
+             env=env, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    path, version = r.stdout.split()
+    assert path.startswith(str(tmp_path / "venv")) and version == "0.1.0"
 
 
 def test_readme_example_runs(shared):
