@@ -156,7 +156,7 @@ struct unlock_ctx {
     char resource[];                /* the first lease's */
 };
 
-enum notice_kind { N_LOCKED, N_UNLOCKED, N_EXTENDED, N_LOST, N_STATUS };
+enum notice_kind { N_LOCKED, N_UNLOCKED, N_EXTENDED, N_LOST };
 
 /* One answer waiting to be delivered to its owner. */
 struct notice {
@@ -173,7 +173,6 @@ struct notice {
     enum lockmgr_mode mode;
     uint32_t limit, slot;
     enum lockmgr_lost_reason why;
-    json_t *json;                   /* N_STATUS, owned until delivered */
     char token[REDLOCK_TOKEN_LEN + 1];
     const char *msg;                /* inside text, or NULL */
     char text[];                    /* resource NUL [msg NUL] */
@@ -262,10 +261,8 @@ static void notice_deliver(struct notice *n)
 
     /* An answer for a requester that went away (lockmgr_owner_cancel)
      * is dropped; a loss is the owner's whoever asks for it. */
-    if (o->ended || (n->kind != N_LOST && n->gen != o->gen)) {
-        json_decref(n->json);
+    if (o->ended || (n->kind != N_LOST && n->gen != o->gen))
         return;
-    }
     switch (n->kind) {
     case N_LOCKED:
         if (n->err == PROTO_ERR_NONE) {
@@ -288,9 +285,6 @@ static void notice_deliver(struct notice *n)
         break;
     case N_LOST:
         ops->lost(o, n->text, n->fence, n->why);
-        break;
-    case N_STATUS:
-        ops->status(o, n->json);
         break;
     }
 }
@@ -2409,75 +2403,56 @@ void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
 
 /* ---- inspection --------------------------------------------------------- */
 
-static json_t *lease_json(const struct lease *l, bool token)
+const char *lockmgr_mode_name(enum lockmgr_mode m)
+{
+    return mode_name(m);
+}
+
+void lockmgr_owner_leases(const struct lockmgr_owner *o,
+                          lockmgr_lease_fn *fn, void *ud)
 {
     uint64_t now = timer_now();
-    json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:b, s:I, s:s}",
-                          "resource", l->resource,
-                          "fence", (json_int_t)l->fence,
-                          "ttl", (json_int_t)l->ttl,
-                          "validity", (json_int_t)lease_validity(l),
-                          "held_ms", (json_int_t)(now - l->acquired_at),
-                          "renew", l->renew,
-                          "renewals", (json_int_t)l->renewals,
-                          "mode", mode_name(l->mode));
-    if (l->limit) {
-        json_object_set_new(j, "limit", json_integer(l->limit));
-        json_object_set_new(j, "slot", json_integer(l->slot));
-    }
-    if (token)
-        json_object_set_new(j, "token", json_string(l->token));
-    return j;
-}
-
-json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o, bool tokens)
-{
-    json_t *arr = json_array();
     const struct list *link;
 
-    list_foreach(link, &o->leases)
-        json_array_append_new(arr, lease_json(
-            list_entry(link, const struct lease, olink), tokens));
-    return arr;
+    list_foreach(link, &o->leases) {
+        const struct lease *l = list_entry(link, const struct lease, olink);
+        const struct lockmgr_lease_view v = {
+            .resource = l->resource, .token = l->token, .fence = l->fence,
+            .ttl = l->ttl, .validity = lease_validity(l),
+            .held_ms = now - l->acquired_at, .renew = l->renew,
+            .renewals = l->renewals, .mode = l->mode, .limit = l->limit,
+            .slot = l->limit ? l->slot : -1,
+        };
+        fn(ud, &v);
+    }
 }
 
-
-static json_t *holder_json(const struct lease *l)
+static void holder_view(const struct lease *l, struct lockmgr_holder_view *h)
 {
-    json_t *j = json_pack("{s:s?, s:s, s:s?, s:I, s:I, s:I, s:s}",
-                          "daemon", mgr.conf->id,
-                          "session", l->owner->id,
-                          "name", l->owner->name[0] ? l->owner->name : NULL,
-                          "fence", (json_int_t)l->fence,
-                          "held_ms", (json_int_t)(timer_now() -
-                                                  l->acquired_at),
-                          "validity", (json_int_t)lease_validity(l),
-                          "mode", mode_name(l->mode));
-    if (l->limit)
-        json_object_set_new(j, "slot", json_integer(l->slot));
-    json_object_set_new(j, "attached", json_boolean(!l->owner->detached));
-    if (l->owner->detached)
-        json_object_set_new(j, "detached_ms", json_integer(
-            (json_int_t)(timer_now() - l->owner->detached_at)));
-    return j;
+    uint64_t now = timer_now();
+
+    *h = (struct lockmgr_holder_view){
+        .session = l->owner->id, .name = l->owner->name,
+        .fence = l->fence, .held_ms = now - l->acquired_at,
+        .validity = lease_validity(l), .mode = l->mode,
+        .slot = l->limit ? l->slot : -1,
+        .attached = !l->owner->detached,
+        .detached_ms = l->owner->detached ? now - l->owner->detached_at : 0,
+    };
 }
 
-/* The most holders here a STATUS lists (its reply must stay far below
- * limits.max_output_bytes); "holders_here" counts them all. */
-#define LOCKMGR_STATUS_HOLDERS 64
-
-/* Held here: the first holder (or null), and the first
- * LOCKMGR_STATUS_HOLDERS of them. */
-static json_t *status_holders(const struct lock_entry *e, json_t **first,
-                              size_t *nshared, size_t *nexcl)
+/* Held here: the first LOCKMGR_STATUS_HOLDERS holders (the first of them
+ * is STATUS's "holder"), and how many shared and exclusive ones. */
+static size_t status_holders(const struct lock_entry *e,
+                             struct lockmgr_holder_view *h,
+                             size_t *nshared, size_t *nexcl)
 {
-    json_t *arr = json_array();
     const struct list *p;
+    size_t n = 0;
 
-    *first = NULL;
     *nshared = *nexcl = 0;
     if (!e)
-        return arr;
+        return 0;
     list_foreach(p, &e->holders) {
         const struct lease *l = list_entry(p, const struct lease, elink);
         if (l->gone || !l->owner)
@@ -2486,22 +2461,21 @@ static json_t *status_holders(const struct lock_entry *e, json_t **first,
             ++*nshared;
         else if (!l->limit)
             ++*nexcl;
-        if (json_array_size(arr) < LOCKMGR_STATUS_HOLDERS)
-            json_array_append_new(arr, holder_json(l));
-        if (!*first)
-            *first = holder_json(l);
+        if (n < LOCKMGR_STATUS_HOLDERS)
+            holder_view(l, &h[n++]);
     }
-    return arr;
+    return n;
 }
 
-/* The exclusive key's holder as the nodes record it, when a quorum of
- * them holds one token: what its label says (a redlockd on these nodes,
- * maybe this one) with the highest fence stored with it, or
- * {"foreign":true} for a value of some other Redlock client. NULL when no
- * token is on a quorum. */
-static json_t *status_remote_holder(const struct redlock_node_view *v, int n,
-                                    int quorum)
+/* The node whose value names the exclusive key's holder when a quorum of
+ * voting nodes holds one token: the one with a label and the highest
+ * fence stored with it, or -1 (then p->remote_token says whether a quorum
+ * holds some token all the same: a foreign Redlock client's). */
+static void plan_remote(const struct redlock_node_view *v, int n, int quorum,
+                        struct lockmgr_status_plan *p)
 {
+    p->remote = -1;
+    p->remote_token = false;
     for (int i = 0; i < n; i++) {
         if (!v[i].token)
             continue;
@@ -2517,95 +2491,83 @@ static json_t *status_remote_holder(const struct redlock_node_view *v, int n,
         }
         if (k < quorum)
             continue;
-        json_t *h = with >= 0 ? json_loads(v[with].label, 0, NULL) : NULL;
-        if (!json_is_object(h) ||
-            !json_is_string(json_object_get(h, "daemon")) ||
-            !json_is_string(json_object_get(h, "session"))) {
-            json_decref(h);
-            return json_pack("{s:b}", "foreign", 1);
-        }
-        json_object_set_new(h, "fence", json_integer((json_int_t)fence));
-        return h;
+        p->remote_token = true;
+        p->remote = with;
+        p->remote_fence = fence;
+        return;
     }
-    return NULL;
 }
 
-static void status_done(void *ud, const struct redlock_node_view *v, int n)
+void lockmgr_status_plan(const struct redlock_node_view *v, int n, int quorum,
+                         uint32_t limit, size_t nexcl_here,
+                         size_t nshared_here, bool holder_here,
+                         struct lockmgr_status_plan *p)
 {
-    struct owner_ask *x = ud;
-    struct lock_entry *e;
-    json_t *nodes = json_array(), *first, *holders;
-    int present = 0, with_shared = 0;
-    int64_t shared_max = 0;
-    uint32_t slots_held = 0;
-    size_t keylen, nshared, nexcl;
-    int quorum = mgr.rl->quorum();
-
-    enter();
-    e = entry_find(x->resource, x->len);
+    memset(p, 0, sizeof(*p));
     for (int i = 0; i < n; i++) {
-        json_t *pttl = v[i].answered ? json_integer(v[i].pttl) : json_null();
-        json_t *node = json_pack("{s:s, s:b, s:b, s:o}", "node", v[i].name,
-                                 "up", v[i].up, "voting", v[i].voting,
-                                 "pttl", pttl);
-        if (v[i].answered) {
-            json_object_set_new(node, "shared", json_integer(v[i].shared));
-            if (x->limit) {
-                json_int_t k = 0;
-                for (const char *c = v[i].slots; c && *c; c++)
-                    k += *c == '1';
-                json_object_set_new(node, "slots", json_integer(k));
-            }
-        }
         if (v[i].answered && v[i].pttl != -2)
-            present++;
+            p->present++;
         if (v[i].answered && v[i].shared > 0) {
-            with_shared++;
-            if (v[i].voting && v[i].shared > shared_max)
-                shared_max = v[i].shared;
+            p->with_shared++;
+            if (v[i].voting && v[i].shared > p->shared_holders)
+                p->shared_holders = v[i].shared;
         }
-        json_array_append_new(nodes, node);
     }
     /* A slot is held where a quorum of nodes has its key. */
-    for (uint32_t s = 0; s < x->limit; s++) {
+    for (uint32_t s = 0; s < limit; s++) {
         int k = 0;
         for (int i = 0; i < n; i++)
             k += v[i].slots && strlen(v[i].slots) > s && v[i].slots[s] == '1';
-        slots_held += k >= quorum;
+        p->slots_held += k >= quorum;
     }
-    holders = status_holders(e, &first, &nshared, &nexcl);
-    if (!first)
-        first = status_remote_holder(v, n, quorum);
-    const char *mode = NULL;
-    if (nexcl || present >= quorum)
-        mode = "exclusive";
-    else if (nshared || with_shared >= quorum)
-        mode = "shared";
-    bool held = first || present >= quorum || with_shared >= quorum ||
-                slots_held > 0;
-    if ((size_t)shared_max < nshared)
-        shared_max = (int64_t)nshared;
-    const char *key = entry_key(x->resource, x->len, &keylen);
-    struct notice *no = notice_new(N_STATUS, x->o, NULL, NULL);
-    no->gen = x->gen;
-    size_t here = e ? e->nheld - e->ngone : 0;
-    no->json = json_pack("{s:s, s:s, s:b, s:s?, s:o, s:o, s:I, s:I, s:I, "
-                         "s:o}",
-                         "resource", x->resource, "key", key, "held", held,
-                         "mode", mode,
-                         "holder", first ? first : json_null(),
-                         "holders", holders,
-                         "holders_here", (json_int_t)here,
-                         "shared_holders", (json_int_t)shared_max,
-                         "waiters", (json_int_t)(e ? e->nwait : 0),
-                         "nodes", nodes);
-    if (x->limit) {
-        json_object_set_new(no->json, "limit", json_integer(x->limit));
-        json_object_set_new(no->json, "slots_held", json_integer(slots_held));
-    }
-    owner_unref(x->o);
-    free(x);
+    /* The nodes' holder is asked for only when none is here. */
+    if (!holder_here)
+        plan_remote(v, n, quorum, p);
+    else
+        p->remote = -1;
+    if (nexcl_here || p->present >= quorum)
+        p->mode = "exclusive";
+    else if (nshared_here || p->with_shared >= quorum)
+        p->mode = "shared";
+    p->held = holder_here || p->remote_token || p->present >= quorum ||
+              p->with_shared >= quorum || p->slots_held > 0;
+    if ((size_t)p->shared_holders < nshared_here)
+        p->shared_holders = (int64_t)nshared_here;
+}
+
+/* STATUS: answered at once, not as a notice (its views live only during
+ * this call); leave() has delivered what was queued before it. */
+static void status_done(void *ud, const struct redlock_node_view *v, int n)
+{
+    struct owner_ask *x = ud;
+    struct lockmgr_owner *o = x->o;
+    struct lockmgr_holder_view holders[LOCKMGR_STATUS_HOLDERS];
+    struct lockmgr_status_plan plan;
+    struct lock_entry *e;
+    size_t nheld, nshared, nexcl, keylen;
+
+    enter();
+    e = entry_find(x->resource, x->len);
+    nheld = status_holders(e, holders, &nshared, &nexcl);
+    lockmgr_status_plan(v, n, mgr.rl->quorum(), x->limit, nexcl, nshared,
+                        nheld > 0, &plan);
+    const char *k = entry_key(x->resource, x->len, &keylen);
+    char *key = mem_alloc(keylen + 1);
+    memcpy(key, k, keylen);
+    key[keylen] = '\0';
+    const struct lockmgr_status st = {
+        .resource = x->resource, .key = key, .daemon = mgr.conf->id,
+        .plan = &plan, .holders = holders, .nholders = nheld,
+        .holders_here = e ? e->nheld - e->ngone : 0,
+        .waiters = e ? e->nwait : 0, .limit = x->limit, .nodes = v,
+        .nnodes = n,
+    };
     leave();
+    if (!o->ended && x->gen == o->gen)
+        o->ops->status(o, &st);
+    owner_unref(o);
+    free(key);
+    free(x);
 }
 
 void lockmgr_status(struct lockmgr_owner *o, const char *resource,

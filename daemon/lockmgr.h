@@ -26,8 +26,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "list.h"
 #include "proto.h"
 #include "redlock.h"
@@ -78,6 +76,8 @@ struct lockmgr_grant {
     uint32_t slot;          /* limit > 0: the slot held */
 };
 
+struct lockmgr_status;
+
 struct lockmgr_owner_ops {
     void (*ref)(struct lockmgr_owner *o);
     void (*unref)(struct lockmgr_owner *o);
@@ -94,8 +94,9 @@ struct lockmgr_owner_ops {
     /* A lease was lost; the owner no longer holds it. */
     void (*lost)(struct lockmgr_owner *o, const char *resource,
                  uint64_t fence, enum lockmgr_lost_reason why);
-    /* STATUS: the receiver owns the JSON object. */
-    void (*status)(struct lockmgr_owner *o, json_t *status);
+    /* STATUS: what lockmgr found, for the owner to present (status.c);
+     * it lives only during the call. */
+    void (*status)(struct lockmgr_owner *o, const struct lockmgr_status *st);
 };
 
 /* Embedded in whoever holds locks (a session). Fields are lockmgr's except
@@ -231,10 +232,79 @@ void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
  * to look at, or 0 for what this daemon knows of it. */
 void lockmgr_status(struct lockmgr_owner *o, const char *resource,
                     size_t len, uint32_t limit);
-/* o's leases as a JSON array (caller owns it). With `tokens` each names its
- * token: for o's own LOCKS only (a token is a bearer credential for ADOPT:
- * never in SESSIONS or anywhere another session can read it). */
-json_t *lockmgr_owner_leases_json(const struct lockmgr_owner *o, bool tokens);
+/* One of o's leases, as LOCKS and SESSIONS show it (status.c). The token
+ * is a bearer credential for ADOPT: shown to o's own session only. */
+struct lockmgr_lease_view {
+    const char *resource;
+    const char *token;
+    uint64_t fence;
+    uint32_t ttl;
+    int64_t validity;
+    uint64_t held_ms;
+    bool renew;
+    uint64_t renewals;
+    enum lockmgr_mode mode;
+    uint32_t limit;             /* semaphore: K, else 0 */
+    int64_t slot;               /* semaphore: the slot, else -1 */
+};
+typedef void lockmgr_lease_fn(void *ud, const struct lockmgr_lease_view *l);
+/* fn for each lease o holds, in the order they were granted. */
+void lockmgr_owner_leases(const struct lockmgr_owner *o, lockmgr_lease_fn *fn,
+                          void *ud);
+const char *lockmgr_mode_name(enum lockmgr_mode m);     /* "shared"... */
+
+/* STATUS lists at most this many holders here (its reply must stay far
+ * below limits.max_output_bytes); holders_here counts them all. */
+#define LOCKMGR_STATUS_HOLDERS 64
+
+/* A holder on this daemon, as STATUS shows it. */
+struct lockmgr_holder_view {
+    const char *session;
+    const char *name;           /* "" for none */
+    uint64_t fence;
+    uint64_t held_ms;
+    int64_t validity;
+    enum lockmgr_mode mode;
+    int64_t slot;               /* semaphore: the slot, else -1 */
+    bool attached;              /* its session has a connection */
+    uint64_t detached_ms;
+};
+
+/* STATUS's decisions from what the nodes answered (pure: unit-tested on
+ * tables). */
+struct lockmgr_status_plan {
+    int present;                /* nodes with the exclusive key */
+    int with_shared;            /* nodes with a live shared holder */
+    int64_t shared_holders;     /* the most any voting node counts (at
+                                   least those here) */
+    uint32_t slots_held;        /* semaphore slots on a quorum */
+    const char *mode;           /* "exclusive", "shared" or NULL */
+    bool held;
+    bool remote_token;          /* no holder here, but a quorum of voting
+                                   nodes holds one token */
+    int remote;                 /* then the node whose label names the
+                                   holder, or -1 (a foreign client's) */
+    uint64_t remote_fence;      /* the fence stored with that label */
+};
+void lockmgr_status_plan(const struct redlock_node_view *v, int n, int quorum,
+                         uint32_t limit, size_t nexcl_here,
+                         size_t nshared_here, bool holder_here,
+                         struct lockmgr_status_plan *p);
+
+/* What a STATUS found, as ->status gets it. */
+struct lockmgr_status {
+    const char *resource;
+    const char *key;            /* on the nodes */
+    const char *daemon;         /* this daemon's id (config `id`) */
+    const struct lockmgr_status_plan *plan;
+    const struct lockmgr_holder_view *holders;
+    size_t nholders;            /* at most LOCKMGR_STATUS_HOLDERS */
+    size_t holders_here;        /* all of them */
+    size_t waiters;
+    uint32_t limit;             /* semaphore slots looked at, or 0 */
+    const struct redlock_node_view *nodes;
+    int nnodes;
+};
 
 /* A release notification for a Redis key (pub/sub). */
 void lockmgr_on_release(const char *key, size_t len);

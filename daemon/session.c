@@ -25,6 +25,7 @@
 #include "mem.h"
 #include "node.h"
 #include "stats.h"
+#include "status.h"
 
 /* A lease lost: told already (lost), or to be told on resume (untold). */
 struct session_lost {
@@ -567,7 +568,7 @@ static void cmd_locks(struct session *s)
         json_array_append_new(lost, json_string(
             list_entry(p, struct session_lost, link)->resource));
     conn_json(c, json_pack("{s:s, s:o, s:o}", "session", s->idstr,
-                           "locks", lockmgr_owner_leases_json(&s->owner, true),
+                           "locks", status_leases_json(&s->owner, true),
                            "lost", lost));
 }
 
@@ -862,15 +863,14 @@ static void owner_lost(struct lockmgr_owner *o, const char *resource,
     conn_flush(c);
 }
 
-static void owner_status(struct lockmgr_owner *o, json_t *status)
+static void owner_status(struct lockmgr_owner *o,
+                         const struct lockmgr_status *st)
 {
     struct conn *c = owner_session(o)->conn;
 
-    if (!c) {
-        json_decref(status);
+    if (!c)
         return;
-    }
-    conn_json(c, status);
+    conn_json(c, status_json(st));
     conn_done(c);
 }
 
@@ -1145,7 +1145,7 @@ static json_t *session_json(const struct session *s, uint64_t now)
         json_object_set_new(j, "detached_ms", json_integer(
             (json_int_t)(now - s->owner.detached_at)));
     }
-    json_object_set_new(j, "held", lockmgr_owner_leases_json(&s->owner,
+    json_object_set_new(j, "held", status_leases_json(&s->owner,
                                                              false));
     if (attached)
         json_object_set_new(j, "attached", json_true());

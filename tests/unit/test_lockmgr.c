@@ -9,6 +9,7 @@
  * the leaves below it, which is itself the test that lockmgr is a leaf.
  */
 #include <check.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "conf.h"
 #include "hmap.h"
 #include "lockmgr.h"
+#include "status.h"
 #include "log.h"
 #include "timer.h"
 
@@ -339,11 +341,11 @@ static void o_lost(struct lockmgr_owner *o, const char *resource,
     fo(o)->why = why;
 }
 
-static void o_status(struct lockmgr_owner *o, json_t *status)
+static void o_status(struct lockmgr_owner *o, const struct lockmgr_status *st)
 {
     fo(o)->nstatus++;
     json_decref(fo(o)->status);
-    fo(o)->status = status;
+    fo(o)->status = status_json(st);
 }
 
 static const struct lockmgr_owner_ops owner_ops = {
@@ -1015,7 +1017,7 @@ START_TEST(test_extend_while_renewal_in_flight)
     ck_assert_int_eq(A.nextended, 1);
     ck_assert_int_eq(A.err, PROTO_ERR_NONE);
     ck_assert_int_eq(A.validity, 900);
-    json_t *arr = lockmgr_owner_leases_json(&A.o, true);
+    json_t *arr = status_leases_json(&A.o, true);
     json_int_t v = json_integer_value(json_object_get(json_array_get(arr, 0),
                                                       "validity"));
     json_decref(arr);
@@ -1041,7 +1043,7 @@ END_TEST
 
 static json_int_t lease_validity_of(struct fowner *f)
 {
-    json_t *arr = lockmgr_owner_leases_json(&f->o, true);
+    json_t *arr = status_leases_json(&f->o, true);
     json_int_t v = json_integer_value(json_object_get(json_array_get(arr, 0),
                                                       "validity"));
     json_decref(arr);
@@ -1693,6 +1695,83 @@ START_TEST(test_adopt_slot_here)
 }
 END_TEST
 
+/* ---- STATUS's decisions (lockmgr_status_plan), on tables ---------------- */
+
+#define NV(pttl, shared, slots, token, label, fence) \
+    { "n", true, true, true, pttl, shared, slots, token, label, fence }
+struct plan_row {
+    const char *what;
+    struct redlock_node_view v[3];
+    uint32_t limit;
+    size_t nexcl, nshared;
+    bool here;
+    /* want */
+    int present, with_shared;
+    int64_t shared_holders;
+    uint32_t slots_held;
+    const char *mode;
+    bool held, remote_token;
+    int remote;
+    uint64_t remote_fence;
+};
+static const struct plan_row plan_rows[] = {
+    { "free", { NV(-2, 0, "", NULL, NULL, 0), NV(-2, 0, "", NULL, NULL, 0),
+                NV(-2, 0, "", NULL, NULL, 0) }, 0, 0, 0, false,
+      0, 0, 0, 0, NULL, false, false, -1, 0 },
+    { "a key on two nodes", { NV(900, 0, "", "t1", "L", 5),
+                              NV(950, 0, "", "t1", "L", 7),
+                              NV(-2, 0, "", NULL, NULL, 0) }, 0, 0, 0, false,
+      2, 0, 0, 0, "exclusive", true, true, 1, 7 },
+    { "a foreign token", { NV(900, 0, "", "x", NULL, 0),
+                           NV(900, 0, "", "x", NULL, 0),
+                           NV(900, 0, "", "y", NULL, 0) }, 0, 0, 0, false,
+      3, 0, 0, 0, "exclusive", true, true, -1, 0 },
+    { "one token on two, one of them not voting",
+      { NV(900, 0, "", "t1", "L", 5), NV(-2, 0, "", NULL, NULL, 0),
+        { "n", true, false, true, 900, 0, "", "t1", "L", 5 } },
+      0, 0, 0, false,
+      2, 0, 0, 0, "exclusive", true, false, -1, 0 },
+    { "shared on two", { NV(-2, 2, "", NULL, NULL, 0),
+                         NV(-2, 3, "", NULL, NULL, 0),
+                         NV(-2, 0, "", NULL, NULL, 0) }, 0, 0, 0, false,
+      0, 2, 3, 0, "shared", true, false, -1, 0 },
+    { "shared, more here", { NV(-2, 1, "", NULL, NULL, 0),
+                             NV(-2, 0, "", NULL, NULL, 0),
+                             NV(-2, 0, "", NULL, NULL, 0) }, 0, 0, 4, true,
+      0, 1, 4, 0, "shared", true, false, -1, 0 },
+    { "slots on a quorum", { NV(-2, 0, "110", NULL, NULL, 0),
+                             NV(-2, 0, "100", NULL, NULL, 0),
+                             NV(-2, 0, "011", NULL, NULL, 0) }, 3, 0, 0,
+      false, 0, 0, 0, 2, NULL, true, false, -1, 0 },
+    { "held here: the nodes' holder is not asked for",
+      { NV(900, 0, "", "t1", "L", 5), NV(900, 0, "", "t1", "L", 5),
+        NV(-2, 0, "", NULL, NULL, 0) }, 0, 1, 0, true,
+      2, 0, 0, 0, "exclusive", true, false, -1, 0 },
+};
+
+START_TEST(test_status_plan)
+{
+    struct lockmgr_status_plan p;
+    const struct plan_row *r = &plan_rows[_i];
+
+    lockmgr_status_plan(r->v, 3, 2, r->limit, r->nexcl, r->nshared, r->here,
+                        &p);
+    ck_assert_msg(p.present == r->present && p.with_shared == r->with_shared
+                  && p.shared_holders == r->shared_holders
+                  && p.slots_held == r->slots_held && p.held == r->held
+                  && p.remote_token == r->remote_token
+                  && p.remote == r->remote
+                  && p.remote_fence == r->remote_fence
+                  && ((!p.mode && !r->mode) ||
+                      (p.mode && r->mode && strcmp(p.mode, r->mode) == 0)),
+                  "%s: present %d shared %d/%" PRId64 " slots %u mode %s "
+                  "held %d remote %d/%d/%" PRIu64, r->what, p.present,
+                  p.with_shared, p.shared_holders, p.slots_held,
+                  p.mode ? p.mode : "-", p.held, p.remote_token, p.remote,
+                  p.remote_fence);
+}
+END_TEST
+
 START_TEST(test_semaphore_slots)
 {
     /* This daemon starts at slot spread % K; the next holder takes the
@@ -1749,7 +1828,7 @@ START_TEST(test_semaphore_slots)
     answer_ok(pending(F_ACQUIRE, k1), 13, 29000);
     ck_assert_int_eq(D.nlocked, 1);
     ck_assert_uint_eq(D.slot, (base + 1) % 3);
-    json_t *arr = lockmgr_owner_leases_json(&D.o, true);
+    json_t *arr = status_leases_json(&D.o, true);
     json_t *l0 = json_array_get(arr, 0);
     ck_assert_int_eq(json_integer_value(json_object_get(l0, "limit")), 3);
     ck_assert_int_eq(json_integer_value(json_object_get(l0, "slot")),
@@ -1904,14 +1983,14 @@ START_TEST(test_status_and_leases_json)
     ck_assert(json_is_null(json_object_get(json_array_get(nodes, 2), "pttl")));
     ck_assert_int_eq(C.refs, 0);
 
-    json_t *arr = lockmgr_owner_leases_json(&A.o, false);
+    json_t *arr = status_leases_json(&A.o, false);
     ck_assert_uint_eq(json_array_size(arr), 1);
     json_t *l0 = json_array_get(arr, 0);
     ck_assert_str_eq(json_string_value(json_object_get(l0, "resource")), "r");
     ck_assert_int_eq(json_integer_value(json_object_get(l0, "fence")), 17);
     ck_assert_ptr_null(json_object_get(l0, "token"));   /* not for others */
     json_decref(arr);
-    arr = lockmgr_owner_leases_json(&A.o, true);      /* its own LOCKS */
+    arr = status_leases_json(&A.o, true);      /* its own LOCKS */
     ck_assert_str_eq(json_string_value(json_object_get(json_array_get(arr, 0),
                                                        "token")), A.token);
     json_decref(arr);
@@ -2179,6 +2258,8 @@ static Suite *lockmgr_suite(void)
     tcase_add_test(t, test_owner_abandon_leaves_keys);
     tcase_add_test(t, test_adopt);
     tcase_add_test(t, test_adopt_multi);
+    tcase_add_loop_test(t, test_status_plan, 0,
+                        sizeof(plan_rows) / sizeof(plan_rows[0]));
     tcase_add_test(t, test_adopt_multi_meets_semaphore);
     tcase_add_test(t, test_adopt_held_back_until_ready);
     tcase_add_test(t, test_nowait_behind_asking);
