@@ -1741,18 +1741,24 @@ static void cluster_close_clients(struct h_cluster *k)
     }
 }
 
+void h_cluster_continue(struct h_cluster *k)
+{
+    h_redis_resume_all(k->nodes, k->nnodes);
+    for (int d = 0; d < H_CLUSTER_DAEMONS; d++) {
+        if (k->daemons[d].pid != 0)
+            kill(k->daemons[d].pid, SIGCONT);
+    }
+}
+
 int h_cluster_finish(struct h_cluster *k)
 {
     int rc = 0;
 
+    h_cluster_continue(k);
     cluster_close_clients(k);
-    h_redis_resume_all(k->nodes, k->nnodes);
     for (int d = 0; d < H_CLUSTER_DAEMONS; d++) {
-        int r;
+        int r = h_daemon_finish(&k->daemons[d]);
 
-        if (k->daemons[d].pid != 0)
-            kill(k->daemons[d].pid, SIGCONT);
-        r = h_daemon_finish(&k->daemons[d]);
         rc = rc != 0 ? rc : r;
     }
     return rc;

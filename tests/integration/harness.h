@@ -293,9 +293,12 @@ struct h_client *h_cluster_client(struct h_cluster *k, int i, int d);
 /* The end of a test: h_daemon_finish_ok of every running daemon (exit
  * status 0 asserted: under valgrind, no leaks). */
 void h_cluster_stop(struct h_cluster *k);
-/* For a teardown that checks the exit itself: close the clients, resume
- * stopped nodes (they would hold up the release at shutdown), SIGCONT
- * stopped daemons, h_daemon_finish each running one; returns the first
+/* SIGCONT every node and daemon a test may have left stopped (SIGSTOP):
+ * a stopped node would hold up a daemon's release at shutdown, and a
+ * stopped daemon would not exit on SIGTERM. */
+void h_cluster_continue(struct h_cluster *k);
+/* For a teardown that checks the exit itself: h_cluster_continue, close
+ * the clients, h_daemon_finish each running daemon; returns the first
  * non-zero exit status, 0 when all exited cleanly or none ran. */
 int h_cluster_finish(struct h_cluster *k);
 /* The teardown: close the clients, resume stopped nodes, then kill and
