@@ -88,9 +88,8 @@ START_TEST(two_nodes_paused)
     bool ok = false;
     int busy = 0;
 
-    start_nodes(NULL);
-    h_cluster_daemon(&K, 0, "{\"redis\":{\"command_timeout_ms\":100,"
-                            "\"reconnect_max_ms\":200}}", T(5000));
+    h_cluster_start(&K, NNODES, 1, "{\"redis\":{\"command_timeout_ms\":100,"
+                                   "\"reconnect_max_ms\":200}}", T(5000));
     a = h_cluster_client(&K, 0, 0);
     b = h_cluster_client(&K, 1, 0);
     line = h_expect(a, "OK resource=fault:pause ", "LOCK %s ttl=2000", res);
@@ -348,9 +347,7 @@ START_TEST(node_restart_empty_keeps_holder)
     int busy = 0;
     uint64_t t_r;
 
-    start_nodes(NULL);
-    h_cluster_daemon(&K, 0, restart_conf, T(5000));
-    h_cluster_daemon(&K, 1, restart_conf, T(5000));
+    h_cluster_start(&K, NNODES, 2, restart_conf, T(5000));
     a = h_cluster_client(&K, 0, 0);
     b = h_cluster_client(&K, 1, 1);     /* on the other daemon: its answer comes from Redis */
     s1 = h_cluster_client(&K, 2, 0);
@@ -428,9 +425,7 @@ START_TEST(node_restart_empty_no_overlap)
     long long granted = -1;
     int refused = 0;
 
-    start_nodes(NULL);
-    h_cluster_daemon(&K, 0, restart_conf, T(5000));
-    h_cluster_daemon(&K, 1, restart_conf, T(5000));
+    h_cluster_start(&K, NNODES, 2, restart_conf, T(5000));
     a = h_cluster_client(&K, 0, 0);
     b = h_cluster_client(&K, 1, 1);
     line = h_expect(a, "OK resource=fault:mw ", "LOCK %s ttl=2000", res);
@@ -579,8 +574,7 @@ START_TEST(client_sigstop)
     long long took = -1;
     bool told = false, silent_ok = false;
 
-    start_nodes(NULL);
-    h_cluster_daemon(&K, 0, NULL, T(5000));
+    h_cluster_start(&K, NNODES, 1, NULL, T(5000));
     /* Fork before the parent opens any client socket, so the child holds
      * no copy of one (the daemon would not see that socket close). */
     ck_assert_int_eq(pipe(rep), 0);

@@ -181,8 +181,7 @@ START_TEST(new_daemon_after_two_restarts)
     uint64_t t0;
     int refused = 0;
 
-    h_cluster_nodes(&K, NNODES, NULL);
-    h_cluster_daemon(&K, 0, "{\"redis\":{\"reconnect_max_ms\":200}}", T(5000));
+    h_cluster_start(&K, NNODES, 1, "{\"redis\":{\"reconnect_max_ms\":200}}", T(5000));
     a = h_cluster_client(&K, 0, 0);
     /* Node 2 down: the lock lives on nodes 0 and 1 only. */
     h_redis_kill(&N[2]);
@@ -247,8 +246,7 @@ START_TEST(two_restarted_recover)
     uint64_t t_r;
     char *line;
 
-    h_cluster_nodes(&K, NNODES, NULL);
-    h_cluster_daemon(&K, 0, conf, T(5000));
+    h_cluster_start(&K, NNODES, 1, conf, T(5000));
     a = h_cluster_client(&K, 0, 0);
     for (int i = 0; i < 3; i++)
         before = lock_fence(a, res);
@@ -313,8 +311,7 @@ START_TEST(frozen_nodes_without_traffic)
     snprintf(json, sizeof(json), "{\"metrics\":{\"listen\":\"127.0.0.1:%d\"},"
              "\"redis\":{\"probe_interval_ms\":%d,\"command_timeout_ms\":%d}}",
              mport, probe, timeout);
-    h_cluster_nodes(&K, NNODES, NULL);
-    h_cluster_daemon(&K, 0, json, T(5000));
+    h_cluster_start(&K, NNODES, 1, json, T(5000));
     a = h_cluster_client(&K, 0, 0);
     /* Healthy, and it stays so while idle for several probe periods. */
     t0 = h_now_ms();
@@ -373,10 +370,9 @@ START_TEST(idle_restart_and_flush_seen)
     struct h_node_view v;
     uint64_t t0;
 
-    h_cluster_nodes(&K, NNODES, NULL);
-    h_cluster_daemon(&K, 0, "{\"locks\":{\"max_ttl_ms\":60000},"
-                            "\"redis\":{\"reconnect_max_ms\":200,"
-                            "\"probe_interval_ms\":200}}", T(5000));
+    h_cluster_start(&K, NNODES, 1, "{\"locks\":{\"max_ttl_ms\":60000},"
+                                   "\"redis\":{\"reconnect_max_ms\":200,"
+                                   "\"probe_interval_ms\":200}}", T(5000));
     a = h_cluster_client(&K, 0, 0);
     /* Nobody locks. Node 0 restarts empty. */
     restart_empty(0x1);
@@ -454,8 +450,7 @@ START_TEST(own_undo_is_quiet)
     char *s;
     char *line;
 
-    h_cluster_nodes(&K, NNODES, NULL);
-    h_cluster_daemon(&K, 0, NULL, T(5000));
+    h_cluster_start(&K, NNODES, 1, NULL, T(5000));
     a = h_cluster_client(&K, 0, 0);
     /* Another Redlock client holds it on a bare quorum, nodes 0 and 1. */
     for (int i = 0; i < 2; i++) {
@@ -494,8 +489,7 @@ START_TEST(end_recovery_by_operator)
     unsigned long long f1, f2;
     uint64_t t0;
 
-    h_cluster_nodes(&K, NNODES, NULL);
-    h_cluster_daemon(&K, 0, conf, T(5000));
+    h_cluster_start(&K, NNODES, 1, conf, T(5000));
     a = h_cluster_client(&K, 0, 0);
     f1 = lock_fence(a, res);
     restart_empty(0x1);
@@ -565,9 +559,7 @@ START_TEST(flush_between_probes)
     struct h_client *a, *b;
     char *line;
 
-    h_cluster_nodes(&K, NNODES, NULL);
-    h_cluster_daemon(&K, 0, conf, T(5000));
-    h_cluster_daemon(&K, 1, conf, T(5000));
+    h_cluster_start(&K, NNODES, 2, conf, T(5000));
     a = h_cluster_client(&K, 0, 0);
     b = h_cluster_client(&K, 1, 1);
     line = h_expect(a, "OK resource=fl ", "LOCK fl ttl=20000");
@@ -675,9 +667,7 @@ START_TEST(reload_raises_max_ttl)
                        "\"default_ttl_ms\":1000},"
                        "\"redis\":{\"reconnect_max_ms\":200}}";
 
-    h_cluster_nodes(&K, NNODES, NULL);
-    h_cluster_daemon(&K, 0, conf, T(5000));
-    h_cluster_daemon(&K, 1, conf, T(5000));
+    h_cluster_start(&K, NNODES, 2, conf, T(5000));
     reload_max_ttl(D1, 60000);
     reload_max_ttl(D2, 60000);
     lease_outlives_two_restarts("long");
