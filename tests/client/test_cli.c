@@ -73,7 +73,6 @@
 
 #include "harness.h"
 
-#define NODES_MAX 3
 #define PROCS_MAX 32
 #define ARGS_MAX 32
 
@@ -102,12 +101,15 @@ struct proc {
     size_t err_len;
 };
 
-static struct h_redis R[NODES_MAX];
-static int nr;
-static struct h_daemon D;
-/* A second daemon on the same nodes, for tests about what another daemon
- * may grant. */
-static struct h_daemon D2;
+/* The nodes (R), the daemon D, a second daemon D2 on the same nodes for
+ * tests about what another daemon may grant, and the raw protocol
+ * clients A and B (harness.h). */
+static struct h_cluster K;
+static struct h_redis *const R = K.nodes;
+static struct h_daemon *const D = &K.daemons[0];
+static struct h_daemon *const D2 = &K.daemons[1];
+static struct h_client *const A = &K.clients[0];
+static struct h_client *const B = &K.clients[1];
 static struct proc P[PROCS_MAX];
 static int np;
 /* The daemon's TCP address as redlockctl takes it: "127.0.0.1:<port>". */
@@ -116,24 +118,17 @@ static char S[64];
 static const char *server_env;
 /* REDLOCKD_ADMIN_PASSWORD likewise. */
 static const char *admin_env;
-/* Raw protocol clients are large (buffers): keep them off the stack. */
-static struct h_client A, B;
 
 /* ---- fixture ---- */
 
 static void setup(void)
 {
-    memset(R, 0, sizeof(R));
-    memset(&D, 0, sizeof(D));
-    memset(&D2, 0, sizeof(D2));
+    h_cluster_init(&K);
     memset(P, 0, sizeof(P));
-    nr = 0;
     np = 0;
     S[0] = '\0';
     server_env = NULL;
     admin_env = NULL;
-    A.fd = -1;
-    B.fd = -1;
 }
 
 static void proc_close_pipes(struct proc *p)
@@ -159,46 +154,20 @@ static void teardown(void)
         }
         proc_close_pipes(&P[i]);
     }
-    if (A.fd >= 0)
-        h_close(&A);
-    if (B.fd >= 0)
-        h_close(&B);
-    /* A stopped node would hold up the daemon's release at shutdown, and a
-     * stopped daemon would not exit on SIGTERM. */
-    h_redis_resume_all(R, nr);
-    if (D.pid != 0)
-        kill(D.pid, SIGCONT);
-    rc = h_daemon_finish(&D);
-    h_daemon_cleanup(&D);
-    if (D2.pid != 0) {
-        int rc2 = h_daemon_finish(&D2);
-
-        rc = rc != 0 ? rc : rc2;
-    }
-    h_daemon_cleanup(&D2);
-    h_redis_cleanup_all(R, nr);
+    /* Stopped nodes and daemons continued, the clients closed, each
+     * daemon SIGTERMed. */
+    rc = h_cluster_finish(&K);
+    h_cluster_cleanup(&K);
     ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
 }
 
 /* ---- daemon and raw protocol ---- */
 
-static void start_nodes(int n)
-{
-    h_redis_start_all(R, n, NULL);
-    nr = n;
-}
-
-static void connect_to(struct h_client *c)
-{
-    h_connect_tcp_ok(c, D.port);
-}
-
 /* Start the daemon over the nodes and wait until every node votes. */
 static void start_daemon(const char *extra_json)
 {
-    h_daemon_start(&D, R, nr, extra_json);
-    snprintf(S, sizeof(S), "127.0.0.1:%d", D.port);
-    h_wait_voting(&D, nr, h_scale(5000));
+    h_cluster_daemon(&K, 0, extra_json, h_scale(5000));
+    snprintf(S, sizeof(S), "127.0.0.1:%d", D->port);
 }
 
 /* The same for a daemon with auth.password: A, authenticated with it,
@@ -207,12 +176,12 @@ static void start_daemon_auth(const char *extra_json, const char *password)
 {
     uint64_t t0;
 
-    h_daemon_start(&D, R, nr, extra_json);
-    snprintf(S, sizeof(S), "127.0.0.1:%d", D.port);
-    connect_to(&A);
-    h_expect(&A, "OK", "AUTH %s", password);
+    h_cluster_daemon_start(&K, 0, extra_json);
+    snprintf(S, sizeof(S), "127.0.0.1:%d", D->port);
+    h_cluster_client(&K, 0, 0);
+    h_expect(A, "OK", "AUTH %s", password);
     t0 = h_now_ms();
-    while (h_stats_int(&A, "nodes_voting") < nr) {
+    while (h_stats_int(A, "nodes_voting") < K.nnodes) {
         ck_assert_msg(h_since(t0) < h_scale(5000), "nodes not voting in 5 s");
         h_sleep_ms(10);
     }
@@ -238,8 +207,8 @@ static long long lock_within(struct h_client *c, const char *res, int timeout_ms
 /* The lock is free right now: take it and give it back. */
 static void assert_free(const char *res)
 {
-    h_expect(&A, "OK resource=", "LOCK %s ttl=30000", res);
-    h_expect(&A, "OK resource=", "UNLOCK %s", res);
+    h_expect(A, "OK resource=", "LOCK %s ttl=30000", res);
+    h_expect(A, "OK resource=", "UNLOCK %s", res);
 }
 
 /* ---- files ---- */
@@ -252,8 +221,8 @@ static const char *tmp_path(const char *name)
     static int next;
     char *b = bufs[next++ % 4];
 
-    ck_assert_msg(D.dir[0] != '\0', "tmp_path before the daemon started");
-    snprintf(b, sizeof(bufs[0]), "%s/%s", D.dir, name);
+    ck_assert_msg(D->dir[0] != '\0', "tmp_path before the daemon started");
+    snprintf(b, sizeof(bufs[0]), "%s/%s", D->dir, name);
     return b;
 }
 
@@ -614,7 +583,7 @@ START_TEST(run_excludes)
     char buf[4096], *line, *save = NULL;
     int n = 0;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     marks = tmp_path("marks");
     p1 = ctl_start("-s", S, "run", "--wait", "10000", "cli:ex", "--",
@@ -653,7 +622,7 @@ START_TEST(run_excludes)
     ck_assert_msg(m[1].fence > m[0].fence, "REDLOCKD_FENCE went from %llu to %llu",
                   m[0].fence, m[1].fence);
     /* Both released their lock. */
-    connect_to(&A);
+    h_cluster_client(&K, 0, 0);
     assert_free("cli:ex");
 }
 END_TEST
@@ -678,7 +647,7 @@ START_TEST(run_kinds)
     struct proc *p1, *p2, *p3;
     char buf[4096];
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     mark = tmp_path("in");
     out2 = tmp_path("out2");
@@ -687,10 +656,10 @@ START_TEST(run_kinds)
                    "echo \"$REDLOCKD_MODE\" > \"$1.mode\"; "
                    "while [ ! -e \"$1\" ]; do sleep 0.02; done", "sh", mark,
                    NULL);
-    connect_to(&A);
+    h_cluster_client(&K, 0, 0);
     uint64_t t0 = h_now_ms();
     for (;;) {
-        json_t *st = h_ok_json(&A, "STATUS cli:rw");
+        json_t *st = h_ok_json(A, "STATUS cli:rw");
         json_int_t n = h_json_int(st, "holders_here");
         json_decref(st);
         if (n == 1)
@@ -715,7 +684,7 @@ START_TEST(run_kinds)
     ck_assert_str_eq(buf, "shared\n");
 
     /* Semaphore: the slot in REDLOCKD_SLOT; K against a holder's K. */
-    h_expect(&A, "OK resource=cli:sem ", "LOCK cli:sem limit=2");
+    h_expect(A, "OK resource=cli:sem ", "LOCK cli:sem limit=2");
     p1 = ctl_start("-s", S, "run", "--limit", "2", "cli:sem", "--", "sh",
                    "-c", "echo \"$REDLOCKD_SLOT\" > \"$1\"", "sh", out2,
                    NULL);
@@ -739,7 +708,7 @@ START_TEST(run_kinds)
     assert_ok_quiet(p1, "run -r cli:a -r cli:b");
     ck_assert(read_file(out2, buf, sizeof(buf)));
     ck_assert_str_eq(buf, "cli:a cli:b|cli:a\n");
-    h_expect(&A, "OK resource=cli:b ", "LOCK cli:b");
+    h_expect(A, "OK resource=cli:b ", "LOCK cli:b");
     p1 = ctl_start("-s", S, "run", "-r", "cli:a", "-r", "cli:b", "--", "true",
                    NULL);
     proc_wait(p1, h_scale(5000));
@@ -760,12 +729,12 @@ START_TEST(run_busy)
     uint64_t t0;
     long long took;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     marker = tmp_path("ran");
-    connect_to(&A);
-    h_expect(&A, "OK ", "HELLO name=other-holder");
-    h_expect(&A, "OK resource=cli:busy ", "LOCK cli:busy ttl=30000");
+    h_cluster_client(&K, 0, 0);
+    h_expect(A, "OK ", "HELLO name=other-holder");
+    h_expect(A, "OK resource=cli:busy ", "LOCK cli:busy ttl=30000");
 
     p = ctl_start("-s", S, "run", "cli:busy", "--", "sh", "-c", "touch \"$1\"",
                   "sh", marker, NULL);
@@ -801,7 +770,7 @@ START_TEST(run_busy)
     assert_one_error_line(p, "run --wait 400 on a busy lock");
 
     /* Once free, the command runs. */
-    h_expect(&A, "OK resource=cli:busy ", "UNLOCK cli:busy");
+    h_expect(A, "OK resource=cli:busy ", "UNLOCK cli:busy");
     p = ctl_start("-s", S, "run", "cli:busy", "--", "sh", "-c", "touch \"$1\"",
                   "sh", marker, NULL);
     proc_wait(p, h_scale(5000));
@@ -819,11 +788,11 @@ START_TEST(run_busy_exit_zero)
     const char *marker;
     struct proc *p;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     marker = tmp_path("ran");
-    connect_to(&A);
-    h_expect(&A, "OK resource=cli:busy0 ", "LOCK cli:busy0 ttl=30000");
+    h_cluster_client(&K, 0, 0);
+    h_expect(A, "OK resource=cli:busy0 ", "LOCK cli:busy0 ttl=30000");
 
     /* Long spelling after `run`, and -q: a cron job's quiet skip. */
     p = ctl_start("-s", S, "run", "--conflict-exit-code", "0", "-q", "cli:busy0",
@@ -835,7 +804,7 @@ START_TEST(run_busy_exit_zero)
     ck_assert_msg(p->err_len == 0 && p->out_len == 0, "-q printed: %s%s", p->out,
                   p->err);
 
-    h_expect(&A, "OK resource=cli:busy0 ", "UNLOCK cli:busy0");
+    h_expect(A, "OK resource=cli:busy0 ", "UNLOCK cli:busy0");
 }
 END_TEST
 
@@ -843,9 +812,9 @@ START_TEST(run_exit_status)
 {
     struct proc *p;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
-    connect_to(&A);
+    h_cluster_client(&K, 0, 0);
 
     p = ctl_start("-s", S, "run", "cli:st", "--", "sh", "-c", "exit 42", NULL);
     proc_wait(p, h_scale(5000));
@@ -962,11 +931,11 @@ START_TEST(run_waits_for_group)
     uint64_t t0;
     long pgid;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     pidf = tmp_path("pid");
     donef = tmp_path("done");
-    connect_to(&A);
+    h_cluster_client(&K, 0, 0);
     t0 = h_now_ms();
     p = ctl_start("-s", S, "run", "--ttl", "600", "cli:grp", "--", "sh", "-c",
                   "echo $$ > \"$1\"; (sleep 1.5; echo done > \"$2\") & exit 3",
@@ -976,7 +945,7 @@ START_TEST(run_waits_for_group)
     ck_assert_msg(!proc_exited(p, 0), "redlockctl exited with the command, "
                   "while its group still runs");
     for (int i = 0; i < 2; i++) {
-        h_expect(&A, "ERR BUSY", "LOCK cli:grp ttl=30000");
+        h_expect(A, "ERR BUSY", "LOCK cli:grp ttl=30000");
         ck_assert_msg(group_alive(pgid) && !file_exists(donef), "the group "
                       "ended %lld ms after it started, before the check",
                       h_since(t0));
@@ -985,7 +954,7 @@ START_TEST(run_waits_for_group)
     proc_wait(p, h_scale(5000));
     assert_status(p, 3, "redlockctl after the group ended");
     ck_assert_msg(file_exists(donef), "redlockctl exited before the group");
-    h_expect(&A, "OK resource=cli:grp ", "LOCK cli:grp ttl=30000");
+    h_expect(A, "OK resource=cli:grp ", "LOCK cli:grp ttl=30000");
 }
 END_TEST
 
@@ -998,12 +967,12 @@ START_TEST(run_sigkill_keeps_lock)
     uint64_t t0;
     long pgid;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     pidf = tmp_path("pid");
     donef = tmp_path("done");
     fdf = tmp_path("fd");
-    connect_to(&A);
+    h_cluster_client(&K, 0, 0);
     t0 = h_now_ms();
     p = ctl_start("-s", S, "run", "--ttl", "600", "--detach", "1000", "cli:kill",
                   "--", "sh", "-c",
@@ -1011,7 +980,7 @@ START_TEST(run_sigkill_keeps_lock)
                   "echo $$ > \"$1\"; sleep 2; echo done > \"$2\"",
                   "sh", pidf, donef, fdf, NULL);
     pgid = wait_file_number(pidf, h_scale(5000));
-    h_expect(&A, "ERR BUSY", "LOCK cli:kill ttl=30000");
+    h_expect(A, "ERR BUSY", "LOCK cli:kill ttl=30000");
 
     kill(p->pid, SIGKILL);
     proc_wait(p, h_scale(5000));
@@ -1021,7 +990,7 @@ START_TEST(run_sigkill_keeps_lock)
      * the command holds), while the command's `sleep` runs. */
     for (int i = 0; i < 2; i++) {
         h_sleep_ms(i == 0 ? 200 : 1200);
-        h_expect(&A, "ERR BUSY", "LOCK cli:kill ttl=30000");
+        h_expect(A, "ERR BUSY", "LOCK cli:kill ttl=30000");
         ck_assert_msg(group_alive(pgid) && !file_exists(donef),
                       "the command (group %ld) ended %lld ms after it started, "
                       "before the check", pgid, h_since(t0));
@@ -1037,12 +1006,12 @@ START_TEST(run_sigkill_keeps_lock)
     free_after = h_since(t0);
     ck_assert_msg(read_file(donef, buf, sizeof(buf)) && strcmp(buf, "done\n") == 0,
                   "the command did not finish its work (file: \"%s\")", buf);
-    took = lock_within(&A, "cli:kill", h_scale(3000));
+    took = lock_within(A, "cli:kill", h_scale(3000));
     fprintf(stderr, "run_sigkill_keeps_lock: the command ended %lld ms after it "
             "started, the lock free %lld ms later\n", free_after, took);
     ck_assert_msg(took >= 900, "the lock was free %lld ms after the command "
                   "ended, before --detach 1000 ran out", took);
-    h_expect(&A, "OK resource=cli:kill ", "UNLOCK cli:kill");
+    h_expect(A, "OK resource=cli:kill ", "UNLOCK cli:kill");
     /* REDLOCKD_LOCK_FD named the inherited connection. */
     ck_assert_msg(read_file(fdf, buf, sizeof(buf)) && h_starts(buf, "socket:["),
                   "$REDLOCKD_LOCK_FD is not a socket in the command: \"%s\"", buf);
@@ -1058,11 +1027,11 @@ START_TEST(run_sigterm_forwarded)
     struct proc *p;
     long cmd;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     mark = tmp_path("term");
     ready = tmp_path("ready");
-    connect_to(&A);
+    h_cluster_client(&K, 0, 0);
 
     /* The command traps TERM and says so; the loop's sleep gets TERM too
      * (sent to the command's process group), so the trap runs at once. */
@@ -1117,7 +1086,7 @@ START_TEST(run_lease_lost)
     struct proc *p;
     long cmd;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(FAULT_JSON);
     p = run_sleeper("cli:lost", "1500", &cmd);
     /* One node of three left: no renewal can reach a quorum. */
@@ -1177,10 +1146,9 @@ START_TEST(run_daemon_stalled)
     bool exited;
     long cmd;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(NULL);
-    h_daemon_start(&D2, R, nr, NULL);
-    h_wait_voting(&D2, nr, h_scale(5000));
+    h_cluster_daemon(&K, 1, NULL, h_scale(5000));
     stamps = tmp_path("stamps");
     pidf = tmp_path("pid");
     p = ctl_start("-s", S, "run", "--ttl", "2000", "cli:stall", "--", "sh", "-c",
@@ -1188,19 +1156,19 @@ START_TEST(run_daemon_stalled)
     cmd = wait_file_number(pidf, h_scale(5000));
     /* Past the first renewals and confirmations. */
     h_sleep_ms(1000);
-    h_connect_tcp_ok(&B, D2.port);
-    h_expect(&B, "ERR BUSY", "LOCK cli:stall ttl=30000");
+    h_cluster_client(&K, 1, 1);
+    h_expect(B, "ERR BUSY", "LOCK cli:stall ttl=30000");
 
     paused = wall_ns();
     t0 = h_now_ms();
-    ck_assert_int_eq(kill(D.pid, SIGSTOP), 0);
+    ck_assert_int_eq(kill(D->pid, SIGSTOP), 0);
     /* The other daemon takes the lock as soon as Redis lets it; the time a
      * successful LOCK was sent is a lower bound of its grant. */
     while (granted == 0) {
         char *line;
 
         try_at = wall_ns();
-        line = h_cmd(&B, "LOCK cli:stall ttl=30000");
+        line = h_cmd(B, "LOCK cli:stall ttl=30000");
         if (h_starts(line, "OK "))
             granted = try_at;
         else
@@ -1234,7 +1202,7 @@ START_TEST(run_daemon_stalled)
     assert_status(p, EXIT_LOST, "run whose daemon stopped");
     ck_assert_msg(strstr(p->err, "lost"), "no message about the lost lease: %s",
                   p->err);
-    ck_assert_int_eq(kill(D.pid, SIGCONT), 0);
+    ck_assert_int_eq(kill(D->pid, SIGCONT), 0);
 }
 END_TEST
 
@@ -1245,7 +1213,7 @@ START_TEST(run_ctl_stopped)
     struct proc *p;
     long cmd;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     p = run_sleeper("cli:ctlstop", "1000", &cmd);
     ck_assert_int_eq(kill(p->pid, SIGSTOP), 0);
@@ -1254,7 +1222,7 @@ START_TEST(run_ctl_stopped)
     assert_stopped_lost(p, cmd, h_scale(500), "deadline",
                         "run_ctl_stopped, ttl 1000, after it resumed");
     /* The connection closed, so the daemon let the lock go. */
-    connect_to(&A);
+    h_cluster_client(&K, 0, 0);
     assert_free("cli:ctlstop");
 }
 END_TEST
@@ -1269,10 +1237,9 @@ END_TEST
 static void start_two_daemons(char *s2, size_t size)
 {
     start_daemon(FAILOVER_JSON);
-    h_daemon_start(&D2, R, nr, FAILOVER_JSON);
-    h_wait_voting(&D2, nr, h_scale(5000));
-    snprintf(s2, size, "127.0.0.1:%d", D2.port);
-    h_connect_tcp_ok(&B, D2.port);
+    h_cluster_daemon(&K, 1, FAILOVER_JSON, h_scale(5000));
+    snprintf(s2, size, "127.0.0.1:%d", D2->port);
+    h_cluster_client(&K, 1, 1);
 }
 
 /* `run` of a command that runs 3 s undisturbed, then writes "done". */
@@ -1284,17 +1251,17 @@ static void start_two_daemons(char *s2, size_t size)
  * daemons said. */
 static void busy_for(struct proc *p, const char *res, const char *donef)
 {
-    char *line = h_cmd(&B, "LOCK %s ttl=30000", res);
+    char *line = h_cmd(B, "LOCK %s ttl=30000", res);
 
     if (h_starts(line, "ERR BUSY"))
         return;
     if (h_starts(line, "OK ") && file_exists(donef)) {
-        h_expect(&B, "OK resource=", "UNLOCK %s", res);
+        h_expect(B, "OK resource=", "UNLOCK %s", res);
         return;
     }
     proc_drain(p);
-    h_daemon_dump_log(&D);
-    h_daemon_dump_log(&D2);
+    h_daemon_dump_log(D);
+    h_daemon_dump_log(D2);
     ck_abort_msg("LOCK %s on the other daemon answered \"%s\" while "
                  "redlockctl (pid %ld) held it; its stderr: %s", res, line,
                  (long)p->pid, p->err);
@@ -1319,12 +1286,12 @@ static void assert_held_on_first(const char *res)
 {
     json_t *st;
 
-    connect_to(&A);
-    st = h_ok_json(&A, "STATUS %s", res);
+    h_cluster_client(&K, 0, 0);
+    st = h_ok_json(A, "STATUS %s", res);
     ck_assert_msg(h_json_int(st, "holders_here") == 1, "%s is not held through "
                   "the first daemon", res);
     json_decref(st);
-    h_close(&A);
+    h_close(A);
 }
 
 /* The command ran its 3 s to the end, redlockctl exited 0 without a word,
@@ -1339,8 +1306,8 @@ static void assert_rode_through(const struct proc *p, const char *donef,
                   "the command did not finish its work (file: \"%s\")", buf);
     ck_assert_msg(took >= 3000, "the command ended after %lld ms, before its "
                   "3 s sleep", took);
-    h_expect(&B, "OK resource=", "LOCK %s ttl=30000", res);
-    h_expect(&B, "OK resource=", "UNLOCK %s", res);
+    h_expect(B, "OK resource=", "LOCK %s ttl=30000", res);
+    h_expect(B, "OK resource=", "UNLOCK %s", res);
 }
 
 /*
@@ -1357,7 +1324,7 @@ START_TEST(run_failover_restart)
     uint64_t t0, start;
     int checks = 0;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_two_daemons(s2, sizeof(s2));
     pidf = tmp_path("pid");
     donef = tmp_path("done");
@@ -1369,26 +1336,26 @@ START_TEST(run_failover_restart)
     assert_held_on_first("cli:fo");
 
     t0 = h_now_ms();
-    ck_assert_int_eq(kill(D.pid, SIGTERM), 0);
-    while (!pid_gone(D.pid)) {
+    ck_assert_int_eq(kill(D->pid, SIGTERM), 0);
+    while (!pid_gone(D->pid)) {
         busy_for(p, "cli:fo", donef);
         checks++;
         ck_assert_msg(h_since(t0) < h_scale(5000), "redlockd still running");
         h_sleep_ms(20);
     }
-    ck_assert_int_eq(h_daemon_wait(&D, 5000), 0);
+    ck_assert_int_eq(h_daemon_wait(D, 5000), 0);
     fprintf(stderr, "run_failover_restart: A stopped in %lld ms (%d BUSY "
             "checks)\n", h_since(t0), checks);
-    h_daemon_restart(&D);
-    h_wait_voting(&D, nr, h_scale(5000));
+    h_daemon_restart(D);
+    h_wait_voting(D, K.nnodes, h_scale(5000));
     busy_for(p, "cli:fo", donef);
     /* Then B's daemon, as a rolling restart goes on: the checker moves to
      * the restarted A. */
-    h_close(&B);
-    h_connect_tcp_ok(&B, D.port);
+    h_close(B);
+    h_cluster_client(&K, 1, 0);
     busy_for(p, "cli:fo", donef);
-    ck_assert_int_eq(h_daemon_stop(&D2), 0);
-    h_daemon_restart(&D2);
+    ck_assert_int_eq(h_daemon_stop(D2), 0);
+    h_daemon_restart(D2);
     busy_until_exit(p, "cli:fo", donef);
     assert_rode_through(p, donef, "cli:fo", h_since(start));
 }
@@ -1405,7 +1372,7 @@ START_TEST(run_failover_kill)
     struct proc *p;
     uint64_t start;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_two_daemons(s2, sizeof(s2));
     snprintf(list, sizeof(list), "%s,%s", S, s2);
     server_env = list;
@@ -1417,7 +1384,7 @@ START_TEST(run_failover_kill)
     wait_file_number(pidf, h_scale(5000));
     busy_for(p, "cli:fk", donef);
     assert_held_on_first("cli:fk");
-    h_daemon_kill(&D);
+    h_daemon_kill(D);
     /* With A gone, the list's next daemon answers the other commands. */
     ctl_ok("PONG", "ping", NULL);
     busy_until_exit(p, "cli:fk", donef);
@@ -1448,13 +1415,13 @@ static void stats_table(void)
     char node[80];
     int n;
 
-    ck_assert_msg(count_lines(p->out) <= 12 + nr, "stats printed %d lines: %s",
+    ck_assert_msg(count_lines(p->out) <= 12 + K.nnodes, "stats printed %d lines: %s",
                   count_lines(p->out), p->out);
     ck_assert_msg(!strstr(p->out, "acquire_seconds") && !strstr(p->out, ".le."),
                   "stats shows histogram internals: %s", p->out);
     ck_assert_msg(h_starts(line_of(p, "daemon"), "daemon        redlockd "
                            REDLOCKD_VERSION ", up "), "%s", p->out);
-    ck_assert_msg(sscanf(line_of(p, "nodes"), "nodes %d of", &n) == 1 && n == nr,
+    ck_assert_msg(sscanf(line_of(p, "nodes"), "nodes %d of", &n) == 1 && n == K.nnodes,
                   "nodes line: %s", p->out);
     ck_assert_msg(h_starts(line_of(p, "locks"), "locks         1 held, 0 waiting"),
                   "locks line: %s", p->out);
@@ -1478,11 +1445,11 @@ START_TEST(inspection_commands)
     size_t i;
     bool found = false;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
-    connect_to(&A);
-    h_expect(&A, "OK ", "HELLO name=cli-holder");
-    h_expect(&A, "OK resource=cli:insp ", "LOCK cli:insp ttl=30000");
+    h_cluster_client(&K, 0, 0);
+    h_expect(A, "OK ", "HELLO name=cli-holder");
+    h_expect(A, "OK resource=cli:insp ", "LOCK cli:insp ttl=30000");
 
     ctl_ok("cli-holder", "-s", S, "status", "cli:insp", NULL);
     o = ctl_ok_json("-s", S, "--json", "status", "cli:insp", NULL);
@@ -1528,10 +1495,10 @@ START_TEST(inspection_commands)
     json_decref(o);
 
     /* The unix socket, spelled both ways, and $REDLOCKD_SERVER. */
-    snprintf(addr, sizeof(addr), "unix:%s", D.sock_path);
+    snprintf(addr, sizeof(addr), "unix:%s", D->sock_path);
     ctl_ok("PONG", "-s", addr, "ping", NULL);
-    ctl_ok("cli-holder", "--server", D.sock_path, "status", "cli:insp", NULL);
-    snprintf(addr, sizeof(addr), "unix://%s", D.sock_path);
+    ctl_ok("cli-holder", "--server", D->sock_path, "status", "cli:insp", NULL);
+    snprintf(addr, sizeof(addr), "unix://%s", D->sock_path);
     ctl_ok("PONG", "-s", addr, "ping", NULL);
     server_env = S;
     ctl_ok("PONG", "ping", NULL);
@@ -1559,7 +1526,7 @@ START_TEST(options_anywhere)
     struct proc *p;
     json_t *o;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     marker = tmp_path("ran");
 
@@ -1625,17 +1592,17 @@ START_TEST(run_durations)
     uint64_t t0;
     long long took;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     donef = tmp_path("done");
-    connect_to(&A);
+    h_cluster_client(&K, 0, 0);
 
     p = ctl_start("-s", S, "--timeout", "2.5s", "run", "--ttl", "2m",
                   "--detach", "0.5m", "cli:dur", "--", "sh", "-c",
                   "sleep 1; touch \"$1\"", "sh", donef, NULL);
     t0 = h_now_ms();
     for (;;) {
-        o = h_ok_json(&A, "STATUS cli:dur");
+        o = h_ok_json(A, "STATUS cli:dur");
         if (json_is_true(json_object_get(o, "held")))
             break;
         json_decref(o);
@@ -1650,7 +1617,7 @@ START_TEST(run_durations)
     assert_ok_quiet(p, "run --ttl 2m");
     ck_assert_msg(file_exists(donef), "the command did not finish");
 
-    h_expect(&A, "OK resource=cli:dur ", "LOCK cli:dur");
+    h_expect(A, "OK resource=cli:dur ", "LOCK cli:dur");
     t0 = h_now_ms();
     p = ctl_start("-s", S, "run", "--wait", "0.5s", "cli:dur", "--", "true",
                   NULL);
@@ -1683,9 +1650,9 @@ START_TEST(ping_no_quorum)
     uint64_t t0;
     int n = 0;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(FAULT_JSON);
-    connect_to(&A);
+    h_cluster_client(&K, 0, 0);
     ctl_ok("3 voting", "-s", S, "ping", NULL);
 
     h_redis_pause(&R[1]);
@@ -1693,8 +1660,8 @@ START_TEST(ping_no_quorum)
     /* A stopped node is noticed when a command to it times out: LOCK
      * attempts (UNAVAILABLE) are the trigger. */
     t0 = h_now_ms();
-    while (h_stats_int(&A, "nodes_voting") >= h_stats_int(&A, "quorum")) {
-        char *line = h_cmd(&A, "LOCK cli:q%d ttl=30000", n++);
+    while (h_stats_int(A, "nodes_voting") >= h_stats_int(A, "quorum")) {
+        char *line = h_cmd(A, "LOCK cli:q%d ttl=30000", n++);
 
         ck_assert_msg(h_starts(line, "ERR UNAVAILABLE"), "LOCK with two of three "
                       "nodes stopped: %s", line);
@@ -1722,7 +1689,7 @@ START_TEST(ping_no_quorum)
 
     h_redis_resume(&R[1]);
     h_redis_resume(&R[2]);
-    h_wait_voting(&D, nr, h_scale(10000));
+    h_wait_voting(D, K.nnodes, h_scale(10000));
     ctl_ok("3 voting", "-s", S, "ping", NULL);
 }
 END_TEST
@@ -1806,23 +1773,23 @@ START_TEST(locks_lists_holders)
     json_t *arr, *row;
     json_error_t jerr;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
-    connect_to(&A);
-    connect_to(&B);
-    h_kv_copy(h_expect(&A, "OK ", "HELLO name=cli-a"), "session", sid[0],
+    h_cluster_client(&K, 0, 0);
+    h_cluster_client(&K, 1, 0);
+    h_kv_copy(h_expect(A, "OK ", "HELLO name=cli-a"), "session", sid[0],
               sizeof(sid[0]));
-    h_kv_copy(h_expect(&B, "OK ", "HELLO name=cli-b"), "session", sid[1],
+    h_kv_copy(h_expect(B, "OK ", "HELLO name=cli-b"), "session", sid[1],
               sizeof(sid[1]));
     /* Taken out of order: the listing sorts by resource. */
-    h_kv_copy(h_expect(&A, "OK resource=cli:l2 ", "LOCK cli:l2 ttl=30000"),
+    h_kv_copy(h_expect(A, "OK resource=cli:l2 ", "LOCK cli:l2 ttl=30000"),
               "fence", fence[1], sizeof(fence[1]));
-    h_kv_copy(h_expect(&B, "OK resource=cli:l3 ", "LOCK cli:l3 ttl=30000"),
+    h_kv_copy(h_expect(B, "OK resource=cli:l3 ", "LOCK cli:l3 ttl=30000"),
               "fence", fence[2], sizeof(fence[2]));
-    h_kv_copy(h_expect(&A, "OK resource=cli:l1 ", "LOCK cli:l1 ttl=30000"),
+    h_kv_copy(h_expect(A, "OK resource=cli:l1 ", "LOCK cli:l1 ttl=30000"),
               "fence", fence[0], sizeof(fence[0]));
 
-    if (!sessions_list_held(&A)) {
+    if (!sessions_list_held(A)) {
         /* Today's daemon: say so, do not print an empty table. */
         for (int json = 0; json < 2; json++) {
             p = json ? ctl_start("-s", S, "--json", "locks", NULL)
@@ -1879,9 +1846,9 @@ START_TEST(locks_lists_holders)
     json_decref(arr);
 
     /* Released locks leave the listing. */
-    h_expect(&A, "OK ", "UNLOCK cli:l1");
-    h_expect(&A, "OK ", "UNLOCK cli:l2");
-    h_expect(&B, "OK ", "UNLOCK cli:l3");
+    h_expect(A, "OK ", "UNLOCK cli:l1");
+    h_expect(A, "OK ", "UNLOCK cli:l2");
+    h_expect(B, "OK ", "UNLOCK cli:l3");
     p = ctl_ok("RESOURCE", "-s", S, "locks", NULL);
     ck_assert_msg(count_lines(p->out) == 1, "locks after UNLOCK: %s", p->out);
     p = ctl_ok("[]", "-s", S, "--json", "locks", NULL);
@@ -1919,23 +1886,23 @@ START_TEST(release_force)
     const char *admin, *user;
     json_t *o;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon_auth(ADMIN_JSON, "cli-user-pw");
     admin = write_secret("admin.pw", "cli-admin-pw\n");
     user = write_secret("user.pw", "cli-user-pw\n");
-    connect_to(&B);
-    h_expect(&B, "OK", "AUTH cli-user-pw");
-    h_expect(&A, "OK ", "HELLO name=cli-holder");
-    h_expect(&A, "OK resource=cli:f ", "LOCK cli:f ttl=30000");
+    h_cluster_client(&K, 1, 0);
+    h_expect(B, "OK", "AUTH cli-user-pw");
+    h_expect(A, "OK ", "HELLO name=cli-holder");
+    h_expect(A, "OK resource=cli:f ", "LOCK cli:f ttl=30000");
 
     /* Another session's lock goes, and its holder hears of it. */
     ctl_ok("released cli:f on 1 node(s)\n", "-s", S, "release", "--force",
            "--admin-password-file", admin, "cli:f", NULL);
-    ck_assert_msg(h_expect_event(&A, "EVENT LOST resource=cli:f ",
+    ck_assert_msg(h_expect_event(A, "EVENT LOST resource=cli:f ",
                                  h_scale(5000)),
-                  "the holder heard no EVENT LOST; events: %s", A.events);
+                  "the holder heard no EVENT LOST; events: %s", A->events);
     ck_assert_int_eq(h_redis_cmd(&R[0], NULL, "EXISTS lock:cli:f"), 0);
-    h_expect(&B, "OK resource=cli:f ", "LOCK cli:f ttl=30000");
+    h_expect(B, "OK resource=cli:f ", "LOCK cli:f ttl=30000");
 
     /* The password from the environment; --password-file as well is fine
      * (the admin password authenticates on its own); --json. */
@@ -1946,7 +1913,7 @@ START_TEST(release_force)
     ck_assert_str_eq(h_json_str(o, "resource"), "cli:f");
     ck_assert_int_eq(h_json_int(o, "nodes"), 1);
     json_decref(o);
-    ck_assert_msg(h_expect_event(&B, "EVENT LOST resource=cli:f ",
+    ck_assert_msg(h_expect_event(B, "EVENT LOST resource=cli:f ",
                                  h_scale(5000)),
                   "the second holder heard no EVENT LOST");
     /* Nothing to delete is no error. */
@@ -1960,12 +1927,12 @@ START_TEST(release_force_refused)
     const char *bad, *user, *admin;
     struct proc *p;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon_auth(ADMIN_JSON, "cli-user-pw");
     bad = write_secret("bad.pw", "not-the-admin-pw\n");
     user = write_secret("user.pw", "cli-user-pw\n");
     admin = write_secret("admin.pw", "cli-admin-pw\n");
-    h_expect(&A, "OK resource=cli:f ", "LOCK cli:f ttl=30000");
+    h_expect(A, "OK resource=cli:f ", "LOCK cli:f ttl=30000");
 
     /* No admin password: a user, not an operator. */
     p = ctl_start("-s", S, "--password-file", user, "release", "--force",
@@ -1995,8 +1962,8 @@ START_TEST(release_force_refused)
     assert_release_refused(p, "not an operator",
                            "release --force with the user password");
     /* The lock stayed with its holder. */
-    h_expect(&A, "OK resource=cli:f ", "EXTEND cli:f ttl=30000");
-    ck_assert_msg(!strstr(A.events, "EVENT LOST"), "events: %s", A.events);
+    h_expect(A, "OK resource=cli:f ", "EXTEND cli:f ttl=30000");
+    ck_assert_msg(!strstr(A->events, "EVENT LOST"), "events: %s", A->events);
 
     /* Usage errors: no --force, no resource, an unreadable file, an option
      * of run. */
@@ -2024,7 +1991,7 @@ START_TEST(release_force_refused)
     proc_wait(p, h_scale(5000));
     assert_status(p, EXIT_USAGE, "status --force");
     assert_one_error_line(p, "status --force");
-    h_expect(&A, "OK resource=cli:f ", "EXTEND cli:f ttl=30000");
+    h_expect(A, "OK resource=cli:f ", "EXTEND cli:f ttl=30000");
 }
 END_TEST
 
@@ -2033,14 +2000,14 @@ START_TEST(release_force_disabled)
 {
     struct proc *p;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
-    connect_to(&A);
-    h_expect(&A, "OK resource=cli:f ", "LOCK cli:f ttl=30000");
+    h_cluster_client(&K, 0, 0);
+    h_expect(A, "OK resource=cli:f ", "LOCK cli:f ttl=30000");
     p = ctl_start("-s", S, "release", "--force", "cli:f", NULL);
     assert_release_refused(p, "not an operator", "release --force, disabled");
     ck_assert_msg(strstr(p->err, "admin_password"), "%s", p->err);
-    h_expect(&A, "OK resource=cli:f ", "EXTEND cli:f ttl=30000");
+    h_expect(A, "OK resource=cli:f ", "EXTEND cli:f ttl=30000");
 }
 END_TEST
 
@@ -2082,10 +2049,10 @@ static struct proc *run_group_then_lose(const char *res, const char *kill_after,
                   pidf, out, readyf, grandchild, NULL);
     *pgid = wait_file_number(pidf, h_scale(5000));
     *gc = wait_file_number(readyf, h_scale(5000));
-    connect_to(&B);
-    h_expect(&B, "OK", "AUTH cli-admin-pw");
+    h_cluster_client(&K, 1, 0);
+    h_expect(B, "OK", "AUTH cli-admin-pw");
     *lost_at = h_now_ms();
-    h_expect(&B, "OK ", "FORCEUNLOCK %s", res);
+    h_expect(B, "OK ", "FORCEUNLOCK %s", res);
     return p;
 }
 
@@ -2102,7 +2069,7 @@ START_TEST(run_lost_terms_group)
     long long took;
     uint64_t t0;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon_auth(ADMIN_JSON, "cli-user-pw");
     termf = tmp_path("term");
     p = run_group_then_lose("cli:grp", "3", TERM_CLEANUP_SCRIPT, termf, &pgid,
@@ -2137,7 +2104,7 @@ START_TEST(run_lost_kills_group_after)
     long long lost_wall;
     uint64_t t0;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon_auth(ADMIN_JSON, "cli-user-pw");
     stamps = tmp_path("stamps");
     p = run_group_then_lose("cli:grpkill", "1", TERM_IGNORED_SCRIPT, stamps,
@@ -2212,9 +2179,9 @@ START_TEST(readme_example)
     struct proc *p;
     unsigned long long fence1 = 0, fence2 = 0;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
-    connect_to(&A);
+    h_cluster_client(&K, 0, 0);
 
     p = proc_startv(env_bin("EXAMPLE_BIN"), (const char *const[]){ S, NULL });
     proc_wait(p, h_scale(10000));
@@ -2223,7 +2190,7 @@ START_TEST(readme_example)
                   "example printed: %s", p->out);
 
     /* No argument: $REDLOCKD_SERVER, here the unix socket. */
-    snprintf(addr, sizeof(addr), "unix:%s", D.sock_path);
+    snprintf(addr, sizeof(addr), "unix:%s", D->sock_path);
     server_env = addr;
     p = proc_startv(env_bin("EXAMPLE_BIN"), (const char *const[]){ NULL });
     proc_wait(p, h_scale(10000));

@@ -52,7 +52,6 @@
 #include "harness.h"
 #include "redlockd.h"
 
-#define NODES_MAX 3
 #define HANDLES_MAX 8
 
 /* Redis timeouts short enough that stopped nodes are noticed within a
@@ -60,11 +59,12 @@
 #define FAULT_JSON "{\"redis\":{\"command_timeout_ms\":100," \
                    "\"reconnect_max_ms\":200}}"
 
-static struct h_redis R[NODES_MAX];
-static int nr;
-static struct h_daemon D;
-/* A second daemon on the same nodes, for failover. */
-static struct h_daemon D2;
+/* The nodes (R), the daemon D and a second daemon D2 on the same nodes,
+ * for failover (harness.h). */
+static struct h_cluster K;
+static struct h_redis *const R = K.nodes;
+static struct h_daemon *const D = &K.daemons[0];
+static struct h_daemon *const D2 = &K.daemons[1];
 /* Every handle a test opened, closed by the teardown. */
 static struct redlockd *H[HANDLES_MAX];
 static int nh;
@@ -75,11 +75,8 @@ static char tcp_addr2[64];
 
 static void setup(void)
 {
-    memset(R, 0, sizeof(R));
-    memset(&D, 0, sizeof(D));
-    memset(&D2, 0, sizeof(D2));
+    h_cluster_init(&K);
     memset(H, 0, sizeof(H));
-    nr = 0;
     nh = 0;
     tcp_addr[0] = '\0';
     tcp_addr2[0] = '\0';
@@ -89,31 +86,19 @@ static void setup(void)
  * PDEATHSIG and the harness's guardians clean up instead. */
 static void teardown(void)
 {
-    int rc, rc2;
+    int rc;
 
     /* A daemon a test left stopped must run again to exit on SIGTERM. */
-    if (D.pid != 0)
-        kill(D.pid, SIGCONT);
-    h_redis_resume_all(R, nr);
+    h_cluster_continue(&K);
     for (int i = 0; i < nh; i++)
         redlockd_close(H[i]);
     nh = 0;
-    rc = h_daemon_finish(&D);
-    h_daemon_cleanup(&D);
-    rc2 = D2.pid != 0 ? h_daemon_finish(&D2) : 0;
-    h_daemon_cleanup(&D2);
-    rc = rc != 0 ? rc : rc2;
-    h_redis_cleanup_all(R, nr);
+    rc = h_cluster_finish(&K);
+    h_cluster_cleanup(&K);
     ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
 }
 
 /* ---- helpers ---- */
-
-static void start_nodes(int n)
-{
-    h_redis_start_all(R, n, NULL);
-    nr = n;
-}
 
 /* Connect and keep the handle for the teardown. */
 static struct redlockd *open_opts(const struct redlockd_opts *o)
@@ -188,8 +173,8 @@ static void start_daemon_auth(const char *extra_json, const char *password)
     uint64_t t0;
     json_int_t voting = -1;
 
-    h_daemon_start(&D, R, nr, extra_json);
-    snprintf(tcp_addr, sizeof(tcp_addr), "127.0.0.1:%d", D.port);
+    h_cluster_daemon_start(&K, 0, extra_json);
+    snprintf(tcp_addr, sizeof(tcp_addr), "127.0.0.1:%d", D->port);
     o.server = tcp_addr;
     h = open_opts(&o);
     t0 = h_now_ms();
@@ -198,15 +183,15 @@ static void start_daemon_auth(const char *extra_json, const char *password)
 
         voting = h_json_int(o, "nodes_voting");
         json_decref(o);
-        if (voting == nr)
+        if (voting == K.nnodes)
             break;
         h_sleep_ms(20);
     }
     close_handle(h);
-    if (voting != nr)
-        h_daemon_dump_log(&D);
-    ck_assert_msg(voting == nr, "only %lld of %d nodes voting after start",
-                  (long long)voting, nr);
+    if (voting != K.nnodes)
+        h_daemon_dump_log(D);
+    ck_assert_msg(voting == K.nnodes, "only %lld of %d nodes voting after start",
+                  (long long)voting, K.nnodes);
 }
 
 static void start_daemon(const char *extra_json)
@@ -265,7 +250,7 @@ static long long key_pttl(int i, const char *res)
 /* Every node holds `token` under lock:<res> (NULL: no key anywhere). */
 static void assert_keys(const char *res, const char *token)
 {
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         char *v = key_get(i, res);
         bool ok = !token ? !v : h_holds_token(v, token);
 
@@ -282,7 +267,7 @@ static int nodes_holding(const char *res, const char *token)
 {
     int n = 0;
 
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         char *v = key_get(i, res);
         n += v && h_holds_token(v, token);
         free(v);
@@ -311,7 +296,7 @@ static const char *describe_keys(const char *res)
     size_t len = 0;
 
     out[0] = '\0';
-    for (int i = 0; i < nr && len < sizeof(out); i++) {
+    for (int i = 0; i < K.nnodes && len < sizeof(out); i++) {
         char *v = key_get(i, res);
 
         len += (size_t)snprintf(out + len, sizeof(out) - len,
@@ -383,7 +368,7 @@ START_TEST(lock_extend_unlock)
     size_t i;
     bool found = false;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(NULL);
     h = open_at(tcp_addr, "lib-basic");
     info = redlockd_info(h);
@@ -399,7 +384,7 @@ START_TEST(lock_extend_unlock)
     ck_assert_int_eq(redlockd_last_error(h)->code, 0);
     ck_assert_int_eq(redlockd_lost(h, "lib:a"), 0);
     assert_keys("lib:a", l.token);
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         long long pttl = key_pttl(i, "lib:a");
 
         ck_assert_msg(pttl > 5000 && pttl <= 10000, "node %d: PTTL %lld after "
@@ -409,14 +394,14 @@ START_TEST(lock_extend_unlock)
     ck_assert_int_eq(redlockd_extend(h, "lib:a", 60000, &validity), 0);
     ck_assert_msg(validity > 0 && validity <= 60000, "extend validity %" PRId64,
                   validity);
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         long long pttl = key_pttl(i, "lib:a");
 
         ck_assert_msg(pttl > 50000 && pttl <= 60000, "node %d: PTTL %lld after "
                       "extend ttl=60000", i, pttl);
     }
     ck_assert_int_eq(redlockd_extend(h, "lib:a", 20000, NULL), 0);
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         long long pttl = key_pttl(i, "lib:a");
 
         ck_assert_msg(pttl > 10000 && pttl <= 20000, "node %d: PTTL %lld after "
@@ -459,7 +444,7 @@ START_TEST(lock_extend_unlock)
 
     /* The other spellings of an address, and the unix socket: the same
      * daemon, the same fences. */
-    snprintf(unix_addr, sizeof(unix_addr), "unix:%s", D.sock_path);
+    snprintf(unix_addr, sizeof(unix_addr), "unix:%s", D->sock_path);
     u = open_at(unix_addr, "lib-unix");
     lock_ok(u, "lib:a", 0, 1, &l2);
     /* ttl 0: the daemon's default (30000). */
@@ -469,10 +454,10 @@ START_TEST(lock_extend_unlock)
     assert_keys("lib:a", l2.token);
     ck_assert_int_eq(redlockd_unlock(u, "lib:a"), 0);
     close_handle(u);
-    u = open_at(D.sock_path, "lib-path");
+    u = open_at(D->sock_path, "lib-path");
     ck_assert_int_eq(redlockd_ping(u), 0);
     close_handle(u);
-    snprintf(unix_addr, sizeof(unix_addr), "tcp://127.0.0.1:%d", D.port);
+    snprintf(unix_addr, sizeof(unix_addr), "tcp://127.0.0.1:%d", D->port);
     u = open_at(unix_addr, "lib-tcp-url");
     lock_ok(u, "lib:a", 5000, 0, &l);
     ck_assert_int_eq(redlockd_unlock(u, "lib:a"), 0);
@@ -493,7 +478,7 @@ START_TEST(daemon_errors)
     long long took;
     int rc;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon("{\"limits\":{\"max_locks_per_session\":1}}");
     a = open_at(tcp_addr, "lib-a");
     b = open_at(tcp_addr, "lib-b");
@@ -556,7 +541,7 @@ START_TEST(auth_errors)
     struct redlockd *h = (struct redlockd *)&err;    /* must become NULL */
     int rc;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon_auth("{\"auth\":{\"password\":\"s3cret-pw\"}}", "s3cret-pw");
     o.server = tcp_addr;
 
@@ -591,12 +576,12 @@ START_TEST(lost_on_extend)
     struct redlockd_lease l;
     struct redlockd *h;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(NULL);
     h = open_at(tcp_addr, "lib-lost");
     lock_ok(h, "lib:gone", 30000, 0, &l);
     assert_keys("lib:gone", l.token);
-    for (int i = 0; i < nr; i++)
+    for (int i = 0; i < K.nnodes; i++)
         ck_assert_int_eq(h_redis_cmd(&R[i], NULL, "DEL lock:lib:gone"), 1);
 
     assert_code(h, redlockd_extend(h, "lib:gone", 30000, NULL), REDLOCKD_E_LOST,
@@ -624,13 +609,13 @@ START_TEST(relock_after_lost)
     char res[32];
     int rc, busy = 0, first_busy = -1;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(NULL);
     h = open_at(tcp_addr, "lib-relock");
     for (int round = 0; round < 20; round++) {
         snprintf(res, sizeof(res), "lib:re%d", round);
         lock_ok(h, res, 30000, 0, &l);
-        for (int i = 0; i < nr; i++)
+        for (int i = 0; i < K.nnodes; i++)
             ck_assert_int_eq(h_redis_cmd(&R[i], NULL, "DEL lock:%s", res), 1);
         assert_code(h, redlockd_extend(h, res, 30000, NULL), REDLOCKD_E_LOST,
                     "extend after the keys were deleted");
@@ -660,7 +645,7 @@ START_TEST(unavailable)
     long long took;
     int rc;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(FAULT_JSON);
     h = open_at(tcp_addr, "lib-unavail");
     h_redis_pause(&R[0]);
@@ -684,7 +669,7 @@ START_TEST(toolong_closes)
     struct redlockd *h;
     char res[101];
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon("{\"limits\":{\"max_line\":64}}");
     o.server = tcp_addr;
     h = open_opts(&o);
@@ -739,13 +724,13 @@ START_TEST(transport_errors)
     /* A daemon that stopped answering (SIGSTOP: its socket still accepts):
      * the I/O timeout fires, on a request and on a connect. The handle
      * does not reconnect, so it stays closed after. */
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     o.server = tcp_addr;
     o.io_timeout_ms = 300;
     o.reconnect_max_ms = -1;
     h = open_opts(&o);
-    ck_assert_int_eq(kill(D.pid, SIGSTOP), 0);
+    ck_assert_int_eq(kill(D->pid, SIGSTOP), 0);
     t0 = h_now_ms();
     rc = redlockd_ping(h);
     took = h_since(t0);
@@ -760,7 +745,7 @@ START_TEST(transport_errors)
     ck_assert_msg(rc == -REDLOCKD_E_IO_TIMEOUT, "connect to a stopped daemon: %d %s",
                   rc, err.msg);
     ck_assert_ptr_null(h);
-    ck_assert_int_eq(kill(D.pid, SIGCONT), 0);
+    ck_assert_int_eq(kill(D->pid, SIGCONT), 0);
 
     h = open_at(tcp_addr, "lib-io-after");
     ck_assert_int_eq(redlockd_ping(h), 0);
@@ -780,14 +765,14 @@ START_TEST(daemon_stop_closes)
     uint64_t t0;
     int rc, stop_rc;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     memset(&log, 0, sizeof(log));
     o.server = tcp_addr;
     h = log.h = open_opts(&o);
     lock_ok(h, "lib:closed", 30000, 1, &l);
 
-    stop_rc = h_daemon_stop(&D);
+    stop_rc = h_daemon_stop(D);
     ck_assert_msg(stop_rc == 0, "redlockd exited with status %d on SIGTERM", stop_rc);
     /* Left on the nodes to expire, not deleted under its holder. */
     assert_keys("lib:closed", l.token);
@@ -845,7 +830,7 @@ START_TEST(event_lost)
     long long took;
     int polled = 0, rc;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(FAULT_JSON);
     h1 = open_logged("lib-poll", &log1);
     h2 = open_logged("lib-ping", &log2);
@@ -941,7 +926,7 @@ START_TEST(lease_deadline)
     int64_t before, d, prev, d2, now;
     int rc;
 
-    start_nodes(1);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     o.server = tcp_addr;
     h = open_opts(&o);
@@ -976,7 +961,7 @@ START_TEST(lease_deadline)
     d = deadline_of(h, "lib:dl");
     ck_assert_msg(d < d2, "deadlines %lld and %lld", (long long)d, (long long)d2);
 
-    ck_assert_int_eq(kill(D.pid, SIGSTOP), 0);
+    ck_assert_int_eq(kill(D->pid, SIGSTOP), 0);
     ck_assert_int_eq(redlockd_lease_check(h, "lib:dl"), 0);
     /* No answer: the refresh gives up at the deadline, not the 5 s timeout. */
     rc = redlockd_refresh(h);
@@ -1004,7 +989,7 @@ START_TEST(lease_deadline)
     ck_assert(d == d2);
     /* What the daemon said is another matter: it said nothing. */
     ck_assert_int_eq(redlockd_lost(h2, "lib:dl2"), 0);
-    ck_assert_int_eq(kill(D.pid, SIGCONT), 0);
+    ck_assert_int_eq(kill(D->pid, SIGCONT), 0);
 }
 END_TEST
 
@@ -1019,9 +1004,8 @@ END_TEST
 static void start_two_daemons(void)
 {
     start_daemon(FAILOVER_JSON);
-    h_daemon_start(&D2, R, nr, FAILOVER_JSON);
-    snprintf(tcp_addr2, sizeof(tcp_addr2), "127.0.0.1:%d", D2.port);
-    h_wait_voting(&D2, nr, h_scale(5000));
+    h_cluster_daemon(&K, 1, FAILOVER_JSON, h_scale(5000));
+    snprintf(tcp_addr2, sizeof(tcp_addr2), "127.0.0.1:%d", D2->port);
 }
 
 /* A handle over both daemons, D first, logging on_lost into log. */
@@ -1111,7 +1095,7 @@ static void assert_back(struct redlockd *h, const char *res,
                       "did not change (%s)", res, now.token);
     else
         ck_assert_str_eq(now.token, before->token);
-    ck_assert_msg(nodes_holding(res, now.token) >= nr / 2 + 1, "%s: only %d "
+    ck_assert_msg(nodes_holding(res, now.token) >= K.nnodes / 2 + 1, "%s: only %d "
                   "nodes hold the token %s", res, nodes_holding(res, now.token),
                   now.token);
 }
@@ -1133,7 +1117,7 @@ START_TEST(failover_restart)
     uint64_t t0;
     int rc;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_two_daemons();
     h = open_failover("fo-restart", &log, &o);
     other = open_at(tcp_addr2, "fo-other");
@@ -1141,9 +1125,9 @@ START_TEST(failover_restart)
     snprintf(session, sizeof(session), "%s", redlockd_info(h)->session);
     assert_busy(other, "fo:r", "before the stop");
 
-    stop_watching(&D, other, "fo:r");
+    stop_watching(D, other, "fo:r");
     assert_keys("fo:r", l.token);
-    h_daemon_restart(&D);
+    h_daemon_restart(D);
     assert_busy(other, "fo:r", "after the restart");
 
     t0 = h_now_ms();
@@ -1164,7 +1148,7 @@ START_TEST(failover_restart)
     ck_assert_int_eq(nodes_holding("fo:r", fresh.token), 0);
     /* A node not asked keeps the old token until its ttl: the lock is
      * free on a quorum. */
-    ck_assert_int_le(nodes_holding("fo:r", l.token), nr - (nr / 2 + 1));
+    ck_assert_int_le(nodes_holding("fo:r", l.token), K.nnodes - (K.nnodes / 2 + 1));
     lock_ok(other, "fo:r", 30000, 1, &l);
 }
 END_TEST
@@ -1189,7 +1173,7 @@ START_TEST(failover_kill)
     json_t *st;
     int rc;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_two_daemons();
     h = open_failover("fo-kill", &log, &o);
     other = open_at(tcp_addr2, "fo-other");
@@ -1202,7 +1186,7 @@ START_TEST(failover_kill)
     ck_assert_int_eq(redlockd_lease_info(h, "fo:sh", &ls), 0);
     ck_assert_int_eq(redlockd_lease_info(h, "fo:se", &lse), 0);
 
-    h_daemon_kill(&D);
+    h_daemon_kill(D);
     assert_busy(other, "fo:k", "after its holder's daemon died");
     /* The first call after finds the connection closed before it sends
      * anything: a LOCK goes to the new session, not into the old one. */
@@ -1260,7 +1244,7 @@ START_TEST(failover_blip)
     size_t i;
     int found = 0;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_two_daemons();
     h = open_failover("fo-blip", &log, &o);
     other = open_at(tcp_addr, "fo-other");
@@ -1317,13 +1301,13 @@ START_TEST(failover_deadline)
     json_t *st;
     int rc;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_two_daemons();
     h = open_failover("fo-stall", &log, &o);
     other = open_at(tcp_addr2, "fo-other");
     lock_ok(h, "fo:stall", 1500, 1, &l);
     ck_assert_int_eq(redlockd_lease_deadline(h, "fo:stall", &deadline), 0);
-    ck_assert_int_eq(kill(D.pid, SIGSTOP), 0);
+    ck_assert_int_eq(kill(D->pid, SIGSTOP), 0);
     while (mono_ms() < deadline + 100)
         h_sleep_ms(10);
     ck_assert_int_eq(redlockd_lease_check(h, "fo:stall"), -REDLOCKD_E_LOST);
@@ -1349,7 +1333,7 @@ START_TEST(failover_deadline)
         ck_assert_msg(h_since(t0) < h_scale(3000), "still BUSY");
         h_sleep_ms(20);
     }
-    ck_assert_int_eq(kill(D.pid, SIGCONT), 0);
+    ck_assert_int_eq(kill(D->pid, SIGCONT), 0);
 }
 END_TEST
 
@@ -1368,7 +1352,7 @@ START_TEST(lock_kinds)
     const char *twice[] = { "lk:a", "lk:a" };
     int rc;
 
-    start_nodes(3);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(NULL);
     a = open_at(tcp_addr, "kinds-a");
     b = open_at(tcp_addr, "kinds-b");

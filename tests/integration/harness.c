@@ -1677,3 +1677,122 @@ int h_wait_any_line(struct h_client **cs, int n, long long timeout_ms,
         }
     }
 }
+
+/* ---- the cluster fixture ---- */
+
+void h_cluster_init(struct h_cluster *k)
+{
+    memset(k, 0, sizeof(*k));
+    for (int i = 0; i < H_CLUSTER_CLIENTS; i++)
+        k->clients[i].fd = -1;
+}
+
+void h_cluster_nodes(struct h_cluster *k, int n, const char *extra)
+{
+    ck_assert_int_le(n, H_MAX_NODES);
+    h_redis_start_all(k->nodes, n, extra);
+    k->nnodes = n;
+}
+
+struct h_daemon *h_cluster_daemon_start(struct h_cluster *k, int d,
+                                        const char *extra_json)
+{
+    ck_assert(d >= 0 && d < H_CLUSTER_DAEMONS);
+    h_daemon_start(&k->daemons[d], k->nodes, k->nnodes, extra_json);
+    return &k->daemons[d];
+}
+
+struct h_daemon *h_cluster_daemon(struct h_cluster *k, int d,
+                                  const char *extra_json, int timeout_ms)
+{
+    struct h_daemon *dm = h_cluster_daemon_start(k, d, extra_json);
+
+    h_wait_voting(dm, k->nnodes, timeout_ms);
+    return dm;
+}
+
+void h_cluster_start(struct h_cluster *k, int nnodes, int ndaemons,
+                     const char *extra_json, int timeout_ms)
+{
+    h_cluster_nodes(k, nnodes, NULL);
+    for (int d = 0; d < ndaemons; d++)
+        h_cluster_daemon(k, d, extra_json, timeout_ms);
+}
+
+struct h_client *h_cluster_client(struct h_cluster *k, int i, int d)
+{
+    ck_assert(i >= 0 && i < H_CLUSTER_CLIENTS);
+    ck_assert(d >= 0 && d < H_CLUSTER_DAEMONS);
+    h_connect_tcp_ok(&k->clients[i], k->daemons[d].port);
+    return &k->clients[i];
+}
+
+void h_cluster_stop(struct h_cluster *k)
+{
+    for (int d = 0; d < H_CLUSTER_DAEMONS; d++)
+        h_daemon_finish_ok(&k->daemons[d]);
+}
+
+static void cluster_close_clients(struct h_cluster *k)
+{
+    for (int i = 0; i < H_CLUSTER_CLIENTS; i++) {
+        if (k->clients[i].fd > 0)
+            h_close(&k->clients[i]);
+    }
+}
+
+void h_cluster_continue(struct h_cluster *k)
+{
+    h_redis_resume_all(k->nodes, k->nnodes);
+    for (int d = 0; d < H_CLUSTER_DAEMONS; d++) {
+        if (k->daemons[d].pid != 0)
+            kill(k->daemons[d].pid, SIGCONT);
+    }
+}
+
+int h_cluster_finish(struct h_cluster *k)
+{
+    int rc = 0;
+
+    h_cluster_continue(k);
+    cluster_close_clients(k);
+    for (int d = 0; d < H_CLUSTER_DAEMONS; d++) {
+        int r = h_daemon_finish(&k->daemons[d]);
+
+        rc = rc != 0 ? rc : r;
+    }
+    return rc;
+}
+
+void h_cluster_cleanup(struct h_cluster *k)
+{
+    cluster_close_clients(k);
+    h_redis_resume_all(k->nodes, k->nnodes);
+    for (int d = 0; d < H_CLUSTER_DAEMONS; d++)
+        h_daemon_cleanup(&k->daemons[d]);
+    h_redis_cleanup_all(k->nodes, k->nnodes);
+}
+
+struct h_node_view h_stats_node(struct h_client *c, int i)
+{
+    json_t *o = h_ok_json(c, "STATS");
+    json_t *n = json_array_get(json_object_get(o, "nodes"), (size_t)i);
+    json_t *why;
+    struct h_node_view v;
+
+    ck_assert_msg(json_is_object(n), "STATS has no nodes[%d]", i);
+    ck_assert_msg(json_is_boolean(json_object_get(n, "voting")) &&
+                  json_is_boolean(json_object_get(n, "recovering")),
+                  "STATS nodes[%d] lacks voting/recovering", i);
+    v.up = json_is_true(json_object_get(n, "up"));
+    v.voting = json_is_true(json_object_get(n, "voting"));
+    v.recovering = json_is_true(json_object_get(n, "recovering"));
+    v.aof_always = json_is_true(json_object_get(n, "aof_always"));
+    v.has_until = json_is_string(json_object_get(n, "until"));
+    v.restarts = h_json_int(n, "restarts");
+    why = json_object_get(n, "why");
+    snprintf(v.why, sizeof(v.why), "%s",
+             json_is_string(why) ? json_string_value(why) : "(no why)");
+    json_decref(o);
+    return v;
+}

@@ -256,4 +256,62 @@ void h_wait_voting(const struct h_daemon *d, int nnodes, int timeout_ms);
 int h_wait_any_line(struct h_client **cs, int n, long long timeout_ms,
                     char **line);
 
+/*
+ * A test cluster: Redis nodes, redlockd daemons over all of them and raw
+ * protocol clients, what every integration test would otherwise declare
+ * and start, stop and clean up by hand. Keep one static (clients are
+ * large) and zeroed or h_cluster_init'ed; tests address its members
+ * directly (k->nodes[i], k->daemons[d], k->clients[i]).
+ */
+#define H_CLUSTER_DAEMONS 2
+#define H_CLUSTER_CLIENTS 8
+
+struct h_cluster {
+    struct h_redis nodes[H_MAX_NODES];
+    int nnodes;             /* nodes started (the daemons use them all) */
+    struct h_daemon daemons[H_CLUSTER_DAEMONS];
+    struct h_client clients[H_CLUSTER_CLIENTS];
+};
+
+/* Zero it, with every client marked closed. */
+void h_cluster_init(struct h_cluster *k);
+/* Start nodes[0..n) with h_redis_start(extra) and set nnodes. */
+void h_cluster_nodes(struct h_cluster *k, int n, const char *extra);
+/* Start daemons[d] over the nodes (h_daemon_start) without waiting. */
+struct h_daemon *h_cluster_daemon_start(struct h_cluster *k, int d,
+                                        const char *extra_json);
+/* h_cluster_daemon_start, then h_wait_voting for every node within
+ * timeout_ms (the caller's bound, already stretched as it stretches). */
+struct h_daemon *h_cluster_daemon(struct h_cluster *k, int d,
+                                  const char *extra_json, int timeout_ms);
+/* The one call: nnodes plain nodes and daemons[0..ndaemons) with the same
+ * extra_json, each waited for until every node votes. */
+void h_cluster_start(struct h_cluster *k, int nnodes, int ndaemons,
+                     const char *extra_json, int timeout_ms);
+/* clients[i] connected over TCP to daemons[d] (asserted); returns it. */
+struct h_client *h_cluster_client(struct h_cluster *k, int i, int d);
+/* The end of a test: h_daemon_finish_ok of every running daemon (exit
+ * status 0 asserted: under valgrind, no leaks). */
+void h_cluster_stop(struct h_cluster *k);
+/* SIGCONT every node and daemon a test may have left stopped (SIGSTOP):
+ * a stopped node would hold up a daemon's release at shutdown, and a
+ * stopped daemon would not exit on SIGTERM. */
+void h_cluster_continue(struct h_cluster *k);
+/* For a teardown that checks the exit itself: h_cluster_continue, close
+ * the clients, h_daemon_finish each running daemon; returns the first
+ * non-zero exit status, 0 when all exited cleanly or none ran. */
+int h_cluster_finish(struct h_cluster *k);
+/* The teardown: close the clients, resume stopped nodes, then kill and
+ * remove every daemon and node (h_*_cleanup). Safe to call twice. */
+void h_cluster_cleanup(struct h_cluster *k);
+
+/* Node i as STATS reports it (nodes[i]; voting and recovering asserted to
+ * be booleans, restarts an integer). */
+struct h_node_view {
+    bool up, voting, recovering, aof_always, has_until;
+    long long restarts;
+    char why[512];          /* its "why", or "(no why)" */
+};
+struct h_node_view h_stats_node(struct h_client *c, int i);
+
 #endif

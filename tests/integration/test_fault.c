@@ -38,12 +38,10 @@
 #include "harness.h"
 
 #define NNODES 3
-#define NCLIENTS 8
 
-static struct h_redis N[NNODES];
-static struct h_daemon D1, D2;
-/* Clients are large (buffers); static keeps them off the test's stack. */
-static struct h_client C[NCLIENTS];
+/* Its nodes, daemons 0 and 1 and the clients (harness.h). */
+static struct h_cluster K = { .nnodes = NNODES };
+static struct h_redis *const N = K.nodes;
 static pid_t child_pid;
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -73,58 +71,7 @@ static void teardown(void)
         waitpid(child_pid, NULL, 0);
         child_pid = 0;
     }
-    for (int i = 0; i < NCLIENTS; i++) {
-        if (C[i].fd > 0)
-            h_close(&C[i]);
-    }
-    h_daemon_cleanup(&D1);
-    h_daemon_cleanup(&D2);
-    h_redis_cleanup_all(N, NNODES);
-}
-
-/* Every test ends here: a clean SIGTERM stop, which under the valgrind
- * wrapper also proves the scenario leaked nothing (exit status 99). */
-static void stop_daemons(void)
-{
-    h_daemon_finish_ok(&D1);
-    h_daemon_finish_ok(&D2);
-}
-
-static struct h_client *client(int i, const struct h_daemon *d)
-{
-    h_connect_tcp_ok(&C[i], d->port);
-    return &C[i];
-}
-
-/* Start a daemon and wait until it has every node voting. */
-static void start_daemon(struct h_daemon *d, const char *extra_json)
-{
-    h_daemon_start(d, N, NNODES, extra_json);
-    h_wait_voting(d, NNODES, T(5000));
-}
-
-/* Node i as STATS reports it. */
-struct node_view {
-    bool voting;
-    bool recovering;
-    long long restarts;
-};
-
-static struct node_view stats_node(struct h_client *c, int i)
-{
-    json_t *o = h_ok_json(c, "STATS");
-    json_t *n = json_array_get(json_object_get(o, "nodes"), (size_t)i);
-    struct node_view v;
-
-    ck_assert_msg(json_is_object(n), "STATS has no nodes[%d]", i);
-    ck_assert_msg(json_is_boolean(json_object_get(n, "voting")) &&
-                  json_is_boolean(json_object_get(n, "recovering")),
-                  "STATS nodes[%d] lacks voting/recovering", i);
-    v.voting = json_is_true(json_object_get(n, "voting"));
-    v.recovering = json_is_true(json_object_get(n, "recovering"));
-    v.restarts = h_json_int(n, "restarts");
-    json_decref(o);
-    return v;
+    h_cluster_cleanup(&K);
 }
 
 /* ---- two of three nodes stopped ---------------------------------------- */
@@ -141,11 +88,10 @@ START_TEST(two_nodes_paused)
     bool ok = false;
     int busy = 0;
 
-    start_nodes(NULL);
-    start_daemon(&D1, "{\"redis\":{\"command_timeout_ms\":100,"
-                      "\"reconnect_max_ms\":200}}");
-    a = client(0, &D1);
-    b = client(1, &D1);
+    h_cluster_start(&K, NNODES, 1, "{\"redis\":{\"command_timeout_ms\":100,"
+                                   "\"reconnect_max_ms\":200}}", T(5000));
+    a = h_cluster_client(&K, 0, 0);
+    b = h_cluster_client(&K, 1, 0);
     line = h_expect(a, "OK resource=fault:pause ", "LOCK %s ttl=2000", res);
     h_kv_copy(line, "fence", fence, sizeof(fence));
     /* Pause after a renewal, so its validity is what is being tested. */
@@ -217,7 +163,7 @@ START_TEST(two_nodes_paused)
     ck_assert_msg(ok, "resource not free %lld ms after the nodes continued",
                   h_since(t0));
     fprintf(stderr, "two nodes paused: LOCK OK %lld ms after SIGCONT\n", h_since(t0));
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -236,13 +182,13 @@ START_TEST(lock_at_start_waits_for_quorum)
     start_nodes(NULL);
     h_redis_pause(&N[1]);
     h_redis_pause(&N[2]);
-    h_daemon_start(&D1, N, NNODES, "{\"redis\":{\"command_timeout_ms\":100,"
-                   "\"connect_timeout_ms\":20000,\"reconnect_max_ms\":200}}");
-    h_daemon_start(&D2, N, NNODES, "{\"redis\":{\"command_timeout_ms\":100,"
-                   "\"connect_timeout_ms\":300,\"reconnect_max_ms\":200}}");
+    h_cluster_daemon_start(&K, 0, "{\"redis\":{\"command_timeout_ms\":100,"
+                           "\"connect_timeout_ms\":20000,\"reconnect_max_ms\":200}}");
+    h_cluster_daemon_start(&K, 1, "{\"redis\":{\"command_timeout_ms\":100,"
+                           "\"connect_timeout_ms\":300,\"reconnect_max_ms\":200}}");
     t0 = h_now_ms();
-    a = client(0, &D1);
-    b = client(1, &D2);
+    a = h_cluster_client(&K, 0, 0);
+    b = h_cluster_client(&K, 1, 1);
     h_sendf(a, "LOCK fault:start ttl=5000\n");
     h_sendf(b, "LOCK fault:start2 ttl=5000\n");
 
@@ -267,7 +213,7 @@ START_TEST(lock_at_start_waits_for_quorum)
                   "continued", line ? line : "(nothing in 5 s)");
     fprintf(stderr, "start-up: LOCK OK %lld ms after SIGCONT\n", h_since(t0));
     h_expect(a, "OK resource=fault:start ", "UNLOCK fault:start");
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -279,9 +225,9 @@ static void wait_node0(struct h_client **mon, bool voting, long long restarts)
 {
     for (int d = 0; d < 2; d++) {
         uint64_t t0 = h_now_ms();
-        struct node_view v;
+        struct h_node_view v;
 
-        while ((v = stats_node(mon[d], 0)).voting != voting || v.restarts < restarts) {
+        while ((v = h_stats_node(mon[d], 0)).voting != voting || v.restarts < restarts) {
             ck_assert_msg(h_since(t0) < T(10000), "daemon %d: node 0 voting=%d "
                           "restarts=%lld after 10 s, want voting=%d restarts>=%lld",
                           d + 1, (int)v.voting, v.restarts, (int)voting, restarts);
@@ -310,13 +256,13 @@ START_TEST(fences_across_node_crash)
     /* Node 0 persists every write before acknowledging it, from the start,
      * so its fence counter survives the kill. */
     start_nodes("--appendonly yes --appendfsync always");
-    start_daemon(&D1, conf);
-    start_daemon(&D2, conf);
-    mon[0] = client(4, &D1);
-    mon[1] = client(5, &D2);
+    h_cluster_daemon(&K, 0, conf, T(5000));
+    h_cluster_daemon(&K, 1, conf, T(5000));
+    mon[0] = h_cluster_client(&K, 4, 0);
+    mon[1] = h_cluster_client(&K, 5, 1);
     /* Two sessions per daemon, each looping LOCK wait= / UNLOCK. */
     for (int i = 0; i < 4; i++) {
-        cs[i] = client(i, i < 2 ? &D1 : &D2);
+        cs[i] = h_cluster_client(&K, i, i < 2 ? 0 : 1);
         h_sendf(cs[i], "LOCK %s wait=2000\n", res);
         state[i] = F_LOCKING;
     }
@@ -380,7 +326,7 @@ START_TEST(fences_across_node_crash)
                       "fence not increasing at acquisition %d: %llu after %llu",
                       i, fences[i], fences[i - 1]);
 
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -401,13 +347,11 @@ START_TEST(node_restart_empty_keeps_holder)
     int busy = 0;
     uint64_t t_r;
 
-    start_nodes(NULL);
-    start_daemon(&D1, restart_conf);
-    start_daemon(&D2, restart_conf);
-    a = client(0, &D1);
-    b = client(1, &D2);     /* on the other daemon: its answer comes from Redis */
-    s1 = client(2, &D1);
-    s2 = client(3, &D2);
+    h_cluster_start(&K, NNODES, 2, restart_conf, T(5000));
+    a = h_cluster_client(&K, 0, 0);
+    b = h_cluster_client(&K, 1, 1);     /* on the other daemon: its answer comes from Redis */
+    s1 = h_cluster_client(&K, 2, 0);
+    s2 = h_cluster_client(&K, 3, 1);
     mons[0] = s1;
     mons[1] = s2;
     h_expect(a, "OK resource=fault:rs ", "LOCK %s ttl=2000", res);
@@ -431,7 +375,7 @@ START_TEST(node_restart_empty_keeps_holder)
         ck_assert_msg(!h_expect_event(a, "EVENT LOST", 1),
                       "the holder lost its lock: %s", a->line);
         for (int d = 0; d < 2; d++) {
-            struct node_view v = stats_node(mons[d], 0);
+            struct h_node_view v = h_stats_node(mons[d], 0);
 
             if (!v.voting && v.recovering && seen_recovering[d] < 0)
                 seen_recovering[d] = h_since(t_r);
@@ -456,12 +400,12 @@ START_TEST(node_restart_empty_keeps_holder)
         ck_assert_msg(voting_again[d] >= 2700,
                       "daemon %d: node 0 voting again %lld ms after its restart",
                       d + 1, voting_again[d]);
-        ck_assert_int_ge(stats_node(mons[d], 0).restarts, 1);
+        ck_assert_int_ge(h_stats_node(mons[d], 0).restarts, 1);
     }
     /* The first holder held it throughout, and still does. */
     h_expect(a, "OK resource=fault:rs ", "UNLOCK %s", res);
     h_expect(b, "OK resource=fault:rs ", "LOCK %s", res);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -481,11 +425,9 @@ START_TEST(node_restart_empty_no_overlap)
     long long granted = -1;
     int refused = 0;
 
-    start_nodes(NULL);
-    start_daemon(&D1, restart_conf);
-    start_daemon(&D2, restart_conf);
-    a = client(0, &D1);
-    b = client(1, &D2);
+    h_cluster_start(&K, NNODES, 2, restart_conf, T(5000));
+    a = h_cluster_client(&K, 0, 0);
+    b = h_cluster_client(&K, 1, 1);
     line = h_expect(a, "OK resource=fault:mw ", "LOCK %s ttl=2000", res);
     h_kv_copy(line, "fence", fence_a, sizeof(fence_a));
     ck_assert_int_eq(h_redis_cmd(&N[2], NULL, "DEL lock:%s", res), 1);
@@ -519,7 +461,7 @@ START_TEST(node_restart_empty_no_overlap)
                   "node 0 restarted, while the first had not been told it lost it",
                   res, granted);
     h_expect(a, "ERR LOST ", "UNLOCK %s", res);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -632,8 +574,7 @@ START_TEST(client_sigstop)
     long long took = -1;
     bool told = false, silent_ok = false;
 
-    start_nodes(NULL);
-    start_daemon(&D1, NULL);
+    h_cluster_start(&K, NNODES, 1, NULL, T(5000));
     /* Fork before the parent opens any client socket, so the child holds
      * no copy of one (the daemon would not see that socket close). */
     ck_assert_int_eq(pipe(rep), 0);
@@ -643,7 +584,7 @@ START_TEST(client_sigstop)
     if (child_pid == 0) {
         close(rep[0]);
         close(go[1]);
-        frozen_client(D1.port, rep[1], go[0]);
+        frozen_client(K.daemons[0].port, rep[1], go[0]);
     }
     close(rep[1]);
     close(go[0]);
@@ -653,7 +594,7 @@ START_TEST(client_sigstop)
     r = read_report(rep[0], buf, sizeof(buf), T(5000));
     ck_assert_msg(h_starts(r, "LOCK OK resource=fault:stop "), "child: %s",
                   r ? r : "nothing");
-    b = client(0, &D1);
+    b = h_cluster_client(&K, 0, 0);
     /* Alive and PINGing, the child keeps its lock past the keepalive. */
     h_sleep_ms(800);
     h_expect(b, "ERR BUSY ", "LOCK %s", res);
@@ -702,7 +643,7 @@ START_TEST(client_sigstop)
                   "child exit status %d", status);
     close(rep[0]);
     close(go[1]);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 

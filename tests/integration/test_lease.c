@@ -33,12 +33,11 @@
 #include "harness.h"
 
 #define NNODES 3
-#define NCLIENTS 8
 
-static struct h_redis N[NNODES];
-static struct h_daemon D1, D2;
-/* Clients are large (buffers); static keeps them off the test's stack. */
-static struct h_client C[NCLIENTS];
+/* Its nodes (started by setup), daemons 0 and 1 and the clients
+ * (harness.h). */
+static struct h_cluster K = { .nnodes = NNODES };
+static struct h_redis *const N = K.nodes;
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -52,7 +51,7 @@ static long long T(long long ms)
 
 static void setup(void)
 {
-    h_redis_start_all(N, NNODES, NULL);
+    h_cluster_nodes(&K, NNODES, NULL);
 }
 
 /* Runs after a test that passed. A failed one exits at once (check's fork
@@ -60,34 +59,7 @@ static void setup(void)
  * the daemon log. */
 static void teardown(void)
 {
-    for (int i = 0; i < NCLIENTS; i++) {
-        if (C[i].fd > 0)
-            h_close(&C[i]);
-    }
-    h_daemon_cleanup(&D1);
-    h_daemon_cleanup(&D2);
-    h_redis_cleanup_all(N, NNODES);
-}
-
-/* Every test ends here: a clean SIGTERM stop, which under the valgrind
- * wrapper also proves the scenario leaked nothing (exit status 99). */
-static void stop_daemons(void)
-{
-    h_daemon_finish_ok(&D1);
-    h_daemon_finish_ok(&D2);
-}
-
-static struct h_client *client(int i, const struct h_daemon *d)
-{
-    h_connect_tcp_ok(&C[i], d->port);
-    return &C[i];
-}
-
-/* Start a daemon and wait until it has every node voting. */
-static void start_daemon(struct h_daemon *d, const char *extra_json)
-{
-    h_daemon_start(d, N, NNODES, extra_json);
-    h_wait_voting(d, NNODES, T(5000));
+    h_cluster_cleanup(&K);
 }
 
 static long long status_waiters(struct h_client *c, const char *res)
@@ -169,9 +141,9 @@ START_TEST(renewal_outlives_ttl)
     int polls = 0;
     json_t *o, *locks, *l;
 
-    start_daemon(&D1, NULL);
-    a = client(0, &D1);
-    b = client(1, &D1);
+    h_cluster_daemon(&K, 0, NULL, T(5000));
+    a = h_cluster_client(&K, 0, 0);
+    b = h_cluster_client(&K, 1, 0);
     h_expect(a, "OK resource=lease:renew ", "LOCK %s ttl=1000", res);
     /* Four ttls: without renewal the keys would be gone after one. */
     t0 = h_now_ms();
@@ -205,7 +177,7 @@ START_TEST(renewal_outlives_ttl)
     took = lock_until_ok(b, res, 50, T(3000));
     ck_assert_msg(took >= 0 && took <= T(1000),
                   "lock not free %lld ms after the holder disconnected", took);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -218,9 +190,9 @@ START_TEST(renew0_expires_with_event)
     uint64_t t0;
     long long dt, took;
 
-    start_daemon(&D1, NULL);
-    a = client(0, &D1);
-    b = client(1, &D1);
+    h_cluster_daemon(&K, 0, NULL, T(5000));
+    a = h_cluster_client(&K, 0, 0);
+    b = h_cluster_client(&K, 1, 0);
     line = h_expect(a, "OK resource=lease:once ", "LOCK %s ttl=500 renew=0", res);
     t0 = h_now_ms();
     h_kv_copy(line, "fence", fence, sizeof(fence));
@@ -243,7 +215,7 @@ START_TEST(renew0_expires_with_event)
     took = lock_until_ok(b, res, 10, T(2000));
     ck_assert_msg(took >= 0 && took <= T(500), "lost lease not free after %lld ms",
                   took);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -257,11 +229,11 @@ START_TEST(waiters_fifo)
     unsigned long long last_fence = 0;
     char got[64] = "";
 
-    start_daemon(&D1, NULL);
-    h = client(0, &D1);
-    mon = client(6, &D1);
+    h_cluster_daemon(&K, 0, NULL, T(5000));
+    h = h_cluster_client(&K, 0, 0);
+    mon = h_cluster_client(&K, 6, 0);
     for (int i = 0; i < 5; i++)
-        w[i] = client(1 + i, &D1);
+        w[i] = h_cluster_client(&K, 1 + i, 0);
     h_expect(h, "OK resource=lease:fifo ", "LOCK %s", res);
     /* One after another: each is queued before the next is sent. */
     for (int i = 0; i < 5; i++) {
@@ -293,7 +265,7 @@ START_TEST(waiters_fifo)
     for (int round = 0; round < 5; round++)
         ck_assert_msg(order[round] == round, "grant order %s, want 1 2 3 4 5", got);
     ck_assert_int_eq(status_waiters(mon, res), 0);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -308,11 +280,11 @@ START_TEST(wake_from_second_daemon)
     uint64_t t0, t1;
     long long delay;
 
-    start_daemon(&D1, "{\"locks\":{\"retry_ms\":5000}}");
-    start_daemon(&D2, NULL);
-    h = client(0, &D2);
-    w = client(1, &D1);
-    mon = client(2, &D1);
+    h_cluster_daemon(&K, 0, "{\"locks\":{\"retry_ms\":5000}}", T(5000));
+    h_cluster_daemon(&K, 1, NULL, T(5000));
+    h = h_cluster_client(&K, 0, 1);
+    w = h_cluster_client(&K, 1, 0);
+    mon = h_cluster_client(&K, 2, 0);
     h_expect(h, "OK resource=lease:wake ", "LOCK %s", res);
     h_sendf(w, "LOCK %s wait=8000\n", res);
     wait_waiters(mon, res, 1);
@@ -333,7 +305,7 @@ START_TEST(wake_from_second_daemon)
     ck_assert_msg(delay < T(1000), "waiter woken %lld ms after the release", delay);
     ck_assert_msg(h_stats_int(mon, "wakeups_notified") >= 1,
                   "daemon 1 STATS counts no notified wake-up");
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -347,8 +319,8 @@ START_TEST(wake_on_expiry)
     long long dt;
     char *line;
 
-    start_daemon(&D1, "{\"locks\":{\"retry_ms\":5000}}");
-    w = client(0, &D1);
+    h_cluster_daemon(&K, 0, "{\"locks\":{\"retry_ms\":5000}}", T(5000));
+    w = h_cluster_client(&K, 0, 0);
     t0 = h_now_ms();
     for (int i = 0; i < NNODES; i++) {
         char *s = NULL;
@@ -364,7 +336,7 @@ START_TEST(wake_on_expiry)
     fprintf(stderr, "expiry wake: granted %lld ms after SET PX 800\n", dt);
     ck_assert_msg(dt >= 700 && dt <= 800 + T(700),
                   "granted %lld ms after the 800 ms key was set", dt);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -375,9 +347,9 @@ START_TEST(wait_timeout)
     long long dt;
     char *line;
 
-    start_daemon(&D1, NULL);
-    h = client(0, &D1);
-    w = client(1, &D1);
+    h_cluster_daemon(&K, 0, NULL, T(5000));
+    h = h_cluster_client(&K, 0, 0);
+    w = h_cluster_client(&K, 1, 0);
     /* Held by a session of this daemon. */
     h_expect(h, "OK resource=lease:to ", "LOCK lease:to");
     t0 = h_now_ms();
@@ -396,7 +368,7 @@ START_TEST(wait_timeout)
     assert_keys("lease:to2", "other");
     /* The timed-out waiter holds nothing and waits for nothing. */
     ck_assert_int_eq(status_waiters(w, "lease:to"), 0);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -409,12 +381,12 @@ START_TEST(waiter_disconnect)
     char *line = NULL;
     int i;
 
-    start_daemon(&D1, NULL);
-    h = client(0, &D1);
-    mon = client(1, &D1);
-    w1 = client(2, &D1);
-    w2 = client(3, &D1);
-    w3 = client(4, &D1);
+    h_cluster_daemon(&K, 0, NULL, T(5000));
+    h = h_cluster_client(&K, 0, 0);
+    mon = h_cluster_client(&K, 1, 0);
+    w1 = h_cluster_client(&K, 2, 0);
+    w2 = h_cluster_client(&K, 3, 0);
+    w3 = h_cluster_client(&K, 4, 0);
     h_expect(h, "OK resource=lease:gone ", "LOCK %s", res);
     h_sendf(w1, "LOCK %s wait=10000\n", res);
     wait_waiters(mon, res, 1);
@@ -443,7 +415,7 @@ START_TEST(waiter_disconnect)
     line = h_recv_line(w3, 3000);
     ck_assert_msg(h_starts(line, "OK resource=lease:gone "), "waiter 3 answered %s",
                   line ? line : "nothing");
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -457,11 +429,11 @@ START_TEST(waiter_disconnect_at_release)
     char tok[64];
     char *line;
 
-    start_daemon(&D1, NULL);
-    h = client(0, &D1);
-    mon = client(1, &D1);
-    w1 = client(2, &D1);
-    w2 = client(3, &D1);
+    h_cluster_daemon(&K, 0, NULL, T(5000));
+    h = h_cluster_client(&K, 0, 0);
+    mon = h_cluster_client(&K, 1, 0);
+    w1 = h_cluster_client(&K, 2, 0);
+    w2 = h_cluster_client(&K, 3, 0);
     h_expect(h, "OK resource=lease:gone2 ", "LOCK %s", res);
     h_sendf(w1, "LOCK %s wait=10000\n", res);
     wait_waiters(mon, res, 1);
@@ -480,7 +452,7 @@ START_TEST(waiter_disconnect_at_release)
     ck_assert_int_eq(status_waiters(mon, res), 0);
     h_expect(w2, "OK resource=lease:gone2 ", "UNLOCK %s", res);
     assert_keys(res, "");
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -491,10 +463,10 @@ START_TEST(waiting_blocks_only_its_connection)
     uint64_t t0;
     char *line;
 
-    start_daemon(&D1, NULL);
-    h = client(0, &D1);
-    w = client(1, &D1);
-    o = client(2, &D1);
+    h_cluster_daemon(&K, 0, NULL, T(5000));
+    h = h_cluster_client(&K, 0, 0);
+    w = h_cluster_client(&K, 1, 0);
+    o = h_cluster_client(&K, 2, 0);
     h_expect(h, "OK resource=lease:pipe ", "LOCK %s", res);
     /* Pipelined: the PING must wait for the LOCK's reply. */
     h_sendf(w, "LOCK %s wait=5000\nPING after\n", res);
@@ -513,7 +485,7 @@ START_TEST(waiting_blocks_only_its_connection)
     line = h_recv_line(w, 3000);
     ck_assert_msg(line && strcmp(line, "PONG after") == 0, "second reply: %s",
                   line ? line : "nothing");
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -539,9 +511,9 @@ START_TEST(lock_delay_after_drop)
     uint64_t t0;
     long long took;
 
-    start_daemon(&D1, "{\"locks\":{\"lock_delay_ms\":1500}}");
-    a = client(0, &D1);
-    b = client(1, &D1);
+    h_cluster_daemon(&K, 0, "{\"locks\":{\"lock_delay_ms\":1500}}", T(5000));
+    a = h_cluster_client(&K, 0, 0);
+    b = h_cluster_client(&K, 1, 0);
     h_expect(a, "OK resource=lease:delay ", "LOCK lease:delay");
     h_close(a);
     t0 = h_now_ms();
@@ -556,20 +528,20 @@ START_TEST(lock_delay_after_drop)
                   1500 + T(1000));
 
     /* UNLOCK: no delay. */
-    a = client(0, &D1);
+    a = h_cluster_client(&K, 0, 0);
     h_expect(a, "OK resource=lease:d2 ", "LOCK lease:d2");
     h_expect(a, "OK resource=lease:d2 ", "UNLOCK lease:d2");
     h_expect(b, "OK resource=lease:d2 ", "LOCK lease:d2");
 
     /* QUIT: released after the reply, without the delay. */
-    q = client(2, &D1);
+    q = h_cluster_client(&K, 2, 0);
     h_expect(q, "OK resource=lease:d3 ", "LOCK lease:d3");
     ck_assert_str_eq(h_cmd(q, "QUIT"), "OK bye");
     ck_assert_msg(h_wait_eof(q, 2000), "connection open after QUIT");
     h_close(q);
     took = lock_until_ok(b, "lease:d3", 10, T(3000));
     ck_assert_msg(took >= 0 && took <= T(300), "free %lld ms after QUIT", took);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -581,9 +553,9 @@ START_TEST(keepalive_expiry_releases)
     uint64_t t0;
     long long dt, took;
 
-    start_daemon(&D1, NULL);
-    a = client(0, &D1);
-    b = client(1, &D1);
+    h_cluster_daemon(&K, 0, NULL, T(5000));
+    a = h_cluster_client(&K, 0, 0);
+    b = h_cluster_client(&K, 1, 0);
     h_expect(a, "OK proto=1 ", "HELLO keepalive=500");
     /* The keepalive counts from the line's arrival, not from its reply
      * (a slow LOCK uses up part of it): time it from the sending. */
@@ -598,7 +570,7 @@ START_TEST(keepalive_expiry_releases)
                   "lock not free %lld ms after the keepalive ran out", took);
 
     /* PINGs every 200 ms keep the session and its lock for 2 s. */
-    k = client(2, &D1);
+    k = h_cluster_client(&K, 2, 0);
     h_expect(k, "OK proto=1 ", "HELLO keepalive=500");
     h_expect(k, "OK resource=lease:ka2 ", "LOCK lease:ka2");
     t0 = h_now_ms();
@@ -608,7 +580,7 @@ START_TEST(keepalive_expiry_releases)
     }
     h_expect(b, "ERR BUSY ", "LOCK lease:ka2");
     h_expect(k, "OK resource=lease:ka2 ", "UNLOCK lease:ka2");
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -633,8 +605,8 @@ START_TEST(renewals_batched)
     struct h_client *a;
     char *info = NULL;
 
-    start_daemon(&D1, NULL);
-    a = client(0, &D1);
+    h_cluster_daemon(&K, 0, NULL, T(5000));
+    a = h_cluster_client(&K, 0, 0);
     for (int i = 0; i < NLOCKS; i++)
         h_expect(a, "OK resource=batch:", "LOCK batch:%d ttl=900", i);
     h_sleep_ms(300);
@@ -663,7 +635,7 @@ START_TEST(renewals_batched)
                       h_json_str(l, "resource"),
                       (long long)h_json_int(l, "renewals"));
     json_decref(o);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -674,8 +646,8 @@ START_TEST(batch_error_is_one_keys)
 {
     struct h_client *a;
 
-    start_daemon(&D1, NULL);
-    a = client(0, &D1);
+    h_cluster_daemon(&K, 0, NULL, T(5000));
+    a = h_cluster_client(&K, 0, 0);
     h_expect(a, "OK resources=2 ", "LOCK bad:a bad:b ttl=900");
     h_expect(a, "OK resource=bad:c ", "LOCK bad:c ttl=900");
     for (int i = 0; i < NNODES; i++) {
@@ -690,7 +662,7 @@ START_TEST(batch_error_is_one_keys)
     json_t *o = h_ok_json(a, "LOCKS");
     ck_assert_uint_eq(json_array_size(json_object_get(o, "locks")), 2);
     json_decref(o);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 

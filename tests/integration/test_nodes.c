@@ -49,12 +49,13 @@
 #include "harness.h"
 
 #define NNODES 3
-#define NCLIENTS 4
 
-static struct h_redis N[NNODES];
-static struct h_daemon D1, D2;
-/* Clients are large (buffers); static keeps them off the test's stack. */
-static struct h_client C[NCLIENTS];
+/* Its nodes, daemons 0 and 1 (D1 and D2 below) and the clients
+ * (harness.h). */
+static struct h_cluster K = { .nnodes = NNODES };
+static struct h_redis *const N = K.nodes;
+static struct h_daemon *const D1 = &K.daemons[0];
+static struct h_daemon *const D2 = &K.daemons[1];
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -65,59 +66,7 @@ static long long T(long long ms)
 
 static void teardown(void)
 {
-    for (int i = 0; i < NCLIENTS; i++) {
-        if (C[i].fd > 0)
-            h_close(&C[i]);
-    }
-    h_redis_resume_all(N, NNODES);
-    h_daemon_cleanup(&D1);
-    h_daemon_cleanup(&D2);
-    h_redis_cleanup_all(N, NNODES);
-}
-
-static void stop_daemons(void)
-{
-    h_daemon_finish_ok(&D1);
-    h_daemon_finish_ok(&D2);
-}
-
-static struct h_client *client(int i, const struct h_daemon *d)
-{
-    h_connect_tcp_ok(&C[i], d->port);
-    return &C[i];
-}
-
-static void start_daemon(struct h_daemon *d, const char *extra_json)
-{
-    h_daemon_start(d, N, NNODES, extra_json);
-    h_wait_voting(d, NNODES, T(5000));
-}
-
-/* Node i as STATS reports it. */
-struct node_view {
-    bool up, voting, recovering, aof_always, has_until;
-    long long restarts;
-    char why[512];
-};
-
-static struct node_view stats_node(struct h_client *c, int i)
-{
-    json_t *o = h_ok_json(c, "STATS");
-    json_t *n = json_array_get(json_object_get(o, "nodes"), (size_t)i);
-    struct node_view v;
-
-    ck_assert_msg(json_is_object(n), "STATS has no nodes[%d]", i);
-    v.up = json_is_true(json_object_get(n, "up"));
-    v.voting = json_is_true(json_object_get(n, "voting"));
-    v.recovering = json_is_true(json_object_get(n, "recovering"));
-    v.aof_always = json_is_true(json_object_get(n, "aof_always"));
-    v.has_until = json_is_string(json_object_get(n, "until"));
-    v.restarts = h_json_int(n, "restarts");
-    snprintf(v.why, sizeof(v.why), "%s",
-             json_is_string(json_object_get(n, "why"))
-             ? json_string_value(json_object_get(n, "why")) : "(no why)");
-    json_decref(o);
-    return v;
+    h_cluster_cleanup(&K);
 }
 
 /* Poll until every node is up on d (voting or not). */
@@ -129,7 +78,7 @@ static void wait_up(struct h_client *c, int timeout_ms)
         int up = 0;
 
         for (int i = 0; i < NNODES; i++)
-            up += stats_node(c, i).up;
+            up += h_stats_node(c, i).up;
         if (up == NNODES)
             return;
         ck_assert_msg(h_since(t0) < timeout_ms, "only %d nodes up after %d ms",
@@ -232,9 +181,8 @@ START_TEST(new_daemon_after_two_restarts)
     uint64_t t0;
     int refused = 0;
 
-    h_redis_start_all(N, NNODES, NULL);
-    start_daemon(&D1, "{\"redis\":{\"reconnect_max_ms\":200}}");
-    a = client(0, &D1);
+    h_cluster_start(&K, NNODES, 1, "{\"redis\":{\"reconnect_max_ms\":200}}", T(5000));
+    a = h_cluster_client(&K, 0, 0);
     /* Node 2 down: the lock lives on nodes 0 and 1 only. */
     h_redis_kill(&N[2]);
     line = h_expect(a, "OK resource=nodes:late ", "LOCK %s ttl=20000", res);
@@ -245,8 +193,8 @@ START_TEST(new_daemon_after_two_restarts)
     ck_assert_int_eq(h_redis_cmd(&N[1], NULL, "EXISTS lock:%s", res), 0);
 
     /* A daemon that never saw the nodes before. */
-    h_daemon_start(&D2, N, NNODES, "{\"redis\":{\"reconnect_max_ms\":200}}");
-    b = client(1, &D2);
+    h_cluster_daemon_start(&K, 1, "{\"redis\":{\"reconnect_max_ms\":200}}");
+    b = h_cluster_client(&K, 1, 1);
     wait_up(b, T(5000));
     t0 = h_now_ms();
     while (h_since(t0) < 1500) {
@@ -260,17 +208,17 @@ START_TEST(new_daemon_after_two_restarts)
         h_sleep_ms(100);
     }
     for (int i = 1; i < NNODES; i++) {
-        struct node_view v = stats_node(b, i);
+        struct h_node_view v = h_stats_node(b, i);
 
         ck_assert_msg(!v.voting && v.recovering && v.has_until,
                       "new daemon: node %d voting=%d recovering=%d (%s)", i,
                       v.voting, v.recovering, v.why);
         ck_assert_msg(strstr(v.why, "recovering") != NULL, "why: %s", v.why);
     }
-    ck_assert(stats_node(b, 0).voting);
+    ck_assert(h_stats_node(b, 0).voting);
     fprintf(stderr, "new daemon after two restarts: %d refusals; node 1: %s\n",
-            refused, stats_node(b, 1).why);
-    stop_daemons();
+            refused, h_stats_node(b, 1).why);
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -298,9 +246,8 @@ START_TEST(two_restarted_recover)
     uint64_t t_r;
     char *line;
 
-    h_redis_start_all(N, NNODES, NULL);
-    start_daemon(&D1, conf);
-    a = client(0, &D1);
+    h_cluster_start(&K, NNODES, 1, conf, T(5000));
+    a = h_cluster_client(&K, 0, 0);
     for (int i = 0; i < 3; i++)
         before = lock_fence(a, res);
     restart_empty(0x6);
@@ -314,7 +261,7 @@ START_TEST(two_restarted_recover)
             break;
         }
         ck_assert_msg(h_starts(line, "ERR UNAVAILABLE "), "LOCK: %s", line);
-        struct node_view v = stats_node(a, 1);
+        struct h_node_view v = h_stats_node(a, 1);
         if (v.recovering && strstr(v.why, "until") != NULL && v.has_until)
             saw_why = true;
         ck_assert_msg(h_since(t_r) < 2022 + T(4000), "two restarted nodes "
@@ -332,21 +279,21 @@ START_TEST(two_restarted_recover)
      * moment later. */
     for (int i = 0; i < NNODES; i++) {
         uint64_t until = h_now_ms() + (uint64_t)T(3000);
-        while (!stats_node(a, i).voting && h_now_ms() < until)
+        while (!h_stats_node(a, i).voting && h_now_ms() < until)
             h_sleep_ms(50);
-        ck_assert_msg(stats_node(a, i).voting, "node %d not voting", i);
+        ck_assert_msg(h_stats_node(a, i).voting, "node %d not voting", i);
     }
 
     /* A daemon started now trusts the repaired nodes, and continues the
      * fences. */
-    start_daemon(&D2, conf);
-    b = client(1, &D2);
+    h_cluster_daemon(&K, 1, conf, T(5000));
+    b = h_cluster_client(&K, 1, 1);
     later = lock_fence(b, res);
     ck_assert_msg(later > after, "second daemon's fence %llu after %llu",
                   later, after);
     unsigned long long last = lock_fence(a, res);
     ck_assert_msg(last > later, "fence %llu not above %llu", last, later);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -364,9 +311,8 @@ START_TEST(frozen_nodes_without_traffic)
     snprintf(json, sizeof(json), "{\"metrics\":{\"listen\":\"127.0.0.1:%d\"},"
              "\"redis\":{\"probe_interval_ms\":%d,\"command_timeout_ms\":%d}}",
              mport, probe, timeout);
-    h_redis_start_all(N, NNODES, NULL);
-    start_daemon(&D1, json);
-    a = client(0, &D1);
+    h_cluster_start(&K, NNODES, 1, json, T(5000));
+    a = h_cluster_client(&K, 0, 0);
     /* Healthy, and it stays so while idle for several probe periods. */
     t0 = h_now_ms();
     while (h_since(t0) < 4 * probe) {
@@ -395,7 +341,7 @@ START_TEST(frozen_nodes_without_traffic)
                   "no reason header: %s", buf);
     ck_assert_msg(strstr(buf, "\r\n\r\nno quorum\n") != NULL, "%s", buf);
     while (down < 0 && h_since(t_stop) < T(5000)) {
-        if (!stats_node(a, 1).up && !stats_node(a, 2).up)
+        if (!h_stats_node(a, 1).up && !h_stats_node(a, 2).up)
             down = h_since(t_stop);
         else
             h_sleep_ms(10);
@@ -406,13 +352,13 @@ START_TEST(frozen_nodes_without_traffic)
     ck_assert_int_le(h_stats_int(a, "nodes_voting"), 1);
     h_redis_resume(&N[1]);
     h_redis_resume(&N[2]);
-    h_wait_voting(&D1, NNODES, T(5000));
+    h_wait_voting(D1, NNODES, T(5000));
     t0 = h_now_ms();
     while ((status = http_get(mport, "/healthz", buf, sizeof(buf))) != 200) {
         ck_assert_msg(h_since(t0) < T(3000), "not healthy again: %s", buf);
         h_sleep_ms(20);
     }
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -421,18 +367,17 @@ END_TEST
 START_TEST(idle_restart_and_flush_seen)
 {
     struct h_client *a;
-    struct node_view v;
+    struct h_node_view v;
     uint64_t t0;
 
-    h_redis_start_all(N, NNODES, NULL);
-    start_daemon(&D1, "{\"locks\":{\"max_ttl_ms\":60000},"
-                      "\"redis\":{\"reconnect_max_ms\":200,"
-                      "\"probe_interval_ms\":200}}");
-    a = client(0, &D1);
+    h_cluster_start(&K, NNODES, 1, "{\"locks\":{\"max_ttl_ms\":60000},"
+                                   "\"redis\":{\"reconnect_max_ms\":200,"
+                                   "\"probe_interval_ms\":200}}", T(5000));
+    a = h_cluster_client(&K, 0, 0);
     /* Nobody locks. Node 0 restarts empty. */
     restart_empty(0x1);
     t0 = h_now_ms();
-    while (!((v = stats_node(a, 0)).restarts >= 1 && v.recovering && !v.voting)) {
+    while (!((v = h_stats_node(a, 0)).restarts >= 1 && v.recovering && !v.voting)) {
         ck_assert_msg(h_since(t0) < T(3000), "idle restart of node 0 not seen "
                       "(restarts %lld, %s)", v.restarts, v.why);
         h_sleep_ms(20);
@@ -441,14 +386,14 @@ START_TEST(idle_restart_and_flush_seen)
     /* Node 1 loses its data without a restart. */
     ck_assert_int_eq(h_redis_cmd(&N[1], NULL, "FLUSHALL"), 0);
     t0 = h_now_ms();
-    while (!((v = stats_node(a, 1)).recovering && !v.voting)) {
+    while (!((v = h_stats_node(a, 1)).recovering && !v.voting)) {
         ck_assert_msg(h_since(t0) < T(2000), "FLUSHALL on idle node 1 not "
                       "seen (%s)", v.why);
         h_sleep_ms(20);
     }
     fprintf(stderr, "flush seen after %lld ms: %s\n", h_since(t0), v.why);
-    ck_assert_int_eq(stats_node(a, 1).restarts, 0);
-    stop_daemons();
+    ck_assert_int_eq(h_stats_node(a, 1).restarts, 0);
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -458,22 +403,22 @@ START_TEST(config_refused_resets_aof)
 {
     const char *aof = "--appendonly yes --appendfsync always";
     struct h_client *a;
-    struct node_view v;
+    struct h_node_view v;
     uint64_t t0;
 
     h_redis_start(&N[0], aof);
     h_redis_start_all(&N[1], NNODES - 1, NULL);
-    start_daemon(&D1, "{\"locks\":{\"max_ttl_ms\":4000,\"default_ttl_ms\":2000},"
-                      "\"redis\":{\"reconnect_max_ms\":200}}");
-    a = client(0, &D1);
-    ck_assert_msg(stats_node(a, 0).aof_always, "node 0 runs appendfsync always");
+    h_cluster_daemon(&K, 0, "{\"locks\":{\"max_ttl_ms\":4000,\"default_ttl_ms\":2000},"
+                            "\"redis\":{\"reconnect_max_ms\":200}}", T(5000));
+    a = h_cluster_client(&K, 0, 0);
+    ck_assert_msg(h_stats_node(a, 0).aof_always, "node 0 runs appendfsync always");
     /* The same data, but CONFIG is hidden now: no promise can be read. */
     snprintf(N[0].extra, sizeof(N[0].extra), "%s --rename-command CONFIG "
              "hidden-config-w2", aof);
     h_redis_kill(&N[0]);
     h_redis_restart(&N[0]);
     t0 = h_now_ms();
-    while (!((v = stats_node(a, 0)).up && v.restarts >= 1 && !v.voting &&
+    while (!((v = h_stats_node(a, 0)).up && v.restarts >= 1 && !v.voting &&
              v.recovering)) {
         ck_assert_msg(!v.voting || v.restarts < 1, "node 0 votes right after "
                       "a restart although its CONFIG is refused");
@@ -485,12 +430,12 @@ START_TEST(config_refused_resets_aof)
                   "that refuses CONFIG");
     /* It may not vote before max_ttl_ms has passed since its start. */
     while (h_since(t0) < 2500) {
-        v = stats_node(a, 0);
+        v = h_stats_node(a, 0);
         ck_assert_msg(!v.voting, "node 0 voting %lld ms after the restart",
                       h_since(t0));
         h_sleep_ms(100);
     }
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -505,9 +450,8 @@ START_TEST(own_undo_is_quiet)
     char *s;
     char *line;
 
-    h_redis_start_all(N, NNODES, NULL);
-    start_daemon(&D1, NULL);
-    a = client(0, &D1);
+    h_cluster_start(&K, NNODES, 1, NULL, T(5000));
+    a = h_cluster_client(&K, 0, 0);
     /* Another Redlock client holds it on a bare quorum, nodes 0 and 1. */
     for (int i = 0; i < 2; i++) {
         ck_assert_int_eq(h_redis_cmd(&N[i], &s, "SET lock:%s x NX PX 20000", res), 0);
@@ -528,7 +472,7 @@ START_TEST(own_undo_is_quiet)
     }
     /* The undo left the foreign keys alone and removed ours. */
     ck_assert_int_eq(h_redis_cmd(&N[2], NULL, "EXISTS lock:%s", res), 0);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -541,29 +485,28 @@ START_TEST(end_recovery_by_operator)
                        "\"redis\":{\"reconnect_max_ms\":200}}";
     const char *res = "nodes:end";
     struct h_client *a;
-    struct node_view v;
+    struct h_node_view v;
     unsigned long long f1, f2;
     uint64_t t0;
 
-    h_redis_start_all(N, NNODES, NULL);
-    start_daemon(&D1, conf);
-    a = client(0, &D1);
+    h_cluster_start(&K, NNODES, 1, conf, T(5000));
+    a = h_cluster_client(&K, 0, 0);
     f1 = lock_fence(a, res);
     restart_empty(0x1);
     t0 = h_now_ms();
-    while (!((v = stats_node(a, 0)).up && v.recovering)) {
+    while (!((v = h_stats_node(a, 0)).up && v.recovering)) {
         ck_assert_msg(h_since(t0) < T(3000), "node 0 not recovering (%s)", v.why);
         h_sleep_ms(20);
     }
     ck_assert_msg(v.has_until && strstr(v.why, "until") != NULL, "%s", v.why);
-    ck_assert_int_eq(kill(D1.pid, SIGUSR1), 0);
+    ck_assert_int_eq(kill(D1->pid, SIGUSR1), 0);
     t0 = h_now_ms();
-    while (!(v = stats_node(a, 0)).voting) {
+    while (!(v = h_stats_node(a, 0)).voting) {
         ck_assert_msg(h_since(t0) < T(3000), "node 0 not voting after its "
                       "recovery was ended (%s)", v.why);
         h_sleep_ms(20);
     }
-    wait_log(&D1, "recovery ended by the operator", T(1000));
+    wait_log(D1, "recovery ended by the operator", T(1000));
     /* It votes with a repaired counter: with node 1 frozen, nodes 0 and 2
      * make the quorum, and the fence is above f1. */
     h_redis_pause(&N[1]);
@@ -581,7 +524,7 @@ START_TEST(end_recovery_by_operator)
     }
     ck_assert_msg(f2 > f1, "fence %llu after %llu", f2, f1);
     h_redis_resume(&N[1]);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -592,10 +535,10 @@ START_TEST(startup_warnings)
     h_redis_start(&N[0], "--maxmemory 100mb --maxmemory-policy allkeys-lru");
     h_redis_start_all(&N[1], NNODES - 1, NULL);
     /* The default max_ttl_ms (24 h) and no appendfsync always anywhere. */
-    start_daemon(&D1, NULL);
-    wait_log(&D1, "not running appendonly yes with appendfsync always", T(2000));
-    wait_log(&D1, "maxmemory-policy allkeys-lru may evict any key", T(2000));
-    stop_daemons();
+    h_cluster_daemon(&K, 0, NULL, T(5000));
+    wait_log(D1, "not running appendonly yes with appendfsync always", T(2000));
+    wait_log(D1, "maxmemory-policy allkeys-lru may evict any key", T(2000));
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -616,11 +559,9 @@ START_TEST(flush_between_probes)
     struct h_client *a, *b;
     char *line;
 
-    h_redis_start_all(N, NNODES, NULL);
-    start_daemon(&D1, conf);
-    start_daemon(&D2, conf);
-    a = client(0, &D1);
-    b = client(1, &D2);
+    h_cluster_start(&K, NNODES, 2, conf, T(5000));
+    a = h_cluster_client(&K, 0, 0);
+    b = h_cluster_client(&K, 1, 1);
     line = h_expect(a, "OK resource=fl ", "LOCK fl ttl=20000");
     ck_assert_int_eq(h_redis_cmd(&N[1], NULL, "DEL lock:fl"), 1);
     ck_assert_int_eq(h_redis_cmd(&N[0], NULL, "FLUSHALL"), 0);
@@ -630,13 +571,13 @@ START_TEST(flush_between_probes)
     ck_assert_msg(h_starts(line, "ERR BUSY ") ||
                   h_starts(line, "ERR UNAVAILABLE "), "LOCK: %s", line);
     /* The daemon that asked knows at once: node 0 stops voting. */
-    struct node_view v = stats_node(b, 0);
+    struct h_node_view v = h_stats_node(b, 0);
     ck_assert_msg(!v.voting, "node 0 still votes after answering LOSTDATA "
                   "(%s)", v.why);
-    wait_log(&D2, "LOSTDATA", T(1000));
+    wait_log(D2, "LOSTDATA", T(1000));
     /* Its check (sent at once, not at the next probe) finds no marker. */
     uint64_t t0 = h_now_ms();
-    while (!(v = stats_node(b, 0)).recovering && h_since(t0) < T(1000))
+    while (!(v = h_stats_node(b, 0)).recovering && h_since(t0) < T(1000))
         h_sleep_ms(20);
     ck_assert_msg(v.recovering && !v.voting, "node 0 after its check: "
                   "voting=%d recovering=%d (%s)", v.voting, v.recovering,
@@ -645,7 +586,7 @@ START_TEST(flush_between_probes)
      * and 2 would lose it, but node 2 and the rest keep a quorum once
      * node 0 recovers; its LOCKS still lists it now. */
     h_expect(a, "OK {", "LOCKS");
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -709,13 +650,13 @@ static void assert_recovering_for(struct h_client *c, long long min_ms)
  * recovering for most of the minute. */
 static void lease_outlives_two_restarts(const char *res)
 {
-    struct h_client *a = client(0, &D1), *b = client(1, &D2);
+    struct h_client *a = h_cluster_client(&K, 0, 0), *b = h_cluster_client(&K, 1, 1);
 
     h_expect(a, "OK resource=", "LOCK %s ttl=60000 renew=0", res);
     restart_empty(0x6);
     assert_refused_for(b, res, 6000);
     assert_recovering_for(b, 45000);
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 
 /* Two daemons started with max_ttl_ms 3000, reloaded to 60000: the
@@ -726,11 +667,9 @@ START_TEST(reload_raises_max_ttl)
                        "\"default_ttl_ms\":1000},"
                        "\"redis\":{\"reconnect_max_ms\":200}}";
 
-    h_redis_start_all(N, NNODES, NULL);
-    start_daemon(&D1, conf);
-    start_daemon(&D2, conf);
-    reload_max_ttl(&D1, 60000);
-    reload_max_ttl(&D2, 60000);
+    h_cluster_start(&K, NNODES, 2, conf, T(5000));
+    reload_max_ttl(D1, 60000);
+    reload_max_ttl(D2, 60000);
     lease_outlives_two_restarts("long");
 }
 END_TEST
@@ -739,11 +678,11 @@ END_TEST
  * ttl granted from the node that kept its data, and waits that long. */
 START_TEST(daemons_with_different_max_ttl)
 {
-    h_redis_start_all(N, NNODES, NULL);
-    start_daemon(&D1, "{\"locks\":{\"max_ttl_ms\":60000},"
-                      "\"redis\":{\"reconnect_max_ms\":200}}");
-    start_daemon(&D2, "{\"locks\":{\"max_ttl_ms\":3000,\"default_ttl_ms\":1000},"
-                      "\"redis\":{\"reconnect_max_ms\":200}}");
+    h_cluster_nodes(&K, NNODES, NULL);
+    h_cluster_daemon(&K, 0, "{\"locks\":{\"max_ttl_ms\":60000},"
+                            "\"redis\":{\"reconnect_max_ms\":200}}", T(5000));
+    h_cluster_daemon(&K, 1, "{\"locks\":{\"max_ttl_ms\":3000,\"default_ttl_ms\":1000},"
+                            "\"redis\":{\"reconnect_max_ms\":200}}", T(5000));
     lease_outlives_two_restarts("long2");
 }
 END_TEST
