@@ -109,14 +109,20 @@ static void op_deferred(struct timer *t)
  * and the releases of sessions that ended (RELEASE_MANY). Not 0 ms: timers
  * started while timers run fire in the same run when due, so the flush
  * would come right after the first request, before the others due at the
- * same time (lockmgr brings renewals due together, lease_renew_due). At
- * most REDLOCK_BATCHES_OUT batches of a queue are out (a batch stops
- * counting once a quorum answered): a thousand sessions dropped at once
- * queue their releases here rather than in hiredis's buffers, and memory
- * stays bounded.
+ * same time (lockmgr brings renewals due together, lease_renew_due).
+ *
+ * What is due goes out at once, however many batches that makes: a
+ * renewal waits for the nodes, never for other renewals, so renewals keep
+ * up with any rate the nodes can answer, however far away they are (keys
+ * out = rate x round trip). Only redis.batch_keys_in_flight bounds a
+ * queue's keys out (a batch stops counting once a quorum answered), so
+ * that a burst far beyond any renewal load (a hundred thousand sessions'
+ * releases at once) waits here in the ops rather than as request copies
+ * and hiredis output buffers on every node. A fixed number of batches
+ * out was a cliff: 4 x 128 keys per round trip of the quorum's slowest
+ * node, 2,500 renewals a second at 200 ms (issue 19).
  */
 #define REDLOCK_BATCH_MS 1
-#define REDLOCK_BATCHES_OUT 4
 /* After a burst of this many batched requests, free memory goes back to
  * the system (malloc_trim) once the queue is empty. */
 #define REDLOCK_TRIM_AFTER 4096
@@ -126,7 +132,8 @@ enum { BQ_EXTEND, BQ_RELEASE, BQ_COUNT };
 struct batch_queue {
     struct list ops;        /* struct op (blink) */
     size_t n;
-    int out;                /* batches in flight */
+    size_t keys_out;        /* keys of the batches out, until a quorum of
+                               nodes answered each */
     size_t burst;           /* requests since the queue was last empty */
     enum op_kind kind;
     enum pool_script script;
@@ -157,7 +164,7 @@ void redlock_init(const struct conf *conf)
         struct batch_queue *q = &BQ[i];
         list_init(&q->ops);
         q->n = 0;
-        q->out = 0;
+        q->keys_out = 0;
         q->burst = 0;
         q->kind = i == BQ_EXTEND ? OP_EXTEND : OP_RELEASE;
         q->script = i == BQ_EXTEND ? POOL_SCRIPT_EXTEND_MANY
@@ -955,7 +962,7 @@ struct batch {
     struct batch_queue *q;
     int refs;               /* node requests outstanding, +1 while sending */
     int answered;           /* nodes that replied */
-    bool out;               /* counted in q->out */
+    bool out;               /* counted in q->keys_out */
     int n;
     struct op *ops[];
 };
@@ -970,7 +977,7 @@ static void batch_let_go(struct batch *b)
     if (!b->out)
         return;
     b->out = false;
-    q->out--;
+    q->keys_out -= (size_t)b->n;
     if (q->n > 0 && !q->flush.slot)
         timer_start(&q->flush, 0);
 }
@@ -983,7 +990,7 @@ static void batch_put(struct batch *b)
         return;
     batch_let_go(b);
     free(b);
-    if (q->n == 0 && q->out == 0) {
+    if (q->n == 0 && q->keys_out == 0) {
 #ifdef __GLIBC__
         if (q->burst >= REDLOCK_TRIM_AFTER)
             malloc_trim(0);
@@ -1037,9 +1044,8 @@ static int batch_words(const struct batch *b, const char **argv,
     return k - n;
 }
 
-/* Send the first POOL_BATCH_MAX ops of q (there are some, and fewer than
- * REDLOCK_BATCHES_OUT batches are out); as op_fan_out, a node that cannot
- * take them fails each at once. */
+/* Send the first POOL_BATCH_MAX ops of q (there are some); as op_fan_out,
+ * a node that cannot take them fails each at once. */
 static void batch_send(struct batch_queue *q)
 {
     int n = q->n < POOL_BATCH_MAX ? (int)q->n : POOL_BATCH_MAX;
@@ -1055,7 +1061,7 @@ static void batch_send(struct batch_queue *q)
         b->ops[i]->pending = 1;
     }
     q->n -= (size_t)n;
-    q->out++;
+    q->keys_out += (size_t)n;
     b->out = true;
     b->q = q;
     b->n = n;
@@ -1089,7 +1095,8 @@ static void batch_flush_cb(struct timer *t)
 {
     struct batch_queue *q = t->data;
 
-    while (q->n > 0 && q->out < REDLOCK_BATCHES_OUT)
+    /* Read live: a SIGHUP may change it. */
+    while (q->n > 0 && q->keys_out < RC->redis.batch_keys_in_flight)
         batch_send(q);
 }
 
