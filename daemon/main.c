@@ -337,6 +337,7 @@ static int run(void)
         uv_run(&D.loop, UV_RUN_DEFAULT);
     }
     lockmgr_deinit();
+    redlock_deinit();
     uv_loop_close(&D.loop);
     return rc == 0 ? 0 : 1;
 }

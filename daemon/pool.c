@@ -448,6 +448,25 @@ static const char *const pool_lua[POOL_SCRIPT_COUNT] = {
         "  c = ARGV[2]\n"
         "end\n"
         "return {1, c}\n",
+    /* A late holder's keys carry the fence the grant got, not its own
+     * larger counter (which stays: counters never go down), so that
+     * STATUS and ADOPT read the grant's fence there too. */
+    [POOL_SCRIPT_SET_FENCE] =
+        POOL_LUA_OURS
+        POOL_LUA_FENCE_OF
+        "local n = 0\n"
+        "for i = 1, #KEYS do\n"
+        "  local v = redis.pcall('GET', KEYS[i])\n"
+        "  if ours(v, ARGV[1]) then\n"
+        "    local f = fence_of(v)\n"
+        "    if f and f ~= ARGV[2] then\n"
+        "      redis.call('SET', KEYS[i], string.sub(v, 1, #v - #f) .. ARGV[2],\n"
+        "                 'KEEPTTL')\n"
+        "      n = n + 1\n"
+        "    end\n"
+        "  end\n"
+        "end\n"
+        "return n\n",
     /* STATUS: the exclusive key's PTTL, the live shared holders, for
      * each of K semaphore slots (keys ARGV[1] .. i, which are not in KEYS:
      * there can be up to locks.max_limit of them) '1' if it exists, and
