@@ -110,6 +110,8 @@ static const struct conf_key conf_keys[] = {
            1, 3600000),
     K_UINT("redis.probe_interval_ms", redis.probe_interval_ms, 1000,
            10, 600000),
+    K_UINT("redis.batch_keys_in_flight", redis.batch_keys_in_flight, 65536,
+           1, 16777216),
 
     K_STR("locks.key_prefix", locks.key_prefix, "lock:", 0, 128, 0),
     K_STR("locks.fence_key", locks.fence_key, "redlockd:fence",
@@ -1099,7 +1101,8 @@ int conf_load(struct conf *c, const char *path, char *err, size_t errlen)
  * restart. */
 static const char *const conf_live_keys[] = {
     "log.", "limits.", "auth.", "redis.username", "redis.password",
-    "redis.probe_interval_ms", "locks.default_ttl_ms", "locks.min_ttl_ms",
+    "redis.probe_interval_ms", "redis.batch_keys_in_flight",
+    "locks.default_ttl_ms", "locks.min_ttl_ms",
     "locks.max_ttl_ms", "locks.max_wait_ms", "locks.lock_delay_ms",
     "locks.retry_ms", "locks.max_limit", "locks.max_multi",
     "shutdown_timeout_ms",

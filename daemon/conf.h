@@ -91,6 +91,8 @@ struct conf {
         unsigned reconnect_max_ms;  /* backoff cap */
         unsigned probe_interval_ms; /* each node is asked something at
                                        least this often */
+        unsigned batch_keys_in_flight; /* keys of batched renewals (and,
+                                       apart, releases) out at once */
     } redis;
 
     struct {

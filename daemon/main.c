@@ -353,6 +353,7 @@ static int run(void)
         uv_run(&app.loop, UV_RUN_DEFAULT);
     }
     lockmgr_deinit();
+    redlock_deinit();
     uv_loop_close(&app.loop);
     return rc == 0 ? 0 : 1;
 }

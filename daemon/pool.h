@@ -124,6 +124,13 @@ enum pool_script {
                                [,"slot","limit"]} | {0} */
     POOL_SCRIPT_RELEASE_MANY,   /* KEYS lock|shared... ARGV channel,
                                    instance id,token... -> {1|0, ...} */
+    POOL_SCRIPT_SET_FENCE,  /* KEYS lock... ARGV token,fence -> keys
+                               rewritten: where a key holds the token, the
+                               fence its value carries becomes ARGV[2] (ttl
+                               kept). For a node that answered a grant
+                               after the quorum had decided it, with a
+                               counter above the grant's fence (redlock.c,
+                               op_align) */
     POOL_SCRIPT_COUNT
 };
 

@@ -7,6 +7,16 @@
  * acquisition owns one vote per node (votes[]), which its raise round,
  * the same op with kind OP_RAISE, updates in place. An op keeps copies of its keys: for an acquisition, the n
  * exclusive keys and, when given, the n shared holders' sets after them.
+ *
+ * Answers at a quorum: a grant or a renewal is answered as soon as the
+ * nodes that replied decide it, as a Redlock library does, not after the
+ * slowest node (on a loaded host, the last of three nodes to be scheduled
+ * was a quarter to a half of every request's time). The op then lives on,
+ * answered, until its last reply, which still counts for node health and
+ * the largest fence seen. A release or extend with the token of such an
+ * acquisition waits until that last reply (op_follow), so that on a node
+ * still running the acquisition it can never run first, over another
+ * connection, and leave the key behind.
  */
 #include "redlock.h"
 
@@ -21,6 +31,7 @@
 #include <uv.h>
 
 #include "conf.h"
+#include "hmap.h"
 #include "list.h"
 #include "log.h"
 #include "mem.h"
@@ -51,6 +62,9 @@ struct op {
     int nres;               /* acquire: resources */
     bool with_shared;       /* acquire: their shared sets follow the keys */
     int pending;            /* node requests outstanding (+1 while sending) */
+    bool answered;          /* cb ran before the last reply (a quorum
+                               decided); the op lives on until then */
+    bool in_early;          /* an answered acquisition: in `early` */
     struct redlock_result res;
     uint64_t start_ns;
     uint32_t ttl;
@@ -73,7 +87,13 @@ struct op {
     size_t keylen;
     const char *label;      /* acquire: the holder label ("" for none), in
                                this allocation after the keys */
-    struct list blink;      /* batched: in its queue (struct batch_queue) */
+    struct list blink;      /* batched: in its queue (struct batch_queue);
+                               or waiting in an acquisition's `followers` */
+    struct batch_queue *bq; /* waiting to be batched there, or NULL */
+    /* An acquisition answered before its last reply: in `early` by token,
+     * with the releases and extends of that token waiting for it. */
+    struct hmap_node tnode;
+    struct list followers;
     char token[REDLOCK_TOKEN_LEN + 1];
     _Alignas(uint64_t) char buf[];  /* gens, the key pointers and lengths,
                                        then the keys' bytes, each
@@ -82,6 +102,8 @@ struct op {
 
 static const struct conf *RC;
 static size_t live;         /* ops and inspections not finished yet */
+/* Acquisitions answered and still waiting for a node, by token. */
+static struct hmap early;
 /* The largest fence counter this daemon has seen a voting node hold for one
  * of its keys, or granted. Every acquisition sends it: a node behind it
  * moves up to it, so the nodes' counters converge and the normal grant is
@@ -113,14 +135,20 @@ static void op_deferred(struct timer *t)
  * and the releases of sessions that ended (RELEASE_MANY). Not 0 ms: timers
  * started while timers run fire in the same run when due, so the flush
  * would come right after the first request, before the others due at the
- * same time (lockmgr brings renewals due together, lease_renew_due). At
- * most REDLOCK_BATCHES_OUT batches of a queue are out (a batch stops
- * counting once a quorum answered): a thousand sessions dropped at once
- * queue their releases here rather than in hiredis's buffers, and memory
- * stays bounded.
+ * same time (lockmgr brings renewals due together, lease_renew_due).
+ *
+ * What is due goes out at once, however many batches that makes: a
+ * renewal waits for the nodes, never for other renewals, so renewals keep
+ * up with any rate the nodes can answer, however far away they are (keys
+ * out = rate x round trip). Only redis.batch_keys_in_flight bounds a
+ * queue's keys out (a batch stops counting once a quorum answered), so
+ * that a burst far beyond any renewal load (a hundred thousand sessions'
+ * releases at once) waits here in the ops rather than as request copies
+ * and hiredis output buffers on every node. A fixed number of batches
+ * out was a cliff: 4 x 128 keys per round trip of the quorum's slowest
+ * node, 2,500 renewals a second at 200 ms (issue 19).
  */
 #define REDLOCK_BATCH_MS 1
-#define REDLOCK_BATCHES_OUT 4
 /* After a burst of this many batched requests, free memory goes back to
  * the system (malloc_trim) once the queue is empty. */
 #define REDLOCK_TRIM_AFTER 4096
@@ -130,7 +158,8 @@ enum { BQ_EXTEND, BQ_RELEASE, BQ_COUNT };
 struct batch_queue {
     struct list ops;        /* struct op (blink) */
     size_t n;
-    int out;                /* batches in flight */
+    size_t keys_out;        /* keys of the batches out, until a quorum of
+                               nodes answered each */
     size_t burst;           /* requests since the queue was last empty */
     enum op_kind kind;
     enum pool_script script;
@@ -139,6 +168,8 @@ struct batch_queue {
 static struct batch_queue BQ[BQ_COUNT];
 
 static void batch_flush_cb(struct timer *t);
+static void batch_add(struct batch_queue *q, struct op *o);
+static bool op_follow(struct op *o, struct batch_queue *q);
 
 static int64_t rules_drift_ms(uint32_t ttl)
 {
@@ -161,7 +192,7 @@ void redlock_init(const struct conf *conf)
         struct batch_queue *q = &BQ[i];
         list_init(&q->ops);
         q->n = 0;
-        q->out = 0;
+        q->keys_out = 0;
         q->burst = 0;
         q->kind = i == BQ_EXTEND ? OP_EXTEND : OP_RELEASE;
         q->script = i == BQ_EXTEND ? POOL_SCRIPT_EXTEND_MANY
@@ -169,8 +200,14 @@ void redlock_init(const struct conf *conf)
         timer_init(&q->flush, batch_flush_cb, q);
     }
     node_set_rules(&rules);
+    hmap_init(&early);
     for (size_t i = 0; i < REDLOCK_ERRLOG_SLOTS; i++)
         errlog[i].node = -1;
+}
+
+void redlock_deinit(void)
+{
+    hmap_deinit(&early);
 }
 
 /* ---- pure parts --------------------------------------------------------- */
@@ -408,6 +445,7 @@ static struct op *op_create(enum op_kind kind, int nkeys,
         o->votes = mem_alloc((size_t)pool_nnodes() * sizeof(*o->votes));
     o->start_ns = uv_hrtime();
     o->res.pttl = -1;
+    list_init(&o->followers);
     live++;
     timer_init(&o->defer, op_deferred, o);
     return o;
@@ -606,6 +644,8 @@ static void op_fan_out(struct op *o)
     int nkeys = 1, nargs = 2;
     enum pool_script s;
 
+    if ((o->kind == OP_RELEASE || o->kind == OP_EXTEND) && op_follow(o, NULL))
+        return;
     argv[0] = o->key;
     lens[0] = o->keylen;
     switch (o->kind) {
@@ -676,18 +716,70 @@ static void op_fan_out(struct op *o)
     op_sent(o);
 }
 
-static void op_finish(struct op *o)
+/* Send (or batch) an op that waited for an acquisition's last reply. */
+static void op_go(struct op *o)
 {
-    o->res.elapsed_ms = op_elapsed_ms(o);
-    if (o->cb)
-        o->cb(o->ud, &o->res);
+    if (o->bq)
+        batch_add(o->bq, o);
+    else
+        op_fan_out(o);
+}
+
+/*
+ * Is an acquisition with o's token answered and still waiting for a
+ * node? Then o (a release or an extend of that lease) waits for its last
+ * reply, and true.
+ */
+static bool op_follow(struct op *o, struct batch_queue *q)
+{
+    struct hmap_node *n;
+
+    if (early.count == 0)
+        return false;
+    n = hmap_get(&early, o->token, strlen(o->token));
+    if (!n)
+        return false;
+    o->bq = q;
+    list_push_tail(&container_of(n, struct op, tnode)->followers, &o->blink);
+    return true;
+}
+
+static void op_free(struct op *o)
+{
+    struct list *p;
+
+    if (o->in_early)
+        hmap_del(&early, &o->tnode);
+    while ((p = list_first(&o->followers))) {
+        list_remove(p);
+        op_go(container_of(p, struct op, blink));
+    }
     free(o->votes);
     free(o);
     live--;
 }
 
+/* The answer. An op still waiting for nodes is freed by its last reply;
+ * an acquisition is found by its token until then (op_follow). */
+static void op_finish(struct op *o)
+{
+    o->res.elapsed_ms = op_elapsed_ms(o);
+    if (o->pending > 0) {
+        o->answered = true;
+        if (o->kind == OP_ACQUIRE || o->kind == OP_RAISE) {
+            o->in_early = true;
+            hmap_put(&early, &o->tnode, o->token, strlen(o->token));
+        }
+    }
+    if (o->cb)
+        o->cb(o->ud, &o->res);
+    if (o->pending == 0)
+        op_free(o);
+}
+
 static void acquire_done(struct op *o);
 static void raise_done(struct op *o);
+static void acquire_end(struct op *o, const struct redlock_fence_plan *p);
 
 /* A fence counter as the scripts return it: a decimal string. */
 static int counter_parse(const redisReply *r, uint64_t *out)
@@ -862,14 +954,115 @@ static void op_count(struct op *o, int node, redisReply *r)
     }
 }
 
+static void align_done(void *ud, int node, redisReply *r)
+{
+    (void)ud;
+    if (r && r->type == REDIS_REPLY_ERROR)
+        log_info("redis %s: setting a late holder's fence failed: %s",
+                 pool_node_name(node), r->str);
+}
+
+/*
+ * A reply after the grant was answered: a holder whose counter was ahead
+ * of the quorum's keeps the grant's keys with its own, larger counter as
+ * their fence. ADOPT takes the largest fence the keys carry and STATUS
+ * shows it: have them carry the grant's fence there too. (A shared hold's
+ * member carries none.)
+ */
+static void op_align(struct op *o, int node, const redisReply *r)
+{
+    const char *argv[CONF_MAX_MULTI + 2];
+    size_t lens[CONF_MAX_MULTI + 2];
+    char fence[POOL_NUM_SIZE];
+    long long owned;
+    uint64_t c;
+    int n = o->nres;
+
+    if (!r || !fence_reply(r, &owned) || owned != 1 ||
+        counter_parse(r->element[1], &c) != 0 || c <= o->res.fence)
+        return;
+    if (o->mode == REDLOCK_SHARED) {
+        /* The member's fence is a field of the set's fences hash. */
+        size_t len = 0;
+        argv[0] = op_shared(o, 0, &len);
+        lens[0] = len;
+        n = 1;
+    } else {
+        for (int i = 0; i < n; i++)
+            argv[i] = o->keys[i], lens[i] = o->lens[i];
+    }
+    snprintf(fence, sizeof(fence), "%" PRIu64, o->res.fence);
+    argv[n] = o->token;
+    lens[n] = strlen(o->token);
+    argv[n + 1] = fence;
+    lens[n + 1] = strlen(fence);
+    log_debug("%.*s: node %s answered after the grant with counter %" PRIu64
+              " above its fence %" PRIu64 ": setting the fence its keys "
+              "carry", (int)o->keylen, o->key, pool_node_name(node), c,
+              o->res.fence);
+    (void)pool_script(node, POOL_SCRIPT_SET_FENCE, n, 2, argv, lens,
+                      align_done, NULL);
+}
+
+/* Before the last reply: do the replies so far decide o? Then answer. */
+static void op_try_early(struct op *o)
+{
+    int64_t validity = redlock_validity(o->ttl, op_elapsed_ms(o),
+                                        RC->locks.drift_factor);
+    struct redlock_fence_plan p;
+
+    switch (o->kind) {
+    case OP_ACQUIRE:
+    case OP_RAISE:
+        /* The nodes yet to answer count as failed: a grant on the votes
+         * in is a grant by the rule (docs/design.md, "Fences"); F is the
+         * largest counter among the holders that answered, and a quorum
+         * of them is at F. */
+        redlock_fence_plan(o->votes, pool_nnodes(), o->kind == OP_RAISE ?
+                           o->res.fence : 0, validity, false, &p, NULL);
+        if (p.step != REDLOCK_STEP_GRANT)
+            return;
+        o->res.validity = validity;
+        if (o->kind == OP_ACQUIRE)
+            o->res.rounds = 1;
+        acquire_end(o, &p);
+        return;
+    case OP_EXTEND:
+        if (o->res.ok < redlock_quorum(pool_nnodes()) || validity <= 0)
+            return;
+        o->res.validity = validity;
+        o->res.status = REDLOCK_OK;
+        op_finish(o);
+        return;
+    default:
+        /* A release is answered with the nodes that deleted the key, and
+         * its lease frees its entry only once the key is gone everywhere;
+         * an ADOPT's rotation is rare. Both wait for every node. */
+        return;
+    }
+}
+
 static void op_reply(void *ud, int node, redisReply *r)
 {
     struct op *o = ud;
 
-    if (node >= 0)
+    if (node >= 0) {
         op_count(o, node, r);
-    if (--o->pending > 0)
+        /* Only the first round's late replies: a raise sets a holder's
+         * value to the fence itself. */
+        if (o->answered && o->kind == OP_ACQUIRE &&
+            o->res.status == REDLOCK_OK)
+            op_align(o, node, r);
+    }
+    if (--o->pending > 0) {
+        if (node >= 0 && !o->answered)
+            op_try_early(o);
         return;
+    }
+    if (o->answered) {
+        op_free(o);
+        return;
+    }
 
     int64_t validity = redlock_validity(o->ttl, op_elapsed_ms(o),
                                         RC->locks.drift_factor);
@@ -1062,7 +1255,7 @@ struct batch {
     struct batch_queue *q;
     int refs;               /* node requests outstanding, +1 while sending */
     int answered;           /* nodes that replied */
-    bool out;               /* counted in q->out */
+    bool out;               /* counted in q->keys_out */
     int n;
     struct op *ops[];
 };
@@ -1077,7 +1270,7 @@ static void batch_let_go(struct batch *b)
     if (!b->out)
         return;
     b->out = false;
-    q->out--;
+    q->keys_out -= (size_t)b->n;
     if (q->n > 0 && !q->flush.slot)
         timer_start(&q->flush, 0);
 }
@@ -1090,7 +1283,7 @@ static void batch_put(struct batch *b)
         return;
     batch_let_go(b);
     free(b);
-    if (q->n == 0 && q->out == 0) {
+    if (q->n == 0 && q->keys_out == 0) {
 #ifdef __GLIBC__
         if (q->burst >= REDLOCK_TRIM_AFTER)
             malloc_trim(0);
@@ -1144,9 +1337,8 @@ static int batch_words(const struct batch *b, const char **argv,
     return k - n;
 }
 
-/* Send the first POOL_BATCH_MAX ops of q (there are some, and fewer than
- * REDLOCK_BATCHES_OUT batches are out); as op_fan_out, a node that cannot
- * take them fails each at once. */
+/* Send the first POOL_BATCH_MAX ops of q (there are some); as op_fan_out,
+ * a node that cannot take them fails each at once. */
 static void batch_send(struct batch_queue *q)
 {
     int n = q->n < POOL_BATCH_MAX ? (int)q->n : POOL_BATCH_MAX;
@@ -1162,7 +1354,7 @@ static void batch_send(struct batch_queue *q)
         b->ops[i]->pending = 1;
     }
     q->n -= (size_t)n;
-    q->out++;
+    q->keys_out += (size_t)n;
     b->out = true;
     b->q = q;
     b->n = n;
@@ -1196,12 +1388,15 @@ static void batch_flush_cb(struct timer *t)
 {
     struct batch_queue *q = t->data;
 
-    while (q->n > 0 && q->out < REDLOCK_BATCHES_OUT)
+    /* Read live: a SIGHUP may change it. */
+    while (q->n > 0 && q->keys_out < RC->redis.batch_keys_in_flight)
         batch_send(q);
 }
 
 static void batch_add(struct batch_queue *q, struct op *o)
 {
+    if (op_follow(o, q))
+        return;
     list_push_tail(&q->ops, &o->blink);
     q->n++;
     q->burst++;

@@ -154,6 +154,8 @@ typedef void (*redlock_inspect_cb)(void *ud, const struct redlock_node_view *v,
 
 struct conf;
 void redlock_init(const struct conf *conf);
+/* Free what redlock_init allocated, once no op is left (redlock_live). */
+void redlock_deinit(void);
 
 void redlock_acquire(const struct redlock_lock *lk, const char *token,
                      uint32_t ttl, redlock_cb cb, void *ud);

@@ -15,6 +15,10 @@
  *     lands (both granted, in order), or B's raise on node 1, a node where
  *     B holds the key, is lost (B may not count nodes where it holds no
  *     key: it fails, and A's fence is still above any granted before);
+ *   - a grant answered on the two fast nodes (counters 5 and 5) before
+ *     the third, 200 ms away and at 1000, has answered: fence 6; once the
+ *     slow node's answer is in, its key carries fence 6 too, not its own
+ *     1001, so that ADOPT on another daemon finds the lease's fence;
  *   - a node answering WRONGTYPE (the lock's key is a hash there) or OOM
  *     (maxmemory reached, noeviction): LOCK is granted by the other two,
  *     and the daemon's log names the node and the reason, once for many
@@ -203,6 +207,58 @@ START_TEST(alternating_daemons)
 }
 END_TEST
 
+/* ---- a grant answered before a holder that is ahead -------------------- */
+
+START_TEST(late_holder_ahead)
+{
+    const char *res = "fence:late";
+    int ports[NNODES];
+    char token[64], *v = NULL;
+    unsigned long long f;
+    char *line;
+
+    h_redis_start_all(N, NNODES, NULL);
+    set_counter(0, 5);
+    set_counter(1, 5);
+    set_counter(2, 1000);
+    h_proxy_start(&X[0], N[2].port);
+    for (int i = 0; i < NNODES; i++)
+        ports[i] = N[i].port;
+    ports[2] = X[0].port;
+    h_daemon_start_ports(&D1, ports, NNODES,
+                         "{\"redis\":{\"command_timeout_ms\":3000}}");
+    h_daemon_start(&D2, N, NNODES, NULL);
+    h_wait_voting(&D1, NNODES, h_scale(5000));
+    h_wait_voting(&D2, NNODES, h_scale(5000));
+    h_connect_tcp_ok(&A, D1.port);
+    h_connect_tcp_ok(&B, D2.port);
+    h_proxy_ctl(&X[0], "delay 100");
+
+    line = h_expect(&A, "OK resource=", "LOCK %s ttl=20000", res);
+    h_kv_copy(line, "token", token, sizeof(token));
+    f = fence_of(line);
+    ck_assert_msg(f == 6, "counters 5, 5 and 1000 (200 ms away): fence %llu, "
+                  "want 6 from the two fast nodes", f);
+    /* The slow node's answer, then the fence set on its key. */
+    h_sleep_ms(600);
+    ck_assert_uint_eq(counter(2), 1001);
+    h_redis_cmd(&N[2], &v, "GET lock:%s", res);
+    ck_assert_msg(v && h_holds_token(v, token) && strlen(v) > 2 &&
+                  strcmp(v + strlen(v) - 2, " 6") == 0,
+                  "node 2 holds \"%s\": want the token with fence 6",
+                  v ? v : "(nothing)");
+    free(v);
+
+    line = h_expect(&B, "OK resource=", "ADOPT %s token=%s ttl=20000", res,
+                    token);
+    ck_assert_msg(fence_of(line) == 6, "ADOPT after the grant: \"%s\", want "
+                  "fence 6", line);
+    h_expect(&B, "OK ", "UNLOCK %s", res);
+    h_proxy_ctl(&X[0], "pass");
+    stop_daemons();
+}
+END_TEST
+
 /* ---- a vote held across another acquisition's whole lease --------------- */
 
 /*
@@ -386,6 +442,7 @@ static Suite *fence_suite(void)
     tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, diverged_first_grant);
     tcase_add_test(tc, alternating_daemons);
+    tcase_add_test(tc, late_holder_ahead);
     tcase_add_test(tc, straddle_raise_lands);
     tcase_add_test(tc, straddle_raise_lost);
     tcase_add_test(tc, error_wrongtype);

@@ -318,6 +318,34 @@ START_TEST(adopt_kinds)
 }
 END_TEST
 
+/* ---- SET_FENCE: a late holder's keys carry the grant's fence ------------- */
+
+START_TEST(set_fence)
+{
+    assert_pair(acquire("lock:sf", TOK_A, "0"), 1, "1");
+    cmd("SET %s 40", FENCE);
+    /* Another token: untouched. The holder's: its value says 9, ttl kept. */
+    assert_int(run(POOL_SCRIPT_SET_FENCE, 1, NULL, "lock:sf", TOK_B, "9",
+                   NULL), 0);
+    assert_int(run(POOL_SCRIPT_SET_FENCE, 1, NULL, "lock:sf", TOK_A, "9",
+                   NULL), 1);
+    ck_assert_str_eq(get("lock:sf"), TOK_A " " LABEL " 9");
+    redisReply *r = redisCommand(C, "PTTL lock:sf");
+    ck_assert_int_gt(r->integer, 29000);
+    freeReplyObject(r);
+    ck_assert_str_eq(get(FENCE), "40");     /* counters never go down */
+    /* A shared hold: its field in the set's fences hash. */
+    assert_pair(run(POOL_SCRIPT_ACQUIRE_SHARED, 3, "", "lock:ss", FENCE,
+                    "lock:ss:shared", TOK_A, "30000", "0", "", "0", NULL),
+                1, "41");
+    assert_int(run(POOL_SCRIPT_SET_FENCE, 1, NULL, "lock:ss:shared", TOK_A,
+                   "12", NULL), 1);
+    r = redisCommand(C, "HGET %s %s", "lock:ss:shared fences", TOK_A);
+    ck_assert_str_eq(r->str, "12");
+    freeReplyObject(r);
+}
+END_TEST
+
 static Suite *lua_suite(void)
 {
     Suite *s = suite_create("lua");
@@ -331,6 +359,7 @@ static Suite *lua_suite(void)
     tcase_add_test(tc, guard_marker);
     tcase_add_test(tc, batch_per_key);
     tcase_add_test(tc, adopt_kinds);
+    tcase_add_test(tc, set_fence);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -25,7 +25,11 @@
  *     after the ttl has run out: ERR UNAVAILABLE, never an OK with a
  *     validity that is already used up;
  *   - FORCEUNLOCK with one node slow: the holder on the same daemon is
- *     told at once, not after the slowest node answered.
+ *     told at once, not after the slowest node answered;
+ *   - LOCK and EXTEND with one node slow are answered as soon as the two
+ *     fast nodes decided, not after the slow one; an UNLOCK right after
+ *     the LOCK waits for the slow node's acquisition, then deletes the
+ *     key everywhere (nodes=3), and the slow node keeps nothing.
  *
  * Lower time bounds (how long the proxy must hold) are exact, the proxy
  * never lets a chunk leave early; upper bounds are generous.
@@ -590,6 +594,46 @@ START_TEST(forceunlock_tells_local_holder_first)
 }
 END_TEST
 
+/* Node 0 300 ms away each way: a grant and a renewal need only the two
+ * fast nodes; the release of a grant whose slow vote is still out waits
+ * for it, so that it cannot overtake the acquisition there. */
+START_TEST(answers_at_quorum)
+{
+    const int slow = 300;
+    uint64_t t0;
+    long long ms;
+    char *line;
+
+    start_daemon("{\"redis\":{\"command_timeout_ms\":3000}}");
+    h_proxy_ctl(&X[0], "delay %d", slow);
+
+    t0 = h_now_ms();
+    lock_ok("q:1", 10000, 10000);
+    ms = h_since(t0);
+    ck_assert_msg(ms < slow, "LOCK took %lld ms: it waited for the slow "
+                  "node", ms);
+    line = h_expect(&C, "OK resource=q:1 ", "UNLOCK q:1");
+    ms = h_since(t0);
+    ck_assert_msg(h_starts(line, "OK resource=q:1 nodes=3"),
+                  "UNLOCK q:1 right after LOCK: \"%s\"", line);
+    ck_assert_msg(ms >= 4 * slow, "LOCK + UNLOCK took %lld ms: the release "
+                  "did not wait for the slow node's acquisition", ms);
+    ck_assert_int_eq(h_redis_cmd(&N[0], NULL, "EXISTS lock:q:1"), 0);
+
+    lock_ok("q:2", 10000, 10000);
+    h_sleep_ms(3 * slow);       /* the slow node's vote is in */
+    t0 = h_now_ms();
+    line = h_expect(&C, "OK resource=q:2 ", "EXTEND q:2 ttl=20000");
+    ms = h_since(t0);
+    ck_assert_msg(ms < slow, "EXTEND took %lld ms: it waited for the slow "
+                  "node (%s)", ms, line);
+    h_expect(&C, "OK resource=q:2 nodes=3", "UNLOCK q:2");
+    ck_assert_int_eq(h_redis_cmd(&N[0], NULL, "EXISTS lock:q:2"), 0);
+    h_proxy_ctl(&X[0], "pass");
+    ck_assert_int_eq(h_daemon_finish(&D), 0);
+}
+END_TEST
+
 static Suite *proxy_suite(void)
 {
     Suite *s = suite_create("proxy");
@@ -605,6 +649,7 @@ static Suite *proxy_suite(void)
     tcase_add_test(tc, daemon_slow_node_times_out);
     tcase_add_test(tc, daemon_slow_quorum_unavailable);
     tcase_add_test(tc, forceunlock_tells_local_holder_first);
+    tcase_add_test(tc, answers_at_quorum);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -79,6 +79,7 @@ static void assert_defaults(const struct conf *d)
     ck_assert_uint_eq(d->redis.connect_timeout_ms, 1000);
     ck_assert_uint_eq(d->redis.command_timeout_ms, 100);
     ck_assert_uint_eq(d->redis.reconnect_max_ms, 5000);
+    ck_assert_uint_eq(d->redis.batch_keys_in_flight, 65536);
     ck_assert_str_eq(d->locks.key_prefix, "lock:");
     ck_assert_str_eq(d->locks.fence_key, "redlockd:fence");
     ck_assert_str_eq(d->locks.release_channel, "redlockd:released");
@@ -146,7 +147,8 @@ static const char all_keys[] =
     "    \"pool_size\": 4,\n"
     "    \"connect_timeout_ms\": 2000,\n"
     "    \"command_timeout_ms\": 50,\n"
-    "    \"reconnect_max_ms\": 10000\n"
+    "    \"reconnect_max_ms\": 10000,\n"
+    "    \"batch_keys_in_flight\": 4096\n"
     "  },\n"
     "  \"locks\": {\n"
     "    \"key_prefix\": \"app:lock:\",\n"
@@ -205,6 +207,7 @@ START_TEST(test_all_keys)
     ck_assert_uint_eq(c.redis.connect_timeout_ms, 2000);
     ck_assert_uint_eq(c.redis.command_timeout_ms, 50);
     ck_assert_uint_eq(c.redis.reconnect_max_ms, 10000);
+    ck_assert_uint_eq(c.redis.batch_keys_in_flight, 4096);
     ck_assert_str_eq(c.locks.key_prefix, "app:lock:");
     ck_assert_str_eq(c.locks.fence_key, "app:fence");
     ck_assert_str_eq(c.locks.release_channel, "app:released");
@@ -239,6 +242,8 @@ static const char *const good_rows[] = {
     "{\"limits\": {\"max_line\": 1048576}}",
     "{\"limits\": {\"max_output_bytes\": 1073741824}}",
     "{\"redis\": {\"db\": 1000, \"pool_size\": 64}}",
+    "{\"redis\": {\"batch_keys_in_flight\": 1}}",
+    "{\"redis\": {\"batch_keys_in_flight\": 16777216}}",
     "{\"locks\": {\"drift_factor\": 0}}",
     "{\"locks\": {\"drift_factor\": 0.0}}",
     "{\"locks\": {\"drift_factor\": 0.499}}",
@@ -322,6 +327,8 @@ static const struct bad_row bad_rows[] = {
     { "{\"redis\": {\"db\": -1}}", "redis.db", "must be between 0 and 1000" },
     { "{\"redis\": {\"pool_size\": 0}}", "redis.pool_size",
       "must be between 1 and 64" },
+    { "{\"redis\": {\"batch_keys_in_flight\": 0}}",
+      "redis.batch_keys_in_flight", "must be between 1 and 16777216" },
     { "{\"redis\": {\"command_timeout_ms\": 0}}", "redis.command_timeout_ms",
       "must be between 1 and 600000" },
     { "{\"locks\": {\"min_ttl_ms\": 9}}", "locks.min_ttl_ms",
@@ -351,6 +358,8 @@ static const struct bad_row bad_rows[] = {
     { "{\"redis\": {\"db\": 1001}}", "redis.db", "must be between 0 and 1000" },
     { "{\"redis\": {\"pool_size\": 65}}", "redis.pool_size",
       "must be between 1 and 64" },
+    { "{\"redis\": {\"batch_keys_in_flight\": 16777217}}",
+      "redis.batch_keys_in_flight", "must be between 1 and 16777216" },
     { "{\"locks\": {\"max_ttl_ms\": 2147483648}}", "locks.max_ttl_ms",
       "must be between 10 and 2147483647" },
     { "{\"locks\": {\"max_resource_len\": 1025}}", "locks.max_resource_len",

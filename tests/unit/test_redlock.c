@@ -207,6 +207,14 @@ static const struct {
       REDLOCK_STEP_GRANT, REDLOCK_OK, 4, 2, 0 },
     { "two nodes, one busy", 2, { H(4), B }, 0, 10, true,
       REDLOCK_STEP_FAIL, REDLOCK_BUSY, 4, 1, 0 },
+    /* Before the last reply (redlock answers at a quorum): the nodes yet
+     * to answer count as failed, and only a grant is taken early. */
+    { "early: two of three in at one counter: granted now", 3,
+      { H(7), H(7), F }, 0, 10, false,
+      REDLOCK_STEP_GRANT, REDLOCK_OK, 7, 2, 0 },
+    { "early: two of three in, apart: wait for the third", 3,
+      { H(26), H(21), F }, 0, 10, false,
+      REDLOCK_STEP_FAIL, REDLOCK_UNAVAILABLE, 26, 1, 0x2 },
     { "seven nodes, four holders apart", 7,
       { H(9), H(8), H(9), H(7), F, F, B }, 0, 10, true,
       REDLOCK_STEP_RAISE, REDLOCK_OK, 9, 2, 0xa },
@@ -459,6 +467,43 @@ static struct redlock_node_vote ms_raise(struct m_shared *m, int who,
     return v;
 }
 
+/*
+ * A grant taken on the first two replies, before a third node that is
+ * ahead (another daemon's grants went there) has answered: E gets 6, not
+ * the 10 the third would have raised it to. The next grant after E, on
+ * any two nodes, is still above 6: the two quorums share a node that E
+ * left at 6 or more.
+ */
+START_TEST(test_fence_early_grant)
+{
+    struct m_node m[3] = { { 5, 0 }, { 5, 0 }, { 9, 0 } };
+    struct redlock_node_vote e[3] = { F, F, F }, l[3] = { F, F, F };
+    struct redlock_fence_plan p;
+    const int E = 1, L = 2;
+
+    e[0] = m_acquire(&m[0], E, 0);
+    e[1] = m_acquire(&m[1], E, 0);
+    plan3(e, 0, false, &p, NULL);
+    ck_assert_int_eq(p.step, REDLOCK_STEP_GRANT);
+    ck_assert_uint_eq(p.fence, 6);
+    e[2] = m_acquire(&m[2], E, 0);      /* the late reply: 10, unused */
+    ck_assert_uint_eq(e[2].counter, 10);
+    for (int i = 0; i < 3; i++)
+        m_release(&m[i], E);
+
+    /* L answered early too, on nodes 1 and 2 (11 there, 7 on node 1). */
+    l[1] = m_acquire(&m[1], L, 0);
+    l[2] = m_acquire(&m[2], L, 0);
+    plan3(l, 0, false, &p, NULL);
+    ck_assert_int_eq(p.step, REDLOCK_STEP_FAIL);   /* apart: wait */
+    l[0] = m_acquire(&m[0], L, 0);
+    plan3(l, 0, true, &p, NULL);
+    ck_assert_int_eq(p.step, REDLOCK_STEP_RAISE);
+    ck_assert_uint_gt(p.fence, 6);
+}
+END_TEST
+
+
 /* The exclusive acquire: not while a reader is live. */
 static struct redlock_node_vote mx_acquire(struct m_shared *m, int who)
 {
@@ -542,6 +587,7 @@ int main(void)
     tcase_add_test(tc, test_fence_hole_lost_raise);
     tcase_add_test(tc, test_fence_hole_raise_lands);
     tcase_add_test(tc, test_fence_equal_counters);
+    tcase_add_test(tc, test_fence_early_grant);
     tcase_add_test(tc, test_fence_shared_raise);
     tcase_add_test(tc, test_token);
     suite_add_tcase(s, tc);
