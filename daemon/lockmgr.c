@@ -2044,6 +2044,24 @@ static bool adopt_fits_multi(const struct adopt_ctx *x, char *msg,
     return true;
 }
 
+/* The key of x's i-th entry that the adopted token holds, by the kind the
+ * nodes found (one resource) or the exclusive key (a grant's keys). */
+static const char *adopt_key(const struct adopt_ctx *x,
+                             const struct redlock_result *res, size_t i,
+                             size_t *keylen)
+{
+    const struct lock_entry *e = x->e[i];
+
+    if (x->n == 1 && res->adopted == REDLOCK_HELD_SHARED) {
+        *keylen = e->sharedlen;
+        return e->shared;
+    }
+    if (x->n == 1 && res->adopted == REDLOCK_HELD_SLOT)
+        return entry_slot_key(e, res->adopted_slot, keylen);
+    *keylen = e->keylen;
+    return e->key;
+}
+
 /* The adopted lease of one resource, or of each key of a multi-resource
  * grant, as a LOCK's grant is answered: to o, with the new token. */
 static void adopt_grant(struct adopt_ctx *x, const struct redlock_result *res)
@@ -2058,18 +2076,17 @@ static void adopt_grant(struct adopt_ctx *x, const struct redlock_result *res)
 
     for (size_t i = 0; i < x->n; i++) {
         struct lock_entry *e = x->e[i];
-        size_t keylen = e->keylen;
-        const char *key = e->key;
+        size_t keylen;
         if (x->n == 1 && res->adopted == REDLOCK_HELD_SHARED) {
             in.mode = LOCKMGR_SHARED;
-            key = e->shared;
-            keylen = e->sharedlen;
         } else if (x->n == 1 && res->adopted == REDLOCK_HELD_SLOT) {
             in.limit = e->limit;
             in.slot = res->adopted_slot;
-            key = entry_slot_key(e, (uint32_t)in.slot, &keylen);
         }
         adopt_drop_old(e, x->old);
+        /* A slot's name is in the shared key buffer: made right before
+         * lease_new copies it. */
+        const char *key = adopt_key(x, res, i, &keylen);
         struct lease *l = lease_new(e, key, keylen, &in);
         if (in.limit)
             slot_take(e, in.slot);
@@ -2099,15 +2116,8 @@ static void adopt_give_back(struct adopt_ctx *x,
                             const struct redlock_result *res)
 {
     for (size_t i = 0; i < x->n; i++) {
-        struct lock_entry *e = x->e[i];
-        size_t keylen = e->keylen;
-        const char *key = e->key;
-        if (x->n == 1 && res->adopted == REDLOCK_HELD_SHARED) {
-            key = e->shared;
-            keylen = e->sharedlen;
-        } else if (x->n == 1 && res->adopted == REDLOCK_HELD_SLOT) {
-            key = entry_slot_key(e, res->adopted_slot, &keylen);
-        }
+        size_t keylen;
+        const char *key = adopt_key(x, res, i, &keylen);
         mgr.rl->release(key, keylen, x->token, NULL, NULL);
     }
 }
