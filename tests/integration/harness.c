@@ -755,6 +755,21 @@ const char *h_daemon_bin(void)
     return bin;
 }
 
+/* Under valgrind a test's own short command timeout (100 ms, to see a
+ * stopped node go down quickly) is shorter than the daemon's own stalls,
+ * and healthy nodes then time out at random: such a test gets the slow
+ * floor instead. Its waits are h_scale()d anyway. */
+static void slow_command_floor(json_t *conf)
+{
+    json_t *redis = json_object_get(conf, "redis");
+    json_t *v = json_object_get(redis, "command_timeout_ms");
+
+    if (h_slow() && json_is_integer(v) &&
+        json_integer_value(v) < H_SLOW_COMMAND_TIMEOUT_MS)
+        json_object_set_new(redis, "command_timeout_ms",
+                            json_integer(H_SLOW_COMMAND_TIMEOUT_MS));
+}
+
 static json_t *daemon_config(const struct h_daemon *d, const int *ports,
                              int nports, const char *extra_json)
 {
@@ -777,7 +792,8 @@ static json_t *daemon_config(const struct h_daemon *d, const int *ports,
         ck_abort_msg("harness: json_pack failed");
     /* Under valgrind the daemon's own loop can stall past the default
      * 100 ms for a node's answer, and a test not about timeouts then sees
-     * a healthy node go down. Tests that set the timeout keep theirs. */
+     * a healthy node go down (see slow_command_floor for tests that set a
+     * shorter one). */
     if (h_slow())
         json_object_set_new(json_object_get(conf, "redis"),
                             "command_timeout_ms",
@@ -790,6 +806,7 @@ static json_t *daemon_config(const struct h_daemon *d, const int *ports,
                      err.text, extra_json);
     json_object_update_recursive(conf, extra);
     json_decref(extra);
+    slow_command_floor(conf);
     return conf;
 }
 
