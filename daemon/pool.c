@@ -966,23 +966,35 @@ static struct pool_link *pool_node_pick(struct pool_node *n)
     return best;
 }
 
-static int pool_node_send(int node, struct pool_req *q)
+/* Send q on node's link *link when it is 0 or more (that link must be up:
+ * a request sent there is still unanswered), else on the link
+ * pool_node_pick chooses, stored in *link when link is not NULL. */
+static int pool_node_send(int node, int *link, struct pool_req *q)
 {
     struct pool_node *n = &pool.nodes[node];
     struct pool_link *l = NULL;
 
-    if (!pool.stopping && pool_node_up(node))
-        l = pool_node_pick(n);
+    if (!pool.stopping && pool_node_up(node)) {
+        if (link && *link >= 0) {
+            if ((unsigned)*link < pool.conf->redis.pool_size &&
+                n->links[*link].state == LINK_UP)
+                l = &n->links[*link];
+        } else {
+            l = pool_node_pick(n);
+        }
+    }
     if (!l || link_send(l, q) != 0) {
         free(q);
         return -1;
     }
+    if (link)
+        *link = (int)(l - n->links);
     return 0;
 }
 
-int pool_script(int node, enum pool_script s, int nkeys, int nargs,
-                const char **argv, const size_t *lens,
-                pool_reply_cb cb, void *ud)
+int pool_script_at(int node, int *link, enum pool_script s, int nkeys,
+                   int nargs, const char **argv, const size_t *lens,
+                   pool_reply_cb cb, void *ud)
 {
     int argc = nkeys + nargs;
     struct pool_req *q = req_create((int)s, nkeys, argc, argv, lens);
@@ -990,7 +1002,14 @@ int pool_script(int node, enum pool_script s, int nkeys, int nargs,
         return -1;
     q->cb = cb;
     q->ud = ud;
-    return pool_node_send(node, q);
+    return pool_node_send(node, link, q);
+}
+
+int pool_script(int node, enum pool_script s, int nkeys, int nargs,
+                const char **argv, const size_t *lens,
+                pool_reply_cb cb, void *ud)
+{
+    return pool_script_at(node, NULL, s, nkeys, nargs, argv, lens, cb, ud);
 }
 
 int pool_command(int node, int argc, const char **argv, const size_t *lens,
@@ -1001,7 +1020,7 @@ int pool_command(int node, int argc, const char **argv, const size_t *lens,
         return -1;
     q->cb = cb;
     q->ud = ud;
-    return pool_node_send(node, q);
+    return pool_node_send(node, NULL, q);
 }
 
 const struct pool_node_stats *pool_node_stats(int node)

@@ -198,5 +198,14 @@ int pool_script(int node, enum pool_script s, int nkeys, int nargs,
                 pool_reply_cb cb, void *ud);
 int pool_command(int node, int argc, const char **argv, const size_t *lens,
                  pool_reply_cb cb, void *ud);
+/* pool_script on a chosen connection: with *link 0 or more, on the
+ * node's link *link (-1 when that one is not up), else on the one the
+ * pool picks, whose number goes to *link. A request sent on the link of
+ * an unanswered one runs after it on the node: replies and requests on
+ * one connection keep their order, and a connection is never switched
+ * under its requests (one that fails fails them all). */
+int pool_script_at(int node, int *link, enum pool_script s, int nkeys,
+                   int nargs, const char **argv, const size_t *lens,
+                   pool_reply_cb cb, void *ud);
 
 #endif

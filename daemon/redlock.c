@@ -14,9 +14,11 @@
  * was a quarter to a half of every request's time). The op then lives on,
  * answered, until its last reply, which still counts for node health and
  * the largest fence seen. A release or extend with the token of such an
- * acquisition waits until that last reply (op_follow), so that on a node
- * still running the acquisition it can never run first, over another
- * connection, and leave the key behind.
+ * acquisition goes to a node still to answer it on the same connection,
+ * behind it (op_fan_out; a batched one waits for the last reply,
+ * op_follow), so that it can never run first there and leave the key
+ * behind; a late holder that was ahead gets the grant's fence set on its
+ * keys (op_align).
  */
 #include "redlock.h"
 
@@ -65,6 +67,7 @@ struct op {
     bool answered;          /* cb ran before the last reply (a quorum
                                decided); the op lives on until then */
     bool in_early;          /* an answered acquisition: in `early` */
+    uint64_t awaiting;      /* nodes whose reply to this round is out */
     struct redlock_result res;
     uint64_t start_ns;
     uint32_t ttl;
@@ -75,6 +78,8 @@ struct op {
     uint32_t nslots;        /* adopt_one: slots to look at */
     bool adopted;           /* adopt_one: res.adopted_* set by a node */
     struct redlock_node_vote *votes;    /* (owned) acquire: one per node */
+    int *links;             /* (with votes) acquire: per node, the pool
+                               connection its request went on */
     uint64_t *gens;         /* (in this allocation) per node, its
                                node_vote_gen when the request was sent */
     struct timer defer;     /* completes an op no node could take */
@@ -87,11 +92,12 @@ struct op {
     size_t keylen;
     const char *label;      /* acquire: the holder label ("" for none), in
                                this allocation after the keys */
-    struct list blink;      /* batched: in its queue (struct batch_queue);
-                               or waiting in an acquisition's `followers` */
-    struct batch_queue *bq; /* waiting to be batched there, or NULL */
+    struct list blink;      /* batched: in its queue (struct batch_queue),
+                               or waiting in an acquisition's followers */
+    struct batch_queue *bq; /* waiting: the queue it joins then, or NULL */
     /* An acquisition answered before its last reply: in `early` by token,
-     * with the releases and extends of that token waiting for it. */
+     * with the batched releases and extends of that token waiting for
+     * it. */
     struct hmap_node tnode;
     struct list followers;
     char token[REDLOCK_TOKEN_LEN + 1];
@@ -441,8 +447,11 @@ static struct op *op_create(enum op_kind kind, int nkeys,
     o->ud = ud;
     if (token)
         snprintf(o->token, sizeof(o->token), "%s", token);
-    if (kind == OP_ACQUIRE)
-        o->votes = mem_alloc((size_t)pool_nnodes() * sizeof(*o->votes));
+    if (kind == OP_ACQUIRE) {
+        size_t n = (size_t)pool_nnodes();
+        o->votes = mem_alloc(n * (sizeof(*o->votes) + sizeof(int)));
+        o->links = (int *)(void *)(o->votes + n);
+    }
     o->start_ns = uv_hrtime();
     o->res.pttl = -1;
     list_init(&o->followers);
@@ -633,44 +642,42 @@ static void op_sent(struct op *o)
         op_reply(o, -1, NULL);
 }
 
-/* Send this op's script to every node it goes to; a node that cannot take
- * it counts as failed at once. The extra pending count keeps the op alive
- * until the loop is done even if every request fails synchronously. */
-static void op_fan_out(struct op *o)
+/* The words of o's script; returns the script, with *nkeys and *nargs
+ * set (the guard words counted). num and seen hold numbers they point
+ * into. */
+static enum pool_script op_script(const struct op *o, const char **argv,
+                                  size_t *lens, int *nkeys, int *nargs,
+                                  char *num, char *seen)
 {
-    const char *argv[OP_MAX_WORDS];
-    size_t lens[OP_MAX_WORDS];
-    char num[POOL_NUM_SIZE], seen[POOL_NUM_SIZE];
-    int nkeys = 1, nargs = 2;
     enum pool_script s;
 
-    if ((o->kind == OP_RELEASE || o->kind == OP_EXTEND) && op_follow(o, NULL))
-        return;
+    *nkeys = 1;
+    *nargs = 2;
     argv[0] = o->key;
     lens[0] = o->keylen;
     switch (o->kind) {
     case OP_ACQUIRE:
     case OP_RAISE:
-        s = op_words(o, argv, lens, &nkeys, &nargs, num, seen);
+        s = op_words(o, argv, lens, nkeys, nargs, num, seen);
         break;
     case OP_ADOPT:
         if (o->adopt_one) {
-            s = adopt_one_words(o, argv, lens, &nkeys, &nargs, num, seen);
+            s = adopt_one_words(o, argv, lens, nkeys, nargs, num, seen);
             break;
         }
         /* keys, then the old token and the label after them (op_create's
          * copies, redlock_adopt) */
         s = POOL_SCRIPT_ADOPT;
-        nkeys = o->nres;
-        for (int i = 0; i < nkeys; i++)
+        *nkeys = o->nres;
+        for (int i = 0; i < *nkeys; i++)
             argv[i] = o->keys[i], lens[i] = o->lens[i];
-        snprintf(num, sizeof(num), "%" PRIu32, o->ttl);
-        argv[nkeys] = o->keys[nkeys];
-        argv[nkeys + 1] = o->token;
-        argv[nkeys + 2] = num;
-        argv[nkeys + 3] = o->label;
-        nargs = 4;
-        for (int i = nkeys; i < nkeys + nargs; i++)
+        snprintf(num, POOL_NUM_SIZE, "%" PRIu32, o->ttl);
+        argv[*nkeys] = o->keys[*nkeys];
+        argv[*nkeys + 1] = o->token;
+        argv[*nkeys + 2] = num;
+        argv[*nkeys + 3] = o->label;
+        *nargs = 4;
+        for (int i = *nkeys; i < *nkeys + *nargs; i++)
             lens[i] = strlen(argv[i]);
         break;
     case OP_RELEASE:
@@ -681,66 +688,101 @@ static void op_fan_out(struct op *o)
         lens[1] = strlen(argv[1]);
         lens[2] = strlen(argv[2]);
         lens[3] = POOL_INSTANCE_ID_LEN;
-        nargs = 3;
+        *nargs = 3;
         break;
     case OP_EXTEND:
     default:
         s = POOL_SCRIPT_EXTEND;
         argv[1] = o->token;
-        snprintf(num, sizeof(num), "%" PRIu32, o->ttl);
+        snprintf(num, POOL_NUM_SIZE, "%" PRIu32, o->ttl);
         argv[2] = num;
         lens[1] = strlen(argv[1]);
         lens[2] = strlen(argv[2]);
         break;
     }
+    if (script_guarded(s))
+        *nargs += POOL_GUARD_WORDS;
+    return s;
+}
 
-    bool guarded = script_guarded(s);
-    if (guarded)
-        nargs += POOL_GUARD_WORDS;
+/* Send o's script to node i, on pool connection `link` (-1: any); a node
+ * that cannot take it counts as failed at once. The caller holds a
+ * pending count of its own. */
+static void op_send(struct op *o, int i, int link, enum pool_script s,
+                    const char **argv, size_t *lens, int nkeys, int nargs)
+{
+    if (script_guarded(s))
+        guard_words(&o, 1, i, argv, lens, nkeys + nargs - POOL_GUARD_WORDS);
+    o->pending++;
+    if (pool_script_at(i, &link, s, nkeys, nargs, argv, lens, op_reply,
+                       o) != 0) {
+        o->pending--;
+        op_unsent(o, i);
+        return;
+    }
+    o->awaiting |= (uint64_t)1 << i;
+    if (o->links)
+        o->links[i] = link;
+}
+
+/* The acquisition answered early with this token and still waiting for
+ * some nodes, or NULL. */
+static struct op *op_early(const char *token)
+{
+    struct hmap_node *n;
+
+    if (early.count == 0)
+        return NULL;
+    n = hmap_get(&early, token, strlen(token));
+    return n ? container_of(n, struct op, tnode) : NULL;
+}
+
+/* Send this op's script to every node it goes to; a node that cannot take
+ * it counts as failed at once. The extra pending count keeps the op alive
+ * until the loop is done even if every request fails synchronously. A
+ * release or an extend of an acquisition answered early goes, on each node
+ * still to answer it, on the same pool connection, so that it runs after
+ * the acquisition there: sent on another connection it could overtake it,
+ * find nothing, and leave the key behind. */
+static void op_fan_out(struct op *o)
+{
+    const char *argv[OP_MAX_WORDS];
+    size_t lens[OP_MAX_WORDS];
+    char num[POOL_NUM_SIZE], seen[POOL_NUM_SIZE];
+    int nkeys, nargs;
+    enum pool_script s = op_script(o, argv, lens, &nkeys, &nargs, num, seen);
+    const struct op *a = NULL;
+
+    if (o->kind == OP_RELEASE || o->kind == OP_EXTEND)
+        a = op_early(o->token);
     o->pending = 1;
+    o->awaiting = 0;
     for (int i = 0; i < pool_nnodes(); i++) {
         if (!op_targets(o, i)) {
             if (o->kind == OP_ADOPT)
                 o->res.failed++;    /* not asked: no vote */
             continue;
         }
-        if (guarded)
-            guard_words(&o, 1, i, argv, lens,
-                        nkeys + nargs - POOL_GUARD_WORDS);
-        o->pending++;
-        if (pool_script(i, s, nkeys, nargs, argv, lens, op_reply, o) != 0) {
-            o->pending--;
-            op_unsent(o, i);
-        }
+        int link = a && (a->awaiting & ((uint64_t)1 << i)) ? a->links[i] : -1;
+        op_send(o, i, link, s, argv, lens, nkeys, nargs);
     }
     op_sent(o);
 }
 
-/* Send (or batch) an op that waited for an acquisition's last reply. */
-static void op_go(struct op *o)
-{
-    if (o->bq)
-        batch_add(o->bq, o);
-    else
-        op_fan_out(o);
-}
-
 /*
- * Is an acquisition with o's token answered and still waiting for a
- * node? Then o (a release or an extend of that lease) waits for its last
- * reply, and true.
+ * A batched release or extend (one script over many keys, to every node)
+ * of an acquisition answered early and still waiting for some nodes waits
+ * for its last reply, then joins its queue: it cannot go on the
+ * acquisition's connection alone. Returns whether o waits.
  */
 static bool op_follow(struct op *o, struct batch_queue *q)
 {
-    struct hmap_node *n;
+    struct op *a = op_early(o->token);
 
-    if (early.count == 0)
-        return false;
-    n = hmap_get(&early, o->token, strlen(o->token));
-    if (!n)
+    if (!a)
         return false;
     o->bq = q;
-    list_push_tail(&container_of(n, struct op, tnode)->followers, &o->blink);
+    list_push_tail(&a->followers, &o->blink);
     return true;
 }
 
@@ -751,8 +793,9 @@ static void op_free(struct op *o)
     if (o->in_early)
         hmap_del(&early, &o->tnode);
     while ((p = list_first(&o->followers))) {
+        struct op *f = container_of(p, struct op, blink);
         list_remove(p);
-        op_go(container_of(p, struct op, blink));
+        batch_add(f->bq, f);
     }
     free(o->votes);
     free(o);
@@ -1047,6 +1090,7 @@ static void op_reply(void *ud, int node, redisReply *r)
     struct op *o = ud;
 
     if (node >= 0) {
+        o->awaiting &= ~((uint64_t)1 << node);
         op_count(o, node, r);
         /* Only the first round's late replies: a raise sets a holder's
          * value to the fence itself. */
@@ -1395,8 +1439,9 @@ static void batch_flush_cb(struct timer *t)
 
 static void batch_add(struct batch_queue *q, struct op *o)
 {
-    if (op_follow(o, q))
+    if (o->bq != q && op_follow(o, q))
         return;
+    o->bq = NULL;
     list_push_tail(&q->ops, &o->blink);
     q->n++;
     q->burst++;
