@@ -236,7 +236,8 @@ static const char *const stats_keys[] = {
     "renewal_failures", "leases_lost", "waits", "wakeups_notified",
     "wakeups_retry", "output_overflows", "nodes_total", "nodes_voting",
     "quorum", "sessions_detached", "adopts",
-    "acquire_seconds", "wait_seconds", "hold_seconds", "nodes", "process",
+    "acquire_seconds", "wait_seconds", "hold_seconds", "tls_handshakes",
+    "tls_handshake_failures", "nodes", "process",
 };
 static const char *const acquisition_keys[] = {
     "ok", "busy", "timeout", "unavailable",
