@@ -297,6 +297,8 @@ START_TEST(stats_json_shape)
             ck_assert(json_is_integer(json_object_get(v, "count")));
         else if (strcmp(key, "process") == 0)
             ck_assert_int_eq(json_object_size(v), NELEM(process_keys));
+        else if (strcmp(key, "tls_handshake_failures") == 0)
+            ck_assert_int_eq(json_object_size(v), STATS_TLSFAIL_N);
         else if (strcmp(key, "acquisitions") != 0)
             ck_assert_msg(json_is_integer(v), "%s not an integer", key);
         i++;
