@@ -100,6 +100,11 @@ static void assert_defaults(const struct conf *d)
     ck_assert_uint_eq(d->limits.handshake_timeout_ms, 10000);
     ck_assert_ptr_null(d->auth.password);
     ck_assert(d->auth.protected_mode);
+    ck_assert_ptr_null(d->tls.cert_file);
+    ck_assert_ptr_null(d->tls.key_file);
+    ck_assert_ptr_null(d->tls.ca_file);
+    ck_assert(!d->tls.verify_clients);
+    ck_assert_str_eq(d->tls.min_version, "1.2");
     ck_assert_ptr_null(d->metrics.listen);
     ck_assert_int_eq(d->log.level, CONF_LOG_INFO);
     ck_assert_uint_eq(d->shutdown_timeout_ms, 5000);
@@ -135,7 +140,8 @@ static const char all_keys[] =
     "{\n"
     "  \"listen\": [\"tcp://0.0.0.0:7391\", \"[::1]:7392\",\n"
     "             \"10.0.0.1:7393\",\n"
-    "             \"unix:/run/redlockd/redlockd.sock\"],\n"
+    "             \"unix:/run/redlockd/redlockd.sock\",\n"
+    "             \"tls://[::]:7394\"],\n"
     "  \"unix_socket_mode\": \"0600\",\n"
     "  \"redis\": {\n"
     "    \"nodes\": [\"10.0.0.1:6379\", \"redis-b.example.com:6380\",\n"
@@ -177,6 +183,10 @@ static const char all_keys[] =
     "    \"password_file\": null,\n"
     "    \"protected_mode\": false\n"
     "  },\n"
+    "  \"tls\": {\"cert_file\": \"/etc/redlockd/tls/server.crt\",\n"
+    "          \"key_file\": \"/etc/redlockd/tls/server.key\",\n"
+    "          \"ca_file\": \"/etc/redlockd/tls/ca.crt\",\n"
+    "          \"verify_clients\": true, \"min_version\": \"1.3\"},\n"
     "  \"metrics\": {\"listen\": \"127.0.0.1:9390\"},\n"
     "  \"log\": {\"level\": \"debug\"},\n"
     "  \"shutdown_timeout_ms\": 0\n"
@@ -185,7 +195,16 @@ static const char all_keys[] =
 START_TEST(test_all_keys)
 {
     ck_assert_msg(load(all_keys) == 0, "%s", err);
-    ck_assert_uint_eq(c.nlisten, 4);
+    ck_assert_uint_eq(c.nlisten, 5);
+    ck_assert(!c.listen[0].tls);
+    ck_assert(c.listen[4].tls);
+    ck_assert_str_eq(c.listen[4].host, "::");
+    ck_assert_int_eq(c.listen[4].port, 7394);
+    ck_assert_str_eq(c.tls.cert_file, "/etc/redlockd/tls/server.crt");
+    ck_assert_str_eq(c.tls.key_file, "/etc/redlockd/tls/server.key");
+    ck_assert_str_eq(c.tls.ca_file, "/etc/redlockd/tls/ca.crt");
+    ck_assert(c.tls.verify_clients);
+    ck_assert_str_eq(c.tls.min_version, "1.3");
     ck_assert_str_eq(c.listen[0].host, "0.0.0.0");
     ck_assert_int_eq(c.listen[0].port, 7391);
     ck_assert_str_eq(c.listen[1].host, "::1");
@@ -501,6 +520,20 @@ static const struct bad_row cross_rows[] = {
       " \"A.EXAMPLE:6379\"]}}", "redis.nodes[2]", "repeats redis.nodes[0]" },
     { "{\"metrics\": {\"listen\": \"127.0.0.1:7390\"}}", "metrics.listen",
       "is also listen[0]" },
+    { "{\"listen\": [\"tls://127.0.0.1:7391\"]}", "tls.cert_file",
+      "required by listen \"tls://127.0.0.1:7391\"" },
+    { "{\"listen\": [\"tls://127.0.0.1:7391\"], \"tls\": {\"cert_file\":"
+      " \"/a.crt\"}}", "tls.key_file", "required by listen" },
+    { "{\"listen\": [\"127.0.0.1:7391\", \"tls://127.0.0.1:7391\"]}",
+      "listen[1]", "repeats listen[0]" },
+    { "{\"tls\": {\"verify_clients\": true}}", "tls.verify_clients",
+      "needs tls.ca_file" },
+    { "{\"tls\": {\"min_version\": \"1.1\"}}", "tls.min_version",
+      "must be \"1.2\" or \"1.3\"" },
+    { "{\"redis\": {\"nodes\": [\"tls://127.0.0.1:6379\"]}}",
+      "redis.nodes", "tls:// is not allowed here" },
+    { "{\"metrics\": {\"listen\": \"tls://127.0.0.1:9390\"}}",
+      "metrics.listen", "tls:// is not allowed here" },
     { "{\"limits\": {\"max_line\": 64}, \"auth\": {\"password\":"
       " \"0123456789012345678901234567890123456789012345678901234567\"}}",
       "auth.password", "too long for an AUTH line" },
