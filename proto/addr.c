@@ -259,8 +259,14 @@ static enum proto_addr_err addr_dispatch(struct proto_addr *a, const char *s,
         return (flags & PROTO_ADDR_ALLOW_UNIX) ? PROTO_ADDR_E_UNIX_PREFIX
                                                : PROTO_ADDR_E_UNIX;
     }
-    if (strncmp(s, "tcp://", 6) == 0)
+    if (strncmp(s, "tcp://", 6) == 0) {
         s += 6;
+    } else if (strncmp(s, "tls://", 6) == 0) {
+        if (!(flags & PROTO_ADDR_ALLOW_TLS))
+            return PROTO_ADDR_E_TLS;
+        a->tls = true;
+        s += 6;
+    }
     if (strstr(s, "://"))
         return PROTO_ADDR_E_SCHEME;
     return addr_tcp(a, s, flags);
@@ -286,9 +292,11 @@ int proto_addr_format(const struct proto_addr *a, char *buf, size_t size)
         return snprintf(buf, size, "unix:%s%s",
                         strncmp(a->path, "//", 2) == 0 ? "//" : "", a->path);
     if (strchr(a->host, ':'))
-        return snprintf(buf, size, "[%s]:%u", a->host, (unsigned)a->port);
+        return snprintf(buf, size, "%s[%s]:%u", a->tls ? "tls://" : "",
+                        a->host, (unsigned)a->port);
     /* "unix:6379" is a unix socket; a host named unix needs the scheme. */
     return snprintf(buf, size, "%s%s:%u",
-                    strcmp(a->host, "unix") == 0 ? "tcp://" : "", a->host,
-                    (unsigned)a->port);
+                    a->tls ? "tls://"
+                    : strcmp(a->host, "unix") == 0 ? "tcp://" : "",
+                    a->host, (unsigned)a->port);
 }

@@ -10,6 +10,9 @@
  * The grammar, for every caller:
  *
  *   tcp://HOST:PORT, HOST:PORT   TCP; "tcp://" is optional everywhere
+ *   tls://HOST:PORT              TCP with TLS, if the caller allows it:
+ *                                the same HOST and PORT rules; the struct
+ *                                is a TCP one with `tls` set
  *   [IPV6]:PORT                  IPv6 literals always in brackets
  *   unix:/ABSOLUTE/PATH          Unix socket, if the caller allows them
  *   unix:///ABSOLUTE/PATH        the URL spelling of the same path
@@ -43,7 +46,12 @@
  *   metrics.listen   TCP literals only
  *   client server    everything: names, zones, a default port, a bare
  *                    /PATH and relative unix: paths, as libredlockd has
- *                    always accepted
+ *                    always accepted; and tls://
+ *
+ * tls:// is the client's only until the daemon's TLS listener reads it:
+ * that listener adds PROTO_ADDR_ALLOW_TLS to PROTO_ADDR_FOR_LISTEN (a
+ * listen address taken as tls:// must never end up listening in plain
+ * text). redis.nodes and metrics.listen refuse it.
  *
  * Where the config's and the client's old parsers disagreed, one rule now
  * holds for both: the config's stricter host rules (a bracketed host must
@@ -53,6 +61,7 @@
 #ifndef REDLOCKD_ADDR_H
 #define REDLOCKD_ADDR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/un.h>
@@ -65,7 +74,7 @@
 #define PROTO_ADDR_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 #define PROTO_ADDR_ZONE_MAX 15      /* IF_NAMSIZ less its NUL */
 #define PROTO_PORT_TEXT_SIZE sizeof("65535")
-/* Room for proto_addr_format's longest output: "[" HOST "]:65535" or
+/* Room for proto_addr_format's longest output: "tls://[" HOST "]:65535" or
  * "unix:" PATH, and the NUL. */
 #define PROTO_ADDR_TEXT_SIZE (PROTO_ADDR_HOST_MAX + PROTO_ADDR_PATH_MAX + 16)
 
@@ -77,6 +86,7 @@ enum proto_addr_flag {
     PROTO_ADDR_ALLOW_DEFAULT_PORT = 1u << 3, /* ":PORT" optional */
     PROTO_ADDR_ALLOW_BARE_PATH = 1u << 4,    /* "/PATH" alone is unix */
     PROTO_ADDR_ALLOW_RELATIVE = 1u << 5,     /* unix:PATH, not absolute */
+    PROTO_ADDR_ALLOW_TLS = 1u << 6,          /* tls://HOST:PORT */
 };
 
 #define PROTO_ADDR_FOR_LISTEN PROTO_ADDR_ALLOW_UNIX
@@ -85,13 +95,14 @@ enum proto_addr_flag {
 #define PROTO_ADDR_FOR_CLIENT                                            \
     (PROTO_ADDR_ALLOW_UNIX | PROTO_ADDR_ALLOW_NAMES | PROTO_ADDR_ALLOW_ZONE \
      | PROTO_ADDR_ALLOW_DEFAULT_PORT | PROTO_ADDR_ALLOW_BARE_PATH         \
-     | PROTO_ADDR_ALLOW_RELATIVE)
+     | PROTO_ADDR_ALLOW_RELATIVE | PROTO_ADDR_ALLOW_TLS)
 
 /* X(enum suffix, one-line message) */
 #define PROTO_ADDR_ERRORS(X)                                                 \
     X(EMPTY, "empty address")                                                \
     X(CONTROL, "control character in the address")                          \
-    X(SCHEME, "unknown scheme (use tcp:// or unix:)")                        \
+    X(SCHEME, "unknown scheme (use tcp://, tls:// or unix:)")               \
+    X(TLS, "tls:// is not allowed here")                                     \
     X(UNIX, "unix sockets are not allowed here")                             \
     X(UNIX_PREFIX, "write a unix socket as unix:/PATH")                      \
     X(UNIX_HOST, "a unix socket URL has no host: unix:///PATH")             \
@@ -121,6 +132,7 @@ enum proto_addr_kind { PROTO_ADDR_KIND_TCP = 1, PROTO_ADDR_KIND_UNIX };
 
 struct proto_addr {
     enum proto_addr_kind kind;
+    bool tls;                               /* TCP from tls://; else false */
     char host[PROTO_ADDR_HOST_MAX + 1];     /* TCP: no brackets; else "" */
     uint16_t port;                          /* TCP: 1..65535; else 0 */
     char path[PROTO_ADDR_PATH_MAX + 1];     /* KIND_UNIX; else "" */
@@ -137,7 +149,8 @@ enum proto_addr_err proto_addr_parse(struct proto_addr *a, const char *text,
 /* The message of a reason; never NULL. */
 const char *proto_addr_strerror(enum proto_addr_err e);
 
-/* "host:port", "[v6]:port" or "unix:/path" into buf (size >=
+/* "host:port", "[v6]:port" (either after "tls://" for TLS) or
+ * "unix:/path" into buf (size >=
  * PROTO_ADDR_TEXT_SIZE never truncates); returns what snprintf does. The
  * text parses back to the same address under the flags that read it. */
 int proto_addr_format(const struct proto_addr *a, char *buf, size_t size);
