@@ -32,6 +32,7 @@
 #define CONF_ADDRS_MAX 64
 #define CONF_SECRET_MAX 512
 #define CONF_NAME_MAX 256
+#define CONF_PATH_MAX 4096    /* PATH_MAX */
 #define CONF_ID_MAX 64          /* "id": a word in holder labels and logs */
 #define CONF_MS_MAX 2147483647LL     /* protocol durations fit in 32 bits */
 #define CONF_STR_(x) #x
@@ -161,6 +162,13 @@ static const struct conf_key conf_keys[] = {
     { .key = "auth.protected_mode", .type = CONF_T_BOOL,
       .off = F(auth.protected_mode), .ival = 1 },
 
+    K_STR("tls.cert_file", tls.cert_file, NULL, 1, CONF_PATH_MAX, CONF_S_NULL),
+    K_STR("tls.key_file", tls.key_file, NULL, 1, CONF_PATH_MAX, CONF_S_NULL),
+    K_STR("tls.ca_file", tls.ca_file, NULL, 1, CONF_PATH_MAX, CONF_S_NULL),
+    { .key = "tls.verify_clients", .type = CONF_T_BOOL,
+      .off = F(tls.verify_clients), .ival = 0 },
+    K_STR("tls.min_version", tls.min_version, "1.2", 3, 3, 0),
+
     { .key = "metrics.listen", .type = CONF_T_ADDR, .off = F(metrics.listen),
       .flags = PROTO_ADDR_FOR_METRICS },
     { .key = "log.level", .type = CONF_T_LEVEL, .off = F(log.level),
@@ -277,6 +285,7 @@ static int conf_addr_fill(struct conf_addr *a, const struct proto_addr *pa,
         a->kind = CONF_ADDR_TCP;
         a->host = strdup(pa->host);
         a->port = pa->port;
+        a->tls = pa->tls;
     }
     a->text = strdup(text);
     return a->text && (a->path || a->host) ? 0 : -1;
@@ -430,6 +439,10 @@ void conf_deinit(struct conf *c)
     free(c->locks.release_channel);
     conf_free_secret(c->auth.password);
     conf_free_secret(c->auth.admin_password);
+    free(c->tls.cert_file);
+    free(c->tls.key_file);
+    free(c->tls.ca_file);
+    free(c->tls.min_version);
     free(c->id);
     conf_addr_deinit(c->metrics.listen);
     free(c->metrics.listen);
@@ -961,6 +974,34 @@ static int conf_check_fence_key(struct conf_loader *ld)
     return 0;
 }
 
+/* TLS settings hang together: a tls:// listener needs a certificate and
+ * its key, verify_clients the CA that signs client certificates. */
+static int conf_check_tls(struct conf_loader *ld)
+{
+    const struct conf *c = ld->c;
+    const char *v = c->tls.min_version;
+
+    for (size_t i = 0; i < c->nlisten; i++) {
+        if (!c->listen[i].tls)
+            continue;
+        if (!c->tls.cert_file)
+            return conf_fail(ld, "tls.cert_file", "required by listen "
+                             "\"%s\" (a PEM certificate chain)",
+                             c->listen[i].text);
+        if (!c->tls.key_file)
+            return conf_fail(ld, "tls.key_file", "required by listen "
+                             "\"%s\" (the certificate's PEM private key)",
+                             c->listen[i].text);
+    }
+    if (c->tls.verify_clients && !c->tls.ca_file)
+        return conf_fail(ld, "tls.verify_clients", "needs tls.ca_file (the "
+                         "CA that signs client certificates)");
+    if (strcmp(v, "1.2") != 0 && strcmp(v, "1.3") != 0)
+        return conf_fail(ld, "tls.min_version", "must be \"1.2\" or "
+                         "\"1.3\"");
+    return 0;
+}
+
 static int conf_validate(struct conf_loader *ld)
 {
     if (conf_check_ttls(ld) < 0 ||
@@ -970,6 +1011,7 @@ static int conf_validate(struct conf_loader *ld)
                         ld->c->redis.nnodes) < 0 ||
         conf_check_metrics(ld) < 0 ||
         conf_check_secrets(ld) < 0 ||
+        conf_check_tls(ld) < 0 ||
         conf_default_id(ld) < 0)
         return -1;
     return 0;
@@ -1100,7 +1142,7 @@ int conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 /* Keys a running daemon applies on SIGHUP (by prefix); the rest need a
  * restart. */
 static const char *const conf_live_keys[] = {
-    "log.", "limits.", "auth.", "redis.username", "redis.password",
+    "log.", "limits.", "auth.", "tls.", "redis.username", "redis.password",
     "redis.probe_interval_ms", "redis.batch_keys_in_flight",
     "locks.default_ttl_ms", "locks.min_ttl_ms",
     "locks.max_ttl_ms", "locks.max_wait_ms", "locks.lock_delay_ms",

@@ -48,7 +48,8 @@
 enum conf_addr_kind { CONF_ADDR_TCP, CONF_ADDR_UNIX };
 
 /*
- * A parsed "tcp://HOST:PORT", "HOST:PORT", "[V6]:PORT" or "unix:/PATH": the
+ * A parsed "tcp://HOST:PORT", "HOST:PORT", "[V6]:PORT", "tls://HOST:PORT" or
+ * "unix:/PATH": the
  * grammar is proto/addr.h's (proto_addr_parse); this is the daemon's own
  * copy of the result, kept with the text as written.
  */
@@ -56,6 +57,7 @@ struct conf_addr {
     enum conf_addr_kind kind;
     char *host;         /* TCP: "127.0.0.1" or "::1" (no brackets); else NULL */
     int port;           /* TCP */
+    bool tls;           /* TCP: tls://HOST:PORT (listen only) */
     char *path;         /* UNIX: absolute path; else NULL */
     char *text;         /* as written in the file, for logs and STATS */
 };
@@ -131,6 +133,14 @@ struct conf {
         char *admin_password;       /* enables FORCEUNLOCK; NULL: off */
         bool protected_mode;
     } auth;
+
+    struct {
+        char *cert_file;            /* PEM chain; needed by tls:// */
+        char *key_file;             /* PEM private key */
+        char *ca_file;              /* CAs of client certificates */
+        bool verify_clients;        /* a client certificate is required */
+        char *min_version;          /* "1.2" or "1.3" */
+    } tls;
 
     struct {
         struct conf_addr *listen;   /* NULL: no metrics endpoint */

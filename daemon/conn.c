@@ -23,6 +23,7 @@
 #include "log.h"
 #include "mem.h"
 #include "stats.h"
+#include "tls.h"
 
 #define CONN_READ_SIZE 65536
 
@@ -93,6 +94,8 @@ static void conn_free(struct conn *c)
     free(c->rbuf);
     sbuf_deinit(&c->out);
     sbuf_deinit(&c->wbuf);
+    sbuf_deinit(&c->tls_out);
+    tls_conn_free(c->tls);
     free(c);
 }
 
@@ -175,6 +178,13 @@ static void conn_idle_cb(struct timer *t)
     /* Lines reset last_line_at without touching the timer; check again. */
     if (timer_now() < c->last_line_at + limit) {
         timer_start_at(&c->idle_timer, c->last_line_at + limit);
+        return;
+    }
+    if (c->tls && !c->tls_ready) {
+        stats.tls_handshake_failures[STATS_TLSFAIL_timeout]++;
+        log_info("%s (%s): no TLS handshake within "
+                 "limits.handshake_timeout_ms, closing", c->name, c->peer);
+        conn_close(c, true, "TLS handshake timeout");
         return;
     }
     log_info("%s (%s): %s, closing", c->name, c->peer, rule->why);
@@ -296,6 +306,11 @@ static void conn_update_reading(struct conn *c);
  * once, a half-closed one still gets its replies. */
 static void conn_on_eof(struct conn *c)
 {
+    if (c->tls && !c->tls_ready && !c->tls_failed) {
+        stats.tls_handshake_failures[STATS_TLSFAIL_eof]++;
+        log_info("%s (%s): closed before the TLS handshake finished",
+                 c->name, c->peer);
+    }
     conn_ref(c);
     c->eof = true;
     conn_close_after_reply(c, "end of input", true);
@@ -306,17 +321,100 @@ static void conn_on_eof(struct conn *c)
     conn_unref(c);
 }
 
+/* ---- TLS: bytes in, lines out ------------------------------------------- */
+
+static int conn_take_plain(void *ud, const char *data, size_t len)
+{
+    return conn_take(ud, data, len);
+}
+
+/* The handshake finished: say so, and take the client certificate's CN. */
+static void conn_tls_ready(struct conn *c)
+{
+    char how[96];
+
+    c->tls_ready = true;
+    snprintf(c->cert_cn, sizeof(c->cert_cn), "%s",
+             tls_conn_peer_cn(c->tls));
+    tls_conn_describe(c->tls, how, sizeof(how));
+    log_debug("%s (%s): TLS %s%s%s", c->name, c->peer, how,
+              c->cert_cn[0] ? ", client certificate CN=" : "", c->cert_cn);
+}
+
+/* TLS failed: one log line, counted when it was the handshake; what TLS
+ * still has to say (an alert) goes out, then the connection closes. */
+static void conn_tls_failed(struct conn *c)
+{
+    enum stats_tlsfail why = tls_conn_failure(c->tls);
+
+    c->tls_failed = true;
+    if (!c->tls_ready)
+        stats.tls_handshake_failures[why]++;
+    log_info("%s (%s): TLS %s: %s, closing", c->name, c->peer,
+             c->tls_ready ? "error" : "handshake failed",
+             tls_conn_detail(c->tls));
+    /* Someone typing on the TLS port reads why in their terminal. */
+    if (why == STATS_TLSFAIL_plaintext)
+        sbuf_puts(&c->tls_out, "ERR ARG this port speaks TLS: connect "
+                  "with tls:// and a TLS client\n");
+    c->close_event = NULL;
+    conn_stop(c, "TLS failure", true);
+    conn_flush(c);
+}
+
+/* Bytes from the socket into lines: as they are, or through TLS. Non-zero
+ * when the connection is closing because of them. */
+static int conn_input(struct conn *c, const char *data, size_t len)
+{
+    bool first = !c->got_bytes;
+
+    c->got_bytes = true;
+    if (!c->tls) {
+        if (first && tls_looks_like_handshake(data, len)) {
+            stats.tls_handshake_failures[STATS_TLSFAIL_plain_port]++;
+            log_info("%s (%s): a TLS handshake on a plain-text port, "
+                     "closing", c->name, c->peer);
+            conn_close(c, true, "TLS on a plain port");
+            return -1;
+        }
+        if (conn_take(c, data, len) != 0) {
+            conn_close(c, true, "out of memory for the read buffer");
+            return -1;
+        }
+        return 0;
+    }
+    switch (tls_conn_input(c->tls, data, len, conn_take_plain, c)) {
+    case TLS_IO_OK:
+        if (!c->tls_ready && tls_conn_established(c->tls))
+            conn_tls_ready(c);
+        return 0;
+    case TLS_IO_CLOSED:
+        conn_on_eof(c);
+        return -1;
+    case TLS_IO_FAILED:
+    default:
+        conn_tls_failed(c);
+        return -1;
+    }
+}
+
+int conn_use_tls(struct conn *c)
+{
+    c->tls = tls_conn_new();
+    return c->tls ? 0 : -1;
+}
+
 static void conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *c = st->data;
 
     if (nread > 0) {
-        if (conn_take(c, buf->base, (size_t)nread) != 0) {
-            conn_close(c, true, "out of memory for the read buffer");
+        if (conn_input(c, buf->base, (size_t)nread) != 0)
             return;
-        }
         conn_process(c);
         conn_update_reading(c);
+        if (c->tls)
+            conn_flush(c);  /* handshake messages, session tickets */
         return;
     }
     if (nread == 0)         /* EAGAIN: nothing to do */
@@ -483,18 +581,45 @@ static void conn_on_write(uv_write_t *req, int status)
     conn_unref(c);
 }
 
+/* The bytes that go to the socket as they are: the replies themselves, or
+ * with TLS the records sealed from them. */
+static struct sbuf *conn_wire(struct conn *c)
+{
+    return c->tls ? &c->tls_out : &c->out;
+}
+
+/* TLS: seal the replies into records (once the handshake is done; after
+ * a failure they are dropped, as they can never be sent). */
+static void conn_seal(struct conn *c)
+{
+    if (c->tls_failed) {
+        sbuf_reset(&c->out);
+        tls_conn_seal(c->tls, &c->out, &c->tls_out);   /* the alert */
+        return;
+    }
+    if (tls_conn_seal(c->tls, &c->out, &c->tls_out) != 0)
+        conn_tls_failed(c);
+}
+
 /* Hand what fits to the kernel now; false if the connection failed. */
 static bool conn_write_now(struct conn *c)
 {
+    struct sbuf *w = conn_wire(c);
     uv_buf_t ub;
     int k;
 
-    if (c->writing || c->out.len == 0)
+    if (c->writing)
         return true;
-    ub = uv_buf_init(c->out.data, (unsigned)c->out.len);
+    if (c->tls)
+        conn_seal(c);
+    if (c->closing)
+        return false;
+    if (w->len == 0)
+        return true;
+    ub = uv_buf_init(w->data, (unsigned)w->len);
     k = uv_try_write(&c->h.stream, &ub, 1);
     if (k > 0)
-        sbuf_consume(&c->out, (size_t)k);
+        sbuf_consume(w, (size_t)k);
     else if (k < 0 && k != UV_EAGAIN && k != UV_ENOSYS) {
         conn_close(c, true, uv_strerror(k));
         return false;
@@ -502,16 +627,35 @@ static bool conn_write_now(struct conn *c)
     return true;
 }
 
+/* Everything is written and the connection is to close: TLS says goodbye
+ * first (close_notify) when it can. True if that put bytes to send. */
+static bool conn_tls_goodbye(struct conn *c)
+{
+    if (!c->tls || !c->tls_ready || c->tls_failed || c->tls_bye)
+        return false;
+    c->tls_bye = true;
+    tls_conn_close_notify(c->tls);
+    return true;
+}
+
 void conn_flush(struct conn *c)
 {
+    struct sbuf *w = conn_wire(c);
+
     if (c->closing || c->writing)
         return;
     if (!conn_write_now(c))
         return;
-    if (c->out.len == 0) {
-        sbuf_reset(&c->out);
+    if (w->len == 0) {
+        sbuf_reset(w);
+        if (c->out.len > 0)
+            return;     /* TLS: the replies wait for the handshake */
         if (!c->close_why || c->busy || !list_empty(&c->queue))
             return;
+        if (c->close_event && c->tls && !c->tls_ready) {
+            conn_close(c, c->died, c->close_why);   /* nothing to say it in */
+            return;
+        }
         if (c->close_event) {
             /* The last line: why we close (see conn_close_after_reply). */
             proto_format_event_closing(&c->out, c->close_event);
@@ -519,14 +663,19 @@ void conn_flush(struct conn *c)
             conn_flush(c);
             return;
         }
+        if (conn_tls_goodbye(c)) {
+            conn_flush(c);
+            return;
+        }
         conn_close(c, c->died, c->close_why);
         return;
     }
-    /* Swap buffers: `out` keeps collecting while wbuf is in flight. */
+    /* Swap buffers: `out` (or tls_out) keeps collecting while wbuf is in
+     * flight. */
     struct sbuf tmp = c->wbuf;
-    c->wbuf = c->out;
-    c->out = tmp;
-    sbuf_reset(&c->out);
+    c->wbuf = *w;
+    *w = tmp;
+    sbuf_reset(w);
 
     uv_buf_t b = uv_buf_init(c->wbuf.data, (unsigned)c->wbuf.len);
     c->wreq.data = c;
@@ -545,11 +694,12 @@ static struct sbuf *conn_out(struct conn *c)
 {
     if (c->closing)
         return NULL;
-    if (c->out.len + c->wbuf.len >= conn_conf->limits.max_output_bytes) {
+    size_t unsent = c->out.len + c->wbuf.len + c->tls_out.len;
+
+    if (unsent >= conn_conf->limits.max_output_bytes) {
         stats.output_overflows++;
         log_warn("%s (%s): %zu bytes of replies unread: disconnecting "
-                 "(limits.max_output_bytes)", c->name, c->peer,
-                 c->out.len + c->wbuf.len);
+                 "(limits.max_output_bytes)", c->name, c->peer, unsent);
         conn_close_now_announced(c, "output", "output buffer limit");
         return NULL;
     }

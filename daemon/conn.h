@@ -80,14 +80,15 @@ struct conn_line {
 #define CONN_NAME_LEN 48
 
 /* Fields are conn.c's. The server sets up h, peer, ip and trusted before
- * conn_start; others only read peer, ip, trusted, name, eof, died,
- * created_at and last_line_at. */
+ * conn_start; others only read peer, ip, trusted, cert_cn, name, eof,
+ * died, created_at and last_line_at. */
 struct conn {
     union conn_stream h;
     char peer[80];
     char ip[64];            /* the peer's address without the port; "" for
                                unix */
     bool trusted;           /* loopback or unix socket peer */
+    char cert_cn[64];       /* subject CN of a verified client certificate; "" if none */
     const struct conn_ops *ops;     /* NULL: bound to nobody */
     void *data;
     char name[CONN_NAME_LEN];       /* the binder's, for log lines */
@@ -110,8 +111,17 @@ struct conn {
     uint32_t keepalive_ms;
     struct timer idle_timer;
 
+    /* ---- TLS (tls:// listeners; see tls.h) ---- */
+    struct tls_conn *tls;   /* NULL: plain text */
+    struct sbuf tls_out;    /* sealed bytes not yet handed to the kernel */
+    bool tls_ready;         /* the handshake finished */
+    bool tls_failed;        /* no more TLS: what is sealed goes, then close */
+    bool tls_bye;           /* close_notify queued */
+    bool got_bytes;         /* anything arrived (a plain port's TLS check) */
+
     /* ---- writing ---- */
-    struct sbuf out;        /* replies not yet handed to the kernel */
+    struct sbuf out;        /* replies not yet handed to the kernel (with
+                               TLS: not yet sealed) */
     struct sbuf wbuf;       /* bytes in the uv_write in flight */
     uv_write_t wreq;
     bool writing;
@@ -138,6 +148,9 @@ void conn_unref(struct conn *c);
  * closing tells nobody). name labels the connection in log lines. */
 void conn_bind(struct conn *c, const struct conn_ops *ops, void *data,
                const char *name);
+/* Speak TLS on this accepted stream (a tls:// listener's), before
+ * conn_start: 0, or -1 when no TLS state could be made. */
+int conn_use_tls(struct conn *c);
 /* Start reading a freshly accepted stream. */
 void conn_start(struct conn *c);
 /* The client's HELLO keepalive= (0: none): close after that long quiet. */

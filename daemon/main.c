@@ -36,6 +36,7 @@
 #include "stats.h"
 #include "stats_glue.h"
 #include "timer.h"
+#include "tls.h"
 
 static struct {
     uv_loop_t loop;
@@ -217,6 +218,11 @@ static void reload(void)
     }
     t.restart = conf_reload(&app.conf, &fresh, reload_report, &t);
     node_reloaded();
+    /* The certificate is read again even if its path stayed the same:
+     * a renewed certificate usually replaces the old file. */
+    if (tls_configure(&app.conf, err, sizeof(err)) != 0)
+        log_error("reload: %s; new TLS connections keep the certificate "
+                  "and key loaded before", err);
     conf_deinit(&fresh);
     log_init((enum log_level)app.conf.log.level);
     log_notice("reloaded %s: %d change(s) applied, %d need a restart",
@@ -406,6 +412,12 @@ int main(int argc, char **argv)
     }
     if (check) {
         conf_warnings(&app.conf, warn_stderr, NULL);
+        if (tls_configure(&app.conf, err, sizeof(err)) != 0) {
+            fprintf(stderr, "redlockd: %s\n", err);
+            conf_deinit(&app.conf);
+            return 1;
+        }
+        tls_cleanup();
         printf("%s: configuration OK (%zu listen address(es), %zu redis "
                "node(s))\n", path, app.conf.nlisten, app.conf.redis.nnodes);
         conf_deinit(&app.conf);
@@ -413,8 +425,14 @@ int main(int argc, char **argv)
     }
     log_init((enum log_level)app.conf.log.level);
     conf_warnings(&app.conf, warn_log, NULL);
+    if (tls_configure(&app.conf, err, sizeof(err)) != 0) {
+        log_error("%s", err);
+        conf_deinit(&app.conf);
+        return 1;
+    }
     signal(SIGPIPE, SIG_IGN);
     int rc = run();
+    tls_cleanup();
     conf_deinit(&app.conf);
     return rc;
 }

@@ -30,6 +30,7 @@ struct server server;
 struct listener {
     union conn_stream h;
     bool is_unix;
+    bool tls;               /* tls://: each connection speaks TLS */
     char name[128];
     char *unlink_path;      /* (owned) socket file we created */
     ino_t unlink_ino;       /* ... and its inode, so only it is removed */
@@ -151,6 +152,11 @@ static void on_connection(uv_stream_t *ls, int status)
     }
     if (!l->is_unix)
         uv_tcp_nodelay(&c->h.tcp, 1);
+    if (l->tls && conn_use_tls(c) != 0) {
+        log_warn("accept on %s: cannot start TLS (out of memory)", l->name);
+        conn_close(c, false, "no TLS state");
+        return;
+    }
     peer_describe(c, l->is_unix);
     session_create(c);     /* binds c: its name is the session's */
     stats.connections_total++;
@@ -194,6 +200,7 @@ static int listen_tcp(const struct conf_addr *a)
     if (rc != 0)
         return rc;
     struct listener *l = listener_new(false, a->text);
+    l->tls = a->tls;
     uv_tcp_init(server.loop, &l->h.tcp);
     l->h.handle.data = l;
     rc = uv_tcp_bind(&l->h.tcp, (const struct sockaddr *)&ss,

@@ -31,6 +31,9 @@ static const char *const result_values[] = {
 static const char *const cause_values[] = {
     STATS_CAUSE_LABELS(STATS_LABEL_VALUE)
 };
+static const char *const tlsfail_values[] = {
+    STATS_TLSFAIL_LABELS(STATS_LABEL_VALUE)
+};
 #undef STATS_LABEL_VALUE
 
 #define STATS_COMMAND_VALUE(name, word, usage) [PROTO_CMD_##name] = word,
@@ -52,6 +55,9 @@ const struct stats_labels stats_labels_result = {
 };
 const struct stats_labels stats_labels_cause = {
     "cause", STATS_CAUSE_N, cause_values, STATS_JSON_FLAT,
+};
+const struct stats_labels stats_labels_tlsfail = {
+    "reason", STATS_TLSFAIL_N, tlsfail_values, STATS_JSON_OBJECT,
 };
 const struct stats_labels stats_labels_command = {
     "command", STATS_COMMAND_N, command_values, STATS_JSON_SUM,

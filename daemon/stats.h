@@ -82,7 +82,9 @@
     X(adopts, COUNTER, ONE, NONE, "adopts", "ADOPTs granted: leases taken over by their token (the token rotated on a quorum).") \
     X(acquire_seconds, HISTOGRAM, SECONDS, LATENCY, "acquire_seconds", "LOCK requests without a wait (wait=0), any answer: seconds from the request to the answer.") \
     X(wait_seconds, HISTOGRAM, SECONDS, DURATION, "wait_seconds", "LOCK requests that allowed a wait (wait= above 0), any answer: seconds from the request to the answer.") \
-    X(hold_seconds, HISTOGRAM, SECONDS, DURATION, "hold_seconds", "Leases ended (released, lost, or their session ended): seconds from the grant to the end.")
+    X(hold_seconds, HISTOGRAM, SECONDS, DURATION, "hold_seconds", "Leases ended (released, lost, or their session ended): seconds from the grant to the end.") \
+    X(tls_handshakes, COUNTER, ONE, NONE, "tls_handshakes", "TLS handshakes completed on tls:// listeners.") \
+    X(tls_handshake_failures, COUNTER, ONE, TLSFAIL, "tls_handshake_failures", "Connections closed before a TLS handshake completed, by reason: plaintext (plain text on a tls:// port), plain_port (a TLS handshake on a plain port), timeout (limits.handshake_timeout_ms), eof (the client left), version (no common protocol version), no_client_cert and bad_client_cert (tls.verify_clients), peer_alert (the client refused the handshake, e.g. our certificate), protocol (anything else).")
 
 /*
  * Per Redis node, exported with a node="HOST:PORT" label. The fields are
@@ -127,13 +129,21 @@
  */
 #define STATS_RESULT_LABELS(V) V(ok) V(busy) V(timeout) V(unavailable)
 #define STATS_CAUSE_LABELS(V) V(notified) V(retry)
+#define STATS_TLSFAIL_LABELS(V)                                              \
+    V(plaintext) V(plain_port) V(timeout) V(eof) V(version)                  \
+    V(no_client_cert) V(bad_client_cert) V(peer_alert) V(protocol)
 
 #define STATS_LABEL_ENUM_RESULT(value) STATS_RESULT_##value,
 #define STATS_LABEL_ENUM_CAUSE(value) STATS_CAUSE_##value,
+#define STATS_LABEL_ENUM_TLSFAIL(value) STATS_TLSFAIL_##value,
 enum stats_result { STATS_RESULT_LABELS(STATS_LABEL_ENUM_RESULT) STATS_RESULT_N };
 enum stats_cause { STATS_CAUSE_LABELS(STATS_LABEL_ENUM_CAUSE) STATS_CAUSE_N };
+enum stats_tlsfail {
+    STATS_TLSFAIL_LABELS(STATS_LABEL_ENUM_TLSFAIL) STATS_TLSFAIL_N
+};
 #undef STATS_LABEL_ENUM_RESULT
 #undef STATS_LABEL_ENUM_CAUSE
+#undef STATS_LABEL_ENUM_TLSFAIL
 
 /*
  * The protocol's words are label sets too, indexed by enum proto_cmd and
@@ -184,6 +194,9 @@ struct stats_labels {
 #define STATS_CELLS_CAUSE(type, field) type field[STATS_CAUSE_N];
 #define STATS_LABELS_CAUSE (&stats_labels_cause)
 #define STATS_BUCKETS_CAUSE NULL
+#define STATS_CELLS_TLSFAIL(type, field) type field[STATS_TLSFAIL_N];
+#define STATS_LABELS_TLSFAIL (&stats_labels_tlsfail)
+#define STATS_BUCKETS_TLSFAIL NULL
 #define STATS_CELLS_COMMAND(type, field) type field[STATS_COMMAND_N];
 #define STATS_LABELS_COMMAND (&stats_labels_command)
 #define STATS_BUCKETS_COMMAND NULL
@@ -214,6 +227,7 @@ struct stats_hist {
 
 extern const struct stats_labels stats_labels_result;
 extern const struct stats_labels stats_labels_cause;
+extern const struct stats_labels stats_labels_tlsfail;
 extern const struct stats_labels stats_labels_command;
 extern const struct stats_labels stats_labels_error;
 extern const struct stats_buckets stats_buckets_latency;

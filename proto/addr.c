@@ -291,12 +291,12 @@ int proto_addr_format(const struct proto_addr *a, char *buf, size_t size)
     if (a->kind == PROTO_ADDR_KIND_UNIX)
         return snprintf(buf, size, "unix:%s%s",
                         strncmp(a->path, "//", 2) == 0 ? "//" : "", a->path);
+    const char *scheme = a->tls ? "tls://" : "";
     if (strchr(a->host, ':'))
-        return snprintf(buf, size, "%s[%s]:%u", a->tls ? "tls://" : "",
-                        a->host, (unsigned)a->port);
+        return snprintf(buf, size, "%s[%s]:%u", scheme, a->host,
+                        (unsigned)a->port);
     /* "unix:6379" is a unix socket; a host named unix needs the scheme. */
-    return snprintf(buf, size, "%s%s:%u",
-                    a->tls ? "tls://"
-                    : strcmp(a->host, "unix") == 0 ? "tcp://" : "",
-                    a->host, (unsigned)a->port);
+    if (!a->tls && strcmp(a->host, "unix") == 0)
+        scheme = "tcp://";
+    return snprintf(buf, size, "%s%s:%u", scheme, a->host, (unsigned)a->port);
 }

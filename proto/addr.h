@@ -10,9 +10,7 @@
  * The grammar, for every caller:
  *
  *   tcp://HOST:PORT, HOST:PORT   TCP; "tcp://" is optional everywhere
- *   tls://HOST:PORT              TCP with TLS, if the caller allows it:
- *                                the same HOST and PORT rules; the struct
- *                                is a TCP one with `tls` set
+ *   tls://HOST:PORT              TCP with TLS, if the caller allows it
  *   [IPV6]:PORT                  IPv6 literals always in brackets
  *   unix:/ABSOLUTE/PATH          Unix socket, if the caller allows them
  *   unix:///ABSOLUTE/PATH        the URL spelling of the same path
@@ -40,18 +38,13 @@
  * starts a unix socket, so a host named "unix" is written tcp://unix:PORT.
  *
  * Who allows what (the PROTO_ADDR_FOR_* sets of PROTO_ADDR_ALLOW_* flags):
- *   listen           TCP literals and unix:/PATH (no names: what the
- *                    daemon binds must not depend on a resolver)
+ *   listen           TCP literals, tls:// and unix:/PATH (no names:
+ *                    what the daemon binds must not depend on a resolver)
  *   redis.nodes      as listen, plus host names (hiredis resolves them)
  *   metrics.listen   TCP literals only
- *   client server    everything: names, zones, a default port, a bare
+ *   client server    everything: tls://, names, zones, a default port, a bare
  *                    /PATH and relative unix: paths, as libredlockd has
- *                    always accepted; and tls://
- *
- * tls:// is the client's only until the daemon's TLS listener reads it:
- * that listener adds PROTO_ADDR_ALLOW_TLS to PROTO_ADDR_FOR_LISTEN (a
- * listen address taken as tls:// must never end up listening in plain
- * text). redis.nodes and metrics.listen refuse it.
+ *                    always accepted
  *
  * Where the config's and the client's old parsers disagreed, one rule now
  * holds for both: the config's stricter host rules (a bracketed host must
@@ -89,7 +82,7 @@ enum proto_addr_flag {
     PROTO_ADDR_ALLOW_TLS = 1u << 6,          /* tls://HOST:PORT */
 };
 
-#define PROTO_ADDR_FOR_LISTEN PROTO_ADDR_ALLOW_UNIX
+#define PROTO_ADDR_FOR_LISTEN (PROTO_ADDR_ALLOW_UNIX | PROTO_ADDR_ALLOW_TLS)
 #define PROTO_ADDR_FOR_NODE (PROTO_ADDR_ALLOW_UNIX | PROTO_ADDR_ALLOW_NAMES)
 #define PROTO_ADDR_FOR_METRICS 0u
 #define PROTO_ADDR_FOR_CLIENT                                            \
@@ -132,9 +125,9 @@ enum proto_addr_kind { PROTO_ADDR_KIND_TCP = 1, PROTO_ADDR_KIND_UNIX };
 
 struct proto_addr {
     enum proto_addr_kind kind;
-    bool tls;                               /* TCP from tls://; else false */
     char host[PROTO_ADDR_HOST_MAX + 1];     /* TCP: no brackets; else "" */
     uint16_t port;                          /* TCP: 1..65535; else 0 */
+    bool tls;                               /* TCP: tls://HOST:PORT */
     char path[PROTO_ADDR_PATH_MAX + 1];     /* KIND_UNIX; else "" */
 };
 
@@ -149,8 +142,7 @@ enum proto_addr_err proto_addr_parse(struct proto_addr *a, const char *text,
 /* The message of a reason; never NULL. */
 const char *proto_addr_strerror(enum proto_addr_err e);
 
-/* "host:port", "[v6]:port" (either after "tls://" for TLS) or
- * "unix:/path" into buf (size >=
+/* "host:port", "tls://host:port", "[v6]:port" or "unix:/path" into buf (size >=
  * PROTO_ADDR_TEXT_SIZE never truncates); returns what snprintf does. The
  * text parses back to the same address under the flags that read it. */
 int proto_addr_format(const struct proto_addr *a, char *buf, size_t size);

@@ -273,6 +273,9 @@ static const char *const result_values[] = {
 static const char *const cause_values[] = {
     STATS_CAUSE_LABELS(T_LABEL_VALUE) NULL
 };
+static const char *const tlsfail_values[] = {
+    STATS_TLSFAIL_LABELS(T_LABEL_VALUE) NULL
+};
 #define T_COMMAND_WORD(name, word, usage) word,
 static const char *const command_values[] = {
     "other", PROTO_COMMANDS(T_COMMAND_WORD) NULL
@@ -286,6 +289,7 @@ static const char *const error_values[] = {
 #define T_DIM_DURATION NULL, NULL, T_ONE
 #define T_DIM_RESULT "result", result_values, T_OBJECT
 #define T_DIM_CAUSE "cause", cause_values, T_FLAT
+#define T_DIM_TLSFAIL "reason", tlsfail_values, T_OBJECT
 #define T_DIM_COMMAND "command", command_values, T_SUM
 #define T_DIM_ERROR "code", error_values, T_SUM
 

@@ -177,9 +177,10 @@ static const struct t_addr t_rows[] = {
     { "127.0.0.1:1\n", ALL, E(CONTROL), 0, NULL, 0 },
     { "unix:/a\tb", ALL, E(CONTROL), 0, NULL, 0 },
     { "unix:/a\x7f", ALL, E(CONTROL), 0, NULL, 0 },
-    /* tls://: the client's (t_tls_rows checks the flag) */
+    /* tls://: listen and the client (test_addr_rows checks the flag) */
     { "tls://127.0.0.1:7391", ALL, OK, TCP, "127.0.0.1", 7391 },
-    { "tls://127.0.0.1:7391", LISTEN, E(TLS), 0, NULL, 0 },
+    { "tls://127.0.0.1:7391", LISTEN, OK, TCP, "127.0.0.1", 7391 },
+    { "tls://localhost:7391", LISTEN, E(LITERAL), 0, NULL, 0 },
     { "tls://127.0.0.1:7391", NODE, E(TLS), 0, NULL, 0 },
     { "tls://127.0.0.1:7391", METRICS, E(TLS), 0, NULL, 0 },
     { "tls://locks.example.com", ALL, OK, TCP, "locks.example.com", 7390 },

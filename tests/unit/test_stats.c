@@ -236,7 +236,8 @@ static const char *const stats_keys[] = {
     "renewal_failures", "leases_lost", "waits", "wakeups_notified",
     "wakeups_retry", "output_overflows", "nodes_total", "nodes_voting",
     "quorum", "sessions_detached", "adopts",
-    "acquire_seconds", "wait_seconds", "hold_seconds", "nodes", "process",
+    "acquire_seconds", "wait_seconds", "hold_seconds", "tls_handshakes",
+    "tls_handshake_failures", "nodes", "process",
 };
 static const char *const acquisition_keys[] = {
     "ok", "busy", "timeout", "unavailable",
@@ -296,6 +297,8 @@ START_TEST(stats_json_shape)
             ck_assert(json_is_integer(json_object_get(v, "count")));
         else if (strcmp(key, "process") == 0)
             ck_assert_int_eq(json_object_size(v), NELEM(process_keys));
+        else if (strcmp(key, "tls_handshake_failures") == 0)
+            ck_assert_int_eq(json_object_size(v), STATS_TLSFAIL_N);
         else if (strcmp(key, "acquisitions") != 0)
             ck_assert_msg(json_is_integer(v), "%s not an integer", key);
         i++;
