@@ -45,6 +45,13 @@ struct ssl_st;
 struct ssl_ctx_st;
 struct bio_method_st;
 
+/* What our socket BIO (redlockd_tls.c) reads and writes. */
+struct rl_tls_link {
+    int fd;
+    size_t rx;                  /* bytes received: 0 in a handshake that
+                                   fails means no TLS answer at all */
+};
+
 /*
  * A lease of the handle: held from LOCK (or lockv) to UNLOCK, or reported
  * lost and kept, so that redlockd_lost() can say so, until the resource is
@@ -133,6 +140,7 @@ struct redlockd {
     struct ssl_ctx_st *tls_ctx;         /* CA, client certificate */
     struct bio_method_st *tls_bio;      /* our socket BIO's methods */
     char *tls_name;                     /* tls_server_name, or NULL */
+    struct rl_tls_link tls_link;        /* the BIO's data, for ssl */
     char tls_peer[PROTO_ADDR_HOST_MAX + 1]; /* the name checked */
     char tls_err[sizeof(((struct redlockd_error *)0)->msg)]; /* why the
                                            last TLS call failed */

@@ -34,9 +34,9 @@
 
 /* ---- the socket BIO ----------------------------------------------------- */
 
-static int rl_bio_fd(BIO *b)
+static struct rl_tls_link *rl_bio_link(BIO *b)
 {
-    return (int)(intptr_t)BIO_get_data(b);
+    return BIO_get_data(b);
 }
 
 static int rl_bio_write(BIO *b, const char *buf, int len)
@@ -44,7 +44,7 @@ static int rl_bio_write(BIO *b, const char *buf, int len)
     ssize_t n;
 
     BIO_clear_retry_flags(b);
-    n = send(rl_bio_fd(b), buf, (size_t)len, MSG_NOSIGNAL);
+    n = send(rl_bio_link(b)->fd, buf, (size_t)len, MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         BIO_set_retry_write(b);
     return (int)n;
@@ -52,10 +52,13 @@ static int rl_bio_write(BIO *b, const char *buf, int len)
 
 static int rl_bio_read(BIO *b, char *buf, int len)
 {
+    struct rl_tls_link *link = rl_bio_link(b);
     ssize_t n;
 
     BIO_clear_retry_flags(b);
-    n = recv(rl_bio_fd(b), buf, (size_t)len, 0);
+    n = recv(link->fd, buf, (size_t)len, 0);
+    if (n > 0)
+        link->rx += (size_t)n;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         BIO_set_retry_read(b);
     return (int)n;
@@ -72,7 +75,7 @@ static long rl_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
 
 static int rl_bio_create(BIO *b)
 {
-    BIO_set_data(b, (void *)(intptr_t)-1);
+    BIO_set_data(b, NULL);
     return 1;
 }
 
@@ -109,20 +112,22 @@ static const char *rl_tls_reason(void)
     return r ? r : "";
 }
 
-/* A file the context could not load: the errno of fopen when that was
- * it, else OpenSSL's reason. */
+/* A file the context could not load: why, as fopen says it when it
+ * can not be read at all, else OpenSSL's reason. */
 static int rl_tls_load_err(struct redlockd_error *err, const char *what,
                            const char *path)
 {
-    unsigned long e = ERR_peek_last_error();
+    FILE *f = fopen(path, "r");
     int rc;
 
-    if (e && ERR_SYSTEM_ERROR(e))
+    if (!f)
         rc = rl_seterr(err, REDLOCKD_E_INVALID, "%s %s: %s", what, path,
-                       strerror(ERR_GET_REASON(e)));
+                       strerror(errno));
     else
         rc = rl_seterr(err, REDLOCKD_E_INVALID, "%s %s: cannot load: %s",
                        what, path, rl_tls_reason());
+    if (f)
+        fclose(f);
     ERR_clear_error();
     return rc;
 }
@@ -153,7 +158,8 @@ static int rl_tls_ctx_identity(SSL_CTX *ctx, const char *cert,
     if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1)
         return rl_tls_load_err(err, "tls_cert_file", cert);
     if (SSL_CTX_use_PrivateKey_file(ctx, key ? key : cert,
-                                    SSL_FILETYPE_PEM) != 1)
+                                    SSL_FILETYPE_PEM) != 1
+        && ERR_GET_REASON(ERR_peek_last_error()) != X509_R_KEY_VALUES_MISMATCH)
         return rl_tls_load_err(err, "tls_key_file", key ? key : cert);
     if (SSL_CTX_check_private_key(ctx) != 1) {
         ERR_clear_error();
@@ -319,6 +325,11 @@ static void rl_tls_explain(struct redlockd *h, const char *server, int ret)
     } else if (e == SSL_ERROR_SSL) {
         snprintf(h->tls_err, sizeof(h->tls_err), "TLS with %.80s: %s", server,
                  q ? rl_tls_reason() : "protocol error");
+    } else if (h->tls_link.rx == 0 && !SSL_is_init_finished(h->ssl)) {
+        snprintf(h->tls_err, sizeof(h->tls_err),
+                 "TLS with %.80s: the server closed the connection without "
+                 "a TLS answer: it does not speak TLS (a plain tcp:// "
+                 "listener?)", server);
     } else if (e == SSL_ERROR_SYSCALL && errno != 0) {
         snprintf(h->tls_err, sizeof(h->tls_err), "TLS with %.80s: %s", server,
                  strerror(errno));
@@ -371,7 +382,9 @@ static int rl_tls_new(struct redlockd *h, const struct redlockd_addr *a,
         return rl_seterr(err, REDLOCKD_E_NOMEM, "TLS with %s: out of memory",
                          a->text);
     }
-    BIO_set_data(bio, (void *)(intptr_t)fd);
+    h->tls_link.fd = fd;
+    h->tls_link.rx = 0;
+    BIO_set_data(bio, &h->tls_link);
     BIO_set_init(bio, 1);
     SSL_set_bio(h->ssl, bio, bio);
     if (rl_tls_name(h, a) < 0) {

@@ -755,7 +755,26 @@ const char *h_daemon_bin(void)
     return bin;
 }
 
-static json_t *daemon_config(const struct h_daemon *d, const int *ports,
+/* A config with a certificate and no tls:// address listens on one. */
+static void listen_tls(json_t *conf, struct h_daemon *d)
+{
+    json_t *list = json_object_get(conf, "listen"), *v;
+    size_t i;
+
+    d->tls_port = 0;
+    if (!json_object_get(json_object_get(conf, "tls"), "cert_file"))
+        return;
+    json_array_foreach(list, i, v) {
+        if (h_starts(json_string_value(v) ? json_string_value(v) : "",
+                     "tls://"))
+            return;
+    }
+    d->tls_port = h_free_port();
+    json_array_append_new(list, json_sprintf("tls://127.0.0.1:%d",
+                                             d->tls_port));
+}
+
+static json_t *daemon_config(struct h_daemon *d, const int *ports,
                              int nports, const char *extra_json)
 {
     char tcp[64], unix_addr[310];
@@ -790,6 +809,7 @@ static json_t *daemon_config(const struct h_daemon *d, const int *ports,
                      err.text, extra_json);
     json_object_update_recursive(conf, extra);
     json_decref(extra);
+    listen_tls(conf, d);
     return conf;
 }
 

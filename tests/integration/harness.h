@@ -53,6 +53,7 @@ struct h_daemon {
     char conf_path[300];
     char sock_path[300];    /* unix socket path (listen "unix:...") */
     char log_path[300];     /* the daemon's stderr goes here */
+    int tls_port;           /* tls://127.0.0.1 listen port; 0: none */
 };
 
 /*
@@ -68,6 +69,9 @@ struct h_daemon {
  */
 void h_daemon_start(struct h_daemon *d, struct h_redis *nodes, int nnodes,
                     const char *extra_json);
+/* With "tls":{"cert_file":...} in extra_json and no tls:// address of its
+ * own in "listen", the config also listens on tls://127.0.0.1:<free port>,
+ * which d->tls_port says. */
 /* The same with the node ports given directly (127.0.0.1:ports[i]), so a
  * test can point the daemon at fault proxies while it talks to the Redis
  * nodes behind them itself. */
