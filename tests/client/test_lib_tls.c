@@ -1,5 +1,5 @@
 /*
- * test_tls: libredlockd over tls:// (issue 21, item 2) against the real
+ * test_lib_tls: libredlockd over tls:// (issue 21, item 2) against the real
  * daemon's TLS listener and real redis-server nodes.
  *
  * The certificates are made once per run by tests/tools/mkcerts.sh (its
@@ -396,12 +396,12 @@ static void make_certs(void)
     snprintf(certs, sizeof(certs), "%s/redlockd-tls-XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mk || !mkdtemp(certs)) {
-        fprintf(stderr, "test_tls: REDLOCKD_MKCERTS unset or no temp dir\n");
+        fprintf(stderr, "test_lib_tls: REDLOCKD_MKCERTS unset or no temp dir\n");
         exit(EXIT_FAILURE);
     }
     snprintf(cmd, sizeof(cmd), "'%s' '%s'", mk, certs);
     if (system(cmd) != 0) {
-        fprintf(stderr, "test_tls: %s failed\n", cmd);
+        fprintf(stderr, "test_lib_tls: %s failed\n", cmd);
         exit(EXIT_FAILURE);
     }
 }
@@ -412,7 +412,7 @@ static void remove_certs(void)
 
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certs);
     if (system(cmd) != 0)
-        fprintf(stderr, "test_tls: could not remove %s\n", certs);
+        fprintf(stderr, "test_lib_tls: could not remove %s\n", certs);
 }
 
 int main(void)
