@@ -1305,12 +1305,14 @@ void conf_warnings(const struct conf *c, conf_warn_fn *warn, void *ud)
         bool loopback = a->kind == CONF_ADDR_UNIX ||
                         strncmp(a->host, "127.", 4) == 0 ||
                         strcmp(a->host, "::1") == 0;
-        if (loopback || c->auth.password || !c->auth.protected_mode)
+        if (loopback || c->auth.password || !c->auth.protected_mode ||
+            (a->tls && c->tls.verify_clients))
             continue;
         snprintf(msg, sizeof(msg), "listen \"%s\" accepts remote peers, but "
                  "with no auth.password protected mode refuses every one "
-                 "of them; set auth.password, or auth.protected_mode false "
-                 "on a trusted network", a->text);
+                 "of them; set auth.password (or, on tls://, "
+                 "tls.verify_clients), or auth.protected_mode false on a "
+                 "trusted network", a->text);
         warn(ud, msg);
     }
 }

@@ -179,7 +179,10 @@ static void on_connection(uv_stream_t *ls, int status)
                       "max_clients_per_ip reached");
         return;
     }
-    if (cf->auth.protected_mode && !cf->auth.password && !c->trusted) {
+    /* A verified client certificate is a credential of its own. */
+    bool cert_required = l->tls && cf->tls.verify_clients;
+    if (cf->auth.protected_mode && !cf->auth.password && !c->trusted &&
+        !cert_required) {
         server_reject(c, PROTO_ERR_NOAUTH, "protected mode: no password "
                       "is set and this peer is not local; set auth.password "
                       "or auth.protected_mode false", "protected mode");
