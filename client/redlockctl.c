@@ -113,6 +113,8 @@ struct ctl {
     const char *servers[REDLOCKD_SERVERS_MAX];  /* -s, in order */
     size_t nservers;
     const char *password_file;
+    /* --tls-*: NULL leaves the library its $REDLOCKD_TLS_* default */
+    const char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
     const char *name;
     int timeout_ms;
     int json;
@@ -174,6 +176,10 @@ enum {
     OPT_FORCE,
     OPT_ADMIN_PASSWORD_FILE,
     OPT_DETACH,
+    OPT_TLS_CA,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
+    OPT_TLS_SERVER_NAME,
 };
 
 /* Which commands take an option. */
@@ -200,11 +206,24 @@ struct ctl_opt {
 
 static const struct ctl_opt ctl_opts[] = {
     { "server", 's', "ADDR", CTL_ANY,
-      "HOST:PORT, [IPV6]:PORT or unix:/PATH; repeat for\n"
-      "daemons to fail over to (default: $REDLOCKD_SERVER,\n"
-      "comma-separated, else 127.0.0.1:7390)\n" },
+      "HOST:PORT, [IPV6]:PORT, tls://HOST:PORT or\n"
+      "unix:/PATH; repeat for daemons to fail over to\n"
+      "(default: $REDLOCKD_SERVER, comma-separated, else\n"
+      "127.0.0.1:7390)\n" },
     { "password-file", OPT_PASSWORD_FILE, "F", CTL_ANY,
       "send the first line of F with AUTH\n" },
+    { "tls-ca", OPT_TLS_CA, "F", CTL_ANY,
+      "tls://: trust the CAs in PEM file F (default:\n"
+      "$REDLOCKD_TLS_CA, else the system's store)\n" },
+    { "tls-cert", OPT_TLS_CERT, "F", CTL_ANY,
+      "tls://: present the client certificate in F\n"
+      "(default: $REDLOCKD_TLS_CERT, else none)\n" },
+    { "tls-key", OPT_TLS_KEY, "F", CTL_ANY,
+      "tls://: the key of --tls-cert (default:\n"
+      "$REDLOCKD_TLS_KEY, else in the --tls-cert file)\n" },
+    { "tls-server-name", OPT_TLS_SERVER_NAME, "NAME", CTL_ANY,
+      "tls://: the name the daemon's certificate must\n"
+      "carry (default: the host of the address)\n" },
     { "name", OPT_NAME, "NAME", CTL_ANY, "client name shown by `sessions`\n" },
     { "timeout", OPT_TIMEOUT, "TIME", CTL_ANY,
       "connect and reply timeout (default 5s, 0: none)\n" },
@@ -427,6 +446,10 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
         c->detach_set = 1;
         return ctl_opt_duration(arg, o, PROTO_DURATION_MAX_MS, &c->detach_ms);
     case OPT_PASSWORD_FILE: c->password_file = arg; return 0;
+    case OPT_TLS_CA: c->tls_ca = arg; return 0;
+    case OPT_TLS_CERT: c->tls_cert = arg; return 0;
+    case OPT_TLS_KEY: c->tls_key = arg; return 0;
+    case OPT_TLS_SERVER_NAME: c->tls_server_name = arg; return 0;
     case OPT_NAME: c->name = arg; return 0;
     case OPT_JSON: c->json = 1; return 0;
     case 'h': ctl_usage(stdout); return 1;
@@ -643,6 +666,10 @@ static int ctl_connect(struct ctl *c, struct redlockd_opts *o,
     o->connect_timeout_ms = c->timeout_ms;
     o->io_timeout_ms = c->timeout_ms;
     o->name = c->name ? c->name : c->default_name;
+    o->tls_ca_file = c->tls_ca;
+    o->tls_cert_file = c->tls_cert;
+    o->tls_key_file = c->tls_key;
+    o->tls_server_name = c->tls_server_name;
     /* An operator's AUTH (release --force) makes a user's needless. */
     if (c->admin_password[0] != '\0')
         o->password = c->admin_password;

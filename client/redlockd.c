@@ -312,6 +312,7 @@ void redlockd_close(struct redlockd *h)
         return;
     if (h->fd >= 0) {
         rl_quit(h);
+        rl_tls_free(h);
         close(h->fd);
     }
     rl_lease_free_all(h);

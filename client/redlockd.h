@@ -96,6 +96,10 @@ extern "C" {
 
 #define REDLOCKD_DEFAULT_SERVER "127.0.0.1:7390"
 #define REDLOCKD_SERVER_ENV "REDLOCKD_SERVER"
+/* The TLS options' defaults (redlockd_opts.tls_*). */
+#define REDLOCKD_TLS_CA_ENV "REDLOCKD_TLS_CA"
+#define REDLOCKD_TLS_CERT_ENV "REDLOCKD_TLS_CERT"
+#define REDLOCKD_TLS_KEY_ENV "REDLOCKD_TLS_KEY"
 /* The longest resource name the library accepts: the most any daemon's
  * locks.max_resource_len may allow. The daemon's own limit (by default
  * REDLOCKD_RESOURCE_DEFAULT_MAX) applies too, and it answers ERR ARG above
@@ -150,7 +154,8 @@ struct redlockd_error {
  */
 struct redlockd_opts {
     /*
-     * "tcp://HOST:PORT" or "HOST:PORT", "[IPV6]:PORT", "unix:/PATH",
+     * "tcp://HOST:PORT" or "HOST:PORT", "[IPV6]:PORT", "tls://HOST:PORT"
+     * or "tls://[IPV6]:PORT" (TLS: see "TLS" below), "unix:/PATH",
      * "unix:///PATH" (the URL spelling of the same path) or a path starting
      * with '/'. HOST is an IPv4 address or a host name of letters, digits,
      * '.' and '-' (not digits and dots alone, as "1.2.3"); brackets hold an
@@ -207,6 +212,35 @@ struct redlockd_opts {
      * reconnect_max_ms negative: never reconnect. */
     int reconnect_min_ms;
     int reconnect_max_ms;
+
+    /*
+     * ---- TLS (0.6), for the tls:// servers ----
+     * A tls:// server's connection is TLS 1.2 or later, and its
+     * certificate must be signed by a CA that tls_ca_file (or else the
+     * system's store) holds, be valid now, and name the host of the
+     * address: a host name as a DNS name (which also goes out as SNI), an
+     * IP address as an IP address (tls_server_name checks another name).
+     * A handshake that fails costs that server (the next one is tried)
+     * and says why in the message: "unknown CA", "name mismatch",
+     * "expired", "the server does not speak TLS", "the server requires a
+     * client certificate". The handshake counts against
+     * connect_timeout_ms. Reconnection, resume and ADOPT work as over
+     * plain TCP. Unused when no server is tls://.
+     */
+    /* PEM file of the CAs to trust. NULL: $REDLOCKD_TLS_CA, else the
+     * system's store (OpenSSL's default paths). */
+    const char *tls_ca_file;
+    /* PEM client certificate (its chain may follow), for daemons that
+     * ask for one (tls.verify_clients). NULL: $REDLOCKD_TLS_CERT, else
+     * none. */
+    const char *tls_cert_file;
+    /* PEM private key of tls_cert_file. NULL: $REDLOCKD_TLS_KEY, else
+     * the key is in tls_cert_file. */
+    const char *tls_key_file;
+    /* The name the server's certificate must carry (and the SNI), instead
+     * of the address's host: for an address that is an IP while the
+     * certificate names the host. NULL: the host. */
+    const char *tls_server_name;
 };
 
 struct redlockd_lease {
@@ -384,7 +418,7 @@ int redlockd_lease_info(const struct redlockd *h, const char *resource,
 int redlockd_reconnect(struct redlockd *h);
 
 /* The server the handle is connected to, or will try next ("HOST:PORT",
- * "unix:/PATH"): canonical text, owned by the handle. */
+ * "tls://HOST:PORT", "unix:/PATH"): canonical text, owned by the handle. */
 const char *redlockd_server(const struct redlockd *h);
 
 /*

@@ -12,6 +12,10 @@
  * numbers by its strict readers; it also owns the error-code table, which
  * this file only maps to the public enum.
  *
+ * A connection to a tls:// server carries TLS (redlockd_tls.c) under the
+ * same waits: rl_conn_recv and rl_conn_send are the only places that tell
+ * the two apart.
+ *
  * A transport failure drops the connection (rl_drop); what becomes of the
  * session and its leases then is redlockd_failover.c's business.
  */
@@ -90,6 +94,8 @@ static int rl_fatal_errno(struct redlockd *h, const char *what)
 {
     int e = errno;
 
+    if (e == EPROTO && h->ssl)
+        return rl_fatal(h, REDLOCKD_E_IO, "%s: %s", what, h->tls_err);
     if (e == EPIPE || e == ECONNRESET)
         return rl_fatal(h, REDLOCKD_E_CLOSED,
                         "%s: connection reset by the daemon", what);
@@ -239,6 +245,7 @@ int redlockd_addr_parse(const char *s, struct redlockd_addr *a,
                          shown, proto_addr_strerror(e));
     }
     a->is_unix = pa.kind == PROTO_ADDR_KIND_UNIX;
+    a->is_tls = pa.tls;
     memcpy(a->host, pa.host, sizeof(a->host));
     memcpy(a->path, pa.path, sizeof(a->path));
     if (!a->is_unix)
@@ -351,8 +358,9 @@ static int rl_connect_ai(struct addrinfo *res, int64_t deadline, int *fd)
     return e;
 }
 
-int rl_connect_fd(const struct redlockd_addr *a, int64_t deadline, int *fd,
-                  struct redlockd_error *err)
+/* Connect to a; 0 or -code with err set. */
+static int rl_connect_fd(const struct redlockd_addr *a, int64_t deadline,
+                         int *fd, struct redlockd_error *err)
 {
     struct addrinfo hints, *res;
     int e;
@@ -375,6 +383,21 @@ int rl_connect_fd(const struct redlockd_addr *a, int64_t deadline, int *fd,
     return e == 0 ? 0 : rl_connect_err(a, e, err);
 }
 
+int rl_connect(struct redlockd *h, const struct redlockd_addr *a,
+               int64_t deadline)
+{
+    int fd, rc = rl_connect_fd(a, deadline, &fd, &h->err);
+
+    if (rc == 0 && a->is_tls) {
+        rc = rl_tls_connect(h, a, fd, deadline, &h->err);
+        if (rc < 0)
+            close(fd);
+    }
+    if (rc == 0)
+        rl_attach_fd(h, fd);
+    return rc;
+}
+
 void rl_attach_fd(struct redlockd *h, int fd)
 {
     h->fd = fd;
@@ -384,14 +407,39 @@ void rl_attach_fd(struct redlockd *h, int fd)
     h->settled = false;
 }
 
+/* No close_notify: this is a cut (a detachable session detaches), and
+ * the daemon may be gone. */
 void rl_close_fd(struct redlockd *h)
 {
     if (h->fd < 0)
         return;
+    rl_tls_free(h);
     (void)shutdown(h->fd, SHUT_RDWR);
     close(h->fd);
     h->fd = -1;
     h->settled = false;
+}
+
+/* ---- the transport: plain or TLS ---------------------------------------- */
+
+/* One read: n > 0, 0 at EOF, or -1 with errno (EAGAIN: wait for *events). */
+static ssize_t rl_conn_recv(struct redlockd *h, char *buf, size_t len,
+                            short *events)
+{
+    *events = POLLIN;
+    if (h->ssl)
+        return rl_tls_read(h, buf, len, events);
+    return recv(h->fd, buf, len, 0);
+}
+
+/* One write: n > 0, or -1 with errno (EAGAIN: wait for *events). */
+static ssize_t rl_conn_send(struct redlockd *h, const char *buf, size_t len,
+                            short *events)
+{
+    *events = POLLOUT;
+    if (h->ssl)
+        return rl_tls_write(h, buf, len, events);
+    return send(h->fd, buf, len, MSG_NOSIGNAL);
 }
 
 /* ---- events ------------------------------------------------------------- */
@@ -541,6 +589,7 @@ static int rl_io_retry(struct redlockd *h, short events, int64_t deadline,
 static int rl_fill(struct redlockd *h, int64_t deadline)
 {
     ssize_t n;
+    short events;
     int rc;
 
     rc = rl_in_reserve(h);
@@ -551,7 +600,8 @@ static int rl_fill(struct redlockd *h, int64_t deadline)
     if (h->in_len == h->in_cap)
         return rl_fatal(h, REDLOCKD_E_PROTO, "line from the daemon too long");
     for (;;) {
-        n = recv(h->fd, h->in + h->in_len, h->in_cap - h->in_len, 0);
+        n = rl_conn_recv(h, h->in + h->in_len, h->in_cap - h->in_len,
+                         &events);
         if (n > 0) {
             h->in_len += (size_t)n;
             return 0;
@@ -560,7 +610,7 @@ static int rl_fill(struct redlockd *h, int64_t deadline)
             return rl_fatal(h, REDLOCKD_E_CLOSED,
                             "the daemon closed the connection%s",
                             h->shutdown_seen ? " (it is shutting down)" : "");
-        rc = rl_io_retry(h, POLLIN, deadline, "receive");
+        rc = rl_io_retry(h, events, deadline, "receive");
         if (rc != 0)
             return rc;
     }
@@ -672,10 +722,11 @@ static int rl_send(struct redlockd *h, const char *buf, size_t len,
                    int64_t deadline)
 {
     ssize_t n;
+    short events;
     int rc;
 
     while (len > 0) {
-        n = send(h->fd, buf, len, MSG_NOSIGNAL);
+        n = rl_conn_send(h, buf, len, &events);
         if (n > 0) {
             buf += n;
             len -= (size_t)n;
@@ -684,7 +735,7 @@ static int rl_send(struct redlockd *h, const char *buf, size_t len,
         /* The daemon may have said why before closing: read that instead. */
         if (errno == EPIPE || errno == ECONNRESET)
             return 0;
-        rc = rl_io_retry(h, POLLOUT, deadline, "send");
+        rc = rl_io_retry(h, events, deadline, "send");
         if (rc < 0)
             return rc;
         if (rc == 1)
@@ -743,13 +794,14 @@ int rl_expect(struct redlockd *h, const struct proto_reply *r,
                     proto_cmd_name(cmd));
 }
 
-/* Sent with a plain send(): the socket may already be gone, and nothing
- * that goes wrong here is worth reporting. */
+/* Sent with one send (or SSL_write): the socket may already be gone, and
+ * nothing that goes wrong here is worth reporting. */
 void rl_quit(struct redlockd *h)
 {
     int timeout = RL_QUIT_TIMEOUT_MS;
     int64_t deadline;
     char scratch[512];
+    short events;
     ssize_t n;
 
     if (h->io_timeout_ms >= 0 && h->io_timeout_ms < timeout)
@@ -757,16 +809,16 @@ void rl_quit(struct redlockd *h)
     deadline = rl_deadline(timeout);
     sbuf_reset(&h->req);
     proto_format_request(&h->req, PROTO_CMD_QUIT, NULL);
-    if (send(h->fd, h->req.data, h->req.len, MSG_NOSIGNAL)
+    if (rl_conn_send(h, h->req.data, h->req.len, &events)
         != (ssize_t)h->req.len)
         return;
     for (;;) {
-        n = recv(h->fd, scratch, sizeof(scratch), 0);
+        n = rl_conn_recv(h, scratch, sizeof(scratch), &events);
         if (n > 0 || (n < 0 && errno == EINTR))
             continue;
         if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
             return;
-        if (rl_wait(h->fd, POLLIN, deadline) <= 0)
+        if (rl_wait(h->fd, events, deadline) <= 0)
             return;
     }
 }

@@ -84,6 +84,7 @@ void rl_free_opts(struct redlockd *h)
     free(h->name);
     free(h->password);
     free(h->servers);
+    rl_tls_teardown(h);
     h->name = h->password = NULL;
     h->servers = NULL;
     h->nservers = 0;
@@ -362,13 +363,12 @@ static int rl_attempt_failed(struct redlockd *h, int rc)
 static int rl_attach_one(struct redlockd *h, size_t s, int64_t until)
 {
     int64_t by = rl_earlier(until, rl_deadline(h->connect_timeout_ms));
-    int fd, rc;
+    int rc;
 
     h->cur = s;
-    rc = rl_connect_fd(&h->servers[s], by, &fd, &h->err);
+    rc = rl_connect(h, &h->servers[s], by);
     if (rc < 0)
         return rc;
-    rl_attach_fd(h, fd);
     if (h->secret[0] && h->session_server == s) {
         rc = rl_hello_resume(h, by);
         if (rc == 0)
@@ -688,14 +688,10 @@ static int rl_connect_first(struct redlockd *h)
     int rc = -REDLOCKD_E_CLOSED;
 
     for (size_t s = 0; s < h->nservers; s++) {
-        int fd;
-
         h->cur = s;
-        rc = rl_connect_fd(&h->servers[s], rl_deadline(h->connect_timeout_ms),
-                           &fd, &h->err);
+        rc = rl_connect(h, &h->servers[s], rl_deadline(h->connect_timeout_ms));
         if (rc < 0)
             continue;
-        rl_attach_fd(h, fd);
         rc = rl_handshake(h, -1);
         if (rc == 0) {
             h->settled = true;
@@ -729,6 +725,8 @@ int redlockd_connect(struct redlockd **out, const struct redlockd_opts *opts,
     if (rc < 0)
         return rc;
     rc = rl_keep_servers(h, opts, err);
+    if (rc == 0)
+        rc = rl_tls_setup(h, opts, err);
     if (rc < 0) {
         redlockd_close(h);
         return rc;

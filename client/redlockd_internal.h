@@ -19,6 +19,7 @@
  * PROTO_ADDR_FOR_CLIENT, in the shape connect needs. */
 struct redlockd_addr {
     int is_unix;
+    int is_tls;                             /* tls://HOST:PORT */
     char host[PROTO_ADDR_HOST_MAX + 1];     /* without the IPv6 brackets */
     char port[PROTO_PORT_TEXT_SIZE];        /* decimal, for getaddrinfo */
     char path[PROTO_ADDR_PATH_MAX + 1];

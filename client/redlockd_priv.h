@@ -11,6 +11,8 @@
  *   redlockd_failover.c  the servers, the handshake (HELLO detach=, AUTH),
  *                        reconnecting: resume on the same daemon or ADOPT
  *                        every lease on another
+ *   redlockd_tls.c       TLS under a connection to a tls:// server: the
+ *                        settings, the handshake, reads and writes
  *   redlockd.c           the handle and the commands of redlockd.h
  *
  * Every time here is CLOCK_MONOTONIC milliseconds; a deadline of -1 means
@@ -22,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "proto.h"
 #include "redlockd.h"
@@ -36,6 +39,18 @@
 /* The longest request line: LOCK with a resource of the longest size and
  * every option (AUTH's password and a resuming HELLO are shorter). */
 #define RL_REQ_MAX (REDLOCKD_RESOURCE_MAX + 128)
+
+/* OpenSSL's types, without its headers (only redlockd_tls.c needs them). */
+struct ssl_st;
+struct ssl_ctx_st;
+struct bio_method_st;
+
+/* What our socket BIO (redlockd_tls.c) reads and writes. */
+struct rl_tls_link {
+    int fd;
+    size_t rx;                  /* bytes received: 0 in a handshake that
+                                   fails means no TLS answer at all */
+};
 
 /*
  * A lease of the handle: held from LOCK (or lockv) to UNLOCK, or reported
@@ -66,6 +81,8 @@ struct rl_lease {
 
 struct redlockd {
     int fd;                     /* -1 while not connected */
+    struct ssl_st *ssl;         /* the TLS of fd (a tls:// server); else
+                                   NULL */
     int io_timeout_ms;          /* negative: none */
     int connect_timeout_ms;     /* negative: none */
     void (*on_lost)(const char *resource, uint64_t fence, const char *reason,
@@ -119,6 +136,15 @@ struct redlockd {
     int64_t next_round_ms;      /* no round of attempts before this */
     unsigned seed;              /* jitter of the pauses */
 
+    /* ---- TLS (redlockd_tls.c): made when a tls:// server is listed ---- */
+    struct ssl_ctx_st *tls_ctx;         /* CA, client certificate */
+    struct bio_method_st *tls_bio;      /* our socket BIO's methods */
+    char *tls_name;                     /* tls_server_name, or NULL */
+    struct rl_tls_link tls_link;        /* the BIO's data, for ssl */
+    char tls_peer[PROTO_ADDR_HOST_MAX + 1]; /* the name checked */
+    char tls_err[sizeof(((struct redlockd_error *)0)->msg)]; /* why the
+                                           last TLS call failed */
+
     struct redlockd_info info;
     struct redlockd_error err;
     char dead[sizeof(((struct redlockd_error *)0)->msg)]; /* why fd is -1 */
@@ -146,9 +172,10 @@ int rl_wait(int fd, short events, int64_t deadline);
 void rl_quote(char *dst, size_t sz, const char *line, size_t len);
 size_t rl_len(const char *s);
 
-/* Connect to a; 0 or -code with err set. */
-int rl_connect_fd(const struct redlockd_addr *a, int64_t deadline, int *fd,
-                  struct redlockd_error *err);
+/* Connect h to a (with the TLS handshake for tls://, by the same
+ * deadline) and attach the connection: 0, or -code with h->err set. */
+int rl_connect(struct redlockd *h, const struct redlockd_addr *a,
+               int64_t deadline);
 /* A new connection for h (fresh input buffer, no events seen yet). */
 void rl_attach_fd(struct redlockd *h, int fd);
 /* Close the connection without QUIT (shut down first: copies of the
@@ -228,6 +255,27 @@ int rl_keep_opts(struct redlockd *h, const struct redlockd_opts *o);
 void rl_free_opts(struct redlockd *h);
 /* HELLO (and AUTH) on a connection just made, by deadline. */
 int rl_handshake(struct redlockd *h, int64_t deadline);
+
+/* ---- redlockd_tls.c ----------------------------------------------------- */
+
+/* The TLS settings of o (CA, client certificate, server name; each else
+ * its $REDLOCKD_TLS_* variable) when h lists a tls:// server: 0, or -code
+ * with err set (REDLOCKD_E_INVALID for a file that does not load). */
+int rl_tls_setup(struct redlockd *h, const struct redlockd_opts *o,
+                 struct redlockd_error *err);
+void rl_tls_teardown(struct redlockd *h);
+/* The handshake on fd, connected to a, by deadline: h->ssl set, or
+ * -code with err set (the reason in the message) and h->ssl NULL. fd
+ * stays the caller's. */
+int rl_tls_connect(struct redlockd *h, const struct redlockd_addr *a, int fd,
+                   int64_t deadline, struct redlockd_error *err);
+void rl_tls_free(struct redlockd *h);
+/* recv and send through h->ssl: n > 0; 0 at EOF (read); or -1 with errno:
+ * EAGAIN (wait for *events: a TLS read may want POLLOUT, a write POLLIN),
+ * EINTR, EPROTO (TLS failed: the reason in h->tls_err) or the socket's. */
+ssize_t rl_tls_read(struct redlockd *h, char *buf, size_t len, short *events);
+ssize_t rl_tls_write(struct redlockd *h, const char *buf, size_t len,
+                     short *events);
 
 /* ---- redlockd.c --------------------------------------------------------- */
 

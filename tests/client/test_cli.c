@@ -51,6 +51,12 @@
  *     or $REDLOCKD_ADMIN_PASSWORD; without it (NOAUTH) or with a wrong one
  *     it exits 69 with one clear line and the lock stays; plain release
  *     is a usage error (64);
+ *   - TLS (issue 21): `run` holding a lock through the daemon's tls://
+ *     listener (another client BUSY meanwhile), --tls-ca anywhere and
+ *     $REDLOCKD_TLS_CA; an unknown CA, a name mismatch and a daemon that
+ *     wants a client certificate give 69 and one line naming the reason,
+ *     --tls-cert/--tls-key satisfy it, and a CA file that does not load
+ *     is a usage error (64); certificates from tests/tools/mkcerts.sh;
  *   - --version, --help, and a usage error (64);
  *   - the README's library example runs and exits 0.
  */
@@ -118,6 +124,9 @@ static char S[64];
 static const char *server_env;
 /* REDLOCKD_ADMIN_PASSWORD likewise. */
 static const char *admin_env;
+/* $REDLOCKD_TLS_CA for redlockctl, or NULL; and mkcerts.sh's directory. */
+static const char *tls_ca_env;
+static char certs[256];
 
 /* ---- fixture ---- */
 
@@ -129,6 +138,7 @@ static void setup(void)
     S[0] = '\0';
     server_env = NULL;
     admin_env = NULL;
+    tls_ca_env = NULL;
 }
 
 static void proc_close_pipes(struct proc *p)
@@ -335,6 +345,12 @@ static void child_exec(const char *bin, char **argv, int out, int err,
         setenv("REDLOCKD_ADMIN_PASSWORD", admin_env, 1);
     else
         unsetenv("REDLOCKD_ADMIN_PASSWORD");
+    if (tls_ca_env)
+        setenv("REDLOCKD_TLS_CA", tls_ca_env, 1);
+    else
+        unsetenv("REDLOCKD_TLS_CA");
+    unsetenv("REDLOCKD_TLS_CERT");
+    unsetenv("REDLOCKD_TLS_KEY");
     execv(bin, argv);
     fprintf(stderr, "test: exec %s: %s\n", bin, strerror(errno));
     _exit(127);
@@ -2204,6 +2220,110 @@ START_TEST(readme_example)
 }
 END_TEST
 
+/* ---- TLS ---- */
+
+static const char *cert(const char *name)
+{
+    static char paths[8][320];
+    static int next;
+    char *p = paths[next++ % 8];
+
+    snprintf(p, sizeof(paths[0]), "%s/%s", certs, name);
+    return p;
+}
+
+/* The daemon with a tls:// listener (the pair `name`, more of "tls" in
+ * extra); its address into addr. */
+static void start_daemon_tls(const char *name, const char *extra, char *addr,
+                             size_t size)
+{
+    char json[2048];
+
+    snprintf(json, sizeof(json), "{\"tls\":{\"cert_file\":\"%s/%s.crt\","
+             "\"key_file\":\"%s/%s.key\"%s}}", certs, name, certs, name,
+             extra);
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(json);
+    ck_assert_int_gt(D->tls_port, 0);
+    snprintf(addr, size, "tls://127.0.0.1:%d", D->tls_port);
+}
+
+static void assert_error_names(const struct proc *p, int status,
+                               const char *what, const char *reason)
+{
+    assert_status(p, status, what);
+    assert_one_error_line(p, what);
+    ck_assert_msg(strstr(p->err, reason), "%s: stderr \"%s\" lacks \"%s\"",
+                  what, p->err, reason);
+}
+
+/* run holds the lock over TLS while its command runs. */
+START_TEST(tls_run)
+{
+    char addr[64], name_addr[64];
+    const char *started;
+    struct proc *p;
+
+    start_daemon_tls("server", "", addr, sizeof(addr));
+    h_cluster_client(&K, 0, 0);
+    started = tmp_path("started");
+    p = ctl_start("-s", addr, "--tls-ca", cert("ca.crt"), "run", "cli:tls",
+                  "--", "sh", "-c", "echo $$ > \"$1\"; sleep 1", "sh",
+                  started, NULL);
+    wait_file_number(started, h_scale(5000));
+    h_expect(A, "ERR BUSY", "LOCK cli:tls ttl=30000");
+    proc_wait(p, h_scale(10000));
+    assert_ok_quiet(p, "run over TLS");
+    assert_free("cli:tls");
+
+    /* --tls-ca after the command word, by host name. */
+    snprintf(name_addr, sizeof(name_addr), "tls://localhost:%d", D->tls_port);
+    p = ctl_start("run", "cli:tls", "-s", name_addr, "--tls-ca",
+                  cert("ca.crt"), "--", "true", NULL);
+    proc_wait(p, h_scale(10000));
+    assert_ok_quiet(p, "run --tls-ca after run");
+    /* The CA from $REDLOCKD_TLS_CA. */
+    tls_ca_env = cert("ca.crt");
+    p = ctl_start("-s", addr, "ping", NULL);
+    proc_wait(p, h_scale(10000));
+    assert_status(p, 0, "ping with $REDLOCKD_TLS_CA");
+    tls_ca_env = NULL;
+    assert_free("cli:tls");
+}
+END_TEST
+
+START_TEST(tls_errors)
+{
+    char addr[64], extra[512];
+    struct proc *p;
+
+    snprintf(extra, sizeof(extra), ",\"ca_file\":\"%s\","
+             "\"verify_clients\":true", cert("ca.crt"));
+    start_daemon_tls("server", extra, addr, sizeof(addr));
+    p = ctl_start("-s", addr, "--tls-ca", cert("other-ca.crt"), "run",
+                  "cli:tls", "--", "sh", "-c", "exit 99", NULL);
+    proc_wait(p, h_scale(10000));
+    assert_error_names(p, EXIT_UNAVAILABLE, "run, another CA", "unknown CA");
+    p = ctl_start("-s", addr, "--tls-ca", cert("ca.crt"),
+                  "--tls-server-name", "elsewhere.test", "ping", NULL);
+    proc_wait(p, h_scale(10000));
+    assert_error_names(p, EXIT_UNAVAILABLE, "ping, another name",
+                       "name mismatch");
+    p = ctl_start("-s", addr, "--tls-ca", cert("ca.crt"), "ping", NULL);
+    proc_wait(p, h_scale(10000));
+    assert_error_names(p, EXIT_UNAVAILABLE, "ping, no client certificate",
+                       "requires a client certificate");
+    p = ctl_start("ping", "-s", addr, "--tls-ca", cert("ca.crt"),
+                  "--tls-cert", cert("client.crt"), "--tls-key",
+                  cert("client.key"), NULL);
+    proc_wait(p, h_scale(10000));
+    assert_status(p, 0, "ping with a client certificate");
+    p = ctl_start("-s", addr, "--tls-ca", "/nonexistent/ca.crt", "ping", NULL);
+    proc_wait(p, h_scale(10000));
+    assert_error_names(p, EXIT_USAGE, "ping, no CA file", "/nonexistent/ca.crt");
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -2235,19 +2355,45 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, release_force_disabled);
     tcase_add_test(tc, run_lost_terms_group);
     tcase_add_test(tc, run_lost_kills_group_after);
+    tcase_add_test(tc, tls_run);
+    tcase_add_test(tc, tls_errors);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, readme_example);
     suite_add_tcase(s, tc);
     return s;
 }
 
+/* The certificates of the TLS tests, for the whole run. */
+static void make_certs(void)
+{
+    const char *mk = getenv("REDLOCKD_MKCERTS");
+    char cmd[600];
+
+    snprintf(certs, sizeof(certs), "%s/redlockctl-tls-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mk || !mkdtemp(certs)) {
+        fprintf(stderr, "test_cli: REDLOCKD_MKCERTS unset or no temp dir\n");
+        exit(EXIT_FAILURE);
+    }
+    snprintf(cmd, sizeof(cmd), "'%s' '%s'", mk, certs);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "test_cli: %s failed\n", cmd);
+        exit(EXIT_FAILURE);
+    }
+}
+
 int main(void)
 {
     SRunner *sr = srunner_create(cli_suite());
+    char cmd[300];
     int failed;
 
+    make_certs();
     srunner_run_all(sr, CK_ENV);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certs);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_cli: could not remove %s\n", certs);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -54,6 +54,8 @@ static void fuzz_check_tcp(const struct proto_addr *a, unsigned flags)
     FUZZ_CHECK(a->path[0] == '\0');
     if (!(flags & PROTO_ADDR_ALLOW_ZONE))
         FUZZ_CHECK(!strchr(a->host, '%'));
+    if (!(flags & PROTO_ADDR_ALLOW_TLS))
+        FUZZ_CHECK(!a->tls);
 }
 
 static void fuzz_check_unix(const struct proto_addr *a, unsigned flags)
@@ -62,7 +64,7 @@ static void fuzz_check_unix(const struct proto_addr *a, unsigned flags)
 
     FUZZ_CHECK(flags & PROTO_ADDR_ALLOW_UNIX);
     FUZZ_CHECK(n > 0 && n <= PROTO_ADDR_PATH_MAX);
-    FUZZ_CHECK(a->host[0] == '\0' && a->port == 0);
+    FUZZ_CHECK(a->host[0] == '\0' && a->port == 0 && !a->tls);
     if (!(flags & PROTO_ADDR_ALLOW_RELATIVE))
         FUZZ_CHECK(a->path[0] == '/');
 }

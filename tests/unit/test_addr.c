@@ -187,6 +187,24 @@ static const struct t_addr t_rows[] = {
     { "127.0.0.1:1\n", ALL, E(CONTROL), 0, NULL, 0 },
     { "unix:/a\tb", ALL, E(CONTROL), 0, NULL, 0 },
     { "unix:/a\x7f", ALL, E(CONTROL), 0, NULL, 0 },
+    /* tls://: listen and the client (test_addr_rows checks the flag) */
+    { "tls://127.0.0.1:7391", ALL, OK, TCP, "127.0.0.1", 7391 },
+    { "tls://127.0.0.1:7391", LISTEN, OK, TCP, "127.0.0.1", 7391 },
+    { "tls://localhost:7391", LISTEN, E(LITERAL), 0, NULL, 0 },
+    { "tls://127.0.0.1:7391", NODE, E(TLS), 0, NULL, 0 },
+    { "tls://127.0.0.1:7391", METRICS, E(TLS), 0, NULL, 0 },
+    { "tls://locks.example.com", ALL, OK, TCP, "locks.example.com", 7390 },
+    { "tls://[::1]:1", ALL, OK, TCP, "::1", 1 },
+    { "tls://unix:1", ALL, OK, TCP, "unix", 1 },
+    { "tls://", ALL, E(NO_HOST), 0, NULL, 0 },
+    { "tls://:1", ALL, E(NO_HOST), 0, NULL, 0 },
+    { "tls://127.0.0.1:0", ALL, E(PORT), 0, NULL, 0 },
+    { "tls://unix:/run/x.sock", ALL, E(PORT), 0, NULL, 0 },
+    { "tls:///run/x.sock", ALL, E(NAME), 0, NULL, 0 },
+    { "tls://tcp://127.0.0.1:1", ALL, E(SCHEME), 0, NULL, 0 },
+    { "tcp://tls://127.0.0.1:1", ALL, E(SCHEME), 0, NULL, 0 },
+    { "TLS://127.0.0.1:1", ALL, E(SCHEME), 0, NULL, 0 },
+    { "tls:/127.0.0.1:1", ALL, E(UNBRACKETED), 0, NULL, 0 },
 };
 
 START_TEST(test_addr_rows)
@@ -202,12 +220,14 @@ START_TEST(test_addr_rows)
                   proto_addr_strerror(t->want));
     if (e != PROTO_ADDR_OK) {
         ck_assert_int_eq(a.kind, 0);
+        ck_assert(!a.tls);
         ck_assert_str_eq(a.host, "");
         ck_assert_str_eq(a.path, "");
         ck_assert_uint_eq(a.port, 0);
         return;
     }
     ck_assert_int_eq(a.kind, t->kind);
+    ck_assert(a.tls == (strncmp(t->text, "tls://", 6) == 0));
     if (t->kind == PROTO_ADDR_KIND_TCP) {
         ck_assert_str_eq(a.host, t->host_or_path);
         ck_assert_uint_eq(a.port, t->port);
@@ -314,6 +334,13 @@ static const struct t_fmt t_fmt_rows[] = {
     { "Unix:1", "Unix:1" },
     { "[1111:2222:3333:4444:5555:6666:7777:8888%0123456789abcde]:65535",
       "[1111:2222:3333:4444:5555:6666:7777:8888%0123456789abcde]:65535" },
+    { "tls://127.0.0.1:7391", "tls://127.0.0.1:7391" },
+    { "tls://[2001:DB8::1]", "tls://[2001:db8::1]:7390" },
+    { "tls://unix:1", "tls://unix:1" },
+    { "tls://" NAME253 ":65535", "tls://" NAME253 ":65535" },
+    { "tls://[1111:2222:3333:4444:5555:6666:7777:8888%0123456789abcde]:65535",
+      "tls://[1111:2222:3333:4444:5555:6666:7777:8888%0123456789abcde]"
+      ":65535" },
 };
 
 /* What proto_addr_format writes reads back as the same address. */

@@ -15,10 +15,12 @@ _PORT = re.compile(r"^[0-9]{1,5}$")
 
 
 def parse_server(text):
-    """``("unix", path)`` or ``("tcp", host, port)`` for an address in the
-    grammar of redlockd's clients: ``HOST:PORT``, ``tcp://HOST:PORT``,
-    ``[IPV6]:PORT``, ``HOST`` alone (port 7390), ``unix:/PATH``,
-    ``unix:///PATH`` or a bare ``/PATH``. ValueError otherwise."""
+    """``("unix", path)``, ``("tcp", host, port)`` or ``("tls", host,
+    port)`` for an address in the grammar of redlockd's clients:
+    ``HOST:PORT``, ``tcp://HOST:PORT``, ``tls://HOST:PORT`` (TLS),
+    ``[IPV6]:PORT`` (also after either scheme), ``HOST`` alone (port
+    7390), ``unix:/PATH``, ``unix:///PATH`` or a bare ``/PATH``.
+    ValueError otherwise."""
     if not isinstance(text, str) or not text:
         raise ValueError("empty server address")
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
@@ -34,9 +36,13 @@ def parse_server(text):
         return ("unix", path)
     if text.startswith("/"):
         return ("unix", text)
+    kind = "tcp"
     if text.startswith("tcp://"):
         text = text[6:]
-    elif "://" in text:
+    elif text.startswith("tls://"):
+        kind = "tls"
+        text = text[6:]
+    if "://" in text:
         raise ValueError(f"unsupported address scheme in {text!r}")
     if text.startswith("["):
         end = text.find("]")
@@ -64,10 +70,10 @@ def parse_server(text):
             except ValueError:
                 raise ValueError(f"bad IPv4 address in {text!r}") from None
     if port is None:
-        return ("tcp", host, DEFAULT_PORT)
+        return (kind, host, DEFAULT_PORT)
     if not _PORT.match(port) or not 1 <= int(port) <= 65535:
         raise ValueError(f"bad port in {text!r}")
-    return ("tcp", host, int(port))
+    return (kind, host, int(port))
 
 
 def word(value, what):

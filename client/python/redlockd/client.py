@@ -45,6 +45,13 @@ with backoff, in the background thread and in any blocking call:
 A lease past its deadline is never adopted: it is lost ("deadline"). Every
 kind of lease is adopted: an exclusive one, a shared hold, a semaphore slot
 (the same slot), the resources of one multi-resource grant together.
+
+TLS
+---
+A ``tls://HOST:PORT`` server is reached through the standard ``ssl``
+module (``_tls``): the same line protocol inside TLS 1.2 or later, the
+server's certificate checked against a CA and against HOST, an optional
+client certificate. Reconnection, resume and ADOPT work as over TCP.
 """
 
 import atexit
@@ -57,7 +64,7 @@ import threading
 import time
 import weakref
 
-from . import _proto
+from . import _proto, _tls
 from .errors import (Arg, Auth, ConnectionClosed, Error, Held, IOTimeout,
                      LockLost,
                      Lost, NoAuth, NoSession, NotHeld, ProtocolError,
@@ -343,6 +350,21 @@ class Client:
     LOCK's reply may take ``wait`` longer. A reply that does not come in
     time raises :class:`IOTimeout` and drops the connection.
 
+    TLS, for ``tls://`` servers (parameters named as libredlockd's
+    options): ``tls_ca_file`` a PEM file of the CAs to trust (default
+    ``$REDLOCKD_TLS_CA``, else the system's store); ``tls_cert_file`` and
+    ``tls_key_file`` a client certificate and its key, for a daemon with
+    ``tls.verify_clients`` (default ``$REDLOCKD_TLS_CERT`` and
+    ``$REDLOCKD_TLS_KEY``; the key may be in the certificate's file);
+    ``tls_server_name`` the name the server's certificate must carry (and
+    the SNI) instead of the address's host; ``tls_context`` an
+    ``ssl.SSLContext`` of your own instead of the files. The certificate
+    must be signed by a trusted CA, be valid now and name the host (an IP
+    address as an IP address). A handshake that fails raises
+    :class:`TransportError` naming the reason: "unknown CA", "name
+    mismatch", "expired", "does not speak TLS", "requires a client
+    certificate"; a file that does not load raises ValueError.
+
     ``reconnect`` (default True): a lost connection is re-established, in
     the background and in blocking calls, by resuming the session or
     adopting its leases on another server (see the module's docstring).
@@ -359,7 +381,9 @@ class Client:
     """
 
     def __init__(self, server=None, name=None, password=None, timeout=5.0, *,
-                 servers=None, detach_ms=30000, reconnect=True):
+                 servers=None, detach_ms=30000, reconnect=True,
+                 tls_ca_file=None, tls_cert_file=None, tls_key_file=None,
+                 tls_server_name=None, tls_context=None):
         if server is not None and servers is not None:
             raise ValueError("give server or servers, not both")
         spec = servers if servers is not None else server
@@ -367,6 +391,11 @@ class Client:
             spec = os.environ.get(SERVER_ENV) or _proto.DEFAULT_SERVER
         self.servers = _server_list(spec)
         self._addrs = [_proto.parse_server(s) for s in self.servers]
+        self._tls = None
+        self._tls_name = tls_server_name
+        if any(a[0] == "tls" for a in self._addrs):
+            self._tls = tls_context if tls_context is not None else \
+                _tls.make_context(tls_ca_file, tls_cert_file, tls_key_file)
         self.server = self.servers[0]
         self.timeout = timeout
         if detach_ms is not None:
@@ -465,6 +494,8 @@ class Client:
             else:
                 sock = socket.create_connection(addr[1:], timeout=timeout)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if addr[0] == "tls":
+                    sock = self._tls_wrap(sock, addr, server)
         except OSError as e:
             raise TransportError(f"cannot connect to {server}: {e}") from e
         # The reader blocks in recv; a send that cannot go out in time fails
@@ -476,6 +507,16 @@ class Client:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
                             struct.pack("ll", secs, usecs))
         return sock
+
+    def _tls_wrap(self, sock, addr, server):
+        """The TLS handshake on a connected socket (its timeout holds)."""
+        try:
+            return _tls.TLSSocket(sock, self._tls,
+                                  _tls.server_name(addr[1], self._tls_name),
+                                  server)
+        except BaseException:
+            sock.close()
+            raise
 
     def _open(self, index, timeout):
         """Connect to server `index` and make it the current connection (not

@@ -153,6 +153,7 @@ class Daemon(_Signals):
         self.conf_path = os.path.join(self.dir, "redlockd.json")
         self.sock_path = os.path.join(self.dir, "redlockd.sock")
         self.proc = None
+        self.tls_port = None
         for _ in range(3):
             self.port = free_port()
             conf = {
@@ -164,6 +165,12 @@ class Daemon(_Signals):
                 "shutdown_timeout_ms": 1000,
             }
             _merge(conf, json.loads(json.dumps(extra or {})))
+            # A certificate and no tls:// address of the test's own: listen
+            # on one too (as the C harness does).
+            if (conf.get("tls") or {}).get("cert_file") and not any(
+                    a.startswith("tls://") for a in conf["listen"]):
+                self.tls_port = free_port()
+                conf["listen"].append(f"tls://127.0.0.1:{self.tls_port}")
             with open(self.conf_path, "w") as f:
                 json.dump(conf, f, indent=2)
             self.proc = _Proc([bin_path, "-c", self.conf_path], self.log_path)
@@ -180,6 +187,10 @@ class Daemon(_Signals):
     @property
     def server(self):
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def tls_server(self):
+        return f"tls://127.0.0.1:{self.tls_port}"
 
     @property
     def unix_server(self):

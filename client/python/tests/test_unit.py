@@ -17,6 +17,9 @@ from redlockd import _proto
     ("unix:///run/r.sock", ("unix", "/run/r.sock")),
     ("unix:rel.sock", ("unix", "rel.sock")),
     ("/run/r.sock", ("unix", "/run/r.sock")),
+    ("tls://127.0.0.1:7391", ("tls", "127.0.0.1", 7391)),
+    ("tls://locks.example.com", ("tls", "locks.example.com", 7390)),
+    ("tls://[::1]:1", ("tls", "::1", 1)),
 ])
 def test_server_addresses(text, want):
     assert _proto.parse_server(text) == want
@@ -25,6 +28,7 @@ def test_server_addresses(text, want):
 @pytest.mark.parametrize("text", [
     "", "http://x:1", "1.2.3:7390", "::1:7390", "[nothost]:1", "host:0",
     "host:65536", "host:12a", "host:", "unix:", "a b:1", "h\n:1", "unix://x/p",
+    "tls://", "tls://tcp://x:1", "TLS://x:1", "tls://x:0",
 ])
 def test_bad_server_addresses(text):
     with pytest.raises(ValueError):
