@@ -341,12 +341,17 @@ static void conn_tls_ready(struct conn *c)
               c->cert_cn[0] ? ", client certificate CN=" : "", c->cert_cn);
 }
 
-/* TLS failed: one log line, counted when it was the handshake; what TLS
- * still has to say (an alert) goes out, then the connection closes. */
+/* TLS failed: one log line, counted when the handshake never finished.
+ * What TLS still has to say (an alert) goes to the kernel if it takes it
+ * now, and the connection closes at once: nothing more can be read or
+ * written in it, and a request waiting in it ends as a vanished client's
+ * does. */
 static void conn_tls_failed(struct conn *c)
 {
     enum stats_tlsfail why = tls_conn_failure(c->tls);
 
+    if (c->tls_failed || c->closing)
+        return;
     c->tls_failed = true;
     if (!c->tls_ready)
         stats.tls_handshake_failures[why]++;
@@ -357,9 +362,36 @@ static void conn_tls_failed(struct conn *c)
     if (why == STATS_TLSFAIL_plaintext)
         sbuf_puts(&c->tls_out, "ERR ARG this port speaks TLS: connect "
                   "with tls:// and a TLS client\n");
-    c->close_event = NULL;
-    conn_stop(c, "TLS failure", true);
-    conn_flush(c);
+    sbuf_reset(&c->out);
+    tls_conn_seal(c->tls, &c->out, &c->tls_out);       /* the alert */
+    if (!c->writing && c->tls_out.len > 0) {
+        uv_buf_t ub = uv_buf_init(c->tls_out.data, (unsigned)c->tls_out.len);
+        (void)uv_try_write(&c->h.stream, &ub, 1);
+    }
+    conn_close(c, true, "TLS failure");
+}
+
+static void conn_seal(struct conn *c);
+
+/* After TLS input: what OpenSSL wrote on its own (handshake messages, key
+ * updates, alerts) joins the bytes to send, and counts against
+ * limits.max_output_bytes like replies do: a client that makes the daemon
+ * talk without reading is disconnected. */
+static int conn_tls_backlog(struct conn *c)
+{
+    size_t unsent;
+
+    conn_seal(c);
+    if (c->closing)
+        return -1;
+    unsent = c->tls_out.len + c->wbuf.len;
+    if (unsent < conn_conf->limits.max_output_bytes)
+        return 0;
+    stats.output_overflows++;
+    log_warn("%s (%s): %zu bytes of TLS records unread: disconnecting "
+             "(limits.max_output_bytes)", c->name, c->peer, unsent);
+    conn_close(c, true, "output buffer limit");
+    return -1;
 }
 
 /* Bytes from the socket into lines: as they are, or through TLS. Non-zero
@@ -383,11 +415,13 @@ static int conn_input(struct conn *c, const char *data, size_t len)
         }
         return 0;
     }
-    switch (tls_conn_input(c->tls, data, len, conn_take_plain, c)) {
+    enum tls_io r = tls_conn_input(c->tls, data, len, conn_take_plain, c);
+    /* The handshake may finish in the same bytes that end the connection. */
+    if (!c->tls_ready && tls_conn_established(c->tls))
+        conn_tls_ready(c);
+    switch (r) {
     case TLS_IO_OK:
-        if (!c->tls_ready && tls_conn_established(c->tls))
-            conn_tls_ready(c);
-        return 0;
+        return conn_tls_backlog(c);
     case TLS_IO_CLOSED:
         conn_on_eof(c);
         return -1;
@@ -589,14 +623,14 @@ static struct sbuf *conn_wire(struct conn *c)
 }
 
 /* TLS: seal the replies into records (once the handshake is done; after
- * a failure they are dropped, as they can never be sent). */
+ * our goodbye, close_notify, nothing more may be said and they are
+ * dropped). */
 static void conn_seal(struct conn *c)
 {
-    if (c->tls_failed) {
-        sbuf_reset(&c->out);
-        tls_conn_seal(c->tls, &c->out, &c->tls_out);   /* the alert */
+    if (c->tls_failed || c->closing)
         return;
-    }
+    if (c->tls_bye)
+        sbuf_reset(&c->out);
     if (tls_conn_seal(c->tls, &c->out, &c->tls_out) != 0)
         conn_tls_failed(c);
 }
@@ -648,8 +682,14 @@ void conn_flush(struct conn *c)
         return;
     if (w->len == 0) {
         sbuf_reset(w);
-        if (c->out.len > 0)
-            return;     /* TLS: the replies wait for the handshake */
+        if (c->out.len > 0) {
+            /* TLS: the replies wait for the handshake, which needs
+             * reading; a connection that stopped reading before it had
+             * one (refused at accept, EOF) has nothing to say them in. */
+            if (c->close_why && !c->tls_ready)
+                conn_close(c, c->died, c->close_why);
+            return;
+        }
         if (!c->close_why || c->busy || !list_empty(&c->queue))
             return;
         if (c->close_event && c->tls && !c->tls_ready) {

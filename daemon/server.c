@@ -24,6 +24,7 @@
 #include "mem.h"
 #include "session.h"
 #include "stats.h"
+#include "tls.h"
 
 struct server server;
 
@@ -180,7 +181,7 @@ static void on_connection(uv_stream_t *ls, int status)
         return;
     }
     /* A verified client certificate is a credential of its own. */
-    bool cert_required = l->tls && cf->tls.verify_clients;
+    bool cert_required = l->tls && tls_verifies_clients();
     if (cf->auth.protected_mode && !cf->auth.password && !c->trusted &&
         !cert_required) {
         server_reject(c, PROTO_ERR_NOAUTH, "protected mode: no password "

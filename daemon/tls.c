@@ -41,6 +41,7 @@ struct tls_conn {
 };
 
 static SSL_CTX *tls_ctx;    /* for new connections; NULL: no TLS */
+static bool tls_ctx_verifies;   /* tls_ctx requires client certificates */
 static char tls_plain[TLS_PLAIN_CHUNK];
 
 /* ---- the context -------------------------------------------------------- */
@@ -163,13 +164,20 @@ int tls_configure(const struct conf *c, char *err, size_t errlen)
     tls_log_certificate(ctx, c);
     SSL_CTX_free(tls_ctx);  /* connections keep their own reference */
     tls_ctx = ctx;
+    tls_ctx_verifies = c->tls.verify_clients;
     return 0;
+}
+
+bool tls_verifies_clients(void)
+{
+    return tls_ctx && tls_ctx_verifies;
 }
 
 void tls_cleanup(void)
 {
     SSL_CTX_free(tls_ctx);
     tls_ctx = NULL;
+    tls_ctx_verifies = false;
 }
 
 /* ---- a connection --------------------------------------------------------- */

@@ -32,6 +32,9 @@ struct tls_conn;
  * verify_clients, min_version): 0, or -1 with the reason in err and the
  * context in use unchanged. Without a tls:// listener nothing is built. */
 int tls_configure(const struct conf *c, char *err, size_t errlen);
+/* Does the context in use require a client certificate? (What the file
+ * says may differ after a reload that failed.) */
+bool tls_verifies_clients(void);
 /* Free the context (at exit; connections still open keep theirs). */
 void tls_cleanup(void);
 

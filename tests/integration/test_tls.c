@@ -693,6 +693,185 @@ START_TEST(test_tls_on_plain_port)
 }
 END_TEST
 
+
+/* ---- review findings: each failed before its fix ---------------------------- */
+
+/* A connection refused before its handshake (here max_clients) is closed
+ * at once, not left waiting for a handshake nobody reads, holding a slot. */
+START_TEST(test_rejected_before_handshake_closes)
+{
+    struct h_client first, plain;
+    struct t_tls t;
+    struct t_opts o = { 0 };
+    char err[256];
+    uint64_t t0;
+
+    start_tls("server", "", "\"limits\": {\"max_clients\": 1}");
+    h_connect_tcp_ok(&first, D.port);
+    h_expect(&first, "PONG", "PING");
+    t0 = h_now_ms();
+    ck_assert_int_ne(t_tls_open(&t, D.tls_port, &o, err, sizeof(err)), 0);
+    t_tls_close(&t);
+    ck_assert_msg(h_since(t0) < h_scale(3000), "refused only after %lld ms",
+                  h_since(t0));
+    /* Its slot is free again: the one session left is the first. */
+    t0 = h_now_ms();
+    while (h_stats_int(&first, "connections") > 1 &&
+           h_since(t0) < h_scale(2000))
+        h_sleep_ms(20);
+    ck_assert_int_eq(h_stats_int(&first, "connections"), 1);
+    h_close(&first);
+    h_connect_tcp_ok(&plain, D.port);
+    h_expect(&plain, "PONG", "PING");
+    h_close(&plain);
+}
+END_TEST
+
+/* Pump a memory-BIO client over the socket until its handshake is done,
+ * keeping the client's last flight (Finished) unsent: the caller adds to
+ * it and sends everything in one write. */
+static SSL *handshake_held(int fd, SSL_CTX *ctx, BIO **out)
+{
+    SSL *ssl = SSL_new(ctx);
+    BIO *in = BIO_new(BIO_s_mem());
+    char buf[16384];
+
+    *out = BIO_new(BIO_s_mem());
+    BIO_set_mem_eof_return(in, -1);
+    SSL_set_bio(ssl, in, *out);
+    SSL_set_connect_state(ssl);
+    SSL_set_tlsext_host_name(ssl, "localhost");
+    for (int round = 0; round < 10; round++) {
+        int r = SSL_do_handshake(ssl);
+        if (r == 1)
+            return ssl;
+        ck_assert_int_eq(SSL_get_error(ssl, r), SSL_ERROR_WANT_READ);
+        int n = BIO_read(*out, buf, sizeof(buf));
+        if (n > 0)
+            ck_assert_int_eq(write(fd, buf, (size_t)n), n);
+        ssize_t k = read(fd, buf, sizeof(buf));
+        ck_assert_int_gt(k, 0);
+        BIO_write(in, buf, (int)k);
+    }
+    ck_abort_msg("handshake did not finish");
+    return NULL;
+}
+
+/* The handshake's last flight, a request and the client's goodbye in one
+ * segment: one handshake, no failure, the reply and our own goodbye. */
+START_TEST(test_handshake_request_and_goodbye_in_one_segment)
+{
+    struct h_client plain;
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    BIO *out;
+    SSL *ssl;
+    char buf[16384], got[256];
+    int fd, n, len = 0;
+    json_int_t before;
+
+    start_tls("server", "", "");
+    h_connect_tcp_ok(&plain, D.port);
+    before = h_stats_int(&plain, "tls_handshakes");
+    fd = t_socket(D.tls_port);
+    ssl = handshake_held(fd, ctx, &out);
+    ck_assert_int_eq(SSL_write(ssl, "PING one\n", 9), 9);
+    SSL_shutdown(ssl);
+    n = BIO_read(out, buf, sizeof(buf));
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(write(fd, buf, (size_t)n), n);
+    /* The reply, then close_notify (SSL_read says ZERO_RETURN). */
+    BIO *in = SSL_get_rbio(ssl);
+    for (;;) {
+        ssize_t k = read(fd, buf, sizeof(buf));
+        if (k <= 0)
+            break;
+        BIO_write(in, buf, (int)k);
+    }
+    for (;;) {
+        int k = SSL_read(ssl, got + len, (int)sizeof(got) - 1 - len);
+        if (k <= 0) {
+            ck_assert_msg(SSL_get_error(ssl, k) == SSL_ERROR_ZERO_RETURN,
+                          "no close_notify from the daemon after its reply");
+            break;
+        }
+        len += k;
+    }
+    got[len] = '\0';
+    ck_assert_str_eq(got, "PONG one\n");
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+    close(fd);
+    ck_assert_int_eq(h_stats_int(&plain, "tls_handshakes"), before + 1);
+    h_close(&plain);
+    expect_failures("eof", 0);
+}
+END_TEST
+
+/* A LOCK waiting on a TLS connection that then fails (a record that does
+ * not decrypt, and the client gone) is withdrawn like a vanished plain
+ * client's: the lock is not granted to the dead session. */
+START_TEST(test_tls_failure_withdraws_waiting_lock)
+{
+    static const char bad_record[] = "\x17\x03\x03\x00\x20"
+        "0123456789abcdef0123456789abcdef";
+    struct h_client a;
+    struct t_tls b;
+    struct t_opts o = { 0 };
+
+    start_tls("server", "", "");
+    h_connect_tcp_ok(&a, D.port);
+    h_expect(&a, "OK ", "LOCK res1");
+    t_tls_open_ok(&b, D.tls_port, &o);
+    ck_assert_msg(h_starts(t_tls_cmd(&b, "HELLO detach=30000"), "OK "),
+                  "HELLO");
+    t_tls_send(&b, "LOCK res1 wait=15000");
+    h_sleep_ms(200);
+    ck_assert_int_eq(write(b.fd, bad_record, sizeof(bad_record) - 1),
+                     (ssize_t)(sizeof(bad_record) - 1));
+    ck_assert(log_waits_for("TLS error: ", h_scale(3000)));
+    h_sleep_ms(200);
+    h_expect(&a, "OK ", "UNLOCK res1");
+    h_sleep_ms(300);
+    h_expect(&a, "OK resource=res1 ", "LOCK res1 wait=0");
+    h_close(&a);
+    t_tls_close(&b);
+}
+END_TEST
+
+/* TLS records the daemon writes on its own (here the answers to key
+ * updates a client keeps asking for while it reads nothing) count against
+ * limits.max_output_bytes like replies: the client is disconnected rather
+ * than the daemon's memory growing without end. */
+START_TEST(test_unread_key_updates_disconnect)
+{
+    struct t_tls t;
+    struct t_opts o = { 0 };
+    struct h_client plain;
+    int small = 4096, i;
+    uint64_t t0;
+    bool cut = false;
+
+    start_tls("server", "", "\"limits\": {\"max_output_bytes\": 65536}");
+    t_tls_open_ok(&t, D.tls_port, &o);
+    setsockopt(t.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    ck_assert_str_eq(t_tls_cmd(&t, "PING"), "PONG");
+    t0 = h_now_ms();
+    for (i = 0; i < 2000000 && h_since(t0) < h_scale(20000); i++) {
+        if (SSL_key_update(t.ssl, SSL_KEY_UPDATE_REQUESTED) != 1 ||
+            SSL_do_handshake(t.ssl) != 1) {
+            cut = true;
+            break;
+        }
+    }
+    ERR_clear_error();
+    ck_assert_msg(cut, "still connected after %d unread key updates", i);
+    t_tls_close(&t);
+    h_connect_tcp_ok(&plain, D.port);
+    ck_assert_int_ge(h_stats_int(&plain, "output_overflows"), 1);
+    h_close(&plain);
+}
+END_TEST
+
 Suite *tls_suite(void)
 {
     Suite *s = suite_create("tls");
@@ -711,6 +890,10 @@ Suite *tls_suite(void)
     tcase_add_test(tc, test_handshake_stalled_or_garbage);
     tcase_add_test(tc, test_plain_text_on_tls_port);
     tcase_add_test(tc, test_tls_on_plain_port);
+    tcase_add_test(tc, test_rejected_before_handshake_closes);
+    tcase_add_test(tc, test_handshake_request_and_goodbye_in_one_segment);
+    tcase_add_test(tc, test_tls_failure_withdraws_waiting_lock);
+    tcase_add_test(tc, test_unread_key_updates_disconnect);
     suite_add_tcase(s, tc);
     return s;
 }
@@ -720,6 +903,7 @@ int main(void)
     SRunner *sr = srunner_create(tls_suite());
     int failed;
 
+    signal(SIGPIPE, SIG_IGN);  /* a refused handshake's write */
     if (make_certs() != 0) {   /* once, before the tests fork */
         srunner_free(sr);
         return 1;
