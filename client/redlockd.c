@@ -134,6 +134,12 @@ static int rl_finish(struct redlockd *h, int rc)
     if (h->in_callback)
         return rc;
     drc = rl_drain_events(h);
+    /* With TLS, events may also wait decrypted inside OpenSSL, where no
+     * poll() on the socket sees them: read them too, while that finds
+     * any. */
+    while (drc >= 0 && h->fd >= 0 && rl_tls_pending(h) &&
+           rl_read_events(h, rl_now_ms()) > 0)
+        ;
 
     if (h->fd < 0 && rl_can_reconnect(h))
         rl_lease_expire(h);

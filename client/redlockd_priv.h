@@ -276,6 +276,8 @@ void rl_tls_free(struct redlockd *h);
 ssize_t rl_tls_read(struct redlockd *h, char *buf, size_t len, short *events);
 ssize_t rl_tls_write(struct redlockd *h, const char *buf, size_t len,
                      short *events);
+/* Has OpenSSL read bytes it has not handed out yet (h->ssl NULL: no)? */
+bool rl_tls_pending(const struct redlockd *h);
 
 /* ---- redlockd.c --------------------------------------------------------- */
 

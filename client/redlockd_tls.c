@@ -136,10 +136,13 @@ static int rl_tls_ctx_trust(SSL_CTX *ctx, const char *ca,
                             struct redlockd_error *err)
 {
     if (!ca) {
-        if (SSL_CTX_set_default_verify_paths(ctx) != 1)
-            return rl_seterr(err, REDLOCKD_E_INVALID,
-                             "cannot load the system's CA store: %s",
-                             rl_tls_reason());
+        if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+            int rc = rl_seterr(err, REDLOCKD_E_INVALID,
+                               "cannot load the system's CA store: %s",
+                               rl_tls_reason());
+            ERR_clear_error();  /* not left for the application's OpenSSL */
+            return rc;
+        }
         return 0;
     }
     if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1)
@@ -486,6 +489,11 @@ ssize_t rl_tls_read(struct redlockd *h, char *buf, size_t len, short *events)
         n += more;
     ERR_clear_error();
     return (ssize_t)n;
+}
+
+bool rl_tls_pending(const struct redlockd *h)
+{
+    return h->ssl && SSL_has_pending(h->ssl);
 }
 
 ssize_t rl_tls_write(struct redlockd *h, const char *buf, size_t len,

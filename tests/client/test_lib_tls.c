@@ -28,6 +28,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <openssl/ssl.h>
 
 #include "harness.h"
 #include "redlockd.h"
@@ -367,6 +374,94 @@ START_TEST(tls_failover)
 }
 END_TEST
 
+/* ---- events decrypted but not yet read ---- */
+
+/* A fake daemon for one connection: answers HELLO, and PING with PONG and
+ * `nevents` EVENT LOST lines in the same record. */
+static void fake_daemon(int lfd, int nevents)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    char buf[4096], *big;
+    size_t n = 0, cap = 64 + (size_t)nevents * 64;
+    int fd;
+    SSL *ssl;
+
+    if (!ctx || SSL_CTX_use_certificate_chain_file(ctx, cert("server.crt"))
+        != 1 || SSL_CTX_use_PrivateKey_file(ctx, cert("server.key"),
+                                            SSL_FILETYPE_PEM) != 1)
+        _exit(2);
+    fd = accept(lfd, NULL, NULL);
+    ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    if (SSL_accept(ssl) != 1)
+        _exit(3);
+    big = malloc(cap);
+    for (;;) {
+        int k = SSL_read(ssl, buf, sizeof(buf) - 1);
+        if (k <= 0)
+            break;
+        buf[k] = '\0';
+        if (strncmp(buf, "HELLO", 5) == 0) {
+            const char *ok = "OK proto=1 session=s1 server=redlockd/0.1.0 "
+                             "nodes=1 quorum=1\n";
+            SSL_write(ssl, ok, (int)strlen(ok));
+        } else if (strncmp(buf, "PING", 4) == 0) {
+            n = (size_t)snprintf(big, cap, "PONG\n");
+            for (int i = 0; i < nevents; i++)
+                n += (size_t)snprintf(big + n, cap - n, "EVENT LOST "
+                                      "resource=r%d fence=%d reason=expired\n",
+                                      i, i + 1);
+            SSL_write(ssl, big, (int)n);    /* one write: few records */
+        } else {
+            SSL_write(ssl, "OK\n", 3);
+        }
+    }
+    _exit(0);
+}
+
+/* Events that arrive behind a reply are all handled by the time the call
+ * returns, including those OpenSSL decrypted beyond the handle's input
+ * buffer: a poll() on redlockd_fd() would never wake for those, and
+ * `redlockctl run` waits exactly so for EVENT LOST. */
+START_TEST(tls_events_behind_reply)
+{
+    struct redlockd_opts o = { 0 };
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t alen = sizeof(a);
+    char server[64];
+    struct pollfd p;
+    struct redlockd *h;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), st;
+    pid_t pid;
+
+    ck_assert(bind(lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    ck_assert(listen(lfd, 1) == 0);
+    ck_assert(getsockname(lfd, (struct sockaddr *)&a, &alen) == 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        fake_daemon(lfd, 250);
+    close(lfd);
+    snprintf(server, sizeof(server), "tls://127.0.0.1:%d",
+             ntohs(a.sin_port));
+    o.server = server;
+    o.tls_ca_file = cert("ca.crt");
+    o.reconnect_max_ms = -1;
+    h = open_ok(&o);
+    ck_assert_int_eq(redlockd_ping(h), 0);
+    p.fd = redlockd_fd(h);
+    p.events = POLLIN;
+    ck_assert_int_eq(poll(&p, 1, 300), 0);      /* the socket is empty */
+    ck_assert_int_eq(redlockd_poll_events(h, 0), 0);   /* and so is TLS */
+    redlockd_close(h);          /* the fake daemon ends with the client */
+    H[--nh] = NULL;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fake daemon: %d",
+                  st);
+}
+END_TEST
+
 static Suite *tls_suite(void)
 {
     Suite *s = suite_create("tls");
@@ -383,6 +478,7 @@ static Suite *tls_suite(void)
     tcase_add_test(tc, tls_plain_port);
     tcase_add_test(tc, tls_bad_files);
     tcase_add_test(tc, tls_failover);
+    tcase_add_test(tc, tls_events_behind_reply);
     suite_add_tcase(s, tc);
     return s;
 }
