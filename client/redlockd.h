@@ -134,6 +134,7 @@ enum redlockd_code {
     REDLOCKD_E_INVALID,     /* bad argument to the library; nothing sent */
     /* Added later, kept after the others so no earlier value moves: */
     REDLOCKD_E_NOSESSION,   /* no such session to resume, or a wrong secret */
+    REDLOCKD_E_DENIED,      /* this user may not touch that resource */
     REDLOCKD_CODE_COUNT
 };
 

@@ -46,6 +46,7 @@
 #include "lockmgr.h"
 #include "proto.h"
 #include "timer.h"
+#include "users.h"
 
 struct conf;
 struct conn;
@@ -74,6 +75,11 @@ struct session {
     char peer[80];          /* its (last) connection's, for logs */
     bool authed;
     bool admin;             /* AUTH with auth.admin_password */
+    char user[USERS_NAME_MAX + 1];  /* logged in as this auth.users entry
+                               (looked up by name at each check, so a
+                               reload applies); "": no user, unrestricted */
+    uint32_t denied_told;   /* 1 << PROTO_CMD_*: ERR DENIED of that command
+                               audited at notice already */
     struct lockmgr_owner owner; /* leases and the pending LOCK */
     uint32_t detach_ms;     /* HELLO detach=: outlive the connection */
     char secret[PROTO_SECRET_LEN + 1];  /* with detach_ms: what resumes it */
@@ -96,7 +102,9 @@ struct session {
 
 /* Before the first session: the config sessions read (live). */
 void session_init(const struct conf *conf);
-/* A new session, attached to c (which it binds; c serves it from now). */
+/* A new session, attached to c (which it binds; c serves it from now).
+ * A connection that arrives with a verified client certificate
+ * (c->cert_cn) naming a configured user is logged in as that user. */
 struct session *session_create(struct conn *c);
 
 /* Session table / stats. */
