@@ -113,6 +113,7 @@ struct ctl {
     const char *servers[REDLOCKD_SERVERS_MAX];  /* -s, in order */
     size_t nservers;
     const char *password_file;
+    const char *user;               /* --user, else $REDLOCKD_USER */
     const char *name;
     int timeout_ms;
     int json;
@@ -174,6 +175,7 @@ enum {
     OPT_FORCE,
     OPT_ADMIN_PASSWORD_FILE,
     OPT_DETACH,
+    OPT_USER,
 };
 
 /* Which commands take an option. */
@@ -205,6 +207,9 @@ static const struct ctl_opt ctl_opts[] = {
       "comma-separated, else 127.0.0.1:7390)\n" },
     { "password-file", OPT_PASSWORD_FILE, "F", CTL_ANY,
       "send the first line of F with AUTH\n" },
+    { "user", OPT_USER, "NAME", CTL_ANY,
+      "log in as NAME of the daemon's auth.users, with\n"
+      "--password-file's password (default: $REDLOCKD_USER)\n" },
     { "name", OPT_NAME, "NAME", CTL_ANY, "client name shown by `sessions`\n" },
     { "timeout", OPT_TIMEOUT, "TIME", CTL_ANY,
       "connect and reply timeout (default 5s, 0: none)\n" },
@@ -427,6 +432,7 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
         c->detach_set = 1;
         return ctl_opt_duration(arg, o, PROTO_DURATION_MAX_MS, &c->detach_ms);
     case OPT_PASSWORD_FILE: c->password_file = arg; return 0;
+    case OPT_USER: c->user = arg; return 0;
     case OPT_NAME: c->name = arg; return 0;
     case OPT_JSON: c->json = 1; return 0;
     case 'h': ctl_usage(stdout); return 1;
@@ -611,6 +617,8 @@ static int ctl_report(const char *what, int rc, const char *msg)
         warnx("%s: %s (%s)", what, msg, redlockd_code_name(code));
     if (code == REDLOCKD_E_INVALID || code == REDLOCKD_E_ARG)
         return EX_USAGE;
+    if (code == REDLOCKD_E_DENIED)
+        return EX_NOPERM;
     return EX_UNAVAILABLE;
 }
 
@@ -630,6 +638,18 @@ static const char *ctl_server(const struct ctl *c)
     return list;
 }
 
+#define CTL_USER_ENV "REDLOCKD_USER"
+
+/* --user, else $REDLOCKD_USER; NULL for none. */
+static const char *ctl_user(const struct ctl *c)
+{
+    const char *env = getenv(CTL_USER_ENV);
+
+    if (c->user)
+        return c->user;
+    return env && *env != '\0' ? env : NULL;
+}
+
 static int ctl_connect(struct ctl *c, struct redlockd_opts *o,
                        struct redlockd **h)
 {
@@ -638,6 +658,16 @@ static int ctl_connect(struct ctl *c, struct redlockd_opts *o,
 
     if (c->password_file && ctl_read_password(c) < 0)
         return EX_USAGE;
+    /* A user logs in with its password; the admin password is no
+     * user's. */
+    if (ctl_user(c) && c->admin_password[0] == '\0') {
+        if (!c->password_file) {
+            warnx("--user %s needs --password-file (its password)",
+                  ctl_user(c));
+            return EX_USAGE;
+        }
+        o->user = ctl_user(c);
+    }
     o->servers = c->nservers > 0 ? c->servers : NULL;
     o->nservers = c->nservers;
     o->connect_timeout_ms = c->timeout_ms;
@@ -1450,7 +1480,9 @@ static int ctl_release(struct ctl *c, int argc, char **argv)
         warnx("release: expected one RESOURCE");
         return EX_USAGE;
     }
-    if (ctl_admin_password(c) < 0)
+    /* An admin user (--user) needs no admin password, unless one is
+     * named outright. */
+    if ((!ctl_user(c) || c->admin_password_file) && ctl_admin_password(c) < 0)
         return EX_USAGE;
     rc = ctl_connect(c, &o, &h);
     if (rc != 0)

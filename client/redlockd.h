@@ -103,6 +103,8 @@ extern "C" {
 #define REDLOCKD_RESOURCE_MAX 1024
 #define REDLOCKD_RESOURCE_DEFAULT_MAX 200
 #define REDLOCKD_TOKEN_LEN 32
+/* The longest user name (redlockd_opts.user). */
+#define REDLOCKD_USER_MAX 64
 /* The most servers one handle takes. */
 #define REDLOCKD_SERVERS_MAX 16
 
@@ -208,6 +210,13 @@ struct redlockd_opts {
      * reconnect_max_ms negative: never reconnect. */
     int reconnect_min_ms;
     int reconnect_max_ms;
+
+    /* ---- users (0.6) ---- */
+    /* With password: AUTH <user> <password>, logging in as that entry of
+     * the daemon's auth.users (1 to REDLOCKD_USER_MAX visible ASCII
+     * characters). NULL: AUTH <password>. A user may lock only resources
+     * within its prefixes; others answer REDLOCKD_E_DENIED. */
+    const char *user;
 };
 
 struct redlockd_lease {
