@@ -606,8 +606,9 @@ static int ctl_read_password(struct ctl *c)
 static int ctl_report(const char *what, int rc, const char *msg)
 {
     int code = rc < 0 ? -rc : rc;
-    /* The daemon's own refusals get their code word, for grep. */
-    int refused = code < REDLOCKD_E_IO;
+    /* The daemon's own refusals get their code word, for grep (the codes
+     * added after the library's own, NOSESSION on, are the daemon's). */
+    int refused = code < REDLOCKD_E_IO || code > REDLOCKD_E_INVALID;
 
     if (!what)
         warnx("%s", msg);
