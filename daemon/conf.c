@@ -843,8 +843,10 @@ static int conf_user_password(struct conf_loader *ld, const char *at,
     if (conf_read_secret(u->password_file, &conf_user_secret_rule,
                          &u->password, why, sizeof(why)) < 0)
         return conf_fail(ld, key, "%s: %s", u->password_file, why);
+    /* Others, not the group: 0640 with the daemon's group is the way
+     * docs/configuration.md recommends. */
     u->file_readable = stat(u->password_file, &st) == 0 &&
-                       (st.st_mode & (S_IRGRP | S_IROTH));
+                       (st.st_mode & S_IROTH);
     return 0;
 }
 
@@ -1520,8 +1522,8 @@ static void conf_warn_user_files(const struct conf *c, conf_warn_fn *warn,
         if (!u->file_readable)
             continue;
         snprintf(msg, sizeof(msg), "auth.users[%zu] (%s): password_file %s "
-                 "is readable by group or others; chmod 0600 it (owned by "
-                 "the daemon's user)", i, u->name, u->password_file);
+                 "is readable by others; chmod 0600 it (or 0640 with the "
+                 "daemon's group)", i, u->name, u->password_file);
         conf_sanitize(msg);
         warn(ud, msg);
     }

@@ -29,7 +29,7 @@ struct users_user {
     char *name;
     char *password;         /* password, or password_file's first line */
     char *password_file;    /* the file it came from, or NULL */
-    bool file_readable;     /* password_file is readable by group/others:
+    bool file_readable;     /* password_file is readable by others:
                                conf_warnings says so */
     char **prefixes;        /* "" matches every resource */
     size_t nprefixes;       /* 0: no resource at all */

@@ -429,7 +429,7 @@ START_TEST(password_file_mode_warns)
     ck_assert_ptr_nonnull(mkdtemp(dir));
     write_file(dir, "open.pw", "File-Secret-open\n", 0644, open_pw,
                sizeof(open_pw));
-    write_file(dir, "closed.pw", "File-Secret-closed\n", 0600, closed_pw,
+    write_file(dir, "closed.pw", "File-Secret-closed\n", 0640, closed_pw,
                sizeof(closed_pw));
     snprintf(json, sizeof(json), "{\"auth\":{\"users\":["
              "{\"name\":\"a\",\"password_file\":\"%s\",\"prefixes\":[\"a:\"]},"
@@ -441,7 +441,7 @@ START_TEST(password_file_mode_warns)
     h_expect(&a, "OK resource=a:1 ", "LOCK a:1");
     ck_assert_msg(log_waits_for(open_pw, 2000), "no warning naming %s:\n%s",
                   open_pw, daemon_log());
-    ck_assert_msg(strstr(daemon_log(), "readable by group or others"), "%s",
+    ck_assert_msg(strstr(daemon_log(), "is readable by others"), "%s",
                   daemon_log());
     ck_assert_msg(!strstr(daemon_log(), closed_pw), "%s", daemon_log());
 

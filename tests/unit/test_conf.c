@@ -1001,6 +1001,10 @@ START_TEST(test_users_password_file)
     ck_assert(!c.auth.users[0].file_readable);
     conf_warnings(&c, collect_warning, warned);
     ck_assert_str_eq(warned, "");
+    /* The daemon's group may read it (0640), as the docs suggest. */
+    ck_assert_int_eq(chmod(path, 0640), 0);
+    ck_assert_msg(load(json) == 0, "%s", err);
+    ck_assert(!c.auth.users[0].file_readable);
 
     ck_assert_int_eq(chmod(path, 0644), 0);
     ck_assert_msg(load(json) == 0, "%s", err);
