@@ -75,7 +75,6 @@ static void session_auth_cb(struct timer *t);
 static void session_expire_cb(struct timer *t);
 static void session_attach(struct session *s, struct conn *c,
                            struct list *after);
-static void session_login_cert(struct session *s, const struct conn *c);
 
 static const struct lockmgr_owner_ops session_owner_ops;
 
@@ -93,7 +92,7 @@ struct session *session_create(struct conn *c)
     timer_init(&s->auth_timer, session_auth_cb, s);
     timer_init(&s->detach_timer, session_expire_cb, s);
     session_attach(s, c, &sessions.attached);
-    session_login_cert(s, c);
+    session_login_cert(s);
     return s;
 }
 
@@ -308,13 +307,15 @@ static const struct users_user *session_user(const struct session *s)
 
 /* A verified client certificate whose subject CN names a user logs its
  * connection in as that user, with no AUTH (TLS, tls.verify_clients: conn
- * fills cert_cn only for a certificate it verified). */
-static void session_login_cert(struct session *s, const struct conn *c)
+ * fills cert_cn only for a certificate it verified). A CN that names no
+ * user changes nothing: the client may still AUTH. */
+void session_login_cert(struct session *s)
 {
     const struct conf *cf = sessions.conf;
+    const struct conn *c = s->conn;
     const struct users_user *u;
 
-    if (!c->cert_cn[0])
+    if (!c || !c->cert_cn[0] || s->user[0])
         return;
     u = users_find(cf->auth.users, cf->auth.nusers, c->cert_cn,
                    strnlen(c->cert_cn, sizeof(c->cert_cn)));
