@@ -1191,8 +1191,9 @@ static struct session *session_find_in(struct list *list,
         if (x == self || strlen(x->idstr) != r->resume_len ||
             memcmp(x->idstr, r->resume, r->resume_len) != 0)
             continue;
-        return x->detach_ms &&
-               users_secret_equal(r->secret, PROTO_SECRET_LEN, x->secret) ? x : NULL;
+        return x->detach_ms && users_secret_equal(r->secret,
+                                                  PROTO_SECRET_LEN, x->secret)
+               ? x : NULL;
     }
     return NULL;
 }
