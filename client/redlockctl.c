@@ -115,6 +115,7 @@ struct ctl {
     const char *password_file;
     /* --tls-*: NULL leaves the library its $REDLOCKD_TLS_* default */
     const char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
+    const char *user;               /* --user, else $REDLOCKD_USER */
     const char *name;
     int timeout_ms;
     int json;
@@ -180,6 +181,7 @@ enum {
     OPT_TLS_CERT,
     OPT_TLS_KEY,
     OPT_TLS_SERVER_NAME,
+    OPT_USER,
 };
 
 /* Which commands take an option. */
@@ -224,6 +226,9 @@ static const struct ctl_opt ctl_opts[] = {
     { "tls-server-name", OPT_TLS_SERVER_NAME, "NAME", CTL_ANY,
       "tls://: the name the daemon's certificate must\n"
       "carry (default: the host of the address)\n" },
+    { "user", OPT_USER, "NAME", CTL_ANY,
+      "log in as NAME of the daemon's auth.users, with\n"
+      "--password-file's password (default: $REDLOCKD_USER)\n" },
     { "name", OPT_NAME, "NAME", CTL_ANY, "client name shown by `sessions`\n" },
     { "timeout", OPT_TIMEOUT, "TIME", CTL_ANY,
       "connect and reply timeout (default 5s, 0: none)\n" },
@@ -450,6 +455,7 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
     case OPT_TLS_CERT: c->tls_cert = arg; return 0;
     case OPT_TLS_KEY: c->tls_key = arg; return 0;
     case OPT_TLS_SERVER_NAME: c->tls_server_name = arg; return 0;
+    case OPT_USER: c->user = arg; return 0;
     case OPT_NAME: c->name = arg; return 0;
     case OPT_JSON: c->json = 1; return 0;
     case 'h': ctl_usage(stdout); return 1;
@@ -623,8 +629,9 @@ static int ctl_read_password(struct ctl *c)
 static int ctl_report(const char *what, int rc, const char *msg)
 {
     int code = rc < 0 ? -rc : rc;
-    /* The daemon's own refusals get their code word, for grep. */
-    int refused = code < REDLOCKD_E_IO;
+    /* The daemon's own refusals get their code word, for grep (the codes
+     * added after the library's own, NOSESSION on, are the daemon's). */
+    int refused = code < REDLOCKD_E_IO || code > REDLOCKD_E_INVALID;
 
     if (!what)
         warnx("%s", msg);
@@ -634,6 +641,8 @@ static int ctl_report(const char *what, int rc, const char *msg)
         warnx("%s: %s (%s)", what, msg, redlockd_code_name(code));
     if (code == REDLOCKD_E_INVALID || code == REDLOCKD_E_ARG)
         return EX_USAGE;
+    if (code == REDLOCKD_E_DENIED)
+        return EX_NOPERM;
     return EX_UNAVAILABLE;
 }
 
@@ -653,6 +662,18 @@ static const char *ctl_server(const struct ctl *c)
     return list;
 }
 
+#define CTL_USER_ENV "REDLOCKD_USER"
+
+/* --user, else $REDLOCKD_USER; NULL for none. */
+static const char *ctl_user(const struct ctl *c)
+{
+    const char *env = getenv(CTL_USER_ENV);
+
+    if (c->user)
+        return c->user;
+    return env && *env != '\0' ? env : NULL;
+}
+
 static int ctl_connect(struct ctl *c, struct redlockd_opts *o,
                        struct redlockd **h)
 {
@@ -661,6 +682,16 @@ static int ctl_connect(struct ctl *c, struct redlockd_opts *o,
 
     if (c->password_file && ctl_read_password(c) < 0)
         return EX_USAGE;
+    /* A user logs in with its password; the admin password is no
+     * user's. */
+    if (ctl_user(c) && c->admin_password[0] == '\0') {
+        if (!c->password_file) {
+            warnx("--user %s needs --password-file (its password)",
+                  ctl_user(c));
+            return EX_USAGE;
+        }
+        o->user = ctl_user(c);
+    }
     o->servers = c->nservers > 0 ? c->servers : NULL;
     o->nservers = c->nservers;
     o->connect_timeout_ms = c->timeout_ms;
@@ -1477,7 +1508,9 @@ static int ctl_release(struct ctl *c, int argc, char **argv)
         warnx("release: expected one RESOURCE");
         return EX_USAGE;
     }
-    if (ctl_admin_password(c) < 0)
+    /* An admin user (--user) needs no admin password, unless one is
+     * named outright. */
+    if ((!ctl_user(c) || c->admin_password_file) && ctl_admin_password(c) < 0)
         return EX_USAGE;
     rc = ctl_connect(c, &o, &h);
     if (rc != 0)

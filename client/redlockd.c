@@ -24,8 +24,8 @@
 
 #include "redlockd_priv.h"
 
-_Static_assert(RL_PASSWORD_MAX + sizeof("AUTH \n") <= RL_REQ_MAX,
-               "an AUTH line fits in the request buffer");
+_Static_assert(REDLOCKD_USER_MAX + RL_PASSWORD_MAX + sizeof("AUTH  \n")
+               <= RL_REQ_MAX, "an AUTH line fits in the request buffer");
 _Static_assert(PROTO_MAX_SESSION_LEN + PROTO_SECRET_LEN + PROTO_MAX_NAME_LEN
                + 128 <= RL_REQ_MAX, "a resuming HELLO fits in the buffer");
 
@@ -238,6 +238,13 @@ int rl_check_opts(const struct redlockd_opts *o, struct redlockd_error *err)
         return rl_seterr(err, REDLOCKD_E_INVALID,
                          "a password is 1 to %d visible ASCII characters "
                          "(no spaces)", RL_PASSWORD_MAX);
+    if (o->user && !rl_visible_word(o->user, REDLOCKD_USER_MAX))
+        return rl_seterr(err, REDLOCKD_E_INVALID,
+                         "a user name is 1 to %d visible ASCII characters",
+                         REDLOCKD_USER_MAX);
+    if (o->user && !o->password)
+        return rl_seterr(err, REDLOCKD_E_INVALID,
+                         "a user needs a password");
     if (o->reconnect_min_ms < 0)
         return rl_seterr(err, REDLOCKD_E_INVALID,
                          "reconnect_min_ms must not be negative");

@@ -107,6 +107,8 @@ extern "C" {
 #define REDLOCKD_RESOURCE_MAX 1024
 #define REDLOCKD_RESOURCE_DEFAULT_MAX 200
 #define REDLOCKD_TOKEN_LEN 32
+/* The longest user name (redlockd_opts.user). */
+#define REDLOCKD_USER_MAX 64
 /* The most servers one handle takes. */
 #define REDLOCKD_SERVERS_MAX 16
 
@@ -138,6 +140,7 @@ enum redlockd_code {
     REDLOCKD_E_INVALID,     /* bad argument to the library; nothing sent */
     /* Added later, kept after the others so no earlier value moves: */
     REDLOCKD_E_NOSESSION,   /* no such session to resume, or a wrong secret */
+    REDLOCKD_E_DENIED,      /* this user may not touch that resource */
     REDLOCKD_CODE_COUNT
 };
 
@@ -241,6 +244,12 @@ struct redlockd_opts {
      * of the address's host: for an address that is an IP while the
      * certificate names the host. NULL: the host. */
     const char *tls_server_name;
+    /* ---- users (0.6) ---- */
+    /* With password: AUTH <user> <password>, logging in as that entry of
+     * the daemon's auth.users (1 to REDLOCKD_USER_MAX visible ASCII
+     * characters). NULL: AUTH <password>. A user may lock only resources
+     * within its prefixes; others answer REDLOCKD_E_DENIED. */
+    const char *user;
 };
 
 struct redlockd_lease {

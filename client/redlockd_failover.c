@@ -74,7 +74,8 @@ int rl_keep_opts(struct redlockd *h, const struct redlockd_opts *o)
         h->reconnect_max_ms = h->reconnect_min_ms;
     h->on_lost = o->on_lost;
     h->ud = o->ud;
-    if (rl_dup(&h->name, o->name) < 0 || rl_dup(&h->password, o->password) < 0)
+    if (rl_dup(&h->name, o->name) < 0 || rl_dup(&h->password, o->password) < 0
+        || rl_dup(&h->user, o->user) < 0)
         return rl_fail(h, REDLOCKD_E_NOMEM, "out of memory");
     return 0;
 }
@@ -83,9 +84,10 @@ void rl_free_opts(struct redlockd *h)
 {
     free(h->name);
     free(h->password);
+    free(h->user);
     free(h->servers);
     rl_tls_teardown(h);
-    h->name = h->password = NULL;
+    h->name = h->password = h->user = NULL;
     h->servers = NULL;
     h->nservers = 0;
 }
@@ -312,7 +314,12 @@ static int rl_auth(struct redlockd *h, int64_t deadline)
     int rc;
 
     sbuf_reset(&h->freq);
-    proto_format_request(&h->freq, PROTO_CMD_AUTH, h->password);
+    /* AUTH [user] password */
+    proto_format_cmd(&h->freq, PROTO_CMD_AUTH);
+    if (h->user)
+        proto_format_word(&h->freq, h->user);
+    proto_format_word(&h->freq, h->password);
+    proto_format_end(&h->freq);
     rc = rl_exchange(h, &h->freq, rl_earlier(deadline, rl_io_deadline(h, 0)),
                      &r);
     if (rc == 1)

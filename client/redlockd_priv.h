@@ -122,6 +122,7 @@ struct redlockd {
                                    reconnects */
     size_t cur;                 /* the server in use, or to try next */
     char *name, *password;      /* for each HELLO / AUTH */
+    char *user;                 /* AUTH <user> <password>, or NULL */
     unsigned keepalive_ms;
     int detach_ms;              /* asked for; 0: not asked */
     int reconnect_min_ms, reconnect_max_ms; /* max < 0: never reconnect */

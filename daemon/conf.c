@@ -21,12 +21,14 @@
 #include <string.h>
 #include <unistd.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
 #include "addr.h"
 #include "proto.h"
 #include "num.h"
+#include "users.h"
 
 #define CONF_FILE_MAX (1024 * 1024)  /* a config file is a few KiB */
 #define CONF_ADDRS_MAX 64
@@ -49,6 +51,7 @@ enum conf_type {
     CONF_T_LEVEL,       /* int, log level name */
     CONF_T_ADDRS,       /* struct conf_addr * + size_t count */
     CONF_T_ADDR,        /* struct conf_addr *, or NULL */
+    CONF_T_USERS,       /* struct users_user * + size_t count (users.h) */
 };
 
 /* String rules (flags of CONF_T_STRING and CONF_T_SECRET_FILE rows). */
@@ -161,6 +164,10 @@ static const struct conf_key conf_keys[] = {
     K_SECRET("auth.admin_password_file", auth.admin_password, CONF_S_WORD),
     { .key = "auth.protected_mode", .type = CONF_T_BOOL,
       .off = F(auth.protected_mode), .ival = 1 },
+    /* After locks.* and limits.*: a user's prefixes and AUTH line are
+     * checked against them. */
+    { .key = "auth.users", .type = CONF_T_USERS, .off = F(auth.users),
+      .count_off = F(auth.nusers), .min = 0, .max = USERS_MAX },
 
     K_STR("tls.cert_file", tls.cert_file, NULL, 1, CONF_PATH_MAX, CONF_S_NULL),
     K_STR("tls.key_file", tls.key_file, NULL, 1, CONF_PATH_MAX, CONF_S_NULL),
@@ -392,7 +399,8 @@ static int conf_default(struct conf *c, const struct conf_key *k)
         return conf_default_addrs(c, k);
     case CONF_T_SECRET_FILE:
     case CONF_T_ADDR:
-        return 0;   /* their fields start out NULL */
+    case CONF_T_USERS:
+        return 0;   /* their fields start out NULL (and 0) */
     }
     return -1;
 }
@@ -443,6 +451,7 @@ void conf_deinit(struct conf *c)
     free(c->tls.key_file);
     free(c->tls.ca_file);
     free(c->tls.min_version);
+    users_free(c->auth.users, c->auth.nusers);
     free(c->id);
     conf_addr_deinit(c->metrics.listen);
     free(c->metrics.listen);
@@ -610,15 +619,33 @@ static int conf_read_line(const char *path, char *buf, size_t size,
     return 0;
 }
 
+/* The secret in the first line of path, checked by rule k, into *out
+ * (malloc'd); -1 with the reason in why (never the file's content). */
+static int conf_read_secret(const char *path, const struct conf_key *k,
+                            char **out, char *why, size_t whylen)
+{
+    char buf[CONF_SECRET_MAX + 3];      /* room for CR LF and the NUL */
+    int rc;
+
+    rc = conf_read_line(path, buf, sizeof(buf), why, whylen);
+    if (rc == 0)
+        rc = conf_check_text(k, buf, strlen(buf), why, whylen);
+    if (rc == 0) {
+        *out = strdup(buf);
+        if (!*out)
+            rc = conf_msg(why, whylen, "out of memory");
+    }
+    explicit_bzero(buf, sizeof(buf));
+    return rc;
+}
+
 static int conf_apply_secret_file(struct conf_loader *ld,
                                   const struct conf_key *k, json_t *v)
 {
-    char buf[CONF_SECRET_MAX + 3];      /* room for CR LF and the NUL */
     int peer_len = (int)(strlen(k->key) - strlen("_file"));
     char **p = conf_field(ld->c, k);
     const char *path;
     char why[160];
-    int rc;
 
     if (json_is_null(v))
         return 0;
@@ -626,16 +653,7 @@ static int conf_apply_secret_file(struct conf_loader *ld,
         return conf_fail(ld, k->key, "cannot be used together with %.*s",
                          peer_len, k->key);
     path = json_string_value(v);
-    rc = conf_read_line(path, buf, sizeof(buf), why, sizeof(why));
-    if (rc == 0)
-        rc = conf_check_text(k, buf, strlen(buf), why, sizeof(why));
-    if (rc == 0) {
-        *p = strdup(buf);
-        if (!*p)
-            rc = conf_msg(why, sizeof(why), "out of memory");
-    }
-    explicit_bzero(buf, sizeof(buf));
-    if (rc < 0)
+    if (conf_read_secret(path, k, p, why, sizeof(why)) < 0)
         return conf_fail(ld, k->key, "%s: %s", path, why);
     return 0;
 }
@@ -734,6 +752,212 @@ static int conf_apply_addr(struct conf_loader *ld, const struct conf_key *k,
     return 0;
 }
 
+/* ---- auth.users --------------------------------------------------------- */
+
+/* The keys of one user object, and the rules of its strings. */
+static const char *const conf_user_keys[] = {
+    "name", "password", "password_file", "prefixes", "admin",
+};
+static const struct conf_key conf_user_name_rule = {
+    .key = "name", .type = CONF_T_STRING, .min = 1, .max = USERS_NAME_MAX,
+    .flags = CONF_S_WORD };
+static const struct conf_key conf_user_secret_rule = {
+    .key = "password", .type = CONF_T_STRING, .min = 1,
+    .max = CONF_SECRET_MAX, .flags = CONF_S_WORD };
+
+/* Is s visible ASCII (0x21-0x7e) only, as resource names and AUTH words
+ * are? */
+static bool conf_visible(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < 0x21 || s[i] > 0x7e)
+            return false;
+    }
+    return true;
+}
+
+static int conf_user_unknown_keys(struct conf_loader *ld, const char *at,
+                                  json_t *obj)
+{
+    size_t nkeys = sizeof(conf_user_keys) / sizeof(conf_user_keys[0]);
+    char key[192];
+    const char *k;
+    json_t *v;
+
+    json_object_foreach(obj, k, v) {
+        bool known = false;
+        for (size_t i = 0; i < nkeys; i++)
+            known |= strcmp(k, conf_user_keys[i]) == 0;
+        if (known)
+            continue;
+        snprintf(key, sizeof(key), "%s.%s", at, k);
+        return conf_fail(ld, key, "unknown key (a user has name, password "
+                         "or password_file, prefixes and admin)");
+    }
+    return 0;
+}
+
+/* name: one visible word, not the name of an earlier user. */
+static int conf_user_name(struct conf_loader *ld, const char *at,
+                          json_t *obj, struct users_user *list, size_t i)
+{
+    json_t *v = json_object_get(obj, "name");
+    char key[192], why[128];
+    const char *s;
+
+    snprintf(key, sizeof(key), "%s.name", at);
+    if (!v)
+        return conf_fail(ld, key, "required");
+    if (!json_is_string(v))
+        return conf_fail(ld, key, "expected a string");
+    s = json_string_value(v);
+    if (conf_check_text(&conf_user_name_rule, s, json_string_length(v),
+                        why, sizeof(why)) < 0)
+        return conf_fail(ld, key, "%s", why);
+    if (!conf_visible(s, json_string_length(v)))
+        return conf_fail(ld, key, "must be visible ASCII characters");
+    for (size_t j = 0; j < i; j++) {
+        if (strcmp(list[j].name, s) == 0)
+            return conf_fail(ld, key, "\"%s\" repeats auth.users[%zu].name",
+                             s, j);
+    }
+    list[i].name = strdup(s);
+    return list[i].name ? 0 : conf_fail(ld, key, "out of memory");
+}
+
+/* password or password_file: exactly one. The file is read now (and at
+ * each reload); whether others may read it is kept for conf_warnings. */
+static int conf_user_password(struct conf_loader *ld, const char *at,
+                              json_t *obj, struct users_user *u)
+{
+    json_t *pw = json_object_get(obj, "password");
+    json_t *file = json_object_get(obj, "password_file");
+    char key[192], why[160];
+    struct stat st;
+
+    if (pw && file)
+        return conf_fail(ld, at, "password and password_file cannot be "
+                         "used together");
+    if (!pw && !file)
+        return conf_fail(ld, at, "needs password or password_file");
+    snprintf(key, sizeof(key), "%s.%s", at, pw ? "password" : "password_file");
+    if (!json_is_string(pw ? pw : file))
+        return conf_fail(ld, key, "expected a string");
+    if (pw) {
+        if (conf_check_text(&conf_user_secret_rule, json_string_value(pw),
+                            json_string_length(pw), why, sizeof(why)) < 0)
+            return conf_fail(ld, key, "%s", why);
+        u->password = strdup(json_string_value(pw));
+        return u->password ? 0 : conf_fail(ld, key, "out of memory");
+    }
+    u->password_file = strdup(json_string_value(file));
+    if (!u->password_file)
+        return conf_fail(ld, key, "out of memory");
+    if (conf_read_secret(u->password_file, &conf_user_secret_rule,
+                         &u->password, why, sizeof(why)) < 0)
+        return conf_fail(ld, key, "%s: %s", u->password_file, why);
+    /* Others, not the group: 0640 with the daemon's group is the way
+     * docs/configuration.md recommends. */
+    u->file_readable = stat(u->password_file, &st) == 0 &&
+                       (st.st_mode & S_IROTH);
+    return 0;
+}
+
+/* prefixes: a list of strings that start resource names; [] allows
+ * nothing, "" everything. */
+static int conf_user_prefixes(struct conf_loader *ld, const char *at,
+                              json_t *obj, struct users_user *u)
+{
+    json_t *v = json_object_get(obj, "prefixes");
+    size_t max = ld->c->locks.max_resource_len;
+    char key[192];
+
+    snprintf(key, sizeof(key), "%s.prefixes", at);
+    if (!v)
+        return conf_fail(ld, key, "required: a list of resource name "
+                         "prefixes ([] allows no resource, [\"\"] every one)");
+    if (!json_is_array(v))
+        return conf_fail(ld, key, "expected a list of strings");
+    if (json_array_size(v) > USERS_PREFIXES_MAX)
+        return conf_fail(ld, key, "at most %d prefixes", USERS_PREFIXES_MAX);
+    u->prefixes = calloc(json_array_size(v) + 1, sizeof(*u->prefixes));
+    if (!u->prefixes)
+        return conf_fail(ld, key, "out of memory");
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *p = json_array_get(v, i);
+        snprintf(key, sizeof(key), "%s.prefixes[%zu]", at, i);
+        if (!json_is_string(p))
+            return conf_fail(ld, key, "expected a string");
+        if (json_string_length(p) > max ||
+            !conf_visible(json_string_value(p), json_string_length(p)))
+            return conf_fail(ld, key, "must be at most locks.max_resource_len "
+                             "(%zu) visible ASCII characters", max);
+        u->prefixes[i] = strdup(json_string_value(p));
+        if (!u->prefixes[i])
+            return conf_fail(ld, key, "out of memory");
+        u->nprefixes++;
+    }
+    return 0;
+}
+
+static int conf_user_admin(struct conf_loader *ld, const char *at,
+                           json_t *obj, struct users_user *u)
+{
+    json_t *v = json_object_get(obj, "admin");
+    char key[192];
+
+    snprintf(key, sizeof(key), "%s.admin", at);
+    if (v && !json_is_boolean(v))
+        return conf_fail(ld, key, "expected true or false");
+    u->admin = json_is_true(v);
+    return 0;
+}
+
+static int conf_apply_user(struct conf_loader *ld, json_t *obj,
+                           struct users_user *list, size_t i)
+{
+    char at[64];
+
+    snprintf(at, sizeof(at), "auth.users[%zu]", i);
+    if (!json_is_object(obj))
+        return conf_fail(ld, at, "expected an object with name, password "
+                         "or password_file, prefixes and admin");
+    if (conf_user_unknown_keys(ld, at, obj) < 0 ||
+        conf_user_name(ld, at, obj, list, i) < 0 ||
+        conf_user_password(ld, at, obj, &list[i]) < 0 ||
+        conf_user_prefixes(ld, at, obj, &list[i]) < 0 ||
+        conf_user_admin(ld, at, obj, &list[i]) < 0)
+        return -1;
+    return 0;
+}
+
+static int conf_apply_users(struct conf_loader *ld, const struct conf_key *k,
+                            json_t *v)
+{
+    struct users_user **p = conf_field(ld->c, k);
+    size_t *count = (size_t *)((char *)ld->c + k->count_off);
+    size_t n = json_array_size(v);
+    struct users_user *list;
+
+    if ((long long)n > k->max)
+        return conf_fail(ld, k->key, "at most %lld users", k->max);
+    list = calloc(n + 1, sizeof(*list));
+    if (!list)
+        return conf_fail(ld, k->key, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (conf_apply_user(ld, json_array_get(v, i), list, i) < 0) {
+            users_free(list, i + 1);
+            return -1;
+        }
+    }
+    users_free(*p, *count);
+    *p = n ? list : NULL;
+    *count = n;
+    if (!n)
+        free(list);
+    return 0;
+}
+
 typedef int conf_apply_fn(struct conf_loader *ld, const struct conf_key *k,
                           json_t *v);
 
@@ -771,6 +995,8 @@ static const struct conf_type_rule {
                        conf_apply_addrs },
     [CONF_T_ADDR] = { CONF_J(JSON_STRING) | CONF_J(JSON_NULL),
                       "expected a string or null", conf_apply_addr },
+    [CONF_T_USERS] = { CONF_J(JSON_ARRAY), "expected a list of user objects",
+                       conf_apply_users },
 };
 
 static int conf_apply(struct conf_loader *ld, const struct conf_key *k,
@@ -850,6 +1076,24 @@ static int conf_check_metrics(struct conf_loader *ld)
     return 0;
 }
 
+/* "AUTH " + name + " " + password + CR LF must fit in one request line. */
+static int conf_check_user_lines(struct conf_loader *ld)
+{
+    const struct conf *c = ld->c;
+    char at[64];
+
+    for (size_t i = 0; i < c->auth.nusers; i++) {
+        const struct users_user *u = &c->auth.users[i];
+        if (strlen(u->name) + strlen(u->password) + 8 <= c->limits.max_line)
+            continue;
+        snprintf(at, sizeof(at), "auth.users[%zu]", i);
+        return conf_fail(ld, at, "name and password too long for an AUTH "
+                         "line of limits.max_line (%u bytes)",
+                         c->limits.max_line);
+    }
+    return 0;
+}
+
 static int conf_check_secrets(struct conf_loader *ld)
 {
     const struct conf *c = ld->c;
@@ -873,7 +1117,7 @@ static int conf_check_secrets(struct conf_loader *ld)
         return conf_fail(ld, "auth.admin_password",
                          "must differ from auth.password, or every client "
                          "could force-release any lock");
-    return 0;
+    return conf_check_user_lines(ld);
 }
 
 /* "id" defaults to the host name, made one visible word. */
@@ -1231,6 +1475,11 @@ static bool conf_differs(const struct conf_key *k, struct conf *live,
         struct conf_addr *y = *(struct conf_addr **)b;
         return !conf_str_same(x ? x->text : NULL, y ? y->text : NULL);
     }
+    case CONF_T_USERS:
+        return !users_same(*(struct users_user **)a,
+                           *(size_t *)((char *)live + k->count_off),
+                           *(struct users_user **)b,
+                           *(size_t *)((char *)fresh + k->count_off));
     }
     return false;
 }
@@ -1266,6 +1515,13 @@ static void conf_take(const struct conf_key *k, struct conf *live,
     memcpy(tmp, a, size);
     memcpy(a, b, size);
     memcpy(b, tmp, size);
+    if (k->type == CONF_T_USERS) {      /* and its count */
+        size_t *na = (size_t *)((char *)live + k->count_off);
+        size_t *nb = (size_t *)((char *)fresh + k->count_off);
+        size_t n = *na;
+        *na = *nb;
+        *nb = n;
+    }
 }
 
 int conf_reload(struct conf *live, struct conf *fresh, conf_report_fn *report,
@@ -1282,7 +1538,7 @@ int conf_reload(struct conf *live, struct conf *fresh, conf_report_fn *report,
             continue;
         if (!conf_differs(k, live, fresh, was, now, sizeof(was)))
             continue;
-        if (k->type == CONF_T_SECRET_FILE ||
+        if (k->type == CONF_T_SECRET_FILE || k->type == CONF_T_USERS ||
             (k->type == CONF_T_STRING && strstr(k->key, "password")))
             was[0] = now[0] = '\0';     /* never log a secret */
         if (conf_key_live(k)) {
@@ -1296,6 +1552,25 @@ int conf_reload(struct conf *live, struct conf *fresh, conf_report_fn *report,
     return restart;
 }
 
+/* A password file others can read: one line naming the file (never what
+ * it holds). */
+static void conf_warn_user_files(const struct conf *c, conf_warn_fn *warn,
+                                 void *ud)
+{
+    char msg[CONF_ERRLEN];
+
+    for (size_t i = 0; i < c->auth.nusers; i++) {
+        const struct users_user *u = &c->auth.users[i];
+        if (!u->file_readable)
+            continue;
+        snprintf(msg, sizeof(msg), "auth.users[%zu] (%s): password_file %s "
+                 "is readable by others; chmod 0600 it (or 0640 with the "
+                 "daemon's group)", i, u->name, u->password_file);
+        conf_sanitize(msg);
+        warn(ud, msg);
+    }
+}
+
 void conf_warnings(const struct conf *c, conf_warn_fn *warn, void *ud)
 {
     char msg[CONF_ERRLEN];
@@ -1305,8 +1580,8 @@ void conf_warnings(const struct conf *c, conf_warn_fn *warn, void *ud)
         bool loopback = a->kind == CONF_ADDR_UNIX ||
                         strncmp(a->host, "127.", 4) == 0 ||
                         strcmp(a->host, "::1") == 0;
-        if (loopback || c->auth.password || !c->auth.protected_mode ||
-            (a->tls && c->tls.verify_clients))
+        if (loopback || c->auth.password || c->auth.nusers ||
+            !c->auth.protected_mode || (a->tls && c->tls.verify_clients))
             continue;
         snprintf(msg, sizeof(msg), "listen \"%s\" accepts remote peers, but "
                  "with no auth.password protected mode refuses every one "
@@ -1315,4 +1590,5 @@ void conf_warnings(const struct conf *c, conf_warn_fn *warn, void *ud)
                  "trusted network", a->text);
         warn(ud, msg);
     }
+    conf_warn_user_files(c, warn, ud);
 }

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "users.h"
+
 /*
  * The keys redlockd writes on the nodes. For a resource r: key_prefix + r
  * (exclusive), + CONF_SHARED_SUFFIX (its shared holders), + CONF_SLOT_SEP
@@ -132,6 +134,8 @@ struct conf {
                                        NULL: no AUTH needed */
         char *admin_password;       /* enables FORCEUNLOCK; NULL: off */
         bool protected_mode;
+        struct users_user *users;   /* auth.users (users.h); NULL: none */
+        size_t nusers;              /* above 0: every client logs in */
     } auth;
 
     struct {

@@ -88,7 +88,8 @@ struct conn {
     char ip[64];            /* the peer's address without the port; "" for
                                unix */
     bool trusted;           /* loopback or unix socket peer */
-    char cert_cn[64];       /* subject CN of a verified client certificate; "" if none */
+    char cert_cn[64];       /* subject CN of a verified client certificate;
+                               "" if none */
     const struct conn_ops *ops;     /* NULL: bound to nobody */
     void *data;
     char name[CONN_NAME_LEN];       /* the binder's, for log lines */

@@ -182,11 +182,12 @@ static void on_connection(uv_stream_t *ls, int status)
     }
     /* A verified client certificate is a credential of its own. */
     bool cert_required = l->tls && tls_verifies_clients();
-    if (cf->auth.protected_mode && !cf->auth.password && !c->trusted &&
-        !cert_required) {
+    if (cf->auth.protected_mode && !cf->auth.password && !cf->auth.nusers &&
+        !c->trusted && !cert_required) {
         server_reject(c, PROTO_ERR_NOAUTH, "protected mode: no password "
                       "is set and this peer is not local; set auth.password "
-                      "or auth.protected_mode false", "protected mode");
+                      "or auth.users, or auth.protected_mode false",
+                      "protected mode");
         return;
     }
     log_debug("%s connected from %s", c->name, c->peer);

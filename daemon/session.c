@@ -92,6 +92,7 @@ struct session *session_create(struct conn *c)
     timer_init(&s->auth_timer, session_auth_cb, s);
     timer_init(&s->detach_timer, session_expire_cb, s);
     session_attach(s, c, &sessions.attached);
+    session_login_cert(s);
     return s;
 }
 
@@ -149,6 +150,14 @@ size_t session_count_ip(const char *ip)
 
 /* ---- commands ---------------------------------------------------------- */
 
+/* With a password or users configured, a client logs in first. */
+static bool session_login_required(void)
+{
+    const struct conf *cf = sessions.conf;
+
+    return cf->auth.password || cf->auth.nusers;
+}
+
 static bool cmd_needs_auth(enum proto_cmd cmd)
 {
     switch (cmd) {
@@ -166,6 +175,7 @@ static bool cmd_needs_auth(enum proto_cmd cmd)
 static struct session *session_resume(struct session *s,
                                       const struct proto_request *r);
 static void session_tell_untold(struct session *s);
+static json_t *session_list_for(const struct session *s);
 
 /* HELLO detach=: 0 turns it off; above 0 the session gets a secret (kept
  * if it had one). False when refused (answered). */
@@ -234,36 +244,31 @@ static void cmd_hello(struct session *s, const struct proto_request *r)
     session_unref(s);
 }
 
-/* Compare without an early exit so timing does not reveal a prefix. */
-static bool secret_equal(const char *a, size_t alen, const char *b)
-{
-    size_t blen = strlen(b);
-    unsigned char diff = alen != blen;
-    for (size_t i = 0; i < alen; i++)
-        diff |= (unsigned char)(a[i] ^ b[i % (blen ? blen : 1)]);
-    return diff == 0;
-}
-
 /* A wrong AUTH is answered after a delay that grows with each failure
- * (100 ms per failure so far, at most 2 s): guessing gets slow. */
+ * (100 ms per failure so far, at most 2 s): guessing gets slow. A wrong
+ * user name and a wrong password take the same path, so neither the
+ * answer nor its delay tells which names exist. */
 static void session_auth_cb(struct timer *t)
 {
     struct session *s = t->data;
     struct conn *c = s->conn;     /* stopped when the connection leaves */
 
-    conn_err(c, PROTO_ERR_AUTH, "invalid password");
+    conn_err(c, PROTO_ERR_AUTH, sessions.conf->auth.nusers
+             ? "invalid user name or password" : "invalid password");
     conn_done(c);
 }
 
-static void auth_failed(struct session *s)
+/* who: "" for AUTH <password>, else what the log may say of the user. */
+static void auth_failed(struct session *s, const char *who)
 {
     struct conn *c = s->conn;
     unsigned max = sessions.conf->limits.max_auth_failures;
     uint64_t delay = 100 * (uint64_t)s->auth_failures;
 
     s->auth_failures++;
-    log_notice("%s (%s): wrong password (%u of limits.max_auth_failures=%u)",
-               s->idstr, s->peer, s->auth_failures, max);
+    log_notice("%s (%s): wrong password%s (%u of "
+               "limits.max_auth_failures=%u)", s->idstr, s->peer, who,
+               s->auth_failures, max);
     if (s->auth_failures >= max) {
         conn_err(c, PROTO_ERR_AUTH, "invalid password; too many failures, "
                  "closing (limits.max_auth_failures)");
@@ -275,27 +280,159 @@ static void auth_failed(struct session *s)
     timer_start(&s->auth_timer, delay < 2000 ? delay : 2000);
 }
 
+/* s is u's from now on: its checks are u's prefixes (looked up by name
+ * each time, so a reload applies), and no operator password carries
+ * over. how: for the audit line. */
+static void session_log_in(struct session *s, const struct users_user *u,
+                           const char *how)
+{
+    s->authed = true;
+    s->admin = false;
+    snprintf(s->user, sizeof(s->user), "%s", u->name);
+    log_notice("%s (%s): logged in as user %s%s %s", s->idstr, s->peer,
+               u->name, u->admin ? " (admin)" : "", how);
+}
+
+/* The user s is logged in as, in the configuration as it is now; NULL
+ * when s is no user's, or its user was removed by a reload. */
+static const struct users_user *session_user(const struct session *s)
+{
+    const struct conf *cf = sessions.conf;
+
+    if (!s->user[0])
+        return NULL;
+    return users_find(cf->auth.users, cf->auth.nusers, s->user,
+                      strlen(s->user));
+}
+
+/* A verified client certificate whose subject CN names a user logs its
+ * connection in as that user, with no AUTH (TLS, tls.verify_clients: conn
+ * fills cert_cn only for a certificate it verified). A CN that names no
+ * user changes nothing: the client may still AUTH. */
+void session_login_cert(struct session *s)
+{
+    const struct conf *cf = sessions.conf;
+    const struct conn *c = s->conn;
+    const struct users_user *u;
+
+    if (!c || !c->cert_cn[0] || s->user[0])
+        return;
+    u = users_find(cf->auth.users, cf->auth.nusers, c->cert_cn,
+                   strnlen(c->cert_cn, sizeof(c->cert_cn)));
+    if (u)
+        session_log_in(s, u, "by client certificate");
+}
+
+/* AUTH <name> <password>. An unknown name still costs a comparison, and
+ * its log line does not repeat what was sent (it may be a password typed
+ * in the wrong place). */
+static void cmd_auth_user(struct session *s, const struct proto_request *r)
+{
+    const struct conf *cf = sessions.conf;
+    const struct users_user *u;
+    char who[USERS_NAME_MAX + 16];
+    bool ok;
+
+    if (!cf->auth.nusers) {
+        conn_err(s->conn, PROTO_ERR_AUTH, "no users are configured "
+                 "(auth.users): send AUTH <password>");
+        return;
+    }
+    u = users_find(cf->auth.users, cf->auth.nusers, r->args[0],
+                   r->args_len[0]);
+    ok = users_secret_equal(r->args[1], r->args_len[1],
+                            u ? u->password : cf->auth.users[0].password);
+    if (u && ok) {
+        session_log_in(s, u, "with a password");
+        conn_ok(s->conn);
+        return;
+    }
+    if (u)
+        snprintf(who, sizeof(who), " for user %s", u->name);
+    else
+        snprintf(who, sizeof(who), " (an unknown user name)");
+    auth_failed(s, who);
+}
+
 static void cmd_auth(struct session *s, const struct proto_request *r)
 {
     struct conn *c = s->conn;
     const char *pw = sessions.conf->auth.password;
     const char *admin = sessions.conf->auth.admin_password;
 
-    if (!pw && !admin) {
-        conn_err(c, PROTO_ERR_AUTH, "no password is configured");
+    if (r->nargs == 2) {
+        cmd_auth_user(s, r);
         return;
     }
-    if (admin && secret_equal(r->arg, r->arg_len, admin)) {
+    if (!pw && !admin) {
+        conn_errf(c, PROTO_ERR_AUTH, "no password is configured%s",
+                 sessions.conf->auth.nusers ? "; send AUTH <user> "
+                 "<password>" : "");
+        return;
+    }
+    if (admin && users_secret_equal(r->arg, r->arg_len, admin)) {
         s->authed = s->admin = true;
+        s->user[0] = '\0';
         log_notice("%s (%s): authenticated as an operator (admin password)",
                    s->idstr, s->peer);
         conn_ok(c);
-    } else if (pw && secret_equal(r->arg, r->arg_len, pw)) {
+    } else if (pw && users_secret_equal(r->arg, r->arg_len, pw)) {
         s->authed = true;
+        s->user[0] = '\0';
         conn_ok(c);
     } else {
-        auth_failed(s);
+        auth_failed(s, "");
     }
+}
+
+/* ---- users: what lies within a user's prefixes --------------------------- */
+
+_Static_assert(PROTO_CMD_COUNT <= 32, "denied_told has a bit per command");
+
+/* ERR DENIED. The audit line goes out at notice once per session and
+ * command, later ones at debug: a client looping on a refused name cannot
+ * flood the log. res may be NULL (READMIT). */
+static void session_deny(struct session *s, enum proto_cmd cmd,
+                         const char *res, size_t len, const char *why)
+{
+    const char *what = proto_cmd_name(cmd);
+    int n = (int)(len > 64 ? 64 : len);
+    uint32_t bit = 1u << cmd;
+
+    if (!(s->denied_told & bit))
+        log_notice("%s (%s): user %s denied %s %.*s: %s", s->idstr, s->peer,
+                   s->user, what, n, res ? res : "", why);
+    else
+        log_debug("%s (%s): user %s denied %s %.*s: %s", s->idstr, s->peer,
+                  s->user, what, n, res ? res : "", why);
+    s->denied_told |= bit;
+    if (res)
+        conn_errf(s->conn, PROTO_ERR_DENIED, "user %s may not %s %.*s: %s",
+                  s->user, what, n, res, why);
+    else
+        conn_errf(s->conn, PROTO_ERR_DENIED, "user %s may not %s: %s",
+                  s->user, what, why);
+}
+
+/* May s do cmd to each of res[0..n)? A session of no user may (the shared
+ * password, or no login at all, as before users); a user's, only within
+ * its prefixes. False when refused (answered ERR DENIED). */
+static bool session_may(struct session *s, enum proto_cmd cmd,
+                        const char *const *res, const size_t *len, size_t n)
+{
+    const struct users_user *u;
+
+    if (!s->user[0])
+        return true;
+    u = session_user(s);
+    for (size_t i = 0; i < n; i++) {
+        if (u && users_allows(u, res[i], len[i]))
+            continue;
+        session_deny(s, cmd, res[i], len[i], u ? "outside the user's "
+                     "prefixes" : "the user is no longer configured");
+        return false;
+    }
+    return true;
 }
 
 /* Forget that the lease on res was lost; true if it was. */
@@ -387,6 +524,8 @@ static void cmd_lock(struct session *s, const struct proto_request *r)
     /* Nobody is left to wait for the answer after EOF. */
     uint32_t wait = (r->has & PROTO_OPT_WAIT) && !c->eof ? r->wait : 0;
 
+    if (!session_may(s, r->cmd, r->args, r->args_len, r->nargs))
+        return;
     if (sessions.shutdown) {
         conn_err(c, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
         return;
@@ -426,6 +565,8 @@ static void cmd_adopt(struct session *s, const struct proto_request *r)
     uint32_t ttl = (r->has & PROTO_OPT_TTL) ? r->ttl
                                             : cf->locks.default_ttl_ms;
 
+    if (!session_may(s, r->cmd, r->args, r->args_len, r->nargs))
+        return;
     if (sessions.shutdown) {
         conn_err(c, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
         return;
@@ -572,11 +713,39 @@ static void cmd_locks(struct session *s)
                            "lost", lost));
 }
 
-/* An operator's: one check shared by FORCEUNLOCK and READMIT. */
-static bool session_is_operator(struct session *s, const char *what)
+/* A user's FORCEUNLOCK (res) or READMIT (res NULL): an admin user's,
+ * within its prefixes; READMIT concerns every resource, so it needs the
+ * prefix "" too. */
+static bool session_user_operates(struct session *s, enum proto_cmd cmd,
+                                  const char *res, size_t len)
+{
+    const struct users_user *u = session_user(s);
+
+    if (u && !u->admin) {
+        session_deny(s, cmd, res, len, "not an admin user");
+        return false;
+    }
+    if (res)
+        return session_may(s, cmd, &res, &len, 1);
+    if (!u || !users_allows_all(u)) {
+        session_deny(s, cmd, NULL, 0, u ? "it concerns every resource: "
+                     "only an admin user with the prefix \"\" may" :
+                     "the user is no longer configured");
+        return false;
+    }
+    return true;
+}
+
+/* An operator's: one check shared by FORCEUNLOCK (res) and READMIT (res
+ * NULL). */
+static bool session_is_operator(struct session *s, enum proto_cmd cmd,
+                                const char *res, size_t len)
 {
     struct conn *c = s->conn;
+    const char *what = proto_cmd_name(cmd);
 
+    if (s->user[0])
+        return session_user_operates(s, cmd, res, len);
     if (!sessions.conf->auth.admin_password) {
         conn_errf(c, PROTO_ERR_NOAUTH, "%s is disabled: no "
                   "auth.admin_password is configured", what);
@@ -594,8 +763,12 @@ static void cmd_forceunlock(struct session *s, const struct proto_request *r)
 {
     struct conn *c = s->conn;
 
-    if (!session_is_operator(s, "FORCEUNLOCK"))
+    if (!session_is_operator(s, r->cmd, r->arg, r->arg_len))
         return;
+    if (s->user[0])
+        log_notice("%s (name=%s peer=%s) user %s: FORCEUNLOCK %.*s",
+                   s->idstr, s->name[0] ? s->name : "-", s->peer, s->user,
+                   (int)r->arg_len, r->arg);
     conn_hold(c);
     lockmgr_force_release(&s->owner, r->arg, r->arg_len);
 }
@@ -607,7 +780,7 @@ static void cmd_readmit(struct session *s, const struct proto_request *r)
     char node[128], msg[512];
     int n;
 
-    if (!session_is_operator(s, "READMIT"))
+    if (!session_is_operator(s, r->cmd, NULL, 0))
         return;
     snprintf(node, sizeof(node), "%.*s", (int)r->arg_len, r->arg);
     n = node_end_recovery(node, msg, sizeof(msg));
@@ -615,8 +788,9 @@ static void cmd_readmit(struct session *s, const struct proto_request *r)
         conn_errf(c, PROTO_ERR_ARG, "%s", msg[0] ? msg : "no such node");
         return;
     }
-    log_notice("%s (name=%s peer=%s) READMIT %s: %s", s->idstr,
-               s->name[0] ? s->name : "-", s->peer, node, msg);
+    log_notice("%s (name=%s peer=%s%s%s) READMIT %s: %s", s->idstr,
+               s->name[0] ? s->name : "-", s->peer, s->user[0] ? " user=" : "",
+               s->user, node, msg);
     conn_ok_begin(c);
     conn_kv_u64(c, "readmitted", (uint64_t)n);
     conn_end(c);
@@ -626,6 +800,8 @@ static void cmd_status(struct session *s, const struct proto_request *r)
 {
     struct conn *c = s->conn;
 
+    if (!session_may(s, r->cmd, &r->arg, &r->arg_len, 1))
+        return;
     if (r->limit > sessions.conf->locks.max_limit) {
         conn_errf(c, PROTO_ERR_ARG, "limit must be between 1 and %u "
                   "(locks.max_limit)", sessions.conf->locks.max_limit);
@@ -676,9 +852,15 @@ static void session_execute(struct session *s, char *line, size_t len)
         conn_err(c, err.code, err.msg);
         return;
     }
-    if (!s->authed && sessions.conf->auth.password && cmd_needs_auth(r.cmd)) {
-        conn_err(c, PROTO_ERR_NOAUTH, "authentication required: send AUTH "
-                 "<password> first");
+    /* A verified client certificate naming a user logs in with the first
+     * line (the TLS handshake ends after the session was made). */
+    if (!s->authed && c->cert_cn[0])
+        session_login_cert(s);
+    if (!s->authed && session_login_required() && cmd_needs_auth(r.cmd)) {
+        conn_err(c, PROTO_ERR_NOAUTH, sessions.conf->auth.nusers
+                 ? "authentication required: send AUTH <user> <password> "
+                   "first" : "authentication required: send AUTH "
+                   "<password> first");
         return;
     }
     switch (r.cmd) {
@@ -693,7 +875,7 @@ static void session_execute(struct session *s, char *line, size_t len)
     case PROTO_CMD_STATUS:   cmd_status(s, &r); break;
     case PROTO_CMD_FORCEUNLOCK: cmd_forceunlock(s, &r); break;
     case PROTO_CMD_READMIT:  cmd_readmit(s, &r); break;
-    case PROTO_CMD_SESSIONS: conn_json(c, session_list_json()); break;
+    case PROTO_CMD_SESSIONS: conn_json(c, session_list_for(s)); break;
     case PROTO_CMD_STATS:    conn_json(c, stats_json()); break;
     case PROTO_CMD_HELP:     cmd_help(s, &r); break;
     case PROTO_CMD_QUIT:     cmd_quit(s); break;
@@ -1013,8 +1195,9 @@ static struct session *session_find_in(struct list *list,
         if (x == self || strlen(x->idstr) != r->resume_len ||
             memcmp(x->idstr, r->resume, r->resume_len) != 0)
             continue;
-        return x->detach_ms &&
-               secret_equal(r->secret, PROTO_SECRET_LEN, x->secret) ? x : NULL;
+        return x->detach_ms && users_secret_equal(r->secret,
+                                                  PROTO_SECRET_LEN, x->secret)
+               ? x : NULL;
     }
     return NULL;
 }
@@ -1064,6 +1247,23 @@ static void session_lost_move(struct session *x, struct session *s)
     s->nlost = 0;
 }
 
+/* Who x is after s's connection resumed it: a session that logged in
+ * keeps its identity (its user, proven by the secret), whatever s's
+ * connection logged in as; one that never did takes s's. (Merging
+ * "authed" alone would make a user's connection that resumed a session
+ * with no login unrestricted.) */
+static void session_resume_identity(struct session *x,
+                                    const struct session *s)
+{
+    if (!x->authed) {
+        x->authed = s->authed;
+        x->admin = s->admin;
+        memcpy(x->user, s->user, sizeof(x->user));
+    } else if (!x->user[0]) {
+        x->admin |= s->admin;   /* as before users: a password adds */
+    }
+}
+
 /*
  * HELLO resume=: s's connection serves the session named from now on, if
  * the secret is right; s, which holds nothing, ends. What s's connection
@@ -1092,8 +1292,7 @@ static struct session *session_resume(struct session *s,
         resume_refused(s);
         return NULL;
     }
-    x->authed |= s->authed;
-    x->admin |= s->admin;
+    session_resume_identity(x, s);
     x->auth_failures = s->auth_failures;
     session_lost_move(x, s);
     session_attach(x, c, &s->link);
@@ -1149,22 +1348,45 @@ static json_t *session_json(const struct session *s, uint64_t now)
                                                              false));
     if (attached)
         json_object_set_new(j, "attached", json_true());
+    if (s->user[0])
+        json_object_set_new(j, "user", json_string(s->user));
     return j;
+}
+
+/* The sessions of user (NULL: every session) in list into arr. */
+static void session_list_add(json_t *arr, struct list *list,
+                             const char *user, uint64_t now)
+{
+    struct list *p;
+
+    list_foreach(p, list) {
+        const struct session *x = list_entry(p, const struct session, link);
+        if (!user || strcmp(x->user, user) == 0)
+            json_array_append_new(arr, session_json(x, now));
+    }
+}
+
+/* SESSIONS as `user` may see it (NULL: all): a user sees its own
+ * sessions only, so no other user's resource names reach it. */
+static json_t *session_list_user(const char *user)
+{
+    json_t *arr = json_array();
+    uint64_t now = timer_now();
+
+    session_list_add(arr, &sessions.attached, user, now);
+    session_list_add(arr, &sessions.detached, user, now);
+    return json_pack("{s:o}", "sessions", arr);
 }
 
 json_t *session_list_json(void)
 {
-    json_t *arr = json_array();
-    uint64_t now = timer_now();
-    struct list *p;
+    return session_list_user(NULL);
+}
 
-    list_foreach(p, &sessions.attached)
-        json_array_append_new(arr, session_json(
-            list_entry(p, const struct session, link), now));
-    list_foreach(p, &sessions.detached)
-        json_array_append_new(arr, session_json(
-            list_entry(p, const struct session, link), now));
-    return json_pack("{s:o}", "sessions", arr);
+/* SESSIONS asked by s. */
+static json_t *session_list_for(const struct session *s)
+{
+    return session_list_user(s->user[0] ? s->user : NULL);
 }
 
 void session_set_shutdown(void)

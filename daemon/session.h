@@ -46,6 +46,7 @@
 #include "lockmgr.h"
 #include "proto.h"
 #include "timer.h"
+#include "users.h"
 
 struct conf;
 struct conn;
@@ -74,6 +75,11 @@ struct session {
     char peer[80];          /* its (last) connection's, for logs */
     bool authed;
     bool admin;             /* AUTH with auth.admin_password */
+    char user[USERS_NAME_MAX + 1];  /* logged in as this auth.users entry
+                               (looked up by name at each check, so a
+                               reload applies); "": no user, unrestricted */
+    uint32_t denied_told;   /* 1 << PROTO_CMD_*: ERR DENIED of that command
+                               audited at notice already */
     struct lockmgr_owner owner; /* leases and the pending LOCK */
     uint32_t detach_ms;     /* HELLO detach=: outlive the connection */
     char secret[PROTO_SECRET_LEN + 1];  /* with detach_ms: what resumes it */
@@ -96,8 +102,16 @@ struct session {
 
 /* Before the first session: the config sessions read (live). */
 void session_init(const struct conf *conf);
-/* A new session, attached to c (which it binds; c serves it from now). */
+/* A new session, attached to c (which it binds; c serves it from now).
+ * A connection that arrives with a verified client certificate
+ * (c->cert_cn) naming a configured user is logged in as that user. */
 struct session *session_create(struct conn *c);
+/* s's connection has a verified client certificate (conn.h cert_cn) now:
+ * if its subject CN names a user of auth.users, s is logged in as that
+ * user (audit line "logged in as user X by client certificate"). Called by
+ * session_create; a TLS handshake that completes later calls it then. A
+ * session already logged in as a user stays that user. */
+void session_login_cert(struct session *s);
 
 /* Session table / stats. */
 size_t session_count(void);

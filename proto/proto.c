@@ -63,6 +63,8 @@ struct proto_cmd_spec {
     bool resource;          /* the positional argument is a resource name */
     bool raw_first;
     const char *missing;    /* message when min_args is not met */
+    bool raw_all;           /* every word is positional: AUTH's user name
+                               and password may each hold a '=' */
 };
 
 static const struct proto_cmd_spec proto_cmd_specs[PROTO_CMD_COUNT] = {
@@ -71,7 +73,9 @@ static const struct proto_cmd_spec proto_cmd_specs[PROTO_CMD_COUNT] = {
         PROTO_OPT_PROTO | PROTO_OPT_NAME | PROTO_OPT_KEEPALIVE |
         PROTO_OPT_DETACH | PROTO_OPT_RESUME | PROTO_OPT_SECRET,
         0, 0, 0, false, false, NULL },
-    [PROTO_CMD_AUTH] = { 0, 0, 1, 1, false, true, "AUTH needs a password" },
+    [PROTO_CMD_AUTH] = { 0, 0, 1, 2, false, true,
+                         "AUTH needs a password (or a user and a password)",
+                         true },
     [PROTO_CMD_LOCK] = {
         PROTO_OPT_TTL | PROTO_OPT_WAIT | PROTO_OPT_RENEW | PROTO_OPT_MODE |
         PROTO_OPT_LIMIT,
@@ -477,7 +481,7 @@ static enum proto_parse_status proto_parse_arg(struct proto_request *req,
 
     if (sp->max_args == 0)
         return proto_fail(err, PROTO_ERR_ARG, "%s takes no arguments", cmd);
-    if (req->nargs >= sp->max_args && sp->max_args > 1)
+    if (req->nargs >= sp->max_args && sp->max_args > 1 && sp->resource)
         return proto_fail(err, PROTO_ERR_ARG, "%s names at most %u "
                           "resources", cmd, sp->max_args);
     if (req->nargs >= sp->max_args)
@@ -491,7 +495,7 @@ static enum proto_parse_status proto_parse_arg(struct proto_request *req,
     if (sp->resource && !proto_valid_resource(word, wlen, lim))
         return proto_fail(err, PROTO_ERR_ARG,
                           "resource name must be visible ascii (0x21-0x7e)");
-    for (size_t i = 0; i < req->nargs; i++) {
+    for (size_t i = 0; sp->resource && i < req->nargs; i++) {
         if (req->args_len[i] == wlen && memcmp(req->args[i], word, wlen) == 0) {
             char q[PROTO_QUOTE_MAX + 4];
             proto_quote(q, sizeof(q), word, wlen);
@@ -523,7 +527,7 @@ static enum proto_parse_status proto_parse_words(struct proto_request *req,
 
     while ((word = proto_next_word(&pos, &wlen))) {
         eq = memchr(word, '=', wlen);
-        if (eq && !(sp->raw_first && !req->arg))
+        if (eq && !sp->raw_all && !(sp->raw_first && !req->arg))
             st = proto_parse_opt(req, sp, word, wlen, eq, err);
         else
             st = proto_parse_arg(req, sp, lim, word, wlen, err);

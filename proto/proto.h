@@ -28,7 +28,7 @@
     X(HELLO, "HELLO", "HELLO [proto=1] [name=<client-name>] "               \
                       "[keepalive=<ms>] [detach=<ms>] "                     \
                       "[resume=<session> secret=<hex>]")                    \
-    X(AUTH, "AUTH", "AUTH <password>")                                      \
+    X(AUTH, "AUTH", "AUTH [<user>] <password>")                             \
     X(LOCK, "LOCK", "LOCK <resource>... [ttl=<ms>] [wait=<ms>] [renew=0|1] " \
                     "[mode=shared|exclusive] [limit=<n>]")                  \
     X(UNLOCK, "UNLOCK", "UNLOCK <resource>...")                             \
@@ -67,7 +67,8 @@ enum proto_cmd {
     X(UNAVAILABLE, "UNAVAILABLE", "a quorum of redis nodes is unavailable") \
     X(LIMIT, "LIMIT", "a configured limit was reached")                     \
     X(SHUTDOWN, "SHUTDOWN", "the daemon is shutting down")                  \
-    X(NOSESSION, "NOSESSION", "no such session, or a wrong secret")
+    X(NOSESSION, "NOSESSION", "no such session, or a wrong secret")         \
+    X(DENIED, "DENIED", "this user may not do that to that resource")
 
 enum proto_err {
     PROTO_ERR_NONE = 0,
@@ -124,8 +125,9 @@ struct proto_limits {
 struct proto_request {
     enum proto_cmd cmd;
     const char *arg;        /* resource (LOCK UNLOCK EXTEND STATUS), word
-                               (PING, may be NULL), password (AUTH); the
-                               first of args */
+                               (PING, may be NULL), password (AUTH; with
+                               two words the user, and args[] holds
+                               both); the first of args */
     size_t arg_len;
     size_t nargs;           /* LOCK, UNLOCK: resources named (no name
                                twice), in request order */

@@ -92,6 +92,7 @@
 #define EXIT_LOST 70
 #define EXIT_USAGE 64
 #define EXIT_UNAVAILABLE 69
+#define EXIT_DENIED 77
 
 /* A started process with its stdout and stderr captured through pipes.
  * The outputs involved are far below a pipe's capacity, but the pipes are
@@ -127,6 +128,8 @@ static const char *admin_env;
 /* $REDLOCKD_TLS_CA for redlockctl, or NULL; and mkcerts.sh's directory. */
 static const char *tls_ca_env;
 static char certs[256];
+/* REDLOCKD_USER likewise. */
+static const char *user_env;
 
 /* ---- fixture ---- */
 
@@ -139,6 +142,7 @@ static void setup(void)
     server_env = NULL;
     admin_env = NULL;
     tls_ca_env = NULL;
+    user_env = NULL;
 }
 
 static void proc_close_pipes(struct proc *p)
@@ -351,6 +355,10 @@ static void child_exec(const char *bin, char **argv, int out, int err,
         unsetenv("REDLOCKD_TLS_CA");
     unsetenv("REDLOCKD_TLS_CERT");
     unsetenv("REDLOCKD_TLS_KEY");
+    if (user_env)
+        setenv("REDLOCKD_USER", user_env, 1);
+    else
+        unsetenv("REDLOCKD_USER");
     execv(bin, argv);
     fprintf(stderr, "test: exec %s: %s\n", bin, strerror(errno));
     _exit(127);
@@ -1938,6 +1946,72 @@ START_TEST(release_force)
 }
 END_TEST
 
+/* ---- users (auth.users) ---- */
+
+#define USERS_JSON "{\"auth\":{\"users\":[" \
+    "{\"name\":\"alice\",\"password\":\"cli-alice-pw\"," \
+    "\"prefixes\":[\"cli:a:\"]}," \
+    "{\"name\":\"ops\",\"password\":\"cli-ops-pw\"," \
+    "\"prefixes\":[\"cli:\"],\"admin\":true}]}}"
+
+/* A refusal of the daemon's: status `want`, one line naming `code`. */
+static void assert_refused(struct proc *p, int want, const char *code,
+                           const char *what)
+{
+    proc_wait(p, h_scale(10000));
+    assert_status(p, want, what);
+    assert_one_error_line(p, what);
+    ck_assert_msg(strstr(p->err, code), "%s said: %s", what, p->err);
+}
+
+START_TEST(users_login)
+{
+    const char *alice, *ops, *bad;
+    struct proc *p;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon_auth(USERS_JSON, "alice cli-alice-pw");
+    alice = write_secret("alice.pw", "cli-alice-pw\n");
+    ops = write_secret("ops.pw", "cli-ops-pw\n");
+    bad = write_secret("bad.pw", "not-alice-pw\n");
+
+    /* Within alice's prefixes: run works; outside, DENIED exits 77. */
+    ctl_ok("", "-s", S, "--user", "alice", "--password-file", alice, "run",
+           "cli:a:1", "--", "true", NULL);
+    p = ctl_start("-s", S, "--user", "alice", "--password-file", alice,
+                  "run", "cli:b:1", "--", "true", NULL);
+    assert_refused(p, EXIT_DENIED, "(DENIED)", "run outside the prefixes");
+    p = ctl_start("-s", S, "--user", "alice", "--password-file", alice,
+                  "status", "cli:b:1", NULL);
+    assert_refused(p, EXIT_DENIED, "(DENIED)", "status outside the prefixes");
+    /* The user from the environment. */
+    user_env = "alice";
+    ctl_ok("", "-s", S, "--password-file", alice, "run", "cli:a:2", "--",
+           "true", NULL);
+    user_env = NULL;
+
+    /* An admin user forces a release within its prefixes. */
+    h_expect(A, "OK resource=cli:a:3 ", "LOCK cli:a:3 ttl=30000");
+    ctl_ok("released cli:a:3 on 1 node(s)\n", "-s", S, "--user", "ops",
+           "--password-file", ops, "release", "--force", "cli:a:3", NULL);
+    ck_assert_msg(h_expect_event(A, "EVENT LOST resource=cli:a:3 ",
+                                 h_scale(5000)), "no EVENT LOST");
+    p = ctl_start("-s", S, "--user", "ops", "--password-file", ops,
+                  "release", "--force", "other:1", NULL);
+    assert_refused(p, EXIT_DENIED, "(DENIED)", "release outside the prefixes");
+    p = ctl_start("-s", S, "--user", "alice", "--password-file", alice,
+                  "release", "--force", "cli:a:3", NULL);
+    assert_refused(p, EXIT_DENIED, "not an admin", "release by a non-admin");
+
+    /* A wrong password; a user without a password file. */
+    p = ctl_start("-s", S, "--user", "alice", "--password-file", bad,
+                  "status", "cli:a:1", NULL);
+    assert_refused(p, EXIT_UNAVAILABLE, "(AUTH)", "a wrong user password");
+    p = ctl_start("-s", S, "--user", "alice", "status", "cli:a:1", NULL);
+    assert_refused(p, EXIT_USAGE, "needs --password-file", "no password");
+}
+END_TEST
+
 START_TEST(release_force_refused)
 {
     const char *bad, *user, *admin;
@@ -2352,6 +2426,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, locks_lists_holders);
     tcase_add_test(tc, release_force);
     tcase_add_test(tc, release_force_refused);
+    tcase_add_test(tc, users_login);
     tcase_add_test(tc, release_force_disabled);
     tcase_add_test(tc, run_lost_terms_group);
     tcase_add_test(tc, run_lost_kills_group_after);

@@ -166,9 +166,11 @@ static json_t *stats(struct redlockd *h)
  * listens before its Redis connections are up, and a lock taken before
  * then would rightly be refused for a reason these tests are not about.
  */
-static void start_daemon_auth(const char *extra_json, const char *password)
+static void start_daemon_login(const char *extra_json, const char *user,
+                               const char *password)
 {
-    struct redlockd_opts o = { .name = "ready-probe", .password = password };
+    struct redlockd_opts o = { .name = "ready-probe", .password = password,
+                               .user = user };
     struct redlockd *h;
     uint64_t t0;
     json_int_t voting = -1;
@@ -192,6 +194,11 @@ static void start_daemon_auth(const char *extra_json, const char *password)
         h_daemon_dump_log(D);
     ck_assert_msg(voting == K.nnodes, "only %lld of %d nodes voting after start",
                   (long long)voting, K.nnodes);
+}
+
+static void start_daemon_auth(const char *extra_json, const char *password)
+{
+    start_daemon_login(extra_json, NULL, password);
 }
 
 static void start_daemon(const char *extra_json)
@@ -567,6 +574,56 @@ START_TEST(auth_errors)
     h = open_opts(&o);
     ck_assert_int_eq(redlockd_lock(h, "lib:auth", 30000, 0, 1, NULL), 0);
     ck_assert_int_eq(redlockd_unlock(h, "lib:auth"), 0);
+}
+END_TEST
+
+/* auth.users: opts.user logs in as a user, whose prefixes bound what it
+ * may touch (REDLOCKD_E_DENIED); a wrong name is a wrong password. */
+START_TEST(user_prefixes)
+{
+    struct redlockd_opts o = { .name = "lib-user", .user = "alice",
+                               .password = "lib-alice-pw" };
+    struct redlockd_error err;
+    struct redlockd *h;
+    char *json = NULL;
+    int rc;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon_login("{\"auth\":{\"users\":["
+                       "{\"name\":\"alice\",\"password\":\"lib-alice-pw\","
+                       "\"prefixes\":[\"lib:a:\"]},"
+                       "{\"name\":\"ops\",\"password\":\"lib-ops-pw\","
+                       "\"prefixes\":[\"\"],\"admin\":true}]}}",
+                       "ops", "lib-ops-pw");
+    o.server = tcp_addr;
+    h = open_opts(&o);
+    ck_assert_int_eq(redlockd_lock(h, "lib:a:1", 30000, 0, 1, NULL), 0);
+    assert_code(h, redlockd_lock(h, "lib:b:1", 30000, 0, 1, NULL),
+                REDLOCKD_E_DENIED, "lock outside the prefixes");
+    assert_usable(h, "DENIED");
+    assert_code(h, redlockd_status(h, "lib:b:1", &json), REDLOCKD_E_DENIED,
+                "status outside the prefixes");
+    free(json);
+    assert_code(h, redlockd_force_unlock(h, "lib:a:1"), REDLOCKD_E_DENIED,
+                "force_unlock by a user that is no admin");
+    ck_assert_str_eq(redlockd_code_name(REDLOCKD_E_DENIED), "DENIED");
+    ck_assert_int_eq(redlockd_unlock(h, "lib:a:1"), 0);
+
+    /* A wrong name and a wrong password: the same AUTH refusal. */
+    o.user = "nobody";
+    rc = redlockd_connect(&h, &o, &err);
+    ck_assert_msg(rc == -REDLOCKD_E_AUTH, "unknown user: %d %s", rc, err.msg);
+    o.user = "alice";
+    o.password = "wrong-pw";
+    rc = redlockd_connect(&h, &o, &err);
+    ck_assert_msg(rc == -REDLOCKD_E_AUTH, "wrong password: %d %s", rc,
+                  err.msg);
+    /* A user needs a password; a name is one word. */
+    o.password = NULL;
+    ck_assert_int_eq(redlockd_connect(&h, &o, &err), -REDLOCKD_E_INVALID);
+    o.password = "x";
+    o.user = "a b";
+    ck_assert_int_eq(redlockd_connect(&h, &o, &err), -REDLOCKD_E_INVALID);
 }
 END_TEST
 
@@ -1445,6 +1502,7 @@ static Suite *lib_suite(void)
     tcase_add_test(tc, lock_extend_unlock);
     tcase_add_test(tc, daemon_errors);
     tcase_add_test(tc, auth_errors);
+    tcase_add_test(tc, user_prefixes);
     tcase_add_test(tc, lost_on_extend);
     tcase_add_test(tc, relock_after_lost);
     tcase_add_test(tc, unavailable);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "conf.h"
@@ -920,6 +921,212 @@ START_TEST(test_shipped_three_nodes)
 }
 END_TEST
 
+/* ---- auth.users ---------------------------------------------------------- */
+
+#define U1 "{\"name\": \"alice\", \"password\": \"pa\", \"prefixes\": "
+START_TEST(test_users_good)
+{
+    ck_assert_msg(load("{\"auth\": {\"users\": ["
+                       U1 "[\"invoice:\", \"job:\"], \"admin\": true},"
+                       "{\"name\": \"bob\", \"password\": \"a=b\", "
+                       "\"prefixes\": []},"
+                       "{\"name\": \"root\", \"password\": \"r\", "
+                       "\"prefixes\": [\"\"], \"admin\": false}]}}") == 0,
+                  "%s", err);
+    ck_assert_uint_eq(c.auth.nusers, 3);
+    ck_assert_str_eq(c.auth.users[0].name, "alice");
+    ck_assert_str_eq(c.auth.users[0].password, "pa");
+    ck_assert_ptr_null(c.auth.users[0].password_file);
+    ck_assert_uint_eq(c.auth.users[0].nprefixes, 2);
+    ck_assert_str_eq(c.auth.users[0].prefixes[1], "job:");
+    ck_assert(c.auth.users[0].admin);
+    ck_assert_uint_eq(c.auth.users[1].nprefixes, 0);
+    ck_assert(!c.auth.users[1].admin);
+    ck_assert_str_eq(c.auth.users[2].prefixes[0], "");
+    /* An empty list is no users at all (login as before). */
+    ck_assert_int_eq(load("{\"auth\": {\"users\": []}}"), 0);
+    ck_assert_uint_eq(c.auth.nusers, 0);
+    ck_assert_ptr_null(c.auth.users);
+    ck_assert_int_eq(load("{}"), 0);
+    ck_assert_uint_eq(c.auth.nusers, 0);
+}
+END_TEST
+
+static const struct { const char *json, *key, *msg; } user_bad_rows[] = {
+    { "{\"auth\": {\"users\": {}}}", "auth.users",
+      "expected a list of user objects" },
+    { "{\"auth\": {\"users\": null}}", "auth.users", "expected a list" },
+    { "{\"auth\": {\"users\": [\"alice\"]}}", "auth.users[0]",
+      "expected an object" },
+    { "{\"auth\": {\"users\": [" U1 "[], \"role\": 1}]}}",
+      "auth.users[0].role", "unknown key" },
+    { "{\"auth\": {\"users\": [{\"password\": \"p\", \"prefixes\": []}]}}",
+      "auth.users[0].name", "required" },
+    { "{\"auth\": {\"users\": [{\"name\": \"\", \"password\": \"p\", "
+      "\"prefixes\": []}]}}", "auth.users[0].name", "must be 1 to 64" },
+    { "{\"auth\": {\"users\": [{\"name\": \"a b\", \"password\": \"p\", "
+      "\"prefixes\": []}]}}", "auth.users[0].name", "spaces" },
+    { "{\"auth\": {\"users\": [{\"name\": \"caf\\u00e9\", \"password\": "
+      "\"p\", \"prefixes\": []}]}}", "auth.users[0].name", "visible ASCII" },
+    { "{\"auth\": {\"users\": [{\"name\": 7, \"password\": \"p\", "
+      "\"prefixes\": []}]}}", "auth.users[0].name", "expected a string" },
+    { "{\"auth\": {\"users\": [" U1 "[]}, " U1 "[]}]}}",
+      "auth.users[1].name", "\"alice\" repeats auth.users[0].name" },
+    { "{\"auth\": {\"users\": [{\"name\": \"a\", \"prefixes\": []}]}}",
+      "auth.users[0]", "needs password or password_file" },
+    { "{\"auth\": {\"users\": [{\"name\": \"a\", \"password\": \"p\", "
+      "\"password_file\": \"/dev/null\", \"prefixes\": []}]}}",
+      "auth.users[0]", "cannot be used together" },
+    { "{\"auth\": {\"users\": [{\"name\": \"a\", \"password\": \"\", "
+      "\"prefixes\": []}]}}", "auth.users[0].password", "must be 1 to" },
+    { "{\"auth\": {\"users\": [{\"name\": \"a\", \"password\": \"p q\", "
+      "\"prefixes\": []}]}}", "auth.users[0].password", "spaces" },
+    { "{\"auth\": {\"users\": [{\"name\": \"a\", \"password_file\": "
+      "\"/nonexistent/pw\", \"prefixes\": []}]}}",
+      "auth.users[0].password_file", "/nonexistent/pw: cannot open" },
+    { "{\"auth\": {\"users\": [{\"name\": \"a\", \"password\": \"p\"}]}}",
+      "auth.users[0].prefixes", "required" },
+    { "{\"auth\": {\"users\": [" U1 "\"job:\"}]}}",
+      "auth.users[0].prefixes", "expected a list of strings" },
+    { "{\"auth\": {\"users\": [" U1 "[\"job:\", 3]}]}}",
+      "auth.users[0].prefixes[1]", "expected a string" },
+    { "{\"auth\": {\"users\": [" U1 "[\"a b\"]}]}}",
+      "auth.users[0].prefixes[0]", "visible ASCII" },
+    { "{\"locks\": {\"max_resource_len\": 3}, \"auth\": {\"users\": ["
+      U1 "[\"job:\"]}]}}", "auth.users[0].prefixes[0]",
+      "locks.max_resource_len (3)" },
+    { "{\"auth\": {\"users\": [" U1 "[], \"admin\": 1}]}}",
+      "auth.users[0].admin", "expected true or false" },
+    { "{\"limits\": {\"max_line\": 64}, \"auth\": {\"users\": [{\"name\": "
+      "\"alice\", \"password\": \"" "0123456789012345678901234567890123456789"
+      "01234567890123456789\", \"prefixes\": []}]}}", "auth.users[0]",
+      "too long for an AUTH line" },
+};
+
+START_TEST(test_users_bad)
+{
+    ck_assert_msg(load(user_bad_rows[_i].json) == -1, "row %d loaded", _i);
+    assert_error(user_bad_rows[_i].key, user_bad_rows[_i].msg);
+    ck_assert_uint_eq(c.auth.nusers, 0);
+}
+END_TEST
+
+/* A password_file is read at load; a file others may read is kept for
+ * conf_warnings, which names the file and never its content. */
+static void collect_warning(void *ud, const char *msg)
+{
+    char *out = ud;
+    strncat(out, msg, 1023 - strlen(out));
+    strncat(out, "\n", 1023 - strlen(out));
+}
+
+START_TEST(test_users_password_file)
+{
+    char *path = temp_file("fil3-secret\r\nignored\n");
+    char json[512], warned[1024] = "";
+
+    snprintf(json, sizeof(json), "{\"auth\": {\"users\": [{\"name\": \"a\", "
+             "\"password_file\": \"%s\", \"prefixes\": [\"x\"]}]}}", path);
+    ck_assert_int_eq(chmod(path, 0600), 0);
+    ck_assert_msg(load(json) == 0, "%s", err);
+    ck_assert_str_eq(c.auth.users[0].password, "fil3-secret");
+    ck_assert_str_eq(c.auth.users[0].password_file, path);
+    ck_assert(!c.auth.users[0].file_readable);
+    conf_warnings(&c, collect_warning, warned);
+    ck_assert_str_eq(warned, "");
+    /* The daemon's group may read it (0640), as the docs suggest. */
+    ck_assert_int_eq(chmod(path, 0640), 0);
+    ck_assert_msg(load(json) == 0, "%s", err);
+    ck_assert(!c.auth.users[0].file_readable);
+
+    ck_assert_int_eq(chmod(path, 0644), 0);
+    ck_assert_msg(load(json) == 0, "%s", err);
+    ck_assert(c.auth.users[0].file_readable);
+    conf_warnings(&c, collect_warning, warned);
+    ck_assert_msg(strstr(warned, path) && strstr(warned, "auth.users[0]"),
+                  "%s", warned);
+    ck_assert_msg(!strstr(warned, "fil3-secret"), "%s", warned);
+    ck_assert_msg(!strchr(warned, '\n') || strchr(warned, '\n')[1] == '\0',
+                  "more than one line: %s", warned);
+    unlink(path);
+    free(path);
+}
+END_TEST
+
+/* SIGHUP: users are live, and the report never shows a secret. */
+struct report { int n; bool applied; char was[64], now[64]; };
+
+static void collect_report(void *ud, const char *key, const char *was,
+                           const char *now, bool applied)
+{
+    struct report *r = ud;
+    if (strcmp(key, "auth.users") != 0)
+        return;
+    r->n++;
+    r->applied = applied;
+    snprintf(r->was, sizeof(r->was), "%s", was);
+    snprintf(r->now, sizeof(r->now), "%s", now);
+}
+
+START_TEST(test_users_reload)
+{
+    struct conf fresh;
+    struct report rep = { 0 };
+
+    ck_assert_int_eq(load("{\"auth\": {\"users\": [" U1 "[\"a:\"]}]}}"), 0);
+    ck_assert_int_eq(conf_load_string(&fresh, "{\"auth\": {\"users\": ["
+                     U1 "[\"b:\", \"c:\"], \"admin\": true}]}}", NAME, err,
+                     sizeof(err)), 0);
+    ck_assert_int_eq(conf_reload(&c, &fresh, collect_report, &rep), 0);
+    ck_assert_int_eq(rep.n, 1);
+    ck_assert(rep.applied);
+    ck_assert_str_eq(rep.was, "");
+    ck_assert_str_eq(rep.now, "");
+    ck_assert_uint_eq(c.auth.nusers, 1);
+    ck_assert_uint_eq(c.auth.users[0].nprefixes, 2);
+    ck_assert_str_eq(c.auth.users[0].prefixes[0], "b:");
+    ck_assert(c.auth.users[0].admin);
+    ck_assert_uint_eq(fresh.auth.users[0].nprefixes, 1);   /* the old */
+    conf_deinit(&fresh);
+
+    /* The same list again: nothing to report. A changed password is. */
+    rep.n = 0;
+    ck_assert_int_eq(conf_load_string(&fresh, "{\"auth\": {\"users\": ["
+                     U1 "[\"b:\", \"c:\"], \"admin\": true}]}}", NAME, err,
+                     sizeof(err)), 0);
+    conf_reload(&c, &fresh, collect_report, &rep);
+    ck_assert_int_eq(rep.n, 0);
+    conf_deinit(&fresh);
+    ck_assert_int_eq(conf_load_string(&fresh, "{\"auth\": {\"users\": ["
+                     "{\"name\": \"alice\", \"password\": \"new\", "
+                     "\"prefixes\": [\"b:\", \"c:\"], \"admin\": true}]}}",
+                     NAME, err, sizeof(err)), 0);
+    conf_reload(&c, &fresh, collect_report, &rep);
+    ck_assert_int_eq(rep.n, 1);
+    ck_assert_str_eq(c.auth.users[0].password, "new");
+    conf_deinit(&fresh);
+
+    /* Removed: no users left. */
+    ck_assert_int_eq(conf_load_string(&fresh, "{}", NAME, err, sizeof(err)),
+                     0);
+    conf_reload(&c, &fresh, collect_report, &rep);
+    ck_assert_uint_eq(c.auth.nusers, 0);
+    conf_deinit(&fresh);
+}
+END_TEST
+
+/* With users, remote peers can log in: no protected-mode warning. */
+START_TEST(test_users_protected_mode)
+{
+    char warned[1024] = "";
+
+    ck_assert_int_eq(load("{\"listen\": [\"0.0.0.0:7390\"], \"auth\": "
+                          "{\"users\": [" U1 "[]}]}}"), 0);
+    conf_warnings(&c, collect_warning, warned);
+    ck_assert_str_eq(warned, "");
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 
 static TCase *tcase(const char *name)
@@ -958,6 +1165,14 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, test_shipped_default);
     tcase_add_test(tc, test_shipped_one_node);
     tcase_add_test(tc, test_shipped_three_nodes);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("users");
+    tcase_add_test(tc, test_users_good);
+    tcase_add_loop_test(tc, test_users_bad, 0, ROWS(user_bad_rows));
+    tcase_add_test(tc, test_users_password_file);
+    tcase_add_test(tc, test_users_reload);
+    tcase_add_test(tc, test_users_protected_mode);
     suite_add_tcase(s, tc);
 
     tc = tcase("addresses");

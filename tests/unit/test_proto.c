@@ -321,7 +321,9 @@ static const struct t_bad t_bad_rows[] = {
     { "EXTEND a b ttl=1", 0, PROTO_ERR_ARG, "wrong number of arguments" },
     { "STATUS a b", 0, PROTO_ERR_ARG, "wrong number of arguments" },
     { "PING a b", 0, PROTO_ERR_ARG, "wrong number of arguments for PING" },
-    { "AUTH a b", 0, PROTO_ERR_ARG, "wrong number of arguments for AUTH" },
+    { "AUTH a b c", 0, PROTO_ERR_ARG, "wrong number of arguments for AUTH" },
+    { "AUTH a b=1 c=2", 0, PROTO_ERR_ARG,
+      "wrong number of arguments for AUTH" },
     { "LOCKS x", 0, PROTO_ERR_ARG, "LOCKS takes no arguments" },
     { "SESSIONS x", 0, PROTO_ERR_ARG, "SESSIONS takes no arguments" },
     { "STATS x", 0, PROTO_ERR_ARG, "STATS takes no arguments" },
@@ -347,7 +349,6 @@ static const struct t_bad t_bad_rows[] = {
     { "EXTEND r ttl=1 limit=2", 0, PROTO_ERR_ARG, "unknown option 'limit'" },
     { "LOCK r mode=shared mode=shared", 0, PROTO_ERR_ARG, "given twice" },
     { "PING a b=c", 0, PROTO_ERR_ARG, "PING takes no options (got 'b')" },
-    { "AUTH pw x=1", 0, PROTO_ERR_ARG, "AUTH takes no options" },
     { "LOCKS x=1", 0, PROTO_ERR_ARG, "LOCKS takes no options" },
     { "QUIT x=1", 0, PROTO_ERR_ARG, "QUIT takes no options" },
     { "EXTEND r", 0, PROTO_ERR_ARG, "EXTEND needs ttl=<ms>" },
@@ -430,6 +431,40 @@ static const struct t_bad t_bad_rows[] = {
     { "LOCK " R200 "r", 0, PROTO_ERR_ARG, "longer than 200 bytes" },
     { "UNLOCK " R200 "r", 0, PROTO_ERR_ARG, "longer than 200 bytes" },
 };
+
+/* AUTH <user> <password>: both words positional, '=' and a name equal to
+ * the password included. */
+START_TEST(test_parse_auth_user)
+{
+    static const struct proto_limits lim = PROTO_LIMITS_DEFAULT;
+    static const char *const lines[] = {
+        "AUTH alice s3cret", "auth  alice\ts3cret\r", "AUTH a=b c=d",
+        "AUTH same same",
+    };
+    static const char *const want[][2] = {
+        { "alice", "s3cret" }, { "alice", "s3cret" }, { "a=b", "c=d" },
+        { "same", "same" },
+    };
+    struct proto_request req;
+    struct proto_error err;
+
+    for (size_t i = 0; i < ARRAY_LEN(lines); i++) {
+        ck_assert_int_eq(t_parsen(lines[i], strlen(lines[i]), &lim, &req,
+                                  &err), PROTO_PARSE_OK);
+        ck_assert_int_eq(req.cmd, PROTO_CMD_AUTH);
+        ck_assert_uint_eq(req.nargs, 2);
+        ck_assert_str_eq(req.arg, want[i][0]);
+        ck_assert_str_eq(req.args[0], want[i][0]);
+        ck_assert_str_eq(req.args[1], want[i][1]);
+        ck_assert_uint_eq(req.args_len[1], strlen(want[i][1]));
+    }
+    /* One word is the password, as before users. */
+    ck_assert_int_eq(t_parsen("AUTH pw", 7, &lim, &req, &err),
+                     PROTO_PARSE_OK);
+    ck_assert_uint_eq(req.nargs, 1);
+    ck_assert_str_eq(req.arg, "pw");
+}
+END_TEST
 
 START_TEST(test_parse_errors)
 {
@@ -907,7 +942,7 @@ static const char *const t_err_words[PROTO_ERR_COUNT] = {
     [PROTO_ERR_NOTHELD] = "NOTHELD", [PROTO_ERR_LOST] = "LOST",
     [PROTO_ERR_UNAVAILABLE] = "UNAVAILABLE", [PROTO_ERR_LIMIT] = "LIMIT",
     [PROTO_ERR_SHUTDOWN] = "SHUTDOWN",
-    [PROTO_ERR_NOSESSION] = "NOSESSION",
+    [PROTO_ERR_NOSESSION] = "NOSESSION", [PROTO_ERR_DENIED] = "DENIED",
 };
 
 START_TEST(test_tables)
@@ -1450,6 +1485,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_parse_kinds);
     tcase_add_loop_test(tc, test_parse_empty, 0, ARRAY_LEN(t_empty_rows));
     tcase_add_loop_test(tc, test_parse_errors, 0, ARRAY_LEN(t_bad_rows));
+    tcase_add_test(tc, test_parse_auth_user);
     tcase_add_test(tc, test_parse_error_struct);
     tcase_add_test(tc, test_parse_error_truncation);
     tcase_add_test(tc, test_resource_length);

@@ -11,7 +11,8 @@ Standard library only. See client/python/README.md.
 """
 
 from .client import Client, Lease, SERVER_ENV
-from .errors import (Arg, Auth, Busy, ConnectionClosed, Error, Held, IOTimeout,
+from .errors import (Arg, Auth, Busy, ConnectionClosed, Denied, Error, Held,
+                     IOTimeout,
                      Limit, LockLost, Lost, NoAuth, NoSession, NotHeld,
                      ProtocolError,
                      RedlockdError, Shutdown, Timeout, TooLong, TransportError,
@@ -25,5 +26,5 @@ __all__ = [
     "IOTimeout", "ProtocolError", "LockLost",
     "Arg", "Unsupported", "Unknown", "TooLong", "NoAuth", "Auth", "Busy",
     "Timeout", "Held", "NotHeld", "Lost", "Unavailable", "Limit", "Shutdown",
-    "NoSession", "error_for",
+    "NoSession", "Denied", "error_for",
 ]

@@ -345,7 +345,10 @@ class Client:
     ``[IPV6]:PORT``, ``unix:/PATH``); default ``$REDLOCKD_SERVER`` (which
     may be a comma list), else ``127.0.0.1:7390``. The first that answers
     is used; the others are for failover. ``name`` labels the session
-    (HELLO name=), ``password`` is sent with AUTH (again after a failover).
+    (HELLO name=), ``password`` is sent with AUTH (again after a failover);
+    with ``user`` as ``AUTH <user> <password>``, logging in as that user of
+    the daemon's ``auth.users`` (which may then touch only resources within
+    its prefixes: others raise :class:`Denied`).
     ``timeout`` (seconds, None for none) bounds connecting and each reply; a
     LOCK's reply may take ``wait`` longer. A reply that does not come in
     time raises :class:`IOTimeout` and drops the connection.
@@ -383,7 +386,7 @@ class Client:
     def __init__(self, server=None, name=None, password=None, timeout=5.0, *,
                  servers=None, detach_ms=30000, reconnect=True,
                  tls_ca_file=None, tls_cert_file=None, tls_key_file=None,
-                 tls_server_name=None, tls_context=None):
+                 tls_server_name=None, tls_context=None, user=None):
         if server is not None and servers is not None:
             raise ValueError("give server or servers, not both")
         spec = servers if servers is not None else server
@@ -410,8 +413,10 @@ class Client:
             _proto.word(name, "client name")
         if password is not None:
             _check_password(password)
+        _check_user(user, password)
         self._name = name
         self._password = password
+        self._user = user
         self.session = None
         self._secret = None           # resumes the session: never shown
         self._session_index = None    # the server the session lives on
@@ -461,7 +466,7 @@ class Client:
                 conn = self._open(i, self.timeout)
                 self._hello_on(conn, self.timeout, resume=False)
                 if self._password is not None:
-                    self._auth_on(conn, self._password, self.timeout)
+                    self._auth_on(conn, self.timeout)
             except TransportError as e:
                 last = e
                 if conn is not None:
@@ -598,8 +603,15 @@ class Client:
         self.nodes = int(f["nodes"]) if f.get("nodes", "").isdigit() else None
         self.quorum = int(f["quorum"]) if f.get("quorum", "").isdigit() else None
 
-    def _auth_on(self, conn, password, limit):
-        self._ok(self._roundtrip("AUTH " + password, limit=limit, conn=conn)[1])
+    def _auth_line(self):
+        words = ["AUTH", self._password]
+        if self._user is not None:
+            words.insert(1, self._user)
+        return " ".join(words)
+
+    def _auth_on(self, conn, limit):
+        self._ok(self._roundtrip(self._auth_line(), limit=limit,
+                                 conn=conn)[1])
 
     @property
     def closed(self):
@@ -941,12 +953,16 @@ class Client:
         _, line = self._request(" ".join(words), retry=True)
         return self._expect("PONG", line)
 
-    def auth(self, password):
+    def auth(self, password, user=None):
         """AUTH on this session (the client password, or the admin one
-        for FORCEUNLOCK); sent again on a new session after a failover."""
+        for FORCEUNLOCK; with ``user``, that user's of ``auth.users``);
+        sent again on a new session after a failover."""
         _check_password(password)
-        self._ok(self._request("AUTH " + password)[1])
+        _check_user(user, password)
+        words = ["AUTH"] + ([user] if user is not None else []) + [password]
+        self._ok(self._request(" ".join(words))[1])
         self._password = password
+        self._user = user
 
     # ---- reconnection ----
 
@@ -1128,7 +1144,7 @@ class Client:
         conn = self._open(index, limit)
         self._hello_on(conn, limit, resume=False)
         if self._password is not None:
-            self._auth_on(conn, self._password, limit)
+            self._auth_on(conn, limit)
         self._adopt_pending(conn)
 
     def _adopt_pending(self, conn):
@@ -1546,6 +1562,22 @@ class Client:
                             # Not expected for LOCKS; do not spin on it.
                             for lease in set(self._leases.values()):
                                 lease._refreshed_at = now
+
+
+USER_MAX = 64
+
+
+def _check_user(user, password):
+    """A user name is one word of 1 to USER_MAX visible ASCII characters,
+    and goes with a password."""
+    if user is None:
+        return
+    if not isinstance(user, str) or not 1 <= len(user) <= USER_MAX or any(
+            not 0x21 <= ord(c) <= 0x7E for c in user):
+        raise ValueError(f"a user name is 1 to {USER_MAX} visible ASCII "
+                         "characters")
+    if password is None:
+        raise ValueError("a user needs a password")
 
 
 def _check_password(password):

@@ -23,7 +23,7 @@ __all__ = [
     "IOTimeout", "ProtocolError", "LockLost",
     "Arg", "Unsupported", "Unknown", "TooLong", "NoAuth", "Auth", "Busy",
     "Timeout", "Held", "NotHeld", "Lost", "Unavailable", "Limit", "Shutdown",
-    "NoSession", "error_for",
+    "NoSession", "Denied", "error_for",
 ]
 
 
@@ -139,6 +139,10 @@ _CODES = (
                              "locks."),
     ("NoSession", "NOSESSION", "``HELLO resume=``: no such session to "
                                "resume, or a wrong secret."),
+    ("Denied", "DENIED", "the user logged in (``auth.users``) may not do "
+                         "that to that resource: it lies outside the "
+                         "user's prefixes, or FORCEUNLOCK by a user that "
+                         "is not an admin."),
 )
 
 for _name, _code, _doc in _CODES:
