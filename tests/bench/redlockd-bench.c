@@ -25,6 +25,19 @@
  *            show every lock released.
  *   ping     pipelined PING: the daemon's own per-request cost, no Redis.
  *
+ * TLS: --tls-ca FILE (or a tls:// address) makes every connection speak
+ * TLS, the server checked against that CA (the system store without
+ * --tls-ca) and its address (an IP address SAN). Each socket stays
+ * non-blocking under the same epoll loop: SSL_set_fd on it, SSL_connect
+ * driven by the loop (WANT_READ arms EPOLLIN alone, WANT_WRITE EPOLLOUT),
+ * then SSL_read/SSL_write where plain connections read()/write(). Read
+ * ahead is on, so records can wait in OpenSSL's buffer where epoll does not
+ * see them: a read goes on while SSL_has_pending() says so. A write that
+ * wants to read first (WANT_READ) is retried after the next read, a read
+ * that wants to write (WANT_WRITE) on the next EPOLLOUT. The handshakes
+ * happen while connecting, before the measured window, so a TLS run
+ * measures the steady-state cost of requests inside TLS.
+ *
  * CPU: --watch NAME=PID (repeatable; --pid adds "daemon") samples
  * utime+stime of other processes from /proc/PID/stat at the start and the
  * end of the measured window, and the tool's own CPU time
@@ -65,6 +78,9 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #define BENCH_MAX_LINE (1 << 20)        /* a reply longer than this is junk */
 #define BENCH_SETUP_TIMEOUT_S 120.0     /* connecting + HELLO (+ idle LOCK) */
@@ -169,6 +185,7 @@ enum req_kind { REQ_HELLO, REQ_LOCK, REQ_UNLOCK, REQ_PING };
 enum conn_state {
     CS_NEW,             /* not started yet */
     CS_CONNECTING,
+    CS_HANDSHAKE,       /* TLS: SSL_connect not done yet */
     CS_SETUP,           /* HELLO (and for idle the LOCK) in flight */
     CS_READY,
     CS_CLOSED,
@@ -181,6 +198,10 @@ struct pending {
 
 struct bconn {
     int fd;
+    SSL *ssl;           /* TLS: NULL on a plain connection */
+    bool write_wants_read;  /* TLS: SSL_write said WANT_READ */
+    bool read_wants_write;  /* TLS: SSL_read said WANT_WRITE */
+    bool tls_dead;          /* TLS: a fatal error, no close_notify */
     unsigned idx;
     enum conn_state state;
     bool out_armed;     /* EPOLLOUT registered */
@@ -245,6 +266,11 @@ static struct {
     unsigned locks_per_conn;    /* idle: L */
     double after;               /* idle: RSS this long after the drop */
     bool strict;                /* exit 5 when the run did not complete */
+    bool tls;                   /* every connection speaks TLS */
+    const char *tls_ca, *tls_cert, *tls_key;
+    char host[128];             /* the -s host: the name TLS checks */
+    SSL_CTX *ssl_ctx;
+    char tls_version[32], tls_cipher[64];   /* of the first handshake */
     struct watch w[BENCH_MAX_WATCH];
     unsigned nwatch;
     double client0, client1;    /* our own CPU over the window */
@@ -506,6 +532,10 @@ static void parse_server(const char *s)
     memset(&B.sa, 0, sizeof(B.sa));
     if (strncmp(s, "unix:", 5) == 0)
         s += 5;
+    if (strncmp(s, "tls://", 6) == 0) {
+        B.tls = true;
+        s += 6;
+    }
     if (s[0] == '/') {
         struct sockaddr_un *un = (void *)&B.sa;
 
@@ -540,6 +570,7 @@ static void parse_server(const char *s)
     port = strtol(colon + 1, &end, 10);
     if (*end != '\0' || port < 1 || port > 65535)
         die("bad port in %s", s);
+    snprintf(B.host, sizeof(B.host), "%s", host);
     if (inet_pton(AF_INET, host, &((struct sockaddr_in *)&B.sa)->sin_addr) == 1) {
         struct sockaddr_in *in = (void *)&B.sa;
 
@@ -591,6 +622,86 @@ static void raise_nofile(unsigned need)
         die("setrlimit(RLIMIT_NOFILE, %u): %s", need, strerror(errno));
 }
 
+/* ---- TLS ------------------------------------------------------------------- */
+
+/* Why a TLS call failed: the certificate check's verdict when it failed,
+ * else the last queued OpenSSL error, else the socket's. */
+static const char *tls_error(SSL *ssl, int err)
+{
+    static char buf[256];
+    long v = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
+    unsigned long e = ERR_peek_last_error();
+
+    if (v != X509_V_OK)
+        snprintf(buf, sizeof(buf), "certificate verify failed: %s",
+                 X509_verify_cert_error_string(v));
+    else if (e != 0)
+        ERR_error_string_n(e, buf, sizeof(buf));
+    else if (err == SSL_ERROR_SYSCALL)
+        snprintf(buf, sizeof(buf), "%s", errno ? strerror(errno)
+                                               : "unexpected EOF");
+    else
+        snprintf(buf, sizeof(buf), "SSL error %d", err);
+    ERR_clear_error();
+    return buf;
+}
+
+static void tls_init(void)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+
+    if (!ctx)
+        die("SSL_CTX_new: %s", tls_error(NULL, SSL_ERROR_SSL));
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    if (B.tls_ca) {
+        if (SSL_CTX_load_verify_locations(ctx, B.tls_ca, NULL) != 1)
+            die("--tls-ca %s: %s", B.tls_ca, tls_error(NULL, SSL_ERROR_SSL));
+    } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+        die("the system's CA store: %s", tls_error(NULL, SSL_ERROR_SSL));
+    }
+    if (B.tls_cert) {
+        const char *key = B.tls_key ? B.tls_key : B.tls_cert;
+
+        if (SSL_CTX_use_certificate_chain_file(ctx, B.tls_cert) != 1)
+            die("--tls-cert %s: %s", B.tls_cert, tls_error(NULL, SSL_ERROR_SSL));
+        if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
+            SSL_CTX_check_private_key(ctx) != 1)
+            die("--tls-key %s: %s", key, tls_error(NULL, SSL_ERROR_SSL));
+    }
+    /* Read ahead: one read() takes every record the socket has (records
+     * left in OpenSSL's buffer are why reads loop on SSL_has_pending).
+     * Partial writes, and a buffer that may move between the retries of
+     * one SSL_write: wbuf grows by realloc while a write waits. */
+    SSL_CTX_set_read_ahead(ctx, 1);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+                          SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    B.ssl_ctx = ctx;
+}
+
+/* A client SSL on fd that checks the server's certificate for the -s
+ * address (numeric, see parse_server: an IP address SAN, no SNI). */
+static SSL *tls_new(int fd)
+{
+    SSL *ssl = SSL_new(B.ssl_ctx);
+
+    if (!ssl || SSL_set_fd(ssl, fd) != 1 ||
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), B.host) != 1)
+        die("SSL_new: %s", tls_error(NULL, SSL_ERROR_SSL));
+    SSL_set_connect_state(ssl);
+    return ssl;
+}
+
+/* The version and cipher of the first handshake, for the report. */
+static void tls_note(SSL *ssl)
+{
+    if (B.tls_version[0])
+        return;
+    snprintf(B.tls_version, sizeof(B.tls_version), "%s", SSL_get_version(ssl));
+    snprintf(B.tls_cipher, sizeof(B.tls_cipher), "%s",
+             SSL_get_cipher_name(ssl));
+}
+
 /* ---- connections --------------------------------------------------------- */
 
 static void conn_arm(struct bconn *c, bool out)
@@ -610,9 +721,10 @@ static void conn_close(struct bconn *c)
 {
     if (c->state == CS_CLOSED || c->state == CS_NEW)
         return;
-    if (c->state == CS_CONNECTING)
+    if (c->state == CS_CONNECTING || c->state == CS_HANDSHAKE)
         B.connecting--;
-    if (c->state == CS_CONNECTING || c->state == CS_SETUP)
+    if (c->state == CS_CONNECTING || c->state == CS_HANDSHAKE ||
+        c->state == CS_SETUP)
         B.in_setup--;
     if (c->state == CS_READY)
         B.ready--;
@@ -621,6 +733,15 @@ static void conn_close(struct bconn *c)
     c->holding = false;
     if (B.mode == MODE_CONTEND)
         contend_left(c);
+    if (c->ssl) {
+        /* A close_notify, not waited for; not after a fatal error. */
+        if (!c->tls_dead && SSL_is_init_finished(c->ssl))
+            SSL_shutdown(c->ssl);
+        ERR_clear_error();
+        SSL_free(c->ssl);
+        c->ssl = NULL;
+    }
+    c->write_wants_read = c->read_wants_write = c->tls_dead = false;
     close(c->fd);
     c->fd = -1;
     c->state = CS_CLOSED;
@@ -634,8 +755,58 @@ static void conn_close(struct bconn *c)
     c->rbuf = c->wbuf = NULL;
 }
 
+/* The server is gone (or TLS failed): count it, say why, close. */
+static void conn_lost(struct bconn *c, const char *why)
+{
+    /* Expected only when idle mode's check is over; anything else is
+     * the daemon dropping us (limits, shutdown). */
+    B.disconnects++;
+    if (B.disconnects <= 3)
+        warnx("connection %u closed by the server%s%s", c->idx,
+              why[0] ? ": " : "", why);
+    conn_close(c);
+}
+
+/* TLS: SSL_write what is queued. A write that wants to read first is
+ * retried after the next read (conn_read ends in conn_flush). */
+static void conn_flush_tls(struct bconn *c)
+{
+    c->write_wants_read = false;
+    while (c->woff < c->wlen) {
+        size_t len = c->wlen - c->woff;
+        int n, err;
+
+        ERR_clear_error();
+        n = SSL_write(c->ssl, c->wbuf + c->woff,
+                      (int)(len > (1u << 30) ? 1u << 30 : len));
+        if (n > 0) {
+            c->woff += (size_t)n;
+            continue;
+        }
+        err = SSL_get_error(c->ssl, n);
+        if (err == SSL_ERROR_WANT_WRITE) {
+            conn_arm(c, true);
+            return;
+        }
+        if (err == SSL_ERROR_WANT_READ) {
+            c->write_wants_read = true;
+            conn_arm(c, c->read_wants_write);
+            return;
+        }
+        c->tls_dead = true;
+        conn_lost(c, tls_error(c->ssl, err));
+        return;
+    }
+    c->woff = c->wlen = 0;
+    conn_arm(c, c->read_wants_write);
+}
+
 static void conn_flush(struct bconn *c)
 {
+    if (c->ssl) {
+        conn_flush_tls(c);
+        return;
+    }
     while (c->woff < c->wlen) {
         ssize_t n = write(c->fd, c->wbuf + c->woff, c->wlen - c->woff);
 
@@ -1079,48 +1250,128 @@ static void conn_on_line(struct bconn *c, const char *line, uint64_t now)
     on_reply(c, (enum req_kind)p.kind, line, p.sent, now);
 }
 
+/* Read into the free part of rbuf: the bytes read, 0 when there is
+ * nothing now, -1 when the connection is gone (closed here). */
+static ssize_t conn_recv(struct bconn *c)
+{
+    char *buf = c->rbuf + c->rlen;
+    size_t len = c->rcap - c->rlen - 1;
+    ssize_t n;
+    int r, err;
+
+    if (!c->ssl) {
+        n = read(c->fd, buf, len);
+        if (n > 0)
+            return n;
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return 0;
+        conn_lost(c, n < 0 ? strerror(errno) : "");
+        return -1;
+    }
+    ERR_clear_error();
+    r = SSL_read(c->ssl, buf, (int)len);
+    if (r > 0) {
+        c->read_wants_write = false;
+        return r;
+    }
+    err = SSL_get_error(c->ssl, r);
+    if (err == SSL_ERROR_WANT_READ) {
+        c->read_wants_write = false;
+        return 0;
+    }
+    if (err == SSL_ERROR_WANT_WRITE) {
+        /* Retried on EPOLLOUT (conn_event). */
+        c->read_wants_write = true;
+        conn_arm(c, true);
+        return 0;
+    }
+    if (err != SSL_ERROR_ZERO_RETURN)
+        c->tls_dead = true;
+    conn_lost(c, err == SSL_ERROR_ZERO_RETURN ? "" : tls_error(c->ssl, err));
+    return -1;
+}
+
+/* One read (plain: epoll is level-triggered and calls again), or with TLS
+ * as many as it takes to empty OpenSSL's buffer, which epoll cannot see;
+ * every complete line handled; then the next requests sent. */
 static void conn_read(struct bconn *c)
 {
-    uint64_t now;
-    size_t start = 0;
-    ssize_t n;
+    bool got = false;
 
-    if (c->rcap - c->rlen < 512) {
-        if (c->rcap >= BENCH_MAX_LINE)
-            die("a reply line over %d bytes", BENCH_MAX_LINE);
-        c->rcap = c->rcap ? c->rcap * 2 : 4096;
-        c->rbuf = xrealloc(c->rbuf, c->rcap);
-    }
-    n = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen - 1);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+    do {
+        uint64_t now;
+        size_t start = 0;
+        ssize_t n;
+
+        if (c->rcap - c->rlen < 512) {
+            if (c->rcap >= BENCH_MAX_LINE)
+                die("a reply line over %d bytes", BENCH_MAX_LINE);
+            c->rcap = c->rcap ? c->rcap * 2 : 4096;
+            c->rbuf = xrealloc(c->rbuf, c->rcap);
+        }
+        n = conn_recv(c);
+        if (n < 0)
+            return;
+        if (n == 0)
+            break;
+        got = true;
+        now = now_ns();
+        c->rlen += (size_t)n;
+        for (size_t i = 0; i < c->rlen && c->state != CS_CLOSED; i++) {
+            if (c->rbuf[i] != '\n')
+                continue;
+            c->rbuf[i] = '\0';
+            if (i > start && c->rbuf[i - 1] == '\r')
+                c->rbuf[i - 1] = '\0';
+            conn_on_line(c, c->rbuf + start, now);
+            start = i + 1;
+        }
+        if (c->state == CS_CLOSED)
+            return;
+        memmove(c->rbuf, c->rbuf + start, c->rlen - start);
+        c->rlen -= start;
+    } while (c->ssl && SSL_has_pending(c->ssl));
+    if (!got && !c->write_wants_read)
         return;
-    if (n <= 0) {
-        /* Expected only when idle mode's check is over; anything else is
-         * the daemon dropping us (limits, shutdown). */
-        B.disconnects++;
-        if (B.disconnects <= 3)
-            warnx("connection %u closed by the server%s%s", c->idx,
-                  n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
-        conn_close(c);
-        return;
-    }
-    now = now_ns();
-    c->rlen += (size_t)n;
-    for (size_t i = 0; i < c->rlen && c->state != CS_CLOSED; i++) {
-        if (c->rbuf[i] != '\n')
-            continue;
-        c->rbuf[i] = '\0';
-        if (i > start && c->rbuf[i - 1] == '\r')
-            c->rbuf[i - 1] = '\0';
-        conn_on_line(c, c->rbuf + start, now);
-        start = i + 1;
-    }
-    if (c->state == CS_CLOSED)
-        return;
-    memmove(c->rbuf, c->rbuf + start, c->rlen - start);
-    c->rlen -= start;
     conn_fill(c);
     conn_flush(c);
+}
+
+/* Connected (and with TLS, the handshake done): say HELLO. */
+static void conn_session(struct bconn *c)
+{
+    B.connecting--;
+    c->state = CS_SETUP;
+    conn_send(c, REQ_HELLO, "HELLO proto=1 name=bench-%u\n", c->idx);
+    conn_flush(c);
+}
+
+/* TLS: one step of SSL_connect, driven by the loop. */
+static void conn_handshake(struct bconn *c)
+{
+    int r, err;
+
+    ERR_clear_error();
+    r = SSL_connect(c->ssl);
+    if (r == 1) {
+        tls_note(c->ssl);
+        conn_session(c);
+        return;
+    }
+    err = SSL_get_error(c->ssl, r);
+    if (err == SSL_ERROR_WANT_READ) {
+        conn_arm(c, false);
+        return;
+    }
+    if (err == SSL_ERROR_WANT_WRITE) {
+        conn_arm(c, true);
+        return;
+    }
+    c->tls_dead = true;
+    B.connect_errors++;
+    if (B.connect_errors == 1)
+        warnx("TLS handshake with %s: %s", B.server, tls_error(c->ssl, err));
+    conn_close(c);
 }
 
 static void conn_connected(struct bconn *c)
@@ -1136,10 +1387,13 @@ static void conn_connected(struct bconn *c)
         conn_close(c);
         return;
     }
-    B.connecting--;
-    c->state = CS_SETUP;
-    conn_send(c, REQ_HELLO, "HELLO proto=1 name=bench-%u\n", c->idx);
-    conn_flush(c);
+    if (B.tls) {
+        c->ssl = tls_new(c->fd);
+        c->state = CS_HANDSHAKE;
+        conn_handshake(c);
+        return;
+    }
+    conn_session(c);
 }
 
 static void conn_event(struct bconn *c, uint32_t events)
@@ -1149,10 +1403,18 @@ static void conn_event(struct bconn *c, uint32_t events)
             conn_connected(c);
         return;
     }
+    if (c->state == CS_HANDSHAKE) {
+        conn_handshake(c);
+        return;
+    }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
         conn_read(c);
-    if (c->state != CS_CLOSED && (events & EPOLLOUT))
-        conn_flush(c);
+    if (c->state != CS_CLOSED && (events & EPOLLOUT)) {
+        if (c->read_wants_write)
+            conn_read(c);       /* it ends in conn_flush */
+        else
+            conn_flush(c);
+    }
 }
 
 /* ---- the loop -------------------------------------------------------------- */
@@ -1275,6 +1537,7 @@ static void setup_connections(void)
 
 struct ctl {
     int fd;
+    SSL *ssl;           /* TLS: a blocking SSL on fd */
     char buf[65536];
     size_t len;
     char line[65536];
@@ -1286,6 +1549,7 @@ static int ctl_open(struct ctl *k)
 
     k->len = 0;
     k->fd = -1;
+    k->ssl = NULL;
     if (fd < 0)
         return fd;
     if (connect(fd, (struct sockaddr *)&B.sa, B.salen) != 0) {
@@ -1294,6 +1558,26 @@ static int ctl_open(struct ctl *k)
         close(fd);
         return -e;
     }
+    if (B.tls) {
+        /* Blocking, each read and write bounded by the socket timeouts. */
+        struct timeval tv = { .tv_sec = BENCH_CTL_TIMEOUT_MS / 1000,
+                              .tv_usec = BENCH_CTL_TIMEOUT_MS % 1000 * 1000 };
+        int r;
+
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        k->ssl = tls_new(fd);
+        ERR_clear_error();
+        r = SSL_connect(k->ssl);
+        if (r != 1) {
+            warnx("TLS handshake with %s: %s", B.server,
+                  tls_error(k->ssl, SSL_get_error(k->ssl, r)));
+            SSL_free(k->ssl);
+            k->ssl = NULL;
+            close(fd);
+            return -EPROTO;
+        }
+    }
     k->fd = fd;
     return 0;
 }
@@ -1301,7 +1585,18 @@ static int ctl_open(struct ctl *k)
 static bool ctl_write(struct ctl *k, const char *data, size_t len)
 {
     while (len > 0) {
-        ssize_t n = send(k->fd, data, len, MSG_NOSIGNAL);
+        ssize_t n;
+
+        if (k->ssl) {
+            ERR_clear_error();
+            n = SSL_write(k->ssl, data, (int)len);
+            if (n <= 0) {
+                ERR_clear_error();
+                return false;
+            }
+        } else {
+            n = send(k->fd, data, len, MSG_NOSIGNAL);
+        }
 
         if (n < 0 && errno == EINTR)
             continue;
@@ -1343,9 +1638,19 @@ static const char *ctl_line(struct ctl *k, int timeout_ms)
 
         if (now >= deadline || interrupted)
             return NULL;
-        if (poll(&p, 1, (int)((deadline - now) / 1000000) + 1) <= 0)
+        /* What OpenSSL has buffered already, poll would not see. */
+        if (!(k->ssl && SSL_has_pending(k->ssl)) &&
+            poll(&p, 1, (int)((deadline - now) / 1000000) + 1) <= 0)
             continue;
-        n = recv(k->fd, k->buf + k->len, sizeof(k->buf) - k->len, 0);
+        if (k->ssl) {
+            ERR_clear_error();
+            n = SSL_read(k->ssl, k->buf + k->len,
+                         (int)(sizeof(k->buf) - k->len));
+            if (n <= 0)
+                ERR_clear_error();
+        } else {
+            n = recv(k->fd, k->buf + k->len, sizeof(k->buf) - k->len, 0);
+        }
         if (n <= 0)
             return NULL;
         k->len += (size_t)n;
@@ -1354,6 +1659,12 @@ static const char *ctl_line(struct ctl *k, int timeout_ms)
 
 static void ctl_close(struct ctl *k)
 {
+    if (k->ssl) {
+        SSL_shutdown(k->ssl);
+        ERR_clear_error();
+        SSL_free(k->ssl);
+        k->ssl = NULL;
+    }
     if (k->fd >= 0)
         close(k->fd);
     k->fd = -1;
@@ -1397,6 +1708,7 @@ static unsigned idle_check_released(double *took_s, unsigned *rounds)
             if (B.c[i].got[j])
                 todo[ntodo++] = i * L + j;
     k->fd = -1;
+    k->ssl = NULL;
     *rounds = 0;
     while (ntodo > 0 && now_ns() < deadline && !interrupted) {
         (*rounds)++;
@@ -1527,6 +1839,11 @@ static void emit(json_t *o, void (*human)(FILE *, json_t *))
 
     json_object_set_new(o, "mode", json_string(mode_names[B.mode]));
     json_object_set_new(o, "server", json_string(B.server));
+    json_object_set_new(o, "tls", json_boolean(B.tls));
+    if (B.tls && B.tls_version[0]) {
+        json_object_set_new(o, "tls_version", json_string(B.tls_version));
+        json_object_set_new(o, "tls_cipher", json_string(B.tls_cipher));
+    }
     json_object_set_new(o, "connections", json_integer(B.conns));
     json_object_set_new(o, "errors", errors_json());
     json_object_set_new(o, "disconnects", json_integer((json_int_t)B.disconnects));
@@ -1598,6 +1915,10 @@ static void human_throughput(FILE *f, json_t *o)
     fprintf(f, "redlockd-bench %s: %s, %u connections, pipeline %u, %.2f s\n",
             mode_names[B.mode], B.server, B.conns, B.pipeline,
             jnum(o, "elapsed_s"));
+    if (B.tls)
+        fprintf(f, "  TLS:               %s, %s\n",
+                B.tls_version[0] ? B.tls_version : "no handshake",
+                B.tls_cipher[0] ? B.tls_cipher : "-");
     if (B.mode == MODE_LOCK)
         fprintf(f, "  cycles (LOCK+UNLOCK): %" PRIu64 "  (%.0f /s)\n", B.ops,
                 jnum(o, "cycles_per_s"));
@@ -1886,7 +2207,8 @@ static void usage(FILE *f)
         "epoll). Prints a summary, or JSON with --json.\n"
         "\n"
         "  -s, --server ADDR     HOST:PORT, [V6]:PORT or /unix/path\n"
-        "                        (default 127.0.0.1:7390)\n"
+        "                        (default 127.0.0.1:7390); tls://HOST:PORT\n"
+        "                        speaks TLS (as --tls-ca does)\n"
         "  -c, --connections N   connections (default 50; idle: 1000)\n"
         "  -d, --duration SEC    run time (default 10; with -n: a cap, 300)\n"
         "  -n, --ops N           stop after N ops (LOCK+UNLOCK pairs, grants\n"
@@ -1909,6 +2231,13 @@ static void usage(FILE *f)
         "      --strict          exit 5 unless the run completed (every\n"
         "                        connection set up, cycles done, replies\n"
         "                        drained, no disconnect)\n"
+        "      --tls-ca FILE     every connection speaks TLS, the server's\n"
+        "                        certificate checked against this CA and the\n"
+        "                        -s address (without it, tls:// uses the\n"
+        "                        system's CA store); handshakes happen while\n"
+        "                        connecting, before the measured window\n"
+        "      --tls-cert FILE   TLS: a client certificate (PEM, with its\n"
+        "      --tls-key FILE    chain) and its key (default: in the cert file)\n"
         "  -p, --find-pid        find the daemon's pid from its listening socket\n"
         "      --json            print JSON instead of the summary\n"
         "      --json-file FILE  also write the JSON to FILE\n"
@@ -1944,7 +2273,7 @@ static void parse_args(int argc, char **argv)
 {
     enum { OPT_PREFIX = 256, OPT_PID, OPT_JSON, OPT_JSON_FILE, OPT_WINDOW,
            OPT_AFTER, OPT_FIXED, OPT_MULTI, OPT_LOCK_OPTS, OPT_HOLD_MS,
-           OPT_WATCH, OPT_STRICT };
+           OPT_WATCH, OPT_STRICT, OPT_TLS_CA, OPT_TLS_CERT, OPT_TLS_KEY };
     static const struct option opts[] = {
         { "server", required_argument, NULL, 's' },
         { "connections", required_argument, NULL, 'c' },
@@ -1963,6 +2292,9 @@ static void parse_args(int argc, char **argv)
         { "hold-ms", required_argument, NULL, OPT_HOLD_MS },
         { "watch", required_argument, NULL, OPT_WATCH },
         { "strict", no_argument, NULL, OPT_STRICT },
+        { "tls-ca", required_argument, NULL, OPT_TLS_CA },
+        { "tls-cert", required_argument, NULL, OPT_TLS_CERT },
+        { "tls-key", required_argument, NULL, OPT_TLS_KEY },
         { "prefix", required_argument, NULL, OPT_PREFIX },
         { "pid", required_argument, NULL, OPT_PID },
         { "find-pid", no_argument, NULL, 'p' },
@@ -2018,6 +2350,9 @@ static void parse_args(int argc, char **argv)
             break;
         }
         case OPT_STRICT: B.strict = true; break;
+        case OPT_TLS_CA: B.tls_ca = optarg; B.tls = true; break;
+        case OPT_TLS_CERT: B.tls_cert = optarg; break;
+        case OPT_TLS_KEY: B.tls_key = optarg; break;
         case OPT_PREFIX:
             if (strlen(optarg) == 0 || strlen(optarg) > 64 || strpbrk(optarg, " \t\r\n"))
                 die("bad prefix: %s", optarg);
@@ -2059,6 +2394,12 @@ static void parse_args(int argc, char **argv)
     if (B.nops > 0 && !have_duration)
         B.duration = 300;
     parse_server(B.server);
+    if (B.tls && B.sa.ss_family == AF_UNIX)
+        die("TLS needs a HOST:PORT address, not a unix socket: %s", B.server);
+    if ((B.tls_cert || B.tls_key) && !B.tls)
+        die("--tls-cert and --tls-key need --tls-ca or a tls:// address");
+    if (B.tls_key && !B.tls_cert)
+        die("--tls-key needs --tls-cert");
 }
 
 int main(int argc, char **argv)
@@ -2084,6 +2425,8 @@ int main(int argc, char **argv)
             watch_add("daemon", B.pid);
     }
     B.cs_holder = -1;
+    if (B.tls)
+        tls_init();
     raise_nofile(B.conns + 32);
     B.ep = epoll_create1(EPOLL_CLOEXEC);
     if (B.ep < 0)
@@ -2102,6 +2445,7 @@ int main(int argc, char **argv)
     }
     free(B.c);
     close(B.ep);
+    SSL_CTX_free(B.ssl_ctx);
     if (interrupted) {
         /* The partial results are out; now die of the signal, so that a
          * calling shell stops too instead of running its next command. */

@@ -5,22 +5,33 @@
  * (every connection set up, cycles done, every reply back: --strict) and
  * that it saw no mutual-exclusion failure in contend mode (a grant while
  * another connection holds the lock, or a fence that did not increase).
- * The daemon runs against three redis-server nodes, as in scripts/bench.
+ * The daemon runs against three redis-server nodes, as in scripts/bench,
+ * and listens on tls:// as well (certificates from tests/tools/mkcerts.sh),
+ * so that the tool's TLS mode runs once too.
  */
 #include <check.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 
 static struct h_redis R[3];
 static struct h_daemon D;
+static char certs[256];     /* mkcerts.sh's directory, made in main */
 
 static void setup(void)
 {
+    char extra[1024];
+
+    snprintf(extra, sizeof(extra),
+             "{\"tls\": {\"cert_file\": \"%s/server.crt\", "
+             "\"key_file\": \"%s/server.key\"}}", certs, certs);
     h_redis_start_all(R, 3, NULL);
-    h_daemon_start(&D, R, 3, NULL);
+    h_daemon_start(&D, R, 3, extra);
+    ck_assert_int_gt(D.tls_port, 0);
     h_wait_voting(&D, 3, h_scale(5000));
 }
 
@@ -41,16 +52,19 @@ static const char *bench_bin(void)
     return b;
 }
 
-/* Run redlockd-bench against D with the given mode and options; returns
- * its output (static), asserting exit status 0. */
-static const char *run_bench(const char *mode, const char *const *opts)
+/* Run redlockd-bench against D (its tls:// port with `tls`) with the
+ * given mode and options; returns its output (static), asserting exit
+ * status 0. */
+static const char *run_bench_on(bool tls, const char *mode,
+                                const char *const *opts)
 {
     static char out[1 << 16];
     char server[64], pid[32];
     char *argv[32];
     int argc = 0, rc;
 
-    snprintf(server, sizeof(server), "127.0.0.1:%d", D.port);
+    snprintf(server, sizeof(server), "%s127.0.0.1:%d", tls ? "tls://" : "",
+             tls ? D.tls_port : D.port);
     snprintf(pid, sizeof(pid), "%d", (int)D.pid);
     argv[argc++] = (char *)bench_bin();
     argv[argc++] = "-s";
@@ -73,6 +87,11 @@ static const char *run_bench(const char *mode, const char *const *opts)
     ck_assert_msg(strstr(out, "complete:          yes") != NULL,
                   "redlockd-bench %s did not report completion", mode);
     return out;
+}
+
+static const char *run_bench(const char *mode, const char *const *opts)
+{
+    return run_bench_on(false, mode, opts);
 }
 
 /* 16 connections queue on one resource for 2 s, each holding it 1 ms. */
@@ -100,6 +119,59 @@ START_TEST(uncontended_one_second)
 }
 END_TEST
 
+/* The same over TLS, the server checked against the test CA: the
+ * handshakes while connecting, then SSL_read/SSL_write on the epoll loop;
+ * pipelined pairs, so that replies queue in OpenSSL's buffer too. */
+START_TEST(uncontended_tls)
+{
+    char ca[300];
+    const char *opts[] = { "-c", "8", "-d", "1", "-P", "4", "--fixed",
+                           "--tls-ca", ca, NULL };
+    const char *out;
+
+    snprintf(ca, sizeof(ca), "%s/ca.crt", certs);
+    out = run_bench_on(true, "lock", opts);
+    ck_assert_msg(strstr(out, "TLS:               TLSv1.") != NULL,
+                  "no TLS line in the output");
+}
+END_TEST
+
+/* Runs in main, before any test: so no ck_assert here. */
+static int make_certs(void)
+{
+    char cmd[1024];
+    const char *src = getenv("REDLOCKD_SRCDIR");
+
+    if (!src) {
+        fprintf(stderr, "test_bench_smoke: REDLOCKD_SRCDIR is not set (run "
+                "it through meson)\n");
+        return -1;
+    }
+    snprintf(certs, sizeof(certs), "/tmp/redlockd-bench-certs.XXXXXX");
+    if (!mkdtemp(certs)) {
+        perror("test_bench_smoke: mkdtemp");
+        return -1;
+    }
+    snprintf(cmd, sizeof(cmd), "'%s/tests/tools/mkcerts.sh' '%s'", src,
+             certs);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "test_bench_smoke: %s failed\n", cmd);
+        return -1;
+    }
+    return 0;
+}
+
+static void remove_certs(void)
+{
+    char cmd[300];
+
+    if (!certs[0])
+        return;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certs);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_bench_smoke: could not remove %s\n", certs);
+}
+
 static Suite *bench_smoke_suite(void)
 {
     Suite *s = suite_create("bench_smoke");
@@ -109,17 +181,24 @@ static Suite *bench_smoke_suite(void)
     tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, contended_two_seconds);
     tcase_add_test(tc, uncontended_one_second);
+    tcase_add_test(tc, uncontended_tls);
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
-    SRunner *sr = srunner_create(bench_smoke_suite());
+    SRunner *sr;
     int failed;
 
+    if (make_certs() != 0) {
+        remove_certs();
+        return EXIT_FAILURE;
+    }
+    sr = srunner_create(bench_smoke_suite());
     srunner_run_all(sr, CK_ENV);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    remove_certs();
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
