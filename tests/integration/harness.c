@@ -1694,11 +1694,32 @@ void h_cluster_nodes(struct h_cluster *k, int n, const char *extra)
     k->nnodes = n;
 }
 
+struct h_proxy *h_cluster_proxy(struct h_cluster *k, int p, int node)
+{
+    ck_assert(p >= 0 && p < H_MAX_NODES && node >= 0 && node < H_MAX_NODES);
+    h_proxy_start(&k->proxies[p], k->nodes[node].port);
+    return &k->proxies[p];
+}
+
+void h_cluster_route(struct h_cluster *k, int d, int node, int p)
+{
+    ck_assert(d >= 0 && d < H_CLUSTER_DAEMONS);
+    ck_assert(p >= 0 && p < H_MAX_NODES && node >= 0 && node < H_MAX_NODES);
+    k->via[d][node] = p + 1;
+}
+
 struct h_daemon *h_cluster_daemon_start(struct h_cluster *k, int d,
                                         const char *extra_json)
 {
+    int ports[H_MAX_NODES];
+
     ck_assert(d >= 0 && d < H_CLUSTER_DAEMONS);
-    h_daemon_start(&k->daemons[d], k->nodes, k->nnodes, extra_json);
+    for (int i = 0; i < k->nnodes; i++) {
+        int p = k->via[d][i];
+
+        ports[i] = p == 0 ? k->nodes[i].port : k->proxies[p - 1].port;
+    }
+    h_daemon_start_ports(&k->daemons[d], ports, k->nnodes, extra_json);
     return &k->daemons[d];
 }
 
@@ -1767,10 +1788,19 @@ int h_cluster_finish(struct h_cluster *k)
 void h_cluster_cleanup(struct h_cluster *k)
 {
     cluster_close_clients(k);
-    h_redis_resume_all(k->nodes, k->nnodes);
+    h_cluster_continue(k);
     for (int d = 0; d < H_CLUSTER_DAEMONS; d++)
         h_daemon_cleanup(&k->daemons[d]);
+    h_proxy_cleanup_all(k->proxies, H_MAX_NODES);
     h_redis_cleanup_all(k->nodes, k->nnodes);
+}
+
+void h_cluster_teardown(struct h_cluster *k)
+{
+    int rc = h_cluster_finish(k);
+
+    h_cluster_cleanup(k);
+    ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
 }
 
 struct h_node_view h_stats_node(struct h_client *c, int i)

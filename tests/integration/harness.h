@@ -271,13 +271,24 @@ struct h_cluster {
     int nnodes;             /* nodes started (the daemons use them all) */
     struct h_daemon daemons[H_CLUSTER_DAEMONS];
     struct h_client clients[H_CLUSTER_CLIENTS];
+    /* Fault proxies (h_cluster_proxy), and which of them each daemon
+     * reaches each node through (h_cluster_route): proxies[via[d][i] - 1],
+     * 0 for the node itself. */
+    struct h_proxy proxies[H_MAX_NODES];
+    int via[H_CLUSTER_DAEMONS][H_MAX_NODES];
 };
 
 /* Zero it, with every client marked closed. */
 void h_cluster_init(struct h_cluster *k);
 /* Start nodes[0..n) with h_redis_start(extra) and set nnodes. */
 void h_cluster_nodes(struct h_cluster *k, int n, const char *extra);
-/* Start daemons[d] over the nodes (h_daemon_start) without waiting. */
+/* Start proxies[p] in front of nodes[node] (h_proxy_start); returns it. */
+struct h_proxy *h_cluster_proxy(struct h_cluster *k, int p, int node);
+/* Daemons[d], when started after this, reach nodes[node] through
+ * proxies[p] (its port in the config) instead of directly. */
+void h_cluster_route(struct h_cluster *k, int d, int node, int p);
+/* Start daemons[d] over the nodes (h_daemon_start, or through the proxies
+ * h_cluster_route named) without waiting. */
 struct h_daemon *h_cluster_daemon_start(struct h_cluster *k, int d,
                                         const char *extra_json);
 /* h_cluster_daemon_start, then h_wait_voting for every node within
@@ -301,9 +312,14 @@ void h_cluster_continue(struct h_cluster *k);
  * the clients, h_daemon_finish each running daemon; returns the first
  * non-zero exit status, 0 when all exited cleanly or none ran. */
 int h_cluster_finish(struct h_cluster *k);
-/* The teardown: close the clients, resume stopped nodes, then kill and
- * remove every daemon and node (h_*_cleanup). Safe to call twice. */
+/* The teardown: close the clients, continue stopped nodes and daemons,
+ * then kill and remove every daemon, proxy and node (h_*_cleanup). Safe
+ * to call twice. */
 void h_cluster_cleanup(struct h_cluster *k);
+/* The teardown of a test that checks the daemons' exit there:
+ * h_cluster_finish, h_cluster_cleanup, then assert the exit status was 0
+ * (under valgrind: no leaks). */
+void h_cluster_teardown(struct h_cluster *k);
 
 /* Node i as STATS reports it (nodes[i]; voting and recovering asserted to
  * be booleans, restarts an integer). */
