@@ -32,44 +32,32 @@
 #define NNODES 3
 #define NDAEMONS 2
 
-static struct h_redis R[NNODES];
-static struct h_daemon D[NDAEMONS];
+/* Its nodes (started by setup) and daemons (harness.h). */
+static struct h_cluster K;
+static struct h_redis *const R = K.nodes;
 static int nd;
 
 static void setup(void)
 {
-    memset(R, 0, sizeof(R));
-    memset(D, 0, sizeof(D));
+    h_cluster_init(&K);
     nd = 0;
-    h_redis_start_all(R, NNODES, NULL);
+    h_cluster_nodes(&K, NNODES, NULL);
 }
 
 static void teardown(void)
 {
-    int rc[NDAEMONS] = { 0 };
-
-    for (int i = 0; i < nd; i++)
-        rc[i] = h_daemon_finish(&D[i]);
-    for (int i = 0; i < nd; i++)
-        h_daemon_cleanup(&D[i]);
-    h_redis_cleanup_all(R, NNODES);
-    for (int i = 0; i < nd; i++)
-        ck_assert_msg(rc[i] == 0, "redlockd #%d exited with status %d", i,
-                      rc[i]);
+    h_cluster_teardown(&K);
 }
 
 /* Daemon i (id d<i>), with `extra` (JSON members, may be "") merged in. */
 static struct h_daemon *start_daemon(const char *extra)
 {
     char json[512];
-    struct h_daemon *d = &D[nd];
 
+    ck_assert_int_lt(nd, NDAEMONS);
     snprintf(json, sizeof(json), "{\"id\":\"d%d\"%s%s}", nd,
              extra && *extra ? "," : "", extra ? extra : "");
-    h_daemon_start(d, R, NNODES, json);
-    nd++;
-    h_wait_voting(d, NNODES, h_scale(5000));
-    return d;
+    return h_cluster_daemon(&K, nd++, json, h_scale(5000));
 }
 
 static unsigned long long fence_of(const char *line)
