@@ -1530,6 +1530,13 @@ void h_connect_tcp_ok(struct h_client *c, int port)
     ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", port, strerror(-rc));
 }
 
+void h_connect_unix_ok(struct h_client *c, const char *path)
+{
+    int rc = h_connect_unix(c, path);
+
+    ck_assert_msg(rc == 0, "connect to %s: %s", path, strerror(-rc));
+}
+
 int h_daemon_finish(struct h_daemon *d)
 {
     int rc;

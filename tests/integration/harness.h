@@ -217,6 +217,8 @@ void h_redis_resume_all(struct h_redis *nodes, int n);
 void h_redis_cleanup_all(struct h_redis *nodes, int n);
 /* Connect over TCP to 127.0.0.1:port and assert it worked. */
 void h_connect_tcp_ok(struct h_client *c, int port);
+/* Connect to the unix socket at path and assert it worked. */
+void h_connect_unix_ok(struct h_client *c, const char *path);
 /* The end of a test: SIGTERM a running daemon (h_daemon_stop) and print its
  * log when it did not exit 0, so the failure that follows has its clue.
  * Returns the exit status, 0 when it was not running. */

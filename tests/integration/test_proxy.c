@@ -258,13 +258,13 @@ START_TEST(control_errors)
     /* An overlong line: one ERR, then the control connection closes. */
     memset(line, 'x', sizeof(line) - 1);
     line[sizeof(line) - 1] = '\0';
-    ck_assert_int_eq(h_connect_unix(raw, X[0].ctl), 0);
+    h_connect_unix_ok(raw, X[0].ctl);
     h_sendf(raw, "%s\n", line);
     ck_assert_str_eq(h_recv_line(raw, 2000), "ERR line too long");
     ck_assert_msg(h_wait_eof(raw, 2000), "control stayed open after ERR");
     h_close(raw);
     /* Several commands on one connection, pipelined. */
-    ck_assert_int_eq(h_connect_unix(raw, X[0].ctl), 0);
+    h_connect_unix_ok(raw, X[0].ctl);
     h_sendf(raw, "delay-up 7\r\ndelay-down 9\nstats\n");
     ck_assert(h_starts(h_recv_line(raw, 2000), "OK "));
     ck_assert(h_starts(h_recv_line(raw, 2000), "OK "));
