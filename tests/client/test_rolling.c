@@ -39,7 +39,7 @@
 #define REFRESH_MS (TTL_MS / 4)
 
 /* Its nodes and daemons D[0] and D[1] (harness.h). */
-static struct h_cluster K = { .nnodes = NNODES };
+static struct h_cluster K;
 static struct h_daemon *const D = K.daemons;
 static char addr[2][64];
 
@@ -147,11 +147,6 @@ static void *client_main(void *arg)
     return NULL;
 }
 
-static void teardown(void)
-{
-    h_cluster_cleanup(&K);
-}
-
 START_TEST(rolling_restart)
 {
     static const char *conf = "{\"shutdown_timeout_ms\":500}";
@@ -211,7 +206,7 @@ int main(void)
     SRunner *sr;
     int failed;
 
-    tcase_add_checked_fixture(tc, NULL, teardown);
+    h_cluster_fixture(tc, &K, 0, false);
     tcase_set_timeout(tc, h_slow() ? 600 : 120);
     tcase_add_test(tc, rolling_restart);
     suite_add_tcase(s, tc);

@@ -1701,6 +1701,15 @@ void h_cluster_nodes(struct h_cluster *k, int n, const char *extra)
     k->nnodes = n;
 }
 
+void h_cluster_nodes_first(struct h_cluster *k, int n, const char *extra0)
+{
+    ck_assert_int_ge(n, 1);
+    ck_assert_int_le(n, H_MAX_NODES);
+    h_redis_start(&k->nodes[0], extra0);
+    h_redis_start_all(&k->nodes[1], n - 1, NULL);
+    k->nnodes = n;
+}
+
 struct h_proxy *h_cluster_proxy(struct h_cluster *k, int p, int node)
 {
     ck_assert(p >= 0 && p < H_MAX_NODES && node >= 0 && node < H_MAX_NODES);
@@ -1713,6 +1722,14 @@ void h_cluster_route(struct h_cluster *k, int d, int node, int p)
     ck_assert(d >= 0 && d < H_CLUSTER_DAEMONS);
     ck_assert(p >= 0 && p < H_MAX_NODES && node >= 0 && node < H_MAX_NODES);
     k->via[d][node] = p + 1;
+}
+
+void h_cluster_proxy_all(struct h_cluster *k, int d)
+{
+    for (int i = 0; i < k->nnodes; i++) {
+        h_cluster_proxy(k, i, i);
+        h_cluster_route(k, d, i, i);
+    }
 }
 
 struct h_daemon *h_cluster_daemon_start(struct h_cluster *k, int d,
@@ -1808,6 +1825,40 @@ void h_cluster_teardown(struct h_cluster *k)
 
     h_cluster_cleanup(k);
     ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
+}
+
+/* The cluster h_cluster_fixture set up and how it ends. */
+static struct h_cluster *fixture;
+static int fixture_nnodes;
+
+static void fixture_setup(void)
+{
+    h_cluster_init(fixture);
+    if (fixture_nnodes > 0)
+        h_cluster_nodes(fixture, fixture_nnodes, NULL);
+}
+
+static void fixture_teardown(void)
+{
+    h_cluster_teardown(fixture);
+}
+
+static void fixture_cleanup(void)
+{
+    h_cluster_cleanup(fixture);
+}
+
+void h_cluster_fixture(TCase *tc, struct h_cluster *k, int nnodes,
+                       bool check_exit)
+{
+    if (fixture && fixture != k) {
+        fprintf(stderr, "harness: one cluster fixture per test program\n");
+        abort();
+    }
+    fixture = k;
+    fixture_nnodes = nnodes;
+    tcase_add_checked_fixture(tc, fixture_setup,
+                              check_exit ? fixture_teardown : fixture_cleanup);
 }
 
 struct h_node_view h_stats_node(struct h_client *c, int i)

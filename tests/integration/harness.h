@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <check.h>
 #include <hiredis/hiredis.h>
 #include <jansson.h>
 
@@ -284,8 +285,14 @@ struct h_cluster {
 void h_cluster_init(struct h_cluster *k);
 /* Start nodes[0..n) with h_redis_start(extra) and set nnodes. */
 void h_cluster_nodes(struct h_cluster *k, int n, const char *extra);
+/* The same with redis-server options for node 0 only (persistence, a
+ * memory policy), the others plain. */
+void h_cluster_nodes_first(struct h_cluster *k, int n, const char *extra0);
 /* Start proxies[p] in front of nodes[node] (h_proxy_start); returns it. */
 struct h_proxy *h_cluster_proxy(struct h_cluster *k, int p, int node);
+/* A proxy in front of every node (proxies[i] before nodes[i]), and
+ * daemons[d] routed through them all. */
+void h_cluster_proxy_all(struct h_cluster *k, int d);
 /* Daemons[d], when started after this, reach nodes[node] through
  * proxies[p] (its port in the config) instead of directly. */
 void h_cluster_route(struct h_cluster *k, int d, int node, int p);
@@ -322,6 +329,15 @@ void h_cluster_cleanup(struct h_cluster *k);
  * h_cluster_finish, h_cluster_cleanup, then assert the exit status was 0
  * (under valgrind: no leaks). */
 void h_cluster_teardown(struct h_cluster *k);
+
+/* Make k the checked fixture of tc (one cluster per test program): before
+ * each test h_cluster_init and, when nnodes > 0, h_cluster_nodes(nnodes,
+ * no extra options); after each test that passed h_cluster_teardown when
+ * check_exit (each daemon's exit status 0 asserted), else
+ * h_cluster_cleanup (for tests that assert their daemons' exit
+ * themselves). */
+void h_cluster_fixture(TCase *tc, struct h_cluster *k, int nnodes,
+                       bool check_exit);
 
 /* Node i as STATS reports it (nodes[i]; voting and recovering asserted to
  * be booleans, restarts an integer). */

@@ -32,18 +32,12 @@
 
 /* Its nodes, daemons D1 and D2, and clients A (on D1), B (on D2) and C
  * (harness.h). */
-static struct h_cluster K = { .nnodes = NNODES };
+static struct h_cluster K;
 static struct h_redis *const N = K.nodes;
 static struct h_daemon *const D1 = &K.daemons[0];
 static struct h_client *const A = &K.clients[0];
 static struct h_client *const B = &K.clients[1];
 static struct h_client *const C = &K.clients[2];
-
-/* A daemon left stopped is continued, then killed. */
-static void teardown(void)
-{
-    h_cluster_cleanup(&K);
-}
 
 static void start(void)
 {
@@ -304,7 +298,8 @@ static Suite *adopt_suite(void)
     Suite *s = suite_create("adopt");
     TCase *tc = tcase_create("adopt");
 
-    tcase_add_checked_fixture(tc, NULL, teardown);
+    /* A daemon left stopped is continued, then killed. */
+    h_cluster_fixture(tc, &K, 0, false);
     tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, adopt_elsewhere);
     tcase_add_test(tc, adopt_while_old_daemon_stopped);

@@ -44,18 +44,13 @@
 
 /* Its nodes, proxies X[0] and X[1], daemons D1 and D2 and clients A (on
  * D1) and B (on D2) (harness.h). */
-static struct h_cluster K = { .nnodes = NNODES };
+static struct h_cluster K;
 static struct h_redis *const N = K.nodes;
 static struct h_proxy *const X = K.proxies;
 static struct h_daemon *const D1 = &K.daemons[0];
 static struct h_daemon *const D2 = &K.daemons[1];
 static struct h_client *const A = &K.clients[0];
 static struct h_client *const B = &K.clients[1];
-
-static void teardown(void)
-{
-    h_cluster_cleanup(&K);
-}
 
 /* Set node i's fence counter directly, as a diverged history left it,
  * with the admission marker a daemon writes for a node that kept its data
@@ -414,7 +409,7 @@ static Suite *fence_suite(void)
     Suite *s = suite_create("fence");
     TCase *tc = tcase_create("fence");
 
-    tcase_add_checked_fixture(tc, NULL, teardown);
+    h_cluster_fixture(tc, &K, 0, false);
     tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, diverged_first_grant);
     tcase_add_test(tc, alternating_daemons);

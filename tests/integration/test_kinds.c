@@ -32,21 +32,15 @@
 #define NNODES 3
 #define NDAEMONS 2
 
-/* Its nodes (started by setup) and daemons (harness.h). */
+/* Its nodes (started before each test) and daemons (harness.h); nd of
+ * them started. */
 static struct h_cluster K;
 static struct h_redis *const R = K.nodes;
 static int nd;
 
 static void setup(void)
 {
-    h_cluster_init(&K);
     nd = 0;
-    h_cluster_nodes(&K, NNODES, NULL);
-}
-
-static void teardown(void)
-{
-    h_cluster_teardown(&K);
 }
 
 /* Daemon i (id d<i>), with `extra` (JSON members, may be "") merged in. */
@@ -466,7 +460,8 @@ static Suite *kinds_suite(void)
     Suite *s = suite_create("kinds");
     TCase *tc = tcase_create("kinds");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    h_cluster_fixture(tc, &K, NNODES, true);
+    tcase_add_checked_fixture(tc, setup, NULL);
     tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, readers_together_writer_waits);
     tcase_add_test(tc, plain_setnx_blocks_both_modes);

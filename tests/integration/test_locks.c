@@ -48,17 +48,7 @@ static int nd;
 
 static void setup(void)
 {
-    h_cluster_init(&K);
     nd = 0;
-}
-
-/* Runs after every passing test (a failing one _exit()s its fork and the
- * harness's guardians clean up instead). A paused node, which would hold
- * the daemon's shutdown release until shutdown_timeout_ms, is continued
- * first; each daemon's exit status 0 is asserted. */
-static void teardown(void)
-{
-    h_cluster_teardown(&K);
 }
 
 /* ---- helpers ---- */
@@ -1199,7 +1189,12 @@ static Suite *locks_suite(void)
     Suite *s = suite_create("locks");
     TCase *tc = tcase_create("locks");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    /* After every passing test (a failing one _exit()s its fork and the
+     * harness's guardians clean up instead), a paused node, which would
+     * hold the daemon's shutdown release until shutdown_timeout_ms, is
+     * continued first; each daemon's exit status 0 is asserted. */
+    h_cluster_fixture(tc, &K, 0, true);
+    tcase_add_checked_fixture(tc, setup, NULL);
     tcase_set_timeout(tc, h_slow() ? 300 : 30);
     tcase_add_test(tc, basic_1node);
     tcase_add_test(tc, basic_3nodes);

@@ -233,8 +233,6 @@ static void setup(void)
 {
     char extra[256];
 
-    h_cluster_init(&K);
-    h_cluster_nodes(&K, NNODES, NULL);
     mport = h_free_port();
     snprintf(extra, sizeof(extra),
              "{\"metrics\":{\"listen\":\"127.0.0.1:%d\"},"
@@ -243,10 +241,6 @@ static void setup(void)
     wait_healthy();
 }
 
-static void teardown(void)
-{
-    h_cluster_teardown(&K);
-}
 
 /* ---- the stats codec against STATS and /metrics -------------------------- */
 
@@ -933,7 +927,8 @@ static Suite *metrics_suite(void)
     Suite *s = suite_create("metrics");
     TCase *tc = tcase_create("metrics");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    h_cluster_fixture(tc, &K, NNODES, true);
+    tcase_add_checked_fixture(tc, setup, NULL);
     tcase_set_timeout(tc, h_slow() ? 150 : 30);
     tcase_add_test(tc, metrics_format_and_counters);
     tcase_add_test(tc, healthz_follows_quorum);

@@ -21,22 +21,11 @@
 
 #include "harness.h"
 
-/* Its node R (started by setup), daemon D and a second daemon where a
- * test needs one (harness.h). */
+/* Its node R (started before each test), daemon D and a second daemon
+ * where a test needs one (harness.h). */
 static struct h_cluster K;
 static struct h_redis *const R = &K.nodes[0];
 static struct h_daemon *const D = &K.daemons[0];
-
-static void setup(void)
-{
-    h_cluster_init(&K);
-    h_cluster_nodes(&K, 1, NULL);
-}
-
-static void teardown(void)
-{
-    h_cluster_teardown(&K);
-}
 
 static void start(const char *extra_json)
 {
@@ -680,7 +669,7 @@ static Suite *ops_suite(void)
     TCase *tc = tcase_create("ops");
     int timeout = h_slow() ? 150 : 30;
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    h_cluster_fixture(tc, &K, 1, true);
     tcase_set_timeout(tc, timeout);
     tcase_add_test(tc, closing_handshake);
     tcase_add_test(tc, closing_idle);

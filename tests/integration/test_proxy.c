@@ -409,10 +409,7 @@ END_TEST
 static void start_daemon(const char *extra_json)
 {
     h_cluster_nodes(&K, NNODES, NULL);
-    for (int i = 0; i < NNODES; i++) {
-        h_cluster_proxy(&K, i, i);
-        h_cluster_route(&K, 0, i, i);
-    }
+    h_cluster_proxy_all(&K, 0);
     h_cluster_daemon(&K, 0, extra_json, h_scale(5000));
     h_cluster_client(&K, 0, 0);
 }

@@ -35,7 +35,7 @@
 
 #include "harness.h"
 
-/* Its node R (started by setup), daemon D and clients A, B and C
+/* Its node R (started before each test), daemon D and clients A, B and C
  * (harness.h). */
 static struct h_cluster K;
 static struct h_redis *const R = &K.nodes[0];
@@ -43,17 +43,6 @@ static struct h_daemon *const D = &K.daemons[0];
 static struct h_client *const A = &K.clients[0];
 static struct h_client *const B = &K.clients[1];
 static struct h_client *const C = &K.clients[2];
-
-static void setup(void)
-{
-    h_cluster_init(&K);
-    h_cluster_nodes(&K, 1, NULL);
-}
-
-static void teardown(void)
-{
-    h_cluster_cleanup(&K);
-}
 
 static void start(const char *extra_json)
 {
@@ -376,7 +365,7 @@ static Suite *resume_suite(void)
     Suite *s = suite_create("resume");
     TCase *tc = tcase_create("resume");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    h_cluster_fixture(tc, &K, 1, false);
     tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, detach_and_resume);
     tcase_add_test(tc, not_resumed_in_time);

@@ -17,22 +17,12 @@
 
 #include "harness.h"
 
-/* Its node (started by setup) and daemon D (harness.h). */
+/* Its node (started before each test) and daemon D (harness.h). Every
+ * test ends with a clean SIGTERM stop (the fixture's teardown), so under
+ * the valgrind wrapper each scenario is also checked for leaks (exit
+ * status 99). */
 static struct h_cluster K;
 static struct h_daemon *const D = &K.daemons[0];
-
-static void setup(void)
-{
-    h_cluster_init(&K);
-    h_cluster_nodes(&K, 1, NULL);
-}
-
-/* Every test ends with a clean SIGTERM stop, so under the valgrind wrapper
- * each scenario is also checked for leaks (exit status 99). */
-static void teardown(void)
-{
-    h_cluster_teardown(&K);
-}
 
 /* The daemon, not waited for until its node votes. */
 static void start(const char *extra_json)
@@ -538,7 +528,7 @@ static Suite *server_suite(void)
     TCase *conf = tcase_create("check-config");
     int timeout = h_slow() ? 150 : 30;
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    h_cluster_fixture(tc, &K, 1, true);
     tcase_set_timeout(tc, timeout);
     tcase_add_test(tc, telnet_tcp);
     tcase_add_test(tc, telnet_unix);
