@@ -203,16 +203,10 @@ int main(void)
 {
     Suite *s = suite_create("rolling");
     TCase *tc = tcase_create("rolling");
-    SRunner *sr;
-    int failed;
 
     h_cluster_fixture(tc, &K, 0, false);
     tcase_set_timeout(tc, h_slow() ? 600 : 120);
     tcase_add_test(tc, rolling_restart);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(s);
 }

@@ -1827,6 +1827,17 @@ void h_cluster_teardown(struct h_cluster *k)
     ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
 }
 
+int h_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    int failed;
+
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
 /* The cluster h_cluster_fixture set up and how it ends. */
 static struct h_cluster *fixture;
 static int fixture_nnodes;

@@ -339,6 +339,10 @@ void h_cluster_teardown(struct h_cluster *k);
 void h_cluster_fixture(TCase *tc, struct h_cluster *k, int nnodes,
                        bool check_exit);
 
+/* A test program's main: run every test of s (verbosity from CK_VERBOSITY)
+ * and return EXIT_SUCCESS when none failed, else EXIT_FAILURE. */
+int h_run_suite(Suite *s);
+
 /* Node i as STATS reports it (nodes[i]; voting and recovering asserted to
  * be booleans, restarts an integer). */
 struct h_node_view {

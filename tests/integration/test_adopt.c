@@ -315,11 +315,5 @@ static Suite *adopt_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(adopt_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(adopt_suite());
 }

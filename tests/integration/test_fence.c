@@ -424,11 +424,5 @@ static Suite *fence_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(fence_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(fence_suite());
 }

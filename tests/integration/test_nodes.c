@@ -705,11 +705,5 @@ static Suite *nodes_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(nodes_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(nodes_suite());
 }
