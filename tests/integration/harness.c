@@ -90,6 +90,41 @@ void h_sleep_ms(int ms)
     }
 }
 
+static uint64_t rng_state;
+
+uint64_t h_seed(const char *env)
+{
+    const char *s = getenv(env);
+    uint64_t seed;
+
+    if (s != NULL && *s != '\0') {
+        char *end;
+
+        errno = 0;
+        seed = strtoull(s, &end, 0);
+        ck_assert_msg(errno == 0 && *end == '\0', "%s is not a number: %s",
+                      env, s);
+    } else if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) {
+        seed = (uint64_t)h_now_us() ^ ((uint64_t)getpid() << 32);
+    }
+    rng_state = seed;
+    return seed;
+}
+
+uint64_t h_rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+int h_rng_range(int lo, int hi)
+{
+    return lo + (int)(h_rng_next() % (uint64_t)(hi - lo + 1));
+}
+
 long long h_since(uint64_t t0)
 {
     return (long long)(h_now_ms() - t0);

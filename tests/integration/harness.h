@@ -186,6 +186,16 @@ int h_run(char *const argv[], char *out, size_t outsize);
  * limit is lower). Daemons started afterwards inherit it. */
 void h_raise_nofile(int want);
 
+/* A seed for h_rng_next: the number in the environment variable `env`
+ * (decimal or 0x hex; asserted to be one) when set, else random; the
+ * test prints it so that a failed run can be repeated. */
+uint64_t h_seed(const char *env);
+/* splitmix64 from h_seed's seed: small, good enough, and the same on
+ * every platform. */
+uint64_t h_rng_next(void);
+/* Uniform in [lo, hi]. */
+int h_rng_range(int lo, int hi);
+
 uint64_t h_now_ms(void);                    /* CLOCK_MONOTONIC */
 int64_t h_now_us(void);                     /* the same, in microseconds */
 void h_sleep_ms(int ms);
