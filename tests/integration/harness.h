@@ -270,11 +270,13 @@ int h_wait_any_line(struct h_client **cs, int n, long long timeout_ms,
                     char **line);
 
 /*
- * A test cluster: Redis nodes, redlockd daemons over all of them and raw
- * protocol clients, what every integration test would otherwise declare
- * and start, stop and clean up by hand. Keep one static (clients are
- * large) and zeroed or h_cluster_init'ed; tests address its members
- * directly (k->nodes[i], k->daemons[d], k->clients[i]).
+ * A test cluster: Redis nodes, redlockd daemons over all of them, fault
+ * proxies in front of nodes where a test wants them, and raw protocol
+ * clients, what every integration test would otherwise declare and start,
+ * stop and clean up by hand. Keep one static (clients are large), made
+ * the test case's fixture with h_cluster_fixture (or zeroed or
+ * h_cluster_init'ed by hand); tests address its members directly
+ * (k->nodes[i], k->daemons[d], k->clients[i], k->proxies[p]).
  */
 #define H_CLUSTER_DAEMONS 2
 #define H_CLUSTER_CLIENTS 8
