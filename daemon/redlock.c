@@ -106,7 +106,8 @@ struct op {
                                        NUL-terminated */
 };
 
-static const struct conf *RC;
+/* The daemon's config, read live (a SIGHUP reload changes it in place). */
+static const struct conf *redlock_conf;
 static size_t live;         /* ops and inspections not finished yet */
 /* Acquisitions answered and still waiting for a node, by token. */
 static struct hmap early;
@@ -179,7 +180,7 @@ static bool op_follow(struct op *o, struct batch_queue *q);
 
 static int64_t rules_drift_ms(uint32_t ttl)
 {
-    return redlock_drift_ms(ttl, RC->locks.drift_factor);
+    return redlock_drift_ms(ttl, redlock_conf->locks.drift_factor);
 }
 
 void redlock_init(const struct conf *conf)
@@ -193,7 +194,7 @@ void redlock_init(const struct conf *conf)
         .drift_ms = rules_drift_ms,
     };
 
-    RC = conf;
+    redlock_conf = conf;
     for (int i = 0; i < BQ_COUNT; i++) {
         struct batch_queue *q = &BQ[i];
         list_init(&q->ops);
@@ -518,7 +519,7 @@ static enum pool_script op_words(const struct op *o, const char **argv,
                                  size_t *lens, int *nkeys, int *nargs,
                                  char *num, char *seen)
 {
-    const char *fence = RC->locks.fence_key;
+    const char *fence = redlock_conf->locks.fence_key;
     size_t flen = strlen(fence), slen = 0;
     /* A grant of several resources always checks their shared sets. */
     const char *shared = op_shared(o, 0, &slen);
@@ -683,7 +684,7 @@ static enum pool_script op_script(const struct op *o, const char **argv,
     case OP_RELEASE:
         s = POOL_SCRIPT_RELEASE;
         argv[1] = o->token;
-        argv[2] = RC->locks.release_channel;
+        argv[2] = redlock_conf->locks.release_channel;
         argv[3] = pool_instance_id();
         lens[1] = strlen(argv[1]);
         lens[2] = strlen(argv[2]);
@@ -1051,7 +1052,7 @@ static void op_align(struct op *o, int node, const redisReply *r)
 static void op_try_early(struct op *o)
 {
     int64_t validity = redlock_validity(o->ttl, op_elapsed_ms(o),
-                                        RC->locks.drift_factor);
+                                        redlock_conf->locks.drift_factor);
     struct redlock_fence_plan p;
 
     switch (o->kind) {
@@ -1109,7 +1110,7 @@ static void op_reply(void *ud, int node, redisReply *r)
     }
 
     int64_t validity = redlock_validity(o->ttl, op_elapsed_ms(o),
-                                        RC->locks.drift_factor);
+                                        redlock_conf->locks.drift_factor);
     switch (o->kind) {
     case OP_ACQUIRE:
         o->res.validity = validity;
@@ -1366,7 +1367,7 @@ static int batch_words(const struct batch *b, const char **argv,
     for (int i = 0; i < n; i++)
         argv[i] = b->ops[i]->key, lens[i] = b->ops[i]->keylen;
     if (b->q->kind == OP_RELEASE) {
-        argv[k++] = RC->locks.release_channel;
+        argv[k++] = redlock_conf->locks.release_channel;
         argv[k++] = pool_instance_id();
     }
     for (int i = 0; i < n; i++) {
@@ -1433,7 +1434,7 @@ static void batch_flush_cb(struct timer *t)
     struct batch_queue *q = t->data;
 
     /* Read live: a SIGHUP may change it. */
-    while (q->n > 0 && q->keys_out < RC->redis.batch_keys_in_flight)
+    while (q->n > 0 && q->keys_out < redlock_conf->redis.batch_keys_in_flight)
         batch_send(q);
 }
 
@@ -1513,7 +1514,7 @@ static int probe_words(const struct redlock_probe *p, bool channel,
     argv[k] = p->slots, lens[k++] = p->slotslen;
     argv[k] = num, lens[k] = strlen(num), k++;
     if (channel) {
-        argv[k] = RC->locks.release_channel;
+        argv[k] = redlock_conf->locks.release_channel;
         lens[k] = strlen(argv[k]);
         k++;
     }

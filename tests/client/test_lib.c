@@ -86,16 +86,12 @@ static void setup(void)
  * PDEATHSIG and the harness's guardians clean up instead. */
 static void teardown(void)
 {
-    int rc;
-
     /* A daemon a test left stopped must run again to exit on SIGTERM. */
     h_cluster_continue(&K);
     for (int i = 0; i < nh; i++)
         redlockd_close(H[i]);
     nh = 0;
-    rc = h_cluster_finish(&K);
-    h_cluster_cleanup(&K);
-    ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
+    h_cluster_teardown(&K);
 }
 
 /* ---- helpers ---- */
@@ -1523,11 +1519,5 @@ static Suite *lib_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(lib_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(lib_suite());
 }

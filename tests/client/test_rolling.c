@@ -38,8 +38,9 @@
 #define STEP_MS 20
 #define REFRESH_MS (TTL_MS / 4)
 
-static struct h_redis N[NNODES];
-static struct h_daemon D[2];
+/* Its nodes and daemons D[0] and D[1] (harness.h). */
+static struct h_cluster K;
+static struct h_daemon *const D = K.daemons;
 static char addr[2][64];
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -146,13 +147,6 @@ static void *client_main(void *arg)
     return NULL;
 }
 
-static void teardown(void)
-{
-    h_daemon_cleanup(&D[0]);
-    h_daemon_cleanup(&D[1]);
-    h_redis_cleanup_all(N, NNODES);
-}
-
 START_TEST(rolling_restart)
 {
     static const char *conf = "{\"shutdown_timeout_ms\":500}";
@@ -161,10 +155,9 @@ START_TEST(rolling_restart)
     int restarts = 0;
 
     mc_log_init(&ivlog);
-    h_redis_start_all(N, NNODES, "--appendonly yes --appendfsync always");
+    h_cluster_nodes(&K, NNODES, "--appendonly yes --appendfsync always");
     for (int i = 0; i < 2; i++) {
-        h_daemon_start(&D[i], N, NNODES, conf);
-        h_wait_voting(&D[i], NNODES, h_scale(5000));
+        h_cluster_daemon(&K, i, conf, h_scale(5000));
         snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", D[i].port);
     }
     for (int i = 0; i < NCLIENTS; i++)
@@ -202,8 +195,7 @@ START_TEST(rolling_restart)
     ck_assert_msg(atomic_load(&adopted) > 0, "no lease was adopted across "
                   "%d restarts", restarts);
     mc_log_deinit(&ivlog);
-    for (int i = 0; i < 2; i++)
-        ck_assert_int_eq(h_daemon_stop(&D[i]), 0);
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -211,16 +203,10 @@ int main(void)
 {
     Suite *s = suite_create("rolling");
     TCase *tc = tcase_create("rolling");
-    SRunner *sr;
-    int failed;
 
-    tcase_add_checked_fixture(tc, NULL, teardown);
+    h_cluster_fixture(tc, &K, 0, false);
     tcase_set_timeout(tc, h_slow() ? 600 : 120);
     tcase_add_test(tc, rolling_restart);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(s);
 }

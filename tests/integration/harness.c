@@ -90,6 +90,41 @@ void h_sleep_ms(int ms)
     }
 }
 
+static uint64_t rng_state;
+
+uint64_t h_seed(const char *env)
+{
+    const char *s = getenv(env);
+    uint64_t seed;
+
+    if (s != NULL && *s != '\0') {
+        char *end;
+
+        errno = 0;
+        seed = strtoull(s, &end, 0);
+        ck_assert_msg(errno == 0 && *end == '\0', "%s is not a number: %s",
+                      env, s);
+    } else if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) {
+        seed = (uint64_t)h_now_us() ^ ((uint64_t)getpid() << 32);
+    }
+    rng_state = seed;
+    return seed;
+}
+
+uint64_t h_rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+int h_rng_range(int lo, int hi)
+{
+    return lo + (int)(h_rng_next() % (uint64_t)(hi - lo + 1));
+}
+
 long long h_since(uint64_t t0)
 {
     return (long long)(h_now_ms() - t0);
@@ -1567,6 +1602,13 @@ void h_connect_tcp_ok(struct h_client *c, int port)
     ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", port, strerror(-rc));
 }
 
+void h_connect_unix_ok(struct h_client *c, const char *path)
+{
+    int rc = h_connect_unix(c, path);
+
+    ck_assert_msg(rc == 0, "connect to %s: %s", path, strerror(-rc));
+}
+
 int h_daemon_finish(struct h_daemon *d)
 {
     int rc;
@@ -1731,11 +1773,49 @@ void h_cluster_nodes(struct h_cluster *k, int n, const char *extra)
     k->nnodes = n;
 }
 
+void h_cluster_nodes_first(struct h_cluster *k, int n, const char *extra0)
+{
+    ck_assert_int_ge(n, 1);
+    ck_assert_int_le(n, H_MAX_NODES);
+    h_redis_start(&k->nodes[0], extra0);
+    h_redis_start_all(&k->nodes[1], n - 1, NULL);
+    k->nnodes = n;
+}
+
+struct h_proxy *h_cluster_proxy(struct h_cluster *k, int p, int node)
+{
+    ck_assert(p >= 0 && p < H_MAX_NODES && node >= 0 && node < H_MAX_NODES);
+    h_proxy_start(&k->proxies[p], k->nodes[node].port);
+    return &k->proxies[p];
+}
+
+void h_cluster_route(struct h_cluster *k, int d, int node, int p)
+{
+    ck_assert(d >= 0 && d < H_CLUSTER_DAEMONS);
+    ck_assert(p >= 0 && p < H_MAX_NODES && node >= 0 && node < H_MAX_NODES);
+    k->via[d][node] = p + 1;
+}
+
+void h_cluster_proxy_all(struct h_cluster *k, int d)
+{
+    for (int i = 0; i < k->nnodes; i++) {
+        h_cluster_proxy(k, i, i);
+        h_cluster_route(k, d, i, i);
+    }
+}
+
 struct h_daemon *h_cluster_daemon_start(struct h_cluster *k, int d,
                                         const char *extra_json)
 {
+    int ports[H_MAX_NODES];
+
     ck_assert(d >= 0 && d < H_CLUSTER_DAEMONS);
-    h_daemon_start(&k->daemons[d], k->nodes, k->nnodes, extra_json);
+    for (int i = 0; i < k->nnodes; i++) {
+        int p = k->via[d][i];
+
+        ports[i] = p == 0 ? k->nodes[i].port : k->proxies[p - 1].port;
+    }
+    h_daemon_start_ports(&k->daemons[d], ports, k->nnodes, extra_json);
     return &k->daemons[d];
 }
 
@@ -1804,10 +1884,64 @@ int h_cluster_finish(struct h_cluster *k)
 void h_cluster_cleanup(struct h_cluster *k)
 {
     cluster_close_clients(k);
-    h_redis_resume_all(k->nodes, k->nnodes);
+    h_cluster_continue(k);
     for (int d = 0; d < H_CLUSTER_DAEMONS; d++)
         h_daemon_cleanup(&k->daemons[d]);
+    h_proxy_cleanup_all(k->proxies, H_MAX_NODES);
     h_redis_cleanup_all(k->nodes, k->nnodes);
+}
+
+void h_cluster_teardown(struct h_cluster *k)
+{
+    int rc = h_cluster_finish(k);
+
+    h_cluster_cleanup(k);
+    ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
+}
+
+int h_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    int failed;
+
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+/* The cluster h_cluster_fixture set up and how it ends. */
+static struct h_cluster *fixture;
+static int fixture_nnodes;
+
+static void fixture_setup(void)
+{
+    h_cluster_init(fixture);
+    if (fixture_nnodes > 0)
+        h_cluster_nodes(fixture, fixture_nnodes, NULL);
+}
+
+static void fixture_teardown(void)
+{
+    h_cluster_teardown(fixture);
+}
+
+static void fixture_cleanup(void)
+{
+    h_cluster_cleanup(fixture);
+}
+
+void h_cluster_fixture(TCase *tc, struct h_cluster *k, int nnodes,
+                       bool check_exit)
+{
+    if (fixture && fixture != k) {
+        fprintf(stderr, "harness: one cluster fixture per test program\n");
+        abort();
+    }
+    fixture = k;
+    fixture_nnodes = nnodes;
+    tcase_add_checked_fixture(tc, fixture_setup,
+                              check_exit ? fixture_teardown : fixture_cleanup);
 }
 
 struct h_node_view h_stats_node(struct h_client *c, int i)

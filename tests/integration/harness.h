@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <check.h>
 #include <hiredis/hiredis.h>
 #include <jansson.h>
 
@@ -189,6 +190,16 @@ int h_run(char *const argv[], char *out, size_t outsize);
  * limit is lower). Daemons started afterwards inherit it. */
 void h_raise_nofile(int want);
 
+/* A seed for h_rng_next: the number in the environment variable `env`
+ * (decimal or 0x hex; asserted to be one) when set, else random; the
+ * test prints it so that a failed run can be repeated. */
+uint64_t h_seed(const char *env);
+/* splitmix64 from h_seed's seed: small, good enough, and the same on
+ * every platform. */
+uint64_t h_rng_next(void);
+/* Uniform in [lo, hi]. */
+int h_rng_range(int lo, int hi);
+
 uint64_t h_now_ms(void);                    /* CLOCK_MONOTONIC */
 int64_t h_now_us(void);                     /* the same, in microseconds */
 void h_sleep_ms(int ms);
@@ -221,6 +232,8 @@ void h_redis_resume_all(struct h_redis *nodes, int n);
 void h_redis_cleanup_all(struct h_redis *nodes, int n);
 /* Connect over TCP to 127.0.0.1:port and assert it worked. */
 void h_connect_tcp_ok(struct h_client *c, int port);
+/* Connect to the unix socket at path and assert it worked. */
+void h_connect_unix_ok(struct h_client *c, const char *path);
 /* The end of a test: SIGTERM a running daemon (h_daemon_stop) and print its
  * log when it did not exit 0, so the failure that follows has its clue.
  * Returns the exit status, 0 when it was not running. */
@@ -261,11 +274,13 @@ int h_wait_any_line(struct h_client **cs, int n, long long timeout_ms,
                     char **line);
 
 /*
- * A test cluster: Redis nodes, redlockd daemons over all of them and raw
- * protocol clients, what every integration test would otherwise declare
- * and start, stop and clean up by hand. Keep one static (clients are
- * large) and zeroed or h_cluster_init'ed; tests address its members
- * directly (k->nodes[i], k->daemons[d], k->clients[i]).
+ * A test cluster: Redis nodes, redlockd daemons over all of them, fault
+ * proxies in front of nodes where a test wants them, and raw protocol
+ * clients, what every integration test would otherwise declare and start,
+ * stop and clean up by hand. Keep one static (clients are large), made
+ * the test case's fixture with h_cluster_fixture (or zeroed or
+ * h_cluster_init'ed by hand); tests address its members directly
+ * (k->nodes[i], k->daemons[d], k->clients[i], k->proxies[p]).
  */
 #define H_CLUSTER_DAEMONS 2
 #define H_CLUSTER_CLIENTS 8
@@ -275,13 +290,30 @@ struct h_cluster {
     int nnodes;             /* nodes started (the daemons use them all) */
     struct h_daemon daemons[H_CLUSTER_DAEMONS];
     struct h_client clients[H_CLUSTER_CLIENTS];
+    /* Fault proxies (h_cluster_proxy), and which of them each daemon
+     * reaches each node through (h_cluster_route): proxies[via[d][i] - 1],
+     * 0 for the node itself. */
+    struct h_proxy proxies[H_MAX_NODES];
+    int via[H_CLUSTER_DAEMONS][H_MAX_NODES];
 };
 
 /* Zero it, with every client marked closed. */
 void h_cluster_init(struct h_cluster *k);
 /* Start nodes[0..n) with h_redis_start(extra) and set nnodes. */
 void h_cluster_nodes(struct h_cluster *k, int n, const char *extra);
-/* Start daemons[d] over the nodes (h_daemon_start) without waiting. */
+/* The same with redis-server options for node 0 only (persistence, a
+ * memory policy), the others plain. */
+void h_cluster_nodes_first(struct h_cluster *k, int n, const char *extra0);
+/* Start proxies[p] in front of nodes[node] (h_proxy_start); returns it. */
+struct h_proxy *h_cluster_proxy(struct h_cluster *k, int p, int node);
+/* A proxy in front of every node (proxies[i] before nodes[i]), and
+ * daemons[d] routed through them all. */
+void h_cluster_proxy_all(struct h_cluster *k, int d);
+/* Daemons[d], when started after this, reach nodes[node] through
+ * proxies[p] (its port in the config) instead of directly. */
+void h_cluster_route(struct h_cluster *k, int d, int node, int p);
+/* Start daemons[d] over the nodes (h_daemon_start, or through the proxies
+ * h_cluster_route named) without waiting. */
 struct h_daemon *h_cluster_daemon_start(struct h_cluster *k, int d,
                                         const char *extra_json);
 /* h_cluster_daemon_start, then h_wait_voting for every node within
@@ -305,9 +337,27 @@ void h_cluster_continue(struct h_cluster *k);
  * the clients, h_daemon_finish each running daemon; returns the first
  * non-zero exit status, 0 when all exited cleanly or none ran. */
 int h_cluster_finish(struct h_cluster *k);
-/* The teardown: close the clients, resume stopped nodes, then kill and
- * remove every daemon and node (h_*_cleanup). Safe to call twice. */
+/* The teardown: close the clients, continue stopped nodes and daemons,
+ * then kill and remove every daemon, proxy and node (h_*_cleanup). Safe
+ * to call twice. */
 void h_cluster_cleanup(struct h_cluster *k);
+/* The teardown of a test that checks the daemons' exit there:
+ * h_cluster_finish, h_cluster_cleanup, then assert the exit status was 0
+ * (under valgrind: no leaks). */
+void h_cluster_teardown(struct h_cluster *k);
+
+/* Make k the checked fixture of tc (one cluster per test program): before
+ * each test h_cluster_init and, when nnodes > 0, h_cluster_nodes(nnodes,
+ * no extra options); after each test that passed h_cluster_teardown when
+ * check_exit (each daemon's exit status 0 asserted), else
+ * h_cluster_cleanup (for tests that assert their daemons' exit
+ * themselves). */
+void h_cluster_fixture(TCase *tc, struct h_cluster *k, int nnodes,
+                       bool check_exit);
+
+/* A test program's main: run every test of s (verbosity from CK_VERBOSITY)
+ * and return EXIT_SUCCESS when none failed, else EXIT_FAILURE. */
+int h_run_suite(Suite *s);
 
 /* Node i as STATS reports it (nodes[i]; voting and recovering asserted to
  * be booleans, restarts an integer). */

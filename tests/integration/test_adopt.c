@@ -30,32 +30,20 @@
 
 #define NNODES 3
 
-static struct h_redis N[NNODES];
-static struct h_daemon D1, D2;
-/* Clients are large (buffers); static keeps them off the test's stack. */
-static struct h_client A, B, C;
-
-static void teardown(void)
-{
-    h_close(&A);
-    h_close(&B);
-    h_close(&C);
-    if (D1.pid)
-        kill(D1.pid, SIGCONT);
-    h_daemon_cleanup(&D1);
-    h_daemon_cleanup(&D2);
-    h_redis_cleanup_all(N, NNODES);
-}
+/* Its nodes, daemons D1 and D2, and clients A (on D1), B (on D2) and C
+ * (harness.h). */
+static struct h_cluster K;
+static struct h_redis *const N = K.nodes;
+static struct h_daemon *const D1 = &K.daemons[0];
+static struct h_client *const A = &K.clients[0];
+static struct h_client *const B = &K.clients[1];
+static struct h_client *const C = &K.clients[2];
 
 static void start(void)
 {
-    h_redis_start_all(N, NNODES, NULL);
-    h_daemon_start(&D1, N, NNODES, NULL);
-    h_daemon_start(&D2, N, NNODES, NULL);
-    h_wait_voting(&D1, NNODES, h_scale(5000));
-    h_wait_voting(&D2, NNODES, h_scale(5000));
-    h_connect_tcp_ok(&A, D1.port);
-    h_connect_tcp_ok(&B, D2.port);
+    h_cluster_start(&K, NNODES, 2, NULL, h_scale(5000));
+    h_cluster_client(&K, 0, 0);
+    h_cluster_client(&K, 1, 1);
 }
 
 /* Every node's key of res holds token (as the first word). */
@@ -85,29 +73,28 @@ START_TEST(adopt_elsewhere)
     char token[64], fence[32], *line;
 
     start();
-    lock(&A, "ad ttl=1500", token, fence);
-    line = h_expect(&B, "OK resource=ad ", "ADOPT ad token=%s ttl=1500",
+    lock(A, "ad ttl=1500", token, fence);
+    line = h_expect(B, "OK resource=ad ", "ADOPT ad token=%s ttl=1500",
                     token);
     ck_assert_str_eq(h_kv(line, "fence"), fence);
     ck_assert_str_ne(h_kv(line, "token"), token);
     char fresh[64];
     h_kv_copy(line, "token", fresh, sizeof(fresh));
     assert_keys("ad", fresh);
-    ck_assert_int_eq(h_stats_int(&B, "adopts"), 1);
+    ck_assert_int_eq(h_stats_int(B, "adopts"), 1);
     /* The old holder learns at its next renewal (ttl/3). */
-    ck_assert_msg(h_expect_event(&A, "EVENT LOST resource=ad ",
+    ck_assert_msg(h_expect_event(A, "EVENT LOST resource=ad ",
                                  h_scale(3000)), "the old holder was not told");
-    h_expect(&A, "ERR ", "UNLOCK ad");
+    h_expect(A, "ERR ", "UNLOCK ad");
     assert_keys("ad", fresh);
-    h_connect_tcp_ok(&C, D1.port);
-    h_expect(&C, "ERR BUSY ", "LOCK ad");
+    h_cluster_client(&K, 2, 0);
+    h_expect(C, "ERR BUSY ", "LOCK ad");
     /* Renewed by its new daemon past the ttl. */
     h_sleep_ms(2000);
     assert_keys("ad", fresh);
-    h_expect(&B, "OK resource=ad nodes=3", "UNLOCK ad");
-    h_expect(&C, "OK resource=ad ", "LOCK ad");
-    h_daemon_finish_ok(&D1);
-    h_daemon_finish_ok(&D2);
+    h_expect(B, "OK resource=ad nodes=3", "UNLOCK ad");
+    h_expect(C, "OK resource=ad ", "LOCK ad");
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -116,28 +103,27 @@ START_TEST(adopt_while_old_daemon_stopped)
     char token[64], fence[32], fresh[64], *line;
 
     start();
-    lock(&A, "st ttl=1500", token, fence);
-    kill(D1.pid, SIGSTOP);
-    line = h_expect(&B, "OK resource=st ", "ADOPT st token=%s ttl=1500",
+    lock(A, "st ttl=1500", token, fence);
+    kill(D1->pid, SIGSTOP);
+    line = h_expect(B, "OK resource=st ", "ADOPT st token=%s ttl=1500",
                     token);
     h_kv_copy(line, "token", fresh, sizeof(fresh));
     ck_assert_str_eq(h_kv(line, "fence"), fence);
     h_sleep_ms(2000);
-    kill(D1.pid, SIGCONT);
+    kill(D1->pid, SIGCONT);
     /* Its renewals run and fail; its client then drops: the release at
      * session end is owner-checked with the old token. */
-    h_expect_event(&A, "EVENT LOST resource=st ", h_scale(3000));
-    h_close(&A);
+    h_expect_event(A, "EVENT LOST resource=st ", h_scale(3000));
+    h_close(A);
     h_sleep_ms(300);
     assert_keys("st", fresh);
-    h_connect_tcp_ok(&C, D1.port);
-    h_expect(&C, "ERR BUSY ", "LOCK st");
-    h_close(&C);
-    h_connect_tcp_ok(&C, D2.port);
-    h_expect(&C, "ERR BUSY ", "LOCK st");
-    h_expect(&B, "OK resource=st nodes=3", "UNLOCK st");
-    h_daemon_finish_ok(&D1);
-    h_daemon_finish_ok(&D2);
+    h_cluster_client(&K, 2, 0);
+    h_expect(C, "ERR BUSY ", "LOCK st");
+    h_close(C);
+    h_cluster_client(&K, 2, 1);
+    h_expect(C, "ERR BUSY ", "LOCK st");
+    h_expect(B, "OK resource=st nodes=3", "UNLOCK st");
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -148,31 +134,30 @@ START_TEST(adopt_after_restart)
     int port;
 
     start();
-    lock(&A, "rs ttl=10000", token, fence);
-    port = D1.port;
-    ck_assert_int_eq(h_daemon_stop(&D1), 0);
-    h_close(&A);
+    lock(A, "rs ttl=10000", token, fence);
+    port = D1->port;
+    ck_assert_int_eq(h_daemon_stop(D1), 0);
+    h_close(A);
     assert_keys("rs", token);
-    h_expect(&B, "ERR BUSY ", "LOCK rs");
+    h_expect(B, "ERR BUSY ", "LOCK rs");
     /* Back on the same port and config, as systemctl restart does. */
-    h_daemon_restart(&D1);
-    ck_assert_int_eq(D1.port, port);
+    h_daemon_restart(D1);
+    ck_assert_int_eq(D1->port, port);
     /* At once, before its nodes are checked: the ADOPT is held back until
      * they vote (as a LOCK is), then answered; never UNAVAILABLE, which
      * would send the client round again. */
-    h_connect_tcp_ok(&A, D1.port);
-    line = h_cmd(&A, "ADOPT rs token=%s", token);
+    h_cluster_client(&K, 0, 0);
+    line = h_cmd(A, "ADOPT rs token=%s", token);
     ck_assert_msg(h_starts(line, "OK resource=rs "), "ADOPT on the restarted "
                   "daemon: %s", line);
     ck_assert_str_eq(h_kv(line, "fence"), fence);
-    h_expect(&B, "ERR BUSY ", "LOCK rs");
+    h_expect(B, "ERR BUSY ", "LOCK rs");
     /* A node that did not vote yet when ADOPT went out was not asked: it
      * keeps the old token until its ttl, so the release deletes on the
      * two or three that took the new one. */
-    line = h_expect(&A, "OK resource=rs nodes=", "UNLOCK rs");
+    line = h_expect(A, "OK resource=rs nodes=", "UNLOCK rs");
     ck_assert_int_ge(atoi(h_kv(line, "nodes")), 2);
-    h_daemon_finish_ok(&D1);
-    h_daemon_finish_ok(&D2);
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -181,16 +166,15 @@ START_TEST(adopt_multi)
     char token[64], fence[32], fresh[64], *line;
 
     start();
-    lock(&A, "m1 m2", token, fence);
-    line = h_expect(&B, "OK resources=2 ", "ADOPT m1 m2 token=%s", token);
+    lock(A, "m1 m2", token, fence);
+    line = h_expect(B, "OK resources=2 ", "ADOPT m1 m2 token=%s", token);
     ck_assert_str_eq(h_kv(line, "fence"), fence);
     h_kv_copy(line, "token", fresh, sizeof(fresh));
     assert_keys("m1", fresh);
     assert_keys("m2", fresh);
-    h_expect(&B, "OK resource=m1 ", "UNLOCK m1");
-    h_expect(&B, "OK resource=m2 ", "UNLOCK m2");
-    h_daemon_finish_ok(&D1);
-    h_daemon_finish_ok(&D2);
+    h_expect(B, "OK resource=m1 ", "UNLOCK m1");
+    h_expect(B, "OK resource=m2 ", "UNLOCK m2");
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -199,16 +183,15 @@ START_TEST(adopt_same_daemon)
     char token[64], fence[32], *line;
 
     start();
-    lock(&A, "sd", token, fence);
-    h_connect_tcp_ok(&C, D1.port);
-    line = h_expect(&C, "OK resource=sd ", "ADOPT sd token=%s", token);
+    lock(A, "sd", token, fence);
+    h_cluster_client(&K, 2, 0);
+    line = h_expect(C, "OK resource=sd ", "ADOPT sd token=%s", token);
     ck_assert_str_eq(h_kv(line, "fence"), fence);
-    ck_assert_msg(h_expect_event(&A, "EVENT LOST resource=sd ",
+    ck_assert_msg(h_expect_event(A, "EVENT LOST resource=sd ",
                                  h_scale(2000)), "the old holder was not told");
-    h_expect(&B, "ERR BUSY ", "LOCK sd");
-    h_expect(&C, "OK resource=sd nodes=3", "UNLOCK sd");
-    h_daemon_finish_ok(&D1);
-    h_daemon_finish_ok(&D2);
+    h_expect(B, "ERR BUSY ", "LOCK sd");
+    h_expect(C, "OK resource=sd nodes=3", "UNLOCK sd");
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -230,8 +213,8 @@ START_TEST(adopt_shared)
     char token[64], fence[32], fresh[64], *line;
 
     start();
-    lock(&A, "sh mode=shared ttl=1500", token, fence);
-    line = h_expect(&B, "OK resource=sh ", "ADOPT sh token=%s ttl=1500",
+    lock(A, "sh mode=shared ttl=1500", token, fence);
+    line = h_expect(B, "OK resource=sh ", "ADOPT sh token=%s ttl=1500",
                     token);
     ck_assert_str_eq(h_kv(line, "mode"), "shared");
     ck_assert_str_eq(h_kv(line, "fence"), fence);
@@ -239,23 +222,22 @@ START_TEST(adopt_shared)
     ck_assert_str_ne(fresh, token);
     assert_member("sh", fresh, true);
     assert_member("sh", token, false);
-    line = h_expect(&B, "OK ", "LOCKS");
+    line = h_expect(B, "OK ", "LOCKS");
     ck_assert_msg(strstr(line, "\"mode\":\"shared\""), "LOCKS: %s", line);
     /* The old holder's renewal finds nothing; its release at the end of
      * its session removes nothing. */
-    ck_assert_msg(h_expect_event(&A, "EVENT LOST resource=sh ",
+    ck_assert_msg(h_expect_event(A, "EVENT LOST resource=sh ",
                                  h_scale(3000)), "the old holder was not told");
-    h_close(&A);
-    h_connect_tcp_ok(&C, D1.port);
-    h_expect(&C, "ERR BUSY ", "LOCK sh");
+    h_close(A);
+    h_cluster_client(&K, 2, 0);
+    h_expect(C, "ERR BUSY ", "LOCK sh");
     /* Renewed by its new daemon past the ttl. */
     h_sleep_ms(2000);
     assert_member("sh", fresh, true);
-    h_expect(&C, "ERR BUSY ", "LOCK sh");
-    h_expect(&B, "OK resource=sh nodes=3", "UNLOCK sh");
-    h_expect(&C, "OK resource=sh ", "LOCK sh");
-    h_daemon_finish_ok(&D1);
-    h_daemon_finish_ok(&D2);
+    h_expect(C, "ERR BUSY ", "LOCK sh");
+    h_expect(B, "OK resource=sh nodes=3", "UNLOCK sh");
+    h_expect(C, "OK resource=sh ", "LOCK sh");
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -264,11 +246,11 @@ START_TEST(adopt_slot)
     char token[64], fence[32], fresh[64], slot[16], *line;
 
     start();
-    line = h_expect(&A, "OK ", "LOCK se limit=2 ttl=1500");
+    line = h_expect(A, "OK ", "LOCK se limit=2 ttl=1500");
     h_kv_copy(line, "token", token, sizeof(token));
     h_kv_copy(line, "fence", fence, sizeof(fence));
     h_kv_copy(line, "slot", slot, sizeof(slot));
-    line = h_expect(&B, "OK resource=se ", "ADOPT se token=%s ttl=1500",
+    line = h_expect(B, "OK resource=se ", "ADOPT se token=%s ttl=1500",
                     token);
     ck_assert_str_eq(h_kv(line, "limit"), "2");
     ck_assert_str_eq(h_kv(line, "slot"), slot);
@@ -277,19 +259,18 @@ START_TEST(adopt_slot)
     char res[32];
     snprintf(res, sizeof(res), "se#%s", slot);
     assert_keys(res, fresh);
-    ck_assert_msg(h_expect_event(&A, "EVENT LOST resource=se ",
+    ck_assert_msg(h_expect_event(A, "EVENT LOST resource=se ",
                                  h_scale(3000)), "the old holder was not told");
     /* Two slots: the adopted one and C's; A finds none free, even after
      * the adopted lease's first ttl. */
-    h_connect_tcp_ok(&C, D1.port);
-    h_expect(&C, "OK resource=se ", "LOCK se limit=2");
+    h_cluster_client(&K, 2, 0);
+    h_expect(C, "OK resource=se ", "LOCK se limit=2");
     h_sleep_ms(2000);
-    h_expect(&A, "ERR BUSY ", "LOCK se limit=2");
+    h_expect(A, "ERR BUSY ", "LOCK se limit=2");
     assert_keys(res, fresh);
-    h_expect(&B, "OK resource=se nodes=3", "UNLOCK se");
-    h_expect(&A, "OK resource=se ", "LOCK se limit=2");
-    h_daemon_finish_ok(&D1);
-    h_daemon_finish_ok(&D2);
+    h_expect(B, "OK resource=se nodes=3", "UNLOCK se");
+    h_expect(A, "OK resource=se ", "LOCK se limit=2");
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -298,18 +279,17 @@ START_TEST(adopt_errors)
     char token[64], fence[32];
 
     start();
-    lock(&A, "er", token, fence);
-    h_expect(&B, "ERR LOST ", "ADOPT er token=0123456789abcdef0123456789abcdef");
-    h_expect(&B, "ERR ARG ", "ADOPT er");
-    h_expect(&B, "ERR ARG ", "ADOPT er token=xyz");
-    h_expect(&B, "ERR ARG ", "ADOPT token=%s", token);
-    h_expect(&A, "ERR HELD ", "ADOPT er token=%s", token);
-    h_expect(&B, "ERR LOST ", "ADOPT nothing token=%s", token);
+    lock(A, "er", token, fence);
+    h_expect(B, "ERR LOST ", "ADOPT er token=0123456789abcdef0123456789abcdef");
+    h_expect(B, "ERR ARG ", "ADOPT er");
+    h_expect(B, "ERR ARG ", "ADOPT er token=xyz");
+    h_expect(B, "ERR ARG ", "ADOPT token=%s", token);
+    h_expect(A, "ERR HELD ", "ADOPT er token=%s", token);
+    h_expect(B, "ERR LOST ", "ADOPT nothing token=%s", token);
     /* After all that the holder still holds it, untouched. */
     assert_keys("er", token);
-    h_expect(&A, "OK resource=er nodes=3", "UNLOCK er");
-    h_daemon_finish_ok(&D1);
-    h_daemon_finish_ok(&D2);
+    h_expect(A, "OK resource=er nodes=3", "UNLOCK er");
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -318,7 +298,8 @@ static Suite *adopt_suite(void)
     Suite *s = suite_create("adopt");
     TCase *tc = tcase_create("adopt");
 
-    tcase_add_checked_fixture(tc, NULL, teardown);
+    /* A daemon left stopped is continued, then killed. */
+    h_cluster_fixture(tc, &K, 0, false);
     tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, adopt_elsewhere);
     tcase_add_test(tc, adopt_while_old_daemon_stopped);
@@ -334,11 +315,5 @@ static Suite *adopt_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(adopt_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(adopt_suite());
 }

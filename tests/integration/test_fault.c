@@ -40,7 +40,7 @@
 #define NNODES 3
 
 /* Its nodes, daemons 0 and 1 and the clients (harness.h). */
-static struct h_cluster K = { .nnodes = NNODES };
+static struct h_cluster K;
 static struct h_redis *const N = K.nodes;
 static pid_t child_pid;
 
@@ -54,14 +54,8 @@ static long long T(long long ms)
     return h_slow() ? ms * 3 : ms;
 }
 
-/* Node 0 may get extra redis-server options (persistence). */
-static void start_nodes(const char *extra0)
-{
-    h_redis_start(&N[0], extra0);
-    h_redis_start_all(&N[1], NNODES - 1, NULL);
-}
-
-/* Runs after a test that passed. A failed one exits at once (check's fork
+/* Runs after a test that passed, before the cluster's cleanup (check runs
+ * teardowns in reverse order). A failed one exits at once (check's fork
  * mode); the harness's guardians and PDEATHSIG clean up then, and print
  * the daemon log. */
 static void teardown(void)
@@ -71,7 +65,6 @@ static void teardown(void)
         waitpid(child_pid, NULL, 0);
         child_pid = 0;
     }
-    h_cluster_cleanup(&K);
 }
 
 /* ---- two of three nodes stopped ---------------------------------------- */
@@ -179,7 +172,7 @@ START_TEST(lock_at_start_waits_for_quorum)
     char *line;
     uint64_t t0;
 
-    start_nodes(NULL);
+    h_cluster_nodes(&K, NNODES, NULL);
     h_redis_pause(&N[1]);
     h_redis_pause(&N[2]);
     h_cluster_daemon_start(&K, 0, "{\"redis\":{\"command_timeout_ms\":100,"
@@ -255,7 +248,7 @@ START_TEST(fences_across_node_crash)
 
     /* Node 0 persists every write before acknowledging it, from the start,
      * so its fence counter survives the kill. */
-    start_nodes("--appendonly yes --appendfsync always");
+    h_cluster_nodes_first(&K, NNODES, "--appendonly yes --appendfsync always");
     h_cluster_daemon(&K, 0, conf, T(5000));
     h_cluster_daemon(&K, 1, conf, T(5000));
     mon[0] = h_cluster_client(&K, 4, 0);
@@ -652,6 +645,7 @@ static Suite *fault_suite(void)
     Suite *s = suite_create("fault");
     TCase *tc = tcase_create("fault");
 
+    h_cluster_fixture(tc, &K, 0, false);
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, h_slow() ? 300 : 90);
     tcase_add_test(tc, two_nodes_paused);
@@ -666,11 +660,5 @@ static Suite *fault_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(fault_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(fault_suite());
 }

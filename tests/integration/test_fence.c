@@ -42,27 +42,15 @@
 /* The debug line redlock writes when a grant needs a second round. */
 #define RAISE_LINE "fence raise round"
 
-static struct h_redis N[NNODES];
-static struct h_proxy X[2];
-static struct h_daemon D1, D2;
-/* Clients are large (buffers); static keeps them off the test's stack. */
-static struct h_client A, B;
-
-static void teardown(void)
-{
-    h_close(&A);
-    h_close(&B);
-    h_daemon_cleanup(&D1);
-    h_daemon_cleanup(&D2);
-    h_proxy_cleanup_all(X, 2);
-    h_redis_cleanup_all(N, NNODES);
-}
-
-static void stop_daemons(void)
-{
-    h_daemon_finish_ok(&D1);
-    h_daemon_finish_ok(&D2);
-}
+/* Its nodes, proxies X[0] and X[1], daemons D1 and D2 and clients A (on
+ * D1) and B (on D2) (harness.h). */
+static struct h_cluster K;
+static struct h_redis *const N = K.nodes;
+static struct h_proxy *const X = K.proxies;
+static struct h_daemon *const D1 = &K.daemons[0];
+static struct h_daemon *const D2 = &K.daemons[1];
+static struct h_client *const A = &K.clients[0];
+static struct h_client *const B = &K.clients[1];
 
 /* Set node i's fence counter directly, as a diverged history left it,
  * with the admission marker a daemon writes for a node that kept its data
@@ -145,7 +133,7 @@ static unsigned long long lock_fence(struct h_client *c, const char *res)
 
 static void start_plain(void)
 {
-    h_redis_start_all(N, NNODES, NULL);
+    h_cluster_nodes(&K, NNODES, NULL);
     set_counter(0, 25);
     set_counter(1, 20);
     set_counter(2, 21);
@@ -158,24 +146,23 @@ START_TEST(diverged_first_grant)
     unsigned long long f;
 
     start_plain();
-    h_daemon_start(&D1, N, NNODES, NULL);
-    h_wait_voting(&D1, NNODES, h_scale(5000));
-    h_connect_tcp_ok(&A, D1.port);
+    h_cluster_daemon(&K, 0, NULL, h_scale(5000));
+    h_cluster_client(&K, 0, 0);
 
-    f = lock_fence(&A, "fence:d");
+    f = lock_fence(A, "fence:d");
     ck_assert_msg(f == 26, "counters 25, 20, 21: first fence %llu, want 26", f);
     /* The key is held on all three; each holder is at the fence or above. */
     for (int i = 0; i < NNODES; i++)
         ck_assert_msg(counter(i) >= f, "node %d holds the key with counter "
                       "%llu, below the fence %llu", i, counter(i), f);
-    ck_assert_int_eq(log_count(&D1, RAISE_LINE), 1);
-    h_expect(&A, "OK ", "UNLOCK fence:d");
+    ck_assert_int_eq(log_count(D1, RAISE_LINE), 1);
+    h_expect(A, "OK ", "UNLOCK fence:d");
 
     /* Converged: the next grant is one round. */
-    f = lock_fence(&A, "fence:d");
+    f = lock_fence(A, "fence:d");
     ck_assert_msg(f == 27, "second fence %llu, want 27", f);
-    ck_assert_int_eq(log_count(&D1, RAISE_LINE), 1);
-    ck_assert_int_eq(h_daemon_finish(&D1), 0);
+    ck_assert_int_eq(log_count(D1, RAISE_LINE), 1);
+    ck_assert_int_eq(h_daemon_finish(D1), 0);
 }
 END_TEST
 
@@ -184,15 +171,13 @@ START_TEST(alternating_daemons)
     unsigned long long prev = 0;
 
     start_plain();
-    h_daemon_start(&D1, N, NNODES, NULL);
-    h_daemon_start(&D2, N, NNODES, NULL);
-    h_wait_voting(&D1, NNODES, h_scale(5000));
-    h_wait_voting(&D2, NNODES, h_scale(5000));
-    h_connect_tcp_ok(&A, D1.port);
-    h_connect_tcp_ok(&B, D2.port);
+    h_cluster_daemon(&K, 0, NULL, h_scale(5000));
+    h_cluster_daemon(&K, 1, NULL, h_scale(5000));
+    h_cluster_client(&K, 0, 0);
+    h_cluster_client(&K, 1, 1);
 
     for (int i = 0; i < ALTERNATIONS; i++) {
-        struct h_client *c = i % 2 == 0 ? &A : &B;
+        struct h_client *c = i % 2 == 0 ? A : B;
         unsigned long long f = lock_fence(c, "fence:alt");
 
         ck_assert_msg(f > prev, "grant %d (daemon %d): fence %llu after %llu",
@@ -201,9 +186,9 @@ START_TEST(alternating_daemons)
         h_expect(c, "OK ", "UNLOCK fence:alt");
     }
     /* Only the very first grant found the counters apart. */
-    ck_assert_int_eq(log_count(&D1, RAISE_LINE), 1);
-    ck_assert_int_eq(log_count(&D2, RAISE_LINE), 0);
-    stop_daemons();
+    ck_assert_int_eq(log_count(D1, RAISE_LINE), 1);
+    ck_assert_int_eq(log_count(D2, RAISE_LINE), 0);
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -212,29 +197,24 @@ END_TEST
 START_TEST(late_holder_ahead)
 {
     const char *res = "fence:late";
-    int ports[NNODES];
     char token[64], *v = NULL;
     unsigned long long f;
     char *line;
 
-    h_redis_start_all(N, NNODES, NULL);
+    h_cluster_nodes(&K, NNODES, NULL);
     set_counter(0, 5);
     set_counter(1, 5);
     set_counter(2, 1000);
-    h_proxy_start(&X[0], N[2].port);
-    for (int i = 0; i < NNODES; i++)
-        ports[i] = N[i].port;
-    ports[2] = X[0].port;
-    h_daemon_start_ports(&D1, ports, NNODES,
-                         "{\"redis\":{\"command_timeout_ms\":3000}}");
-    h_daemon_start(&D2, N, NNODES, NULL);
-    h_wait_voting(&D1, NNODES, h_scale(5000));
-    h_wait_voting(&D2, NNODES, h_scale(5000));
-    h_connect_tcp_ok(&A, D1.port);
-    h_connect_tcp_ok(&B, D2.port);
+    h_cluster_proxy(&K, 0, 2);
+    h_cluster_route(&K, 0, 2, 0);
+    h_cluster_daemon(&K, 0, "{\"redis\":{\"command_timeout_ms\":3000}}",
+                     h_scale(5000));
+    h_cluster_daemon(&K, 1, NULL, h_scale(5000));
+    h_cluster_client(&K, 0, 0);
+    h_cluster_client(&K, 1, 1);
     h_proxy_ctl(&X[0], "delay 100");
 
-    line = h_expect(&A, "OK resource=", "LOCK %s ttl=20000", res);
+    line = h_expect(A, "OK resource=", "LOCK %s ttl=20000", res);
     h_kv_copy(line, "token", token, sizeof(token));
     f = fence_of(line);
     ck_assert_msg(f == 6, "counters 5, 5 and 1000 (200 ms away): fence %llu, "
@@ -249,13 +229,13 @@ START_TEST(late_holder_ahead)
                   v ? v : "(nothing)");
     free(v);
 
-    line = h_expect(&B, "OK resource=", "ADOPT %s token=%s ttl=20000", res,
+    line = h_expect(B, "OK resource=", "ADOPT %s token=%s ttl=20000", res,
                     token);
     ck_assert_msg(fence_of(line) == 6, "ADOPT after the grant: \"%s\", want "
                   "fence 6", line);
-    h_expect(&B, "OK ", "UNLOCK %s", res);
+    h_expect(B, "OK ", "UNLOCK %s", res);
     h_proxy_ctl(&X[0], "pass");
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -281,32 +261,26 @@ END_TEST
 static void straddle(bool lose_raise)
 {
     const char *res = "fence:s";
-    int p1[NNODES], p2[NNODES];
     unsigned long long fences[2];
     int nf = 0;
     uint64_t t0;
     char *line;
 
     start_plain();
-    h_proxy_start(&X[0], N[1].port);
-    h_proxy_start(&X[1], N[1].port);
-    for (int i = 0; i < NNODES; i++)
-        p1[i] = p2[i] = N[i].port;
-    p1[1] = X[0].port;
-    p2[1] = X[1].port;
-    h_daemon_start_ports(&D1, p1, NNODES,
-                         "{\"redis\":{\"command_timeout_ms\":30000}}");
-    h_daemon_start_ports(&D2, p2, NNODES,
-                         "{\"redis\":{\"command_timeout_ms\":1500,"
-                         "\"reconnect_max_ms\":200}}");
-    h_wait_voting(&D1, NNODES, h_scale(5000));
-    h_wait_voting(&D2, NNODES, h_scale(5000));
-    h_connect_tcp_ok(&A, D1.port);
-    h_connect_tcp_ok(&B, D2.port);
+    h_cluster_proxy(&K, 0, 1);
+    h_cluster_proxy(&K, 1, 1);
+    h_cluster_route(&K, 0, 1, 0);
+    h_cluster_route(&K, 1, 1, 1);
+    h_cluster_daemon(&K, 0, "{\"redis\":{\"command_timeout_ms\":30000}}",
+                     h_scale(5000));
+    h_cluster_daemon(&K, 1, "{\"redis\":{\"command_timeout_ms\":1500,"
+                            "\"reconnect_max_ms\":200}}", h_scale(5000));
+    h_cluster_client(&K, 0, 0);
+    h_cluster_client(&K, 1, 1);
 
     ck_assert_int_eq(h_redis_cmd(&N[2], NULL, "SET lock:%s foreign PX 60000", res), 0);
     h_proxy_ctl(&X[1], "delay-down 400");
-    h_sendf(&B, "LOCK %s ttl=2500 renew=0\n", res);
+    h_sendf(B, "LOCK %s ttl=2500 renew=0\n", res);
     t0 = h_now_ms();
     while (h_redis_cmd(&N[1], NULL, "EXISTS lock:%s", res) != 1) {
         ck_assert_msg(h_since(t0) < h_scale(2000), "B's key never reached node 1");
@@ -316,23 +290,23 @@ static void straddle(bool lose_raise)
         h_proxy_ctl(&X[1], "delay-up 3600000");
     ck_assert_int_eq(h_redis_cmd(&N[2], NULL, "DEL lock:%s", res), 1);
     h_proxy_ctl(&X[0], "delay-up 3500");
-    h_sendf(&A, "LOCK %s ttl=30000\n", res);
+    h_sendf(A, "LOCK %s ttl=30000\n", res);
 
-    line = h_recv_line(&B, h_scale(6000));
+    line = h_recv_line(B, h_scale(6000));
     ck_assert_msg(line != NULL, "B got no answer");
     fprintf(stderr, "straddle%s: B answered %s\n", lose_raise ? " (raise lost)" : "",
             line);
     if (h_starts(line, "OK resource=")) {
         fences[nf++] = fence_of(line);
         /* A renew=0 lease granted late may have run out already. */
-        line = h_cmd(&B, "UNLOCK %s", res);
+        line = h_cmd(B, "UNLOCK %s", res);
         ck_assert_msg(h_starts(line, "OK ") || h_starts(line, "ERR LOST "),
                       "B's UNLOCK answered \"%s\"", line);
     } else {
         ck_assert_msg(lose_raise && h_starts(line, "ERR UNAVAILABLE "),
                       "B answered \"%s\"", line);
     }
-    line = h_recv_line(&A, h_scale(15000));
+    line = h_recv_line(A, h_scale(15000));
     ck_assert_msg(line != NULL, "A got no answer");
     fprintf(stderr, "straddle%s: A answered %s\n", lose_raise ? " (raise lost)" : "",
             line);
@@ -343,10 +317,10 @@ static void straddle(bool lose_raise)
                       "B's %llu", fences[1], fences[0]);
     if (!lose_raise)
         ck_assert_int_eq(nf, 2);
-    h_expect(&A, "OK ", "UNLOCK %s", res);
+    h_expect(A, "OK ", "UNLOCK %s", res);
     h_proxy_ctl(&X[0], "pass");
     h_proxy_ctl(&X[1], "pass");
-    stop_daemons();
+    h_cluster_stop(&K);
 }
 
 START_TEST(straddle_raise_lands)
@@ -369,8 +343,8 @@ END_TEST
 static void lock_rounds(const char *res)
 {
     for (int i = 0; i < ERR_ROUNDS; i++) {
-        lock_fence(&A, res);
-        h_expect(&A, "OK resource=", "UNLOCK %s", res);
+        lock_fence(A, res);
+        h_expect(A, "OK resource=", "UNLOCK %s", res);
     }
 }
 
@@ -378,17 +352,16 @@ START_TEST(error_wrongtype)
 {
     char node[32];
 
-    h_redis_start_all(N, NNODES, NULL);
+    h_cluster_nodes(&K, NNODES, NULL);
     ck_assert_int_eq(h_redis_cmd(&N[0], NULL, "HSET lock:fence:wt f v"), 1);
-    h_daemon_start(&D1, N, NNODES, NULL);
-    h_wait_voting(&D1, NNODES, h_scale(5000));
-    h_connect_tcp_ok(&A, D1.port);
+    h_cluster_daemon(&K, 0, NULL, h_scale(5000));
+    h_cluster_client(&K, 0, 0);
     lock_rounds("fence:wt");
     snprintf(node, sizeof(node), "127.0.0.1:%d", N[0].port);
-    ck_assert_msg(log_count2(&D1, node, "WRONGTYPE") == 1,
+    ck_assert_msg(log_count2(D1, node, "WRONGTYPE") == 1,
                   "the log names WRONGTYPE from %s %d times, want once",
-                  node, log_count2(&D1, node, "WRONGTYPE"));
-    ck_assert_int_eq(h_daemon_finish(&D1), 0);
+                  node, log_count2(D1, node, "WRONGTYPE"));
+    ck_assert_int_eq(h_daemon_finish(D1), 0);
 }
 END_TEST
 
@@ -400,10 +373,8 @@ START_TEST(error_oom)
 
     ck_assert_ptr_nonnull(big);
     memset(big, 'x', 64 * 1024);
-    h_redis_start_all(N, NNODES, NULL);
-    h_daemon_start(&D1, N, NNODES, NULL);
-    h_wait_voting(&D1, NNODES, h_scale(5000));
-    h_connect_tcp_ok(&A, D1.port);
+    h_cluster_start(&K, NNODES, 1, NULL, h_scale(5000));
+    h_cluster_client(&K, 0, 0);
     /* Fill node 2 past 1 MB, then cap it there without eviction. */
     for (int i = 0; i < 64; i++) {
         redisContext *c = h_redis_connect(&N[2]);
@@ -426,10 +397,10 @@ START_TEST(error_oom)
 
     lock_rounds("fence:oom");
     snprintf(node, sizeof(node), "127.0.0.1:%d", N[2].port);
-    ck_assert_msg(log_count2(&D1, node, "OOM") == 1,
+    ck_assert_msg(log_count2(D1, node, "OOM") == 1,
                   "the log names OOM from %s %d times, want once", node,
-                  log_count2(&D1, node, "OOM"));
-    ck_assert_int_eq(h_daemon_finish(&D1), 0);
+                  log_count2(D1, node, "OOM"));
+    ck_assert_int_eq(h_daemon_finish(D1), 0);
 }
 END_TEST
 
@@ -438,7 +409,7 @@ static Suite *fence_suite(void)
     Suite *s = suite_create("fence");
     TCase *tc = tcase_create("fence");
 
-    tcase_add_checked_fixture(tc, NULL, teardown);
+    h_cluster_fixture(tc, &K, 0, false);
     tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, diverged_first_grant);
     tcase_add_test(tc, alternating_daemons);
@@ -453,11 +424,5 @@ static Suite *fence_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(fence_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(fence_suite());
 }

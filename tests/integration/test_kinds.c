@@ -32,44 +32,26 @@
 #define NNODES 3
 #define NDAEMONS 2
 
-static struct h_redis R[NNODES];
-static struct h_daemon D[NDAEMONS];
+/* Its nodes (started before each test) and daemons (harness.h); nd of
+ * them started. */
+static struct h_cluster K;
+static struct h_redis *const R = K.nodes;
 static int nd;
 
 static void setup(void)
 {
-    memset(R, 0, sizeof(R));
-    memset(D, 0, sizeof(D));
     nd = 0;
-    h_redis_start_all(R, NNODES, NULL);
-}
-
-static void teardown(void)
-{
-    int rc[NDAEMONS] = { 0 };
-
-    for (int i = 0; i < nd; i++)
-        rc[i] = h_daemon_finish(&D[i]);
-    for (int i = 0; i < nd; i++)
-        h_daemon_cleanup(&D[i]);
-    h_redis_cleanup_all(R, NNODES);
-    for (int i = 0; i < nd; i++)
-        ck_assert_msg(rc[i] == 0, "redlockd #%d exited with status %d", i,
-                      rc[i]);
 }
 
 /* Daemon i (id d<i>), with `extra` (JSON members, may be "") merged in. */
 static struct h_daemon *start_daemon(const char *extra)
 {
     char json[512];
-    struct h_daemon *d = &D[nd];
 
+    ck_assert_int_lt(nd, NDAEMONS);
     snprintf(json, sizeof(json), "{\"id\":\"d%d\"%s%s}", nd,
              extra && *extra ? "," : "", extra ? extra : "");
-    h_daemon_start(d, R, NNODES, json);
-    nd++;
-    h_wait_voting(d, NNODES, h_scale(5000));
-    return d;
+    return h_cluster_daemon(&K, nd++, json, h_scale(5000));
 }
 
 static unsigned long long fence_of(const char *line)
@@ -478,7 +460,8 @@ static Suite *kinds_suite(void)
     Suite *s = suite_create("kinds");
     TCase *tc = tcase_create("kinds");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    h_cluster_fixture(tc, &K, NNODES, true);
+    tcase_add_checked_fixture(tc, setup, NULL);
     tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, readers_together_writer_waits);
     tcase_add_test(tc, plain_setnx_blocks_both_modes);
@@ -494,11 +477,5 @@ static Suite *kinds_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(kinds_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(kinds_suite());
 }

@@ -34,9 +34,9 @@
 
 #define NNODES 3
 
-/* Its nodes (started by setup), daemons 0 and 1 and the clients
+/* Its nodes (started before each test), daemons 0 and 1 and the clients
  * (harness.h). */
-static struct h_cluster K = { .nnodes = NNODES };
+static struct h_cluster K;
 static struct h_redis *const N = K.nodes;
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -47,19 +47,6 @@ static struct h_redis *const N = K.nodes;
 static long long T(long long ms)
 {
     return h_slow() ? ms * 3 : ms;
-}
-
-static void setup(void)
-{
-    h_cluster_nodes(&K, NNODES, NULL);
-}
-
-/* Runs after a test that passed. A failed one exits at once (check's fork
- * mode); the harness's guardians and PDEATHSIG clean up then, and print
- * the daemon log. */
-static void teardown(void)
-{
-    h_cluster_cleanup(&K);
 }
 
 static long long status_waiters(struct h_client *c, const char *res)
@@ -671,7 +658,10 @@ static Suite *lease_suite(void)
     Suite *s = suite_create("lease");
     TCase *tc = tcase_create("lease");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    /* The teardown runs after a test that passed. A failed one exits at
+     * once (check's fork mode); the harness's guardians and PDEATHSIG
+     * clean up then, and print the daemon log. */
+    h_cluster_fixture(tc, &K, NNODES, false);
     tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, renewal_outlives_ttl);
     tcase_add_test(tc, renew0_expires_with_event);
@@ -692,11 +682,5 @@ static Suite *lease_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(lease_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(lease_suite());
 }

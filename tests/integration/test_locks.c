@@ -29,7 +29,6 @@
 
 #include "harness.h"
 
-#define NODES_MAX 3
 #define DAEMONS_MAX 2
 
 /* Small timeouts so a stopped node is noticed fast and comes back fast;
@@ -38,56 +37,25 @@
                     "\"connect_timeout_ms\":300,\"reconnect_max_ms\":200}"
 #define FAULT_JSON "{" FAULT_REDIS "}"
 
-static struct h_redis R[NODES_MAX];
-static int nr;
-static struct h_daemon D[DAEMONS_MAX];
+/* Its nodes (K.nnodes of them, started by the test) and daemons
+ * (harness.h). */
+static struct h_cluster K;
+static struct h_redis *const R = K.nodes;
+static struct h_daemon *const D = K.daemons;
 static int nd;
 
 /* ---- fixture ---- */
 
 static void setup(void)
 {
-    memset(R, 0, sizeof(R));
-    memset(D, 0, sizeof(D));
-    nr = 0;
     nd = 0;
-}
-
-/* Runs after every passing test (a failing one _exit()s its fork and the
- * harness's guardians clean up instead). */
-static void teardown(void)
-{
-    int rc[DAEMONS_MAX] = { 0 };
-
-    /* A paused node would hold the daemon's shutdown release until
-     * shutdown_timeout_ms; let it answer. */
-    h_redis_resume_all(R, nr);
-    for (int i = 0; i < nd; i++)
-        rc[i] = h_daemon_finish(&D[i]);
-    for (int i = 0; i < nd; i++)
-        h_daemon_cleanup(&D[i]);
-    h_redis_cleanup_all(R, nr);
-    for (int i = 0; i < nd; i++)
-        ck_assert_msg(rc[i] == 0, "redlockd #%d exited with status %d on SIGTERM",
-                      i, rc[i]);
 }
 
 /* ---- helpers ---- */
 
 static unsigned all_nodes(void)
 {
-    return (1u << nr) - 1;
-}
-
-static void start_nodes(int n, const char *extra)
-{
-    h_redis_start_all(R, n, extra);
-    nr = n;
-}
-
-static void connect_to(struct h_client *c, const struct h_daemon *d)
-{
-    h_connect_tcp_ok(c, d->port);
+    return (1u << K.nnodes) - 1;
 }
 
 /* One acquisition counter of STATS ("ok", "busy", "unavailable"). */
@@ -105,13 +73,8 @@ static json_int_t acquisitions(struct h_client *c, const char *which)
  * about. */
 static struct h_daemon *start_daemon(const char *extra_json)
 {
-    struct h_daemon *d = &D[nd];
-
     ck_assert_int_lt(nd, DAEMONS_MAX);
-    h_daemon_start(d, R, nr, extra_json);
-    nd++;
-    h_wait_voting(d, nr, h_scale(5000));
-    return d;
+    return h_cluster_daemon(&K, nd++, extra_json, h_scale(5000));
 }
 
 /* HELLO; the session id goes to `id`. */
@@ -204,7 +167,7 @@ static long long key_pttl(const struct h_redis *r, const char *res)
  * nodes in `mask`: the value's first word (a holder label follows it). */
 static void assert_keys(unsigned mask, const char *res, const char *value)
 {
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         char *v;
         bool ok;
 
@@ -228,7 +191,7 @@ static bool wait_keys_gone(unsigned mask, const char *res, const char *value,
     for (;;) {
         bool gone = true;
 
-        for (int i = 0; i < nr && gone; i++) {
+        for (int i = 0; i < K.nnodes && gone; i++) {
             char *v;
 
             if ((mask & (1u << i)) == 0)
@@ -254,7 +217,7 @@ static const char *describe_keys(unsigned mask, const char *res)
     size_t len = 0;
 
     out[0] = '\0';
-    for (int i = 0; i < nr && len < sizeof(out); i++) {
+    for (int i = 0; i < K.nnodes && len < sizeof(out); i++) {
         char *v;
 
         if ((mask & (1u << i)) == 0)
@@ -298,10 +261,10 @@ static void basic_cycle(int n)
     char ida[64], idb[64], want[128];
     json_t *st, *holder;
 
-    start_nodes(n, NULL);
+    h_cluster_nodes(&K, n, NULL);
     start_daemon(NULL);
-    connect_to(&a, &D[0]);
-    connect_to(&b, &D[0]);
+    h_connect_tcp_ok(&a, D[0].port);
+    h_connect_tcp_ok(&b, D[0].port);
     hello(&a, "alice", ida, sizeof(ida));
     hello(&b, "bob", idb, sizeof(idb));
     ck_assert_str_ne(ida, idb);
@@ -375,10 +338,10 @@ START_TEST(disconnect_releases)
     struct grant ga1, ga2, gb;
     char ida[64];
 
-    start_nodes(3, NULL);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(NULL);
-    connect_to(&a, &D[0]);
-    connect_to(&b, &D[0]);
+    h_connect_tcp_ok(&a, D[0].port);
+    h_connect_tcp_ok(&b, D[0].port);
     hello(&a, "a", ida, sizeof(ida));
     lock_ok(&a, "dc:1", 30000, "", &ga1);
     lock_ok(&a, "dc:2", 30000, "", &ga2);
@@ -408,10 +371,10 @@ START_TEST(quit_releases)
     struct h_client a, b;
     struct grant ga, gb;
 
-    start_nodes(3, NULL);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(NULL);
-    connect_to(&a, &D[0]);
-    connect_to(&b, &D[0]);
+    h_connect_tcp_ok(&a, D[0].port);
+    h_connect_tcp_ok(&b, D[0].port);
     lock_ok(&a, "q:1", 30000, "", &ga);
     lock_ok(&a, "q:2", 30000, "", &ga);
     ck_assert_str_eq(h_cmd(&a, "QUIT"), "OK bye");
@@ -436,11 +399,11 @@ START_TEST(two_daemons_exclude)
     struct grant g1, g2;
     json_t *st;
 
-    start_nodes(3, NULL);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(NULL);
     start_daemon(NULL);
-    connect_to(&c1, &D[0]);
-    connect_to(&c2, &D[1]);
+    h_connect_tcp_ok(&c1, D[0].port);
+    h_connect_tcp_ok(&c2, D[1].port);
 
     lock_ok(&c1, "shared", 10000, "", &g1);
     h_expect(&c2, "ERR BUSY", "LOCK shared ttl=10000");
@@ -485,9 +448,9 @@ START_TEST(one_node_stopped)
     uint64_t t0, took;
     unsigned running = 0x6;     /* nodes 1 and 2 */
 
-    start_nodes(3, NULL);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(FAULT_JSON);
-    connect_to(&c, &D[0]);
+    h_connect_tcp_ok(&c, D[0].port);
     h_redis_pause(&R[0]);
 
     /* The first LOCK waits for node 0 up to command_timeout_ms. */
@@ -522,9 +485,9 @@ START_TEST(two_nodes_stopped)
     uint64_t bound = h_slow() ? 10000 : 2000;
     char *line;
 
-    start_nodes(3, NULL);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(FAULT_JSON);
-    connect_to(&c, &D[0]);
+    h_connect_tcp_ok(&c, D[0].port);
     unavail0 = acquisitions(&c, "unavailable");
     ok0 = acquisitions(&c, "ok");
     h_redis_pause(&R[0]);
@@ -591,7 +554,7 @@ END_TEST
 
 static void script_flush_all(void)
 {
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         char *s = NULL;
         long long v = h_redis_cmd(&R[i], &s, "SCRIPT FLUSH");
 
@@ -606,17 +569,17 @@ START_TEST(script_flush)
     struct h_client a, b;
     struct grant g;
 
-    start_nodes(3, NULL);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(NULL);
-    connect_to(&a, &D[0]);
-    connect_to(&b, &D[0]);
+    h_connect_tcp_ok(&a, D[0].port);
+    h_connect_tcp_ok(&b, D[0].port);
 
     script_flush_all();
     lock_ok(&a, "ns", 10000, "", &g);
     assert_keys(all_nodes(), "ns", g.token);
     script_flush_all();
     h_expect(&a, "OK resource=ns ttl=20000 validity=", "EXTEND ns ttl=20000");
-    for (int i = 0; i < nr; i++)
+    for (int i = 0; i < K.nnodes; i++)
         ck_assert_int_gt(key_pttl(&R[i], "ns"), 15000);
     script_flush_all();
     ck_assert_str_eq(h_cmd(&a, "UNLOCK ns"), "OK resource=ns nodes=3");
@@ -646,10 +609,10 @@ START_TEST(restart_one_of_three)
     bool back = false;
     uint64_t end;
 
-    start_nodes(3, NULL);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon("{" FAULT_REDIS ",\"locks\":{\"max_ttl_ms\":1000,"
                  "\"default_ttl_ms\":1000}}");
-    connect_to(&c, &D[0]);
+    h_connect_tcp_ok(&c, D[0].port);
     lock_ok(&c, "rs", 1000, "", &g);
     ck_assert_str_eq(h_cmd(&c, "UNLOCK rs"), "OK resource=rs nodes=3");
 
@@ -711,9 +674,9 @@ START_TEST(restart_single_node)
     uint64_t end;
     char *line;
 
-    start_nodes(1, "--appendonly yes --appendfsync always");
+    h_cluster_nodes(&K, 1, "--appendonly yes --appendfsync always");
     start_daemon(FAULT_JSON);
-    connect_to(&c, &D[0]);
+    h_connect_tcp_ok(&c, D[0].port);
     lock_ok(&c, "one", 10000, "", &g);
     ck_assert_str_eq(h_cmd(&c, "UNLOCK one"), "OK resource=one nodes=1");
 
@@ -748,9 +711,9 @@ START_TEST(interop_set_nx)
     struct grant g;
     char *s;
 
-    start_nodes(3, NULL);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(NULL);
-    connect_to(&c, &D[0]);
+    h_connect_tcp_ok(&c, D[0].port);
 
     /* A foreign lock on a quorum: BUSY, and its keys are left alone. */
     for (int i = 0; i < 2; i++) {
@@ -777,11 +740,11 @@ START_TEST(interop_set_nx)
 
     /* The reverse: a redlockd lock makes SET NX fail on every node. */
     lock_ok(&c, "io2", 10000, "", &g);
-    for (int i = 0; i < nr; i++)
+    for (int i = 0; i < K.nnodes; i++)
         ck_assert_int_eq(h_redis_cmd(&R[i], NULL, "SET lock:io2 y NX PX 10000"), -2);
     assert_keys(all_nodes(), "io2", g.token);
     ck_assert_str_eq(h_cmd(&c, "UNLOCK io2"), "OK resource=io2 nodes=3");
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         ck_assert_int_eq(h_redis_cmd(&R[i], &s, "SET lock:io2 y NX PX 10000"), 0);
         free(s);
     }
@@ -799,12 +762,12 @@ START_TEST(extend_pttl_and_lost)
     const char *v;
     json_t *locks, *arr;
 
-    start_nodes(3, NULL);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(NULL);
-    connect_to(&c, &D[0]);
+    h_connect_tcp_ok(&c, D[0].port);
 
     lock_ok(&c, "ext", 5000, " renew=0", &g);
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         long long pttl = key_pttl(&R[i], "ext");
 
         ck_assert_msg(pttl > 0 && pttl <= 5000, "node %d: PTTL %lld", i, pttl);
@@ -812,7 +775,7 @@ START_TEST(extend_pttl_and_lost)
     line = h_expect(&c, "OK resource=ext ttl=60000 validity=", "EXTEND ext ttl=60000");
     v = h_kv(line, "validity");
     ck_assert_msg(atoll(v) > 0 && atoll(v) <= 60000, "EXTEND validity %s", v);
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         long long pttl = key_pttl(&R[i], "ext");
 
         ck_assert_msg(pttl > 50000 && pttl <= 60000,
@@ -825,7 +788,7 @@ START_TEST(extend_pttl_and_lost)
     json_decref(locks);
 
     /* Deleted behind the daemon's back: the lease is lost. */
-    for (int i = 0; i < nr; i++)
+    for (int i = 0; i < K.nnodes; i++)
         ck_assert_int_eq(h_redis_cmd(&R[i], NULL, "DEL lock:ext"), 1);
     h_expect(&c, "ERR LOST", "EXTEND ext ttl=60000");
     h_expect(&c, "ERR NOTHELD", "UNLOCK ext");
@@ -846,10 +809,10 @@ START_TEST(locks_and_status)
     char id[64], node[64];
     json_t *obj, *arr, *holder;
 
-    start_nodes(3, NULL);
+    h_cluster_nodes(&K, 3, NULL);
     start_daemon(NULL);
-    connect_to(&a, &D[0]);
-    connect_to(&b, &D[0]);
+    h_connect_tcp_ok(&a, D[0].port);
+    h_connect_tcp_ok(&b, D[0].port);
     hello(&a, "inspector", id, sizeof(id));
 
     obj = h_ok_json(&a, "LOCKS");
@@ -879,7 +842,7 @@ START_TEST(locks_and_status)
     ck_assert_int_eq(h_json_int(holder, "fence"), (json_int_t)g.fence);
     arr = json_object_get(obj, "nodes");
     ck_assert_int_eq(json_array_size(arr), 3);
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         json_t *n = json_array_get(arr, (size_t)i);
         json_int_t pttl = h_json_int(n, "pttl");
 
@@ -897,7 +860,7 @@ START_TEST(locks_and_status)
     ck_assert(json_is_null(json_object_get(obj, "holder")));
     arr = json_object_get(obj, "nodes");
     ck_assert_int_eq(json_array_size(arr), 3);
-    for (int i = 0; i < nr; i++)
+    for (int i = 0; i < K.nnodes; i++)
         ck_assert_int_eq(h_json_int(json_array_get(arr, (size_t)i), "pttl"), -2);
     json_decref(obj);
     obj = h_ok_json(&a, "LOCKS");
@@ -915,10 +878,10 @@ START_TEST(max_locks_per_session)
     struct h_client a, b;
     struct grant g;
 
-    start_nodes(1, NULL);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon("{\"limits\":{\"max_locks_per_session\":2}}");
-    connect_to(&a, &D[0]);
-    connect_to(&b, &D[0]);
+    h_connect_tcp_ok(&a, D[0].port);
+    h_connect_tcp_ok(&b, D[0].port);
     lock_ok(&a, "lim:1", 10000, "", &g);
     lock_ok(&a, "lim:2", 10000, "", &g);
     h_expect(&a, "ERR LIMIT", "LOCK lim:3 ttl=10000");
@@ -940,9 +903,9 @@ START_TEST(ttl_out_of_range)
     struct h_client c;
     struct grant g;
 
-    start_nodes(1, NULL);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
-    connect_to(&c, &D[0]);
+    h_connect_tcp_ok(&c, D[0].port);
     h_expect(&c, "ERR ARG", "LOCK t ttl=1");
     h_expect(&c, "ERR ARG", "LOCK t ttl=99");
     h_expect(&c, "ERR ARG", "LOCK t ttl=86400001");
@@ -970,10 +933,10 @@ START_TEST(durations_with_units)
     long long pttl, took;
     uint64_t t0;
 
-    start_nodes(1, NULL);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
-    connect_to(&a, &D[0]);
-    connect_to(&b, &D[0]);
+    h_connect_tcp_ok(&a, D[0].port);
+    h_connect_tcp_ok(&b, D[0].port);
     h_expect(&a, "OK proto=1 ", "HELLO keepalive=1m");
     line = h_expect(&a, "OK resource=u ", "LOCK u ttl=1.5m wait=2s renew=0");
     ck_assert_str_eq(h_kv(line, "ttl"), "90000");
@@ -1017,10 +980,10 @@ START_TEST(stats_counters)
     json_int_t ok0, busy0, un0;
     json_t *stats;
 
-    start_nodes(1, NULL);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(FAULT_JSON);
-    connect_to(&a, &D[0]);
-    connect_to(&b, &D[0]);
+    h_connect_tcp_ok(&a, D[0].port);
+    h_connect_tcp_ok(&b, D[0].port);
     ok0 = acquisitions(&a, "ok");
     busy0 = acquisitions(&a, "busy");
     un0 = acquisitions(&a, "unavailable");
@@ -1087,15 +1050,15 @@ START_TEST(redis_password_and_db)
     struct grant g;
     struct h_client c;
 
-    start_nodes(3, NULL);
-    for (int i = 0; i < nr; i++)
+    h_cluster_nodes(&K, 3, NULL);
+    for (int i = 0; i < K.nnodes; i++)
         ck_assert_int_eq(h_redis_cmd(&R[i], NULL,
                                      "CONFIG SET requirepass n0deS3cret"), 0);
     struct h_daemon *d = start_daemon("{\"redis\":{\"password\":\"n0deS3cret\","
                                       "\"db\":3}}");
-    connect_to(&c, d);
+    h_connect_tcp_ok(&c, d->port);
     lock_ok(&c, "auth:1", 10000, "", &g);
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         char *v = auth_get(&R[i], NULL, "n0deS3cret", 3, "auth:1");
         ck_assert_msg(h_holds_token(v, g.token),
                       "node %d db 3 holds %s, want the token %s", i,
@@ -1114,17 +1077,17 @@ START_TEST(redis_acl_user)
     struct grant g;
     struct h_client c;
 
-    start_nodes(3, NULL);
-    for (int i = 0; i < nr; i++) {
+    h_cluster_nodes(&K, 3, NULL);
+    for (int i = 0; i < K.nnodes; i++) {
         ck_assert_int_eq(h_redis_cmd(&R[i], NULL, "ACL SETUSER locker on "
                                      ">pw-1 ~* &* +@all"), 0);
         ck_assert_int_eq(h_redis_cmd(&R[i], NULL, "ACL SETUSER default off"), 0);
     }
     struct h_daemon *d = start_daemon("{\"redis\":{\"username\":\"locker\","
                                       "\"password\":\"pw-1\"}}");
-    connect_to(&c, d);
+    h_connect_tcp_ok(&c, d->port);
     lock_ok(&c, "acl:1", 10000, "", &g);
-    for (int i = 0; i < nr; i++) {
+    for (int i = 0; i < K.nnodes; i++) {
         char *v = auth_get(&R[i], "locker", "pw-1", 0, "acl:1");
         ck_assert_msg(h_holds_token(v, g.token), "node %d lacks the key", i);
         free(v);
@@ -1138,12 +1101,11 @@ START_TEST(redis_wrong_password)
 {
     struct h_client c;
 
-    start_nodes(1, NULL);
+    h_cluster_nodes(&K, 1, NULL);
     ck_assert_int_eq(h_redis_cmd(&R[0], NULL, "CONFIG SET requirepass right"), 0);
-    h_daemon_start(&D[0], R, nr, "{\"redis\":{\"password\":\"wrong\","
-                   "\"reconnect_max_ms\":200}}");
-    nd = 1;
-    connect_to(&c, &D[0]);
+    h_cluster_daemon_start(&K, nd++, "{\"redis\":{\"password\":\"wrong\","
+                                     "\"reconnect_max_ms\":200}}");
+    h_connect_tcp_ok(&c, D[0].port);
     h_expect(&c, "ERR UNAVAILABLE ", "LOCK pw:1");
     json_t *stats = h_ok_json(&c, "STATS");
     json_t *node = json_array_get(json_object_get(stats, "nodes"), 0);
@@ -1179,7 +1141,7 @@ START_TEST(publish_only_when_contended)
     struct h_client a, b;
     struct grant g;
 
-    start_nodes(1, NULL);
+    h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
     /* Its own retries come too late to pass for the announcement. */
     start_daemon("{\"locks\":{\"retry_ms\":5000}}");
@@ -1187,8 +1149,8 @@ START_TEST(publish_only_when_contended)
     redisReply *r = redisCommand(sub, "SUBSCRIBE redlockd:released");
     ck_assert_ptr_nonnull(r);
     freeReplyObject(r);
-    connect_to(&a, &D[0]);
-    connect_to(&b, &D[1]);
+    h_connect_tcp_ok(&a, D[0].port);
+    h_connect_tcp_ok(&b, D[1].port);
 
     for (int i = 0; i < 20; i++) {
         lock_ok(&a, "quiet", 10000, "", &g);
@@ -1227,7 +1189,12 @@ static Suite *locks_suite(void)
     Suite *s = suite_create("locks");
     TCase *tc = tcase_create("locks");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    /* After every passing test (a failing one _exit()s its fork and the
+     * harness's guardians clean up instead), a paused node, which would
+     * hold the daemon's shutdown release until shutdown_timeout_ms, is
+     * continued first; each daemon's exit status 0 is asserted. */
+    h_cluster_fixture(tc, &K, 0, true);
+    tcase_add_checked_fixture(tc, setup, NULL);
     tcase_set_timeout(tc, h_slow() ? 300 : 30);
     tcase_add_test(tc, basic_1node);
     tcase_add_test(tc, basic_3nodes);
@@ -1256,11 +1223,5 @@ static Suite *locks_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(locks_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(locks_suite());
 }

@@ -231,9 +231,11 @@ struct counts {
     int faults[F_NKINDS], skipped, crashed, term_bad, reloads;
 };
 
-static struct h_redis N[NNODES];
+/* Its nodes and daemons (harness.h). */
+static struct h_cluster K;
+static struct h_redis *const N = K.nodes;
+static struct h_daemon *const D = K.daemons;
 static struct h_redis R;                /* the register */
-static struct h_daemon D[NDAEMONS];
 static enum dstate dstate[NDAEMONS];
 static bool d_crashed[NDAEMONS];
 static int d_gen[NDAEMONS];             /* restarts */
@@ -258,7 +260,6 @@ static const struct run_conf *rc;
 static redisContext *reg;
 static int64_t t_run;
 static bool stopping;
-static uint64_t rng_state;
 static char unexpected_msg[2048];
 
 /* ---- time and randomness ----------------------------------------------- */
@@ -271,40 +272,6 @@ static int64_t rel(int64_t t)
 static double secs(int64_t r)
 {
     return (double)r / 1e6;
-}
-
-/* splitmix64, as test_mutex. */
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static int rng_range(int lo, int hi)
-{
-    return lo + (int)(rng_next() % (uint64_t)(hi - lo + 1));
-}
-
-static uint64_t seed_init(void)
-{
-    const char *s = getenv("REDLOCKD_LOSTUPDATE_SEED");
-    uint64_t seed;
-
-    if (s != NULL && *s != '\0') {
-        char *end;
-
-        errno = 0;
-        seed = strtoull(s, &end, 0);
-        ck_assert_msg(errno == 0 && *end == '\0',
-                      "REDLOCKD_LOSTUPDATE_SEED is not a number: %s", s);
-    } else if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) {
-        seed = (uint64_t)h_now_us() ^ ((uint64_t)getpid() << 32);
-    }
-    rng_state = seed;
-    return seed;
 }
 
 static void note_unexpected(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -347,7 +314,7 @@ static void daemon_start(int i)
     char json[512];
 
     daemon_json(i, json, sizeof(json));
-    h_daemon_start(&D[i], N, NNODES, json);
+    h_cluster_daemon_start(&K, i, json);
     dstate[i] = D_UP;
     d_max_now[i] = d_max_conf[i];
     reload[i].pending = false;
@@ -554,7 +521,7 @@ static void client_drop(struct client *c, bool failover)
     c->len = 0;
     c->req = REQ_NONE;
     c->daemon = failover ? other_daemon(c->daemon) : c->id % NDAEMONS;
-    c->next_at = now + US(rng_range(50, 200));
+    c->next_at = now + US(h_rng_range(50, 200));
     cnt.dropped++;
 }
 
@@ -615,12 +582,12 @@ static void client_lock(struct client *c)
 {
     int max = d_max_now[c->daemon];
     int lo = h_slow() ? 4 * TTL_MIN_MS : TTL_MIN_MS;
-    int wait = rng_range(WAIT_MIN_MS, WAIT_MAX_MS);
+    int wait = h_rng_range(WAIT_MIN_MS, WAIT_MAX_MS);
 
     if (lo > max)
         lo = max;
-    c->ttl = rng_range(lo, max);
-    c->reg = rng_range(0, NREG - 1);
+    c->ttl = h_rng_range(lo, max);
+    c->reg = h_rng_range(0, NREG - 1);
     snprintf(c->res, sizeof(c->res), RES_FMT, c->reg);
     cnt.rounds++;
     c->rounds++;
@@ -630,18 +597,18 @@ static void client_lock(struct client *c)
 
 static void round_done(struct client *c, int64_t now)
 {
-    c->next_at = now + US(rng_range(0, 40));
+    c->next_at = now + US(h_rng_range(0, 40));
 }
 
 static int think_ms(const struct client *c)
 {
-    int r = rng_range(0, 99);
+    int r = h_rng_range(0, 99);
 
     if (r < rc->long_pct)
-        return rng_range(c->ttl / 2, c->ttl + c->ttl / 4);
+        return h_rng_range(c->ttl / 2, c->ttl + c->ttl / 4);
     if (r < rc->long_pct + rc->mid_pct)
-        return rng_range(rc->mid_lo, rc->mid_hi);
-    return rng_range(0, 20);
+        return h_rng_range(rc->mid_lo, rc->mid_hi);
+    return h_rng_range(0, 20);
 }
 
 static void on_lock_reply(struct client *c, const char *line, int64_t now)
@@ -978,7 +945,7 @@ static int other_node(int a, int b)
     int k;
 
     do {
-        k = rng_range(0, NNODES - 1);
+        k = h_rng_range(0, NNODES - 1);
     } while (k == a || k == b);
     return k;
 }
@@ -993,45 +960,45 @@ static void plan_general(void)
     int n = (int)(sizeof(order) / sizeof(*order));
 
     for (int i = n - 1; i > 0; i--) {
-        int j = rng_range(0, i);
+        int j = h_rng_range(0, i);
         enum fault_kind k = order[i];
 
         order[i] = order[j];
         order[j] = k;
     }
     for (int i = 0; i < n; i++) {
-        struct fault *f = fault_next(order[i], rng_range(1200, 2000), 0);
+        struct fault *f = fault_next(order[i], h_rng_range(1200, 2000), 0);
 
         switch (f->kind) {
         case F_NODE_STOP:
-            f->target = rng_range(0, NNODES - 1);
-            f->dur_ms = rng_range(1000, 2500);
+            f->target = h_rng_range(0, NNODES - 1);
+            f->dur_ms = h_rng_range(1000, 2500);
             break;
         case F_NODE_KILL:
-            f->target = rng_range(0, NNODES - 1);
-            f->dur_ms = rng_range(300, 1500);
+            f->target = h_rng_range(0, NNODES - 1);
+            f->dur_ms = h_rng_range(300, 1500);
             break;
         case F_FLUSH:
-            f->target = rng_range(0, NNODES - 1);
+            f->target = h_rng_range(0, NNODES - 1);
             f->want_hold_ms = 400;
             f->write_within_ms = 700;
             break;
         case F_TTL_RAISE:
-            f->target = rng_range(0, NDAEMONS - 1);
+            f->target = h_rng_range(0, NDAEMONS - 1);
             f->param = 4000;
             break;
         case F_DAEMON_RESTART:
             /* SIGTERM while a holder on it is about to write and a
              * waiter on the other daemon asks for the same lock. */
-            f->target = rng_range(0, NDAEMONS - 1);
-            f->dur_ms = rng_range(300, 1500);
+            f->target = h_rng_range(0, NDAEMONS - 1);
+            f->dur_ms = h_rng_range(300, 1500);
             f->want_hold_ms = 100;
             f->write_after_ms = 5;
             f->write_within_ms = 40;
             f->on_holder = true;
             break;
         case F_DAEMON_STOP:
-            f->target = rng_range(0, NDAEMONS - 1);
+            f->target = h_rng_range(0, NDAEMONS - 1);
             f->dur_ms = 0;      /* longer than its max_ttl, when it starts */
             break;
         default:
@@ -1063,7 +1030,7 @@ static void plan_flush_ttl(void)
      * max_ttl_ms it started with, would let the empty node vote again: the
      * paused node and it are then a quorum that never saw the lock. The
      * wait must cover the longest lease any daemon may hold (6000). */
-    x = rng_range(0, NNODES - 1);
+    x = h_rng_range(0, NNODES - 1);
     y = other_node(x, -1);
     f = fault_next(F_NODE_STOP, 1500, 1);
     f->target = x;
@@ -1079,11 +1046,11 @@ static void plan_flush_ttl(void)
     f->hold_daemon = 1;
 
     f = fault_add(F_FLUSH, a, true, 2000, 0);
-    f->target = rng_range(0, NNODES - 1);
+    f->target = h_rng_range(0, NNODES - 1);
     f->want_hold_ms = 400;
     f->write_within_ms = 700;
 
-    x = rng_range(0, NNODES - 1);
+    x = h_rng_range(0, NNODES - 1);
     f = fault_next(F_FLUSH2, 2500, 0);
     f->target = x;
     f->target2 = other_node(x, -1);
@@ -1094,7 +1061,7 @@ static void plan_flush_ttl(void)
     f->target = 1;
     f->param = 8000;
 
-    x = rng_range(0, NNODES - 1);
+    x = h_rng_range(0, NNODES - 1);
     f = fault_next(F_NODE_STOP, 1000, 1);
     f->target = x;
     a = nfaults - 1;
@@ -1276,7 +1243,7 @@ static bool fault_begin(struct fault *f, int64_t now)
         if (t < 0)
             return false;
         if (f->dur_ms == 0)
-            f->dur_ms = d_max_now[t] + rng_range(300, 1000);
+            f->dur_ms = d_max_now[t] + h_rng_range(300, 1000);
         ck_assert_int_eq(kill(D[t].pid, SIGSTOP), 0);
         dstate[t] = D_STOPPED;
         snprintf(f->what, sizeof(f->what), "daemon-stop d%d %d ms", t, f->dur_ms);
@@ -1448,7 +1415,7 @@ static void run_init(const struct run_conf *conf)
     att_overflow = false;
     stopping = false;
     nfaults = 0;
-    h_redis_start_all(N, NNODES, conf->node_extra);
+    h_cluster_nodes(&K, NNODES, conf->node_extra);
     h_redis_start(&R, NULL);
     reg = h_redis_connect(&R);
     for (int i = 0; i < NDAEMONS; i++) {
@@ -1713,15 +1680,12 @@ static void teardown(void)
     if (reg != NULL)
         redisFree(reg);
     reg = NULL;
-    for (int i = 0; i < NDAEMONS; i++)
-        h_daemon_cleanup(&D[i]);
-    h_redis_cleanup_all(N, NNODES);
     h_redis_cleanup(&R);
 }
 
 static uint64_t run_one(const struct run_conf *conf, struct verdict *v)
 {
-    uint64_t seed = seed_init();
+    uint64_t seed = h_seed("REDLOCKD_LOSTUPDATE_SEED");
 
     fprintf(stderr, "lostupdate[%s]: seed=%" PRIu64 " (set REDLOCKD_LOSTUPDATE_SEED "
             "to replay its schedule)\n", conf->name, seed);
@@ -1848,6 +1812,7 @@ static Suite *lostupdate_suite(void)
     Suite *s = suite_create("lostupdate");
     TCase *tc = tcase_create("lostupdate");
 
+    h_cluster_fixture(tc, &K, 0, false);
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, 280);
     tcase_add_test(tc, lostupdate_general);
@@ -1859,11 +1824,5 @@ static Suite *lostupdate_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(lostupdate_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(lostupdate_suite());
 }

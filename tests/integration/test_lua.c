@@ -366,9 +366,5 @@ static Suite *lua_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(lua_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(lua_suite());
 }

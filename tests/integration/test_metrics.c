@@ -37,9 +37,11 @@
 #define NNODES 3
 #define MAX_CONNS 64            /* the daemon's cap, httpd.h */
 
-static struct h_redis N[NNODES];
-static struct h_daemon D;
-static struct h_client C;
+/* Its nodes, daemon D and client C (harness.h). */
+static struct h_cluster K;
+static struct h_redis *const N = K.nodes;
+static struct h_daemon *const D = &K.daemons[0];
+static struct h_client *const C = &K.clients[0];
 static int mport;               /* the metrics port of this test */
 
 /* Upper time bounds stretch under valgrind; nothing here has a lower one. */
@@ -198,11 +200,6 @@ static double get_metric(const char *series)
     return v;
 }
 
-static void connect_client(void)
-{
-    h_connect_tcp_ok(&C, D.port);
-}
-
 /* The daemon's client port is open before the metrics listener and the
  * Redis connections are (noticeably so under valgrind): wait for both, so
  * tests start from "all nodes up". */
@@ -227,7 +224,7 @@ static void wait_healthy(void)
             return;
         h_sleep_ms(20);
     }
-    h_daemon_dump_log(&D);
+    h_daemon_dump_log(D);
     ck_abort_msg("metrics endpoint not healthy with all nodes within %d ms",
                  T(5000));
 }
@@ -236,27 +233,14 @@ static void setup(void)
 {
     char extra[256];
 
-    h_redis_start_all(N, NNODES, NULL);
     mport = h_free_port();
     snprintf(extra, sizeof(extra),
              "{\"metrics\":{\"listen\":\"127.0.0.1:%d\"},"
              "\"redis\":{\"command_timeout_ms\":100}}", mport);
-    h_daemon_start(&D, N, NNODES, extra);
-    C.fd = -1;
+    h_cluster_daemon_start(&K, 0, extra);
     wait_healthy();
 }
 
-static void teardown(void)
-{
-    int rc;
-
-    if (C.fd >= 0)
-        h_close(&C);
-    rc = h_daemon_finish(&D);
-    h_daemon_cleanup(&D);
-    h_redis_cleanup_all(N, NNODES);
-    ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
-}
 
 /* ---- the stats codec against STATS and /metrics -------------------------- */
 
@@ -468,13 +452,13 @@ START_TEST(metrics_format_and_counters)
     ck_assert_msg(before >= 0, "no " ACQ_OK ":\n%.1500s", r.body);
     http_free(&r);
 
-    connect_client();
-    line = h_cmd(&C, "LOCK metrics:1 ttl=10000");
+    h_cluster_client(&K, 0, 0);
+    line = h_cmd(C, "LOCK metrics:1 ttl=10000");
     ck_assert_msg(h_starts(line, "OK "), "LOCK: %s", line);
     after = get_metric(ACQ_OK);
     ck_assert_msg(after == before + 1, "acquisitions_ok %g -> %g", before, after);
     ck_assert_msg(get_metric("redlockd_locks_held") == 1, "locks_held not 1");
-    line = h_cmd(&C, "UNLOCK metrics:1");
+    line = h_cmd(C, "UNLOCK metrics:1");
     ck_assert_msg(h_starts(line, "OK "), "UNLOCK: %s", line);
     ck_assert_msg(get_metric("redlockd_releases_total") >= 1, "releases");
     ck_assert_msg(get_metric("redlockd_locks_held") == 0, "locks_held not 0");
@@ -494,15 +478,15 @@ START_TEST(healthz_follows_quorum)
 
     h_redis_stop(&N[1]);
     h_redis_stop(&N[2]);
-    connect_client();
+    h_cluster_client(&K, 0, 0);
     /* A LOCK makes the daemon talk to the nodes, so it notices them gone
      * even if the dropped connections had not told it yet. */
     deadline = h_now_ms() + (uint64_t)T(5000);
     while (!down && h_now_ms() < deadline) {
-        char *line = h_cmd(&C, "LOCK metrics:health ttl=1000");
+        char *line = h_cmd(C, "LOCK metrics:health ttl=1000");
 
         if (h_starts(line, "OK "))
-            h_cmd(&C, "UNLOCK metrics:health");
+            h_cmd(C, "UNLOCK metrics:health");
         http_get("/healthz", &r);
         down = r.status == 503;
         if (down)
@@ -823,8 +807,8 @@ START_TEST(codec_rows_in_stats_and_metrics)
     json_t *st, *nodes, *node;
     size_t i;
 
-    connect_client();
-    st = h_ok_json(&C, "STATS");
+    h_cluster_client(&K, 0, 0);
+    st = h_ok_json(C, "STATS");
     http_get("/metrics", &r);
     ck_assert_msg(r.status == 200, "GET /metrics: %.1500s", r.raw);
     for (size_t t = 0; t < NROWS(tables); t++) {
@@ -892,12 +876,12 @@ START_TEST(counters_agree)
     char *line;
     int checked = 0;
 
-    connect_client();
-    line = h_cmd(&C, "LOCK metrics:agree ttl=10000");
+    h_cluster_client(&K, 0, 0);
+    line = h_cmd(C, "LOCK metrics:agree ttl=10000");
     ck_assert_msg(h_starts(line, "OK "), "LOCK: %s", line);
-    line = h_cmd(&C, "UNLOCK metrics:agree");
+    line = h_cmd(C, "UNLOCK metrics:agree");
     ck_assert_msg(h_starts(line, "OK "), "UNLOCK: %s", line);
-    st = h_ok_json(&C, "STATS");
+    st = h_ok_json(C, "STATS");
     http_get("/metrics", &r);
     ck_assert_msg(r.status == 200, "GET /metrics: %.1500s", r.raw);
     for (size_t i = 0; i < NROWS(global_rows); i++) {
@@ -947,7 +931,8 @@ static Suite *metrics_suite(void)
     Suite *s = suite_create("metrics");
     TCase *tc = tcase_create("metrics");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    h_cluster_fixture(tc, &K, NNODES, true);
+    tcase_add_checked_fixture(tc, setup, NULL);
     tcase_set_timeout(tc, h_slow() ? 150 : 30);
     tcase_add_test(tc, metrics_format_and_counters);
     tcase_add_test(tc, healthz_follows_quorum);
@@ -967,11 +952,5 @@ static Suite *metrics_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(metrics_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(metrics_suite());
 }

@@ -184,8 +184,10 @@ struct counts {
     long long key_outlived_ms;  /* the longest a key outlived its last holder */
 };
 
-static struct h_redis N[NNODES];
-static struct h_daemon D[NDAEMONS];
+/* Its nodes and daemons (harness.h). */
+static struct h_cluster K;
+static struct h_redis *const N = K.nodes;
+static struct h_daemon *const D = K.daemons;
 static bool d_stopped[NDAEMONS];    /* SIGSTOPped */
 static bool d_crashed[NDAEMONS];    /* died unasked */
 static bool d_terminated[NDAEMONS]; /* sent SIGTERM: exits, is restarted */
@@ -200,7 +202,6 @@ static const struct run_conf *rc;
 static int64_t t_run;               /* us: the run's time zero */
 static int64_t touch[NRES];         /* us: the last holder of each was done */
 static bool stopping;
-static uint64_t rng_state;
 static char unexpected_msg[1024];
 
 /* ---- time and randomness ----------------------------------------------- */
@@ -208,41 +209,6 @@ static char unexpected_msg[1024];
 static double secs(int64_t t)
 {
     return (double)(t - t_run) / 1e6;
-}
-
-/* splitmix64: small, good enough, and the same on every platform. */
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [lo, hi]. */
-static int rng_range(int lo, int hi)
-{
-    return lo + (int)(rng_next() % (uint64_t)(hi - lo + 1));
-}
-
-static uint64_t seed_init(void)
-{
-    const char *s = getenv("REDLOCKD_MUTEX_SEED");
-    uint64_t seed;
-
-    if (s != NULL && *s != '\0') {
-        char *end;
-
-        errno = 0;
-        seed = strtoull(s, &end, 0);
-        ck_assert_msg(errno == 0 && *end == '\0',
-                      "REDLOCKD_MUTEX_SEED is not a number: %s", s);
-    } else if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) {
-        seed = (uint64_t)h_now_us() ^ ((uint64_t)getpid() << 32);
-    }
-    rng_state = seed;
-    return seed;
 }
 
 static void note_touch(int res, int64_t t)
@@ -320,7 +286,7 @@ static void daemon_watch(void)
 
 static void daemon_start(int i)
 {
-    h_daemon_start(&D[i], N, NNODES, rc->daemon_json[i]);
+    h_cluster_daemon_start(&K, i, rc->daemon_json[i]);
 }
 
 /* ---- redlockd clients --------------------------------------------------- */
@@ -369,7 +335,7 @@ static void client_drop(struct client *c, bool failover)
     if (!adopt)
         c->res = -1;
     c->daemon = failover ? other_daemon(c->daemon) : c->id % NDAEMONS;
-    c->next_at = now + US(rng_range(50, 200));
+    c->next_at = now + US(h_rng_range(50, 200));
     cnt.dropped++;
 }
 
@@ -441,13 +407,13 @@ static void client_lock(struct client *c)
 
     const char *kind = "";
 
-    c->res = rng_range(0, NRES - 1);
+    c->res = h_rng_range(0, NRES - 1);
     c->shared = false;
     c->slot = -1;
     if (rc->kinds && c->res == RES_SEM)
         kind = " limit=" STR(SEM_K);
     else if (rc->kinds && c->res != RES_PLAIN &&
-             rng_range(0, 99) < SHARED_PCT) {
+             h_rng_range(0, 99) < SHARED_PCT) {
         kind = " mode=shared";
         c->shared = true;
     }
@@ -471,13 +437,13 @@ static void client_unlock(struct client *c)
 static void round_done(struct client *c, int64_t now)
 {
     c->res = -1;
-    c->next_at = now + US(rng_range(0, 150));
+    c->next_at = now + US(h_rng_range(0, 150));
 }
 
 static int hold_ms(void)
 {
     /* Mostly short, some past the ttl: those live on renewals alone. */
-    return rng_range(0, 99) < 85 ? rng_range(20, 400) : rng_range(1000, 3000);
+    return h_rng_range(0, 99) < 85 ? h_rng_range(20, 400) : h_rng_range(1000, 3000);
 }
 
 static bool resource_is(const char *name, int res)
@@ -872,9 +838,9 @@ static void plain_try(struct plain *p)
     int ok;
     int64_t now, validity;
 
-    p->res = rc->kinds ? RES_PLAIN : rng_range(0, NRES - 1);
+    p->res = rc->kinds ? RES_PLAIN : h_rng_range(0, NRES - 1);
     for (int i = 0; i < 32; i++)
-        p->token[i] = "0123456789abcdef"[rng_next() % 16];
+        p->token[i] = "0123456789abcdef"[h_rng_next() % 16];
     p->token[32] = '\0';
     plain_key(key, sizeof(key), p->res);
     cnt.plain_rounds++;
@@ -883,7 +849,7 @@ static void plain_try(struct plain *p)
     now = h_now_us();
     validity = US(TTL_MS) - (now - p->t0) - US(DRIFT_MS);
     if (ok >= QUORUM && validity > 0) {
-        int64_t hold = US(rng_range(10, 300));
+        int64_t hold = US(h_rng_range(10, 300));
 
         cnt.plain_grants++;
         p->holding = true;
@@ -898,7 +864,7 @@ static void plain_try(struct plain *p)
     /* Partial keys: gone at once, or by their ttl. */
     note_touch(p->res, p->t0);
     plain_release(p);
-    p->next_at = h_now_us() + US(rng_range(50, 250));
+    p->next_at = h_now_us() + US(h_rng_range(50, 250));
 }
 
 static void plain_tick(struct plain *p, int64_t now)
@@ -911,7 +877,7 @@ static void plain_tick(struct plain *p, int64_t now)
                    t < p->valid_end ? t : p->valid_end, NULL);
             p->holding = false;
             plain_release(p);
-            p->next_at = h_now_us() + US(rng_range(20, 200));
+            p->next_at = h_now_us() + US(h_rng_range(20, 200));
         }
         return;
     }
@@ -943,7 +909,7 @@ static void faults_plan(void)
         };
 
         for (int i = F_NKINDS - 1; i > 0; i--) {
-            int j = rng_range(0, i);
+            int j = h_rng_range(0, i);
             enum fault_kind k = order[i];
 
             order[i] = order[j];
@@ -957,34 +923,34 @@ static void faults_plan(void)
             f->started = false;
             switch (f->kind) {
             case F_NODE_STOP:
-                f->target = rng_range(0, NNODES - 1);
-                ms = rng_range(1000, 3000);
+                f->target = h_rng_range(0, NNODES - 1);
+                ms = h_rng_range(1000, 3000);
                 break;
             case F_NODE_KILL:
-                f->target = rng_range(0, NNODES - 1);
-                ms = rng_range(500, 2000);
+                f->target = h_rng_range(0, NNODES - 1);
+                ms = h_rng_range(500, 2000);
                 break;
             case F_DAEMON_KILL:
-                f->target = rng_range(0, NDAEMONS - 1);
-                ms = rng_range(2000, 4000);
+                f->target = h_rng_range(0, NDAEMONS - 1);
+                ms = h_rng_range(2000, 4000);
                 break;
             case F_DAEMON_STOP:
                 /* Longer than the ttl: leases run out while it sleeps. */
-                f->target = rng_range(0, NDAEMONS - 1);
-                ms = 2 * TTL_MS + rng_range(0, 1000);
+                f->target = h_rng_range(0, NDAEMONS - 1);
+                ms = 2 * TTL_MS + h_rng_range(0, 1000);
                 break;
             case F_DAEMON_RESTART:
                 /* SIGTERM leaves its leases; its clients adopt them on
                  * the other daemon, or on this one once it is back. */
-                f->target = rng_range(0, NDAEMONS - 1);
-                ms = rng_range(1500, 2500);
+                f->target = h_rng_range(0, NDAEMONS - 1);
+                ms = h_rng_range(1500, 2500);
                 break;
             case F_NKINDS:
                 break;
             }
             f->at = t;
             f->until = t + US(ms);
-            t = f->until + US(rng_range(2000, 3500));
+            t = f->until + US(h_rng_range(2000, 3500));
         }
     }
 }
@@ -1099,8 +1065,8 @@ static void faults_tick(int64_t now, int64_t *next_disconnect)
     }
     /* Abrupt disconnects: half of them hit a holder. */
     if (t >= *next_disconnect && t < faults_end()) {
-        int pick = rng_range(0, NCLIENTS - 1);
-        bool want_holder = rng_range(0, 1) == 0;
+        int pick = h_rng_range(0, NCLIENTS - 1);
+        bool want_holder = h_rng_range(0, 1) == 0;
 
         for (int k = 0; k < NCLIENTS; k++) {
             struct client *c = &C[(pick + k) % NCLIENTS];
@@ -1111,7 +1077,7 @@ static void faults_tick(int64_t now, int64_t *next_disconnect)
                 break;
             }
         }
-        *next_disconnect = t + US(rng_range(1000, 2500));
+        *next_disconnect = t + US(h_rng_range(1000, 2500));
     }
 }
 
@@ -1227,7 +1193,7 @@ static void run_init(const struct run_conf *conf)
     stopping = false;
     nfaults = 0;
     mc_log_init(&ivlog);
-    h_redis_start_all(N, NNODES, "--appendonly yes --appendfsync always");
+    h_cluster_nodes(&K, NNODES, "--appendonly yes --appendfsync always");
     for (int i = 0; i < NDAEMONS; i++) {
         daemon_start(i);
         h_wait_voting(&D[i], NNODES, h_scale(5000));
@@ -1238,7 +1204,7 @@ static void run_init(const struct run_conf *conf)
         c->id = i;
         c->fd = -1;
         c->daemon = i % NDAEMONS;
-        c->patient = rng_range(0, 1) == 0;
+        c->patient = h_rng_range(0, 1) == 0;
         c->req = REQ_NONE;
         c->res = -1;
         c->held = c->working = false;
@@ -1381,9 +1347,6 @@ static void teardown(void)
     }
     for (int i = 0; i < NPLAIN; i++)
         plain_close(&P[i]);
-    for (int i = 0; i < NDAEMONS; i++)
-        h_daemon_cleanup(&D[i]);
-    h_redis_cleanup_all(N, NNODES);
 }
 
 /* ---- the tests ---------------------------------------------------------- */
@@ -1408,7 +1371,7 @@ static const struct run_conf mutex_conf = {
 static void run_checked(const struct run_conf *conf)
 {
     struct run_result res;
-    uint64_t seed = seed_init();
+    uint64_t seed = h_seed("REDLOCKD_MUTEX_SEED");
 
     fprintf(stderr, "mutex[%s]: seed=%" PRIu64 " (set REDLOCKD_MUTEX_SEED to "
             "replay its schedule)\n", conf->name, seed);
@@ -1492,7 +1455,7 @@ static const struct run_conf broken_conf = {
 START_TEST(checker_sees_split_prefixes)
 {
     struct run_result res;
-    uint64_t seed = seed_init();
+    uint64_t seed = h_seed("REDLOCKD_MUTEX_SEED");
 
     fprintf(stderr, "mutex[broken]: seed=%" PRIu64 "\n", seed);
     run_init(&broken_conf);
@@ -1511,6 +1474,7 @@ static Suite *mutex_suite(void)
     Suite *s = suite_create("mutex");
     TCase *tc = tcase_create("mutex");
 
+    h_cluster_fixture(tc, &K, 0, false);
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, 280);
     tcase_add_test(tc, mutex_under_faults);
@@ -1522,11 +1486,5 @@ static Suite *mutex_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(mutex_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(mutex_suite());
 }

@@ -52,7 +52,7 @@
 
 /* Its nodes, daemons 0 and 1 (D1 and D2 below) and the clients
  * (harness.h). */
-static struct h_cluster K = { .nnodes = NNODES };
+static struct h_cluster K;
 static struct h_redis *const N = K.nodes;
 static struct h_daemon *const D1 = &K.daemons[0];
 static struct h_daemon *const D2 = &K.daemons[1];
@@ -62,11 +62,6 @@ static struct h_daemon *const D2 = &K.daemons[1];
 static long long T(long long ms)
 {
     return h_slow() ? ms * 3 : ms;
-}
-
-static void teardown(void)
-{
-    h_cluster_cleanup(&K);
 }
 
 /* Poll until every node is up on d (voting or not). */
@@ -406,8 +401,7 @@ START_TEST(config_refused_resets_aof)
     struct h_node_view v;
     uint64_t t0;
 
-    h_redis_start(&N[0], aof);
-    h_redis_start_all(&N[1], NNODES - 1, NULL);
+    h_cluster_nodes_first(&K, NNODES, aof);
     h_cluster_daemon(&K, 0, "{\"locks\":{\"max_ttl_ms\":4000,\"default_ttl_ms\":2000},"
                             "\"redis\":{\"reconnect_max_ms\":200}}", T(5000));
     a = h_cluster_client(&K, 0, 0);
@@ -532,8 +526,8 @@ END_TEST
 
 START_TEST(startup_warnings)
 {
-    h_redis_start(&N[0], "--maxmemory 100mb --maxmemory-policy allkeys-lru");
-    h_redis_start_all(&N[1], NNODES - 1, NULL);
+    h_cluster_nodes_first(&K, NNODES, "--maxmemory 100mb "
+                                      "--maxmemory-policy allkeys-lru");
     /* The default max_ttl_ms (24 h) and no appendfsync always anywhere. */
     h_cluster_daemon(&K, 0, NULL, T(5000));
     wait_log(D1, "not running appendonly yes with appendfsync always", T(2000));
@@ -692,7 +686,7 @@ static Suite *nodes_suite(void)
     Suite *s = suite_create("nodes");
     TCase *tc = tcase_create("nodes");
 
-    tcase_add_checked_fixture(tc, NULL, teardown);
+    h_cluster_fixture(tc, &K, 0, false);
     tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, new_daemon_after_two_restarts);
     tcase_add_test(tc, two_restarted_recover);
@@ -711,11 +705,5 @@ static Suite *nodes_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(nodes_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(nodes_suite());
 }

@@ -21,39 +21,22 @@
 
 #include "harness.h"
 
-static struct h_redis R;
-static struct h_daemon D;
-
-static void setup(void)
-{
-    h_redis_start(&R, NULL);
-}
-
-static void teardown(void)
-{
-    int rc = h_daemon_finish(&D);
-
-    h_daemon_cleanup(&D);
-    h_redis_cleanup(&R);
-    ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
-}
+/* Its node R (started before each test), daemon D and a second daemon
+ * where a test needs one (harness.h). */
+static struct h_cluster K;
+static struct h_redis *const R = &K.nodes[0];
+static struct h_daemon *const D = &K.daemons[0];
 
 static void start(const char *extra_json)
 {
-    h_daemon_start(&D, &R, 1, extra_json);
+    h_cluster_daemon_start(&K, 0, extra_json);
     /* Waiting for the node to vote asks STATS: not where it needs AUTH,
      * nor where the test is about connections closed for quietness. */
     if (!extra_json || (!strstr(extra_json, "password") &&
                         !strstr(extra_json, "timeout_ms")))
-        h_wait_voting(&D, 1, h_scale(5000));
+        h_wait_voting(D, 1, h_scale(5000));
     else
         h_sleep_ms(300);
-}
-
-/* The daemon's log so far (static buffer). */
-static const char *daemon_log(void)
-{
-    return h_daemon_log(&D);
 }
 
 /* Wait up to ms for the log to mention needle. */
@@ -62,7 +45,7 @@ static bool log_waits_for(const char *needle, int ms)
     uint64_t end = h_now_ms() + (uint64_t)h_scale(ms);
 
     while (h_now_ms() < end) {
-        if (strstr(daemon_log(), needle))
+        if (strstr(h_daemon_log(D), needle))
             return true;
         h_sleep_ms(20);
     }
@@ -85,7 +68,7 @@ START_TEST(closing_handshake)
     struct h_client c;
 
     start("{\"limits\":{\"handshake_timeout_ms\":300}}");
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     ck_assert_str_eq(next_line(&c, 3000), "EVENT CLOSING reason=handshake");
     ck_assert(h_wait_eof(&c, 2000));
     h_close(&c);
@@ -97,7 +80,7 @@ START_TEST(closing_idle)
     struct h_client c;
 
     start("{\"limits\":{\"idle_timeout_ms\":300}}");
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
     ck_assert_str_eq(next_line(&c, 3000), "EVENT CLOSING reason=idle");
     ck_assert(h_wait_eof(&c, 2000));
@@ -110,7 +93,7 @@ START_TEST(closing_keepalive)
     struct h_client c;
 
     start(NULL);
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     h_expect(&c, "OK proto=1 ", "HELLO keepalive=300");
     ck_assert_str_eq(next_line(&c, 3000), "EVENT CLOSING reason=keepalive");
     ck_assert(h_wait_eof(&c, 2000));
@@ -130,17 +113,17 @@ START_TEST(shutdown_leaves_held_leases)
     long long pttl;
 
     start("{\"shutdown_timeout_ms\":600}");
-    h_connect_tcp_ok(&holder, D.port);
-    h_connect_tcp_ok(&waiter, D.port);
+    h_connect_tcp_ok(&holder, D->port);
+    h_connect_tcp_ok(&waiter, D->port);
     line = h_expect(&holder, "OK resource=x ", "LOCK x ttl=20000");
     char token[64];
     h_kv_copy(line, "token", token, sizeof(token));
     h_expect(&holder, "OK resource=y ", "LOCK y");
     h_sendf(&waiter, "LOCK x wait=20000\n");
     h_sleep_ms(200);
-    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:x"), 1);
+    ck_assert_int_eq(h_redis_cmd(R, NULL, "EXISTS lock:x"), 1);
 
-    kill(D.pid, SIGTERM);
+    kill(D->pid, SIGTERM);
     ck_assert_str_eq(next_line(&waiter, 3000), "EVENT SHUTDOWN");
     line = next_line(&waiter, 3000);
     ck_assert_msg(h_starts(line, "ERR SHUTDOWN "), "waiter got: %s", line);
@@ -149,19 +132,19 @@ START_TEST(shutdown_leaves_held_leases)
     ck_assert_str_eq(next_line(&holder, 3000), "EVENT SHUTDOWN");
     /* The holder's own release still works, and deletes. */
     h_expect(&holder, "OK resource=y nodes=1", "UNLOCK y");
-    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:y"), 0);
+    ck_assert_int_eq(h_redis_cmd(R, NULL, "EXISTS lock:y"), 0);
     ck_assert_str_eq(next_line(&holder, 3000), "EVENT CLOSING reason=shutdown");
     ck_assert(h_wait_eof(&holder, 3000));
-    ck_assert_int_eq(h_daemon_wait(&D, 10000), 0);
+    ck_assert_int_eq(h_daemon_wait(D, 10000), 0);
     /* x is still the holder's, with its ttl running out. */
-    ck_assert_int_ge(h_redis_cmd(&R, &val, "GET lock:x"), -1);
+    ck_assert_int_ge(h_redis_cmd(R, &val, "GET lock:x"), -1);
     ck_assert_msg(val && h_holds_token(val, token), "lock:x after the "
                   "daemon stopped: %s", val ? val : "(none)");
     free(val);
-    pttl = h_redis_cmd(&R, NULL, "PTTL lock:x");
+    pttl = h_redis_cmd(R, NULL, "PTTL lock:x");
     ck_assert_msg(pttl > 10000 && pttl <= 20000, "lock:x pttl %lld", pttl);
-    ck_assert_msg(strstr(daemon_log(), "stopped: 1 lease left on the nodes"),
-                  "%s", daemon_log());
+    ck_assert_msg(strstr(h_daemon_log(D), "stopped: 1 lease left on the nodes"),
+                  "%s", h_daemon_log(D));
     h_close(&holder);
     h_close(&waiter);
 }
@@ -174,12 +157,12 @@ END_TEST
 static void patch_config(const char *patch)
 {
     json_error_t err;
-    json_t *conf = json_load_file(D.conf_path, 0, &err);
+    json_t *conf = json_load_file(D->conf_path, 0, &err);
     json_t *p = json_loads(patch, 0, &err);
 
     ck_assert_msg(conf && p, "patch_config: %s", err.text);
     json_object_update_recursive(conf, p);
-    ck_assert_int_eq(json_dump_file(conf, D.conf_path, JSON_INDENT(2)), 0);
+    ck_assert_int_eq(json_dump_file(conf, D->conf_path, JSON_INDENT(2)), 0);
     json_decref(conf);
     json_decref(p);
 }
@@ -189,22 +172,22 @@ START_TEST(reload_good_file)
     struct h_client c;
 
     start(NULL);
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     h_expect(&c, "OK resource=a ", "LOCK a");
     h_expect(&c, "OK resource=b ", "LOCK b");
     patch_config("{\"limits\":{\"max_locks_per_session\":2},"
                  "\"log\":{\"level\":\"info\"}}");
-    kill(D.pid, SIGHUP);
+    kill(D->pid, SIGHUP);
     ck_assert_msg(log_waits_for("limits.max_locks_per_session", 3000),
-                  "no reload line naming the changed key:\n%s", daemon_log());
-    ck_assert_msg(strstr(daemon_log(), "reload"), "%s", daemon_log());
+                  "no reload line naming the changed key:\n%s", h_daemon_log(D));
+    ck_assert_msg(strstr(h_daemon_log(D), "reload"), "%s", h_daemon_log(D));
     /* Live: the new limit applies, the locks held stay held. */
     h_expect(&c, "ERR LIMIT ", "LOCK c");
     json_t *j = h_ok_json(&c, "LOCKS");
     ck_assert_uint_eq(json_array_size(json_object_get(j, "locks")), 2);
     json_decref(j);
     /* Nothing died: a second reload, then work goes on. */
-    kill(D.pid, SIGHUP);
+    kill(D->pid, SIGHUP);
     h_sleep_ms(200);
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
     h_close(&c);
@@ -217,13 +200,13 @@ START_TEST(reload_bad_file_keeps_config)
     FILE *f;
 
     start("{\"limits\":{\"max_locks_per_session\":5}}");
-    h_connect_tcp_ok(&c, D.port);
-    f = fopen(D.conf_path, "w");
+    h_connect_tcp_ok(&c, D->port);
+    f = fopen(D->conf_path, "w");
     ck_assert_ptr_nonnull(f);
     fputs("{ \"limits\": { \"max_locks_per_session\": 0 ", f);   /* broken */
     fclose(f);
-    kill(D.pid, SIGHUP);
-    ck_assert_msg(log_waits_for("reload rejected", 3000), "%s", daemon_log());
+    kill(D->pid, SIGHUP);
+    ck_assert_msg(log_waits_for("reload rejected", 3000), "%s", h_daemon_log(D));
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
     for (int i = 0; i < 5; i++)
         h_expect(&c, "OK resource=", "LOCK r%d", i);
@@ -238,13 +221,13 @@ START_TEST(reload_node_change_needs_restart)
     char patch[128];
 
     start(NULL);
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     snprintf(patch, sizeof(patch), "{\"redis\":{\"nodes\":[\"127.0.0.1:%d\","
-             "\"127.0.0.1:1\"]}}", R.port);
+             "\"127.0.0.1:1\"]}}", R->port);
     patch_config(patch);
-    kill(D.pid, SIGHUP);
-    ck_assert_msg(log_waits_for("needs a restart", 3000), "%s", daemon_log());
-    ck_assert_msg(strstr(daemon_log(), "redis.nodes"), "%s", daemon_log());
+    kill(D->pid, SIGHUP);
+    ck_assert_msg(log_waits_for("needs a restart", 3000), "%s", h_daemon_log(D));
+    ck_assert_msg(strstr(h_daemon_log(D), "redis.nodes"), "%s", h_daemon_log(D));
     /* Still the one node it started with. */
     h_expect(&c, "OK proto=1 ", "HELLO");
     ck_assert_str_eq(h_kv(c.line, "nodes"), "1");
@@ -257,17 +240,14 @@ END_TEST
  * start. */
 START_TEST(even_node_count_warned)
 {
-    static struct h_redis both[2];
-
-    both[0] = R;
-    h_redis_start(&both[1], NULL);
-    h_daemon_start(&D, both, 2, NULL);
-    h_wait_voting(&D, 2, h_scale(5000));
-    ck_assert_msg(strstr(daemon_log(), "redis.nodes: 2 nodes need a quorum "
+    /* A second node next to R. */
+    h_redis_start(&K.nodes[1], NULL);
+    K.nnodes = 2;
+    h_cluster_daemon(&K, 0, NULL, h_scale(5000));
+    ck_assert_msg(strstr(h_daemon_log(D), "redis.nodes: 2 nodes need a quorum "
                          "of 2 and tolerate 0 of them down"), "%s",
-                  daemon_log());
-    ck_assert_int_eq(h_daemon_finish(&D), 0);
-    h_redis_cleanup(&both[1]);
+                  h_daemon_log(D));
+    ck_assert_int_eq(h_daemon_finish(D), 0);
 }
 END_TEST
 
@@ -279,8 +259,8 @@ END_TEST
 static int second_daemon(const char *listen, char *out, size_t outsize)
 {
     char path[400], nodes[64];
-    snprintf(path, sizeof(path), "%s/second.json", D.dir);
-    snprintf(nodes, sizeof(nodes), "127.0.0.1:%d", R.port);
+    snprintf(path, sizeof(path), "%s/second.json", D->dir);
+    snprintf(nodes, sizeof(nodes), "127.0.0.1:%d", R->port);
     json_error_t err;
     json_t *l = json_loads(listen, 0, &err);
     ck_assert_ptr_nonnull(l);
@@ -300,13 +280,13 @@ START_TEST(unix_socket_in_use)
 
     start(NULL);
     snprintf(listen, sizeof(listen), "[\"tcp://127.0.0.1:%d\", \"unix:%s\"]",
-             h_free_port(), D.sock_path);
+             h_free_port(), D->sock_path);
     int rc = second_daemon(listen, out, sizeof(out));
     ck_assert_msg(rc != 0 && rc != 137, "second daemon: status %d: %s", rc,
                   out);
     ck_assert_msg(strstr(out, "in use"), "no clear reason: %s", out);
     /* The first daemon's socket still works. */
-    ck_assert_int_eq(h_connect_unix(&c, D.sock_path), 0);
+    h_connect_unix_ok(&c, D->sock_path);
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
     h_close(&c);
 }
@@ -315,20 +295,19 @@ END_TEST
 START_TEST(unix_socket_stale_file_replaced)
 {
     struct h_client c;
-    struct h_daemon d2;
     char sock[400], extra[600];
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
 
     start(NULL);
     /* A socket file nobody listens on: what a crashed daemon leaves. */
-    snprintf(sock, sizeof(sock), "%s/stale.sock", D.dir);
+    snprintf(sock, sizeof(sock), "%s/stale.sock", D->dir);
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     ck_assert_uint_lt(strlen(sock), sizeof(sa.sun_path));
     memcpy(sa.sun_path, sock, strlen(sock) + 1);
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
     close(fd);
     snprintf(extra, sizeof(extra), "{\"listen\":[\"unix:%s\"]}", sock);
-    h_daemon_start(&d2, &R, 1, extra);
+    h_cluster_daemon_start(&K, 1, extra);
     /* The harness waits only for its own listeners: wait for this one. */
     int rc = -1;
     for (int i = 0; i < 200 && rc != 0; i++) {
@@ -339,8 +318,7 @@ START_TEST(unix_socket_stale_file_replaced)
     ck_assert_int_eq(rc, 0);
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
     h_close(&c);
-    ck_assert_int_eq(h_daemon_stop(&d2), 0);
-    h_daemon_cleanup(&d2);
+    ck_assert_int_eq(h_daemon_stop(&K.daemons[1]), 0);
 }
 END_TEST
 
@@ -350,7 +328,7 @@ START_TEST(unix_socket_missing_directory)
 
     start(NULL);
     snprintf(listen, sizeof(listen), "[\"unix:%s/no/such/dir/x.sock\"]",
-             D.dir);
+             D->dir);
     int rc = second_daemon(listen, out, sizeof(out));
     ck_assert_msg(rc != 0 && rc != 137, "status %d: %s", rc, out);
     ck_assert_msg(strstr(out, "no such directory"), "got: %s", out);
@@ -362,7 +340,7 @@ END_TEST
 static int check_config(const char *json, char *out, size_t outsize)
 {
     char path[400];
-    snprintf(path, sizeof(path), "%s/check.json", D.dir);
+    snprintf(path, sizeof(path), "%s/check.json", D->dir);
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
     fputs(json, f);
@@ -416,7 +394,7 @@ START_TEST(help_for_one_command)
     struct h_client c;
 
     start(NULL);
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     ck_assert_str_eq(h_cmd(&c, "HELP extend"), "OK EXTEND <resource> ttl=<ms>");
     h_expect(&c, "OK LOCK <resource>... [ttl=<ms>] [wait=<ms>] [renew=0|1] "
              "[mode=shared|exclusive] [limit=<n>]", "HELP LOCK");
@@ -433,7 +411,7 @@ START_TEST(auth_failures_close_the_connection)
 
     start("{\"auth\":{\"password\":\"right\"},"
           "\"limits\":{\"max_auth_failures\":3}}");
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     h_expect(&c, "ERR AUTH ", "AUTH wrong1");      /* at once */
     t0 = h_now_ms();
     h_expect(&c, "ERR AUTH ", "AUTH wrong2");      /* after 100 ms */
@@ -446,7 +424,7 @@ START_TEST(auth_failures_close_the_connection)
     ck_assert(h_wait_eof(&c, 2000));
     h_close(&c);
     /* A right password after a wrong one still works. */
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     h_expect(&c, "ERR AUTH ", "AUTH nope");
     h_expect(&c, "OK", "AUTH right");
     h_expect(&c, "OK resource=a ", "LOCK a");
@@ -460,24 +438,24 @@ START_TEST(admin_password_gates_forceunlock)
 
     start("{\"auth\":{\"password\":\"user-pw\",\"admin_password\":"
           "\"admin-pw\"}}");
-    h_connect_tcp_ok(&user, D.port);
-    h_connect_tcp_ok(&op, D.port);
+    h_connect_tcp_ok(&user, D->port);
+    h_connect_tcp_ok(&op, D->port);
     h_expect(&user, "OK", "AUTH user-pw");
     h_expect(&user, "ERR NOAUTH ", "FORCEUNLOCK x");
     h_expect(&op, "OK", "AUTH admin-pw");
     h_expect(&op, "OK resource=a ", "LOCK a");  /* an operator may lock too */
-    ck_assert_msg(strstr(daemon_log(), "operator"), "%s", daemon_log());
+    ck_assert_msg(strstr(h_daemon_log(D), "operator"), "%s", h_daemon_log(D));
     /* A lock held by another session, and by a plain SET NX client. */
     h_expect(&user, "OK resource=x ", "LOCK x");
     h_expect(&op, "OK resource=x nodes=1", "FORCEUNLOCK x");
     ck_assert_msg(h_expect_event(&user, "EVENT LOST resource=x ", 2000),
                   "the holder was not told");
-    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:x"), 0);
-    ck_assert(h_redis_cmd(&R, NULL, "SET lock:y foreign NX PX 60000") != -3);
+    ck_assert_int_eq(h_redis_cmd(R, NULL, "EXISTS lock:x"), 0);
+    ck_assert(h_redis_cmd(R, NULL, "SET lock:y foreign NX PX 60000") != -3);
     h_expect(&op, "OK resource=y nodes=1", "FORCEUNLOCK y");
     h_expect(&user, "OK resource=y ", "LOCK y");
-    ck_assert_msg(strstr(daemon_log(), "forced release of x by"), "%s",
-                  daemon_log());
+    ck_assert_msg(strstr(h_daemon_log(D), "forced release of x by"), "%s",
+                  h_daemon_log(D));
     h_close(&user);
     h_close(&op);
 }
@@ -488,7 +466,7 @@ START_TEST(forceunlock_disabled_without_admin_password)
     struct h_client c;
 
     start(NULL);
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     h_expect(&c, "ERR NOAUTH ", "FORCEUNLOCK x");
     h_close(&c);
 }
@@ -499,21 +477,21 @@ START_TEST(max_clients_per_ip)
     struct h_client a, b, c, u;
 
     start("{\"limits\":{\"max_clients_per_ip\":2}}");
-    h_connect_tcp_ok(&a, D.port);
-    h_connect_tcp_ok(&b, D.port);
+    h_connect_tcp_ok(&a, D->port);
+    h_connect_tcp_ok(&b, D->port);
     ck_assert_str_eq(h_cmd(&a, "PING"), "PONG");
     ck_assert_str_eq(h_cmd(&b, "PING"), "PONG");
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     ck_assert(h_starts(next_line(&c, 3000), "ERR LIMIT "));
     ck_assert(h_wait_eof(&c, 2000));
     h_close(&c);
     /* Unix socket peers are not counted. */
-    ck_assert_int_eq(h_connect_unix(&u, D.sock_path), 0);
+    h_connect_unix_ok(&u, D->sock_path);
     ck_assert_str_eq(h_cmd(&u, "PING"), "PONG");
     /* A slot frees when a connection closes. */
     h_close(&a);
     h_sleep_ms(200);
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
     h_close(&b);
     h_close(&c);
@@ -526,10 +504,10 @@ START_TEST(max_waiters_per_resource)
     struct h_client holder, w[3];
 
     start("{\"limits\":{\"max_waiters_per_resource\":2}}");
-    h_connect_tcp_ok(&holder, D.port);
+    h_connect_tcp_ok(&holder, D->port);
     h_expect(&holder, "OK resource=x ", "LOCK x");
     for (int i = 0; i < 3; i++)
-        h_connect_tcp_ok(&w[i], D.port);
+        h_connect_tcp_ok(&w[i], D->port);
     h_sendf(&w[0], "LOCK x wait=10000\n");
     h_sendf(&w[1], "LOCK x wait=10000\n");
     h_sleep_ms(100);
@@ -551,7 +529,7 @@ START_TEST(audit_lines_and_session_ids)
     char session[64], line[256];
 
     start("{\"log\":{\"level\":\"info\"}}");
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     h_kv_copy(h_expect(&c, "OK proto=1 ", "HELLO name=billing-1"), "session",
               session, sizeof(session));
     const char *fence = h_kv(h_expect(&c, "OK resource=job:7 ", "LOCK job:7"),
@@ -559,23 +537,23 @@ START_TEST(audit_lines_and_session_ids)
     snprintf(line, sizeof(line), "grant fence=%s job:7 %s (name=billing-1 "
              "peer=127.0.0.1:", fence, session);
     ck_assert_msg(log_waits_for(line, 2000), "no \"%s\" in:\n%s", line,
-                  daemon_log());
+                  h_daemon_log(D));
     h_expect(&c, "OK resource=job:7 ", "UNLOCK job:7");
     snprintf(line, sizeof(line), "release fence=%s job:7 %s (name=billing-1 "
              "peer=127.0.0.1:", fence, session);
     ck_assert_msg(log_waits_for(line, 2000), "no \"%s\" in:\n%s", line,
-                  daemon_log());
+                  h_daemon_log(D));
     /* Local time with its UTC offset: "2026-12-01 10:00:00.123+0000". */
-    const char *log = daemon_log();
+    const char *log = h_daemon_log(D);
     ck_assert_msg(log[23] == '+' || log[23] == '-', "no offset: %.40s", log);
     h_close(&c);
 
     /* Session ids are unique across restarts of the daemon. */
-    ck_assert_int_eq(h_daemon_stop(&D), 0);
+    ck_assert_int_eq(h_daemon_stop(D), 0);
     h_sleep_ms(5);
-    h_daemon_cleanup(&D);
+    h_daemon_cleanup(D);
     start(NULL);
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     h_expect(&c, "OK proto=1 ", "HELLO");
     ck_assert_str_ne(h_kv(c.line, "session"), session);
     h_close(&c);
@@ -591,12 +569,12 @@ START_TEST(unavailable_says_why_and_readmit)
 
     start("{\"locks\":{\"max_ttl_ms\":600000},"
           "\"auth\":{\"admin_password\":\"op-pw\"}}");
-    h_wait_voting(&D, 1, h_scale(5000));
-    h_connect_tcp_ok(&c, D.port);
+    h_wait_voting(D, 1, h_scale(5000));
+    h_connect_tcp_ok(&c, D->port);
     h_expect(&c, "OK resource=a ", "LOCK a");
     h_expect(&c, "OK resource=a ", "UNLOCK a");
-    h_redis_kill(&R);       /* no persistence: it comes back empty */
-    h_redis_restart(&R);
+    h_redis_kill(R);       /* no persistence: it comes back empty */
+    h_redis_restart(R);
     line = NULL;
     for (int i = 0; i < 100; i++) {
         line = h_cmd(&c, "LOCK b");
@@ -606,12 +584,12 @@ START_TEST(unavailable_says_why_and_readmit)
     }
     ck_assert_msg(h_starts(line, "ERR UNAVAILABLE ") && strstr(line, "until"),
                   "LOCK while the node recovers: %s", line);
-    h_connect_tcp_ok(&op, D.port);
+    h_connect_tcp_ok(&op, D->port);
     h_expect(&op, "ERR NOAUTH ", "READMIT all");
     h_expect(&op, "OK", "AUTH op-pw");
     h_expect(&op, "ERR ARG ", "READMIT 127.0.0.1:1");
     h_expect(&op, "OK readmitted=1", "READMIT all");
-    ck_assert_msg(log_waits_for("READMIT all", 2000), "%s", daemon_log());
+    ck_assert_msg(log_waits_for("READMIT all", 2000), "%s", h_daemon_log(D));
     line = NULL;
     for (int i = 0; i < 50; i++) {
         line = h_cmd(&c, "LOCK b");
@@ -632,14 +610,12 @@ END_TEST
 START_TEST(status_names_holder_on_other_daemon)
 {
     struct h_client a, b;
-    struct h_daemon d2;
     char token[64], session[128], *val = NULL;
 
     start("{\"id\":\"alpha\"}");
-    h_daemon_start(&d2, &R, 1, "{\"id\":\"beta\"}");
-    h_wait_voting(&d2, 1, h_scale(5000));
-    h_connect_tcp_ok(&a, D.port);
-    h_connect_tcp_ok(&b, d2.port);
+    h_cluster_daemon(&K, 1, "{\"id\":\"beta\"}", h_scale(5000));
+    h_connect_tcp_ok(&a, D->port);
+    h_connect_tcp_ok(&b, K.daemons[1].port);
     char *line = h_expect(&a, "OK proto=1 ", "HELLO name=al\"ice\\");
     h_kv_copy(line, "session", session, sizeof(session));
     line = h_expect(&a, "OK resource=x ", "LOCK x ttl=20000");
@@ -664,17 +640,17 @@ START_TEST(status_names_holder_on_other_daemon)
     json_decref(st);
 
     /* The value starts with the token the client was given. */
-    ck_assert(h_redis_cmd(&R, &val, "GET lock:x") != -3);
+    ck_assert(h_redis_cmd(R, &val, "GET lock:x") != -3);
     ck_assert_msg(val && strncmp(val, token, 32) == 0 && val[32] == ' ',
                   "value %s", val ? val : "(nil)");
     free(val);
     h_expect(&a, "OK resource=x ", "EXTEND x ttl=30000");
-    ck_assert_int_gt(h_redis_cmd(&R, NULL, "PTTL lock:x"), 20000);
+    ck_assert_int_gt(h_redis_cmd(R, NULL, "PTTL lock:x"), 20000);
     h_expect(&a, "OK resource=x ", "UNLOCK x");
-    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:x"), 0);
+    ck_assert_int_eq(h_redis_cmd(R, NULL, "EXISTS lock:x"), 0);
 
     /* Set by another Redlock client: foreign. */
-    ck_assert(h_redis_cmd(&R, NULL, "SET lock:y 0123456789abcdef0123456789abcdef"
+    ck_assert(h_redis_cmd(R, NULL, "SET lock:y 0123456789abcdef0123456789abcdef"
                           " NX PX 60000") != -3);
     st = h_ok_json(&b, "STATUS y");
     holder = json_object_get(st, "holder");
@@ -683,8 +659,7 @@ START_TEST(status_names_holder_on_other_daemon)
     json_decref(st);
     h_close(&a);
     h_close(&b);
-    ck_assert_int_eq(h_daemon_stop(&d2), 0);
-    h_daemon_cleanup(&d2);
+    ck_assert_int_eq(h_daemon_stop(&K.daemons[1]), 0);
 }
 END_TEST
 
@@ -694,7 +669,7 @@ static Suite *ops_suite(void)
     TCase *tc = tcase_create("ops");
     int timeout = h_slow() ? 150 : 30;
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    h_cluster_fixture(tc, &K, 1, true);
     tcase_set_timeout(tc, timeout);
     tcase_add_test(tc, closing_handshake);
     tcase_add_test(tc, closing_idle);
@@ -725,11 +700,5 @@ static Suite *ops_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(ops_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(ops_suite());
 }

@@ -53,11 +53,14 @@
 #define FLOOD_BYTES (8 * HOLD_CAP_BYTES)
 #define ORDER_BATCH 50
 
-static struct h_redis N[NNODES];
-static struct h_proxy X[NNODES];
-static struct h_daemon D;
-/* Clients are large (buffers); static keeps them off the test's stack. */
-static struct h_client C, raw;
+/* Its nodes, a proxy X[i] before each node i, daemon D, its client C and
+ * a raw client for proxies (harness.h). */
+static struct h_cluster K = { .nnodes = NNODES };
+static struct h_redis *const N = K.nodes;
+static struct h_proxy *const X = K.proxies;
+static struct h_daemon *const D = &K.daemons[0];
+static struct h_client *const C = &K.clients[0];
+static struct h_client *const raw = &K.clients[1];
 static redisContext *R[NCONTEXTS];
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -69,11 +72,7 @@ static void teardown(void)
             redisFree(R[i]);
         R[i] = NULL;
     }
-    h_close(&C);
-    h_close(&raw);
-    h_daemon_cleanup(&D);
-    h_proxy_cleanup_all(X, NNODES);
-    h_redis_cleanup_all(N, NNODES);
+    h_cluster_cleanup(&K);
 }
 
 /* A hiredis connection to 127.0.0.1:port kept in R[slot] (freed by the
@@ -162,8 +161,8 @@ static void flood(struct h_client *c, size_t bytes)
 
 static void start_one(void)
 {
-    h_redis_start(&N[0], NULL);
-    h_proxy_start(&X[0], N[0].port);
+    h_cluster_nodes(&K, 1, NULL);
+    h_cluster_proxy(&K, 0, 0);
 }
 
 /* ---- the proxy itself -------------------------------------------------- */
@@ -259,18 +258,18 @@ START_TEST(control_errors)
     /* An overlong line: one ERR, then the control connection closes. */
     memset(line, 'x', sizeof(line) - 1);
     line[sizeof(line) - 1] = '\0';
-    ck_assert_int_eq(h_connect_unix(&raw, X[0].ctl), 0);
-    h_sendf(&raw, "%s\n", line);
-    ck_assert_str_eq(h_recv_line(&raw, 2000), "ERR line too long");
-    ck_assert_msg(h_wait_eof(&raw, 2000), "control stayed open after ERR");
-    h_close(&raw);
+    h_connect_unix_ok(raw, X[0].ctl);
+    h_sendf(raw, "%s\n", line);
+    ck_assert_str_eq(h_recv_line(raw, 2000), "ERR line too long");
+    ck_assert_msg(h_wait_eof(raw, 2000), "control stayed open after ERR");
+    h_close(raw);
     /* Several commands on one connection, pipelined. */
-    ck_assert_int_eq(h_connect_unix(&raw, X[0].ctl), 0);
-    h_sendf(&raw, "delay-up 7\r\ndelay-down 9\nstats\n");
-    ck_assert(h_starts(h_recv_line(&raw, 2000), "OK "));
-    ck_assert(h_starts(h_recv_line(&raw, 2000), "OK "));
-    ck_assert_str_eq(h_kv(h_recv_line(&raw, 2000), "delay_down"), "9");
-    h_close(&raw);
+    h_connect_unix_ok(raw, X[0].ctl);
+    h_sendf(raw, "delay-up 7\r\ndelay-down 9\nstats\n");
+    ck_assert(h_starts(h_recv_line(raw, 2000), "OK "));
+    ck_assert(h_starts(h_recv_line(raw, 2000), "OK "));
+    ck_assert_str_eq(h_kv(h_recv_line(raw, 2000), "delay_down"), "9");
+    h_close(raw);
 
     /* Loopback only, for the target as for the listener. */
     ck_assert_int_eq(h_run(argv, out, sizeof(out)), 2);
@@ -339,37 +338,37 @@ START_TEST(blackhole)
     ping_ms(rconnect(2, X[0].port, 2000));
 
     /* hold: what was sent meanwhile arrives once passed. */
-    h_connect_tcp_ok(&raw, X[0].port);
+    h_connect_tcp_ok(raw, X[0].port);
     h_proxy_ctl(&X[0], "blackhole hold");
-    h_sendf(&raw, "PING\r\n");
-    ck_assert_ptr_null(h_recv_line(&raw, 300));
+    h_sendf(raw, "PING\r\n");
+    ck_assert_ptr_null(h_recv_line(raw, 300));
     ck_assert_int_gt(proxy_stat(&X[0], "held_up"), 0);
     h_proxy_ctl(&X[0], "pass");
-    line = h_recv_line(&raw, 2000);
+    line = h_recv_line(raw, 2000);
     ck_assert_msg(h_starts(line, "+PONG"), "held PING answered \"%s\"",
                   line ? line : "(nothing)");
 
     /* drop: it is lost, and the connection carries on. */
     h_proxy_ctl(&X[0], "blackhole drop");
-    h_sendf(&raw, "PING\r\n");
-    ck_assert_ptr_null(h_recv_line(&raw, 300));
+    h_sendf(raw, "PING\r\n");
+    ck_assert_ptr_null(h_recv_line(raw, 300));
     h_proxy_ctl(&X[0], "pass");
-    ck_assert_ptr_null(h_recv_line(&raw, 300));
+    ck_assert_ptr_null(h_recv_line(raw, 300));
     ck_assert_int_ge(proxy_stat(&X[0], "dropped_up"), 6);
-    h_sendf(&raw, "PING\r\n");
-    line = h_recv_line(&raw, 2000);
+    h_sendf(raw, "PING\r\n");
+    line = h_recv_line(raw, 2000);
     ck_assert_msg(h_starts(line, "+PONG"), "PING after drop answered \"%s\"",
                   line ? line : "(nothing)");
 
     /* The hold is capped: past it the proxy stops reading (the sender's
      * kernel buffers fill), it does not grow. */
     h_proxy_ctl(&X[0], "blackhole hold");
-    flood(&raw, FLOOD_BYTES);
+    flood(raw, FLOOD_BYTES);
     h_sleep_ms(200);
     held = proxy_stat(&X[0], "held_up");
     ck_assert_msg(held > HOLD_CAP_BYTES / 4 && held <= HOLD_CAP_BYTES,
                   "held_up=%lld under a flood, cap %d", held, HOLD_CAP_BYTES);
-    h_close(&raw);
+    h_close(raw);
     ck_assert_int_eq(h_proxy_stop(&X[0]), 0);
 }
 END_TEST
@@ -409,22 +408,17 @@ END_TEST
 /* Three nodes, a proxy before each, a daemon that sees only the proxies. */
 static void start_daemon(const char *extra_json)
 {
-    int ports[NNODES];
-
-    h_redis_start_all(N, NNODES, NULL);
-    h_proxy_start_all(X, N, NNODES);
-    for (int i = 0; i < NNODES; i++)
-        ports[i] = X[i].port;
-    h_daemon_start_ports(&D, ports, NNODES, extra_json);
-    h_wait_voting(&D, NNODES, h_scale(5000));
-    h_connect_tcp_ok(&C, D.port);
+    h_cluster_nodes(&K, NNODES, NULL);
+    h_cluster_proxy_all(&K, 0);
+    h_cluster_daemon(&K, 0, extra_json, h_scale(5000));
+    h_cluster_client(&K, 0, 0);
 }
 
 /* STATS nodes[i] (asserted to be proxy i), one field as an integer or
  * boolean (0/1). */
 static long long node_stat(int i, const char *key)
 {
-    json_t *o = h_ok_json(&C, "STATS");
+    json_t *o = h_ok_json(C, "STATS");
     json_t *n = json_array_get(json_object_get(o, "nodes"), (size_t)i);
     char want[32];
     json_t *v;
@@ -443,7 +437,7 @@ static long long node_stat(int i, const char *key)
 
 static long long acquisitions(const char *key)
 {
-    json_t *o = h_ok_json(&C, "STATS");
+    json_t *o = h_ok_json(C, "STATS");
     json_t *acq = json_object_get(o, "acquisitions");
     long long v;
 
@@ -456,7 +450,7 @@ static long long acquisitions(const char *key)
 /* LOCK that must succeed; returns its validity, checked to be in (0, max]. */
 static long long lock_ok(const char *res, long long ttl, long long max)
 {
-    char *line = h_expect(&C, "OK ", "LOCK %s ttl=%lld", res, ttl);
+    char *line = h_expect(C, "OK ", "LOCK %s ttl=%lld", res, ttl);
     const char *v = h_kv(line, "validity");
     long long validity;
 
@@ -489,7 +483,7 @@ START_TEST(daemon_slow_node_times_out)
 
         snprintf(res, sizeof(res), "slow:%d", i);
         lock_ok(res, 10000, 10000);
-        h_expect(&C, "OK ", "UNLOCK %s", res);
+        h_expect(C, "OK ", "UNLOCK %s", res);
     }
     t0 = h_now_ms();
     while (h_since(t0) < h_scale(3000)) {
@@ -504,9 +498,9 @@ START_TEST(daemon_slow_node_times_out)
 
     /* Healed: the node votes again and LOCK uses it. */
     h_proxy_ctl(&X[0], "pass");
-    h_wait_voting(&D, NNODES, h_scale(5000));
+    h_wait_voting(D, NNODES, h_scale(5000));
     lock_ok("slow:healed", 10000, 10000);
-    ck_assert_int_eq(h_daemon_finish(&D), 0);
+    ck_assert_int_eq(h_daemon_finish(D), 0);
     for (int i = 0; i < NNODES; i++)
         ck_assert_int_eq(h_proxy_stop(&X[i]), 0);
 }
@@ -529,7 +523,7 @@ START_TEST(daemon_slow_quorum_unavailable)
         h_proxy_ctl(&X[0], "%s", faults[f]);
         h_proxy_ctl(&X[1], "%s", faults[f]);
         for (size_t i = 0; i < sizeof(ttls) / sizeof(ttls[0]); i++) {
-            char *line = h_cmd(&C, "LOCK late:%zu:%zu ttl=%d", f, i, ttls[i]);
+            char *line = h_cmd(C, "LOCK late:%zu:%zu ttl=%d", f, i, ttls[i]);
 
             ck_assert_msg(!h_starts(line, "OK"),
                           "%s on 2 of 3 nodes, ttl=%d: \"%s\" (validity used up)",
@@ -550,8 +544,8 @@ START_TEST(daemon_slow_quorum_unavailable)
 
     /* A ttl that outlasts the slow round trip: OK, the time taken off. */
     lock_ok("late:ok", 5000, 5000 - rtt_ms);
-    h_expect(&C, "OK ", "UNLOCK late:ok");
-    ck_assert_int_eq(h_daemon_finish(&D), 0);
+    h_expect(C, "OK ", "UNLOCK late:ok");
+    ck_assert_int_eq(h_daemon_finish(D), 0);
     for (int i = 0; i < NNODES; i++)
         ck_assert_int_eq(h_proxy_stop(&X[i]), 0);
 }
@@ -563,23 +557,23 @@ END_TEST
  * daemon can be granted as soon as a quorum deleted). */
 START_TEST(forceunlock_tells_local_holder_first)
 {
-    static struct h_client adm;
+    struct h_client *adm;
     const char *line;
     uint64_t t0;
     long long lost_ms, ok_ms;
 
     start_daemon("{\"redis\":{\"command_timeout_ms\":3000},"
                  "\"auth\":{\"admin_password\":\"adm\"}}");
-    h_connect_tcp_ok(&adm, D.port);
-    h_expect(&adm, "OK", "AUTH adm");
-    h_expect(&C, "OK resource=fx ", "LOCK fx ttl=20000");
+    adm = h_cluster_client(&K, 2, 0);
+    h_expect(adm, "OK", "AUTH adm");
+    h_expect(C, "OK resource=fx ", "LOCK fx ttl=20000");
     h_proxy_ctl(&X[0], "delay 300");
     t0 = h_now_ms();
-    h_sendf(&adm, "FORCEUNLOCK fx\n");
-    ck_assert_msg(h_expect_event(&C, "EVENT LOST resource=fx ", 5000),
+    h_sendf(adm, "FORCEUNLOCK fx\n");
+    ck_assert_msg(h_expect_event(C, "EVENT LOST resource=fx ", 5000),
                   "the holder was not told");
     lost_ms = h_since(t0);
-    line = h_recv_line(&adm, 5000);
+    line = h_recv_line(adm, 5000);
     ok_ms = h_since(t0);
     ck_assert_msg(line && h_starts(line, "OK resource=fx nodes=3"),
                   "FORCEUNLOCK fx: \"%s\"", line ? line : "(nothing)");
@@ -589,8 +583,8 @@ START_TEST(forceunlock_tells_local_holder_first)
                   "FORCEUNLOCK (the answer came after %lld ms)", lost_ms,
                   ok_ms);
     h_proxy_ctl(&X[0], "pass");
-    h_close(&adm);
-    ck_assert_int_eq(h_daemon_finish(&D), 0);
+    h_close(adm);
+    ck_assert_int_eq(h_daemon_finish(D), 0);
 }
 END_TEST
 
@@ -613,7 +607,7 @@ START_TEST(answers_at_quorum)
     ms = h_since(t0);
     ck_assert_msg(ms < slow, "LOCK took %lld ms: it waited for the slow "
                   "node", ms);
-    line = h_expect(&C, "OK resource=q:1 ", "UNLOCK q:1");
+    line = h_expect(C, "OK resource=q:1 ", "UNLOCK q:1");
     ms = h_since(t0);
     ck_assert_msg(h_starts(line, "OK resource=q:1 nodes=3"),
                   "UNLOCK q:1 right after LOCK: \"%s\"", line);
@@ -624,14 +618,14 @@ START_TEST(answers_at_quorum)
     lock_ok("q:2", 10000, 10000);
     h_sleep_ms(3 * slow);       /* the slow node's vote is in */
     t0 = h_now_ms();
-    line = h_expect(&C, "OK resource=q:2 ", "EXTEND q:2 ttl=20000");
+    line = h_expect(C, "OK resource=q:2 ", "EXTEND q:2 ttl=20000");
     ms = h_since(t0);
     ck_assert_msg(ms < slow, "EXTEND took %lld ms: it waited for the slow "
                   "node (%s)", ms, line);
-    h_expect(&C, "OK resource=q:2 nodes=3", "UNLOCK q:2");
+    h_expect(C, "OK resource=q:2 nodes=3", "UNLOCK q:2");
     ck_assert_int_eq(h_redis_cmd(&N[0], NULL, "EXISTS lock:q:2"), 0);
     h_proxy_ctl(&X[0], "pass");
-    ck_assert_int_eq(h_daemon_finish(&D), 0);
+    ck_assert_int_eq(h_daemon_finish(D), 0);
 }
 END_TEST
 
@@ -657,11 +651,5 @@ static Suite *proxy_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(proxy_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(proxy_suite());
 }

@@ -33,11 +33,15 @@
 #define SLOW_ONE_WAY_MS 100
 #define LINE_MAX_LEN 64
 
-static struct h_redis N[NNODES];
-static struct h_proxy X[NNODES];
-static struct h_daemon D;
-/* Clients are large (buffers); static keeps them off the test's stack. */
-static struct h_client S[NSESSIONS], ctl;
+/* Its nodes, a proxy X[i] before each node i, daemon D and the client
+ * ctl asking STATS (harness.h). */
+static struct h_cluster K;
+static struct h_proxy *const X = K.proxies;
+static struct h_daemon *const D = &K.daemons[0];
+static struct h_client *const ctl = &K.clients[0];
+/* More sessions than the cluster has clients. Clients are large
+ * (buffers); static keeps them off the test's stack. */
+static struct h_client S[NSESSIONS];
 
 static void teardown(void)
 {
@@ -45,10 +49,6 @@ static void teardown(void)
         if (S[i].fd > 0)
             h_close(&S[i]);
     }
-    h_close(&ctl);
-    h_daemon_cleanup(&D);
-    h_proxy_cleanup_all(X, NNODES);
-    h_redis_cleanup_all(N, NNODES);
 }
 
 /* What STATS says about the leases. */
@@ -58,7 +58,7 @@ struct tally {
 
 static struct tally tally(void)
 {
-    json_t *o = h_ok_json(&ctl, "STATS");
+    json_t *o = h_ok_json(ctl, "STATS");
     struct tally t = {
         .held = h_json_int(o, "locks_held"),
         .lost = h_json_int(o, "leases_lost"),
@@ -73,7 +73,7 @@ static struct tally tally(void)
 /* STATS nodes[i].key as a number (latency_ms is a real). */
 static double node_stat(int i, const char *key)
 {
-    json_t *o = h_ok_json(&ctl, "STATS");
+    json_t *o = h_ok_json(ctl, "STATS");
     json_t *n = json_array_get(json_object_get(o, "nodes"), (size_t)i);
     json_t *v = json_object_get(n, key);
     double r;
@@ -114,7 +114,7 @@ static void take_leases(void)
     for (int s = 0; s < NSESSIONS; s++) {
         size_t len = 0;
 
-        h_connect_tcp_ok(&S[s], D.port);
+        h_connect_tcp_ok(&S[s], D->port);
         for (int i = 0; i < PER_SESSION; i++)
             len += (size_t)snprintf(buf + len, sizeof(buf) - len,
                                     "LOCK rc:%d:%d ttl=%d\n", s, i, TTL_MS);
@@ -163,23 +163,18 @@ static long long watch(const char *what, int ms)
 
 START_TEST(slow_nodes_lose_no_lease)
 {
-    int ports[NNODES];
     long long renewed;
 
     h_raise_nofile(NSESSIONS + 256);
-    h_redis_start_all(N, NNODES, NULL);
-    h_proxy_start_all(X, N, NNODES);
-    for (int i = 0; i < NNODES; i++)
-        ports[i] = X[i].port;
-    h_daemon_start_ports(&D, ports, NNODES,
-                         "{\"redis\":{\"command_timeout_ms\":1000},"
-                         "\"log\":{\"level\":\"notice\"}}");
-    h_wait_voting(&D, NNODES, h_scale(5000));
-    h_connect_tcp_ok(&ctl, D.port);
+    h_cluster_nodes(&K, NNODES, NULL);
+    h_cluster_proxy_all(&K, 0);
+    h_cluster_daemon(&K, 0, "{\"redis\":{\"command_timeout_ms\":1000},"
+                            "\"log\":{\"level\":\"notice\"}}", h_scale(5000));
+    h_cluster_client(&K, 0, 0);
     /* A first line now: taking the leases may outlast the handshake
      * timeout (16 s under ASan), which closes a connection that said
      * nothing yet. */
-    h_expect(&ctl, "PONG", "PING");
+    h_expect(ctl, "PONG", "PING");
     take_leases();
     watch("all nodes fast", 1500);
 
@@ -204,7 +199,7 @@ START_TEST(slow_nodes_lose_no_lease)
     h_proxy_ctl(&X[1], "pass");
     for (int i = 0; i < NSESSIONS; i++)
         h_close(&S[i]);
-    h_daemon_finish_ok(&D);
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -213,6 +208,7 @@ static Suite *renewals_suite(void)
     Suite *s = suite_create("renewals");
     TCase *tc = tcase_create("renewals");
 
+    h_cluster_fixture(tc, &K, 0, false);
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, h_slow() ? 300 : 120);
     tcase_add_test(tc, slow_nodes_lose_no_lease);
@@ -222,11 +218,5 @@ static Suite *renewals_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(renewals_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(renewals_suite());
 }

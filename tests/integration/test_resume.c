@@ -35,36 +35,20 @@
 
 #include "harness.h"
 
-static struct h_redis R;
-static struct h_daemon D;
-/* Clients are large (buffers); static keeps them off the test's stack. */
-static struct h_client A, B, C;
-
-static void setup(void)
-{
-    h_redis_start(&R, NULL);
-}
-
-static void teardown(void)
-{
-    h_close(&A);
-    h_close(&B);
-    h_close(&C);
-    h_daemon_cleanup(&D);
-    h_redis_cleanup(&R);
-}
+/* Its node R (started before each test), daemon D and clients A, B and C
+ * (harness.h). */
+static struct h_cluster K;
+static struct h_redis *const R = &K.nodes[0];
+static struct h_daemon *const D = &K.daemons[0];
+static struct h_client *const A = &K.clients[0];
+static struct h_client *const B = &K.clients[1];
+static struct h_client *const C = &K.clients[2];
 
 static void start(const char *extra_json)
 {
-    h_daemon_start(&D, &R, 1, extra_json);
-    h_wait_voting(&D, 1, h_scale(5000));
-    h_connect_tcp_ok(&A, D.port);
-    h_connect_tcp_ok(&B, D.port);
-}
-
-static void finish(void)
-{
-    ck_assert_int_eq(h_daemon_finish(&D), 0);
+    h_cluster_daemon(&K, 0, extra_json, h_scale(5000));
+    h_cluster_client(&K, 0, 0);
+    h_cluster_client(&K, 1, 0);
 }
 
 /* HELLO detach=ms on c: its session id and secret. */
@@ -77,12 +61,6 @@ static void detachable(struct h_client *c, int ms, char *id, char *secret)
     ck_assert_int_eq((int)strlen(secret), 32);
 }
 
-/* The daemon's log so far (static buffer). */
-static const char *daemon_log(void)
-{
-    return h_daemon_log(&D);
-}
-
 START_TEST(detach_and_resume)
 {
     char id[64], secret[64], *line;
@@ -90,15 +68,15 @@ START_TEST(detach_and_resume)
     char token[64];
 
     start(NULL);
-    detachable(&A, 5000, id, secret);
-    line = h_expect(&A, "OK resource=dr ", "LOCK dr ttl=2000");
+    detachable(A, 5000, id, secret);
+    line = h_expect(A, "OK resource=dr ", "LOCK dr ttl=2000");
     h_kv_copy(line, "token", token, sizeof(token));
-    h_close(&A);
+    h_close(A);
     /* Past the ttl: the lease is renewed while nobody is attached. */
     h_sleep_ms(2500);
-    h_expect(&B, "ERR BUSY ", "LOCK dr");
-    ck_assert_int_eq(h_stats_int(&B, "sessions_detached"), 1);
-    json_t *o = h_ok_json(&B, "SESSIONS");
+    h_expect(B, "ERR BUSY ", "LOCK dr");
+    ck_assert_int_eq(h_stats_int(B, "sessions_detached"), 1);
+    json_t *o = h_ok_json(B, "SESSIONS");
     char *text = json_dumps(o, JSON_COMPACT);
     ck_assert_msg(strstr(text, "\"attached\":false") &&
                   strstr(text, "\"detached_ms\""), "SESSIONS: %s", text);
@@ -106,25 +84,25 @@ START_TEST(detach_and_resume)
     ck_assert_msg(!strstr(text, token), "SESSIONS shows a lease's token");
     free(text);
     json_decref(o);
-    o = h_ok_json(&B, "STATUS dr");
+    o = h_ok_json(B, "STATUS dr");
     json_t *holder = json_object_get(o, "holder");
     ck_assert_msg(json_is_false(json_object_get(holder, "attached")),
                   "STATUS holder of a detached session: attached not false");
     json_decref(o);
 
-    h_connect_tcp_ok(&C, D.port);
-    line = h_expect(&C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
+    h_cluster_client(&K, 2, 0);
+    line = h_expect(C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
     ck_assert_str_eq(h_kv(line, "session"), id);
     ck_assert_str_eq(h_kv(line, "resumed"), "1");
     ck_assert_ptr_null(h_kv(line, "secret"));
-    ck_assert_int_eq(h_stats_int(&B, "sessions_detached"), 0);
-    line = h_expect(&C, "OK {", "LOCKS");
+    ck_assert_int_eq(h_stats_int(B, "sessions_detached"), 0);
+    line = h_expect(C, "OK {", "LOCKS");
     ck_assert_msg(strstr(line, token), "its own LOCKS lacks the token: %s",
                   line);
-    h_expect(&C, "OK resource=dr nodes=1", "UNLOCK dr");
-    h_expect(&B, "OK resource=dr ", "LOCK dr");
-    ck_assert_msg(!strstr(daemon_log(), secret), "the log shows the secret");
-    finish();
+    h_expect(C, "OK resource=dr nodes=1", "UNLOCK dr");
+    h_expect(B, "OK resource=dr ", "LOCK dr");
+    ck_assert_msg(!strstr(h_daemon_log(D), secret), "the log shows the secret");
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -135,17 +113,17 @@ START_TEST(not_resumed_in_time)
     long long ms;
 
     start(NULL);
-    detachable(&A, 400, id, secret);
-    h_expect(&A, "OK resource=nr ", "LOCK nr");
-    h_close(&A);
+    detachable(A, 400, id, secret);
+    h_expect(A, "OK resource=nr ", "LOCK nr");
+    h_close(A);
     t0 = h_now_ms();
-    h_expect(&B, "OK resource=nr ", "LOCK nr wait=5000");
+    h_expect(B, "OK resource=nr ", "LOCK nr wait=5000");
     ms = h_since(t0);
     ck_assert_msg(ms >= 300, "released %lld ms after the drop, before "
                   "detach=400 ran out", ms);
-    h_connect_tcp_ok(&C, D.port);
-    h_expect(&C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, secret);
-    finish();
+    h_cluster_client(&K, 2, 0);
+    h_expect(C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, secret);
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -154,13 +132,13 @@ START_TEST(quit_releases)
     char id[64], secret[64];
 
     start(NULL);
-    detachable(&A, 5000, id, secret);
-    h_expect(&A, "OK resource=qr ", "LOCK qr");
-    h_expect(&A, "OK bye", "QUIT");
-    h_expect(&B, "OK resource=qr ", "LOCK qr wait=1000");
-    h_connect_tcp_ok(&C, D.port);
-    h_expect(&C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, secret);
-    finish();
+    detachable(A, 5000, id, secret);
+    h_expect(A, "OK resource=qr ", "LOCK qr");
+    h_expect(A, "OK bye", "QUIT");
+    h_expect(B, "OK resource=qr ", "LOCK qr wait=1000");
+    h_cluster_client(&K, 2, 0);
+    h_expect(C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, secret);
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -169,26 +147,26 @@ START_TEST(wrong_secret)
     char id[64], secret[64], bad[64];
 
     start("{\"limits\":{\"max_auth_failures\":3}}");
-    detachable(&A, 5000, id, secret);
-    h_expect(&A, "OK resource=ws ", "LOCK ws");
-    h_close(&A);
+    detachable(A, 5000, id, secret);
+    h_expect(A, "OK resource=ws ", "LOCK ws");
+    h_close(A);
     snprintf(bad, sizeof(bad), "%s", secret);
     bad[0] = bad[0] == '0' ? '1' : '0';
-    h_connect_tcp_ok(&C, D.port);
-    h_expect(&C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, bad);
-    h_expect(&C, "ERR NOSESSION ", "HELLO resume=s999.x secret=%s", secret);
-    h_expect(&C, "ERR ARG ", "HELLO resume=%s", id);
-    h_expect(&C, "ERR ARG ", "HELLO resume=%s secret=abc", id);
-    h_expect(&C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, bad);
-    ck_assert_str_eq(h_recv_line(&C, h_scale(2000)),
+    h_cluster_client(&K, 2, 0);
+    h_expect(C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, bad);
+    h_expect(C, "ERR NOSESSION ", "HELLO resume=s999.x secret=%s", secret);
+    h_expect(C, "ERR ARG ", "HELLO resume=%s", id);
+    h_expect(C, "ERR ARG ", "HELLO resume=%s secret=abc", id);
+    h_expect(C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, bad);
+    ck_assert_str_eq(h_recv_line(C, h_scale(2000)),
                      "EVENT CLOSING reason=auth");
-    ck_assert(h_wait_eof(&C, h_scale(2000)));
+    ck_assert(h_wait_eof(C, h_scale(2000)));
     /* The real one still works, and the lease was kept. */
-    h_close(&C);
-    h_expect(&B, "ERR BUSY ", "LOCK ws");
-    h_connect_tcp_ok(&C, D.port);
-    h_expect(&C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
-    finish();
+    h_close(C);
+    h_expect(B, "ERR BUSY ", "LOCK ws");
+    h_cluster_client(&K, 2, 0);
+    h_expect(C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -197,18 +175,18 @@ START_TEST(takeover)
     char id[64], secret[64], *line;
 
     start(NULL);
-    detachable(&A, 5000, id, secret);
-    h_expect(&A, "OK resource=to ", "LOCK to");
-    h_connect_tcp_ok(&C, D.port);
-    line = h_expect(&C, "OK proto=1 ", "HELLO resume=%s secret=%s name=new",
+    detachable(A, 5000, id, secret);
+    h_expect(A, "OK resource=to ", "LOCK to");
+    h_cluster_client(&K, 2, 0);
+    line = h_expect(C, "OK proto=1 ", "HELLO resume=%s secret=%s name=new",
                     id, secret);
     ck_assert_str_eq(h_kv(line, "resumed"), "1");
-    ck_assert_str_eq(h_recv_line(&A, h_scale(2000)),
+    ck_assert_str_eq(h_recv_line(A, h_scale(2000)),
                      "EVENT CLOSING reason=resumed");
-    ck_assert(h_wait_eof(&A, h_scale(2000)));
-    h_expect(&B, "ERR BUSY ", "LOCK to");
-    h_expect(&C, "OK resource=to nodes=1", "UNLOCK to");
-    finish();
+    ck_assert(h_wait_eof(A, h_scale(2000)));
+    h_expect(B, "ERR BUSY ", "LOCK to");
+    h_expect(C, "OK resource=to nodes=1", "UNLOCK to");
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -219,25 +197,25 @@ START_TEST(resume_twice)
     char id[64], secret[64], *line;
 
     start(NULL);
-    detachable(&A, 5000, id, secret);
-    h_expect(&A, "OK resource=rt ", "LOCK rt");
-    h_close(&A);
-    h_connect_tcp_ok(&C, D.port);
-    line = h_expect(&C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
+    detachable(A, 5000, id, secret);
+    h_expect(A, "OK resource=rt ", "LOCK rt");
+    h_close(A);
+    h_cluster_client(&K, 2, 0);
+    line = h_expect(C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
     ck_assert_str_eq(h_kv(line, "resumed"), "1");
-    h_close(&C);
+    h_close(C);
     h_sleep_ms(100);
-    ck_assert_int_eq(h_stats_int(&B, "sessions_detached"), 1);
-    h_expect(&B, "ERR BUSY ", "LOCK rt");
-    h_connect_tcp_ok(&A, D.port);
-    line = h_expect(&A, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
+    ck_assert_int_eq(h_stats_int(B, "sessions_detached"), 1);
+    h_expect(B, "ERR BUSY ", "LOCK rt");
+    h_cluster_client(&K, 0, 0);
+    line = h_expect(A, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
     ck_assert_str_eq(h_kv(line, "session"), id);
     ck_assert_str_eq(h_kv(line, "resumed"), "1");
-    h_expect(&A, "OK resource=rt nodes=1", "UNLOCK rt");
-    h_expect(&A, "OK bye", "QUIT");
-    h_connect_tcp_ok(&C, D.port);
-    h_expect(&C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, secret);
-    finish();
+    h_expect(A, "OK resource=rt nodes=1", "UNLOCK rt");
+    h_expect(A, "OK bye", "QUIT");
+    h_cluster_client(&K, 2, 0);
+    h_expect(C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, secret);
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -249,23 +227,23 @@ START_TEST(takeover_withdraws_wait)
     char id[64], secret[64], *line;
 
     start(NULL);
-    detachable(&A, 5000, id, secret);
-    h_expect(&B, "OK resource=tw ", "LOCK tw");
-    h_sendf(&A, "LOCK tw wait=%d\n", h_scale(5000));
+    detachable(A, 5000, id, secret);
+    h_expect(B, "OK resource=tw ", "LOCK tw");
+    h_sendf(A, "LOCK tw wait=%d\n", h_scale(5000));
     h_sleep_ms(100);
-    h_connect_tcp_ok(&C, D.port);
-    line = h_expect(&C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
+    h_cluster_client(&K, 2, 0);
+    line = h_expect(C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
     ck_assert_str_eq(h_kv(line, "resumed"), "0");
-    ck_assert_str_eq(h_recv_line(&A, h_scale(2000)),
+    ck_assert_str_eq(h_recv_line(A, h_scale(2000)),
                      "EVENT CLOSING reason=resumed");
-    ck_assert(h_wait_eof(&A, h_scale(2000)));
-    h_expect(&B, "OK resource=tw nodes=1", "UNLOCK tw");
+    ck_assert(h_wait_eof(A, h_scale(2000)));
+    h_expect(B, "OK resource=tw nodes=1", "UNLOCK tw");
     h_sleep_ms(300);
-    line = h_expect(&C, "OK {", "LOCKS");
+    line = h_expect(C, "OK {", "LOCKS");
     ck_assert_msg(!strstr(line, "\"tw\""), "the withdrawn LOCK was granted: "
                   "%s", line);
-    h_expect(&B, "OK resource=tw ", "LOCK tw");
-    finish();
+    h_expect(B, "OK resource=tw ", "LOCK tw");
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -274,40 +252,39 @@ START_TEST(lost_while_detached)
     char id[64], secret[64], *line;
 
     start(NULL);
-    detachable(&A, 5000, id, secret);
-    h_expect(&A, "OK resource=lw ", "LOCK lw ttl=300 renew=0");
-    h_close(&A);
+    detachable(A, 5000, id, secret);
+    h_expect(A, "OK resource=lw ", "LOCK lw ttl=300 renew=0");
+    h_close(A);
     h_sleep_ms(700);
-    h_connect_tcp_ok(&C, D.port);
-    line = h_expect(&C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
+    h_cluster_client(&K, 2, 0);
+    line = h_expect(C, "OK proto=1 ", "HELLO resume=%s secret=%s", id, secret);
     ck_assert_str_eq(h_kv(line, "resumed"), "0");
-    line = h_recv_line(&C, h_scale(2000));
+    line = h_recv_line(C, h_scale(2000));
     ck_assert_msg(line && h_starts(line, "EVENT LOST resource=lw ") &&
                   strstr(line, "reason=expired"), "after resume: %s",
                   line ? line : "(nothing)");
-    h_expect(&C, "ERR LOST ", "UNLOCK lw");
-    finish();
+    h_expect(C, "ERR LOST ", "UNLOCK lw");
+    h_cluster_stop(&K);
 }
 END_TEST
 
 START_TEST(limits)
 {
-    h_daemon_start(&D, &R, 1, "{\"limits\":{\"max_detach_ms\":1000}}");
-    h_wait_voting(&D, 1, h_scale(5000));
-    h_connect_tcp_ok(&A, D.port);
-    h_expect(&A, "ERR ARG ", "HELLO detach=1001");
-    h_expect(&A, "OK proto=1 ", "HELLO detach=1000");
-    h_expect(&A, "ERR ARG ", "HELLO detach=500 resume=s1.x "
+    h_cluster_daemon(&K, 0, "{\"limits\":{\"max_detach_ms\":1000}}",
+                     h_scale(5000));
+    h_cluster_client(&K, 0, 0);
+    h_expect(A, "ERR ARG ", "HELLO detach=1001");
+    h_expect(A, "OK proto=1 ", "HELLO detach=1000");
+    h_expect(A, "ERR ARG ", "HELLO detach=500 resume=s1.x "
              "secret=0123456789abcdef0123456789abcdef");
-    ck_assert_int_eq(h_daemon_finish(&D), 0);
-    h_daemon_cleanup(&D);
-    h_close(&A);
-    h_daemon_start(&D, &R, 1, "{\"limits\":{\"max_detach_ms\":0}}");
-    h_wait_voting(&D, 1, h_scale(5000));
-    h_connect_tcp_ok(&A, D.port);
-    h_expect(&A, "ERR ARG detach is off", "HELLO detach=100");
-    h_expect(&A, "OK proto=1 ", "HELLO detach=0");
-    finish();
+    ck_assert_int_eq(h_daemon_finish(D), 0);
+    h_daemon_cleanup(D);
+    h_close(A);
+    h_cluster_daemon(&K, 0, "{\"limits\":{\"max_detach_ms\":0}}", h_scale(5000));
+    h_cluster_client(&K, 0, 0);
+    h_expect(A, "ERR ARG detach is off", "HELLO detach=100");
+    h_expect(A, "OK proto=1 ", "HELLO detach=0");
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -316,17 +293,17 @@ START_TEST(detached_at_shutdown)
     char id[64], secret[64], *val = NULL;
 
     start(NULL);
-    detachable(&A, 20000, id, secret);
-    h_expect(&A, "OK resource=ds ", "LOCK ds ttl=20000");
-    h_close(&A);
+    detachable(A, 20000, id, secret);
+    h_expect(A, "OK resource=ds ", "LOCK ds ttl=20000");
+    h_close(A);
     h_sleep_ms(100);
-    ck_assert_int_eq(h_daemon_stop(&D), 0);
-    (void)h_redis_cmd(&R, &val, "GET lock:ds");
+    ck_assert_int_eq(h_daemon_stop(D), 0);
+    (void)h_redis_cmd(R, &val, "GET lock:ds");
     ck_assert_msg(val != NULL, "a detached session's lease was deleted at "
                   "shutdown");
     free(val);
-    ck_assert_msg(strstr(daemon_log(), "stopped: 1 lease left"), "%s",
-                  daemon_log());
+    ck_assert_msg(strstr(h_daemon_log(D), "stopped: 1 lease left"), "%s",
+                  h_daemon_log(D));
 }
 END_TEST
 
@@ -338,18 +315,18 @@ START_TEST(drop_during_shutdown)
     char id[64], secret[64], *val = NULL;
 
     start("{\"shutdown_timeout_ms\":3000}");
-    detachable(&A, 20000, id, secret);
-    h_expect(&A, "OK resource=dd ", "LOCK dd ttl=20000");
-    kill(D.pid, SIGTERM);
-    ck_assert_str_eq(h_recv_line(&A, h_scale(2000)), "EVENT SHUTDOWN");
-    h_close(&A);
-    ck_assert_int_eq(h_daemon_wait(&D, 10000), 0);
-    (void)h_redis_cmd(&R, &val, "GET lock:dd");
+    detachable(A, 20000, id, secret);
+    h_expect(A, "OK resource=dd ", "LOCK dd ttl=20000");
+    kill(D->pid, SIGTERM);
+    ck_assert_str_eq(h_recv_line(A, h_scale(2000)), "EVENT SHUTDOWN");
+    h_close(A);
+    ck_assert_int_eq(h_daemon_wait(D, 10000), 0);
+    (void)h_redis_cmd(R, &val, "GET lock:dd");
     ck_assert_msg(val != NULL, "a detachable session's lease was deleted "
                   "when its connection dropped during shutdown");
     free(val);
-    ck_assert_msg(strstr(daemon_log(), "stopped: 1 lease left"), "%s",
-                  daemon_log());
+    ck_assert_msg(strstr(h_daemon_log(D), "stopped: 1 lease left"), "%s",
+                  h_daemon_log(D));
 }
 END_TEST
 
@@ -363,23 +340,23 @@ START_TEST(resume_reply_overflows)
     char id[64], secret[64], big[2001];
 
     start("{\"limits\": {\"max_output_bytes\": 4096}}");
-    detachable(&A, 30000, id, secret);
-    h_expect(&A, "OK resource=ov ", "LOCK ov ttl=300 renew=0");
-    h_close(&A);
+    detachable(A, 30000, id, secret);
+    h_expect(A, "OK resource=ov ", "LOCK ov ttl=300 renew=0");
+    h_close(A);
     h_sleep_ms(800);            /* expires while detached: untold */
     memset(big, 'x', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
-    h_sendf(&B, "PING %s\nPING %s\nPING %s\nHELLO resume=%s secret=%s\n",
+    h_sendf(B, "PING %s\nPING %s\nPING %s\nHELLO resume=%s secret=%s\n",
             big, big, big, id, secret);
     h_sleep_ms(500);
-    h_close(&B);
-    h_connect_tcp_ok(&C, D.port);
-    h_expect(&C, "OK proto=1 session=", "HELLO resume=%s secret=%s", id,
+    h_close(B);
+    h_cluster_client(&K, 2, 0);
+    h_expect(C, "OK proto=1 session=", "HELLO resume=%s secret=%s", id,
              secret);
-    ck_assert_msg(h_expect_event(&C, "EVENT LOST resource=ov ", 2000),
+    ck_assert_msg(h_expect_event(C, "EVENT LOST resource=ov ", 2000),
                   "the lease lost while detached was never told");
-    h_expect(&C, "PONG", "PING");
-    finish();
+    h_expect(C, "PONG", "PING");
+    h_cluster_stop(&K);
 }
 END_TEST
 
@@ -388,7 +365,7 @@ static Suite *resume_suite(void)
     Suite *s = suite_create("resume");
     TCase *tc = tcase_create("resume");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    h_cluster_fixture(tc, &K, 1, false);
     tcase_set_timeout(tc, h_slow() ? 300 : 60);
     tcase_add_test(tc, detach_and_resume);
     tcase_add_test(tc, not_resumed_in_time);
@@ -408,11 +385,5 @@ static Suite *resume_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(resume_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(resume_suite());
 }

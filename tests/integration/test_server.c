@@ -17,40 +17,17 @@
 
 #include "harness.h"
 
-static struct h_redis R;
-static struct h_daemon D;
+/* Its node (started before each test) and daemon D (harness.h). Every
+ * test ends with a clean SIGTERM stop (the fixture's teardown), so under
+ * the valgrind wrapper each scenario is also checked for leaks (exit
+ * status 99). */
+static struct h_cluster K;
+static struct h_daemon *const D = &K.daemons[0];
 
-static void setup(void)
-{
-    h_redis_start(&R, NULL);
-}
-
-/* Every test ends with a clean SIGTERM stop, so under the valgrind wrapper
- * each scenario is also checked for leaks (exit status 99). */
-static void teardown(void)
-{
-    int rc = h_daemon_finish(&D);
-
-    h_daemon_cleanup(&D);
-    h_redis_cleanup(&R);
-    ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
-}
-
+/* The daemon, not waited for until its node votes. */
 static void start(const char *extra_json)
 {
-    h_daemon_start(&D, &R, 1, extra_json);
-}
-
-static void connect_tcp(struct h_client *c)
-{
-    h_connect_tcp_ok(c, D.port);
-}
-
-static void connect_unix(struct h_client *c)
-{
-    int rc = h_connect_unix(c, D.sock_path);
-
-    ck_assert_msg(rc == 0, "connect to %s: %s", D.sock_path, strerror(-rc));
+    h_cluster_daemon_start(&K, 0, extra_json);
 }
 
 /* Start the daemon and connect a client that sends `req` as it is: bytes
@@ -58,7 +35,7 @@ static void connect_unix(struct h_client *c)
 static void raw_client(struct h_client *c, const char *req, size_t len)
 {
     start(NULL);
-    connect_tcp(c);
+    h_connect_tcp_ok(c, D->port);
     h_send(c, req, len);
 }
 
@@ -82,7 +59,7 @@ START_TEST(telnet_tcp)
     struct h_client c;
 
     start(NULL);
-    connect_tcp(&c);
+    h_connect_tcp_ok(&c, D->port);
     telnet_example(&c);
 }
 END_TEST
@@ -92,7 +69,7 @@ START_TEST(telnet_unix)
     struct h_client c;
 
     start(NULL);
-    connect_unix(&c);
+    h_connect_unix_ok(&c, D->sock_path);
     telnet_example(&c);
 }
 END_TEST
@@ -119,7 +96,7 @@ START_TEST(case_insensitive)
     struct h_client c;
 
     start(NULL);
-    connect_tcp(&c);
+    h_connect_tcp_ok(&c, D->port);
     ck_assert_str_eq(h_cmd(&c, "ping"), "PONG");
     ck_assert_str_eq(h_cmd(&c, "PiNg Hi"), "PONG Hi");
     h_expect(&c, "OK proto=1 ", "hello name=carol");
@@ -137,7 +114,7 @@ START_TEST(pipeline_100)
     size_t len = 0;
 
     start(NULL);
-    connect_tcp(&c);
+    h_connect_tcp_ok(&c, D->port);
     for (int i = 1; i <= 100; i++)
         len += (size_t)snprintf(req + len, sizeof(req) - len, "PING %d\n", i);
     h_send(&c, req, len);
@@ -159,7 +136,7 @@ START_TEST(toolong_line)
     char *line;
 
     start("{\"limits\":{\"max_line\":128}}");
-    connect_tcp(&c);
+    h_connect_tcp_ok(&c, D->port);
     /* Well under the limit still works. */
     memset(req, 'x', sizeof(req));
     memcpy(req, "PING ", 5);
@@ -197,7 +174,7 @@ START_TEST(unknown_command)
     struct h_client c;
 
     start(NULL);
-    connect_tcp(&c);
+    h_connect_tcp_ok(&c, D->port);
     h_expect(&c, "ERR UNKNOWN ", "FROBNICATE x");
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
 }
@@ -213,7 +190,7 @@ START_TEST(many_clients)
     h_raise_nofile(N + 200);
     start(NULL);
     for (int i = 0; i < N; i++)
-        connect_tcp(&c[i]);
+        h_connect_tcp_ok(&c[i], D->port);
     for (int i = 0; i < N; i++)
         h_sendf(&c[i], "PING c%d\n", i);
     for (int i = 0; i < N; i++) {
@@ -236,16 +213,16 @@ START_TEST(partial_line_disconnect)
     struct h_client a, b;
 
     start(NULL);
-    connect_tcp(&a);
+    h_connect_tcp_ok(&a, D->port);
     h_send(&a, "PIN", 3);
-    connect_tcp(&b);
+    h_connect_tcp_ok(&b, D->port);
     ck_assert_str_eq(h_cmd(&b, "PING"), "PONG");
     h_sleep_ms(50);
     h_close(&a);
     h_sleep_ms(50);
     ck_assert_str_eq(h_cmd(&b, "PING"), "PONG");
     h_close(&b);
-    connect_tcp(&a);
+    h_connect_tcp_ok(&a, D->port);
     ck_assert_str_eq(h_cmd(&a, "PING again"), "PONG again");
 }
 END_TEST
@@ -290,8 +267,8 @@ START_TEST(half_close_with_locks)
     struct h_client c;
 
     start(NULL);
-    h_wait_voting(&D, 1, 5000);
-    connect_tcp(&c);
+    h_wait_voting(D, 1, 5000);
+    h_connect_tcp_ok(&c, D->port);
     h_send(&c, req, sizeof(req) - 1);
     h_shutdown_write(&c);
     ck_assert(h_starts(h_recv_line(&c, 5000), "OK resource=hc:1 token="));
@@ -309,10 +286,10 @@ START_TEST(half_close_while_waiting)
     struct h_client holder, waiter;
 
     start(NULL);
-    h_wait_voting(&D, 1, 5000);
-    connect_tcp(&holder);
+    h_wait_voting(D, 1, 5000);
+    h_connect_tcp_ok(&holder, D->port);
     ck_assert(h_starts(h_cmd(&holder, "LOCK hw:1"), "OK "));
-    connect_tcp(&waiter);
+    h_connect_tcp_ok(&waiter, D->port);
     h_sendf(&waiter, "LOCK hw:1 wait=10000\n");
     h_sleep_ms(100);
     json_t *st = h_ok_json(&holder, "STATUS hw:1");
@@ -340,7 +317,7 @@ START_TEST(auth_gating)
     json_t *stats;
 
     start("{\"auth\":{\"password\":\"s3cret\"}}");
-    connect_tcp(&c);
+    h_connect_tcp_ok(&c, D->port);
     h_expect(&c, "ERR NOAUTH", "LOCK x");
     h_expect(&c, "ERR NOAUTH", "STATS");
     h_expect(&c, "ERR NOAUTH", "SESSIONS");
@@ -365,10 +342,10 @@ START_TEST(max_clients)
 
     start("{\"limits\":{\"max_clients\":3}}");
     for (int i = 0; i < 3; i++) {
-        connect_tcp(&c[i]);
+        h_connect_tcp_ok(&c[i], D->port);
         ck_assert_str_eq(h_cmd(&c[i], "PING"), "PONG");
     }
-    connect_tcp(&extra);
+    h_connect_tcp_ok(&extra, D->port);
     line = h_recv_line(&extra, 5000);
     ck_assert_msg(h_starts(line, "ERR LIMIT"), "4th client got %s", line);
     ck_assert_msg(h_wait_eof(&extra, 2000), "4th client not closed");
@@ -379,7 +356,7 @@ START_TEST(max_clients)
      * refusal comes unasked, so listen first; a PING sent into a closing
      * socket could turn the refusal into a reset. */
     for (int tries = 0; tries < 50 && !accepted; tries++) {
-        connect_tcp(&extra);
+        h_connect_tcp_ok(&extra, D->port);
         line = h_recv_line(&extra, 100);
         if (!line) {
             line = h_cmd(&extra, "PING");
@@ -402,13 +379,13 @@ START_TEST(sigterm_with_clients)
     struct h_client a, b, u;
 
     start(NULL);
-    connect_tcp(&a);
+    h_connect_tcp_ok(&a, D->port);
     h_expect(&a, "OK proto=1 ", "HELLO name=stays");
-    connect_tcp(&b);
+    h_connect_tcp_ok(&b, D->port);
     h_send(&b, "PIN", 3);
-    connect_unix(&u);
+    h_connect_unix_ok(&u, D->sock_path);
     ck_assert_str_eq(h_cmd(&u, "PING"), "PONG");
-    ck_assert_int_eq(h_daemon_stop(&D), 0);
+    ck_assert_int_eq(h_daemon_stop(D), 0);
     ck_assert(h_wait_eof(&a, 1000));
     ck_assert(h_wait_eof(&b, 1000));
     ck_assert(h_wait_eof(&u, 1000));
@@ -421,7 +398,7 @@ START_TEST(help_line)
     char *line;
 
     start(NULL);
-    connect_tcp(&c);
+    h_connect_tcp_ok(&c, D->port);
     line = h_expect(&c, "OK ", "HELP");
     ck_assert_msg(strstr(line, "LOCK"), "HELP lacks LOCK: %s", line);
     ck_assert_msg(strstr(line, "PING"), "HELP lacks PING: %s", line);
@@ -448,9 +425,9 @@ START_TEST(stats_and_sessions_json)
     json_t *obj;
 
     start(NULL);
-    connect_tcp(&alice);
+    h_connect_tcp_ok(&alice, D->port);
     h_expect(&alice, "OK proto=1 ", "HELLO name=alice");
-    connect_unix(&obs);
+    h_connect_unix_ok(&obs, D->sock_path);
     obj = h_ok_json(&obs, "STATS");
     json_decref(obj);
     obj = h_ok_json(&obs, "SESSIONS");
@@ -514,8 +491,8 @@ START_TEST(handshake_timeout)
     struct h_client silent, talker;
 
     start("{\"limits\":{\"handshake_timeout_ms\":300}}");
-    connect_tcp(&silent);
-    connect_tcp(&talker);
+    h_connect_tcp_ok(&silent, D->port);
+    h_connect_tcp_ok(&talker, D->port);
     ck_assert_str_eq(h_cmd(&talker, "PING"), "PONG");
     uint64_t t0 = h_now_ms();
     ck_assert_msg(h_wait_eof(&silent, 3000), "silent connection still open");
@@ -532,7 +509,7 @@ START_TEST(idle_timeout)
     struct h_client c;
 
     start("{\"limits\":{\"idle_timeout_ms\":400}}");
-    connect_tcp(&c);
+    h_connect_tcp_ok(&c, D->port);
     for (int i = 0; i < 4; i++) {      /* activity keeps it open */
         ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
         h_sleep_ms(200);
@@ -551,7 +528,7 @@ static Suite *server_suite(void)
     TCase *conf = tcase_create("check-config");
     int timeout = h_slow() ? 150 : 30;
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    h_cluster_fixture(tc, &K, 1, true);
     tcase_set_timeout(tc, timeout);
     tcase_add_test(tc, telnet_tcp);
     tcase_add_test(tc, telnet_unix);
@@ -585,11 +562,5 @@ static Suite *server_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(server_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_ENV);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return h_run_suite(server_suite());
 }
