@@ -62,43 +62,43 @@ struct proto_cmd_spec {
     unsigned max_args;
     bool resource;          /* the positional argument is a resource name */
     bool raw_first;
-    const char *missing;    /* message when min_args is not met */
     bool raw_all;           /* every word is positional: AUTH's user name
                                and password may each hold a '=' */
+    const char *missing;    /* message when min_args is not met */
 };
 
 static const struct proto_cmd_spec proto_cmd_specs[PROTO_CMD_COUNT] = {
-    [PROTO_CMD_PING] = { 0, 0, 0, 1, false, true, NULL },
+    [PROTO_CMD_PING] = { 0, 0, 0, 1, false, true, false, NULL },
     [PROTO_CMD_HELLO] = {
         PROTO_OPT_PROTO | PROTO_OPT_NAME | PROTO_OPT_KEEPALIVE |
         PROTO_OPT_DETACH | PROTO_OPT_RESUME | PROTO_OPT_SECRET,
-        0, 0, 0, false, false, NULL },
-    [PROTO_CMD_AUTH] = { 0, 0, 1, 2, false, true,
-                         "AUTH needs a password (or a user and a password)",
-                         true },
+        0, 0, 0, false, false, false, NULL },
+    [PROTO_CMD_AUTH] = { 0, 0, 1, 2, false, true, true,
+                         "AUTH needs a password (or a user and a password)" },
     [PROTO_CMD_LOCK] = {
         PROTO_OPT_TTL | PROTO_OPT_WAIT | PROTO_OPT_RENEW | PROTO_OPT_MODE |
         PROTO_OPT_LIMIT,
-        0, 1, PROTO_MAX_RESOURCES, true, false, "LOCK needs a resource name" },
-    [PROTO_CMD_UNLOCK] = { 0, 0, 1, PROTO_MAX_RESOURCES, true, false,
+        0, 1, PROTO_MAX_RESOURCES, true, false, false,
+        "LOCK needs a resource name" },
+    [PROTO_CMD_UNLOCK] = { 0, 0, 1, PROTO_MAX_RESOURCES, true, false, false,
                            "UNLOCK needs a resource name" },
     [PROTO_CMD_ADOPT] = { PROTO_OPT_TOKEN | PROTO_OPT_TTL | PROTO_OPT_RENEW,
                           PROTO_OPT_TOKEN, 1, PROTO_MAX_RESOURCES, true, false,
-                          "ADOPT needs a resource name" },
+                          false, "ADOPT needs a resource name" },
     [PROTO_CMD_EXTEND] = { PROTO_OPT_TTL, PROTO_OPT_TTL, 1, 1, true, false,
-                           "EXTEND needs a resource name" },
-    [PROTO_CMD_LOCKS] = { 0, 0, 0, 0, false, false, NULL },
-    [PROTO_CMD_STATUS] = { PROTO_OPT_LIMIT, 0, 1, 1, true, false,
+                           false, "EXTEND needs a resource name" },
+    [PROTO_CMD_LOCKS] = { 0, 0, 0, 0, false, false, false, NULL },
+    [PROTO_CMD_STATUS] = { PROTO_OPT_LIMIT, 0, 1, 1, true, false, false,
                            "STATUS needs a resource name" },
-    [PROTO_CMD_SESSIONS] = { 0, 0, 0, 0, false, false, NULL },
-    [PROTO_CMD_STATS] = { 0, 0, 0, 0, false, false, NULL },
-    [PROTO_CMD_FORCEUNLOCK] = { 0, 0, 1, 1, true, false,
+    [PROTO_CMD_SESSIONS] = { 0, 0, 0, 0, false, false, false, NULL },
+    [PROTO_CMD_STATS] = { 0, 0, 0, 0, false, false, false, NULL },
+    [PROTO_CMD_FORCEUNLOCK] = { 0, 0, 1, 1, true, false, false,
                                 "FORCEUNLOCK needs a resource name" },
-    [PROTO_CMD_READMIT] = { 0, 0, 1, 1, false, true,
+    [PROTO_CMD_READMIT] = { 0, 0, 1, 1, false, true, false,
                             "READMIT needs a node (host:port as configured) "
                             "or all" },
-    [PROTO_CMD_HELP] = { 0, 0, 0, 1, false, true, NULL },
-    [PROTO_CMD_QUIT] = { 0, 0, 0, 0, false, false, NULL },
+    [PROTO_CMD_HELP] = { 0, 0, 0, 1, false, true, false, NULL },
+    [PROTO_CMD_QUIT] = { 0, 0, 0, 0, false, false, false, NULL },
 };
 
 struct proto_opt_entry {
