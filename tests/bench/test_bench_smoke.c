@@ -20,7 +20,6 @@
 
 static struct h_redis R[3];
 static struct h_daemon D;
-static char certs[256];     /* mkcerts.sh's directory, made in main */
 
 static void setup(void)
 {
@@ -28,7 +27,7 @@ static void setup(void)
 
     snprintf(extra, sizeof(extra),
              "{\"tls\": {\"cert_file\": \"%s/server.crt\", "
-             "\"key_file\": \"%s/server.key\"}}", certs, certs);
+             "\"key_file\": \"%s/server.key\"}}", h_certs_dir(), h_certs_dir());
     h_redis_start_all(R, 3, NULL);
     h_daemon_start(&D, R, 3, extra);
     ck_assert_int_gt(D.tls_port, 0);
@@ -129,48 +128,12 @@ START_TEST(uncontended_tls)
                            "--tls-ca", ca, NULL };
     const char *out;
 
-    snprintf(ca, sizeof(ca), "%s/ca.crt", certs);
+    snprintf(ca, sizeof(ca), "%s", h_cert("ca.crt"));
     out = run_bench_on(true, "lock", opts);
     ck_assert_msg(strstr(out, "TLS:               TLSv1.") != NULL,
                   "no TLS line in the output");
 }
 END_TEST
-
-/* Runs in main, before any test: so no ck_assert here. */
-static int make_certs(void)
-{
-    char cmd[1024];
-    const char *src = getenv("REDLOCKD_SRCDIR");
-
-    if (!src) {
-        fprintf(stderr, "test_bench_smoke: REDLOCKD_SRCDIR is not set (run "
-                "it through meson)\n");
-        return -1;
-    }
-    snprintf(certs, sizeof(certs), "/tmp/redlockd-bench-certs.XXXXXX");
-    if (!mkdtemp(certs)) {
-        perror("test_bench_smoke: mkdtemp");
-        return -1;
-    }
-    snprintf(cmd, sizeof(cmd), "'%s/tests/tools/mkcerts.sh' '%s'", src,
-             certs);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "test_bench_smoke: %s failed\n", cmd);
-        return -1;
-    }
-    return 0;
-}
-
-static void remove_certs(void)
-{
-    char cmd[300];
-
-    if (!certs[0])
-        return;
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certs);
-    if (system(cmd) != 0)
-        fprintf(stderr, "test_bench_smoke: could not remove %s\n", certs);
-}
 
 static Suite *bench_smoke_suite(void)
 {
@@ -191,14 +154,11 @@ int main(void)
     SRunner *sr;
     int failed;
 
-    if (make_certs() != 0) {
-        remove_certs();
-        return EXIT_FAILURE;
-    }
+    h_certs_make();
     sr = srunner_create(bench_smoke_suite());
     srunner_run_all(sr, CK_ENV);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    remove_certs();
+    h_certs_remove();
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -125,9 +125,8 @@ static char S[64];
 static const char *server_env;
 /* REDLOCKD_ADMIN_PASSWORD likewise. */
 static const char *admin_env;
-/* $REDLOCKD_TLS_CA for redlockctl, or NULL; and mkcerts.sh's directory. */
+/* $REDLOCKD_TLS_CA for redlockctl, or NULL. */
 static const char *tls_ca_env;
-static char certs[256];
 /* REDLOCKD_USER likewise. */
 static const char *user_env;
 
@@ -2292,16 +2291,6 @@ END_TEST
 
 /* ---- TLS ---- */
 
-static const char *cert(const char *name)
-{
-    static char paths[8][320];
-    static int next;
-    char *p = paths[next++ % 8];
-
-    snprintf(p, sizeof(paths[0]), "%s/%s", certs, name);
-    return p;
-}
-
 /* The daemon with a tls:// listener (the pair `name`, more of "tls" in
  * extra); its address into addr. */
 static void start_daemon_tls(const char *name, const char *extra, char *addr,
@@ -2310,8 +2299,8 @@ static void start_daemon_tls(const char *name, const char *extra, char *addr,
     char json[2048];
 
     snprintf(json, sizeof(json), "{\"tls\":{\"cert_file\":\"%s/%s.crt\","
-             "\"key_file\":\"%s/%s.key\"%s}}", certs, name, certs, name,
-             extra);
+             "\"key_file\":\"%s/%s.key\"%s}}", h_certs_dir(), name,
+             h_certs_dir(), name, extra);
     h_cluster_nodes(&K, 1, NULL);
     start_daemon(json);
     ck_assert_int_gt(D->tls_port, 0);
@@ -2337,7 +2326,7 @@ START_TEST(tls_run)
     start_daemon_tls("server", "", addr, sizeof(addr));
     h_cluster_client(&K, 0, 0);
     started = tmp_path("started");
-    p = ctl_start("-s", addr, "--tls-ca", cert("ca.crt"), "run", "cli:tls",
+    p = ctl_start("-s", addr, "--tls-ca", h_cert("ca.crt"), "run", "cli:tls",
                   "--", "sh", "-c", "echo $$ > \"$1\"; sleep 1", "sh",
                   started, NULL);
     wait_file_number(started, h_scale(5000));
@@ -2349,11 +2338,11 @@ START_TEST(tls_run)
     /* --tls-ca after the command word, by host name. */
     snprintf(name_addr, sizeof(name_addr), "tls://localhost:%d", D->tls_port);
     p = ctl_start("run", "cli:tls", "-s", name_addr, "--tls-ca",
-                  cert("ca.crt"), "--", "true", NULL);
+                  h_cert("ca.crt"), "--", "true", NULL);
     proc_wait(p, h_scale(10000));
     assert_ok_quiet(p, "run --tls-ca after run");
     /* The CA from $REDLOCKD_TLS_CA. */
-    tls_ca_env = cert("ca.crt");
+    tls_ca_env = h_cert("ca.crt");
     p = ctl_start("-s", addr, "ping", NULL);
     proc_wait(p, h_scale(10000));
     assert_status(p, 0, "ping with $REDLOCKD_TLS_CA");
@@ -2368,24 +2357,24 @@ START_TEST(tls_errors)
     struct proc *p;
 
     snprintf(extra, sizeof(extra), ",\"ca_file\":\"%s\","
-             "\"verify_clients\":true", cert("ca.crt"));
+             "\"verify_clients\":true", h_cert("ca.crt"));
     start_daemon_tls("server", extra, addr, sizeof(addr));
-    p = ctl_start("-s", addr, "--tls-ca", cert("other-ca.crt"), "run",
+    p = ctl_start("-s", addr, "--tls-ca", h_cert("other-ca.crt"), "run",
                   "cli:tls", "--", "sh", "-c", "exit 99", NULL);
     proc_wait(p, h_scale(10000));
     assert_error_names(p, EXIT_UNAVAILABLE, "run, another CA", "unknown CA");
-    p = ctl_start("-s", addr, "--tls-ca", cert("ca.crt"),
+    p = ctl_start("-s", addr, "--tls-ca", h_cert("ca.crt"),
                   "--tls-server-name", "elsewhere.test", "ping", NULL);
     proc_wait(p, h_scale(10000));
     assert_error_names(p, EXIT_UNAVAILABLE, "ping, another name",
                        "name mismatch");
-    p = ctl_start("-s", addr, "--tls-ca", cert("ca.crt"), "ping", NULL);
+    p = ctl_start("-s", addr, "--tls-ca", h_cert("ca.crt"), "ping", NULL);
     proc_wait(p, h_scale(10000));
     assert_error_names(p, EXIT_UNAVAILABLE, "ping, no client certificate",
                        "requires a client certificate");
-    p = ctl_start("ping", "-s", addr, "--tls-ca", cert("ca.crt"),
-                  "--tls-cert", cert("client.crt"), "--tls-key",
-                  cert("client.key"), NULL);
+    p = ctl_start("ping", "-s", addr, "--tls-ca", h_cert("ca.crt"),
+                  "--tls-cert", h_cert("client.crt"), "--tls-key",
+                  h_cert("client.key"), NULL);
     proc_wait(p, h_scale(10000));
     assert_status(p, 0, "ping with a client certificate");
     p = ctl_start("-s", addr, "--tls-ca", "/nonexistent/ca.crt", "ping", NULL);
@@ -2434,37 +2423,15 @@ static Suite *cli_suite(void)
     return s;
 }
 
-/* The certificates of the TLS tests, for the whole run. */
-static void make_certs(void)
-{
-    const char *mk = getenv("REDLOCKD_MKCERTS");
-    char cmd[600];
-
-    snprintf(certs, sizeof(certs), "%s/redlockctl-tls-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mk || !mkdtemp(certs)) {
-        fprintf(stderr, "test_cli: REDLOCKD_MKCERTS unset or no temp dir\n");
-        exit(EXIT_FAILURE);
-    }
-    snprintf(cmd, sizeof(cmd), "'%s' '%s'", mk, certs);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "test_cli: %s failed\n", cmd);
-        exit(EXIT_FAILURE);
-    }
-}
-
 int main(void)
 {
     SRunner *sr = srunner_create(cli_suite());
-    char cmd[300];
     int failed;
 
-    make_certs();
+    h_certs_make();
     srunner_run_all(sr, CK_ENV);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certs);
-    if (system(cmd) != 0)
-        fprintf(stderr, "test_cli: could not remove %s\n", certs);
+    h_certs_remove();
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -46,8 +46,6 @@ static struct h_daemon *const D = &K.daemons[0];
 static struct h_daemon *const D2 = &K.daemons[1];
 static struct redlockd *H[HANDLES_MAX];
 static int nh;
-/* mkcerts.sh's output, for the whole run. */
-static char certs[256];
 
 /* ---- fixture ---- */
 
@@ -73,16 +71,6 @@ static void teardown(void)
 
 /* ---- helpers ---- */
 
-static const char *cert(const char *name)
-{
-    static char paths[8][320];
-    static int next;
-    char *p = paths[next++ % 8];
-
-    snprintf(p, sizeof(paths[0]), "%s/%s", certs, name);
-    return p;
-}
-
 /* A daemon d over the nodes, listening on tls:// with the pair `name`
  * (server: server.crt, server.key), `extra` more of "tls" (may be ""). */
 static void start_tls(int d, const char *name, const char *extra)
@@ -93,7 +81,8 @@ static void start_tls(int d, const char *name, const char *extra)
         h_cluster_nodes(&K, 1, NULL);
     snprintf(json, sizeof(json),
              "{\"shutdown_timeout_ms\":300,\"tls\":{\"cert_file\":\"%s/%s.crt\","
-             "\"key_file\":\"%s/%s.key\"%s}}", certs, name, certs, name, extra);
+             "\"key_file\":\"%s/%s.key\"%s}}", h_certs_dir(), name,
+             h_certs_dir(), name, extra);
     h_cluster_daemon(&K, d, json, h_scale(5000));
     ck_assert_msg(K.daemons[d].tls_port > 0, "no tls:// listener");
 }
@@ -181,7 +170,7 @@ START_TEST(tls_lock_unlock)
     other = open_ok(&p);
 
     o.server = a;
-    o.tls_ca_file = cert("ca.crt");
+    o.tls_ca_file = h_cert("ca.crt");
     h = open_ok(&o);
     ck_assert_str_eq(redlockd_server(h), a);
     lock_unlock(h, other, "tls:ip");
@@ -191,7 +180,7 @@ START_TEST(tls_lock_unlock)
 
     /* By name (SNI and a DNS name check), the CA from the environment. */
     addr_of(b, sizeof(b), "localhost", D->tls_port);
-    ck_assert_int_eq(setenv(REDLOCKD_TLS_CA_ENV, cert("ca.crt"), 1), 0);
+    ck_assert_int_eq(setenv(REDLOCKD_TLS_CA_ENV, h_cert("ca.crt"), 1), 0);
     o.server = b;
     o.name = "tls-name";
     o.tls_ca_file = NULL;
@@ -209,7 +198,7 @@ START_TEST(tls_unknown_ca)
     start_tls(0, "server", "");
     addr_of(a, sizeof(a), "127.0.0.1", D->tls_port);
     o.server = a;
-    o.tls_ca_file = cert("other-ca.crt");
+    o.tls_ca_file = h_cert("other-ca.crt");
     open_fails(&o, REDLOCKD_E_IO, "unknown CA", "refused", a, NULL);
     /* The system's store does not know the test CA either. */
     o.tls_ca_file = NULL;
@@ -226,7 +215,7 @@ START_TEST(tls_other_ca_server)
     start_tls(0, "other", "");
     addr_of(a, sizeof(a), "127.0.0.1", D->tls_port);
     o.server = a;
-    o.tls_ca_file = cert("ca.crt");
+    o.tls_ca_file = h_cert("ca.crt");
     open_fails(&o, REDLOCKD_E_IO, "unknown CA", NULL);
 }
 END_TEST
@@ -240,7 +229,7 @@ START_TEST(tls_wrong_name)
     start_tls(0, "wrongname", "");
     addr_of(a, sizeof(a), "127.0.0.1", D->tls_port);
     o.server = a;
-    o.tls_ca_file = cert("ca.crt");
+    o.tls_ca_file = h_cert("ca.crt");
     open_fails(&o, REDLOCKD_E_IO, "name mismatch", "127.0.0.1", NULL);
     addr_of(b, sizeof(b), "localhost", D->tls_port);
     o.server = b;
@@ -261,7 +250,7 @@ START_TEST(tls_expired)
     start_tls(0, "expired", "");
     addr_of(a, sizeof(a), "127.0.0.1", D->tls_port);
     o.server = a;
-    o.tls_ca_file = cert("ca.crt");
+    o.tls_ca_file = h_cert("ca.crt");
     open_fails(&o, REDLOCKD_E_IO, "expired", NULL);
 }
 END_TEST
@@ -273,20 +262,20 @@ START_TEST(tls_client_cert)
     struct redlockd *h;
 
     snprintf(extra, sizeof(extra), ",\"ca_file\":\"%s\","
-             "\"verify_clients\":true", cert("ca.crt"));
+             "\"verify_clients\":true", h_cert("ca.crt"));
     start_tls(0, "server", extra);
     addr_of(a, sizeof(a), "127.0.0.1", D->tls_port);
     o.server = a;
-    o.tls_ca_file = cert("ca.crt");
+    o.tls_ca_file = h_cert("ca.crt");
     open_fails(&o, REDLOCKD_E_IO, "requires a client certificate", NULL);
     /* A certificate of a CA the daemon does not trust. */
-    o.tls_cert_file = cert("other.crt");
-    o.tls_key_file = cert("other.key");
+    o.tls_cert_file = h_cert("other.crt");
+    o.tls_key_file = h_cert("other.key");
     open_fails(&o, REDLOCKD_E_IO, "client certificate", NULL);
     /* The key in the environment. */
-    o.tls_cert_file = cert("client.crt");
+    o.tls_cert_file = h_cert("client.crt");
     o.tls_key_file = NULL;
-    ck_assert_int_eq(setenv(REDLOCKD_TLS_KEY_ENV, cert("client.key"), 1), 0);
+    ck_assert_int_eq(setenv(REDLOCKD_TLS_KEY_ENV, h_cert("client.key"), 1), 0);
     h = open_ok(&o);
     unsetenv(REDLOCKD_TLS_KEY_ENV);
     lock_unlock(h, NULL, "tls:alice");
@@ -301,7 +290,7 @@ START_TEST(tls_plain_port)
     start_tls(0, "server", "");
     addr_of(a, sizeof(a), "127.0.0.1", D->port);
     o.server = a;
-    o.tls_ca_file = cert("ca.crt");
+    o.tls_ca_file = h_cert("ca.crt");
     open_fails(&o, REDLOCKD_E_IO, "does not speak TLS", NULL);
 }
 END_TEST
@@ -317,11 +306,11 @@ START_TEST(tls_bad_files)
     o.tls_ca_file = "/nonexistent/ca.crt";
     open_fails(&o, REDLOCKD_E_INVALID, "tls_ca_file /nonexistent/ca.crt",
                "No such file", NULL);
-    o.tls_ca_file = cert("bad.crt");
+    o.tls_ca_file = h_cert("bad.crt");
     open_fails(&o, REDLOCKD_E_INVALID, "tls_ca_file", "bad.crt", NULL);
-    o.tls_ca_file = cert("ca.crt");
-    o.tls_cert_file = cert("client.crt");
-    o.tls_key_file = cert("other.key");
+    o.tls_ca_file = h_cert("ca.crt");
+    o.tls_cert_file = h_cert("client.crt");
+    o.tls_key_file = h_cert("other.key");
     open_fails(&o, REDLOCKD_E_INVALID, "is not the key of", NULL);
     o.tls_cert_file = NULL;
     open_fails(&o, REDLOCKD_E_INVALID, "tls_key_file without tls_cert_file",
@@ -352,7 +341,7 @@ START_TEST(tls_failover)
     servers[1] = b;
     o.servers = servers;
     o.nservers = 2;
-    o.tls_ca_file = cert("ca.crt");
+    o.tls_ca_file = h_cert("ca.crt");
     h = open_ok(&o);
     ck_assert_str_eq(redlockd_server(h), a);
     ck_assert_int_eq(redlockd_lock(h, "tls:fo", 30000, 0, 1, &l), 0);
@@ -386,8 +375,8 @@ static void fake_daemon(int lfd, int nevents)
     int fd;
     SSL *ssl;
 
-    if (!ctx || SSL_CTX_use_certificate_chain_file(ctx, cert("server.crt"))
-        != 1 || SSL_CTX_use_PrivateKey_file(ctx, cert("server.key"),
+    if (!ctx || SSL_CTX_use_certificate_chain_file(ctx, h_cert("server.crt"))
+        != 1 || SSL_CTX_use_PrivateKey_file(ctx, h_cert("server.key"),
                                             SSL_FILETYPE_PEM) != 1)
         _exit(2);
     fd = accept(lfd, NULL, NULL);
@@ -446,7 +435,7 @@ START_TEST(tls_events_behind_reply)
     snprintf(server, sizeof(server), "tls://127.0.0.1:%d",
              ntohs(a.sin_port));
     o.server = server;
-    o.tls_ca_file = cert("ca.crt");
+    o.tls_ca_file = h_cert("ca.crt");
     o.reconnect_max_ms = -1;
     h = open_ok(&o);
     ck_assert_int_eq(redlockd_ping(h), 0);
@@ -483,40 +472,12 @@ static Suite *tls_suite(void)
     return s;
 }
 
-/* The certificates for every test of the run. */
-static void make_certs(void)
-{
-    const char *mk = getenv("REDLOCKD_MKCERTS");
-    char cmd[600];
-
-    snprintf(certs, sizeof(certs), "%s/redlockd-tls-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mk || !mkdtemp(certs)) {
-        fprintf(stderr, "test_lib_tls: REDLOCKD_MKCERTS unset or no temp dir\n");
-        exit(EXIT_FAILURE);
-    }
-    snprintf(cmd, sizeof(cmd), "'%s' '%s'", mk, certs);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "test_lib_tls: %s failed\n", cmd);
-        exit(EXIT_FAILURE);
-    }
-}
-
-static void remove_certs(void)
-{
-    char cmd[300];
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certs);
-    if (system(cmd) != 0)
-        fprintf(stderr, "test_lib_tls: could not remove %s\n", certs);
-}
-
 int main(void)
 {
     SRunner *sr;
     int failed;
 
-    make_certs();
+    h_certs_make();
     /* The tests choose their CA themselves. */
     unsetenv(REDLOCKD_TLS_CA_ENV);
     unsetenv(REDLOCKD_TLS_CERT_ENV);
@@ -525,6 +486,6 @@ int main(void)
     srunner_run_all(sr, CK_ENV);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    remove_certs();
+    h_certs_remove();
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

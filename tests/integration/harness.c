@@ -781,6 +781,62 @@ long long h_redis_cmd(const struct h_redis *r, char **str, const char *fmt, ...)
 
 /* ---- redlockd ---- */
 
+/* ---- certificates for the TLS tests ---------------------------------------- */
+
+static char h_certs[256];
+
+void h_certs_make(void)
+{
+    const char *src = getenv("REDLOCKD_SRCDIR");
+    char cmd[1024];
+
+    if (!src) {
+        fprintf(stderr, "harness: REDLOCKD_SRCDIR is not set (run the "
+                "tests through meson)\n");
+        exit(1);
+    }
+    snprintf(h_certs, sizeof(h_certs), "%s/redlockd-certs.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(h_certs)) {
+        perror("harness: mkdtemp for the certificates");
+        exit(1);
+    }
+    snprintf(cmd, sizeof(cmd), "'%s/tests/tools/mkcerts.sh' '%s'", src,
+             h_certs);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "harness: %s failed\n", cmd);
+        h_certs_remove();
+        exit(1);
+    }
+}
+
+const char *h_certs_dir(void)
+{
+    return h_certs;
+}
+
+const char *h_cert(const char *name)
+{
+    static char paths[8][320];
+    static int next;
+    char *p = paths[next++ % 8];
+
+    snprintf(p, sizeof(paths[0]), "%s/%s", h_certs, name);
+    return p;
+}
+
+void h_certs_remove(void)
+{
+    char cmd[300];
+
+    if (!h_certs[0])
+        return;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", h_certs);
+    if (system(cmd) != 0)
+        fprintf(stderr, "harness: could not remove %s\n", h_certs);
+    h_certs[0] = '\0';
+}
+
 const char *h_daemon_bin(void)
 {
     const char *bin = getenv("REDLOCKD_BIN");

@@ -180,6 +180,17 @@ bool h_starts(const char *line, const char *prefix);
  * holder label redlockd stores after it ("token label fence")? */
 bool h_holds_token(const char *value, const char *token);
 
+/* The throwaway PKI of tests/tools/mkcerts.sh (found through
+ * REDLOCKD_SRCDIR), for the TLS tests: made once per test program, from
+ * main before the tests fork, so a failure prints why and exits 1 rather
+ * than asserting. h_cert gives <dir>/<name> in one of 8 static buffers
+ * used in turn; h_certs_dir the directory; h_certs_remove deletes it at
+ * the end of main. */
+void h_certs_make(void);
+const char *h_certs_dir(void);
+const char *h_cert(const char *name);
+void h_certs_remove(void);
+
 /* The redlockd binary (REDLOCKD_BIN); aborts when unset. */
 const char *h_daemon_bin(void);
 /* Run argv (no wrapper) to completion with stdout and stderr captured

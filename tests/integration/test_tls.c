@@ -33,56 +33,8 @@
 
 static struct h_redis R;
 static struct h_daemon D;
-static char certs[256];     /* mkcerts.sh's directory, made once */
 
 /* ---- the certificates --------------------------------------------------- */
-
-static const char *cert(const char *name)
-{
-    static char path[4][320];
-    static int next;
-    char *p = path[next++ % 4];
-
-    snprintf(p, sizeof(path[0]), "%s/%s", certs, name);
-    return p;
-}
-
-/* Runs in main, before any test: so no ck_assert here. */
-static int make_certs(void)
-{
-    char cmd[1024];
-    const char *src = getenv("REDLOCKD_SRCDIR");
-
-    if (!src) {
-        fprintf(stderr, "test_tls: REDLOCKD_SRCDIR is not set (run it "
-                "through meson)\n");
-        return -1;
-    }
-    snprintf(certs, sizeof(certs), "/tmp/redlockd-tls-certs.XXXXXX");
-    if (!mkdtemp(certs)) {
-        perror("test_tls: mkdtemp");
-        return -1;
-    }
-    snprintf(cmd, sizeof(cmd), "'%s/tests/tools/mkcerts.sh' '%s'", src,
-             certs);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "test_tls: %s failed\n", cmd);
-        return -1;
-    }
-    return 0;
-}
-
-static void remove_certs(void)
-{
-    char cmd[300];
-
-    if (!certs[0])
-        return;
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certs);
-    if (system(cmd) != 0)
-        fprintf(stderr, "test_tls: could not remove %s\n", certs);
-    certs[0] = '\0';
-}
 
 /* ---- a blocking TLS client ------------------------------------------------ */
 
@@ -149,7 +101,7 @@ static int t_tls_open(struct t_tls *t, int port, const struct t_opts *o,
     t->ctx = SSL_CTX_new(TLS_client_method());
     ck_assert(t->ctx);
     ck_assert(SSL_CTX_load_verify_locations(t->ctx, o->ca ? o->ca
-                                            : cert("ca.crt"), NULL) == 1);
+                                            : h_cert("ca.crt"), NULL) == 1);
     SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);
     if (o->max_version)
         SSL_CTX_set_max_proto_version(t->ctx, o->max_version);
@@ -300,7 +252,7 @@ static void start_tls(const char *name, const char *more, const char *top)
     snprintf(k, sizeof(k), "%s.key", name);
     snprintf(extra, sizeof(extra),
              "{\"tls\": {\"cert_file\": \"%s\", \"key_file\": \"%s\"%s%s}"
-             "%s%s}", cert(c), cert(k), more[0] ? ", " : "", more,
+             "%s%s}", h_cert(c), h_cert(k), more[0] ? ", " : "", more,
              top[0] ? ", " : "", top);
     h_daemon_start(&D, &R, 1, extra);
     ck_assert_int_gt(D.tls_port, 0);
@@ -428,7 +380,7 @@ END_TEST
 START_TEST(test_client_refuses_unknown_ca)
 {
     struct t_tls t;
-    struct t_opts o = { .ca = cert("other-ca.crt") };
+    struct t_opts o = { .ca = h_cert("other-ca.crt") };
     char err[256];
 
     start_tls("server", "", "");
@@ -487,7 +439,7 @@ START_TEST(test_client_certificate_required)
     char *r;
 
     snprintf(more, sizeof(more), "\"ca_file\": \"%s\", \"verify_clients\": "
-             "true", cert("ca.crt"));
+             "true", h_cert("ca.crt"));
     start_tls("server", more, "");
 
     /* None given: refused (with TLS 1.3 the client learns it on its first
@@ -501,8 +453,8 @@ START_TEST(test_client_certificate_required)
     expect_failures("no_client_cert", 1);
 
     /* One from another CA: refused, and the log says why. */
-    o.cert = cert("other.crt");
-    o.key = cert("other.key");
+    o.cert = h_cert("other.crt");
+    o.key = h_cert("other.key");
     if (t_tls_open(&t, D.tls_port, &o, err, sizeof(err)) == 0) {
         t_tls_send(&t, "PING");
         ck_assert_ptr_null(t_tls_line(&t, err, sizeof(err)));
@@ -513,8 +465,8 @@ START_TEST(test_client_certificate_required)
                             "issuer certificate", h_scale(2000)));
 
     /* The test CA's: served, and its CN is known to the daemon. */
-    o.cert = cert("client.crt");
-    o.key = cert("client.key");
+    o.cert = h_cert("client.crt");
+    o.key = h_cert("client.key");
     t_tls_open_ok(&t, D.tls_port, &o);
     r = t_tls_cmd(&t, "LOCK job:cert wait=%d", h_scale(5000));
     ck_assert_msg(h_starts(r, "OK resource=job:cert "), "LOCK: %s", r);
@@ -565,10 +517,10 @@ START_TEST(test_sighup_swaps_certificate)
     /* The daemon reads its pair from files the test may overwrite. */
     h_redis_cleanup(&R);
     h_redis_start(&R, NULL);
-    snprintf(crt, sizeof(crt), "%s/swap.crt", certs);
-    snprintf(key, sizeof(key), "%s/swap.key", certs);
-    copy_file(cert("server.crt"), crt);
-    copy_file(cert("server.key"), key);
+    snprintf(crt, sizeof(crt), "%s/swap.crt", h_certs_dir());
+    snprintf(key, sizeof(key), "%s/swap.key", h_certs_dir());
+    copy_file(h_cert("server.crt"), crt);
+    copy_file(h_cert("server.key"), key);
     snprintf(extra, sizeof(extra), "{\"tls\": {\"cert_file\": \"%s\", "
              "\"key_file\": \"%s\"}}", crt, key);
     h_daemon_start(&D, &R, 1, extra);
@@ -578,18 +530,18 @@ START_TEST(test_sighup_swaps_certificate)
     r = t_tls_cmd(&old, "LOCK job:swap ttl=3000");
     ck_assert_msg(h_starts(r, "OK resource=job:swap "), "LOCK: %s", r);
     t_peer_digest(&old, seen);
-    file_digest(cert("server.crt"), want);
+    file_digest(h_cert("server.crt"), want);
     ck_assert(memcmp(seen, want, 32) == 0);
 
     /* A renewed certificate replaces the files; SIGHUP. */
-    copy_file(cert("server2.crt"), crt);
-    copy_file(cert("server2.key"), key);
+    copy_file(h_cert("server2.crt"), crt);
+    copy_file(h_cert("server2.key"), key);
     kill(D.pid, SIGHUP);
     ck_assert(log_waits_for("reloaded ", h_scale(3000)));
 
     t_tls_open_ok(&fresh, D.tls_port, &o);
     t_peer_digest(&fresh, seen);
-    file_digest(cert("server2.crt"), want);
+    file_digest(h_cert("server2.crt"), want);
     ck_assert_msg(memcmp(seen, want, 32) == 0,
                   "a new connection after SIGHUP got the old certificate");
     ck_assert_str_eq(t_tls_cmd(&fresh, "PING"), "PONG");
@@ -602,7 +554,7 @@ START_TEST(test_sighup_swaps_certificate)
 
     /* A pair that does not load is refused; new connections keep the
      * certificate that was loaded. */
-    copy_file(cert("bad.crt"), crt);
+    copy_file(h_cert("bad.crt"), crt);
     kill(D.pid, SIGHUP);
     ck_assert(log_waits_for("new TLS connections keep the certificate",
                             h_scale(3000)));
@@ -907,11 +859,11 @@ START_TEST(test_certificate_logs_in_as_user)
     char *r;
 
     snprintf(more, sizeof(more), "\"ca_file\": \"%s\", \"verify_clients\": "
-             "true", cert("ca.crt"));
+             "true", h_cert("ca.crt"));
     start_tls("server", more, "\"auth\": {\"users\": [{\"name\": \"alice\", "
               "\"password\": \"pw-alice\", \"prefixes\": [\"job:\"]}]}");
-    o.cert = cert("client.crt");
-    o.key = cert("client.key");
+    o.cert = h_cert("client.crt");
+    o.key = h_cert("client.key");
     t_tls_open_ok(&t, D.tls_port, &o);
     r = t_tls_cmd(&t, "LOCK job:cert wait=%d", h_scale(5000));
     ck_assert_msg(h_starts(r, "OK resource=job:cert "), "LOCK: %s", r);
@@ -963,13 +915,10 @@ int main(void)
     int failed;
 
     signal(SIGPIPE, SIG_IGN);  /* a refused handshake's write */
-    if (make_certs() != 0) {   /* once, before the tests fork */
-        srunner_free(sr);
-        return 1;
-    }
+    h_certs_make();            /* once, before the tests fork */
     srunner_run_all(sr, CK_NORMAL);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    remove_certs();
+    h_certs_remove();
     return failed ? 1 : 0;
 }
