@@ -1140,6 +1140,20 @@ const char *h_daemon_log(const struct h_daemon *d)
     return buf;
 }
 
+bool h_log_waits_for(const struct h_daemon *d, const char *needle,
+                     int timeout_ms)
+{
+    uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+
+    for (;;) {
+        if (strstr(h_daemon_log(d), needle))
+            return true;
+        if (h_now_ms() >= end)
+            return false;
+        h_sleep_ms(20);
+    }
+}
+
 void h_daemon_dump_log(const struct h_daemon *d)
 {
     dump_file(d->log_path, "redlockd log");

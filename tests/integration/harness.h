@@ -95,6 +95,11 @@ void h_daemon_cleanup(struct h_daemon *d);  /* kill if running, rm -rf dir */
 /* The daemon's log so far (its first MiB; a static buffer, overwritten by
  * the next call). */
 const char *h_daemon_log(const struct h_daemon *d);
+/* Poll the daemon's log until it mentions needle: true, or false after
+ * timeout_ms (the caller's bound, already stretched as its file stretches
+ * them). */
+bool h_log_waits_for(const struct h_daemon *d, const char *needle,
+                     int timeout_ms);
 /* Print the daemon log to stderr (call on failure paths to help debugging). */
 void h_daemon_dump_log(const struct h_daemon *d);
 

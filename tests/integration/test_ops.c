@@ -39,19 +39,6 @@ static void start(const char *extra_json)
         h_sleep_ms(300);
 }
 
-/* Wait up to ms for the log to mention needle. */
-static bool log_waits_for(const char *needle, int ms)
-{
-    uint64_t end = h_now_ms() + (uint64_t)h_scale(ms);
-
-    while (h_now_ms() < end) {
-        if (strstr(h_daemon_log(D), needle))
-            return true;
-        h_sleep_ms(20);
-    }
-    return false;
-}
-
 /* The next line within ms (asserted), EVENT lines included. */
 static char *next_line(struct h_client *c, int ms)
 {
@@ -178,7 +165,8 @@ START_TEST(reload_good_file)
     patch_config("{\"limits\":{\"max_locks_per_session\":2},"
                  "\"log\":{\"level\":\"info\"}}");
     kill(D->pid, SIGHUP);
-    ck_assert_msg(log_waits_for("limits.max_locks_per_session", 3000),
+    ck_assert_msg(h_log_waits_for(D, "limits.max_locks_per_session",
+                                  h_scale(3000)),
                   "no reload line naming the changed key:\n%s", h_daemon_log(D));
     ck_assert_msg(strstr(h_daemon_log(D), "reload"), "%s", h_daemon_log(D));
     /* Live: the new limit applies, the locks held stay held. */
@@ -206,7 +194,8 @@ START_TEST(reload_bad_file_keeps_config)
     fputs("{ \"limits\": { \"max_locks_per_session\": 0 ", f);   /* broken */
     fclose(f);
     kill(D->pid, SIGHUP);
-    ck_assert_msg(log_waits_for("reload rejected", 3000), "%s", h_daemon_log(D));
+    ck_assert_msg(h_log_waits_for(D, "reload rejected", h_scale(3000)), "%s",
+                  h_daemon_log(D));
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
     for (int i = 0; i < 5; i++)
         h_expect(&c, "OK resource=", "LOCK r%d", i);
@@ -226,7 +215,8 @@ START_TEST(reload_node_change_needs_restart)
              "\"127.0.0.1:1\"]}}", R->port);
     patch_config(patch);
     kill(D->pid, SIGHUP);
-    ck_assert_msg(log_waits_for("needs a restart", 3000), "%s", h_daemon_log(D));
+    ck_assert_msg(h_log_waits_for(D, "needs a restart", h_scale(3000)), "%s",
+                  h_daemon_log(D));
     ck_assert_msg(strstr(h_daemon_log(D), "redis.nodes"), "%s", h_daemon_log(D));
     /* Still the one node it started with. */
     h_expect(&c, "OK proto=1 ", "HELLO");
@@ -536,13 +526,13 @@ START_TEST(audit_lines_and_session_ids)
                              "fence");
     snprintf(line, sizeof(line), "grant fence=%s job:7 %s (name=billing-1 "
              "peer=127.0.0.1:", fence, session);
-    ck_assert_msg(log_waits_for(line, 2000), "no \"%s\" in:\n%s", line,
-                  h_daemon_log(D));
+    ck_assert_msg(h_log_waits_for(D, line, h_scale(2000)),
+                  "no \"%s\" in:\n%s", line, h_daemon_log(D));
     h_expect(&c, "OK resource=job:7 ", "UNLOCK job:7");
     snprintf(line, sizeof(line), "release fence=%s job:7 %s (name=billing-1 "
              "peer=127.0.0.1:", fence, session);
-    ck_assert_msg(log_waits_for(line, 2000), "no \"%s\" in:\n%s", line,
-                  h_daemon_log(D));
+    ck_assert_msg(h_log_waits_for(D, line, h_scale(2000)),
+                  "no \"%s\" in:\n%s", line, h_daemon_log(D));
     /* Local time with its UTC offset: "2026-12-01 10:00:00.123+0000". */
     const char *log = h_daemon_log(D);
     ck_assert_msg(log[23] == '+' || log[23] == '-', "no offset: %.40s", log);
@@ -589,7 +579,8 @@ START_TEST(unavailable_says_why_and_readmit)
     h_expect(&op, "OK", "AUTH op-pw");
     h_expect(&op, "ERR ARG ", "READMIT 127.0.0.1:1");
     h_expect(&op, "OK readmitted=1", "READMIT all");
-    ck_assert_msg(log_waits_for("READMIT all", 2000), "%s", h_daemon_log(D));
+    ck_assert_msg(h_log_waits_for(D, "READMIT all", h_scale(2000)), "%s",
+                  h_daemon_log(D));
     line = NULL;
     for (int i = 0; i < 50; i++) {
         line = h_cmd(&c, "LOCK b");

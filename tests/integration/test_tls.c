@@ -31,8 +31,9 @@
 
 #include "harness.h"
 
-static struct h_redis R;
-static struct h_daemon D;
+static struct h_cluster K;
+static struct h_redis *const R = &K.nodes[0];
+static struct h_daemon *const D = &K.daemons[0];
 
 /* ---- the certificates --------------------------------------------------- */
 
@@ -195,7 +196,7 @@ static void t_tls_open_ok(struct t_tls *t, int port, const struct t_opts *o)
     char err[256];
 
     if (t_tls_open(t, port, o, err, sizeof(err)) != 0) {
-        h_daemon_dump_log(&D);
+        h_daemon_dump_log(D);
         ck_abort_msg("TLS handshake with port %d failed: %s", port, err);
     }
 }
@@ -227,20 +228,6 @@ static void file_digest(const char *path, unsigned char md[32])
 
 /* ---- the daemon ---------------------------------------------------------- */
 
-static void setup(void)
-{
-    h_redis_start(&R, NULL);
-}
-
-static void teardown(void)
-{
-    int rc = h_daemon_finish(&D);
-
-    h_daemon_cleanup(&D);
-    h_redis_cleanup(&R);
-    ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
-}
-
 /* A daemon whose tls:// listener uses the certificate `name` (.crt and
  * .key from the test PKI), with `more` (JSON members, may be "") added to
  * its "tls" object, and `top` (members of the top object, may be ""). */
@@ -254,11 +241,11 @@ static void start_tls(const char *name, const char *more, const char *top)
              "{\"tls\": {\"cert_file\": \"%s\", \"key_file\": \"%s\"%s%s}"
              "%s%s}", h_cert(c), h_cert(k), more[0] ? ", " : "", more,
              top[0] ? ", " : "", top);
-    h_daemon_start(&D, &R, 1, extra);
-    ck_assert_int_gt(D.tls_port, 0);
+    h_daemon_start(D, R, 1, extra);
+    ck_assert_int_gt(D->tls_port, 0);
     /* (STATS, which the wait asks, needs a login with users) */
     if (!strstr(top, "\"auth\""))
-        h_wait_voting(&D, 1, h_scale(5000));
+        h_wait_voting(D, 1, h_scale(5000));
 }
 
 /* STATS tls_handshake_failures[reason] through a plain connection. */
@@ -268,7 +255,7 @@ static json_int_t tls_failures(const char *reason)
     json_t *s, *f;
     json_int_t n;
 
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     s = h_ok_json(&c, "STATS");
     f = json_object_get(s, "tls_handshake_failures");
     ck_assert_msg(json_is_object(f), "STATS has no tls_handshake_failures");
@@ -291,18 +278,6 @@ static void expect_failures(const char *reason, json_int_t want)
                   reason, (long long)n, (long long)want);
 }
 
-static bool log_waits_for(const char *needle, int ms)
-{
-    uint64_t t0 = h_now_ms();
-
-    while (!strstr(h_daemon_log(&D), needle)) {
-        if (h_since(t0) > ms)
-            return false;
-        h_sleep_ms(20);
-    }
-    return true;
-}
-
 /* ---- the line protocol inside TLS ----------------------------------------- */
 
 START_TEST(test_lock_unlock_over_tls)
@@ -314,7 +289,7 @@ START_TEST(test_lock_unlock_over_tls)
     char *r;
 
     start_tls("server", "", "");
-    t_tls_open_ok(&t, D.tls_port, &o);
+    t_tls_open_ok(&t, D->tls_port, &o);
     r = t_tls_cmd(&t, "HELLO name=tls-client");
     ck_assert_msg(h_starts(r, "OK proto=1 session="), "HELLO: %s", r);
     r = t_tls_cmd(&t, "LOCK job:tls ttl=5000");
@@ -323,7 +298,7 @@ START_TEST(test_lock_unlock_over_tls)
     ck_assert_int_eq(strlen(token), 32);
 
     /* The same lock, seen from a plain connection: held by someone else. */
-    h_connect_tcp_ok(&plain, D.port);
+    h_connect_tcp_ok(&plain, D->port);
     h_expect(&plain, "ERR BUSY", "LOCK job:tls wait=0");
     r = t_tls_cmd(&t, "UNLOCK job:tls");
     ck_assert_msg(h_starts(r, "OK resource=job:tls nodes=1"), "UNLOCK: %s", r);
@@ -342,7 +317,7 @@ START_TEST(test_lock_unlock_over_tls)
     ck_assert_str_eq(err, "close_notify");
     t_tls_close(&t);
 
-    h_connect_tcp_ok(&plain, D.port);
+    h_connect_tcp_ok(&plain, D->port);
     ck_assert_int_ge(h_stats_int(&plain, "tls_handshakes"), 1);
     h_close(&plain);
 }
@@ -358,7 +333,7 @@ START_TEST(test_pipeline_over_tls)
     char *r;
 
     start_tls("server", "", "");
-    t_tls_open_ok(&t, D.tls_port, &o);
+    t_tls_open_ok(&t, D->tls_port, &o);
     size_t n = 0;
     for (int i = 0; i < 100; i++)
         n += (size_t)snprintf(big + n, sizeof(big) - n, "PING w%d\n", i);
@@ -384,14 +359,15 @@ START_TEST(test_client_refuses_unknown_ca)
     char err[256];
 
     start_tls("server", "", "");
-    ck_assert_int_ne(t_tls_open(&t, D.tls_port, &o, err, sizeof(err)), 0);
+    ck_assert_int_ne(t_tls_open(&t, D->tls_port, &o, err, sizeof(err)), 0);
     ck_assert_msg(strstr(err, "unable to get local issuer certificate"),
                   "%s", err);
     t_tls_close(&t);
     /* The daemon hears the client's alert, counts it, and serves on. */
     expect_failures("peer_alert", 1);
-    ck_assert(log_waits_for("TLS handshake failed: tlsv1 alert unknown ca",
-                            h_scale(2000)));
+    ck_assert(h_log_waits_for(D,
+                              "TLS handshake failed: tlsv1 alert unknown ca",
+                              h_scale(2000)));
 }
 END_TEST
 
@@ -402,12 +378,12 @@ START_TEST(test_client_refuses_wrong_name)
     char err[256];
 
     start_tls("wrongname", "", "");
-    ck_assert_int_ne(t_tls_open(&t, D.tls_port, &o, err, sizeof(err)), 0);
+    ck_assert_int_ne(t_tls_open(&t, D->tls_port, &o, err, sizeof(err)), 0);
     ck_assert_msg(strstr(err, "hostname mismatch"), "%s", err);
     t_tls_close(&t);
     /* Asked for the name it has, the same certificate passes. */
     o.host = "elsewhere.test";
-    t_tls_open_ok(&t, D.tls_port, &o);
+    t_tls_open_ok(&t, D->tls_port, &o);
     ck_assert_str_eq(t_tls_cmd(&t, "PING"), "PONG");
     t_tls_close(&t);
 }
@@ -421,9 +397,9 @@ START_TEST(test_expired_certificate)
 
     start_tls("expired", "", "");
     /* The operator hears it at start, before any client does. */
-    ck_assert(log_waits_for("has expired: clients will refuse it",
-                            h_scale(2000)));
-    ck_assert_int_ne(t_tls_open(&t, D.tls_port, &o, err, sizeof(err)), 0);
+    ck_assert(h_log_waits_for(D, "has expired: clients will refuse it",
+                              h_scale(2000)));
+    ck_assert_int_ne(t_tls_open(&t, D->tls_port, &o, err, sizeof(err)), 0);
     ck_assert_msg(strstr(err, "certificate has expired"), "%s", err);
     t_tls_close(&t);
 }
@@ -444,7 +420,7 @@ START_TEST(test_client_certificate_required)
 
     /* None given: refused (with TLS 1.3 the client learns it on its first
      * read, after its own side of the handshake finished). */
-    if (t_tls_open(&t, D.tls_port, &o, err, sizeof(err)) == 0) {
+    if (t_tls_open(&t, D->tls_port, &o, err, sizeof(err)) == 0) {
         t_tls_send(&t, "PING");
         ck_assert_ptr_null(t_tls_line(&t, err, sizeof(err)));
     }
@@ -455,22 +431,23 @@ START_TEST(test_client_certificate_required)
     /* One from another CA: refused, and the log says why. */
     o.cert = h_cert("other.crt");
     o.key = h_cert("other.key");
-    if (t_tls_open(&t, D.tls_port, &o, err, sizeof(err)) == 0) {
+    if (t_tls_open(&t, D->tls_port, &o, err, sizeof(err)) == 0) {
         t_tls_send(&t, "PING");
         ck_assert_ptr_null(t_tls_line(&t, err, sizeof(err)));
     }
     t_tls_close(&t);
     expect_failures("bad_client_cert", 1);
-    ck_assert(log_waits_for("client certificate: unable to get local "
-                            "issuer certificate", h_scale(2000)));
+    ck_assert(h_log_waits_for(D, "client certificate: unable to get "
+                              "local issuer certificate", h_scale(2000)));
 
     /* The test CA's: served, and its CN is known to the daemon. */
     o.cert = h_cert("client.crt");
     o.key = h_cert("client.key");
-    t_tls_open_ok(&t, D.tls_port, &o);
+    t_tls_open_ok(&t, D->tls_port, &o);
     r = t_tls_cmd(&t, "LOCK job:cert wait=%d", h_scale(5000));
     ck_assert_msg(h_starts(r, "OK resource=job:cert "), "LOCK: %s", r);
-    ck_assert(log_waits_for("client certificate CN=alice", h_scale(2000)));
+    ck_assert(h_log_waits_for(D, "client certificate CN=alice",
+                              h_scale(2000)));
     t_tls_close(&t);
 }
 END_TEST
@@ -483,14 +460,14 @@ START_TEST(test_min_version)
 
     /* 1.2 is the default floor: a 1.2 client is served. */
     start_tls("server", "", "");
-    t_tls_open_ok(&t, D.tls_port, &o);
+    t_tls_open_ok(&t, D->tls_port, &o);
     ck_assert_str_eq(t_tls_cmd(&t, "PING"), "PONG");
     t_tls_close(&t);
-    ck_assert_int_eq(h_daemon_finish(&D), 0);
-    h_daemon_cleanup(&D);
+    ck_assert_int_eq(h_daemon_finish(D), 0);
+    h_daemon_cleanup(D);
 
     start_tls("server", "\"min_version\": \"1.3\"", "");
-    ck_assert_int_ne(t_tls_open(&t, D.tls_port, &o, err, sizeof(err)), 0);
+    ck_assert_int_ne(t_tls_open(&t, D->tls_port, &o, err, sizeof(err)), 0);
     t_tls_close(&t);
     expect_failures("version", 1);
 }
@@ -515,18 +492,18 @@ START_TEST(test_sighup_swaps_certificate)
     char *r;
 
     /* The daemon reads its pair from files the test may overwrite. */
-    h_redis_cleanup(&R);
-    h_redis_start(&R, NULL);
+    h_redis_cleanup(R);
+    h_redis_start(R, NULL);
     snprintf(crt, sizeof(crt), "%s/swap.crt", h_certs_dir());
     snprintf(key, sizeof(key), "%s/swap.key", h_certs_dir());
     copy_file(h_cert("server.crt"), crt);
     copy_file(h_cert("server.key"), key);
     snprintf(extra, sizeof(extra), "{\"tls\": {\"cert_file\": \"%s\", "
              "\"key_file\": \"%s\"}}", crt, key);
-    h_daemon_start(&D, &R, 1, extra);
-    h_wait_voting(&D, 1, h_scale(5000));
+    h_daemon_start(D, R, 1, extra);
+    h_wait_voting(D, 1, h_scale(5000));
 
-    t_tls_open_ok(&old, D.tls_port, &o);
+    t_tls_open_ok(&old, D->tls_port, &o);
     r = t_tls_cmd(&old, "LOCK job:swap ttl=3000");
     ck_assert_msg(h_starts(r, "OK resource=job:swap "), "LOCK: %s", r);
     t_peer_digest(&old, seen);
@@ -536,10 +513,10 @@ START_TEST(test_sighup_swaps_certificate)
     /* A renewed certificate replaces the files; SIGHUP. */
     copy_file(h_cert("server2.crt"), crt);
     copy_file(h_cert("server2.key"), key);
-    kill(D.pid, SIGHUP);
-    ck_assert(log_waits_for("reloaded ", h_scale(3000)));
+    kill(D->pid, SIGHUP);
+    ck_assert(h_log_waits_for(D, "reloaded ", h_scale(3000)));
 
-    t_tls_open_ok(&fresh, D.tls_port, &o);
+    t_tls_open_ok(&fresh, D->tls_port, &o);
     t_peer_digest(&fresh, seen);
     file_digest(h_cert("server2.crt"), want);
     ck_assert_msg(memcmp(seen, want, 32) == 0,
@@ -555,11 +532,11 @@ START_TEST(test_sighup_swaps_certificate)
     /* A pair that does not load is refused; new connections keep the
      * certificate that was loaded. */
     copy_file(h_cert("bad.crt"), crt);
-    kill(D.pid, SIGHUP);
-    ck_assert(log_waits_for("new TLS connections keep the certificate",
-                            h_scale(3000)));
+    kill(D->pid, SIGHUP);
+    ck_assert(h_log_waits_for(D, "new TLS connections keep the certificate",
+                              h_scale(3000)));
     t_tls_close(&fresh);
-    t_tls_open_ok(&fresh, D.tls_port, &o);
+    t_tls_open_ok(&fresh, D->tls_port, &o);
     t_peer_digest(&fresh, seen);
     ck_assert(memcmp(seen, want, 32) == 0);
     ck_assert_str_eq(t_tls_cmd(&fresh, "PING"), "PONG");
@@ -585,14 +562,14 @@ START_TEST(test_handshake_stalled_or_garbage)
     snprintf(limits, sizeof(limits), "\"limits\": {\"handshake_timeout_ms\""
              ": %d}", h_scale(500));
     start_tls("server", "", limits);
-    t_tls_open_ok(&t, D.tls_port, &o);
+    t_tls_open_ok(&t, D->tls_port, &o);
     ck_assert_msg(h_starts(t_tls_cmd(&t, "LOCK job:busy"), "OK "), "LOCK");
 
     t0 = h_now_ms();
-    ck_assert_int_eq(h_connect_tcp(&quiet, D.tls_port), 0);
-    ck_assert_int_eq(h_connect_tcp(&partial, D.tls_port), 0);
+    ck_assert_int_eq(h_connect_tcp(&quiet, D->tls_port), 0);
+    ck_assert_int_eq(h_connect_tcp(&partial, D->tls_port), 0);
     h_send(&partial, hello_start, sizeof(hello_start) - 1);
-    ck_assert_int_eq(h_connect_tcp(&junk, D.tls_port), 0);
+    ck_assert_int_eq(h_connect_tcp(&junk, D->tls_port), 0);
     h_send(&junk, garbage, sizeof(garbage) - 1);
 
     /* Garbage ends at once; the stalled two at the handshake timeout. */
@@ -609,7 +586,7 @@ START_TEST(test_handshake_stalled_or_garbage)
 
     /* Nobody else noticed: the TLS holder still holds, plain clients are
      * served. */
-    h_connect_tcp_ok(&plain, D.port);
+    h_connect_tcp_ok(&plain, D->port);
     h_expect(&plain, "ERR BUSY", "LOCK job:busy wait=0");
     h_close(&plain);
     ck_assert_msg(h_starts(t_tls_cmd(&t, "UNLOCK job:busy"), "OK "),
@@ -626,7 +603,7 @@ START_TEST(test_plain_text_on_tls_port)
     char *line;
 
     start_tls("server", "", "");
-    ck_assert_int_eq(h_connect_tcp(&c, D.tls_port), 0);
+    ck_assert_int_eq(h_connect_tcp(&c, D->tls_port), 0);
     h_sendf(&c, "PING\n");
     line = h_recv_line(&c, h_scale(3000));
     ck_assert_msg(line && h_starts(line, "ERR ARG this port speaks TLS"),
@@ -634,8 +611,8 @@ START_TEST(test_plain_text_on_tls_port)
     ck_assert(h_wait_eof(&c, h_scale(3000)));
     h_close(&c);
     expect_failures("plaintext", 1);
-    ck_assert(log_waits_for("TLS handshake failed: plain text on a TLS port",
-                            h_scale(2000)));
+    ck_assert(h_log_waits_for(D, "TLS handshake failed: plain text on a "
+                              "TLS port", h_scale(2000)));
 }
 END_TEST
 
@@ -647,13 +624,13 @@ START_TEST(test_tls_on_plain_port)
     char err[256];
 
     start_tls("server", "", "");
-    ck_assert_int_ne(t_tls_open(&t, D.port, &o, err, sizeof(err)), 0);
+    ck_assert_int_ne(t_tls_open(&t, D->port, &o, err, sizeof(err)), 0);
     t_tls_close(&t);
     expect_failures("plain_port", 1);
-    ck_assert(log_waits_for("a TLS handshake on a plain-text port, closing",
-                            h_scale(2000)));
+    ck_assert(h_log_waits_for(D, "a TLS handshake on a plain-text port, "
+                              "closing", h_scale(2000)));
     /* The plain port serves plain clients as before. */
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     h_expect(&c, "PONG", "PING");
     h_close(&c);
 }
@@ -673,10 +650,10 @@ START_TEST(test_rejected_before_handshake_closes)
     uint64_t t0;
 
     start_tls("server", "", "\"limits\": {\"max_clients\": 1}");
-    h_connect_tcp_ok(&first, D.port);
+    h_connect_tcp_ok(&first, D->port);
     h_expect(&first, "PONG", "PING");
     t0 = h_now_ms();
-    ck_assert_int_ne(t_tls_open(&t, D.tls_port, &o, err, sizeof(err)), 0);
+    ck_assert_int_ne(t_tls_open(&t, D->tls_port, &o, err, sizeof(err)), 0);
     t_tls_close(&t);
     ck_assert_msg(h_since(t0) < h_scale(3000), "refused only after %lld ms",
                   h_since(t0));
@@ -687,7 +664,7 @@ START_TEST(test_rejected_before_handshake_closes)
         h_sleep_ms(20);
     ck_assert_int_eq(h_stats_int(&first, "connections"), 1);
     h_close(&first);
-    h_connect_tcp_ok(&plain, D.port);
+    h_connect_tcp_ok(&plain, D->port);
     h_expect(&plain, "PONG", "PING");
     h_close(&plain);
 }
@@ -736,9 +713,9 @@ START_TEST(test_handshake_request_and_goodbye_in_one_segment)
     json_int_t before;
 
     start_tls("server", "", "");
-    h_connect_tcp_ok(&plain, D.port);
+    h_connect_tcp_ok(&plain, D->port);
     before = h_stats_int(&plain, "tls_handshakes");
-    fd = t_socket(D.tls_port);
+    fd = t_socket(D->tls_port);
     ssl = handshake_held(fd, ctx, &out);
     ck_assert_int_eq(SSL_write(ssl, "PING one\n", 9), 9);
     SSL_shutdown(ssl);
@@ -785,16 +762,16 @@ START_TEST(test_tls_failure_withdraws_waiting_lock)
     struct t_opts o = { 0 };
 
     start_tls("server", "", "");
-    h_connect_tcp_ok(&a, D.port);
+    h_connect_tcp_ok(&a, D->port);
     h_expect(&a, "OK ", "LOCK res1");
-    t_tls_open_ok(&b, D.tls_port, &o);
+    t_tls_open_ok(&b, D->tls_port, &o);
     ck_assert_msg(h_starts(t_tls_cmd(&b, "HELLO detach=30000"), "OK "),
                   "HELLO");
     t_tls_send(&b, "LOCK res1 wait=15000");
     h_sleep_ms(200);
     ck_assert_int_eq(write(b.fd, bad_record, sizeof(bad_record) - 1),
                      (ssize_t)(sizeof(bad_record) - 1));
-    ck_assert(log_waits_for("TLS error: ", h_scale(3000)));
+    ck_assert(h_log_waits_for(D, "TLS error: ", h_scale(3000)));
     h_sleep_ms(200);
     h_expect(&a, "OK ", "UNLOCK res1");
     h_sleep_ms(300);
@@ -819,7 +796,7 @@ START_TEST(test_unread_key_updates_disconnect)
     json_int_t n;
 
     start_tls("server", "", "\"limits\": {\"max_output_bytes\": 65536}");
-    t_tls_open_ok(&t, D.tls_port, &o);
+    t_tls_open_ok(&t, D->tls_port, &o);
     ck_assert_str_eq(t_tls_cmd(&t, "PING"), "PONG");
     t0 = h_now_ms();
     for (i = 0; i < 2000000 && h_since(t0) < h_scale(20000); i++) {
@@ -833,16 +810,17 @@ START_TEST(test_unread_key_updates_disconnect)
     ck_assert_msg(cut, "still connected after %d unread key updates", i);
     fprintf(stderr, "cut after %d key updates, %lld ms\n", i, h_since(t0));
     t_tls_close(&t);
-    h_connect_tcp_ok(&plain, D.port);
+    h_connect_tcp_ok(&plain, D->port);
     t0 = h_now_ms();
     while ((n = h_stats_int(&plain, "output_overflows")) < 1 &&
            h_since(t0) < h_scale(3000))
         h_sleep_ms(20);
     if (n < 1)
-        h_daemon_dump_log(&D);
+        h_daemon_dump_log(D);
     ck_assert_int_ge(n, 1);
-    ck_assert(log_waits_for("bytes of TLS records unread: disconnecting",
-                            h_scale(1000)));
+    ck_assert(h_log_waits_for(D,
+                              "bytes of TLS records unread: disconnecting",
+                              h_scale(1000)));
     h_close(&plain);
 }
 END_TEST
@@ -864,17 +842,18 @@ START_TEST(test_certificate_logs_in_as_user)
               "\"password\": \"pw-alice\", \"prefixes\": [\"job:\"]}]}");
     o.cert = h_cert("client.crt");
     o.key = h_cert("client.key");
-    t_tls_open_ok(&t, D.tls_port, &o);
+    t_tls_open_ok(&t, D->tls_port, &o);
     r = t_tls_cmd(&t, "LOCK job:cert wait=%d", h_scale(5000));
     ck_assert_msg(h_starts(r, "OK resource=job:cert "), "LOCK: %s", r);
     r = t_tls_cmd(&t, "LOCK other:cert");
     ck_assert_msg(h_starts(r, "ERR DENIED"), "LOCK outside: %s", r);
-    ck_assert(log_waits_for("logged in as user alice by client certificate",
-                            h_scale(2000)));
+    ck_assert(h_log_waits_for(D,
+                              "logged in as user alice by client certificate",
+                              h_scale(2000)));
     t_tls_close(&t);
 
     /* A plain connection has no certificate: it must log in. */
-    h_connect_tcp_ok(&plain, D.port);
+    h_connect_tcp_ok(&plain, D->port);
     h_expect(&plain, "ERR NOAUTH", "LOCK job:plain");
     h_expect(&plain, "OK", "AUTH alice pw-alice");
     h_expect(&plain, "OK resource=job:plain ", "LOCK job:plain");
@@ -887,7 +866,7 @@ Suite *tls_suite(void)
     Suite *s = suite_create("tls");
     TCase *tc = tcase_create("tls");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    h_cluster_fixture(tc, &K, 1, true);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_lock_unlock_over_tls);
     tcase_add_test(tc, test_pipeline_over_tls);

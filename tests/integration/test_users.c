@@ -22,8 +22,9 @@
 
 #include "harness.h"
 
-static struct h_redis R;
-static struct h_daemon D;
+static struct h_cluster K;
+static struct h_redis *const R = &K.nodes[0];
+static struct h_daemon *const D = &K.daemons[0];
 
 /* alice: invoice: and job:; bob: report:; ops: an admin within job:;
  * root: an admin of every resource (""). Passwords that no log line may
@@ -39,41 +40,15 @@ static struct h_daemon D;
     "{\"name\":\"root\",\"password\":\"Root-Secret-4\","                    \
     "\"prefixes\":[\"\"],\"admin\":true}]"
 
-static void setup(void)
-{
-    h_redis_start(&R, NULL);
-}
-
-static void teardown(void)
-{
-    int rc = h_daemon_finish(&D);
-
-    h_daemon_cleanup(&D);
-    h_redis_cleanup(&R);
-    ck_assert_msg(rc == 0, "redlockd exited with status %d on SIGTERM", rc);
-}
-
 static void start(const char *extra_json)
 {
-    h_daemon_start(&D, &R, 1, extra_json);
+    h_daemon_start(D, R, 1, extra_json);
     h_sleep_ms(300);    /* the node connects (STATS needs a login here) */
 }
 
 static const char *daemon_log(void)
 {
-    return h_daemon_log(&D);
-}
-
-static bool log_waits_for(const char *needle, int ms)
-{
-    uint64_t end = h_now_ms() + (uint64_t)h_scale(ms);
-
-    while (h_now_ms() < end) {
-        if (strstr(daemon_log(), needle))
-            return true;
-        h_sleep_ms(20);
-    }
-    return false;
+    return h_daemon_log(D);
 }
 
 /* No secret of USERS_JSON (nor the shared passwords) in the log. */
@@ -92,7 +67,7 @@ static void assert_no_secret_logged(void)
 
 static void login(struct h_client *c, const char *user, const char *pw)
 {
-    h_connect_tcp_ok(c, D.port);
+    h_connect_tcp_ok(c, D->port);
     h_expect(c, "OK", "AUTH %s %s", user, pw);
 }
 
@@ -101,12 +76,12 @@ static void login(struct h_client *c, const char *user, const char *pw)
 static void patch_config(const char *patch)
 {
     json_error_t err;
-    json_t *conf = json_load_file(D.conf_path, 0, &err);
+    json_t *conf = json_load_file(D->conf_path, 0, &err);
     json_t *p = json_loads(patch, 0, &err);
 
     ck_assert_msg(conf && p, "patch_config: %s", err.text);
     json_object_update_recursive(conf, p);
-    ck_assert_int_eq(json_dump_file(conf, D.conf_path, JSON_INDENT(2)), 0);
+    ck_assert_int_eq(json_dump_file(conf, D->conf_path, JSON_INDENT(2)), 0);
     json_decref(conf);
     json_decref(p);
 }
@@ -117,7 +92,7 @@ static void reload(int nth)
     const char *needle = "change(s) applied";
     int seen = 0;
 
-    kill(D.pid, SIGHUP);
+    kill(D->pid, SIGHUP);
     for (int i = 0; i < h_scale(3000) / 20 && seen < nth; i++) {
         const char *p = daemon_log();
         seen = 0;
@@ -139,7 +114,7 @@ START_TEST(login_required_with_users)
     char *line;
 
     start("{\"auth\":{" USERS_JSON "}}");
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     ck_assert_str_eq(h_cmd(&c, "PING"), "PONG");
     h_expect(&c, "OK ", "HELP");
     h_expect(&c, "OK proto=1 ", "HELLO name=t");
@@ -161,8 +136,9 @@ START_TEST(login_required_with_users)
     ck_assert_msg(strstr(line, "AUTH <user> <password>"), "%s", line);
     h_expect(&c, "OK", "AUTH alice Alice-Secret-1");
     h_expect(&c, "OK resource=invoice:1 ", "LOCK invoice:1");
-    ck_assert_msg(log_waits_for("logged in as user alice with a password",
-                                2000), "%s", daemon_log());
+    ck_assert_msg(h_log_waits_for(D,
+                                  "logged in as user alice with a password",
+                                  h_scale(2000)), "%s", daemon_log());
     assert_no_secret_logged();
     h_close(&c);
 }
@@ -188,7 +164,7 @@ START_TEST(prefixes_every_command)
                   line);
     h_expect(&a, "ERR DENIED ", "LOCK invoice:2 report:2");
     h_expect(&a, "ERR DENIED ", "LOCK job:2 jobs");
-    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:invoice:2"), 0);
+    ck_assert_int_eq(h_redis_cmd(R, NULL, "EXISTS lock:invoice:2"), 0);
     h_expect(&a, "OK resources=2 ", "LOCK invoice:3 job:3");
     h_expect(&a, "ERR DENIED ", "LOCK Invoice:4");     /* case counts */
     h_expect(&a, "ERR DENIED ", "LOCK invoice");       /* a prefix is whole */
@@ -206,7 +182,7 @@ START_TEST(prefixes_every_command)
     /* ADOPT: outside DENIED (bob keeps his lease); inside, alice's own
      * lease moves to her other connection. */
     h_expect(&a, "ERR DENIED ", "ADOPT report:1 token=%s", btoken);
-    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:report:1"), 1);
+    ck_assert_int_eq(h_redis_cmd(R, NULL, "EXISTS lock:report:1"), 1);
     login(&a2, "alice", "Alice-Secret-1");
     h_expect(&a2, "OK resource=invoice:1 ", "ADOPT invoice:1 token=%s",
              token);
@@ -229,7 +205,7 @@ START_TEST(prefixes_every_command)
     line = h_expect(&a, "ERR DENIED ", "FORCEUNLOCK invoice:3");
     ck_assert_msg(strstr(line, "not an admin"), "%s", line);
     h_expect(&a, "ERR DENIED ", "READMIT all");
-    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:invoice:3"), 1);
+    ck_assert_int_eq(h_redis_cmd(R, NULL, "EXISTS lock:invoice:3"), 1);
 
     h_close(&a);
     h_close(&a2);
@@ -255,7 +231,7 @@ START_TEST(admin_users)
     ck_assert_msg(h_expect_event(&a, "EVENT LOST resource=job:1 ", 3000),
                   "the holder was not told");
     h_expect(&op, "ERR DENIED ", "FORCEUNLOCK invoice:1");
-    ck_assert_int_eq(h_redis_cmd(&R, NULL, "EXISTS lock:invoice:1"), 1);
+    ck_assert_int_eq(h_redis_cmd(R, NULL, "EXISTS lock:invoice:1"), 1);
     h_expect(&op, "ERR DENIED ", "READMIT all");
     h_expect(&op, "ERR DENIED ", "LOCK invoice:9");
 
@@ -264,8 +240,8 @@ START_TEST(admin_users)
     h_expect(&root, "OK readmitted=", "READMIT all");
     h_expect(&root, "OK resource=anything ", "LOCK anything");
 
-    ck_assert_msg(log_waits_for("user ops: FORCEUNLOCK job:1", 2000), "%s",
-                  daemon_log());
+    ck_assert_msg(h_log_waits_for(D, "user ops: FORCEUNLOCK job:1",
+                                  h_scale(2000)), "%s", daemon_log());
     ck_assert_msg(strstr(daemon_log(), "logged in as user ops (admin)"),
                   "%s", daemon_log());
     ck_assert_msg(strstr(daemon_log(), "user=root) READMIT all"), "%s",
@@ -329,7 +305,7 @@ START_TEST(shared_passwords_beside_users)
 
     start("{\"auth\":{\"password\":\"Shared-Secret-5\",\"admin_password\":"
           "\"Admin-Secret-6\"," USERS_JSON "}}");
-    h_connect_tcp_ok(&s, D.port);
+    h_connect_tcp_ok(&s, D->port);
     h_expect(&s, "ERR NOAUTH ", "LOCK x");
     h_expect(&s, "OK", "AUTH Shared-Secret-5");
     h_expect(&s, "OK resource=report:9 ", "LOCK report:9");
@@ -362,7 +338,7 @@ static void auth_twice(const char *user, const char *pw, char *first,
     struct h_client c;
     uint64_t t0;
 
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     snprintf(first, 256, "%s", h_cmd(&c, "AUTH %s %s", user, pw));
     t0 = h_now_ms();
     snprintf(second, 256, "%s", h_cmd(&c, "AUTH %s %s", user, pw));
@@ -386,7 +362,7 @@ START_TEST(wrong_name_and_wrong_password_alike)
     ck_assert_msg(ms1 >= 90 && ms2 >= 90, "delays %lld and %lld ms", ms1,
                   ms2);
     /* A password right for another user is wrong. */
-    h_connect_tcp_ok(&c, D.port);
+    h_connect_tcp_ok(&c, D->port);
     h_expect(&c, "ERR AUTH ", "AUTH alice Bob-Secret-2");
     /* Both kinds count toward limits.max_auth_failures. */
     h_expect(&c, "ERR AUTH ", "AUTH nobody Bob-Secret-2");
@@ -396,8 +372,8 @@ START_TEST(wrong_name_and_wrong_password_alike)
     h_close(&c);
     /* The log says which user failed, but never repeats an unknown name
      * (it may be a password typed in the wrong place) nor a password. */
-    ck_assert_msg(log_waits_for("wrong password for user alice", 2000), "%s",
-                  daemon_log());
+    ck_assert_msg(h_log_waits_for(D, "wrong password for user alice",
+                                  h_scale(2000)), "%s", daemon_log());
     ck_assert_msg(strstr(daemon_log(), "(an unknown user name)"), "%s",
                   daemon_log());
     assert_no_secret_logged();
@@ -439,7 +415,8 @@ START_TEST(password_file_mode_warns)
     login(&a, "a", "File-Secret-open");
     login(&b, "b", "File-Secret-closed");
     h_expect(&a, "OK resource=a:1 ", "LOCK a:1");
-    ck_assert_msg(log_waits_for(open_pw, 2000), "no warning naming %s:\n%s",
+    ck_assert_msg(h_log_waits_for(D, open_pw, h_scale(2000)),
+                  "no warning naming %s:\n%s",
                   open_pw, daemon_log());
     ck_assert_msg(strstr(daemon_log(), "is readable by others"), "%s",
                   daemon_log());
@@ -451,7 +428,7 @@ START_TEST(password_file_mode_warns)
                sizeof(closed_pw));
     reload(1);
     h_close(&b);
-    h_connect_tcp_ok(&b, D.port);
+    h_connect_tcp_ok(&b, D->port);
     h_expect(&b, "ERR AUTH ", "AUTH b File-Secret-closed");
     h_close(&b);
     login(&b, "b", "File-Secret-new");
@@ -520,7 +497,7 @@ START_TEST(resume_keeps_user)
     char sid[64], secret[64], *line;
 
     start("{\"auth\":{" USERS_JSON "}}");
-    h_connect_tcp_ok(&a, D.port);
+    h_connect_tcp_ok(&a, D->port);
     line = h_expect(&a, "OK proto=1 ", "HELLO detach=10000");
     h_kv_copy(line, "session", sid, sizeof(sid));
     h_kv_copy(line, "secret", secret, sizeof(secret));
@@ -537,7 +514,7 @@ START_TEST(resume_keeps_user)
     h_expect(&n, "OK resource=invoice:1 ", "UNLOCK invoice:1");
 
     /* A session with no login, resumed by bob's connection: bob's. */
-    h_connect_tcp_ok(&x, D.port);
+    h_connect_tcp_ok(&x, D->port);
     line = h_expect(&x, "OK proto=1 ", "HELLO detach=10000");
     h_kv_copy(line, "session", sid, sizeof(sid));
     h_kv_copy(line, "secret", secret, sizeof(secret));
@@ -568,7 +545,7 @@ START_TEST(denied_audited_once_per_command)
     for (int i = 0; i < 20; i++)
         h_expect(&a, "ERR DENIED ", "LOCK report:%d", i);
     h_expect(&a, "ERR DENIED ", "STATUS report:1");
-    ck_assert(log_waits_for("denied STATUS report:1", 2000));
+    ck_assert(h_log_waits_for(D, "denied STATUS report:1", h_scale(2000)));
     for (p = daemon_log(); (p = strstr(p, "user alice denied LOCK")); p++)
         notices++;
     ck_assert_int_eq(notices, 1);
@@ -581,7 +558,7 @@ static Suite *users_suite(void)
     Suite *s = suite_create("users");
     TCase *tc = tcase_create("users");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    h_cluster_fixture(tc, &K, 1, true);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, login_required_with_users);
     tcase_add_test(tc, prefixes_every_command);
