@@ -92,7 +92,6 @@ struct session *session_create(struct conn *c)
     timer_init(&s->auth_timer, session_auth_cb, s);
     timer_init(&s->detach_timer, session_expire_cb, s);
     session_attach(s, c, &sessions.attached);
-    session_login_cert(s);
     return s;
 }
 
@@ -307,9 +306,11 @@ static const struct users_user *session_user(const struct session *s)
 
 /* A verified client certificate whose subject CN names a user logs its
  * connection in as that user, with no AUTH (TLS, tls.verify_clients: conn
- * fills cert_cn only for a certificate it verified). A CN that names no
- * user changes nothing: the client may still AUTH. */
-void session_login_cert(struct session *s)
+ * fills cert_cn only for a certificate it verified, once the handshake is
+ * done, after the session was made: session_execute asks at each line
+ * until s is logged in). A CN that names no user changes nothing: the
+ * client may still AUTH. A session already a user's stays that user. */
+static void session_login_cert(struct session *s)
 {
     const struct conf *cf = sessions.conf;
     const struct conn *c = s->conn;

@@ -103,15 +103,10 @@ struct session {
 /* Before the first session: the config sessions read (live). */
 void session_init(const struct conf *conf);
 /* A new session, attached to c (which it binds; c serves it from now).
- * A connection that arrives with a verified client certificate
- * (c->cert_cn) naming a configured user is logged in as that user. */
+ * Once c has a verified client certificate (c->cert_cn, after its TLS
+ * handshake) whose subject CN names a configured user, the session is
+ * logged in as that user with its first line. */
 struct session *session_create(struct conn *c);
-/* s's connection has a verified client certificate (conn.h cert_cn) now:
- * if its subject CN names a user of auth.users, s is logged in as that
- * user (audit line "logged in as user X by client certificate"). Called by
- * session_create; a TLS handshake that completes later calls it then. A
- * session already logged in as a user stays that user. */
-void session_login_cert(struct session *s);
 
 /* Session table / stats. */
 size_t session_count(void);
