@@ -341,6 +341,8 @@ static void conn_tls_ready(struct conn *c)
               c->cert_cn[0] ? ", client certificate CN=" : "", c->cert_cn);
 }
 
+static bool conn_write_now(struct conn *c);
+
 /* TLS failed: one log line, counted when the handshake never finished.
  * What TLS still has to say (an alert) goes to the kernel if it takes it
  * now, and the connection closes at once: nothing more can be read or
@@ -364,10 +366,7 @@ static void conn_tls_failed(struct conn *c)
                   "with tls:// and a TLS client\n");
     sbuf_reset(&c->out);
     tls_conn_seal(c->tls, &c->out, &c->tls_out);       /* the alert */
-    if (!c->writing && c->tls_out.len > 0) {
-        uv_buf_t ub = uv_buf_init(c->tls_out.data, (unsigned)c->tls_out.len);
-        (void)uv_try_write(&c->h.stream, &ub, 1);
-    }
+    conn_write_now(c);
     conn_close(c, true, "TLS failure");
 }
 
@@ -566,8 +565,6 @@ void conn_stop(struct conn *c, const char *why, bool died)
 }
 
 /* ---- closing with a reason -------------------------------------------- */
-
-static bool conn_write_now(struct conn *c);
 
 void conn_close_after_reply(struct conn *c, const char *why, bool died)
 {
