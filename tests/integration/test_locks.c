@@ -155,6 +155,11 @@ static char *key_get(const struct h_redis *r, const char *res)
     return s;
 }
 
+/* LOCK and EXTEND answer at a quorum: the last node may still be applying
+ * the request when the reply arrives (under valgrind, visibly), so what
+ * every node must hold is waited for, up to a second (stretched). */
+#define SETTLE_MS 1000
+
 static long long key_pttl(const struct h_redis *r, const char *res)
 {
     long long v = h_redis_cmd(r, NULL, "PTTL lock:%s", res);
@@ -163,18 +168,38 @@ static long long key_pttl(const struct h_redis *r, const char *res)
     return v;
 }
 
+/* key_pttl once it is above lo, or as it is after SETTLE_MS (stretched). */
+static long long key_pttl_over(const struct h_redis *r, const char *res,
+                               long long lo)
+{
+    uint64_t t0 = h_now_ms();
+    long long v;
+
+    while ((v = key_pttl(r, res)) <= lo && h_since(t0) < h_scale(SETTLE_MS))
+        h_sleep_ms(10);
+    return v;
+}
+
 /* Assert lock:<res> holds token `value` (NULL: does not exist) on the
- * nodes in `mask`: the value's first word (a holder label follows it). */
+ * nodes in `mask`, once settled: the value's first word (a holder label
+ * follows it). */
 static void assert_keys(unsigned mask, const char *res, const char *value)
 {
     for (int i = 0; i < K.nnodes; i++) {
+        uint64_t t0 = h_now_ms();
         char *v;
         bool ok;
 
         if ((mask & (1u << i)) == 0)
             continue;
-        v = key_get(&R[i], res);
-        ok = !value ? !v : h_holds_token(v, value);
+        for (;;) {
+            v = key_get(&R[i], res);
+            ok = !value ? !v : h_holds_token(v, value);
+            if (ok || h_since(t0) >= h_scale(SETTLE_MS))
+                break;
+            free(v);
+            h_sleep_ms(10);
+        }
         ck_assert_msg(ok, "node %d: lock:%s is %s, want %s", i, res,
                       v ? v : "(no key)", value ? value : "(no key)");
         free(v);
@@ -580,7 +605,7 @@ START_TEST(script_flush)
     script_flush_all();
     h_expect(&a, "OK resource=ns ttl=20000 validity=", "EXTEND ns ttl=20000");
     for (int i = 0; i < K.nnodes; i++)
-        ck_assert_int_gt(key_pttl(&R[i], "ns"), 15000);
+        ck_assert_int_gt(key_pttl_over(&R[i], "ns", 15000), 15000);
     script_flush_all();
     ck_assert_str_eq(h_cmd(&a, "UNLOCK ns"), "OK resource=ns nodes=3");
     assert_keys(all_nodes(), "ns", NULL);
@@ -776,7 +801,7 @@ START_TEST(extend_pttl_and_lost)
     v = h_kv(line, "validity");
     ck_assert_msg(atoll(v) > 0 && atoll(v) <= 60000, "EXTEND validity %s", v);
     for (int i = 0; i < K.nnodes; i++) {
-        long long pttl = key_pttl(&R[i], "ext");
+        long long pttl = key_pttl_over(&R[i], "ext", 50000);
 
         ck_assert_msg(pttl > 50000 && pttl <= 60000,
                       "node %d: PTTL %lld after EXTEND ttl=60000", i, pttl);
