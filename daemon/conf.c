@@ -116,6 +116,7 @@ static const struct conf_key conf_keys[] = {
            10, 600000),
     K_UINT("redis.batch_keys_in_flight", redis.batch_keys_in_flight, 65536,
            1, 16777216),
+    K_UINT("redis.group_max", redis.group_max, 32, 1, CONF_GROUP_MAX),
 
     K_STR("locks.key_prefix", locks.key_prefix, "lock:", 0, 128, 0),
     K_STR("locks.fence_key", locks.fence_key, "redlockd:fence",

@@ -37,6 +37,8 @@
  * and script sizes are derived from them. */
 #define CONF_MAX_MULTI 256
 #define CONF_MAX_LIMIT 65536
+/* The largest redis.group_max: requests in one GROUP call. */
+#define CONF_GROUP_MAX 64
 
 /* From meson (sysconfdir), so the daemon looks where `meson install` put
  * the file. */
@@ -97,6 +99,8 @@ struct conf {
                                        least this often */
         unsigned batch_keys_in_flight; /* keys of batched renewals (and,
                                        apart, releases) out at once */
+        unsigned group_max;         /* requests in one GROUP call (pool.c,
+                                       "Group commit"); 1: none */
     } redis;
 
     struct {

@@ -69,6 +69,9 @@ struct pool_link {
     bool subscriber;
     struct list queue;              /* pool_reqs awaiting a reply */
     unsigned nqueue;                /* of them */
+    struct list pending;            /* pool_reqs gathered this loop turn,
+                                       not yet sent ("Group commit") */
+    struct list pend_link;          /* in pool.pended while some are */
     uint64_t connect_deadline;
     uint64_t last_progress;         /* last reply, or first send into an
                                        empty queue (uv_now ms) */
@@ -114,6 +117,7 @@ static struct {
     char *probe_channel;                /* (owned) see POOL_PROBE_SUFFIX */
     char *cmd;                          /* (owned) resp_format's buffer */
     size_t cmdcap;
+    struct list pended;                 /* links with pending requests */
 } pool;
 
 static void link_connect(struct pool_link *l);
@@ -153,10 +157,12 @@ static struct pool_req *req_create(int script, int nkeys, int argc,
                                    const char **argv, const size_t *lens)
 {
     size_t bytes = 0;
+    int max = script == POOL_SCRIPT_GROUP ? POOL_MAX_ARGS_GROUP
+                                          : POOL_MAX_ARGS;
 
-    if (argc > POOL_MAX_ARGS) {
+    if (argc > max) {
         log_error("a redis request of %d words (at most %d): not sent", argc,
-                  POOL_MAX_ARGS);
+                  max);
         return NULL;
     }
     for (int i = 0; i < argc; i++)
@@ -318,6 +324,251 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     free(q);
 }
 
+/* ---- group commit --------------------------------------------------------
+ *
+ * With redis.group_max above 1, what the pool's users send to a link during
+ * one loop turn is not handed to hiredis at once but gathered on the link
+ * (l->pending, in order) and handed over at the end of the turn, from
+ * redis_uv's flush hook, just before the write that would have carried it
+ * anyway: nothing waits longer than it did, and nothing waits at all when
+ * a node is idle. There each run of consecutive ACQUIRE (one resource,
+ * exclusive), RELEASE and EXTEND requests that agree on the words they
+ * share (the fence key, the guard, the release channel) becomes one GROUP
+ * call of at most group_max of them (lua/group.lua), which answers each as
+ * its own script would, in order; a run of one, and any other request, goes
+ * out as it is. A node then parses, looks up and runs one script where it
+ * ran many, and reads the guard, the fence counter and the longest-ttl
+ * record once for all of them. The order of requests on a link is kept
+ * (pool.h: a release goes behind its acquisition).
+ */
+
+/* The letter request q takes in a GROUP (lua/group.lua), or 0 when it goes
+ * alone. The word counts are those redlock.c and node.c send. */
+static char req_kind(const struct pool_req *q)
+{
+    switch (q->script) {
+    case POOL_SCRIPT_ACQUIRE:
+        if (q->argc != q->nkeys + 5 + POOL_GUARD_WORDS)
+            return 0;
+        return q->nkeys == 3 ? 'a' : q->nkeys == 2 ? 'b' : 0;
+    case POOL_SCRIPT_RELEASE:
+        return q->nkeys == 1 && q->argc == 4 ? 'r' : 0;
+    case POOL_SCRIPT_EXTEND:
+        return q->nkeys == 1 && q->argc == 3 + POOL_GUARD_WORDS ? 'e' : 0;
+    default:
+        return 0;
+    }
+}
+
+static bool word_eq(const struct pool_req *a, int i, const struct pool_req *b,
+                    int j)
+{
+    return a->lens[i] == b->lens[j] &&
+           memcmp(a->argv[i], b->argv[j], a->lens[i]) == 0;
+}
+
+/* A GROUP call being put together, then in flight (its ud). */
+struct pool_group {
+    unsigned n;
+    struct pool_req *m[CONF_GROUP_MAX];
+    /* The first request of each sort, whose shared words the call takes:
+     * an acquisition's fence key, a guarded one's guard, a release's
+     * channel and instance id. */
+    const struct pool_req *acq, *guard, *rel;
+};
+
+static bool group_fits(const struct pool_group *g, const struct pool_req *q,
+                       char kind)
+{
+    if (g->n >= pool.conf->redis.group_max)
+        return false;
+    if (kind == 'r')
+        return !g->rel || (word_eq(g->rel, 2, q, 2) && word_eq(g->rel, 3, q, 3));
+    if (kind != 'e' && g->acq && !word_eq(g->acq, 1, q, 1))
+        return false;
+    for (int i = 1; g->guard && i <= POOL_GUARD_WORDS; i++)
+        if (!word_eq(g->guard, g->guard->argc - i, q, q->argc - i))
+            return false;
+    return true;
+}
+
+static void group_add(struct pool_group *g, struct pool_req *q, char kind)
+{
+    g->m[g->n++] = q;
+    if ((kind == 'a' || kind == 'b') && !g->acq)
+        g->acq = q;
+    if (kind != 'r' && !g->guard)
+        g->guard = q;
+    if (kind == 'r' && !g->rel)
+        g->rel = q;
+}
+
+/* Fail q, which never reached the node: its callback, with NULL. */
+static void req_fail(struct pool_req *q, int node)
+{
+    q->cb(q->ud, node, NULL);
+    free(q);
+}
+
+static void group_on_reply(void *ud, int node, redisReply *r)
+{
+    /* What a request of the group is told when the answer is not one
+     * element per request: it was not decided (never a vote). */
+    static char odd_msg[] = "ERR GROUP answered something else than one "
+                            "answer per request";
+    static redisReply odd = { .type = REDIS_REPLY_ERROR, .str = odd_msg,
+                              .len = sizeof(odd_msg) - 1 };
+    struct pool_group *g = ud;
+    struct pool_node *n = &pool.nodes[node];
+    bool each = r && r->type == REDIS_REPLY_ARRAY && r->elements == g->n;
+
+    if (r && !each && r->type != REDIS_REPLY_ERROR)
+        r = &odd;
+    for (unsigned i = 0; i < g->n; i++) {
+        struct pool_req *q = g->m[i];
+        redisReply *e = each ? r->element[i] : r;
+        if (each && e->type == REDIS_REPLY_ERROR) {
+            n->st.errors++;
+            snprintf(n->st.last_error, sizeof(n->st.last_error), "%s",
+                     e->str);
+        }
+        q->cb(q->ud, node, e);
+        free(q);
+    }
+    free(g);
+}
+
+/* Send the gathered run g on l: as the request itself when it is one,
+ * else as one GROUP call (lua/group.lua's words). g is used up. */
+static void group_send(struct pool_link *l, struct pool_group *g)
+{
+    static const char *const none[POOL_GUARD_WORDS] = { "", "", "" };
+    const char *argv[POOL_MAX_ARGS_GROUP];
+    size_t lens[POOL_MAX_ARGS_GROUP];
+    char kinds[CONF_GROUP_MAX];
+    int node = l->node->idx, k = 0;
+
+    if (g->n == 1) {
+        if (link_send(l, g->m[0]) != 0)
+            req_fail(g->m[0], node);
+        return;
+    }
+    /* KEYS: the fence key (without an acquisition, never read: one of the
+     * group's own keys stands in, which any ACL on the node lets us
+     * name), then each request's. */
+    const struct pool_req *f = g->acq ? g->acq : g->m[0];
+    int fi = g->acq ? 1 : 0;
+    argv[k] = f->argv[fi], lens[k++] = f->lens[fi];
+    for (unsigned i = 0; i < g->n; i++) {
+        const struct pool_req *q = g->m[i];
+        kinds[i] = req_kind(q);
+        argv[k] = q->argv[0], lens[k++] = q->lens[0];
+        if (kinds[i] == 'a')
+            argv[k] = q->argv[2], lens[k++] = q->lens[2];
+    }
+    int nkeys = k;
+    argv[k] = kinds, lens[k++] = g->n;
+    for (int i = 2; i <= 3; i++) {
+        argv[k] = g->rel ? g->rel->argv[i] : "";
+        lens[k++] = g->rel ? g->rel->lens[i] : 0;
+    }
+    for (unsigned i = 0; i < g->n; i++) {
+        const struct pool_req *q = g->m[i];
+        int from = q->nkeys, words = 5;
+        if (kinds[i] == 'r')
+            words = 1;
+        else if (kinds[i] == 'e')
+            words = 2;
+        for (int w = from; w < from + words; w++)
+            argv[k] = q->argv[w], lens[k++] = q->lens[w];
+    }
+    for (int i = 0; i < POOL_GUARD_WORDS; i++) {
+        const struct pool_req *q = g->guard;
+        int w = q ? q->argc - POOL_GUARD_WORDS + i : 0;
+        argv[k] = q ? q->argv[w] : none[i];
+        lens[k++] = q ? q->lens[w] : 0;
+    }
+    struct pool_req *gq = req_create(POOL_SCRIPT_GROUP, nkeys, k, argv,
+                                     lens);
+    struct pool_group *sent = NULL;
+    if (gq) {
+        sent = mem_alloc(sizeof(*sent));
+        *sent = *g;
+        gq->cb = group_on_reply;
+        gq->ud = sent;
+    }
+    if (!gq || link_send(l, gq) != 0) {
+        free(gq);
+        free(sent);
+        for (unsigned i = 0; i < g->n; i++)
+            req_fail(g->m[i], node);
+        return;
+    }
+    l->node->st.requests += g->n - 1;
+}
+
+/* Hand l's pending requests to hiredis, in order, runs grouped. */
+static void link_flush(struct pool_link *l)
+{
+    struct pool_group g = { 0 };
+    struct list *p;
+
+    while ((p = list_first(&l->pending))) {
+        struct pool_req *q = list_entry(p, struct pool_req, queue);
+        char kind = req_kind(q);
+        list_remove(p);
+        pool.inflight--;
+        if (g.n && (!kind || !group_fits(&g, q, kind))) {
+            group_send(l, &g);
+            g = (struct pool_group){ 0 };
+        }
+        if (kind) {
+            group_add(&g, q, kind);
+        } else if (link_send(l, q) != 0) {
+            req_fail(q, l->node->idx);
+        }
+    }
+    if (g.n)
+        group_send(l, &g);
+}
+
+/* redis_uv's hook, at the end of a loop turn (see above). */
+static void pool_flush(void)
+{
+    struct list *p;
+
+    while ((p = list_first(&pool.pended))) {
+        struct pool_link *l = container_of(p, struct pool_link, pend_link);
+        list_remove(p);
+        link_flush(l);
+    }
+}
+
+/* Gather q on l for the end of the turn. */
+static void link_pend(struct pool_link *l, struct pool_req *q)
+{
+    list_push_tail(&l->pending, &q->queue);
+    pool.inflight++;
+    if (!list_linked(&l->pend_link)) {
+        list_push_tail(&pool.pended, &l->pend_link);
+        redis_uv_want_flush();
+    }
+}
+
+/* A dropped link's gathered requests fail as its sent ones do. */
+static void link_fail_pending(struct pool_link *l)
+{
+    struct list *p;
+
+    if (list_linked(&l->pend_link))
+        list_remove(&l->pend_link);
+    while ((p = list_first(&l->pending))) {
+        list_remove(p);
+        pool.inflight--;
+        req_fail(list_entry(p, struct pool_req, queue), l->node->idx);
+    }
+}
+
 /* ---- connection lifecycle ---------------------------------------------- */
 
 static void link_drop(struct pool_link *l)
@@ -335,6 +586,7 @@ static void link_drop(struct pool_link *l)
         ac->data = NULL;
         redisAsyncFree(ac);     /* runs pending callbacks with NULL */
     }
+    link_fail_pending(l);       /* then those gathered after them */
 }
 
 static void pool_node_reconnect_cb(struct timer *t)
@@ -837,6 +1089,8 @@ static void link_init(struct pool_link *l, struct pool_node *n, bool sub)
     l->subscriber = sub;
     l->state = LINK_DOWN;
     list_init(&l->queue);
+    list_init(&l->pending);
+    list_init(&l->pend_link);
     timer_init(&l->timer, link_timeout_cb, l);
     timer_init(&l->probe_timer, link_probe_cb, l);
 }
@@ -863,6 +1117,8 @@ int pool_init(uv_loop_t *loop, const struct conf *conf,
     pool.conf = conf;
     pool.hooks = *hooks;
     pool.nnodes = (int)conf->redis.nnodes;
+    list_init(&pool.pended);
+    redis_uv_before_flush(pool_flush);
     pool_draw_instance_id();
     size_t chlen = strlen(conf->locks.release_channel) +
                    strlen(POOL_PROBE_SUFFIX) + POOL_INSTANCE_ID_LEN + 1;
@@ -983,7 +1239,9 @@ static int pool_node_send(int node, int *link, struct pool_req *q)
             l = pool_node_pick(n);
         }
     }
-    if (!l || link_send(l, q) != 0) {
+    if (l && pool.conf->redis.group_max > 1) {
+        link_pend(l, q);
+    } else if (!l || link_send(l, q) != 0) {
         free(q);
         return -1;
     }

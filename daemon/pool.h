@@ -58,6 +58,11 @@
 #define POOL_MAX_ARGS_BATCH (3 * POOL_BATCH_MAX + POOL_GUARD_WORDS)
 #define POOL_MAX_ARGS (POOL_MAX_ARGS_BATCH > POOL_MAX_ARGS_LOCK \
                        ? POOL_MAX_ARGS_BATCH : POOL_MAX_ARGS_LOCK)
+/* A GROUP call's words (lua/group.lua): the fence key, the kinds, the
+ * channel and the instance id, then at most 7 per request (an ACQUIRE's
+ * two keys and five arguments), and the guard. The pool builds these
+ * itself; callers' requests stay within POOL_MAX_ARGS. */
+#define POOL_MAX_ARGS_GROUP (4 + 7 * CONF_GROUP_MAX + POOL_GUARD_WORDS)
 /* Room for any 64-bit integer in decimal, sign and NUL included. */
 #define POOL_NUM_SIZE sizeof("-9223372036854775808")
 /* The longest run_id kept (Redis's is 40 hex chars), and an error's room. */
@@ -131,6 +136,10 @@ enum pool_script {
                                after the quorum had decided it, with a
                                counter above the grant's fence (redlock.c,
                                op_align) */
+    POOL_SCRIPT_GROUP,      /* KEYS fence,keys... ARGV kinds,channel,
+                               instance id,words... -> {answer, ...}:
+                               ACQUIRE, RELEASE and EXTEND requests sent
+                               together (pool.c, "Group commit") */
     POOL_SCRIPT_COUNT
 };
 

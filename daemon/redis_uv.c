@@ -15,7 +15,10 @@
  *   asking, per request) but once per loop turn, just before the loop
  *   polls, from one uv_prepare handle: every command queued during the
  *   turn goes out in one write. Only when the kernel buffer is full does
- *   the watcher ask to be told that it is writable again.
+ *   the watcher ask to be told that it is writable again;
+ * - a hook (redis_uv_before_flush) runs first in that handle, so that the
+ *   pool can hand hiredis the requests it gathered during the turn (its
+ *   group commit) in time for the same write.
  */
 #include "redis_uv.h"
 
@@ -37,6 +40,8 @@ static struct {
     bool ready;                 /* prepare initialised */
     bool flushing;              /* inside flush_cb */
     struct list flush;          /* watchers with output to write */
+    void (*before)(void);       /* redis_uv_before_flush's hook */
+    bool want_before;           /* redis_uv_want_flush since it last ran */
 } R;
 
 static void redis_uv_on_poll(uv_poll_t *h, int status, int events);
@@ -79,14 +84,24 @@ static void redis_uv_flush_cb(uv_prepare_t *h)
 {
     struct list *p;
 
-    R.flushing = true;
-    while ((p = list_first(&R.flush))) {
-        struct redis_uv *w = container_of(p, struct redis_uv, flush_link);
-        list_remove(p);
-        if (w->ac && w->want_write)
-            redisAsyncHandleWrite(w->ac);   /* may free the context */
-    }
-    R.flushing = false;
+    do {
+        if (R.want_before) {
+            R.want_before = false;
+            if (R.before)
+                R.before();     /* may queue output: still this turn's */
+        }
+        R.flushing = true;
+        while ((p = list_first(&R.flush))) {
+            struct redis_uv *w = container_of(p, struct redis_uv,
+                                              flush_link);
+            list_remove(p);
+            if (w->ac && w->want_write)
+                redisAsyncHandleWrite(w->ac);   /* may free the context */
+        }
+        R.flushing = false;
+        /* A failed write runs callbacks, which may gather new requests:
+         * those go out now, not after the loop has slept. */
+    } while (R.want_before);
     uv_prepare_stop(h);
 }
 
@@ -173,6 +188,19 @@ int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop)
     ac->ev.delWrite = redis_uv_del_write;
     ac->ev.cleanup = redis_uv_cleanup;
     return 0;
+}
+
+void redis_uv_before_flush(void (*fn)(void))
+{
+    R.before = fn;
+}
+
+void redis_uv_want_flush(void)
+{
+    if (!R.ready)
+        return;
+    R.want_before = true;
+    uv_prepare_start(&R.prepare, redis_uv_flush_cb);
 }
 
 void redis_uv_close(void)

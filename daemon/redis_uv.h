@@ -15,6 +15,12 @@
 
 /* 0, or -1 (the context is untouched and may simply be freed). */
 int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop);
+/* fn runs once at the end of each loop turn in which redis_uv_want_flush
+ * was called, just before the output of every context is written (one
+ * hook for the process: the pool's). Queueing commands in it is queueing
+ * them for that write. */
+void redis_uv_before_flush(void (*fn)(void));
+void redis_uv_want_flush(void);
 /* Close the loop-wide flush handle (at exit, once no context is left). */
 void redis_uv_close(void);
 

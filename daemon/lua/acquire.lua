@@ -21,11 +21,11 @@
 if KEYS[3] then
   local n, t = readers(KEYS[3])
   if not n then return notlock(KEYS[3], t) end
-  if n > 0 then return {0, busy(KEYS[3])} end
+  if n > 0 then return {0, busy(KEYS[3], ARGV[5])} end
 end
 if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TYPE', KEYS[1])['ok']
   if t ~= 'string' and t ~= 'none' then return notlock(KEYS[1], t) end
-  return {0, busy(KEYS[1])}
+  return {0, busy(KEYS[1], ARGV[5])}
 end
 --@include grant

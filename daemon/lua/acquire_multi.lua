@@ -24,11 +24,11 @@ for i = 2, #KEYS, 2 do
   local p = nil
   if t ~= 'none' then
     if t ~= 'string' then return notlock(x, t) end
-    p = busy(x)
+    p = busy(x, ARGV[5])
   else
     local n, st = readers(s)
     if not n then return notlock(s, st) end
-    if n > 0 then p = busy(s) end
+    if n > 0 then p = busy(s, ARGV[5]) end
   end
   if p then
     held = true

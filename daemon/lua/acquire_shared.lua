@@ -19,7 +19,7 @@
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t ~= 'none' then
   if t ~= 'string' then return notlock(KEYS[1], t) end
-  return {0, busy(KEYS[1])}
+  return {0, busy(KEYS[1], ARGV[5])}
 end
 t = redis.call('TYPE', KEYS[3])['ok']
 if t ~= 'none' and t ~= 'zset' then return notlock(KEYS[3], t) end

@@ -1209,6 +1209,93 @@ START_TEST(publish_only_when_contended)
 }
 END_TEST
 
+/* ---- group commit ---- */
+
+/* evalsha calls node i has answered (INFO commandstats). */
+static long long evalsha_calls(int i)
+{
+    char *info = NULL;
+    long long n = 0;
+
+    h_redis_cmd(&R[i], &info, "INFO commandstats");
+    const char *p = info ? strstr(info, "cmdstat_evalsha:calls=") : NULL;
+    if (p)
+        n = strtoll(p + strlen("cmdstat_evalsha:calls="), NULL, 10);
+    free(info);
+    return n;
+}
+
+/* Requests that reach the daemon together go to each node as one call
+ * (pool.c, "Group commit"), and each client still gets its own answer:
+ * bursts of LOCKs from 8 connections, one resource among them a key of a
+ * foreign type on every node (its client alone is refused), then bursts of
+ * UNLOCKs. Fences all differ; the keys are the holders' and then gone; and
+ * node 0 answered fewer calls than it was sent requests. */
+START_TEST(group_commit_burst)
+{
+    enum { BURSTS = 6, N = H_CLUSTER_CLIENTS };
+    unsigned long long fences[BURSTS * N];
+    int nf = 0;
+
+    h_cluster_nodes(&K, 3, NULL);
+    start_daemon(NULL);
+    for (int i = 0; i < N; i++)
+        h_cluster_client(&K, i, 0);
+    for (int i = 0; i < K.nnodes; i++)
+        h_redis_cmd(&R[i], NULL, "HSET lock:gc:0:3 f v");
+    long long calls0 = evalsha_calls(0);
+    int requests = 0;
+    for (int b = 0; b < BURSTS; b++) {
+        char res[N][32], tok[N][64];
+        for (int i = 0; i < N; i++) {
+            snprintf(res[i], sizeof(res[i]), "gc:%d:%d", b, i);
+            h_sendf(&K.clients[i], "LOCK %s ttl=30000\n", res[i]);
+        }
+        for (int i = 0; i < N; i++) {
+            char *l = h_recv_line(&K.clients[i], h_scale(5000));
+            ck_assert_ptr_nonnull(l);
+            if (b == 0 && i == 3) {
+                ck_assert_msg(h_starts(l, "ERR "), "LOCK of a hash: %s", l);
+                tok[i][0] = '\0';
+                continue;
+            }
+            struct grant g;
+            check_grant(l, res[i], 30000, &g);
+            snprintf(tok[i], sizeof(tok[i]), "%s", g.token);
+            fences[nf++] = g.fence;
+            requests++;
+        }
+        for (int i = 0; i < N; i++)
+            if (tok[i][0])
+                assert_keys(all_nodes(), res[i], tok[i]);
+        for (int i = 0; i < N; i++)
+            if (tok[i][0])
+                h_sendf(&K.clients[i], "UNLOCK %s\n", res[i]);
+        for (int i = 0; i < N; i++) {
+            if (!tok[i][0])
+                continue;
+            char *l = h_recv_line(&K.clients[i], h_scale(5000));
+            ck_assert_ptr_nonnull(l);
+            ck_assert_msg(h_starts(l, "OK resource="), "UNLOCK: %s", l);
+            ck_assert_str_eq(h_kv(l, "nodes"), "3");
+            requests++;
+        }
+        for (int i = 0; i < N; i++)
+            if (tok[i][0])
+                ck_assert(wait_keys_gone(all_nodes(), res[i], NULL,
+                                         h_scale(1000)));
+    }
+    for (int i = 0; i < nf; i++)
+        for (int j = i + 1; j < nf; j++)
+            ck_assert_msg(fences[i] != fences[j], "fence %llu granted twice",
+                          fences[i]);
+    long long calls = evalsha_calls(0) - calls0;
+    ck_assert_msg(calls < requests, "node 0 answered %lld calls for %d "
+                  "requests: none grouped", calls, requests);
+    h_cluster_stop(&K);
+}
+END_TEST
+
 static Suite *locks_suite(void)
 {
     Suite *s = suite_create("locks");
@@ -1242,6 +1329,7 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, redis_acl_user);
     tcase_add_test(tc, redis_wrong_password);
     tcase_add_test(tc, publish_only_when_contended);
+    tcase_add_test(tc, group_commit_burst);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -14,7 +14,11 @@
  *   - the batch scripts decide each key on its own (pcall): a key of a
  *     foreign type fails that key only;
  *   - ADOPT_ONE finds the token in the exclusive key, a shared member or
- *     a semaphore slot, keeps the fence and the slot's limit.
+ *     a semaphore slot, keeps the fence and the slot's limit;
+ *   - GROUP (the pool's group commit) answers each request as its own
+ *     script would, run one after another: the same answers, the same
+ *     keys, fences and records left; a node that lost its data refuses
+ *     the votes and still runs the releases.
  */
 #include <check.h>
 #include <stdarg.h>
@@ -125,6 +129,14 @@ static void assert_error(redisReply *r, const char *part)
                   "want an error with \"%s\", got type %d %s", part, r->type,
                   r->str ? r->str : "");
     freeReplyObject(r);
+}
+
+/* An element of an array answer: an error containing part. */
+static void assert_error_elem(const redisReply *e, const char *part)
+{
+    ck_assert_msg(e->type == REDIS_REPLY_ERROR && strstr(e->str, part),
+                  "want an error with \"%s\", got type %d %s", part,
+                  e->type, e->str ? e->str : "");
 }
 
 static void assert_int(redisReply *r, long long want)
@@ -346,6 +358,239 @@ START_TEST(set_fence)
 }
 END_TEST
 
+/* ---- GROUP: the requests of a turn in one call --------------------------- */
+
+/* One request of a group: its kind letter, key, token, ttl, seen, label,
+ * wait (what its kind takes of them). */
+struct greq {
+    char kind;
+    const char *key, *token, *ttl, *seen, *label, *wait;
+};
+
+static const struct greq group_rows[] = {
+    { 'a', "lock:q1", TOK_A, "30000", "0", LABEL, "0" },
+    { 'a', "lock:q1", TOK_B, "30000", "0", LABEL, "1" },    /* busy, waits */
+    { 'b', "lock:q3", TOK_A, "30000", "0", "", "0" },       /* foreign type */
+    { 'a', "lock:q4", TOK_B, "20000", "500", "", "0" },     /* seen is larger */
+    { 'r', "lock:q1", TOK_A, NULL, NULL, NULL, NULL },
+    { 'e', "lock:q4", TOK_B, "60000", NULL, NULL, NULL },
+    { 'e', "lock:q1", TOK_B, "60000", NULL, NULL, NULL },   /* not ours */
+    { 'a', "lock:q1", TOK_B, "30000", "0", LABEL, "0" },    /* free again */
+    { 'r', "lock:q3", TOK_A, NULL, NULL, NULL, NULL },      /* foreign type */
+};
+#define NGROUP (sizeof(group_rows) / sizeof(group_rows[0]))
+
+static void group_setup(void)
+{
+    cmd("FLUSHALL");
+    cmd("SET %s 10", FENCE);
+    cmd("HSET lock:q3 f v");
+}
+
+static char *shared_of(const char *key)
+{
+    static char buf[64];
+    snprintf(buf, sizeof(buf), "%s:shared", key);
+    return buf;
+}
+
+/* Each row by its own script, in order: the answers in out[]. */
+static void group_one_by_one(redisReply **out)
+{
+    for (size_t i = 0; i < NGROUP; i++) {
+        const struct greq *q = &group_rows[i];
+        switch (q->kind) {
+        case 'a':
+            out[i] = run(POOL_SCRIPT_ACQUIRE, 3, "", q->key, FENCE,
+                         shared_of(q->key), q->token, q->ttl, q->seen,
+                         q->label, q->wait, NULL);
+            break;
+        case 'b':
+            out[i] = run(POOL_SCRIPT_ACQUIRE, 2, "", q->key, FENCE, q->token,
+                         q->ttl, q->seen, q->label, q->wait, NULL);
+            break;
+        case 'r':
+            out[i] = run(POOL_SCRIPT_RELEASE, 1, NULL, q->key, q->token, "ch",
+                         "id", NULL);
+            break;
+        default:
+            out[i] = run(POOL_SCRIPT_EXTEND, 1, "", q->key, q->token, q->ttl,
+                         NULL);
+        }
+    }
+}
+
+/* All rows as one GROUP call, its words laid out as pool.c lays them;
+ * guard: the run_id to check. */
+static redisReply *group_call(const char *guard)
+{
+    const char *argv[128];
+    size_t lens[128];
+    char kinds[NGROUP + 1], nk[16];
+    int n = 0, nkeys = 1;
+
+    argv[n++] = "EVAL";
+    argv[n++] = pool_lua[POOL_SCRIPT_GROUP];
+    argv[n++] = nk;
+    argv[n++] = FENCE;
+    for (size_t i = 0; i < NGROUP; i++) {
+        const struct greq *q = &group_rows[i];
+        kinds[i] = q->kind;
+        argv[n++] = q->key;
+        nkeys++;
+        if (q->kind == 'a') {
+            argv[n++] = strdup(shared_of(q->key));
+            nkeys++;
+        }
+    }
+    kinds[NGROUP] = '\0';
+    snprintf(nk, sizeof(nk), "%d", nkeys);
+    argv[n++] = kinds;
+    argv[n++] = "ch";
+    argv[n++] = "id";
+    for (size_t i = 0; i < NGROUP; i++) {
+        const struct greq *q = &group_rows[i];
+        argv[n++] = q->token;
+        if (q->kind == 'a' || q->kind == 'b') {
+            argv[n++] = q->ttl;
+            argv[n++] = q->seen;
+            argv[n++] = q->label;
+            argv[n++] = q->wait;
+        } else if (q->kind == 'e') {
+            argv[n++] = q->ttl;
+        }
+    }
+    argv[n++] = MAXTTL;
+    argv[n++] = MARKER;
+    argv[n++] = guard;
+    for (int i = 0; i < n; i++)
+        lens[i] = strlen(argv[i]);
+    redisReply *r = redisCommandArgv(C, n, argv, lens);
+    for (int i = 4; i < n; i++)         /* the shared keys' copies */
+        if (strstr(argv[i], ":shared"))
+            free((char *)argv[i]);
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+/* Two answers alike: same type, integers equal (a PTTL within 100 ms),
+ * strings equal, arrays alike element by element. */
+static void assert_alike(const redisReply *a, const redisReply *b,
+                         size_t row)
+{
+    ck_assert_msg(a->type == b->type, "row %zu: type %d vs %d (%s)", row,
+                  a->type, b->type, b->str ? b->str : "");
+    switch (a->type) {
+    case REDIS_REPLY_INTEGER:
+        ck_assert_msg(llabs(a->integer - b->integer) <= 100,
+                      "row %zu: %lld vs %lld", row, a->integer, b->integer);
+        break;
+    case REDIS_REPLY_ARRAY:
+        ck_assert_uint_eq(a->elements, b->elements);
+        for (size_t i = 0; i < a->elements; i++)
+            assert_alike(a->element[i], b->element[i], row);
+        break;
+    case REDIS_REPLY_ERROR:
+        /* A script's own error and one caught for its request alone are
+         * worded apart after the code: the code (WRONGTYPE, ERR) agrees. */
+        ck_assert_msg(strncmp(a->str, b->str, strcspn(a->str, " ")) == 0,
+                      "row %zu: %s vs %s", row, a->str, b->str);
+        break;
+    default:
+        ck_assert_msg(a->len == b->len && memcmp(a->str, b->str, a->len) == 0,
+                      "row %zu: %s vs %s", row, a->str, b->str);
+    }
+}
+
+/* What the rows leave: the keys' values, the counter, the record, the
+ * waiting mark. */
+static void group_keyspace(char out[][256])
+{
+    const char *keys[] = { "lock:q1", "lock:q4", FENCE, MAXTTL,
+                           "lock:q1 waiting" };
+    for (size_t i = 0; i < sizeof(keys) / sizeof(*keys); i++) {
+        const char *v = get(keys[i]);
+        snprintf(out[i], 256, "%s", v ? v : "(none)");
+    }
+}
+
+START_TEST(group_as_one_by_one)
+{
+    redisReply *one[NGROUP];
+    char want[5][256], got[5][256];
+
+    group_setup();
+    group_one_by_one(one);
+    group_keyspace(want);
+    /* The script's own claims about the rows, first. */
+    ck_assert_str_eq(one[0]->element[1]->str, "11");
+    ck_assert_int_eq(one[1]->element[0]->integer, 0);
+    ck_assert_int_eq(one[2]->type, REDIS_REPLY_ERROR);
+    ck_assert_str_eq(one[3]->element[1]->str, "501");
+    ck_assert_str_eq(one[7]->element[1]->str, "502");
+    ck_assert_str_eq(want[2], "502");
+    ck_assert_str_eq(want[3], "60000");
+
+    group_setup();
+    redisReply *g = group_call("");
+    ck_assert_msg(g->type == REDIS_REPLY_ARRAY, "GROUP answered type %d %s",
+                  g->type, g->str ? g->str : "");
+    ck_assert_uint_eq(g->elements, NGROUP);
+    for (size_t i = 0; i < NGROUP; i++) {
+        assert_alike(one[i], g->element[i], i);
+        freeReplyObject(one[i]);
+    }
+    freeReplyObject(g);
+    group_keyspace(got);
+    for (int i = 0; i < 5; i++)
+        ck_assert_str_eq(got[i], want[i]);
+}
+END_TEST
+
+START_TEST(group_lostdata_releases_still_run)
+{
+    group_setup();
+    cmd("SET %s run-b", MARKER);
+    cmd("SET lock:q1 %s", TOK_A);           /* row 4 releases it */
+    redisReply *g = group_call("run-a");
+    ck_assert_int_eq(g->type, REDIS_REPLY_ARRAY);
+    for (size_t i = 0; i < NGROUP; i++) {
+        const redisReply *e = g->element[i];
+        if (group_rows[i].kind == 'r')
+            ck_assert_int_eq(e->type, group_rows[i].key[6] == '1'
+                                      ? REDIS_REPLY_INTEGER
+                                      : REDIS_REPLY_ERROR);
+        else
+            ck_assert_msg(e->type == REDIS_REPLY_ERROR &&
+                          strstr(e->str, "LOSTDATA"), "row %zu", i);
+    }
+    ck_assert_int_eq(g->element[4]->integer, 1);
+    freeReplyObject(g);
+    /* Nothing voted for was written; the release happened. */
+    ck_assert_ptr_null(get("lock:q1"));
+    ck_assert_ptr_null(get("lock:q4"));
+    ck_assert_str_eq(get(FENCE), "10");
+    ck_assert_ptr_null(get(MAXTTL));
+}
+END_TEST
+
+START_TEST(group_bad_counter_fails_acquisitions_only)
+{
+    group_setup();
+    cmd("SET %s 12x", FENCE);
+    cmd("SET lock:q4 %s", TOK_B);           /* row 6 renews it */
+    redisReply *g = group_call("");
+    ck_assert_int_eq(g->type, REDIS_REPLY_ARRAY);
+    for (size_t i = 0; i < NGROUP; i++)
+        if (group_rows[i].kind == 'a' || group_rows[i].kind == 'b')
+            assert_error_elem(g->element[i], "fence counter");
+    ck_assert_int_eq(g->element[5]->integer, 1);
+    freeReplyObject(g);
+    ck_assert_str_eq(get(FENCE), "12x");
+    ck_assert_str_eq(get("lock:q4"), TOK_B);
+}
+END_TEST
+
 static Suite *lua_suite(void)
 {
     Suite *s = suite_create("lua");
@@ -360,6 +605,9 @@ static Suite *lua_suite(void)
     tcase_add_test(tc, batch_per_key);
     tcase_add_test(tc, adopt_kinds);
     tcase_add_test(tc, set_fence);
+    tcase_add_test(tc, group_as_one_by_one);
+    tcase_add_test(tc, group_lostdata_releases_still_run);
+    tcase_add_test(tc, group_bad_counter_fails_acquisitions_only);
     suite_add_tcase(s, tc);
     return s;
 }

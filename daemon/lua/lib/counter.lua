@@ -1,19 +1,7 @@
 -- The fence scripts start alike: read the counter (KEYS[k], the fence key
 -- fk) into c, and refuse, before any write, a counter that is not a decimal
--- below 10^18 (its successor then stays far from overflow). Counters are
--- compared as strings, by length and then byte by byte: Lua numbers are
--- doubles, exact only up to 2^53, so no counter is ever turned into one.
-local function above(a, b)
-  if #a ~= #b then return #a > #b end
-  for i = 1, #a do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x > y end
-  end
-  return false
-end
+-- below 10^18 (lib/counter_read.lua).
+--@include counter_read
 local fk = KEYS[@k@]
-local c = redis.call('GET', fk) or '0'
-if c ~= '0' and not (#c <= 18 and string.find(c, '^[1-9][0-9]*$')) then
-  return redis.error_reply('ERR fence counter ' .. fk ..
-                           ' is not a decimal below 10^18')
-end
+local c, bad = counter_read(fk)
+if not c then return bad end

@@ -12,19 +12,6 @@
 -- at every grant), so that a daemon deciding how long a node that lost its
 -- data must wait can read the longest lease any daemon may still hold
 -- (docs/design.md, "Restarted nodes").
-local ttl_key = ARGV[#ARGV - 2]
-local admitted = ARGV[#ARGV]
-if admitted ~= '' and redis.call('GET', ARGV[#ARGV - 1]) ~= admitted then
-  return redis.error_reply('LOSTDATA ' .. ARGV[#ARGV - 1] .. ' does not ' ..
-    'name run ' .. admitted .. ': the node lost its data since it was ' ..
-    'admitted')
-end
-local function note_ttl(t)
-  t = tonumber(t)
-  local v = tonumber(redis.call('GET', ttl_key) or '0') or 0
-  if v < t then
-    redis.call('SET', ttl_key, t, 'PX', 2 * t)
-  elseif redis.call('PTTL', ttl_key) < t then
-    redis.call('PEXPIRE', ttl_key, 2 * t)
-  end
-end
+--@include guard_fns
+local lost = lostdata()
+if lost then return lost end
