@@ -555,7 +555,12 @@ static void link_pend(struct pool_link *l, struct pool_req *q)
     }
 }
 
-/* A dropped link's gathered requests fail as its sent ones do. */
+/* A dropped link's gathered requests fail as its sent ones do. When the
+ * link is dropped from inside one of its reply callbacks (a read error:
+ * hiredis then fails the sent requests one by one, and the first failure
+ * drops the link), these fail before the sent ones still to be failed:
+ * failures are not told in the order of sending. No caller relies on that
+ * order: each counts a node's failed answer on its own. */
 static void link_fail_pending(struct pool_link *l)
 {
     struct list *p;
@@ -1204,7 +1209,10 @@ const char *pool_instance_id(void)
  * out, else the up link with the fewest. Filling one link first rather
  * than taking turns lets hiredis write more requests per system call and
  * the node answer more per read; the others take the overflow, and the
- * traffic when the first is down. */
+ * traffic when the first is down. Requests gathered in this loop turn
+ * (l->pending) do not count: a turn's requests all go to one link, which
+ * makes its groups as large as they can be, and the spread to other
+ * links happens from turn to turn. */
 static struct pool_link *pool_node_pick(struct pool_node *n)
 {
     unsigned size = pool.conf->redis.pool_size;

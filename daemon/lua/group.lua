@@ -12,7 +12,10 @@
 --      error (that request's alone)
 --
 -- What runs once for the group: the guard's marker check, the counter's
--- read and write, the longest-ttl record. A node that lost its data answers
+-- read and write, the longest-ttl record. An error there (a marker or
+-- record key of a foreign type, or OOM) is the whole call's, and so every
+-- request's, releases included: a failed answer, as a release that cannot
+-- reach a node is, and owed to it again (node.c). A node that lost its data answers
 -- LOSTDATA to the acquisitions and renewals and still runs the releases,
 -- as separate calls would. Fences rise through the group as through
 -- separate calls: each grant's is max(counter so far, its seen) + 1.
