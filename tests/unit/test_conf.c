@@ -81,6 +81,7 @@ static void assert_defaults(const struct conf *d)
     ck_assert_uint_eq(d->redis.command_timeout_ms, 100);
     ck_assert_uint_eq(d->redis.reconnect_max_ms, 5000);
     ck_assert_uint_eq(d->redis.batch_keys_in_flight, 65536);
+    ck_assert_uint_eq(d->redis.group_max, 32);
     ck_assert_str_eq(d->locks.key_prefix, "lock:");
     ck_assert_str_eq(d->locks.fence_key, "redlockd:fence");
     ck_assert_str_eq(d->locks.release_channel, "redlockd:released");
@@ -155,7 +156,8 @@ static const char all_keys[] =
     "    \"connect_timeout_ms\": 2000,\n"
     "    \"command_timeout_ms\": 50,\n"
     "    \"reconnect_max_ms\": 10000,\n"
-    "    \"batch_keys_in_flight\": 4096\n"
+    "    \"batch_keys_in_flight\": 4096,\n"
+    "    \"group_max\": 8\n"
     "  },\n"
     "  \"locks\": {\n"
     "    \"key_prefix\": \"app:lock:\",\n"
@@ -228,6 +230,7 @@ START_TEST(test_all_keys)
     ck_assert_uint_eq(c.redis.command_timeout_ms, 50);
     ck_assert_uint_eq(c.redis.reconnect_max_ms, 10000);
     ck_assert_uint_eq(c.redis.batch_keys_in_flight, 4096);
+    ck_assert_uint_eq(c.redis.group_max, 8);
     ck_assert_str_eq(c.locks.key_prefix, "app:lock:");
     ck_assert_str_eq(c.locks.fence_key, "app:fence");
     ck_assert_str_eq(c.locks.release_channel, "app:released");
@@ -264,6 +267,8 @@ static const char *const good_rows[] = {
     "{\"redis\": {\"db\": 1000, \"pool_size\": 64}}",
     "{\"redis\": {\"batch_keys_in_flight\": 1}}",
     "{\"redis\": {\"batch_keys_in_flight\": 16777216}}",
+    "{\"redis\": {\"group_max\": 1}}",
+    "{\"redis\": {\"group_max\": 64}}",
     "{\"locks\": {\"drift_factor\": 0}}",
     "{\"locks\": {\"drift_factor\": 0.0}}",
     "{\"locks\": {\"drift_factor\": 0.499}}",
@@ -349,6 +354,8 @@ static const struct bad_row bad_rows[] = {
       "must be between 1 and 64" },
     { "{\"redis\": {\"batch_keys_in_flight\": 0}}",
       "redis.batch_keys_in_flight", "must be between 1 and 16777216" },
+    { "{\"redis\": {\"group_max\": 65}}", "redis.group_max",
+      "must be between 1 and 64" },
     { "{\"redis\": {\"command_timeout_ms\": 0}}", "redis.command_timeout_ms",
       "must be between 1 and 600000" },
     { "{\"locks\": {\"min_ttl_ms\": 9}}", "locks.min_ttl_ms",
