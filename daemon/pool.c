@@ -383,7 +383,8 @@ static bool group_fits(const struct pool_group *g, const struct pool_req *q,
     if (g->n >= pool.conf->redis.group_max)
         return false;
     if (kind == 'r')
-        return !g->rel || (word_eq(g->rel, 2, q, 2) && word_eq(g->rel, 3, q, 3));
+        return !g->rel ||
+               (word_eq(g->rel, 2, q, 2) && word_eq(g->rel, 3, q, 3));
     if (kind != 'e' && g->acq && !word_eq(g->acq, 1, q, 1))
         return false;
     for (int i = 1; g->guard && i <= POOL_GUARD_WORDS; i++)

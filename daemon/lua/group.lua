@@ -15,9 +15,9 @@
 -- read and write, the longest-ttl record. An error there (a marker or
 -- record key of a foreign type, or OOM) is the whole call's, and so every
 -- request's, releases included: a failed answer, as a release that cannot
--- reach a node is, and owed to it again (node.c). A node that lost its data answers
--- LOSTDATA to the acquisitions and renewals and still runs the releases,
--- as separate calls would. Fences rise through the group as through
+-- reach a node is, and owed to it again (node.c). A node that lost its
+-- data answers LOSTDATA to the acquisitions and renewals and still runs
+-- the releases, as separate calls would. Fences rise through the group as through
 -- separate calls: each grant's is max(counter so far, its seen) + 1.
 --@include guard_fns
 --@include counter_read
