@@ -331,8 +331,9 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
  * (l->pending, in order) and handed over at the end of the turn, from
  * redis_uv's flush hook, just before the write that would have carried it
  * anyway: nothing waits longer than it did, and nothing waits at all when
- * a node is idle. There each run of consecutive ACQUIRE (one resource,
- * exclusive), RELEASE and EXTEND requests that agree on the words they
+ * a node is idle. There each run of consecutive ACQUIRE and
+ * ACQUIRE_SHARED (one resource, any kind but several at once), RELEASE and
+ * EXTEND requests that agree on the words they
  * share (the fence key, the guard, the release channel) becomes one GROUP
  * call of at most group_max of them (lua/group.lua), which answers each as
  * its own script would, in order; a run of one, and any other request, goes
@@ -351,6 +352,8 @@ static char req_kind(const struct pool_req *q)
         if (q->argc != q->nkeys + 5 + POOL_GUARD_WORDS)
             return 0;
         return q->nkeys == 3 ? 'a' : q->nkeys == 2 ? 'b' : 0;
+    case POOL_SCRIPT_ACQUIRE_SHARED:
+        return q->nkeys == 3 && q->argc == 8 + POOL_GUARD_WORDS ? 's' : 0;
     case POOL_SCRIPT_RELEASE:
         return q->nkeys == 1 && q->argc == 4 ? 'r' : 0;
     case POOL_SCRIPT_EXTEND:
@@ -396,7 +399,7 @@ static bool group_fits(const struct pool_group *g, const struct pool_req *q,
 static void group_add(struct pool_group *g, struct pool_req *q, char kind)
 {
     g->m[g->n++] = q;
-    if ((kind == 'a' || kind == 'b') && !g->acq)
+    if ((kind == 'a' || kind == 'b' || kind == 's') && !g->acq)
         g->acq = q;
     if (kind != 'r' && !g->guard)
         g->guard = q;
@@ -464,7 +467,7 @@ static void group_send(struct pool_link *l, struct pool_group *g)
         const struct pool_req *q = g->m[i];
         kinds[i] = req_kind(q);
         argv[k] = q->argv[0], lens[k++] = q->lens[0];
-        if (kinds[i] == 'a')
+        if (kinds[i] == 'a' || kinds[i] == 's')
             argv[k] = q->argv[2], lens[k++] = q->lens[2];
     }
     int nkeys = k;

@@ -13,19 +13,10 @@
 -- member.
 --@include guard
 --@include counter | k=2
---@include notlock
---@include readers
---@include busy
---@include seen | arg=ARGV[3]
---@include value
-if KEYS[3] then
-  local n, t = readers(KEYS[3])
-  if not n then return notlock(KEYS[3], t) end
-  if n > 0 then return {0, busy(KEYS[3], ARGV[5])} end
+--@include take
+local r = take_exclusive(KEYS[1], KEYS[3], 1)
+if r[1] == 1 then
+  redis.call('SET', fk, r[2])
+  note_ttl(ARGV[2])
 end
-if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-  local t = redis.call('TYPE', KEYS[1])['ok']
-  if t ~= 'string' and t ~= 'none' then return notlock(KEYS[1], t) end
-  return {0, busy(KEYS[1], ARGV[5])}
-end
---@include grant
+return r

@@ -11,22 +11,10 @@
 -- redlockd or another Redlock client).
 --@include guard
 --@include counter | k=2
---@include notlock
---@include shared_put
---@include fences_prune
---@include busy
---@include seen | arg=ARGV[3]
-local t = redis.call('TYPE', KEYS[1])['ok']
-if t ~= 'none' then
-  if t ~= 'string' then return notlock(KEYS[1], t) end
-  return {0, busy(KEYS[1], ARGV[5])}
+--@include take
+local r = take_shared(KEYS[1], KEYS[3], 1)
+if r[1] == 1 then
+  redis.call('SET', fk, r[2])
+  note_ttl(ARGV[2])
 end
-t = redis.call('TYPE', KEYS[3])['ok']
-if t ~= 'none' and t ~= 'zset' then return notlock(KEYS[3], t) end
-if t == 'zset' then
---@include now
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  prune(KEYS[3])
-end
-put(KEYS[3], ARGV[1], tonumber(ARGV[2]), f)
---@include grant
+return r

@@ -1,12 +1,14 @@
 -- GROUP: the requests of one loop turn to one connection, in one call
 -- (pool.c, "Group commit"): each answered exactly as its own script
--- (ACQUIRE, RELEASE, EXTEND) would answer it, run in the order given.
+-- (ACQUIRE, ACQUIRE_SHARED, RELEASE, EXTEND) would answer it, run in the
+-- order given.
 --
 --   KEYS   fence counter, then per request: 'a' lock, shared holders' set;
---          'b' lock (an ACQUIRE without the set); 'r' lock; 'e' lock
+--          'b' lock (an ACQUIRE without the set); 's' lock, shared holders'
+--          set (ACQUIRE_SHARED); 'r' lock; 'e' lock
 --   ARGV   the requests' kinds (one letter each), release channel, instance
---          id, then per request: 'a'/'b' token, ttl ms, largest fence seen,
---          label, wait; 'r' token; 'e' token, ttl ms
+--          id, then per request: 'a'/'b'/'s' token, ttl ms, largest fence
+--          seen, label, wait; 'r' token; 'e' token, ttl ms
 --   ... and, last, the guard's three words (lib/guard.lua)
 --   -> {answer, ...} one per request: what its own script answers, or an
 --      error (that request's alone)
@@ -21,41 +23,29 @@
 -- separate calls: each grant's is max(counter so far, its seen) + 1.
 --@include guard_fns
 --@include counter_read
---@include notlock
---@include readers
---@include busy
---@include succ
 --@include release
 --@include extend
 local fk = KEYS[1]
 local c, bad
-local function acquire(lock, shared, a)
+--@include take
+-- An acquisition (take_exclusive or take_shared) of the request whose
+-- words start at ARGV[a]: the counter is read at the first, and carried
+-- from grant to grant.
+local function acquire(take, lock, shared, a)
   if not c then
     c, bad = counter_read(fk)
     if not c then return bad end
   end
-  if shared then
-    local n, t = readers(shared)
-    if not n then return notlock(shared, t) end
-    if n > 0 then return {0, busy(shared, ARGV[a + 4])} end
+  local r = take(lock, shared, a)
+  if r[1] == 1 then
+    c = r[2]
+    if tonumber(ARGV[a + 1]) > longest then longest = tonumber(ARGV[a + 1]) end
   end
-  local m = c
-  if above(ARGV[a + 2], m) then m = ARGV[a + 2] end
-  local f = succ(m)
-  local value = ARGV[a]
-  if ARGV[a + 3] ~= '' then value = value .. ' ' .. ARGV[a + 3] .. ' ' .. f end
-  if not redis.call('SET', lock, value, 'NX', 'PX', ARGV[a + 1]) then
-    local t = redis.call('TYPE', lock)['ok']
-    if t ~= 'string' and t ~= 'none' then return notlock(lock, t) end
-    return {0, busy(lock, ARGV[a + 4])}
-  end
-  c = f
-  if tonumber(ARGV[a + 1]) > longest then longest = tonumber(ARGV[a + 1]) end
-  return {1, f}
+  return r
 end
 local ops = ARGV[1]
 local lost = nil
-if string.find(ops, '[abe]') then lost = lostdata() end
+if string.find(ops, '[abse]') then lost = lostdata() end
 local out, granted, k, a = {}, false, 2, 4
 for i = 1, #ops do
   local op = string.sub(ops, i, i)
@@ -65,19 +55,18 @@ for i = 1, #ops do
     k, a = k + 1, a + 1
   elseif lost then
     ok, r = true, lost
-    if op == 'a' then k = k + 2 else k = k + 1 end
+    if op == 'a' or op == 's' then k = k + 2 else k = k + 1 end
     if op == 'e' then a = a + 2 else a = a + 5 end
   elseif op == 'e' then
     ok, r = pcall(extend, KEYS[k], ARGV[a], ARGV[a + 1])
     k, a = k + 1, a + 2
-  elseif op == 'a' then
-    ok, r = pcall(acquire, KEYS[k], KEYS[k + 1], a)
-    if ok and r[1] == 1 then granted = true end
-    k, a = k + 2, a + 5
   else
-    ok, r = pcall(acquire, KEYS[k], nil, a)
+    local take, shared, nk = take_exclusive, nil, 1
+    if op == 'a' then shared, nk = KEYS[k + 1], 2 end
+    if op == 's' then take, shared, nk = take_shared, KEYS[k + 1], 2 end
+    ok, r = pcall(acquire, take, KEYS[k], shared, a)
     if ok and r[1] == 1 then granted = true end
-    k, a = k + 1, a + 5
+    k, a = k + nk, a + 5
   end
   if ok then out[i] = r else
     out[i] = redis.error_reply(type(r) == 'table' and r.err or tostring(r))

@@ -1230,7 +1230,8 @@ static long long evalsha_calls(int i)
  * bursts of LOCKs from 8 connections, one resource among them a key of a
  * foreign type on every node (its client alone is refused), then bursts of
  * UNLOCKs. Fences all differ; the keys are the holders' and then gone; and
- * node 0 answered fewer calls than it was sent requests. */
+ * node 0 answered fewer calls than it was sent requests. Then the same
+ * with shared holds of one resource. */
 START_TEST(group_commit_burst)
 {
     enum { BURSTS = 6, N = H_CLUSTER_CLIENTS };
@@ -1292,6 +1293,32 @@ START_TEST(group_commit_burst)
     long long calls = evalsha_calls(0) - calls0;
     ck_assert_msg(calls < requests, "node 0 answered %lld calls for %d "
                   "requests: none grouped", calls, requests);
+
+    /* Shared holds of one resource, in bursts: all granted, an exclusive
+     * LOCK refused while they live, free again once all are released. */
+    for (int b = 0; b < BURSTS; b++) {
+        calls0 = evalsha_calls(0);
+        for (int i = 0; i < N - 1; i++)
+            h_sendf(&K.clients[i], "LOCK gs mode=shared ttl=30000\n");
+        for (int i = 0; i < N - 1; i++) {
+            char *l = h_recv_line(&K.clients[i], h_scale(5000));
+            ck_assert_ptr_nonnull(l);
+            ck_assert_msg(h_starts(l, "OK resource=gs "), "shared: %s", l);
+        }
+        h_expect(&K.clients[N - 1], "ERR BUSY", "LOCK gs ttl=30000");
+        for (int i = 0; i < N - 1; i++)
+            h_sendf(&K.clients[i], "UNLOCK gs\n");
+        for (int i = 0; i < N - 1; i++) {
+            char *l = h_recv_line(&K.clients[i], h_scale(5000));
+            ck_assert_ptr_nonnull(l);
+            ck_assert_msg(h_starts(l, "OK resource=gs "), "UNLOCK: %s", l);
+        }
+        h_expect(&K.clients[N - 1], "OK resource=gs ", "LOCK gs ttl=30000");
+        h_expect(&K.clients[N - 1], "OK resource=gs ", "UNLOCK gs");
+        calls = evalsha_calls(0) - calls0;
+        ck_assert_msg(calls < 2 * (N - 1) + 3, "node 0 answered %lld calls "
+                      "for %d requests: none grouped", calls, 2 * (N - 1) + 3);
+    }
     h_cluster_stop(&K);
 }
 END_TEST

@@ -377,6 +377,11 @@ static const struct greq group_rows[] = {
     { 'e', "lock:q1", TOK_B, "60000", NULL, NULL, NULL },   /* not ours */
     { 'a', "lock:q1", TOK_B, "30000", "0", LABEL, "0" },    /* free again */
     { 'r', "lock:q3", TOK_A, NULL, NULL, NULL, NULL },      /* foreign type */
+    { 's', "lock:q5", TOK_A, "30000", "0", "", "0" },       /* shared */
+    { 's', "lock:q5", TOK_B, "20000", "0", "", "0" },       /* and another */
+    { 'a', "lock:q5", TOK_B, "30000", "0", LABEL, "1" },    /* busy: shared */
+    { 's', "lock:q1", TOK_A, "30000", "0", "", "1" },       /* busy: held */
+    { 'r', "lock:q5:shared", TOK_A, NULL, NULL, NULL, NULL },
 };
 #define NGROUP (sizeof(group_rows) / sizeof(group_rows[0]))
 
@@ -409,6 +414,11 @@ static void group_one_by_one(redisReply **out)
             out[i] = run(POOL_SCRIPT_ACQUIRE, 2, "", q->key, FENCE, q->token,
                          q->ttl, q->seen, q->label, q->wait, NULL);
             break;
+        case 's':
+            out[i] = run(POOL_SCRIPT_ACQUIRE_SHARED, 3, "", q->key, FENCE,
+                         shared_of(q->key), q->token, q->ttl, q->seen,
+                         q->label, q->wait, NULL);
+            break;
         case 'r':
             out[i] = run(POOL_SCRIPT_RELEASE, 1, NULL, q->key, q->token, "ch",
                          "id", NULL);
@@ -426,8 +436,8 @@ static redisReply *group_call(const char *guard)
 {
     const char *argv[128];
     size_t lens[128];
-    char kinds[NGROUP + 1], nk[16];
-    int n = 0, nkeys = 1;
+    char kinds[NGROUP + 1], nk[16], *copies[NGROUP];
+    int n = 0, nkeys = 1, ncopies = 0;
 
     argv[n++] = "EVAL";
     argv[n++] = pool_lua[POOL_SCRIPT_GROUP];
@@ -438,8 +448,8 @@ static redisReply *group_call(const char *guard)
         kinds[i] = q->kind;
         argv[n++] = q->key;
         nkeys++;
-        if (q->kind == 'a') {
-            argv[n++] = strdup(shared_of(q->key));
+        if (q->kind == 'a' || q->kind == 's') {
+            argv[n++] = copies[ncopies++] = strdup(shared_of(q->key));
             nkeys++;
         }
     }
@@ -451,7 +461,7 @@ static redisReply *group_call(const char *guard)
     for (size_t i = 0; i < NGROUP; i++) {
         const struct greq *q = &group_rows[i];
         argv[n++] = q->token;
-        if (q->kind == 'a' || q->kind == 'b') {
+        if (q->kind == 'a' || q->kind == 'b' || q->kind == 's') {
             argv[n++] = q->ttl;
             argv[n++] = q->seen;
             argv[n++] = q->label;
@@ -466,9 +476,8 @@ static redisReply *group_call(const char *guard)
     for (int i = 0; i < n; i++)
         lens[i] = strlen(argv[i]);
     redisReply *r = redisCommandArgv(C, n, argv, lens);
-    for (int i = 4; i < n; i++)         /* the shared keys' copies */
-        if (strstr(argv[i], ":shared"))
-            free((char *)argv[i]);
+    for (int i = 0; i < ncopies; i++)
+        free(copies[i]);
     ck_assert_ptr_nonnull(r);
     return r;
 }
@@ -503,21 +512,36 @@ static void assert_alike(const redisReply *a, const redisReply *b,
 }
 
 /* What the rows leave: the keys' values, the counter, the record, the
- * waiting mark. */
+ * waiting marks, the shared set's members and their fences. */
+#define NKEYSPACE 9
 static void group_keyspace(char out[][256])
 {
     const char *keys[] = { "lock:q1", "lock:q4", FENCE, MAXTTL,
-                           "lock:q1 waiting" };
-    for (size_t i = 0; i < sizeof(keys) / sizeof(*keys); i++) {
+                           "lock:q1 waiting", "lock:q5:shared waiting" };
+    size_t i;
+    for (i = 0; i < sizeof(keys) / sizeof(*keys); i++) {
         const char *v = get(keys[i]);
         snprintf(out[i], 256, "%s", v ? v : "(none)");
+    }
+    redisReply *r = redisCommand(C, "ZRANGE lock:q5:shared 0 -1");
+    ck_assert_ptr_nonnull(r);
+    snprintf(out[i++], 256, "%zu members, first %s", r->elements,
+             r->elements ? r->element[0]->str : "-");
+    freeReplyObject(r);
+    const char *tok[] = { TOK_A, TOK_B };
+    for (int t = 0; t < 2; t++, i++) {
+        r = redisCommand(C, "HGET %s %s", "lock:q5:shared fences", tok[t]);
+        ck_assert_ptr_nonnull(r);
+        snprintf(out[i], 256, "%s", r->type == REDIS_REPLY_STRING ? r->str
+                                                                  : "(none)");
+        freeReplyObject(r);
     }
 }
 
 START_TEST(group_as_one_by_one)
 {
     redisReply *one[NGROUP];
-    char want[5][256], got[5][256];
+    char want[NKEYSPACE][256], got[NKEYSPACE][256];
 
     group_setup();
     group_one_by_one(one);
@@ -528,7 +552,13 @@ START_TEST(group_as_one_by_one)
     ck_assert_int_eq(one[2]->type, REDIS_REPLY_ERROR);
     ck_assert_str_eq(one[3]->element[1]->str, "501");
     ck_assert_str_eq(one[7]->element[1]->str, "502");
-    ck_assert_str_eq(want[2], "502");
+    ck_assert_str_eq(one[9]->element[1]->str, "503");       /* shared */
+    ck_assert_str_eq(one[10]->element[1]->str, "504");
+    ck_assert_int_eq(one[11]->element[0]->integer, 0);
+    ck_assert_int_eq(one[12]->element[0]->integer, 0);
+    ck_assert_str_eq(want[2], "504");
+    ck_assert_str_eq(want[6], "1 members, first " TOK_B);
+    ck_assert_str_eq(want[8], "504");
     ck_assert_str_eq(want[3], "60000");
 
     group_setup();
@@ -542,7 +572,7 @@ START_TEST(group_as_one_by_one)
     }
     freeReplyObject(g);
     group_keyspace(got);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < NKEYSPACE; i++)
         ck_assert_str_eq(got[i], want[i]);
 }
 END_TEST
@@ -557,9 +587,9 @@ START_TEST(group_lostdata_releases_still_run)
     for (size_t i = 0; i < NGROUP; i++) {
         const redisReply *e = g->element[i];
         if (group_rows[i].kind == 'r')
-            ck_assert_int_eq(e->type, group_rows[i].key[6] == '1'
+            ck_assert_int_eq(e->type, strcmp(group_rows[i].key, "lock:q3")
                                       ? REDIS_REPLY_INTEGER
-                                      : REDIS_REPLY_ERROR);
+                                      : REDIS_REPLY_ERROR);  /* a hash */
         else
             ck_assert_msg(e->type == REDIS_REPLY_ERROR &&
                           strstr(e->str, "LOSTDATA"), "row %zu", i);

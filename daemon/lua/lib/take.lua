@@ -1,0 +1,60 @@
+-- The grant of one resource, exclusive or shared, as the ACQUIRE and
+-- ACQUIRE_SHARED scripts and GROUP make it: take_exclusive(lock, shared,
+-- a) and take_shared(lock, shared, a), with the request's words at
+-- ARGV[a..a+4] (token, ttl ms, largest fence seen, label, wait) and the
+-- counter read into c (lib/counter_read.lua). Each answers {1, fence} with
+-- the key or member written (fence = max(c, seen) + 1; the caller writes
+-- the counter and the longest-ttl record), {0, pttl} of what stands in
+-- the way (marked as waited for when wait is '1'), or the error of a key
+-- of a foreign type, which is never a vote.
+--@include notlock
+--@include readers
+--@include busy
+--@include succ
+--@include shared_put
+--@include fences_prune
+local function fence_for(seen)
+  local m = c
+  if above(seen, m) then m = seen end
+  return succ(m)
+end
+-- Exclusive: not while the shared set (when given) has a live member, then
+-- SET NX PX of "token label fence" (the token alone without a label).
+local function take_exclusive(lock, shared, a)
+  if shared then
+    local n, t = readers(shared)
+    if not n then return notlock(shared, t) end
+    if n > 0 then return {0, busy(shared, ARGV[a + 4])} end
+  end
+  local f = fence_for(ARGV[a + 2])
+  local value = ARGV[a]
+  if ARGV[a + 3] and ARGV[a + 3] ~= '' then
+    value = ARGV[a] .. ' ' .. ARGV[a + 3] .. ' ' .. f
+  end
+  if not redis.call('SET', lock, value, 'NX', 'PX', ARGV[a + 1]) then
+    local t = redis.call('TYPE', lock)['ok']
+    if t ~= 'string' and t ~= 'none' then return notlock(lock, t) end
+    return {0, busy(lock, ARGV[a + 4])}
+  end
+  return {1, f}
+end
+-- Shared: not while the exclusive key exists (whoever set it, redlockd or
+-- another Redlock client); the token becomes a member of the set, expired
+-- members and their fences dropped first.
+local function take_shared(lock, shared, a)
+  local t = redis.call('TYPE', lock)['ok']
+  if t ~= 'none' then
+    if t ~= 'string' then return notlock(lock, t) end
+    return {0, busy(lock, ARGV[a + 4])}
+  end
+  t = redis.call('TYPE', shared)['ok']
+  if t ~= 'none' and t ~= 'zset' then return notlock(shared, t) end
+  if t == 'zset' then
+--@include now
+    redis.call('ZREMRANGEBYSCORE', shared, '-inf', now)
+    prune(shared)
+  end
+  local f = fence_for(ARGV[a + 2])
+  put(shared, ARGV[a], tonumber(ARGV[a + 1]), f)
+  return {1, f}
+end
