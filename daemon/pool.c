@@ -331,9 +331,8 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
  * (l->pending, in order) and handed over at the end of the turn, from
  * redis_uv's flush hook, just before the write that would have carried it
  * anyway: nothing waits longer than it did, and nothing waits at all when
- * a node is idle. There each run of consecutive ACQUIRE and
- * ACQUIRE_SHARED (one resource, any kind but several at once), RELEASE and
- * EXTEND requests that agree on the words they
+ * a node is idle. There each run of consecutive ACQUIRE, ACQUIRE_SHARED,
+ * ACQUIRE_MULTI, RELEASE and EXTEND requests that agree on the words they
  * share (the fence key, the guard, the release channel) becomes one GROUP
  * call of at most group_max of them (lua/group.lua), which answers each as
  * its own script would, in order; a run of one, and any other request, goes
@@ -354,12 +353,34 @@ static char req_kind(const struct pool_req *q)
         return q->nkeys == 3 ? 'a' : q->nkeys == 2 ? 'b' : 0;
     case POOL_SCRIPT_ACQUIRE_SHARED:
         return q->nkeys == 3 && q->argc == 8 + POOL_GUARD_WORDS ? 's' : 0;
+    case POOL_SCRIPT_ACQUIRE_MULTI:
+        return q->nkeys >= 3 && q->nkeys % 2 == 1 &&
+               q->argc == q->nkeys + 5 + POOL_GUARD_WORDS ? 'm' : 0;
     case POOL_SCRIPT_RELEASE:
         return q->nkeys == 1 && q->argc == 4 ? 'r' : 0;
     case POOL_SCRIPT_EXTEND:
         return q->nkeys == 1 && q->argc == 3 + POOL_GUARD_WORDS ? 'e' : 0;
     default:
         return 0;
+    }
+}
+
+/* Where a request of that kind has the fence key, -1 for none. */
+static int req_fence_word(char kind)
+{
+    return kind == 'm' ? 0 : kind == 'r' || kind == 'e' ? -1 : 1;
+}
+
+/* The words a request of that kind adds to a GROUP call: its keys but the
+ * fence key, and its arguments but the guard ('m' also its number of
+ * resources). */
+static int req_group_words(const struct pool_req *q, char kind)
+{
+    switch (kind) {
+    case 'r': return 2;
+    case 'e': return 3;
+    case 'm': return q->nkeys - 1 + 6;
+    default: return q->nkeys - 1 + 5;
     }
 }
 
@@ -373,6 +394,7 @@ static bool word_eq(const struct pool_req *a, int i, const struct pool_req *b,
 /* A GROUP call being put together, then in flight (its ud). */
 struct pool_group {
     unsigned n;
+    int words;                      /* req_group_words of them all */
     struct pool_req *m[CONF_GROUP_MAX];
     /* The first request of each sort, whose shared words the call takes:
      * an acquisition's fence key, a guarded one's guard, a release's
@@ -383,12 +405,16 @@ struct pool_group {
 static bool group_fits(const struct pool_group *g, const struct pool_req *q,
                        char kind)
 {
-    if (g->n >= pool.conf->redis.group_max)
+    if (g->n >= pool.conf->redis.group_max ||
+        g->words + req_group_words(q, kind) >
+            POOL_MAX_ARGS_GROUP - 4 - POOL_GUARD_WORDS)
         return false;
     if (kind == 'r')
         return !g->rel ||
                (word_eq(g->rel, 2, q, 2) && word_eq(g->rel, 3, q, 3));
-    if (kind != 'e' && g->acq && !word_eq(g->acq, 1, q, 1))
+    int fi = req_fence_word(kind);
+    if (g->acq && fi >= 0 &&
+        !word_eq(g->acq, req_fence_word(req_kind(g->acq)), q, fi))
         return false;
     for (int i = 1; g->guard && i <= POOL_GUARD_WORDS; i++)
         if (!word_eq(g->guard, g->guard->argc - i, q, q->argc - i))
@@ -399,7 +425,8 @@ static bool group_fits(const struct pool_group *g, const struct pool_req *q,
 static void group_add(struct pool_group *g, struct pool_req *q, char kind)
 {
     g->m[g->n++] = q;
-    if ((kind == 'a' || kind == 'b' || kind == 's') && !g->acq)
+    g->words += req_group_words(q, kind);
+    if (req_fence_word(kind) >= 0 && !g->acq)
         g->acq = q;
     if (kind != 'r' && !g->guard)
         g->guard = q;
@@ -449,7 +476,7 @@ static void group_send(struct pool_link *l, struct pool_group *g)
     static const char *const none[POOL_GUARD_WORDS] = { "", "", "" };
     const char *argv[POOL_MAX_ARGS_GROUP];
     size_t lens[POOL_MAX_ARGS_GROUP];
-    char kinds[CONF_GROUP_MAX];
+    char kinds[CONF_GROUP_MAX], counts[CONF_GROUP_MAX][PROTO_U64_DIGITS];
     int node = l->node->idx, k = 0;
 
     if (g->n == 1) {
@@ -461,14 +488,14 @@ static void group_send(struct pool_link *l, struct pool_group *g)
      * group's own keys stands in, which any ACL on the node lets us
      * name), then each request's. */
     const struct pool_req *f = g->acq ? g->acq : g->m[0];
-    int fi = g->acq ? 1 : 0;
+    int fi = g->acq ? req_fence_word(req_kind(g->acq)) : 0;
     argv[k] = f->argv[fi], lens[k++] = f->lens[fi];
     for (unsigned i = 0; i < g->n; i++) {
         const struct pool_req *q = g->m[i];
         kinds[i] = req_kind(q);
-        argv[k] = q->argv[0], lens[k++] = q->lens[0];
-        if (kinds[i] == 'a' || kinds[i] == 's')
-            argv[k] = q->argv[2], lens[k++] = q->lens[2];
+        for (int w = 0; w < q->nkeys; w++)
+            if (w != req_fence_word(kinds[i]))
+                argv[k] = q->argv[w], lens[k++] = q->lens[w];
     }
     int nkeys = k;
     argv[k] = kinds, lens[k++] = g->n;
@@ -483,6 +510,11 @@ static void group_send(struct pool_link *l, struct pool_group *g)
             words = 1;
         else if (kinds[i] == 'e')
             words = 2;
+        if (kinds[i] == 'm') {
+            size_t len = (size_t)(proto_write_u64(counts[i],
+                                  (uint64_t)(q->nkeys - 1) / 2) - counts[i]);
+            argv[k] = counts[i], lens[k++] = len;
+        }
         for (int w = from; w < from + words; w++)
             argv[k] = q->argv[w], lens[k++] = q->lens[w];
     }

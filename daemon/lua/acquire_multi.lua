@@ -12,31 +12,10 @@
 -- that stood in the way.
 --@include guard
 --@include counter | k=1
---@include notlock
---@include readers
---@include busy
---@include seen | arg=ARGV[3]
---@include value
-local held, wait = false, -1
-for i = 2, #KEYS, 2 do
-  local x, s = KEYS[i], KEYS[i + 1]
-  local t = redis.call('TYPE', x)['ok']
-  local p = nil
-  if t ~= 'none' then
-    if t ~= 'string' then return notlock(x, t) end
-    p = busy(x, ARGV[5])
-  else
-    local n, st = readers(s)
-    if not n then return notlock(s, st) end
-    if n > 0 then p = busy(s, ARGV[5]) end
-  end
-  if p then
-    held = true
-    if p > wait then wait = p end
-  end
+--@include take
+local r = take_multi(2, (#KEYS - 1) / 2, 1)
+if r[1] == 1 then
+  redis.call('SET', fk, r[2])
+  note_ttl(ARGV[2])
 end
-if held then return {0, wait} end
-for i = 2, #KEYS, 2 do
-  redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
-end
---@include grant
+return r

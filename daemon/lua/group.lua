@@ -1,14 +1,16 @@
 -- GROUP: the requests of one loop turn to one connection, in one call
 -- (pool.c, "Group commit"): each answered exactly as its own script
--- (ACQUIRE, ACQUIRE_SHARED, RELEASE, EXTEND) would answer it, run in the
--- order given.
+-- (ACQUIRE, ACQUIRE_SHARED, ACQUIRE_MULTI, RELEASE, EXTEND) would answer
+-- it, run in the order given.
 --
 --   KEYS   fence counter, then per request: 'a' lock, shared holders' set;
 --          'b' lock (an ACQUIRE without the set); 's' lock, shared holders'
---          set (ACQUIRE_SHARED); 'r' lock; 'e' lock
+--          set (ACQUIRE_SHARED); 'm' per resource: lock, shared holders'
+--          set (ACQUIRE_MULTI); 'r' lock; 'e' lock
 --   ARGV   the requests' kinds (one letter each), release channel, instance
 --          id, then per request: 'a'/'b'/'s' token, ttl ms, largest fence
---          seen, label, wait; 'r' token; 'e' token, ttl ms
+--          seen, label, wait; 'm' the number of resources, then the same
+--          five; 'r' token; 'e' token, ttl ms
 --   ... and, last, the guard's three words (lib/guard.lua)
 --   -> {answer, ...} one per request: what its own script answers, or an
 --      error (that request's alone)
@@ -28,49 +30,54 @@
 local fk = KEYS[1]
 local c, bad
 --@include take
--- An acquisition (take_exclusive or take_shared) of the request whose
--- words start at ARGV[a]: the counter is read at the first, and carried
--- from grant to grant.
-local function acquire(take, lock, shared, a)
+-- An acquisition (take_exclusive, take_shared or take_multi, given x and
+-- y) of the request whose words start at ARGV[a]: the counter is read at
+-- the first, and carried from grant to grant.
+local function acquire(take, x, y, a)
   if not c then
     c, bad = counter_read(fk)
     if not c then return bad end
   end
-  local r = take(lock, shared, a)
+  local r = take(x, y, a)
   if r[1] == 1 then
     c = r[2]
-    if tonumber(ARGV[a + 1]) > longest then longest = tonumber(ARGV[a + 1]) end
+    local ttl = tonumber(ARGV[a + 1])
+    if ttl > longest then longest = ttl end
   end
   return r
 end
 local ops = ARGV[1]
 local lost = nil
-if string.find(ops, '[abse]') then lost = lostdata() end
+if string.find(ops, '[absme]') then lost = lostdata() end
 local out, granted, k, a = {}, false, 2, 4
 for i = 1, #ops do
   local op = string.sub(ops, i, i)
+  -- This request's keys and words.
+  local nk, na = 1, 5
+  if op == 'a' or op == 's' then nk = 2
+  elseif op == 'r' then na = 1
+  elseif op == 'e' then na = 2
+  elseif op == 'm' then nk, na = 2 * tonumber(ARGV[a]), 6 end
   local ok, r
   if op == 'r' then
     ok, r = pcall(release, KEYS[k], ARGV[a], ARGV[2], ARGV[3])
-    k, a = k + 1, a + 1
   elseif lost then
     ok, r = true, lost
-    if op == 'a' or op == 's' then k = k + 2 else k = k + 1 end
-    if op == 'e' then a = a + 2 else a = a + 5 end
   elseif op == 'e' then
     ok, r = pcall(extend, KEYS[k], ARGV[a], ARGV[a + 1])
-    k, a = k + 1, a + 2
+  elseif op == 'm' then
+    ok, r = pcall(acquire, take_multi, k, nk / 2, a + 1)
+  elseif op == 's' then
+    ok, r = pcall(acquire, take_shared, KEYS[k], KEYS[k + 1], a)
   else
-    local take, shared, nk = take_exclusive, nil, 1
-    if op == 'a' then shared, nk = KEYS[k + 1], 2 end
-    if op == 's' then take, shared, nk = take_shared, KEYS[k + 1], 2 end
-    ok, r = pcall(acquire, take, KEYS[k], shared, a)
-    if ok and r[1] == 1 then granted = true end
-    k, a = k + nk, a + 5
+    ok, r = pcall(acquire, take_exclusive, KEYS[k], nk == 2 and KEYS[k + 1]
+                  or nil, a)
   end
+  if ok and op ~= 'r' and op ~= 'e' and r[1] == 1 then granted = true end
   if ok then out[i] = r else
     out[i] = redis.error_reply(type(r) == 'table' and r.err or tostring(r))
   end
+  k, a = k + nk, a + na
 end
 if granted then redis.call('SET', fk, c) end
 if longest > 0 then note_ttl(longest) end

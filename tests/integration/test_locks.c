@@ -1231,7 +1231,7 @@ static long long evalsha_calls(int i)
  * foreign type on every node (its client alone is refused), then bursts of
  * UNLOCKs. Fences all differ; the keys are the holders' and then gone; and
  * node 0 answered fewer calls than it was sent requests. Then the same
- * with shared holds of one resource. */
+ * with shared holds of one resource, and with LOCKs of two resources. */
 START_TEST(group_commit_burst)
 {
     enum { BURSTS = 6, N = H_CLUSTER_CLIENTS };
@@ -1318,6 +1318,44 @@ START_TEST(group_commit_burst)
         calls = evalsha_calls(0) - calls0;
         ck_assert_msg(calls < 2 * (N - 1) + 3, "node 0 answered %lld calls "
                       "for %d requests: none grouped", calls, 2 * (N - 1) + 3);
+    }
+
+    /* LOCKs of two resources each, overlapping pairwise in turn: all or
+     * none of each, every key the holder's. */
+    for (int b = 0; b < BURSTS; b++) {
+        char tok[N][64];
+        int granted = 0;
+        calls0 = evalsha_calls(0);
+        for (int i = 0; i < N; i++)
+            h_sendf(&K.clients[i], "LOCK gm:%d:%d gm:%d:%d ttl=30000\n", b,
+                    i / 2, b, N + i);
+        for (int i = 0; i < N; i++) {
+            char *l = h_recv_line(&K.clients[i], h_scale(5000));
+            ck_assert_ptr_nonnull(l);
+            tok[i][0] = '\0';
+            if (h_starts(l, "OK resources=2 ")) {
+                h_kv_copy(l, "token", tok[i], sizeof(tok[i]));
+                granted++;
+            } else {
+                ck_assert_msg(h_starts(l, "ERR BUSY"), "LOCK of two: %s", l);
+            }
+        }
+        /* Of each pair after gm:b:(i/2), exactly one. */
+        ck_assert_int_eq(granted, N / 2);
+        for (int i = 0; i < N; i++) {
+            if (!tok[i][0])
+                continue;
+            char r1[32], r2[32];
+            snprintf(r1, sizeof(r1), "gm:%d:%d", b, i / 2);
+            snprintf(r2, sizeof(r2), "gm:%d:%d", b, N + i);
+            assert_keys(all_nodes(), r1, tok[i]);
+            assert_keys(all_nodes(), r2, tok[i]);
+            h_expect(&K.clients[i], "OK resources=2 nodes=3", "UNLOCK %s %s",
+                     r1, r2);
+        }
+        calls = evalsha_calls(0) - calls0;
+        ck_assert_msg(calls < N + 2 * (N / 2), "node 0 answered %lld calls "
+                      "for %d requests: none grouped", calls, N + N);
     }
     h_cluster_stop(&K);
 }

@@ -361,27 +361,41 @@ END_TEST
 /* ---- GROUP: the requests of a turn in one call --------------------------- */
 
 /* One request of a group: its kind letter, key, token, ttl, seen, label,
- * wait (what its kind takes of them). */
+ * wait (what its kind takes of them), and for 'm' the second resource's
+ * key. */
 struct greq {
     char kind;
-    const char *key, *token, *ttl, *seen, *label, *wait;
+    const char *key, *token, *ttl, *seen, *label, *wait, *key2;
 };
 
 static const struct greq group_rows[] = {
-    { 'a', "lock:q1", TOK_A, "30000", "0", LABEL, "0" },
-    { 'a', "lock:q1", TOK_B, "30000", "0", LABEL, "1" },    /* busy, waits */
-    { 'b', "lock:q3", TOK_A, "30000", "0", "", "0" },       /* foreign type */
-    { 'a', "lock:q4", TOK_B, "20000", "500", "", "0" },     /* seen is larger */
-    { 'r', "lock:q1", TOK_A, NULL, NULL, NULL, NULL },
-    { 'e', "lock:q4", TOK_B, "60000", NULL, NULL, NULL },
-    { 'e', "lock:q1", TOK_B, "60000", NULL, NULL, NULL },   /* not ours */
-    { 'a', "lock:q1", TOK_B, "30000", "0", LABEL, "0" },    /* free again */
-    { 'r', "lock:q3", TOK_A, NULL, NULL, NULL, NULL },      /* foreign type */
-    { 's', "lock:q5", TOK_A, "30000", "0", "", "0" },       /* shared */
-    { 's', "lock:q5", TOK_B, "20000", "0", "", "0" },       /* and another */
-    { 'a', "lock:q5", TOK_B, "30000", "0", LABEL, "1" },    /* busy: shared */
-    { 's', "lock:q1", TOK_A, "30000", "0", "", "1" },       /* busy: held */
-    { 'r', "lock:q5:shared", TOK_A, NULL, NULL, NULL, NULL },
+    { 'a', "lock:q1", TOK_A, "30000", "0", LABEL, "0", NULL },
+    /* busy, waits */
+    { 'a', "lock:q1", TOK_B, "30000", "0", LABEL, "1", NULL },
+    /* foreign type */
+    { 'b', "lock:q3", TOK_A, "30000", "0", "", "0", NULL },
+    /* seen is larger */
+    { 'a', "lock:q4", TOK_B, "20000", "500", "", "0", NULL },
+    { 'r', "lock:q1", TOK_A, NULL, NULL, NULL, NULL, NULL },
+    { 'e', "lock:q4", TOK_B, "60000", NULL, NULL, NULL, NULL },
+    /* not ours */
+    { 'e', "lock:q1", TOK_B, "60000", NULL, NULL, NULL, NULL },
+    /* free again */
+    { 'a', "lock:q1", TOK_B, "30000", "0", LABEL, "0", NULL },
+    /* foreign type */
+    { 'r', "lock:q3", TOK_A, NULL, NULL, NULL, NULL, NULL },
+    { 's', "lock:q5", TOK_A, "30000", "0", "", "0", NULL },       /* shared */
+    /* and another */
+    { 's', "lock:q5", TOK_B, "20000", "0", "", "0", NULL },
+    /* busy: shared */
+    { 'a', "lock:q5", TOK_B, "30000", "0", LABEL, "1", NULL },
+    /* busy: held */
+    { 's', "lock:q1", TOK_A, "30000", "0", "", "1", NULL },
+    { 'r', "lock:q5:shared", TOK_A, NULL, NULL, NULL, NULL, NULL },
+    { 'm', "lock:q8", TOK_A, "30000", "0", LABEL, "0", "lock:q9" },
+    { 'm', "lock:q10", TOK_B, "30000", "0", "", "1", "lock:q9" }, /* busy */
+    { 'm', "lock:q11", TOK_B, "30000", "0", "", "0", "lock:q3" }, /* hash */
+    { 'm', "lock:q10", TOK_B, "40000", "0", "", "0", "lock:q11" },
 };
 #define NGROUP (sizeof(group_rows) / sizeof(group_rows[0]))
 
@@ -423,6 +437,14 @@ static void group_one_by_one(redisReply **out)
             out[i] = run(POOL_SCRIPT_RELEASE, 1, NULL, q->key, q->token, "ch",
                          "id", NULL);
             break;
+        case 'm': {
+            char s2[64];
+            snprintf(s2, sizeof(s2), "%s", shared_of(q->key2));
+            out[i] = run(POOL_SCRIPT_ACQUIRE_MULTI, 5, "", FENCE, q->key,
+                         shared_of(q->key), q->key2, s2, q->token, q->ttl,
+                         q->seen, q->label, q->wait, NULL);
+            break;
+        }
         default:
             out[i] = run(POOL_SCRIPT_EXTEND, 1, "", q->key, q->token, q->ttl,
                          NULL);
@@ -436,7 +458,7 @@ static redisReply *group_call(const char *guard)
 {
     const char *argv[128];
     size_t lens[128];
-    char kinds[NGROUP + 1], nk[16], *copies[NGROUP];
+    char kinds[NGROUP + 1], nk[16], *copies[2 * NGROUP];
     int n = 0, nkeys = 1, ncopies = 0;
 
     argv[n++] = "EVAL";
@@ -448,9 +470,14 @@ static redisReply *group_call(const char *guard)
         kinds[i] = q->kind;
         argv[n++] = q->key;
         nkeys++;
-        if (q->kind == 'a' || q->kind == 's') {
+        if (q->kind == 'a' || q->kind == 's' || q->kind == 'm') {
             argv[n++] = copies[ncopies++] = strdup(shared_of(q->key));
             nkeys++;
+        }
+        if (q->kind == 'm') {
+            argv[n++] = q->key2;
+            argv[n++] = copies[ncopies++] = strdup(shared_of(q->key2));
+            nkeys += 2;
         }
     }
     kinds[NGROUP] = '\0';
@@ -460,8 +487,11 @@ static redisReply *group_call(const char *guard)
     argv[n++] = "id";
     for (size_t i = 0; i < NGROUP; i++) {
         const struct greq *q = &group_rows[i];
+        if (q->kind == 'm')
+            argv[n++] = "2";            /* resources */
         argv[n++] = q->token;
-        if (q->kind == 'a' || q->kind == 'b' || q->kind == 's') {
+        if (q->kind == 'a' || q->kind == 'b' || q->kind == 's' ||
+            q->kind == 'm') {
             argv[n++] = q->ttl;
             argv[n++] = q->seen;
             argv[n++] = q->label;
@@ -513,11 +543,13 @@ static void assert_alike(const redisReply *a, const redisReply *b,
 
 /* What the rows leave: the keys' values, the counter, the record, the
  * waiting marks, the shared set's members and their fences. */
-#define NKEYSPACE 9
+#define NKEYSPACE 14
 static void group_keyspace(char out[][256])
 {
     const char *keys[] = { "lock:q1", "lock:q4", FENCE, MAXTTL,
-                           "lock:q1 waiting", "lock:q5:shared waiting" };
+                           "lock:q1 waiting", "lock:q5:shared waiting",
+                           "lock:q8", "lock:q9", "lock:q10", "lock:q11",
+                           "lock:q9 waiting" };
     size_t i;
     for (i = 0; i < sizeof(keys) / sizeof(*keys); i++) {
         const char *v = get(keys[i]);
@@ -556,10 +588,19 @@ START_TEST(group_as_one_by_one)
     ck_assert_str_eq(one[10]->element[1]->str, "504");
     ck_assert_int_eq(one[11]->element[0]->integer, 0);
     ck_assert_int_eq(one[12]->element[0]->integer, 0);
-    ck_assert_str_eq(want[2], "504");
-    ck_assert_str_eq(want[6], "1 members, first " TOK_B);
-    ck_assert_str_eq(want[8], "504");
+    ck_assert_str_eq(one[14]->element[1]->str, "505");      /* multi */
+    ck_assert_int_eq(one[15]->element[0]->integer, 0);
+    ck_assert_int_eq(one[16]->type, REDIS_REPLY_ERROR);
+    ck_assert_str_eq(one[17]->element[1]->str, "506");
+    ck_assert_str_eq(want[2], "506");
     ck_assert_str_eq(want[3], "60000");
+    ck_assert_str_eq(want[6], TOK_A " " LABEL " 505");
+    ck_assert_str_eq(want[7], want[6]);
+    ck_assert_str_eq(want[8], TOK_B);
+    ck_assert_str_eq(want[9], TOK_B);
+    ck_assert_str_eq(want[10], "1");
+    ck_assert_str_eq(want[11], "1 members, first " TOK_B);
+    ck_assert_str_eq(want[13], "504");
 
     group_setup();
     redisReply *g = group_call("");
