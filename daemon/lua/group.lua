@@ -21,8 +21,9 @@
 -- request's, releases included: a failed answer, as a release that cannot
 -- reach a node is, and owed to it again (node.c). A node that lost its
 -- data answers LOSTDATA to the acquisitions and renewals and still runs
--- the releases, as separate calls would. Fences rise through the group as through
--- separate calls: each grant's is max(counter so far, its seen) + 1.
+-- the releases, as separate calls would. Fences rise through the group
+-- as through separate calls: each grant's is max(counter so far, its
+-- seen) + 1.
 --@include guard_fns
 --@include counter_read
 --@include release
