@@ -59,9 +59,10 @@
 #define POOL_MAX_ARGS (POOL_MAX_ARGS_BATCH > POOL_MAX_ARGS_LOCK \
                        ? POOL_MAX_ARGS_BATCH : POOL_MAX_ARGS_LOCK)
 /* A GROUP call's words (lua/group.lua): the fence key, the kinds, the
- * channel and the instance id, then at most 7 per request (an ACQUIRE's
- * two keys and five arguments), and the guard. The pool builds these
- * itself; callers' requests stay within POOL_MAX_ARGS. */
+ * channel and the instance id, then room for 7 per request (an ACQUIRE's
+ * two keys and five arguments; a LOCK of several resources takes more,
+ * and one too large for the room left goes alone), and the guard. The
+ * pool builds these itself; callers' requests stay within POOL_MAX_ARGS. */
 #define POOL_MAX_ARGS_GROUP (4 + 7 * CONF_GROUP_MAX + POOL_GUARD_WORDS)
 /* Room for any 64-bit integer in decimal, sign and NUL included. */
 #define POOL_NUM_SIZE sizeof("-9223372036854775808")
@@ -138,8 +139,8 @@ enum pool_script {
                                op_align) */
     POOL_SCRIPT_GROUP,      /* KEYS fence,keys... ARGV kinds,channel,
                                instance id,words... -> {answer, ...}:
-                               ACQUIRE, RELEASE and EXTEND requests sent
-                               together (pool.c, "Group commit") */
+                               ACQUIRE*, RELEASE and EXTEND requests
+                               sent together (pool.c, "Group commit") */
     POOL_SCRIPT_COUNT
 };
 

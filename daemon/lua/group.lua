@@ -33,12 +33,14 @@ local c, bad
 --@include take
 -- An acquisition (take_exclusive, take_shared or take_multi, given x and
 -- y) of the request whose words start at ARGV[a]: the counter is read at
--- the first, and carried from grant to grant.
+-- the first, and carried from grant to grant, where it meets the same
+-- limit as when read (a grant that takes it to 10^18 is the last).
 local function acquire(take, x, y, a)
   if not c then
     c, bad = counter_read(fk)
     if not c then return bad end
   end
+  if not counter_ok(c) then return counter_bad(fk) end
   local r = take(x, y, a)
   if r[1] == 1 then
     c = r[2]

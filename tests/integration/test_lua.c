@@ -662,6 +662,35 @@ START_TEST(group_bad_counter_fails_acquisitions_only)
 }
 END_TEST
 
+/* The counter's limit holds inside a group too: a grant that takes the
+ * counter to 10^18 is the last, as with calls of their own. */
+START_TEST(group_counter_limit)
+{
+    const char *argv[] = {
+        "EVAL", pool_lua[POOL_SCRIPT_GROUP], "3", FENCE, "lock:l1", "lock:l2",
+        "bb", "ch", "id",
+        TOK_A, "30000", "999999999999999999", "", "0",
+        TOK_B, "30000", "0", "", "0",
+        MAXTTL, MARKER, "" };
+    size_t lens[sizeof(argv) / sizeof(*argv)];
+    int n = (int)(sizeof(argv) / sizeof(*argv));
+
+    cmd("SET %s 9", FENCE);
+    for (int i = 0; i < n; i++)
+        lens[i] = strlen(argv[i]);
+    redisReply *g = redisCommandArgv(C, n, argv, lens);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_eq(g->type, REDIS_REPLY_ARRAY);
+    ck_assert_str_eq(g->element[0]->element[1]->str, "1000000000000000000");
+    assert_error_elem(g->element[1], "fence counter");
+    freeReplyObject(g);
+    ck_assert_ptr_null(get("lock:l2"));
+    ck_assert_str_eq(get(FENCE), "1000000000000000000");
+    /* As the second of its own calls would. */
+    assert_error(acquire("lock:l3", TOK_B, "0"), "fence counter");
+}
+END_TEST
+
 static Suite *lua_suite(void)
 {
     Suite *s = suite_create("lua");
@@ -679,6 +708,7 @@ static Suite *lua_suite(void)
     tcase_add_test(tc, group_as_one_by_one);
     tcase_add_test(tc, group_lostdata_releases_still_run);
     tcase_add_test(tc, group_bad_counter_fails_acquisitions_only);
+    tcase_add_test(tc, group_counter_limit);
     suite_add_tcase(s, tc);
     return s;
 }

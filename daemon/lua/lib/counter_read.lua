@@ -11,11 +11,17 @@ local function above(a, b)
   end
   return false
 end
+-- counter_bad(fk): that refusal. A counter carried from grant to grant
+-- (GROUP) is checked again with counter_ok before each.
+local function counter_ok(c)
+  return c == '0' or (#c <= 18 and string.find(c, '^[1-9][0-9]*$') ~= nil)
+end
+local function counter_bad(fk)
+  return redis.error_reply('ERR fence counter ' .. fk ..
+                           ' is not a decimal below 10^18')
+end
 local function counter_read(fk)
   local c = redis.call('GET', fk) or '0'
-  if c ~= '0' and not (#c <= 18 and string.find(c, '^[1-9][0-9]*$')) then
-    return nil, redis.error_reply('ERR fence counter ' .. fk ..
-                                  ' is not a decimal below 10^18')
-  end
+  if not counter_ok(c) then return nil, counter_bad(fk) end
   return c
 end
