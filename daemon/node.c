@@ -1321,6 +1321,7 @@ void node_report(int i, struct node_report *r)
     r->recovering = node_recovering(n);
     r->aof_always = n->aof_always;
     r->requests = s->requests;
+    r->calls = s->calls;
     r->errors = s->errors;
     r->timeouts = s->timeouts;
     r->reconnects = s->reconnects;

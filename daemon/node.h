@@ -154,7 +154,7 @@ struct node_report {
                                    command_timeout_ms */
     bool recovering;            /* may have lost keys; not voting yet */
     bool aof_always;            /* appendfsync always, as it last said */
-    uint64_t requests, errors, timeouts, reconnects;    /* the pool's */
+    uint64_t requests, calls, errors, timeouts, reconnects; /* the pool's */
     uint64_t restarts;          /* came back with a new run_id */
     double latency_ms;          /* moving average */
     double latency_max_ms;

@@ -272,6 +272,7 @@ static int link_send(struct pool_link *l, struct pool_req *q)
     l->nqueue++;
     link_arm(l);
     l->node->st.requests++;
+    l->node->st.calls++;
     pool.inflight++;
     return 0;
 }

@@ -188,7 +188,9 @@ const char *pool_instance_id(void);
 /* The transport's counters of one node, for STATS. last_error points into
  * the pool (valid until pool_free; a later failure rewrites it). */
 struct pool_node_stats {
-    uint64_t requests, errors, timeouts, reconnects;
+    uint64_t requests;              /* each request of a group counts */
+    uint64_t calls;                 /* sent to the node: a group is one */
+    uint64_t errors, timeouts, reconnects;
     double latency_ms;              /* moving average */
     double latency_max_ms;
     uint64_t last_answer_ms;        /* uv_now of its last reply or message

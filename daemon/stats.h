@@ -98,6 +98,7 @@
     X(answered_recently, GAUGE, ONE, "node_answered_recently", "1 while this node answered within redis.probe_interval_ms + redis.command_timeout_ms, else 0.") \
     X(recovering, GAUGE, ONE, "node_recovering", "1 while a node that may have lost keys (restarted, flushed, new) does not vote yet, else 0.") \
     X(requests, COUNTER, ONE, "node_requests", "Requests sent to this node.") \
+    X(calls, COUNTER, ONE, "node_calls", "Calls sent to this node: one per request, or one for a group commit's requests together.") \
     X(errors, COUNTER, ONE, "node_errors", "Error replies from this node.") \
     X(timeouts, COUNTER, ONE, "node_timeouts", "Requests to this node unanswered within redis.command_timeout_ms.") \
     X(reconnects, COUNTER, ONE, "node_reconnects", "Reconnection attempts to this node after it was lost.") \

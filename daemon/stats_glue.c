@@ -73,7 +73,7 @@ static json_t *glue_node_json(const struct node_report *r,
                               const struct stats_node *s)
 {
     json_t *o = json_pack("{s:s, s:b, s:b, s:b, s:b, s:s, s:s, s:b,"
-                          " s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:s, s:s}",
+                          " s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:s, s:s}",
         "node", r->name,
         "up", r->up,
         "voting", r->voting,
@@ -83,6 +83,7 @@ static json_t *glue_node_json(const struct node_report *r,
         "why", r->why,
         "aof_always", r->aof_always,
         "requests", (json_int_t)r->requests,
+        "calls", (json_int_t)r->calls,
         "errors", (json_int_t)r->errors,
         "timeouts", (json_int_t)r->timeouts,
         "reconnects", (json_int_t)r->reconnects,

@@ -1357,6 +1357,20 @@ START_TEST(group_commit_burst)
         ck_assert_msg(calls < N + 2 * (N / 2), "node 0 answered %lld calls "
                       "for %d requests: none grouped", calls, N + N);
     }
+    /* STATS tells the two apart: each node was sent fewer calls than
+     * requests. */
+    json_t *stats = h_ok_json(&K.clients[0], "STATS");
+    json_t *nodes = json_object_get(stats, "nodes");
+    ck_assert_uint_eq(json_array_size(nodes), 3);
+    for (size_t i = 0; i < json_array_size(nodes); i++) {
+        json_t *node = json_array_get(nodes, i);
+        ck_assert_msg(h_json_int(node, "calls") > 0 &&
+                      h_json_int(node, "calls") < h_json_int(node, "requests"),
+                      "node %zu: %lld calls for %lld requests", i,
+                      (long long)h_json_int(node, "calls"),
+                      (long long)h_json_int(node, "requests"));
+    }
+    json_decref(stats);
     h_cluster_stop(&K);
 }
 END_TEST
