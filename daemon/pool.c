@@ -372,17 +372,19 @@ static int req_fence_word(char kind)
     return kind == 'm' ? 0 : kind == 'r' || kind == 'e' ? -1 : 1;
 }
 
+/* The arguments, after its keys and before the guard, that a request of
+ * that kind carries into a GROUP call. */
+static int req_group_args(char kind)
+{
+    return kind == 'r' ? 1 : kind == 'e' ? 2 : 5;
+}
+
 /* The words a request of that kind adds to a GROUP call: its keys but the
- * fence key, and its arguments but the guard ('m' also its number of
- * resources). */
+ * fence key, its arguments ('m' also its number of resources). */
 static int req_group_words(const struct pool_req *q, char kind)
 {
-    switch (kind) {
-    case 'r': return 2;
-    case 'e': return 3;
-    case 'm': return q->nkeys - 1 + 6;
-    default: return q->nkeys - 1 + 5;
-    }
+    return q->nkeys - (req_fence_word(kind) >= 0) + (kind == 'm') +
+           req_group_args(kind);
 }
 
 static bool word_eq(const struct pool_req *a, int i, const struct pool_req *b,
@@ -506,11 +508,7 @@ static void group_send(struct pool_link *l, struct pool_group *g)
     }
     for (unsigned i = 0; i < g->n; i++) {
         const struct pool_req *q = g->m[i];
-        int from = q->nkeys, words = 5;
-        if (kinds[i] == 'r')
-            words = 1;
-        else if (kinds[i] == 'e')
-            words = 2;
+        int from = q->nkeys, words = req_group_args(kinds[i]);
         if (kinds[i] == 'm') {
             size_t len = (size_t)(proto_write_u64(counts[i],
                                   (uint64_t)(q->nkeys - 1) / 2) - counts[i]);
