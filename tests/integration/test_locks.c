@@ -1225,6 +1225,19 @@ static long long evalsha_calls(int i)
     return n;
 }
 
+/* The same command from clients 0..n-1 at once, then each reply, which
+ * must start with want. */
+static void burst_expect(int n, const char *want, const char *cmd)
+{
+    for (int i = 0; i < n; i++)
+        h_sendf(&K.clients[i], "%s\n", cmd);
+    for (int i = 0; i < n; i++) {
+        char *l = h_recv_line(&K.clients[i], h_scale(5000));
+        ck_assert_ptr_nonnull(l);
+        ck_assert_msg(h_starts(l, want), "%s: %s", cmd, l);
+    }
+}
+
 /* Requests that reach the daemon together go to each node as one call
  * (pool.c, "Group commit"), and each client still gets its own answer:
  * bursts of LOCKs from 8 connections, one resource among them a key of a
@@ -1298,21 +1311,9 @@ START_TEST(group_commit_burst)
      * LOCK refused while they live, free again once all are released. */
     for (int b = 0; b < BURSTS; b++) {
         calls0 = evalsha_calls(0);
-        for (int i = 0; i < N - 1; i++)
-            h_sendf(&K.clients[i], "LOCK gs mode=shared ttl=30000\n");
-        for (int i = 0; i < N - 1; i++) {
-            char *l = h_recv_line(&K.clients[i], h_scale(5000));
-            ck_assert_ptr_nonnull(l);
-            ck_assert_msg(h_starts(l, "OK resource=gs "), "shared: %s", l);
-        }
+        burst_expect(N - 1, "OK resource=gs ", "LOCK gs mode=shared ttl=30000");
         h_expect(&K.clients[N - 1], "ERR BUSY", "LOCK gs ttl=30000");
-        for (int i = 0; i < N - 1; i++)
-            h_sendf(&K.clients[i], "UNLOCK gs\n");
-        for (int i = 0; i < N - 1; i++) {
-            char *l = h_recv_line(&K.clients[i], h_scale(5000));
-            ck_assert_ptr_nonnull(l);
-            ck_assert_msg(h_starts(l, "OK resource=gs "), "UNLOCK: %s", l);
-        }
+        burst_expect(N - 1, "OK resource=gs ", "UNLOCK gs");
         h_expect(&K.clients[N - 1], "OK resource=gs ", "LOCK gs ttl=30000");
         h_expect(&K.clients[N - 1], "OK resource=gs ", "UNLOCK gs");
         calls = evalsha_calls(0) - calls0;
