@@ -34,13 +34,18 @@ local c, bad
 -- An acquisition (take_exclusive, take_shared or take_multi, given x and
 -- y) of the request whose words start at ARGV[a]: the counter is read at
 -- the first, and carried from grant to grant, where it meets the same
--- limit as when read (a grant that takes it to 10^18 is the last).
+-- limit as when read (a grant that takes it to 10^18 is the last). The
+-- counter read is checked whole (counter_read); what a grant carries is
+-- the successor of a decimal (that counter, or a seen fence the daemon
+-- formats from an integer), so only its length is checked again: the
+-- pattern match at every grant cost about 3 % of the call's time per
+-- request.
 local function acquire(take, x, y, a)
   if not c then
     c, bad = counter_read(fk)
     if not c then return bad end
   end
-  if not counter_ok(c) then return counter_bad(fk) end
+  if #c > 18 then return counter_bad(fk) end
   local r = take(x, y, a)
   if r[1] == 1 then
     c = r[2]

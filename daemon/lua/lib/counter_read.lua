@@ -11,8 +11,8 @@ local function above(a, b)
   end
   return false
 end
--- counter_bad(fk): that refusal. A counter carried from grant to grant
--- (GROUP) is checked again with counter_ok before each.
+-- counter_bad(fk): that refusal (GROUP also gives it when the counter it
+-- carries from grant to grant reaches 19 digits).
 local function counter_ok(c)
   return c == '0' or (#c <= 18 and string.find(c, '^[1-9][0-9]*$') ~= nil)
 end

@@ -51,12 +51,12 @@ end
 -- another Redlock client); the token becomes a member of the set, expired
 -- members and their fences dropped first.
 local function take_shared(lock, shared, a)
-  local t = redis.call('TYPE', lock)['ok']
+  local t = kind(lock)
   if t ~= 'none' then
     if t ~= 'string' then return notlock(lock, t) end
     return {0, busy(lock, ARGV[a + 4])}
   end
-  t = redis.call('TYPE', shared)['ok']
+  t = kind(shared)
   if t ~= 'none' and t ~= 'zset' then return notlock(shared, t) end
   if t == 'zset' then
 --@include now
@@ -74,7 +74,7 @@ local function take_multi(k, n, a)
   local held, wait = false, -1
   for i = k, k + 2 * n - 1, 2 do
     local x, s = KEYS[i], KEYS[i + 1]
-    local t = redis.call('TYPE', x)['ok']
+    local t = kind(x)
     local p = nil
     if t ~= 'none' then
       if t ~= 'string' then return notlock(x, t) end
