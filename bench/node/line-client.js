@@ -7,11 +7,13 @@
 //
 //   node line-client.js --server 127.0.0.1:7390 --duration 10 --conns 50 \
 //       [--watch daemon=PID]...
+//
+// --server /PATH connects to the daemon's unix socket instead.
 
 const net = require('net');
 const { parseArgs, CpuWindow, Samples, Errors, nowMs } = require('./common');
 
-const o = parseArgs('line-client.js', '--server HOST:PORT [--ttl MS]', ['--server', '--ttl']);
+const o = parseArgs('line-client.js', '--server HOST:PORT|/PATH [--ttl MS]', ['--server', '--ttl']);
 if (!o.server) {
   process.stderr.write('line-client.js: --server is required\n');
   process.exit(2);
@@ -21,11 +23,11 @@ const ttl = Number(o.ttl || 30000);
 // One connection: request() sends a line and resolves with the next reply
 // line; EVENT lines are not replies and are counted apart.
 class Conn {
-  constructor(host, port) {
+  constructor(where) {
     this.buf = '';
     this.waiting = null;
     this.events = 0;
-    this.sock = net.connect({ host, port });
+    this.sock = net.connect(where);
     this.sock.setNoDelay(true);
     this.sock.setEncoding('latin1');
     this.ready = new Promise((resolve, reject) => {
@@ -70,10 +72,12 @@ function code(line) {
 }
 
 async function main() {
-  const i = o.server.lastIndexOf(':');
-  const host = o.server.slice(0, i);
-  const port = Number(o.server.slice(i + 1));
-  const conns = Array.from({ length: o.conns }, () => new Conn(host, port));
+  let where = { path: o.server };
+  if (!o.server.startsWith('/')) {
+    const i = o.server.lastIndexOf(':');
+    where = { host: o.server.slice(0, i), port: Number(o.server.slice(i + 1)) };
+  }
+  const conns = Array.from({ length: o.conns }, () => new Conn(where));
   await Promise.all(conns.map((c) => c.ready));
   for (const [w, c] of conns.entries()) {
     const r = await c.request(`HELLO proto=1 name=node-line-${w}`);
