@@ -11,6 +11,7 @@
 -- of a foreign type, which is never a vote.
 --@include notlock
 --@include readers
+-- (readers brings kind, which take_shared and take_multi use too)
 --@include busy
 --@include succ
 --@include shared_put
