@@ -960,8 +960,29 @@ static int64_t faults_end(void)
     return nfaults > 0 ? faults[nfaults - 1].until : 0;
 }
 
+/* The daemon that most exclusive holders are connected to now, or want
+ * when none is: a daemon fault then cuts some holder off (and it ADOPTs
+ * its lease elsewhere), rather than hitting a daemon its clients have
+ * already left after an earlier fault. */
+static int fault_daemon_with_holders(int want)
+{
+    int n[NDAEMONS] = { 0 };
+    int best = want;
+
+    for (int i = 0; i < NCLIENTS; i++) {
+        const struct client *c = &C[i];
+        if (c->fd >= 0 && c->held && c->working && !c->shared && c->slot < 0)
+            n[c->daemon]++;
+    }
+    for (int d = 0; d < NDAEMONS; d++)
+        if (n[d] > n[best])
+            best = d;
+    return best;
+}
+
 static int fault_daemon(int want)
 {
+    want = fault_daemon_with_holders(want);
     if (daemon_usable(want) && !d_stopped[want])
         return want;
     want = other_daemon(want);
