@@ -399,10 +399,12 @@ struct pool_group {
     unsigned n;
     int words;                      /* req_group_words of them all */
     struct pool_req *m[CONF_GROUP_MAX];
+    char kinds[CONF_GROUP_MAX];     /* req_kind of each */
     /* The first request of each sort, whose shared words the call takes:
-     * an acquisition's fence key, a guarded one's guard, a release's
-     * channel and instance id. */
+     * an acquisition's fence key (its word acq_fence), a guarded one's
+     * guard, a release's channel and instance id. */
     const struct pool_req *acq, *guard, *rel;
+    int acq_fence;
 };
 
 static bool group_fits(const struct pool_group *g, const struct pool_req *q,
@@ -416,8 +418,7 @@ static bool group_fits(const struct pool_group *g, const struct pool_req *q,
         return !g->rel ||
                (word_eq(g->rel, 2, q, 2) && word_eq(g->rel, 3, q, 3));
     int fi = req_fence_word(kind);
-    if (g->acq && fi >= 0 &&
-        !word_eq(g->acq, req_fence_word(req_kind(g->acq)), q, fi))
+    if (g->acq && fi >= 0 && !word_eq(g->acq, g->acq_fence, q, fi))
         return false;
     for (int i = 1; g->guard && i <= POOL_GUARD_WORDS; i++)
         if (!word_eq(g->guard, g->guard->argc - i, q, q->argc - i))
@@ -427,10 +428,13 @@ static bool group_fits(const struct pool_group *g, const struct pool_req *q,
 
 static void group_add(struct pool_group *g, struct pool_req *q, char kind)
 {
+    g->kinds[g->n] = kind;
     g->m[g->n++] = q;
     g->words += req_group_words(q, kind);
-    if (req_fence_word(kind) >= 0 && !g->acq)
+    if (req_fence_word(kind) >= 0 && !g->acq) {
         g->acq = q;
+        g->acq_fence = req_fence_word(kind);
+    }
     if (kind != 'r' && !g->guard)
         g->guard = q;
     if (kind == 'r' && !g->rel)
@@ -479,7 +483,7 @@ static void group_send(struct pool_link *l, struct pool_group *g)
     static const char *const none[POOL_GUARD_WORDS] = { "", "", "" };
     const char *argv[POOL_MAX_ARGS_GROUP];
     size_t lens[POOL_MAX_ARGS_GROUP];
-    char kinds[CONF_GROUP_MAX], counts[CONF_GROUP_MAX][PROTO_U64_DIGITS];
+    char counts[CONF_GROUP_MAX][PROTO_U64_DIGITS];
     int node = l->node->idx, k = 0;
 
     if (g->n == 1) {
@@ -491,25 +495,24 @@ static void group_send(struct pool_link *l, struct pool_group *g)
      * group's own keys stands in, which any ACL on the node lets us
      * name), then each request's. */
     const struct pool_req *f = g->acq ? g->acq : g->m[0];
-    int fi = g->acq ? req_fence_word(req_kind(g->acq)) : 0;
+    int fi = g->acq ? g->acq_fence : 0;
     argv[k] = f->argv[fi], lens[k++] = f->lens[fi];
     for (unsigned i = 0; i < g->n; i++) {
         const struct pool_req *q = g->m[i];
-        kinds[i] = req_kind(q);
         for (int w = 0; w < q->nkeys; w++)
-            if (w != req_fence_word(kinds[i]))
+            if (w != req_fence_word(g->kinds[i]))
                 argv[k] = q->argv[w], lens[k++] = q->lens[w];
     }
     int nkeys = k;
-    argv[k] = kinds, lens[k++] = g->n;
+    argv[k] = g->kinds, lens[k++] = g->n;
     for (int i = 2; i <= 3; i++) {
         argv[k] = g->rel ? g->rel->argv[i] : "";
         lens[k++] = g->rel ? g->rel->lens[i] : 0;
     }
     for (unsigned i = 0; i < g->n; i++) {
         const struct pool_req *q = g->m[i];
-        int from = q->nkeys, words = req_group_args(kinds[i]);
-        if (kinds[i] == 'm') {
+        int from = q->nkeys, words = req_group_args(g->kinds[i]);
+        if (g->kinds[i] == 'm') {
             size_t len = (size_t)(proto_write_u64(counts[i],
                                   (uint64_t)(q->nkeys - 1) / 2) - counts[i]);
             argv[k] = counts[i], lens[k++] = len;
