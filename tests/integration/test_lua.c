@@ -137,7 +137,6 @@ static void assert_error(redisReply *r, const char *part)
     freeReplyObject(r);
 }
 
-
 static void assert_int(redisReply *r, long long want)
 {
     ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "reply type %d %s",

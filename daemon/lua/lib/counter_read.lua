@@ -13,15 +13,14 @@ local function above(a, b)
 end
 -- counter_bad(fk): that refusal (GROUP also gives it when the counter it
 -- carries from grant to grant reaches 19 digits).
-local function counter_ok(c)
-  return c == '0' or (#c <= 18 and string.find(c, '^[1-9][0-9]*$') ~= nil)
-end
 local function counter_bad(fk)
   return redis.error_reply('ERR fence counter ' .. fk ..
                            ' is not a decimal below 10^18')
 end
 local function counter_read(fk)
   local c = redis.call('GET', fk) or '0'
-  if not counter_ok(c) then return nil, counter_bad(fk) end
+  if c ~= '0' and not (#c <= 18 and string.find(c, '^[1-9][0-9]*$')) then
+    return nil, counter_bad(fk)
+  end
   return c
 end
