@@ -2111,15 +2111,23 @@ static void adopt_grant(struct adopt_ctx *x, const struct redlock_result *res)
     mgr.c.adopts++;
 }
 
-/* Keys rotated to our new token that nobody will hold: given back. */
-static void adopt_give_back(struct adopt_ctx *x,
-                            const struct redlock_result *res)
+/*
+ * The round rotated the keys, but nobody here will hold them: its owner
+ * ended, or this daemon cannot keep the lease beside what it holds. They
+ * are left on the nodes to expire at the ADOPT's ttl, never deleted: the
+ * token the client proved was its lease, and it may still be working
+ * under it (a LOCK's grant is given back instead: nobody held that one
+ * before its round). A lease here with the old token is gone all the
+ * same (adopt_drop_old).
+ */
+static void adopt_leave(struct adopt_ctx *x, const char *why)
 {
-    for (size_t i = 0; i < x->n; i++) {
-        size_t keylen;
-        const char *key = adopt_key(x, res, i, &keylen);
-        mgr.rl->release(key, keylen, x->token, NULL, NULL);
-    }
+    for (size_t i = 0; i < x->n; i++)
+        adopt_drop_old(x->e[i], x->old);
+    mgr.c.adopts_left++;
+    log_notice("ADOPT of %s%s: token rotated on a quorum, but %s: its keys "
+               "are left to expire in %" PRIu32 " ms", x->e[0]->resource,
+               x->n > 1 ? " (and the rest of its grant)" : "", why, x->ttl);
 }
 
 static void adopt_done(void *ud, const struct redlock_result *res)
@@ -2129,16 +2137,19 @@ static void adopt_done(void *ud, const struct redlock_result *res)
     char why[PROTO_MAX_ERRMSG];
 
     enter();
-    if (res->status == REDLOCK_OK && (o->ended || x->gen != o->gen)) {
-        adopt_give_back(x, res);    /* nobody to hand it to (withdrawn) */
+    if (res->status == REDLOCK_OK && o->ended) {
+        adopt_leave(x, "its session has ended");
     } else if (res->status == REDLOCK_OK &&
                (x->n > 1 ? adopt_fits_multi(x, why, sizeof(why))
                          : adopt_fits(x->e[0], res, why, sizeof(why)))) {
+        /* Also when the connection that asked has left the session
+         * (detached, or taken over by a resume): the lease is the
+         * session's, and only the answer goes nowhere (x->gen). */
         adopt_grant(x, res);
     } else if (res->status == REDLOCK_OK) {
         /* Ours on the nodes, but not a lease this daemon can keep beside
          * what it holds: the client hears why (its lease is gone). */
-        adopt_give_back(x, res);
+        adopt_leave(x, "it cannot be held here");
         adopt_answer(o, x->gen, PROTO_ERR_ARG, why);
     } else if (res->status == REDLOCK_BUSY) {
         adopt_answer(o, x->gen, PROTO_ERR_LOST, "the token holds on too few "

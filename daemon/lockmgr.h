@@ -143,6 +143,7 @@ struct lockmgr_owner {
     X(renewal_failures, renewal_failures, )                                 \
     X(leases_lost, leases_lost, )                                           \
     X(adopts, adopts, )                 /* ADOPTs granted */                \
+    X(adopts_left, adopts_left, )       /* rotated, left to expire */       \
     X(waits, waits, )                                                       \
     /* A waiter retried: told of a release (pub/sub or local), or by its   \
      * fallback timer. */                                                   \

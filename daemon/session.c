@@ -361,6 +361,16 @@ static void cmd_auth(struct session *s, const struct proto_request *r)
     const char *pw = sessions.conf->auth.password;
     const char *admin = sessions.conf->auth.admin_password;
 
+    /* A session's user never changes: its leases were taken, and are
+     * checked, under that user's prefixes (also after a resume by another
+     * user's connection). Refused before any password is compared, so it
+     * costs no failure and tells nothing. */
+    if (s->user[0]) {
+        conn_errf(c, PROTO_ERR_ARG, "this session is user %s's, and a "
+                  "session's user never changes (AUTH on a new connection)",
+                  s->user);
+        return;
+    }
     if (r->nargs == 2) {
         cmd_auth_user(s, r);
         return;

@@ -80,6 +80,7 @@
     X(quorum, GAUGE, ONE, NONE, "quorum", "Votes needed to grant a lock.") \
     X(sessions_detached, GAUGE, ONE, NONE, "sessions_detached", "Sessions whose connection ended without QUIT after HELLO detach=, holding their locks until a HELLO resume= or detach ms.") \
     X(adopts, COUNTER, ONE, NONE, "adopts", "ADOPTs granted: leases taken over by their token (the token rotated on a quorum).") \
+    X(adopts_left, COUNTER, ONE, NONE, "adopts_left", "ADOPTs that rotated the token on a quorum but were not held here (the asking session had ended, or the lease could not be held beside what this daemon holds): the keys were left to expire at the ADOPT's ttl, never deleted.") \
     X(acquire_seconds, HISTOGRAM, SECONDS, LATENCY, "acquire_seconds", "LOCK requests without a wait (wait=0), any answer: seconds from the request to the answer.") \
     X(wait_seconds, HISTOGRAM, SECONDS, DURATION, "wait_seconds", "LOCK requests that allowed a wait (wait= above 0), any answer: seconds from the request to the answer.") \
     X(hold_seconds, HISTOGRAM, SECONDS, DURATION, "hold_seconds", "Leases ended (released, lost, or their session ended): seconds from the grant to the end.") \

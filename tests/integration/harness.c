@@ -1256,6 +1256,16 @@ void h_close(struct h_client *c)
     c->len = 0;
 }
 
+void h_reset(struct h_client *c)
+{
+    struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+    if (c->fd >= 0 && setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg,
+                                 sizeof(lg)) < 0)
+        ck_abort_msg("harness: SO_LINGER: %s", strerror(errno));
+    h_close(c);
+}
+
 void h_shutdown_write(struct h_client *c)
 {
     if (c->fd >= 0 && shutdown(c->fd, SHUT_WR) < 0)

@@ -156,6 +156,9 @@ struct h_client {
 int h_connect_tcp(struct h_client *c, int port);
 int h_connect_unix(struct h_client *c, const char *path);
 void h_close(struct h_client *c);           /* close(fd) without QUIT */
+/* Close with a reset (SO_LINGER 0): the daemon's next read fails at once,
+ * where after h_close it would still answer what it had read. */
+void h_reset(struct h_client *c);
 /* shutdown(SHUT_WR): the daemon sees EOF while replies can still arrive
  * (what `nc -q1` and `nc -N` do after the last line). */
 void h_shutdown_write(struct h_client *c);

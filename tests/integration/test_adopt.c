@@ -293,6 +293,191 @@ START_TEST(adopt_errors)
 }
 END_TEST
 
+/* ---- an ADOPT whose asker is gone before the answer -------------------- */
+
+/* How long the proxies in front of D2's nodes hold each chunk: an ADOPT
+ * round on D2 takes two of them, time enough to withdraw it. */
+#define SLOW_MS 300
+#define WD_TTL 4000
+
+/* D1 direct, D2 through a proxy in front of every node (no delay yet). */
+static void start_slow_d2(void)
+{
+    h_cluster_nodes(&K, NNODES, NULL);
+    h_cluster_proxy_all(&K, 1);
+    h_cluster_daemon(&K, 0, NULL, h_scale(5000));
+    /* Its nodes may take SLOW_MS each way without failing. */
+    h_cluster_daemon(&K, 1, "{\"redis\":{\"command_timeout_ms\":2000}}",
+                     h_scale(5000));
+    h_cluster_client(&K, 0, 0);
+    h_cluster_client(&K, 1, 1);
+}
+
+static void slow_d2(int ms)
+{
+    for (int i = 0; i < NNODES; i++) {
+        if (ms)
+            h_proxy_ctl(&K.proxies[i], "delay %d", ms);
+        else
+            h_proxy_ctl(&K.proxies[i], "pass");
+    }
+}
+
+/* A holds res on D1 (ttl WD_TTL), D1 is stopped (a partition), D2's nodes
+ * are slow, and B waits for res on D2. Returns A's token in token. */
+static void withdrawn_setup(const char *res, char *token)
+{
+    char fence[32];
+
+    start_slow_d2();
+    h_expect(B, "OK ", "HELLO name=waiter");
+    lock(A, res, token, fence);
+    kill(D1->pid, SIGSTOP);
+    slow_d2(SLOW_MS);
+    /* B queues behind the key (a busy answer, then it sleeps on the key's
+     * PTTL or a release announcement). */
+    h_sendf(B, "LOCK %.*s wait=20000\n", (int)strcspn(res, " "), res);
+    h_sleep_ms(2 * SLOW_MS + 100);
+}
+
+/* B's grant must come after the adopter's deadline: the ADOPT sent at t0
+ * rotated the key with ttl WD_TTL, so nobody may have it before then
+ * (the adopter's validity is less than WD_TTL, counted from t0). Waits
+ * for B's answer until t0 + WD_TTL + 3 s; returns when it came. */
+static long long waiter_granted_after(uint64_t t0)
+{
+    char *line = h_recv_line(B, WD_TTL + h_scale(3000));
+    long long at = h_since(t0);
+
+    ck_assert_msg(line, "the waiter was never answered");
+    ck_assert_msg(h_starts(line, "OK resource="), "the waiter: %s", line);
+    ck_assert_msg(at >= WD_TTL - 200, "the waiter was granted %lld ms after "
+                  "the ADOPT was sent, before the adopter's deadline "
+                  "(ttl %d)", at, WD_TTL);
+    return at;
+}
+
+/* Nothing from B (no grant) within ms. */
+static void waiter_still_waits(int ms)
+{
+    char *line = h_recv_line(B, ms);
+
+    ck_assert_msg(!line, "the waiter was answered: %s", line ? line : "");
+}
+
+/* The adopter's connection is reset right after the ADOPT: its session
+ * ends, the rotated keys are left to expire at the ADOPT's ttl. (A plain
+ * close is EOF: the daemon answers what it read before ending the
+ * session, which then releases the adopted lease as its own.) */
+START_TEST(adopt_withdrawn_reset)
+{
+    char token[64];
+
+    withdrawn_setup("wr ttl=4000", token);
+    h_cluster_client(&K, 2, 1);
+    uint64_t t0 = h_now_ms();
+    h_sendf(C, "ADOPT wr token=%s ttl=%d\n", token, WD_TTL);
+    h_sleep_ms(50);
+    h_reset(C);
+    waiter_granted_after(t0);
+    h_cluster_continue(&K);
+    h_cluster_stop(&K);
+}
+END_TEST
+
+/* A session with detach= loses its connection while its ADOPT is out: the
+ * adopted lease is the session's, found when it resumes. */
+START_TEST(adopt_withdrawn_detach)
+{
+    char token[64], sid[64], secret[64], *line;
+
+    withdrawn_setup("wd ttl=4000", token);
+    h_cluster_client(&K, 2, 1);
+    line = h_expect(C, "OK ", "HELLO detach=10000");
+    h_kv_copy(line, "session", sid, sizeof(sid));
+    h_kv_copy(line, "secret", secret, sizeof(secret));
+    h_sendf(C, "ADOPT wd token=%s ttl=%d\n", token, WD_TTL);
+    h_sleep_ms(50);
+    h_reset(C);
+    /* The round completes meanwhile (two delayed legs). */
+    waiter_still_waits(4 * SLOW_MS + 400);
+    slow_d2(0);
+    h_cluster_client(&K, 2, 1);
+    line = h_expect(C, "OK ", "HELLO resume=%s secret=%s", sid, secret);
+    ck_assert_str_eq(h_kv(line, "resumed"), "1");
+    line = h_expect(C, "OK {", "LOCKS");
+    ck_assert_msg(strstr(line, "\"resource\":\"wd\""), "LOCKS: %s", line);
+    ck_assert_msg(!strstr(line, token), "LOCKS shows the old token: %s",
+                  line);
+    /* Held and renewed: the waiter still waits, past the ADOPT's ttl. */
+    waiter_still_waits(WD_TTL);
+    h_expect(C, "OK resource=wd nodes=3", "UNLOCK wd");
+    line = h_recv_line(B, h_scale(3000));
+    ck_assert_msg(line && h_starts(line, "OK resource=wd "), "the waiter "
+                  "after UNLOCK: %s", line ? line : "(nothing)");
+    h_cluster_continue(&K);
+    h_cluster_stop(&K);
+}
+END_TEST
+
+/* A second connection resumes the session while its ADOPT is out on the
+ * first (a takeover): the adopted lease is the session's. */
+START_TEST(adopt_withdrawn_takeover)
+{
+    char token[64], sid[64], secret[64], *line;
+    struct h_client *const E = &K.clients[3];
+
+    withdrawn_setup("wt ttl=4000", token);
+    h_cluster_client(&K, 2, 1);
+    line = h_expect(C, "OK ", "HELLO detach=10000");
+    h_kv_copy(line, "session", sid, sizeof(sid));
+    h_kv_copy(line, "secret", secret, sizeof(secret));
+    h_sendf(C, "ADOPT wt token=%s ttl=%d\n", token, WD_TTL);
+    h_sleep_ms(50);
+    h_cluster_client(&K, 3, 1);
+    h_expect(E, "OK ", "HELLO resume=%s secret=%s", sid, secret);
+    waiter_still_waits(4 * SLOW_MS + 400);
+    line = h_expect(E, "OK {", "LOCKS");
+    ck_assert_msg(strstr(line, "\"resource\":\"wt\""), "LOCKS: %s", line);
+    waiter_still_waits(WD_TTL);
+    slow_d2(0);
+    h_expect(E, "OK resource=wt nodes=3", "UNLOCK wt");
+    line = h_recv_line(B, h_scale(3000));
+    ck_assert_msg(line && h_starts(line, "OK resource=wt "), "the waiter "
+                  "after UNLOCK: %s", line ? line : "(nothing)");
+    h_cluster_continue(&K);
+    h_cluster_stop(&K);
+}
+END_TEST
+
+/* An ADOPT refused after its round (the resource is a semaphore on this
+ * daemon, the nodes hold an exclusive lease): ERR ARG, and the rotated
+ * keys are left to expire, never deleted. The waiter is on D1, behind
+ * the old holder, whose renewal fails once the token is rotated. */
+START_TEST(adopt_refused_after_round)
+{
+    char token[64], fence[32], *line;
+    struct h_client *const W = &K.clients[3];
+
+    start();
+    lock(A, "rr ttl=4000", token, fence);
+    h_cluster_client(&K, 3, 0);
+    h_sendf(W, "LOCK rr wait=20000\n");
+    h_expect(B, "OK resource=rr ", "LOCK rr limit=2");
+    h_cluster_client(&K, 2, 1);
+    uint64_t t0 = h_now_ms();
+    line = h_cmd(C, "ADOPT rr token=%s ttl=%d", token, WD_TTL);
+    ck_assert_msg(h_starts(line, "ERR ARG "), "ADOPT: %s", line);
+    line = h_recv_line(W, WD_TTL + h_scale(3000));
+    long long at = h_since(t0);
+    ck_assert_msg(line && h_starts(line, "OK resource=rr "), "the waiter: %s",
+                  line ? line : "(nothing)");
+    ck_assert_msg(at >= WD_TTL - 200, "the waiter was granted %lld ms after "
+                  "the refused ADOPT, before its keys' ttl (%d)", at, WD_TTL);
+    h_cluster_stop(&K);
+}
+END_TEST
+
 static Suite *adopt_suite(void)
 {
     Suite *s = suite_create("adopt");
@@ -309,6 +494,10 @@ static Suite *adopt_suite(void)
     tcase_add_test(tc, adopt_slot);
     tcase_add_test(tc, adopt_same_daemon);
     tcase_add_test(tc, adopt_errors);
+    tcase_add_test(tc, adopt_withdrawn_reset);
+    tcase_add_test(tc, adopt_withdrawn_detach);
+    tcase_add_test(tc, adopt_withdrawn_takeover);
+    tcase_add_test(tc, adopt_refused_after_round);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -14,7 +14,11 @@
  * nodes), clients disconnecting abruptly. An exclusive holder whose
  * connection fails works on until its deadline and ADOPTs its lease on the
  * next daemon it reaches (same fence, a new token): its interval runs on
- * if the adoption succeeds before the deadline.
+ * if the adoption succeeds before the deadline. It adopts in a session
+ * with detach=, and half of those ADOPTs have their connection reset right
+ * after the line went out: the client then works on until its old
+ * deadline, which whatever the round did must respect (the adopted lease
+ * stays the detached session's; nothing it rotated is deleted).
  *
  * Each holder records the interval during which it may work, by the
  * client-side lease bound: its deadline is the time it sent a request
@@ -84,6 +88,15 @@
 #define IMPATIENT_MS 1200               /* reply timeout before failing over */
 #define PATIENT_MS 8000                 /* outlasts a stopped daemon */
 #define PLAIN_IO_MS 100                 /* plain clients' per-node timeout */
+/* A holder adopting its lease does so in a session with detach= (as the
+ * client libraries do), and of those ADOPTs this many percent have their
+ * connection reset right after the line went out (the daemon reads it,
+ * then the reset): the session detaches before or after the answer. The
+ * client works on until its old deadline and gives up then; whatever the
+ * round did must hold the lock until then (the adopted lease is the
+ * detached session's, never given back). */
+#define ADOPT_CUT_PCT 50
+#define ADOPT_DETACH_MS 3000            /* twice TTL_MS */
 
 #define CLIENT_BUF 8192                 /* replies are short; LOCKS of one lock */
 #define SEM_K 3                         /* the kinds run's semaphore */
@@ -158,6 +171,7 @@ struct client {
      * until its deadline and ADOPTs the lease on the next daemon it
      * reaches (the token rotates, the fence stays). */
     bool adopt;
+    bool detach;                /* its session asked for detach= */
     char token[64];
     uint64_t fence;
     int64_t start, deadline, hold_until, refreshed;
@@ -177,7 +191,7 @@ struct plain {
 
 struct counts {
     int rounds, grants, grants_on[NDAEMONS], plain_rounds, plain_grants;
-    int adopts, adopts_failed;
+    int adopts, adopts_failed, adopts_cut;
     int refused, lost, expired, late, dropped, unexpected;
     int faults[F_NKINDS], disconnects, crashed, key_violations;
     int modes[3];               /* grants: exclusive, shared, slot */
@@ -325,6 +339,10 @@ static void client_drop(struct client *c, bool failover)
         work_end(c, now);
     if (c->req == REQ_LOCK || c->held)
         note_touch(c->res, now);
+    /* A session with detach= keeps what it held or was adopting for
+     * that long, then releases it. */
+    if (c->detach && (c->held || c->req == REQ_ADOPT))
+        note_touch(c->res, now + US(ADOPT_DETACH_MS));
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -398,7 +416,9 @@ static void client_connect(struct client *c, int64_t now)
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     c->fd = fd;
     c->len = 0;
-    client_send(c, REQ_HELLO, reply_timeout(c), "HELLO name=mx%d", c->id);
+    c->detach = c->adopt;
+    client_send(c, REQ_HELLO, reply_timeout(c), "HELLO name=mx%d%s", c->id,
+                c->adopt ? " detach=" STR(ADOPT_DETACH_MS) : "");
 }
 
 static void client_lock(struct client *c)
@@ -583,6 +603,24 @@ static void on_event(struct client *c, const char *line, int64_t now)
     c->held = false;
 }
 
+/* Reset the connection its ADOPT just went out on. It works on until its
+ * old deadline (work_end in client_tick) and starts again after. */
+static void client_cut_adopt(struct client *c)
+{
+    struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+    (void)setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    note_touch(c->res, h_now_us() + US(ADOPT_DETACH_MS));
+    close(c->fd);
+    c->fd = -1;
+    c->len = 0;
+    c->req = REQ_NONE;
+    c->adopt = false;
+    c->held = false;
+    c->next_at = c->deadline + US(h_rng_range(50, 200));
+    cnt.adopts_cut++;
+}
+
 /* The lease it held when its connection failed, taken over here. */
 static void client_adopt(struct client *c, int64_t now)
 {
@@ -598,6 +636,8 @@ static void client_adopt(struct client *c, int64_t now)
     snprintf(name, sizeof(name), RES_NAME, c->res);
     client_send(c, REQ_ADOPT, reply_timeout(c), "ADOPT %s token=%s ttl=%d",
                 name, c->token, TTL_MS);
+    if (c->fd >= 0 && h_rng_range(0, 99) < ADOPT_CUT_PCT)
+        client_cut_adopt(c);
 }
 
 static void on_adopt_reply(struct client *c, const char *line, int64_t now)
@@ -1335,7 +1375,7 @@ static void run_finish(uint64_t seed, struct run_result *res)
             "d1 %d; plain %d of %d rounds) intervals=%zu late=%d lost=%d "
             "expired=%d refused=%d drops=%d faults: node-stop=%d node-kill=%d "
             "daemon-kill=%d daemon-stop=%d daemon-restart=%d disconnects=%d "
-            "adopts=%d (failed %d) violations: "
+            "adopts=%d (failed %d, cut %d) violations: "
             "overlap=%zu fence=%zu key=%d (keys outlived holders by <= %lld ms) "
             "crashed=%d exit=%d/%d unexpected=%d time=%.1f s "
             "(exclusive/shared/slot grants %d/%d/%d)\n",
@@ -1345,7 +1385,7 @@ static void run_finish(uint64_t seed, struct run_result *res)
             cnt.dropped, cnt.faults[F_NODE_STOP], cnt.faults[F_NODE_KILL],
             cnt.faults[F_DAEMON_KILL], cnt.faults[F_DAEMON_STOP],
             cnt.faults[F_DAEMON_RESTART], cnt.disconnects, cnt.adopts,
-            cnt.adopts_failed,
+            cnt.adopts_failed, cnt.adopts_cut,
             res->rep.overlaps, res->rep.fence_violations, cnt.key_violations,
             cnt.key_outlived_ms, cnt.crashed, res->exit_status[0],
             res->exit_status[1], cnt.unexpected, res->seconds, cnt.modes[0],
@@ -1415,7 +1455,8 @@ static void run_checked(const struct run_conf *conf)
                   seed, unexpected_msg);
     ck_assert_msg(res.rep.intervals > 0, "no holder ever worked");
     if (conf->faults && !conf->kinds)
-        ck_assert_msg(cnt.adopts + cnt.adopts_failed > 0, "seed %" PRIu64
+        ck_assert_msg(cnt.adopts + cnt.adopts_failed + cnt.adopts_cut > 0,
+                      "seed %" PRIu64
                       ": no holder cut off from its daemon tried ADOPT",
                       seed);
     if (conf->kinds)

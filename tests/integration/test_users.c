@@ -313,14 +313,15 @@ START_TEST(shared_passwords_beside_users)
     h_expect(&s, "ERR NOAUTH ", "FORCEUNLOCK x");
     login(&op, "Admin-Secret-6", "");
     h_expect(&op, "OK resource=x nodes=1", "FORCEUNLOCK x");
-    /* A user who then sends the shared password is unrestricted; logging
-     * in as a user again restricts. */
+    /* A session of the shared password may log in as a user (and is
+     * restricted from then on); a user's session stays that user's
+     * (auth_never_changes_user). */
+    h_expect(&s, "OK", "AUTH alice Alice-Secret-1");
+    h_expect(&s, "ERR DENIED ", "LOCK z");
     login(&a, "alice", "Alice-Secret-1");
     h_expect(&a, "ERR DENIED ", "LOCK y");
-    h_expect(&a, "OK", "AUTH Shared-Secret-5");
-    h_expect(&a, "OK resource=y ", "LOCK y");
-    h_expect(&a, "OK", "AUTH alice Alice-Secret-1");
-    h_expect(&a, "ERR DENIED ", "LOCK z");
+    h_expect(&a, "ERR ARG ", "AUTH Shared-Secret-5");
+    h_expect(&a, "ERR DENIED ", "LOCK y");
     assert_no_secret_logged();
     h_close(&s);
     h_close(&op);
@@ -530,6 +531,55 @@ START_TEST(resume_keeps_user)
 }
 END_TEST
 
+/* A session's user never changes: once logged in as a user (by AUTH, or
+ * a resumed session that was one), AUTH of any kind answers ERR ARG and
+ * changes nothing, and a wrong password there costs no failure. */
+START_TEST(auth_never_changes_user)
+{
+    struct h_client a, n, x;
+    char sid[64], secret[64], *line;
+
+    start("{\"auth\":{\"password\":\"Shared-Secret-5\",\"admin_password\":"
+          "\"Admin-Secret-6\"," USERS_JSON "}}");
+    login(&a, "alice", "Alice-Secret-1");
+    h_expect(&a, "ERR ARG ", "AUTH bob Bob-Secret-2");
+    h_expect(&a, "ERR ARG ", "AUTH root Root-Secret-4");
+    h_expect(&a, "ERR ARG ", "AUTH alice Alice-Secret-1");
+    h_expect(&a, "ERR ARG ", "AUTH Admin-Secret-6");
+    h_expect(&a, "ERR ARG ", "AUTH Shared-Secret-5");
+    for (int i = 0; i < 6; i++)
+        h_expect(&a, "ERR ARG ", "AUTH root Wrong-Secret-7");
+    h_expect(&a, "ERR DENIED ", "LOCK report:1");
+    h_expect(&a, "ERR DENIED ", "FORCEUNLOCK job:1");
+    h_expect(&a, "OK resource=job:1 ", "LOCK job:1");
+    line = h_expect(&a, "OK {", "SESSIONS");
+    ck_assert_msg(strstr(line, "\"user\":\"alice\""), "SESSIONS: %s", line);
+
+    /* Resumed by a connection of another user: the session's user. */
+    line = h_expect(&a, "OK proto=1 ", "HELLO detach=10000");
+    h_kv_copy(line, "session", sid, sizeof(sid));
+    h_kv_copy(line, "secret", secret, sizeof(secret));
+    h_close(&a);
+    h_sleep_ms(200);
+    login(&n, "bob", "Bob-Secret-2");
+    h_expect(&n, "OK proto=1 session=", "HELLO resume=%s secret=%s", sid,
+             secret);
+    h_expect(&n, "ERR ARG ", "AUTH bob Bob-Secret-2");
+    h_expect(&n, "ERR DENIED ", "LOCK report:2");
+    h_expect(&n, "OK resource=job:2 ", "LOCK job:2");
+
+    /* No user yet: the shared password, then a user, once. */
+    h_connect_tcp_ok(&x, D->port);
+    h_expect(&x, "OK", "AUTH Shared-Secret-5");
+    h_expect(&x, "OK", "AUTH bob Bob-Secret-2");
+    h_expect(&x, "ERR ARG ", "AUTH alice Alice-Secret-1");
+    h_expect(&x, "ERR DENIED ", "LOCK job:3");
+    assert_no_secret_logged();
+    h_close(&n);
+    h_close(&x);
+}
+END_TEST
+
 /* ---- audit lines ------------------------------------------------------------ */
 
 /* A client looping on a refused name is audited at notice once per
@@ -569,6 +619,7 @@ static Suite *users_suite(void)
     tcase_add_test(tc, password_file_mode_warns);
     tcase_add_test(tc, reload_changes_prefixes);
     tcase_add_test(tc, resume_keeps_user);
+    tcase_add_test(tc, auth_never_changes_user);
     tcase_add_test(tc, denied_audited_once_per_command);
     suite_add_tcase(s, tc);
     return s;
