@@ -37,6 +37,7 @@
 #include "list.h"
 #include "log.h"
 #include "mem.h"
+#include "script.h"
 #include "timer.h"
 
 #define NODE_REPAIR_RETRY_MS 1000
@@ -98,7 +99,7 @@ struct node_check {
  * stopped answering. */
 struct owed_release {
     struct list link;           /* in node->owed, oldest first */
-    enum pool_script script;    /* RELEASE (announced) or UNDO */
+    enum script script;         /* RELEASE (announced) or UNDO */
     size_t keylen;
     const char *token;          /* NUL-terminated, after the key */
     char key[];                 /* keylen bytes + NUL, then the token */
@@ -156,6 +157,13 @@ struct node {
     size_t nowed;
     uint64_t restarts;
 };
+
+/* The most words of a command node sends itself (INFO, GET, TIME...). */
+#define NODE_CMD_ARGS_MAX 8
+
+/* The call being sent (large: one for the module; the loop has one
+ * thread, and pool_call copies what it sends). */
+static struct script_call node_call;
 
 static struct {
     const struct conf *conf;
@@ -245,7 +253,7 @@ static void owed_reply(void *ud, int node, redisReply *r)
     (void)r;
 }
 
-static void node_owe(int node, enum pool_script script, const char *key,
+static void node_owe(int node, enum script script, const char *key,
                      size_t keylen, const char *token)
 {
     struct node *n = &cluster.nodes[node];
@@ -271,7 +279,7 @@ static void node_owe(int node, enum pool_script script, const char *key,
 void node_release_later(int node, const char *key, size_t keylen,
                         const char *token)
 {
-    node_owe(node, POOL_SCRIPT_RELEASE, key, keylen, token);
+    node_owe(node, SCRIPT_RELEASE, key, keylen, token);
 }
 
 /* Send what this node is owed, oldest first; one the pool cannot take
@@ -283,14 +291,13 @@ static void node_send_owed(struct node *n)
 
     list_foreach_safe(pos, tmp, &n->owed) {
         struct owed_release *o = list_entry(pos, struct owed_release, link);
-        const char *argv[] = { o->key, o->token,
-                               cluster.conf->locks.release_channel,
-                               pool_instance_id() };
-        size_t lens[] = { o->keylen, strlen(o->token), strlen(argv[2]),
-                          POOL_INSTANCE_ID_LEN };
-        int nargs = o->script == POOL_SCRIPT_RELEASE ? 3 : 1;
-        if (pool_script(n->idx, o->script, 1, nargs, argv, lens, owed_reply,
-                        NULL) != 0)
+        if (o->script == SCRIPT_RELEASE)
+            script_release(&node_call, o->key, o->keylen, o->token,
+                           cluster.conf->locks.release_channel,
+                           pool_instance_id());
+        else
+            script_undo(&node_call, o->key, o->keylen, o->token);
+        if (pool_call(n->idx, NULL, &node_call.w, owed_reply, NULL) != 0)
             continue;
         list_remove(pos);
         n->nowed--;
@@ -313,7 +320,7 @@ static void undo_reply(void *ud, int node, redisReply *r)
     struct undo *u = ud;
 
     if (!r || r->type == REDIS_REPLY_ERROR)
-        node_owe(node, POOL_SCRIPT_UNDO, u->key, u->keylen, u->token);
+        node_owe(node, SCRIPT_UNDO, u->key, u->keylen, u->token);
     undo_put(u);
 }
 
@@ -327,14 +334,12 @@ void node_undo(const char *key, size_t keylen, const char *token)
     memcpy(u->key + keylen + 1, token, toklen);
     u->token = u->key + keylen + 1;
     u->pending = 1;
-    const char *argv[] = { u->key, u->token };
-    size_t lens[] = { keylen, toklen };
+    script_undo(&node_call, u->key, keylen, u->token);
     for (int i = 0; i < cluster.nnodes; i++) {
         u->pending++;
-        if (pool_script(i, POOL_SCRIPT_UNDO, 1, 1, argv, lens, undo_reply,
-                        u) != 0) {
+        if (pool_call(i, NULL, &node_call.w, undo_reply, u) != 0) {
             u->pending--;
-            node_owe(i, POOL_SCRIPT_UNDO, key, keylen, token);
+            node_owe(i, SCRIPT_UNDO, key, keylen, token);
         }
     }
     undo_put(u);
@@ -626,7 +631,7 @@ static void check_step(struct node *n)
 static void check_info_cb(void *ud, int node, redisReply *r)
 {
     struct node *n = &cluster.nodes[node];
-    char up[POOL_NUM_SIZE];
+    char up[SCRIPT_NUM_SIZE];
 
     if (node_stale(n, ud))
         return;
@@ -725,8 +730,11 @@ static void check_memory_cb(void *ud, int node, redisReply *r)
 static int node_send(struct node *n, pool_reply_cb cb, int argc,
                      const char **argv)
 {
-    size_t lens[POOL_MAX_ARGS];
-    for (int i = 0; i < argc && i < POOL_MAX_ARGS; i++)
+    size_t lens[NODE_CMD_ARGS_MAX];
+
+    if (argc > NODE_CMD_ARGS_MAX)
+        return -1;
+    for (int i = 0; i < argc; i++)
         lens[i] = strlen(argv[i]);
     return pool_command(n->idx, argc, argv, lens, cb, node_gen_ud(n));
 }
@@ -847,7 +855,6 @@ static uint64_t node_epoch_floor(uint64_t node_clock_s)
 static void repair_raise(struct node *n)
 {
     int quorum = cluster.rules.quorum;
-    char val[POOL_NUM_SIZE];
 
     if (!n->repair_epoch && n->repair_trusted < quorum) {
         repair_retry(n, "read %d of the %d counters of voting nodes it "
@@ -868,11 +875,9 @@ static void repair_raise(struct node *n)
                  n->repair_trusted, quorum, n->repair_floor, n->repair_max,
                  cluster.max_fence);
     }
-    snprintf(val, sizeof(val), "%" PRIu64, n->repair_floor);
-    const char *argv[] = { cluster.conf->locks.fence_key, val };
-    size_t lens[] = { strlen(argv[0]), strlen(val) };
-    if (pool_script(n->idx, POOL_SCRIPT_RAISE, 1, 1, argv, lens,
-                    repair_raised_cb, node_gen_ud(n)) != 0)
+    script_raise(&node_call, cluster.conf->locks.fence_key, n->repair_floor);
+    if (pool_call(n->idx, NULL, &node_call.w, repair_raised_cb,
+                  node_gen_ud(n)) != 0)
         repair_retry(n, "its connection is gone");
 }
 
@@ -1269,7 +1274,7 @@ void node_guard(int node, const char **words, size_t *lens)
     words[0] = cluster.ttl_key;
     words[1] = cluster.marker_key;
     words[2] = node_votes(node) ? n->run_id : "";
-    for (int i = 0; i < POOL_GUARD_WORDS; i++)
+    for (int i = 0; i < SCRIPT_GUARD_WORDS; i++)
         lens[i] = strlen(words[i]);
 }
 

@@ -90,9 +90,9 @@ bool node_votes(int node);
  * request was sent (a request sent before the node was admitted went out
  * without the guard). */
 uint64_t node_vote_gen(int node);
-/* The POOL_GUARD_WORDS words that end a voting script's arguments for this
- * node (pool.h): pointers into node's own strings, valid until the next
- * loop turn. */
+/* The SCRIPT_GUARD_WORDS words that end a voting script's arguments for
+ * this node (script.h): pointers into node's own strings, valid until the
+ * next loop turn. */
 void node_guard(int node, const char **words, size_t *lens);
 /* The node answered LOSTDATA (its marker is not what it was admitted
  * under): it stops voting at once and is checked; the check starts its

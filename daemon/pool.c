@@ -26,8 +26,8 @@
 #include "log.h"
 #include "mem.h"
 #include "num.h"
-#include "pool_lua.h"
 #include "redis_uv.h"
+#include "script.h"
 #include "stats.h"
 #include "timer.h"
 
@@ -35,6 +35,7 @@
 #define POOL_SHA_LEN 40         /* hex chars of a script's SHA1 (SCRIPT LOAD) */
 #define POOL_EVAL_WORDS 3       /* EVALSHA sha numkeys, before a script's words */
 #define POOL_HS_STEP_MAX 32     /* "SCRIPT LOAD: " and the like, before an error */
+#define POOL_HS_ARGS_MAX 8      /* the words of a handshake command */
 #define POOL_KEEPALIVE_S 15     /* TCP keepalive idle time on node links */
 #define POOL_LINK_FILL 64       /* requests out on a link before the next
                                    takes some (pool_node_pick) */
@@ -52,12 +53,9 @@ struct pool_req {
     uint64_t sent_ns;
     pool_reply_cb cb;
     void *ud;
-    int script;                     /* enum pool_script, or -1 */
-    int nkeys;
-    int argc;                       /* words in argv */
     bool retried;                   /* NOSCRIPT fallback already used */
-    char **argv;                    /* (owned) points into this allocation */
-    size_t *lens;
+    struct script_words w;          /* its words, copied into this
+                                       allocation (argv, lens) */
 };
 
 struct pool_node;
@@ -112,7 +110,7 @@ static struct {
     int nnodes;
     bool stopping;
     uint64_t inflight;                  /* requests awaiting replies */
-    char sha[POOL_SCRIPT_COUNT][POOL_SHA_LEN + 1]; /* "" until loaded */
+    char sha[SCRIPT_COUNT][POOL_SHA_LEN + 1]; /* "" until loaded */
     char instance_id[POOL_INSTANCE_ID_LEN + 1];
     char *probe_channel;                /* (owned) see POOL_PROBE_SUFFIX */
     char *cmd;                          /* (owned) resp_format's buffer */
@@ -151,14 +149,14 @@ static void link_arm(struct pool_link *l)
         timer_start_at(&l->timer, due);
 }
 
-/* A copy of the request, or NULL (logged) when it has more words than
+/* A copy of the call's words, or NULL (logged) when it has more than
  * link_send has room for. */
-static struct pool_req *req_create(int script, int nkeys, int argc,
-                                   const char **argv, const size_t *lens)
+static struct pool_req *req_create(const struct script_words *w)
 {
     size_t bytes = 0;
-    int max = script == POOL_SCRIPT_GROUP ? POOL_MAX_ARGS_GROUP
-                                          : POOL_MAX_ARGS;
+    int argc = w->argc;
+    int max = w->script == SCRIPT_GROUP ? SCRIPT_MAX_WORDS_GROUP
+                                        : SCRIPT_MAX_WORDS;
 
     if (argc > max) {
         log_error("a redis request of %d words (at most %d): not sent", argc,
@@ -166,25 +164,36 @@ static struct pool_req *req_create(int script, int nkeys, int argc,
         return NULL;
     }
     for (int i = 0; i < argc; i++)
-        bytes += lens[i] + 1;
+        bytes += w->lens[i] + 1;
     size_t size = sizeof(struct pool_req) + (size_t)argc * (sizeof(char *) +
                   sizeof(size_t)) + bytes;
     struct pool_req *q = mem_alloc(size);
-    q->argv = (char **)(void *)(q + 1);
-    q->lens = (size_t *)(void *)(q->argv + argc);
-    char *p = (char *)(q->lens + argc);
+    char **argv = (char **)(void *)(q + 1);
+    size_t *lens = (size_t *)(void *)(argv + argc);
+    char *p = (char *)(lens + argc);
     for (int i = 0; i < argc; i++) {
-        memcpy(p, argv[i], lens[i]);
-        p[lens[i]] = '\0';
-        q->argv[i] = p;
-        q->lens[i] = lens[i];
-        p += lens[i] + 1;
+        memcpy(p, w->argv[i], w->lens[i]);
+        p[w->lens[i]] = '\0';
+        argv[i] = p;
+        lens[i] = w->lens[i];
+        p += w->lens[i] + 1;
     }
     list_init(&q->queue);
-    q->script = script;
-    q->nkeys = nkeys;
-    q->argc = argc;
+    q->w = *w;
+    q->w.argv = (const char *const *)argv;
+    q->w.lens = lens;
     return q;
+}
+
+/* A plain command's request (no script). */
+static struct pool_req *req_command(int argc, const char *const *argv,
+                                    const size_t *lens)
+{
+    const struct script_words w = {
+        .script = SCRIPT_COMMAND, .argc = argc, .argv = argv, .lens = lens,
+    };
+
+    return req_create(&w);
 }
 
 static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata);
@@ -213,20 +222,21 @@ static size_t resp_format(const struct pool_req *q, bool by_sha)
     const size_t over = 1 + PROTO_U64_DIGITS + 4;
     const char *script = NULL;
     size_t scriptlen = 0, need = over;
-    int words = q->argc;
+    const struct script_words *w = &q->w;
+    int words = w->argc;
     char nkeys[PROTO_U64_DIGITS];
     size_t nkeyslen = 0;
 
-    if (q->script >= 0) {
-        script = by_sha ? pool.sha[q->script] : pool_lua[q->script];
+    if (w->script >= 0) {
+        script = by_sha ? pool.sha[w->script] : script_lua[w->script];
         scriptlen = strlen(script);
-        nkeyslen = (size_t)(proto_write_u64(nkeys, (uint64_t)q->nkeys) -
+        nkeyslen = (size_t)(proto_write_u64(nkeys, (uint64_t)w->nkeys) -
                             nkeys);
         need += 3 * over + 7 + scriptlen + nkeyslen;
         words += POOL_EVAL_WORDS;
     }
-    for (int i = 0; i < q->argc; i++)
-        need += over + q->lens[i];
+    for (int i = 0; i < w->argc; i++)
+        need += over + w->lens[i];
     if (need > pool.cmdcap) {
         pool.cmd = mem_realloc(pool.cmd, need);
         pool.cmdcap = need;
@@ -242,15 +252,16 @@ static size_t resp_format(const struct pool_req *q, bool by_sha)
         p = put_bulk(p, script, scriptlen);
         p = put_bulk(p, nkeys, nkeyslen);
     }
-    for (int i = 0; i < q->argc; i++)
-        p = put_bulk(p, q->argv[i], q->lens[i]);
+    for (int i = 0; i < w->argc; i++)
+        p = put_bulk(p, w->argv[i], w->lens[i]);
     return (size_t)(p - pool.cmd);
 }
 
 /* Hand q to hiredis on l; 0, or -1 with q still owned by the caller. */
 static int link_send(struct pool_link *l, struct pool_req *q)
 {
-    bool by_sha = q->script >= 0 && !q->retried && pool.sha[q->script][0];
+    bool by_sha = q->w.script >= 0 && !q->retried &&
+                  pool.sha[q->w.script][0];
 
     if (!l->ac)
         return -1;
@@ -308,7 +319,7 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         link_arm(l);
         pool_node_note_latency(n, q->sent_ns);
         if (r->type == REDIS_REPLY_ERROR) {
-            if (q->script >= 0 && !q->retried &&
+            if (q->w.script >= 0 && !q->retried &&
                 strncmp(r->str, "NOSCRIPT", 8) == 0 && l->ac == ac) {
                 /* A restarted or flushed node lost its script cache. */
                 log_info("redis %s: NOSCRIPT, falling back to EVAL",
@@ -343,103 +354,11 @@ static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
  * (pool.h: a release goes behind its acquisition).
  */
 
-/* The letter request q takes in a GROUP (lua/group.lua), or 0 when it goes
- * alone. The word counts are those redlock.c and node.c send. */
-static char req_kind(const struct pool_req *q)
-{
-    switch (q->script) {
-    case POOL_SCRIPT_ACQUIRE:
-        if (q->argc != q->nkeys + 5 + POOL_GUARD_WORDS)
-            return 0;
-        return q->nkeys == 3 ? 'a' : q->nkeys == 2 ? 'b' : 0;
-    case POOL_SCRIPT_ACQUIRE_SHARED:
-        return q->nkeys == 3 && q->argc == 8 + POOL_GUARD_WORDS ? 's' : 0;
-    case POOL_SCRIPT_ACQUIRE_MULTI:
-        return q->nkeys >= 3 && q->nkeys % 2 == 1 &&
-               q->argc == q->nkeys + 5 + POOL_GUARD_WORDS ? 'm' : 0;
-    case POOL_SCRIPT_RELEASE:
-        return q->nkeys == 1 && q->argc == 4 ? 'r' : 0;
-    case POOL_SCRIPT_EXTEND:
-        return q->nkeys == 1 && q->argc == 3 + POOL_GUARD_WORDS ? 'e' : 0;
-    default:
-        return 0;
-    }
-}
-
-/* Where a request of that kind has the fence key, -1 for none. */
-static int req_fence_word(char kind)
-{
-    return kind == 'm' ? 0 : kind == 'r' || kind == 'e' ? -1 : 1;
-}
-
-/* The arguments, after its keys and before the guard, that a request of
- * that kind carries into a GROUP call. */
-static int req_group_args(char kind)
-{
-    return kind == 'r' ? 1 : kind == 'e' ? 2 : 5;
-}
-
-/* The words a request of that kind adds to a GROUP call: its keys but the
- * fence key, its arguments ('m' also its number of resources). */
-static int req_group_words(const struct pool_req *q, char kind)
-{
-    return q->nkeys - (req_fence_word(kind) >= 0) + (kind == 'm') +
-           req_group_args(kind);
-}
-
-static bool word_eq(const struct pool_req *a, int i, const struct pool_req *b,
-                    int j)
-{
-    return a->lens[i] == b->lens[j] &&
-           memcmp(a->argv[i], b->argv[j], a->lens[i]) == 0;
-}
-
-/* A GROUP call being put together, then in flight (its ud). */
+/* A GROUP call in flight (its ud): the requests it answers. */
 struct pool_group {
     unsigned n;
-    int words;                      /* req_group_words of them all */
     struct pool_req *m[CONF_GROUP_MAX];
-    char kinds[CONF_GROUP_MAX];     /* req_kind of each */
-    /* The first request of each sort, whose shared words the call takes:
-     * an acquisition's fence key (its word acq_fence), a guarded one's
-     * guard, a release's channel and instance id. */
-    const struct pool_req *acq, *guard, *rel;
-    int acq_fence;
 };
-
-static bool group_fits(const struct pool_group *g, const struct pool_req *q,
-                       char kind)
-{
-    if (g->n >= pool.conf->redis.group_max ||
-        g->words + req_group_words(q, kind) >
-            POOL_MAX_ARGS_GROUP - 4 - POOL_GUARD_WORDS)
-        return false;
-    if (kind == 'r')
-        return !g->rel ||
-               (word_eq(g->rel, 2, q, 2) && word_eq(g->rel, 3, q, 3));
-    int fi = req_fence_word(kind);
-    if (g->acq && fi >= 0 && !word_eq(g->acq, g->acq_fence, q, fi))
-        return false;
-    for (int i = 1; g->guard && i <= POOL_GUARD_WORDS; i++)
-        if (!word_eq(g->guard, g->guard->argc - i, q, q->argc - i))
-            return false;
-    return true;
-}
-
-static void group_add(struct pool_group *g, struct pool_req *q, char kind)
-{
-    g->kinds[g->n] = kind;
-    g->m[g->n++] = q;
-    g->words += req_group_words(q, kind);
-    if (req_fence_word(kind) >= 0 && !g->acq) {
-        g->acq = q;
-        g->acq_fence = req_fence_word(kind);
-    }
-    if (kind != 'r' && !g->guard)
-        g->guard = q;
-    if (kind == 'r' && !g->rel)
-        g->rel = q;
-}
 
 /* Fail q, which never reached the node: its callback, with NULL. */
 static void req_fail(struct pool_req *q, int node)
@@ -476,58 +395,21 @@ static void group_on_reply(void *ud, int node, redisReply *r)
     free(g);
 }
 
-/* Send the gathered run g on l: as the request itself when it is one,
- * else as one GROUP call (lua/group.lua's words). g is used up. */
-static void group_send(struct pool_link *l, struct pool_group *g)
+/* Send the gathered run on l: as the request itself when it is one,
+ * else as one GROUP call (script_group_call). g and sg are used up. */
+static void group_send(struct pool_link *l, struct pool_group *g,
+                       const struct script_group *sg)
 {
-    static const char *const none[POOL_GUARD_WORDS] = { "", "", "" };
-    const char *argv[POOL_MAX_ARGS_GROUP];
-    size_t lens[POOL_MAX_ARGS_GROUP];
-    char counts[CONF_GROUP_MAX][PROTO_U64_DIGITS];
-    int node = l->node->idx, k = 0;
+    static struct script_call c;    /* large; the loop has one thread */
+    int node = l->node->idx;
 
     if (g->n == 1) {
         if (link_send(l, g->m[0]) != 0)
             req_fail(g->m[0], node);
         return;
     }
-    /* KEYS: the fence key (without an acquisition, never read: one of the
-     * group's own keys stands in, which any ACL on the node lets us
-     * name), then each request's. */
-    const struct pool_req *f = g->acq ? g->acq : g->m[0];
-    int fi = g->acq ? g->acq_fence : 0;
-    argv[k] = f->argv[fi], lens[k++] = f->lens[fi];
-    for (unsigned i = 0; i < g->n; i++) {
-        const struct pool_req *q = g->m[i];
-        for (int w = 0; w < q->nkeys; w++)
-            if (w != req_fence_word(g->kinds[i]))
-                argv[k] = q->argv[w], lens[k++] = q->lens[w];
-    }
-    int nkeys = k;
-    argv[k] = g->kinds, lens[k++] = g->n;
-    for (int i = 2; i <= 3; i++) {
-        argv[k] = g->rel ? g->rel->argv[i] : "";
-        lens[k++] = g->rel ? g->rel->lens[i] : 0;
-    }
-    for (unsigned i = 0; i < g->n; i++) {
-        const struct pool_req *q = g->m[i];
-        int from = q->nkeys, words = req_group_args(g->kinds[i]);
-        if (g->kinds[i] == 'm') {
-            size_t len = (size_t)(proto_write_u64(counts[i],
-                                  (uint64_t)(q->nkeys - 1) / 2) - counts[i]);
-            argv[k] = counts[i], lens[k++] = len;
-        }
-        for (int w = from; w < from + words; w++)
-            argv[k] = q->argv[w], lens[k++] = q->lens[w];
-    }
-    for (int i = 0; i < POOL_GUARD_WORDS; i++) {
-        const struct pool_req *q = g->guard;
-        int w = q ? q->argc - POOL_GUARD_WORDS + i : 0;
-        argv[k] = q ? q->argv[w] : none[i];
-        lens[k++] = q ? q->lens[w] : 0;
-    }
-    struct pool_req *gq = req_create(POOL_SCRIPT_GROUP, nkeys, k, argv,
-                                     lens);
+    script_group_call(sg, &c);
+    struct pool_req *gq = req_create(&c.w);
     struct pool_group *sent = NULL;
     if (gq) {
         sent = mem_alloc(sizeof(*sent));
@@ -549,25 +431,30 @@ static void group_send(struct pool_link *l, struct pool_group *g)
 static void link_flush(struct pool_link *l)
 {
     struct pool_group g = { 0 };
+    struct script_group sg = { 0 };
+    unsigned max = pool.conf->redis.group_max;
     struct list *p;
 
     while ((p = list_first(&l->pending))) {
         struct pool_req *q = list_entry(p, struct pool_req, queue);
-        char kind = req_kind(q);
+        bool fits = script_group_fits(&sg, &q->w, max);
         list_remove(p);
         pool.inflight--;
-        if (g.n && (!kind || !group_fits(&g, q, kind))) {
-            group_send(l, &g);
+        if (g.n && !fits) {
+            group_send(l, &g, &sg);
             g = (struct pool_group){ 0 };
+            sg = (struct script_group){ 0 };
+            fits = script_group_fits(&sg, &q->w, max);
         }
-        if (kind) {
-            group_add(&g, q, kind);
+        if (fits) {
+            script_group_add(&sg, &q->w);
+            g.m[g.n++] = q;
         } else if (link_send(l, q) != 0) {
             req_fail(q, l->node->idx);
         }
     }
     if (g.n)
-        group_send(l, &g);
+        group_send(l, &g, &sg);
 }
 
 /* redis_uv's hook, at the end of a loop turn (see above). */
@@ -825,10 +712,12 @@ static void hs_info_cb(void *ud, int node, redisReply *r)
 static int hs_send(struct pool_link *l, pool_reply_cb cb, void *ud, int argc,
                    const char **argv)
 {
-    size_t lens[POOL_MAX_ARGS];
-    for (int i = 0; i < argc && i < POOL_MAX_ARGS; i++)
+    size_t lens[POOL_HS_ARGS_MAX];
+    if (argc > POOL_HS_ARGS_MAX)
+        return -1;
+    for (int i = 0; i < argc; i++)
         lens[i] = strlen(argv[i]);
-    struct pool_req *q = req_create(-1, 0, argc, argv, lens);
+    struct pool_req *q = req_command(argc, argv, lens);
     if (!q)
         return -1;
     q->cb = cb;
@@ -918,13 +807,13 @@ static void link_handshake(struct pool_link *l)
                                              argv, lens) != REDIS_OK)
             rc = -1;
     } else {
-        char db[POOL_NUM_SIZE];
+        char db[SCRIPT_NUM_SIZE];
         snprintf(db, sizeof(db), "%d", c->redis.db);
         const char *sel[] = { "SELECT", db };
         if (c->redis.db != 0)
             rc |= hs_send(l, hs_select_cb, NULL, 2, sel);
-        for (int s = 0; s < POOL_SCRIPT_COUNT; s++) {
-            const char *argv[] = { "SCRIPT", "LOAD", pool_lua[s] };
+        for (int s = 0; s < SCRIPT_COUNT; s++) {
+            const char *argv[] = { "SCRIPT", "LOAD", script_lua[s] };
             rc |= hs_send(l, hs_script_cb, pool.sha[s], 3, argv);
         }
         const char *cfg[] = { "CONFIG", "GET", "appendfsync" };
@@ -1062,7 +951,7 @@ static void link_probe_data(struct pool_link *l)
 {
     const char *argv[] = { "PING" };
     size_t lens[] = { 4 };
-    struct pool_req *q = req_create(-1, 0, 1, argv, lens);
+    struct pool_req *q = req_command(1, argv, lens);
 
     if (!q)
         return;
@@ -1077,14 +966,14 @@ static void link_probe_sub(struct pool_link *l)
 {
     struct pool_node *n = l->node;
     struct pool_link *via = pool_node_pick(n);
-    char seq[POOL_NUM_SIZE];
+    char seq[SCRIPT_NUM_SIZE];
 
     if (!via)
         return;
     snprintf(seq, sizeof(seq), "%" PRIu64, ++n->probe_seq);
     const char *argv[] = { "PUBLISH", pool.probe_channel, seq };
     size_t lens[] = { 7, strlen(pool.probe_channel), strlen(seq) };
-    struct pool_req *q = req_create(-1, 0, 3, argv, lens);
+    struct pool_req *q = req_command(3, argv, lens);
     if (!q)
         return;
     q->cb = probe_published_cb;
@@ -1296,12 +1185,10 @@ static int pool_node_send(int node, int *link, struct pool_req *q)
     return 0;
 }
 
-int pool_script_at(int node, int *link, enum pool_script s, int nkeys,
-                   int nargs, const char **argv, const size_t *lens,
-                   pool_reply_cb cb, void *ud)
+int pool_call(int node, int *link, const struct script_words *w,
+              pool_reply_cb cb, void *ud)
 {
-    int argc = nkeys + nargs;
-    struct pool_req *q = req_create((int)s, nkeys, argc, argv, lens);
+    struct pool_req *q = req_create(w);
     if (!q)
         return -1;
     q->cb = cb;
@@ -1309,17 +1196,10 @@ int pool_script_at(int node, int *link, enum pool_script s, int nkeys,
     return pool_node_send(node, link, q);
 }
 
-int pool_script(int node, enum pool_script s, int nkeys, int nargs,
-                const char **argv, const size_t *lens,
-                pool_reply_cb cb, void *ud)
-{
-    return pool_script_at(node, NULL, s, nkeys, nargs, argv, lens, cb, ud);
-}
-
 int pool_command(int node, int argc, const char **argv, const size_t *lens,
                  pool_reply_cb cb, void *ud)
 {
-    struct pool_req *q = req_create(-1, 0, argc, argv, lens);
+    struct pool_req *q = req_command(argc, argv, lens);
     if (!q)
         return -1;
     q->cb = cb;

@@ -40,14 +40,10 @@
 #include "node.h"
 #include "num.h"
 #include "pool.h"
+#include "script.h"
 #include "timer.h"
 
 enum op_kind { OP_ACQUIRE, OP_RAISE, OP_RELEASE, OP_EXTEND, OP_ADOPT };
-
-/* The most words an op's script takes: an acquisition of CONF_MAX_MULTI
- * resources, with the fence key, two keys per resource, its token, its ttl
- * and the largest fence seen. */
-#define OP_MAX_WORDS POOL_MAX_ARGS
 
 /* Error replies: one node repeating one reason (OOM on every request while
  * it is full) is logged once per REDLOCK_ERRLOG_MS, with a count of what
@@ -108,6 +104,9 @@ struct op {
 
 /* The daemon's config, read live (a SIGHUP reload changes it in place). */
 static const struct conf *redlock_conf;
+/* The call being sent (large: one for the module; the loop has one
+ * thread, and pool_call copies what it sends). */
+static struct script_call redlock_call;
 static size_t live;         /* ops and inspections not finished yet */
 /* Acquisitions answered and still waiting for a node, by token. */
 static struct hmap early;
@@ -138,7 +137,7 @@ static void op_deferred(struct timer *t)
 
 /*
  * Requests nobody hurries for, gathered for REDLOCK_BATCH_MS and then sent
- * POOL_BATCH_MAX at a time as one script per node: renewals (EXTEND_MANY)
+ * SCRIPT_BATCH_MAX at a time as one script per node: renewals (EXTEND_MANY)
  * and the releases of sessions that ended (RELEASE_MANY). Not 0 ms: timers
  * started while timers run fire in the same run when due, so the flush
  * would come right after the first request, before the others due at the
@@ -169,7 +168,6 @@ struct batch_queue {
                                nodes answered each */
     size_t burst;           /* requests since the queue was last empty */
     enum op_kind kind;
-    enum pool_script script;
     struct timer flush;
 };
 static struct batch_queue BQ[BQ_COUNT];
@@ -202,8 +200,6 @@ void redlock_init(const struct conf *conf)
         q->keys_out = 0;
         q->burst = 0;
         q->kind = i == BQ_EXTEND ? OP_EXTEND : OP_RELEASE;
-        q->script = i == BQ_EXTEND ? POOL_SCRIPT_EXTEND_MANY
-                                   : POOL_SCRIPT_RELEASE_MANY;
         timer_init(&q->flush, batch_flush_cb, q);
     }
     node_set_rules(&rules);
@@ -489,126 +485,78 @@ static const char *op_shared(const struct op *o, int i, size_t *len)
     return o->keys[o->nres + i];
 }
 
-/* ADOPT_ONE's words: the key and the shared set, then the old token, the
- * new one, the ttl, the label, the slot prefix and the slots to look at
- * (redlock_adopt's copies). */
-static enum pool_script adopt_one_words(const struct op *o, const char **argv,
-                                        size_t *lens, int *nkeys, int *nargs,
-                                        char *num, char *slots)
-{
-    snprintf(num, POOL_NUM_SIZE, "%" PRIu32, o->ttl);
-    snprintf(slots, POOL_NUM_SIZE, "%" PRIu32, o->nslots);
-    argv[0] = o->keys[0];
-    argv[1] = o->keys[1];
-    argv[2] = o->keys[2];
-    argv[3] = o->token;
-    argv[4] = num;
-    argv[5] = o->keys[3];
-    argv[6] = o->keys[4];
-    argv[7] = slots;
-    for (int i = 0; i < 8; i++)
-        lens[i] = strlen(argv[i]);
-    *nkeys = 2;
-    *nargs = 6;
-    return POOL_SCRIPT_ADOPT_ONE;
-}
-
-/* The words of an acquisition's round, in the order its script wants
- * them; returns the script, with *nkeys and *nargs set. */
-static enum pool_script op_words(const struct op *o, const char **argv,
-                                 size_t *lens, int *nkeys, int *nargs,
-                                 char *num, char *seen)
+/* The script call of o's round, in c (script.h lays the words out). */
+static void op_call(const struct op *o, struct script_call *c)
 {
     const char *fence = redlock_conf->locks.fence_key;
-    size_t flen = strlen(fence), slen = 0;
+    size_t slen = 0;
     /* A grant of several resources always checks their shared sets. */
     const char *shared = op_shared(o, 0, &slen);
-    enum pool_script s;
-    int k = 0;
 
-    snprintf(seen, POOL_NUM_SIZE, "%" PRIu64,
-             o->kind == OP_ACQUIRE ? fence_seen : o->res.fence);
-    if (o->kind == OP_RAISE && o->mode == REDLOCK_SHARED) {
-        /* Owner-checked on our member. */
-        s = POOL_SCRIPT_RAISE_SHARED;
-        argv[k] = shared, lens[k++] = slen;
-        argv[k] = fence, lens[k++] = flen;
-        *nkeys = k;
-        argv[k++] = o->token;
-        argv[k++] = seen;       /* F, the value to raise to */
-        lens[k - 2] = strlen(o->token);
-        lens[k - 1] = strlen(seen);
-        *nargs = 2;
-        return s;
-    }
-    snprintf(num, POOL_NUM_SIZE, "%" PRIu32, o->ttl);
     switch (o->kind) {
-    case OP_ACQUIRE:
-        if (o->nres > 1) {
-            s = POOL_SCRIPT_ACQUIRE_MULTI;
-            argv[k] = fence, lens[k++] = flen;
-            for (int i = 0; i < o->nres; i++) {
-                argv[k] = o->keys[i], lens[k++] = o->lens[i];
-                argv[k] = op_shared(o, i, &lens[k]), k++;
-            }
-        } else {
-            s = o->mode == REDLOCK_SHARED ? POOL_SCRIPT_ACQUIRE_SHARED
-                                          : POOL_SCRIPT_ACQUIRE;
-            argv[k] = o->key, lens[k++] = o->keylen;
-            argv[k] = fence, lens[k++] = flen;
-            if (shared)
-                argv[k] = shared, lens[k++] = slen;
-        }
-        *nkeys = k;
-        argv[k++] = o->token;
-        argv[k++] = num;
-        argv[k++] = seen;
-        argv[k++] = o->label;
-        argv[k++] = o->wait ? "1" : "0";
-        break;
+    case OP_ACQUIRE: {
+        const struct script_acquire a = {
+            .n = o->nres, .keys = o->keys, .lens = o->lens,
+            .shared = o->with_shared ? o->keys + o->nres : NULL,
+            .sharedlens = o->lens + o->nres,
+            .mode_shared = o->mode == REDLOCK_SHARED, .fence = fence,
+            .token = o->token, .ttl = o->ttl, .seen = fence_seen,
+            .label = o->label, .wait = o->wait,
+        };
+        script_acquire(c, &a);
+        return;
+    }
     case OP_RAISE:
+        /* F, the value to raise to; a shared grant's owner-checked on its
+         * member. */
+        if (o->mode == REDLOCK_SHARED)
+            script_raise_shared(c, shared, slen, fence, o->token,
+                                o->res.fence);
+        else
+            script_raise_held(c, o->nres, o->keys, o->lens, fence, o->token,
+                              o->res.fence);
+        return;
+    case OP_ADOPT:
+        if (o->adopt_one) {
+            /* op_create's copies (adopt_one): key, shared set, old
+             * token, label, slot prefix. */
+            const struct script_resource r = {
+                .key = o->keys[0], .keylen = o->lens[0],
+                .shared = o->keys[1], .sharedlen = o->lens[1],
+                .slots = o->keys[4], .slotslen = o->lens[4],
+                .limit = o->nslots,
+            };
+            script_adopt_one(c, &r, o->keys[2], o->token, o->ttl, o->label);
+        } else {
+            /* the keys, then the old token (redlock_adopt) */
+            script_adopt(c, o->nres, o->keys, o->lens, o->keys[o->nres],
+                         o->token, o->ttl, o->label);
+        }
+        return;
+    case OP_RELEASE:
+        script_release(c, o->key, o->keylen, o->token,
+                       redlock_conf->locks.release_channel,
+                       pool_instance_id());
+        return;
+    case OP_EXTEND:
     default:
-        s = POOL_SCRIPT_RAISE_HELD;
-        argv[k] = o->key, lens[k++] = o->keylen;
-        argv[k] = fence, lens[k++] = flen;
-        for (int i = 1; i < o->nres; i++)
-            argv[k] = o->keys[i], lens[k++] = o->lens[i];
-        *nkeys = k;
-        argv[k++] = o->token;
-        argv[k++] = seen;       /* F, the value to raise to */
-        break;
+        script_extend(c, o->key, o->keylen, o->token, o->ttl);
+        return;
     }
-    for (int i = *nkeys; i < k; i++)
-        lens[i] = strlen(argv[i]);
-    *nargs = k - *nkeys;
-    return s;
 }
 
-/* Does script s answer with a vote, and so end with the guard words? */
-static bool script_guarded(enum pool_script s)
-{
-    switch (s) {
-    case POOL_SCRIPT_ACQUIRE:
-    case POOL_SCRIPT_ACQUIRE_SHARED:
-    case POOL_SCRIPT_ACQUIRE_MULTI:
-    case POOL_SCRIPT_RAISE_HELD:
-    case POOL_SCRIPT_RAISE_SHARED:
-    case POOL_SCRIPT_EXTEND:
-    case POOL_SCRIPT_EXTEND_MANY:
-    case POOL_SCRIPT_ADOPT:
-    case POOL_SCRIPT_ADOPT_ONE:
-        return true;
-    default:
-        return false;
-    }
-}
-
-/* Set the guard words for node i at argv[k...] (pool.h), and note which
- * of its votes the answer may be. */
+/* Set node's guard words in c (when its script has them), and note which
+ * of the node's votes the answer may be. */
 static void guard_words(struct op *const *ops, int nops, int node,
-                        const char **argv, size_t *lens, int k)
+                        struct script_call *c)
 {
-    node_guard(node, argv + k, lens + k);
+    const char *words[SCRIPT_GUARD_WORDS];
+    size_t lens[SCRIPT_GUARD_WORDS];
+
+    if (!script_guarded(&c->w))
+        return;
+    node_guard(node, words, lens);
+    script_set_guard(c, words, lens);
     for (int i = 0; i < nops; i++)
         ops[i]->gens[node] = node_vote_gen(node);
 }
@@ -643,80 +591,14 @@ static void op_sent(struct op *o)
         op_reply(o, -1, NULL);
 }
 
-/* The words of o's script; returns the script, with *nkeys and *nargs
- * set (the guard words counted). num and seen hold numbers they point
- * into. */
-static enum pool_script op_script(const struct op *o, const char **argv,
-                                  size_t *lens, int *nkeys, int *nargs,
-                                  char *num, char *seen)
-{
-    enum pool_script s;
-
-    *nkeys = 1;
-    *nargs = 2;
-    argv[0] = o->key;
-    lens[0] = o->keylen;
-    switch (o->kind) {
-    case OP_ACQUIRE:
-    case OP_RAISE:
-        s = op_words(o, argv, lens, nkeys, nargs, num, seen);
-        break;
-    case OP_ADOPT:
-        if (o->adopt_one) {
-            s = adopt_one_words(o, argv, lens, nkeys, nargs, num, seen);
-            break;
-        }
-        /* keys, then the old token and the label after them (op_create's
-         * copies, redlock_adopt) */
-        s = POOL_SCRIPT_ADOPT;
-        *nkeys = o->nres;
-        for (int i = 0; i < *nkeys; i++)
-            argv[i] = o->keys[i], lens[i] = o->lens[i];
-        snprintf(num, POOL_NUM_SIZE, "%" PRIu32, o->ttl);
-        argv[*nkeys] = o->keys[*nkeys];
-        argv[*nkeys + 1] = o->token;
-        argv[*nkeys + 2] = num;
-        argv[*nkeys + 3] = o->label;
-        *nargs = 4;
-        for (int i = *nkeys; i < *nkeys + *nargs; i++)
-            lens[i] = strlen(argv[i]);
-        break;
-    case OP_RELEASE:
-        s = POOL_SCRIPT_RELEASE;
-        argv[1] = o->token;
-        argv[2] = redlock_conf->locks.release_channel;
-        argv[3] = pool_instance_id();
-        lens[1] = strlen(argv[1]);
-        lens[2] = strlen(argv[2]);
-        lens[3] = POOL_INSTANCE_ID_LEN;
-        *nargs = 3;
-        break;
-    case OP_EXTEND:
-    default:
-        s = POOL_SCRIPT_EXTEND;
-        argv[1] = o->token;
-        snprintf(num, POOL_NUM_SIZE, "%" PRIu32, o->ttl);
-        argv[2] = num;
-        lens[1] = strlen(argv[1]);
-        lens[2] = strlen(argv[2]);
-        break;
-    }
-    if (script_guarded(s))
-        *nargs += POOL_GUARD_WORDS;
-    return s;
-}
-
-/* Send o's script to node i, on pool connection `link` (-1: any); a node
- * that cannot take it counts as failed at once. The caller holds a
+/* Send c, o's call, to node i, on pool connection `link` (-1: any); a
+ * node that cannot take it counts as failed at once. The caller holds a
  * pending count of its own. */
-static void op_send(struct op *o, int i, int link, enum pool_script s,
-                    const char **argv, size_t *lens, int nkeys, int nargs)
+static void op_send(struct op *o, int i, int link, struct script_call *c)
 {
-    if (script_guarded(s))
-        guard_words(&o, 1, i, argv, lens, nkeys + nargs - POOL_GUARD_WORDS);
+    guard_words(&o, 1, i, c);
     o->pending++;
-    if (pool_script_at(i, &link, s, nkeys, nargs, argv, lens, op_reply,
-                       o) != 0) {
+    if (pool_call(i, &link, &c->w, op_reply, o) != 0) {
         o->pending--;
         op_unsent(o, i);
         return;
@@ -747,12 +629,9 @@ static struct op *op_early(const char *token)
  * find nothing, and leave the key behind. */
 static void op_fan_out(struct op *o)
 {
-    const char *argv[OP_MAX_WORDS];
-    size_t lens[OP_MAX_WORDS];
-    char num[POOL_NUM_SIZE], seen[POOL_NUM_SIZE];
-    int nkeys, nargs;
-    enum pool_script s = op_script(o, argv, lens, &nkeys, &nargs, num, seen);
     const struct op *a = NULL;
+
+    op_call(o, &redlock_call);
 
     if (o->kind == OP_RELEASE || o->kind == OP_EXTEND)
         a = op_early(o->token);
@@ -765,7 +644,7 @@ static void op_fan_out(struct op *o)
             continue;
         }
         int link = a && (a->awaiting & ((uint64_t)1 << i)) ? a->links[i] : -1;
-        op_send(o, i, link, s, argv, lens, nkeys, nargs);
+        op_send(o, i, link, &redlock_call);
     }
     op_sent(o);
 }
@@ -1015,12 +894,8 @@ static void align_done(void *ud, int node, redisReply *r)
  */
 static void op_align(struct op *o, int node, const redisReply *r)
 {
-    const char *argv[CONF_MAX_MULTI + 2];
-    size_t lens[CONF_MAX_MULTI + 2];
-    char fence[POOL_NUM_SIZE];
     long long owned;
     uint64_t c;
-    int n = o->nres;
 
     if (!r || !fence_reply(r, &owned) || owned != 1 ||
         counter_parse(r->element[1], &c) != 0 || c <= o->res.fence)
@@ -1028,24 +903,18 @@ static void op_align(struct op *o, int node, const redisReply *r)
     if (o->mode == REDLOCK_SHARED) {
         /* The member's fence is a field of the set's fences hash. */
         size_t len = 0;
-        argv[0] = op_shared(o, 0, &len);
-        lens[0] = len;
-        n = 1;
+        const char *shared = op_shared(o, 0, &len);
+        script_set_fence(&redlock_call, 1, &shared, &len, o->token,
+                         o->res.fence);
     } else {
-        for (int i = 0; i < n; i++)
-            argv[i] = o->keys[i], lens[i] = o->lens[i];
+        script_set_fence(&redlock_call, o->nres, o->keys, o->lens, o->token,
+                         o->res.fence);
     }
-    snprintf(fence, sizeof(fence), "%" PRIu64, o->res.fence);
-    argv[n] = o->token;
-    lens[n] = strlen(o->token);
-    argv[n + 1] = fence;
-    lens[n + 1] = strlen(fence);
     log_debug("%.*s: node %s answered after the grant with counter %" PRIu64
               " above its fence %" PRIu64 ": setting the fence its keys "
               "carry", (int)o->keylen, o->key, pool_node_name(node), c,
               o->res.fence);
-    (void)pool_script(node, POOL_SCRIPT_SET_FENCE, n, 2, argv, lens,
-                      align_done, NULL);
+    (void)pool_call(node, NULL, &redlock_call.w, align_done, NULL);
 }
 
 /* Before the last reply: do the replies so far decide o? Then answer. */
@@ -1294,7 +1163,7 @@ void redlock_release(const char *key, size_t keylen, const char *token,
 
 /* ---- batches ------------------------------------------------------------ */
 
-/* Up to POOL_BATCH_MAX ops sent together: each node's one reply is an
+/* Up to SCRIPT_BATCH_MAX ops sent together: each node's one reply is an
  * array with every op's answer, given to each op as its own reply. */
 struct batch {
     struct batch_queue *q;
@@ -1356,41 +1225,35 @@ static void batch_reply(void *ud, int node, redisReply *r)
     batch_put(b);
 }
 
-/* The words of a batch: the keys, then per key the token and ttl
- * (EXTEND_MANY), or the channel, the instance id and the tokens
- * (RELEASE_MANY). Returns the arguments after the keys. */
-static int batch_words(const struct batch *b, const char **argv,
-                       size_t *lens, char (*ttls)[POOL_NUM_SIZE])
+/* The call of a batch: EXTEND_MANY (the keys, a token and a ttl each) or
+ * RELEASE_MANY (the keys, the channel, the instance id, the tokens). */
+static void batch_call(const struct batch *b, struct script_call *c)
 {
-    int n = b->n, k = n;
+    const char *keys[SCRIPT_BATCH_MAX], *tokens[SCRIPT_BATCH_MAX];
+    size_t lens[SCRIPT_BATCH_MAX];
+    uint32_t ttls[SCRIPT_BATCH_MAX];
+    int n = b->n;
 
-    for (int i = 0; i < n; i++)
-        argv[i] = b->ops[i]->key, lens[i] = b->ops[i]->keylen;
-    if (b->q->kind == OP_RELEASE) {
-        argv[k++] = redlock_conf->locks.release_channel;
-        argv[k++] = pool_instance_id();
-    }
     for (int i = 0; i < n; i++) {
-        argv[k++] = b->ops[i]->token;
-        if (b->q->kind == OP_EXTEND) {
-            snprintf(ttls[i], POOL_NUM_SIZE, "%" PRIu32, b->ops[i]->ttl);
-            argv[k++] = ttls[i];
-        }
+        keys[i] = b->ops[i]->key;
+        lens[i] = b->ops[i]->keylen;
+        tokens[i] = b->ops[i]->token;
+        ttls[i] = b->ops[i]->ttl;
     }
-    for (int i = n; i < k; i++)
-        lens[i] = strlen(argv[i]);
-    return k - n;
+    if (b->q->kind == OP_EXTEND)
+        script_extend_many(c, n, keys, lens, tokens, ttls);
+    else
+        script_release_many(c, n, keys, lens, tokens,
+                            redlock_conf->locks.release_channel,
+                            pool_instance_id());
 }
 
-/* Send the first POOL_BATCH_MAX ops of q (there are some); as op_fan_out,
- * a node that cannot take them fails each at once. */
+/* Send the first SCRIPT_BATCH_MAX ops of q (there are some); as
+ * op_fan_out, a node that cannot take them fails each at once. */
 static void batch_send(struct batch_queue *q)
 {
-    int n = q->n < POOL_BATCH_MAX ? (int)q->n : POOL_BATCH_MAX;
+    int n = q->n < SCRIPT_BATCH_MAX ? (int)q->n : SCRIPT_BATCH_MAX;
     struct batch *b = mem_alloc(sizeof(*b) + (size_t)n * sizeof(b->ops[0]));
-    const char *argv[POOL_MAX_ARGS_BATCH];
-    size_t lens[POOL_MAX_ARGS_BATCH];
-    char ttls[POOL_BATCH_MAX][POOL_NUM_SIZE];
 
     for (int i = 0; i < n; i++) {
         struct list *first = list_first(&q->ops);
@@ -1404,19 +1267,13 @@ static void batch_send(struct batch_queue *q)
     b->q = q;
     b->n = n;
     b->refs = 1;
-    int nargs = batch_words(b, argv, lens, ttls);
-    bool guarded = script_guarded(q->script);
-    if (guarded)
-        nargs += POOL_GUARD_WORDS;
+    batch_call(b, &redlock_call);
     for (int node = 0; node < pool_nnodes(); node++) {
-        if (guarded)
-            guard_words(b->ops, n, node, argv, lens,
-                        n + nargs - POOL_GUARD_WORDS);
+        guard_words(b->ops, n, node, &redlock_call);
         b->refs++;
         for (int i = 0; i < n; i++)
             b->ops[i]->pending++;
-        if (pool_script(node, q->script, n, nargs, argv, lens, batch_reply,
-                        b) != 0) {
+        if (pool_call(node, NULL, &redlock_call.w, batch_reply, b) != 0) {
             b->refs--;
             for (int i = 0; i < n; i++) {
                 b->ops[i]->pending--;
@@ -1501,35 +1358,13 @@ static void round_begin(struct round *r, void (*done)(struct round *))
     live++;
 }
 
-/* The probe's words for INSPECT and FORCE: KEYS lock, shared; ARGV the
- * slot prefix, K and (FORCE) the channel. Returns the number of words. */
-static int probe_words(const struct redlock_probe *p, bool channel,
-                       const char **argv, size_t *lens, char *num)
-{
-    int k = 0;
-
-    snprintf(num, POOL_NUM_SIZE, "%" PRIu32, p->limit);
-    argv[k] = p->key, lens[k++] = p->keylen;
-    argv[k] = p->shared, lens[k++] = p->sharedlen;
-    argv[k] = p->slots, lens[k++] = p->slotslen;
-    argv[k] = num, lens[k] = strlen(num), k++;
-    if (channel) {
-        argv[k] = redlock_conf->locks.release_channel;
-        lens[k] = strlen(argv[k]);
-        k++;
-    }
-    return k;
-}
-
-/* Send script s to every node; replies go to cb(ud == the struct
- * embedding r). */
-static void round_script(struct round *r, enum pool_script s, int argc,
-                         const char **argv, const size_t *lens,
-                         pool_reply_cb cb, void *ud)
+/* Send c to every node; replies go to cb(ud == the struct embedding r). */
+static void round_send(struct round *r, const struct script_call *c,
+                       pool_reply_cb cb, void *ud)
 {
     for (int i = 0; i < pool_nnodes(); i++) {
         r->pending++;
-        if (pool_script(i, s, 2, argc - 2, argv, lens, cb, ud) != 0)
+        if (pool_call(i, NULL, &c->w, cb, ud) != 0)
             r->pending--;
     }
     if (r->pending == 1)
@@ -1609,19 +1444,25 @@ static void inspect_reply(void *ud, int node, redisReply *r)
     round_step(&in->r);
 }
 
-/* Run INSPECT or FORCE for p on every node: r is the first member of the
- * struct its replies (reply, with ud == r) and done fill in. */
+/* Run INSPECT (force: FORCE) for p on every node: r is the first member
+ * of the struct its replies (reply, with ud == r) and done fill in. */
 static void probe_round(struct round *r, const struct redlock_probe *p,
-                        enum pool_script s, void (*done)(struct round *),
+                        bool force, void (*done)(struct round *),
                         pool_reply_cb reply)
 {
-    const char *argv[5];
-    size_t lens[5];
-    char num[POOL_NUM_SIZE];
-    int argc = probe_words(p, s == POOL_SCRIPT_FORCE, argv, lens, num);
+    const struct script_resource res = {
+        .key = p->key, .keylen = p->keylen, .shared = p->shared,
+        .sharedlen = p->sharedlen, .slots = p->slots,
+        .slotslen = p->slotslen, .limit = p->limit,
+    };
 
+    if (force)
+        script_force(&redlock_call, &res,
+                     redlock_conf->locks.release_channel);
+    else
+        script_inspect(&redlock_call, &res);
     round_begin(r, done);
-    round_script(r, s, argc, argv, lens, reply, r);
+    round_send(r, &redlock_call, reply, r);
 }
 
 void redlock_inspect(const struct redlock_probe *p, redlock_inspect_cb cb,
@@ -1640,7 +1481,7 @@ void redlock_inspect(const struct redlock_probe *p, redlock_inspect_cb cb,
         in->views[i].voting = node_votes(i);
         in->views[i].pttl = -2;
     }
-    probe_round(&in->r, p, POOL_SCRIPT_INSPECT, inspect_done, inspect_reply);
+    probe_round(&in->r, p, false, inspect_done, inspect_reply);
 }
 
 struct force {
@@ -1678,7 +1519,7 @@ void redlock_force_release(const struct redlock_probe *p, redlock_cb cb,
 
     f->cb = cb;
     f->ud = ud;
-    probe_round(&f->r, p, POOL_SCRIPT_FORCE, force_done, force_reply);
+    probe_round(&f->r, p, true, force_done, force_reply);
 }
 
 /* ---- the table lockmgr uses ---------------------------------------------- */

@@ -17,7 +17,7 @@
  * partial keys are removed from every node, owner-checked. Release and
  * extend are owner-checked too; inspect reads each node's PTTL.
  *
- * Requests go out through pool_script/pool_command; which answers count is
+ * Each call's words are script.h's, sent with pool_call; which answers count is
  * node's call (node_votes: up and not recovering from a restart). A release
  * that cannot reach a node is left to node_release_later, and every fence
  * granted is reported to node_note_fence for repairs. A Redis error reply

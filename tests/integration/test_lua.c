@@ -1,5 +1,5 @@
 /*
- * test_lua: the Redis scripts (daemon/lua/, as embedded in pool_lua.c)
+ * test_lua: the Redis scripts (daemon/lua/, as embedded in script_lua.c)
  * run by a real redis-server, each on a table of cases: what it answers
  * and what it leaves in the keyspace. The daemon's tests see the scripts
  * only through Redlock rounds; here each rule of a script is asked
@@ -29,7 +29,7 @@
 #include <hiredis/hiredis.h>
 
 #include "harness.h"
-#include "pool_lua.h"
+#include "script.h"
 
 #define TOK_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define TOK_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
@@ -59,7 +59,7 @@ static void teardown(void)
 /* EVAL of script s with nkeys keys, then the words (NULL-terminated);
  * guarded scripts get the guard words "maxttl marker ''" appended unless
  * the caller passes its own (guard != NULL: the run_id to check). */
-static redisReply *run(enum pool_script s, int nkeys, const char *guard, ...)
+static redisReply *run(enum script s, int nkeys, const char *guard, ...)
 {
     const char *argv[64];
     size_t lens[64];
@@ -69,7 +69,7 @@ static redisReply *run(enum pool_script s, int nkeys, const char *guard, ...)
 
     snprintf(nk, sizeof(nk), "%d", nkeys);
     argv[n++] = "EVAL";
-    argv[n++] = pool_lua[s];
+    argv[n++] = script_lua[s];
     argv[n++] = nk;
     va_start(ap, guard);
     for (const char *w; (w = va_arg(ap, const char *)); )
@@ -148,7 +148,7 @@ static void assert_int(redisReply *r, long long want)
 static redisReply *acquire(const char *key, const char *token,
                            const char *seen)
 {
-    return run(POOL_SCRIPT_ACQUIRE, 2, "", key, FENCE, token, "30000", seen,
+    return run(SCRIPT_ACQUIRE, 2, "", key, FENCE, token, "30000", seen,
                LABEL, "0", NULL);
 }
 
@@ -203,29 +203,29 @@ START_TEST(owner_checks)
     ck_assert_int_gt(r->element[1]->integer, 29000);
     freeReplyObject(r);
     /* Another token extends, raises and releases nothing. */
-    assert_int(run(POOL_SCRIPT_EXTEND, 1, "", "lock:o", TOK_B, "1000", NULL),
+    assert_int(run(SCRIPT_EXTEND, 1, "", "lock:o", TOK_B, "1000", NULL),
                0);
-    assert_pair(run(POOL_SCRIPT_RAISE_HELD, 2, "", "lock:o", FENCE, TOK_B,
+    assert_pair(run(SCRIPT_RAISE_HELD, 2, "", "lock:o", FENCE, TOK_B,
                     "50", NULL), 0, NULL);
-    assert_int(run(POOL_SCRIPT_RELEASE, 1, NULL, "lock:o", TOK_B, "ch", "id",
+    assert_int(run(SCRIPT_RELEASE, 1, NULL, "lock:o", TOK_B, "ch", "id",
                    NULL), 0);
-    assert_int(run(POOL_SCRIPT_UNDO, 1, NULL, "lock:o", TOK_B, NULL), 0);
+    assert_int(run(SCRIPT_UNDO, 1, NULL, "lock:o", TOK_B, NULL), 0);
     ck_assert_ptr_nonnull(get("lock:o"));
     /* The holder's token, with the label after it, is ours. */
-    assert_int(run(POOL_SCRIPT_EXTEND, 1, "", "lock:o", TOK_A, "60000", NULL),
+    assert_int(run(SCRIPT_EXTEND, 1, "", "lock:o", TOK_A, "60000", NULL),
                1);
     r = redisCommand(C, "PTTL lock:o");
     ck_assert_int_gt(r->integer, 59000);
     freeReplyObject(r);
     /* A raise while ours writes the raised fence into the value, ttl
      * kept. */
-    assert_pair(run(POOL_SCRIPT_RAISE_HELD, 2, "", "lock:o", FENCE, TOK_A,
+    assert_pair(run(SCRIPT_RAISE_HELD, 2, "", "lock:o", FENCE, TOK_A,
                     "50", NULL), 1, "50");
     ck_assert_str_eq(get(FENCE), "50");
     ck_assert_str_eq(get("lock:o"), TOK_A " " LABEL " 50");
     /* The release of a waited-for key deletes the mark and announces. */
     cmd("SET %s 1", "lock:o waiting");
-    assert_int(run(POOL_SCRIPT_RELEASE, 1, NULL, "lock:o", TOK_A, "ch", "id",
+    assert_int(run(SCRIPT_RELEASE, 1, NULL, "lock:o", TOK_A, "ch", "id",
                    NULL), 1);
     ck_assert_ptr_null(get("lock:o"));
     ck_assert_ptr_null(get("lock:o waiting"));
@@ -239,15 +239,15 @@ START_TEST(guard_marker)
     cmd("SET %s run-b", MARKER);
     /* Admitted under run-a, the marker says run-b: the node lost its
      * data. Nothing is written, not even the counter. */
-    redisReply *r = run(POOL_SCRIPT_ACQUIRE, 2, "run-a", "lock:g", FENCE,
+    redisReply *r = run(SCRIPT_ACQUIRE, 2, "run-a", "lock:g", FENCE,
                         TOK_A, "30000", "0", LABEL, "0", NULL);
     assert_error(r, "LOSTDATA");
     ck_assert_ptr_null(get("lock:g"));
     ck_assert_ptr_null(get(FENCE));
-    assert_error(run(POOL_SCRIPT_EXTEND_MANY, 1, "run-a", "lock:g", TOK_A,
+    assert_error(run(SCRIPT_EXTEND_MANY, 1, "run-a", "lock:g", TOK_A,
                      "1000", NULL), "LOSTDATA");
     /* The run it names: granted, and the longest ttl is noted. */
-    assert_pair(run(POOL_SCRIPT_ACQUIRE, 2, "run-b", "lock:g", FENCE, TOK_A,
+    assert_pair(run(SCRIPT_ACQUIRE, 2, "run-b", "lock:g", FENCE, TOK_A,
                     "30000", "0", LABEL, "0", NULL), 1, "1");
     ck_assert_str_eq(get(MAXTTL), "30000");
 }
@@ -259,7 +259,7 @@ START_TEST(batch_per_key)
 {
     assert_pair(acquire("lock:b1", TOK_A, "0"), 1, NULL);
     cmd("HSET lock:b2 f v");                /* a key of a foreign type */
-    redisReply *r = run(POOL_SCRIPT_EXTEND_MANY, 3, "", "lock:b1", "lock:b2",
+    redisReply *r = run(SCRIPT_EXTEND_MANY, 3, "", "lock:b1", "lock:b2",
                         "lock:b3", TOK_A, "5000", TOK_A, "5000", TOK_A,
                         "5000", NULL);
     ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
@@ -268,7 +268,7 @@ START_TEST(batch_per_key)
     ck_assert_int_eq(r->element[1]->type, REDIS_REPLY_ERROR);
     ck_assert_int_eq(r->element[2]->integer, 0);
     freeReplyObject(r);
-    r = run(POOL_SCRIPT_RELEASE_MANY, 2, NULL, "lock:b2", "lock:b1", "ch",
+    r = run(SCRIPT_RELEASE_MANY, 2, NULL, "lock:b2", "lock:b1", "ch",
             "id", TOK_A, TOK_A, NULL);
     ck_assert_int_eq(r->elements, 2);
     ck_assert_int_eq(r->element[0]->type, REDIS_REPLY_ERROR);
@@ -286,7 +286,7 @@ static redisReply *adopt_one(const char *res, const char *old)
     snprintf(key, sizeof(key), "lock:%s", res);
     snprintf(shared, sizeof(shared), "lock:%s:shared", res);
     snprintf(slots, sizeof(slots), "lock:%s#", res);
-    return run(POOL_SCRIPT_ADOPT_ONE, 2, "", key, shared, old, TOK_B, "20000",
+    return run(SCRIPT_ADOPT_ONE, 2, "", key, shared, old, TOK_B, "20000",
                LABEL, slots, "300", NULL);
 }
 
@@ -300,7 +300,7 @@ START_TEST(adopt_kinds)
     ck_assert_str_eq(get("lock:x"), TOK_B " " LABEL " 1");
     assert_pair(adopt_one("x", TOK_A), 0, NULL);    /* the old token: gone */
     /* Shared: the member and its fence move to the new token. */
-    assert_pair(run(POOL_SCRIPT_ACQUIRE_SHARED, 3, "", "lock:s", FENCE,
+    assert_pair(run(SCRIPT_ACQUIRE_SHARED, 3, "", "lock:s", FENCE,
                     "lock:s:shared", TOK_A, "30000", "0", "", "0", NULL),
                 1, "2");
     r = adopt_one("s", TOK_A);
@@ -313,7 +313,7 @@ START_TEST(adopt_kinds)
     ck_assert_str_eq(r->str, "2");
     freeReplyObject(r);
     /* Slot 217 of 300: found past the first 128, limit kept. */
-    assert_pair(run(POOL_SCRIPT_ACQUIRE, 2, "", "lock:k#217", FENCE, TOK_A,
+    assert_pair(run(SCRIPT_ACQUIRE, 2, "", "lock:k#217", FENCE, TOK_A,
                     "30000", "0", "{\"daemon\":\"t\",\"limit\":300}", "0",
                     NULL), 1, "3");
     r = adopt_one("k", TOK_A);
@@ -335,9 +335,9 @@ START_TEST(set_fence)
     assert_pair(acquire("lock:sf", TOK_A, "0"), 1, "1");
     cmd("SET %s 40", FENCE);
     /* Another token: untouched. The holder's: its value says 9, ttl kept. */
-    assert_int(run(POOL_SCRIPT_SET_FENCE, 1, NULL, "lock:sf", TOK_B, "9",
+    assert_int(run(SCRIPT_SET_FENCE, 1, NULL, "lock:sf", TOK_B, "9",
                    NULL), 0);
-    assert_int(run(POOL_SCRIPT_SET_FENCE, 1, NULL, "lock:sf", TOK_A, "9",
+    assert_int(run(SCRIPT_SET_FENCE, 1, NULL, "lock:sf", TOK_A, "9",
                    NULL), 1);
     ck_assert_str_eq(get("lock:sf"), TOK_A " " LABEL " 9");
     redisReply *r = redisCommand(C, "PTTL lock:sf");
@@ -345,10 +345,10 @@ START_TEST(set_fence)
     freeReplyObject(r);
     ck_assert_str_eq(get(FENCE), "40");     /* counters never go down */
     /* A shared hold: its field in the set's fences hash. */
-    assert_pair(run(POOL_SCRIPT_ACQUIRE_SHARED, 3, "", "lock:ss", FENCE,
+    assert_pair(run(SCRIPT_ACQUIRE_SHARED, 3, "", "lock:ss", FENCE,
                     "lock:ss:shared", TOK_A, "30000", "0", "", "0", NULL),
                 1, "41");
-    assert_int(run(POOL_SCRIPT_SET_FENCE, 1, NULL, "lock:ss:shared", TOK_A,
+    assert_int(run(SCRIPT_SET_FENCE, 1, NULL, "lock:ss:shared", TOK_A,
                    "12", NULL), 1);
     r = redisCommand(C, "HGET %s %s", "lock:ss:shared fences", TOK_A);
     ck_assert_str_eq(r->str, "12");
@@ -418,33 +418,33 @@ static void group_one_by_one(redisReply **out)
         const struct greq *q = &group_rows[i];
         switch (q->kind) {
         case 'a':
-            out[i] = run(POOL_SCRIPT_ACQUIRE, 3, "", q->key, FENCE,
+            out[i] = run(SCRIPT_ACQUIRE, 3, "", q->key, FENCE,
                          shared_of(q->key), q->token, q->ttl, q->seen,
                          q->label, q->wait, NULL);
             break;
         case 'b':
-            out[i] = run(POOL_SCRIPT_ACQUIRE, 2, "", q->key, FENCE, q->token,
+            out[i] = run(SCRIPT_ACQUIRE, 2, "", q->key, FENCE, q->token,
                          q->ttl, q->seen, q->label, q->wait, NULL);
             break;
         case 's':
-            out[i] = run(POOL_SCRIPT_ACQUIRE_SHARED, 3, "", q->key, FENCE,
+            out[i] = run(SCRIPT_ACQUIRE_SHARED, 3, "", q->key, FENCE,
                          shared_of(q->key), q->token, q->ttl, q->seen,
                          q->label, q->wait, NULL);
             break;
         case 'r':
-            out[i] = run(POOL_SCRIPT_RELEASE, 1, NULL, q->key, q->token, "ch",
+            out[i] = run(SCRIPT_RELEASE, 1, NULL, q->key, q->token, "ch",
                          "id", NULL);
             break;
         case 'm': {
             char s2[64];
             snprintf(s2, sizeof(s2), "%s", shared_of(q->key2));
-            out[i] = run(POOL_SCRIPT_ACQUIRE_MULTI, 5, "", FENCE, q->key,
+            out[i] = run(SCRIPT_ACQUIRE_MULTI, 5, "", FENCE, q->key,
                          shared_of(q->key), q->key2, s2, q->token, q->ttl,
                          q->seen, q->label, q->wait, NULL);
             break;
         }
         default:
-            out[i] = run(POOL_SCRIPT_EXTEND, 1, "", q->key, q->token, q->ttl,
+            out[i] = run(SCRIPT_EXTEND, 1, "", q->key, q->token, q->ttl,
                          NULL);
         }
     }
@@ -460,7 +460,7 @@ static redisReply *group_call(const char *guard)
     int n = 0, nkeys = 1, ncopies = 0;
 
     argv[n++] = "EVAL";
-    argv[n++] = pool_lua[POOL_SCRIPT_GROUP];
+    argv[n++] = script_lua[SCRIPT_GROUP];
     argv[n++] = nk;
     argv[n++] = FENCE;
     for (size_t i = 0; i < NGROUP; i++) {
@@ -664,7 +664,7 @@ END_TEST
 START_TEST(group_counter_limit)
 {
     cmd("SET %s 9", FENCE);
-    redisReply *g = run(POOL_SCRIPT_GROUP, 3, "", FENCE, "lock:l1", "lock:l2",
+    redisReply *g = run(SCRIPT_GROUP, 3, "", FENCE, "lock:l1", "lock:l2",
                         "bb", "ch", "id",
                         TOK_A, "30000", "999999999999999999", "", "0",
                         TOK_B, "30000", "0", "", "0", NULL);

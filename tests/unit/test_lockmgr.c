@@ -443,18 +443,21 @@ START_TEST(test_owner_cancel_withdraws_requests)
     int adopt = pending(F_ADOPT, "lock:q");
     lockmgr_owner_cancel(&A.o);
     ck_assert_ptr_null(A.o.pending);
-    /* The grants that arrive now are given back, unheard. */
+    /* A LOCK's grant that arrives now is given back, unheard; an
+     * ADOPT's is the owner's lease (the token was its lease: nothing the
+     * round rotated is ever deleted), unheard too. */
     answer_ok(acq, 7, 29000);
     ck_assert_int_eq(count_open(F_RELEASE, "lock:w"), 1);
     answer_ok(adopt, 3, 19000);
-    ck_assert_int_eq(count_open(F_RELEASE, "lock:q"), 1);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:q"), 0);
+    ck_assert_ptr_nonnull(held(&A, "q"));
     ck_assert_int_eq(A.nlocked, 3);
     /* The other operations complete, unanswered. */
     answer_ok(pending(F_EXTEND, "lock:e"), 0, 19900);
     answer_released(pending(F_RELEASE, "lock:u"), 3, 0);
     ck_assert_int_eq(A.nextended + A.nunlocked + A.nfailed, 0);
     ck_assert_ptr_null(held(&A, "u"));
-    ck_assert_uint_eq(A.o.nleases, 2);
+    ck_assert_uint_eq(A.o.nleases, 3);
     /* The leases renew as before, a loss is told, and a new request is
      * answered. */
     timer_advance(1000);
@@ -530,13 +533,15 @@ START_TEST(test_adopt)
     answer_unavailable(pending(F_ADOPT, "lock:q"));
     ck_assert_int_eq(C.err, PROTO_ERR_UNAVAILABLE);
     ck_assert_ptr_null(held(&C, "q"));
-    /* The owner ends during the round: what was rotated is given back. */
+    /* The owner ends during the round: what was rotated is left to
+     * expire, never deleted. */
     lockmgr_adopt(&D.o, &ar);
     i = pending(F_ADOPT, "lock:q");
     lockmgr_owner_end(&D.o, false);
     answer_ok(i, 3, 19000);
-    ck_assert_int_eq(count_open(F_RELEASE, "lock:q"), 1);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:q"), 0);
     ck_assert_int_eq(D.nlocked, 0);
+    ck_assert_uint_eq(lockmgr_counters()->adopts_left, 1);
     ck_assert_int_eq(C.refs + D.refs, 0);
 }
 END_TEST
@@ -1608,18 +1613,17 @@ START_TEST(test_adopt_kinds)
     ck_assert_msg(strstr(calls[i].label, "\"limit\":3}"), "label %s",
                   calls[i].label);
     /* Another size here, or none stored: refused, and the slot rotated
-     * to the new token is given back. */
+     * to the new token is left to expire (never deleted). */
     lockmgr_adopt(&D.o, &ar);
     i = pending(F_ADOPT, "lock:k");
     answer_adopted(i, 8, REDLOCK_HELD_SLOT, 0, 5);
     ck_assert_int_eq(D.err, PROTO_ERR_ARG);
-    ck_assert_str_eq(calls[pending(F_RELEASE, "lock:k#0")].token,
-                     calls[i].label);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:k#0"), 0);
     ar.res = (const char *[]){ "u" };
     lockmgr_adopt(&D.o, &ar);
     answer_adopted(pending(F_ADOPT, "lock:u"), 8, REDLOCK_HELD_SLOT, 0, 0);
     ck_assert_int_eq(D.err, PROTO_ERR_ARG);
-    ck_assert_int_eq(count_open(F_RELEASE, "lock:u#0"), 1);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:u#0"), 0);
     ck_assert_ptr_null(held(&D, "k"));
     ck_assert_ptr_null(held(&D, "u"));
     /* A semaphore larger than this daemon allows: refused, not made. */
@@ -1628,7 +1632,7 @@ START_TEST(test_adopt_kinds)
     answer_adopted(pending(F_ADOPT, "lock:w"), 8, REDLOCK_HELD_SLOT, 2,
                    conf.locks.max_limit + 1);
     ck_assert_int_eq(D.err, PROTO_ERR_ARG);
-    ck_assert_int_eq(count_open(F_RELEASE, "lock:w#2"), 1);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:w#2"), 0);
     ck_assert_ptr_null(held(&D, "w"));
 }
 END_TEST
@@ -1654,7 +1658,7 @@ START_TEST(test_adopt_multi_meets_semaphore)
     answer_ok(b, 5, 4900);
     ck_assert_int_eq(B.nlocked, 0);
     ck_assert_int_eq(B.err, PROTO_ERR_ARG);
-    ck_assert_int_eq(count_open(F_RELEASE, "lock:m2"), 1);
+    ck_assert_int_eq(count_open(F_RELEASE, "lock:m2"), 0);
 }
 END_TEST
 

@@ -235,7 +235,7 @@ static const char *const stats_keys[] = {
     "waiters", "acquisitions", "releases", "extends", "renewals",
     "renewal_failures", "leases_lost", "waits", "wakeups_notified",
     "wakeups_retry", "output_overflows", "nodes_total", "nodes_voting",
-    "quorum", "sessions_detached", "adopts",
+    "quorum", "sessions_detached", "adopts", "adopts_left",
     "acquire_seconds", "wait_seconds", "hold_seconds", "tls_handshakes",
     "tls_handshake_failures", "nodes", "process",
 };
