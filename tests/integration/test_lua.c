@@ -450,62 +450,76 @@ static void group_one_by_one(redisReply **out)
     }
 }
 
-/* All rows as one GROUP call, its words laid out as pool.c lays them;
- * guard: the run_id to check. */
+/* Row q as the daemon builds its call (script.h), into c. */
+static void group_row_call(const struct greq *q, struct script_call *c,
+                           char (*shared)[64])
+{
+    const char *keys[] = { q->key, q->key2 };
+    const size_t lens[] = { strlen(q->key), q->key2 ? strlen(q->key2) : 0 };
+    const char *sets[] = { shared[0], shared[1] };
+    size_t setlens[2];
+
+    snprintf(shared[0], 64, "%s", shared_of(q->key));
+    snprintf(shared[1], 64, "%s", q->key2 ? shared_of(q->key2) : "");
+    setlens[0] = strlen(shared[0]);
+    setlens[1] = strlen(shared[1]);
+    switch (q->kind) {
+    case 'r':
+        script_release(c, q->key, lens[0], q->token, "ch", "id");
+        return;
+    case 'e':
+        script_extend(c, q->key, lens[0], q->token,
+                      (uint32_t)strtoul(q->ttl, NULL, 10));
+        return;
+    default: {
+        const struct script_acquire a = {
+            .n = q->kind == 'm' ? 2 : 1, .keys = keys, .lens = lens,
+            .shared = q->kind == 'b' ? NULL : sets, .sharedlens = setlens,
+            .mode_shared = q->kind == 's', .fence = FENCE, .token = q->token,
+            .ttl = (uint32_t)strtoul(q->ttl, NULL, 10),
+            .seen = strtoull(q->seen, NULL, 10), .label = q->label,
+            .wait = strcmp(q->wait, "1") == 0,
+        };
+        script_acquire(c, &a);
+        return;
+    }
+    }
+}
+
+/* All rows as one GROUP call, packed by the daemon's own packer
+ * (script_group_call) from the calls its builders make; guard: the run_id
+ * to check. */
 static redisReply *group_call(const char *guard)
 {
-    const char *argv[128];
-    size_t lens[128];
-    char kinds[NGROUP + 1], nk[16], *copies[2 * NGROUP];
-    int n = 0, nkeys = 1, ncopies = 0;
+    static struct script_call calls[NGROUP], packed;
+    static char shared[NGROUP][2][64];
+    const char *const words[SCRIPT_GUARD_WORDS] = { MAXTTL, MARKER, guard };
+    const size_t wlens[SCRIPT_GUARD_WORDS] = {
+        strlen(MAXTTL), strlen(MARKER), strlen(guard),
+    };
+    struct script_group g = { 0 };
+    const char *argv[SCRIPT_MAX_WORDS_GROUP + 3];
+    size_t lens[SCRIPT_MAX_WORDS_GROUP + 3];
+    char nk[16];
+    int n = 0;
 
-    argv[n++] = "EVAL";
-    argv[n++] = script_lua[SCRIPT_GROUP];
-    argv[n++] = nk;
-    argv[n++] = FENCE;
     for (size_t i = 0; i < NGROUP; i++) {
-        const struct greq *q = &group_rows[i];
-        kinds[i] = q->kind;
-        argv[n++] = q->key;
-        nkeys++;
-        if (q->kind == 'a' || q->kind == 's' || q->kind == 'm') {
-            argv[n++] = copies[ncopies++] = strdup(shared_of(q->key));
-            nkeys++;
-        }
-        if (q->kind == 'm') {
-            argv[n++] = q->key2;
-            argv[n++] = copies[ncopies++] = strdup(shared_of(q->key2));
-            nkeys += 2;
-        }
+        group_row_call(&group_rows[i], &calls[i], shared[i]);
+        ck_assert_int_eq(calls[i].w.group, group_rows[i].kind);
+        if (script_guarded(&calls[i].w))
+            script_set_guard(&calls[i], words, wlens);
+        ck_assert_msg(script_group_fits(&g, &calls[i].w, CONF_GROUP_MAX),
+                      "row %zu does not fit the group", i);
+        script_group_add(&g, &calls[i].w);
     }
-    kinds[NGROUP] = '\0';
-    snprintf(nk, sizeof(nk), "%d", nkeys);
-    argv[n++] = kinds;
-    argv[n++] = "ch";
-    argv[n++] = "id";
-    for (size_t i = 0; i < NGROUP; i++) {
-        const struct greq *q = &group_rows[i];
-        if (q->kind == 'm')
-            argv[n++] = "2";            /* resources */
-        argv[n++] = q->token;
-        if (q->kind == 'a' || q->kind == 'b' || q->kind == 's' ||
-            q->kind == 'm') {
-            argv[n++] = q->ttl;
-            argv[n++] = q->seen;
-            argv[n++] = q->label;
-            argv[n++] = q->wait;
-        } else if (q->kind == 'e') {
-            argv[n++] = q->ttl;
-        }
-    }
-    argv[n++] = MAXTTL;
-    argv[n++] = MARKER;
-    argv[n++] = guard;
-    for (int i = 0; i < n; i++)
-        lens[i] = strlen(argv[i]);
+    script_group_call(&g, &packed);
+    snprintf(nk, sizeof(nk), "%d", packed.w.nkeys);
+    argv[n] = "EVAL", lens[n++] = 4;
+    argv[n] = script_lua[SCRIPT_GROUP], lens[n] = strlen(argv[n]), n++;
+    argv[n] = nk, lens[n] = strlen(nk), n++;
+    for (int i = 0; i < packed.w.argc; i++)
+        argv[n] = packed.w.argv[i], lens[n++] = packed.w.lens[i];
     redisReply *r = redisCommandArgv(C, n, argv, lens);
-    for (int i = 0; i < ncopies; i++)
-        free(copies[i]);
     ck_assert_ptr_nonnull(r);
     return r;
 }
