@@ -1,0 +1,309 @@
+/*
+ * lockmgr, what operators and STATUS see (lockmgr_priv.h): FORCEUNLOCK,
+ * STATUS (the pure plan and the round), and the lease views of LOCKS and
+ * SESSIONS.
+ */
+#include "lockmgr_priv.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "mem.h"
+
+/* ---- FORCEUNLOCK --------------------------------------------------------- */
+
+/* FORCEUNLOCK's and STATUS's context: who asked, about what. */
+struct owner_ask {
+    struct lockmgr_owner *o;    /* (ref) */
+    unsigned gen;               /* o->gen when asked */
+    size_t len;
+    uint32_t limit;             /* STATUS: slots looked at */
+    char resource[];
+};
+
+static struct owner_ask *owner_ask_new(struct lockmgr_owner *o,
+                                       const char *resource, size_t len)
+{
+    struct owner_ask *x = mem_alloc(sizeof(*x) + len + 1);
+
+    x->o = o;
+    x->gen = o->gen;
+    lm_owner_ref(o);
+    x->len = len;
+    memcpy(x->resource, resource, len);
+    x->resource[len] = '\0';
+    return x;
+}
+
+static void force_done(void *ud, const struct redlock_result *res)
+{
+    struct owner_ask *x = ud;
+    struct notice *n;
+
+    lm_enter();
+    log_notice("forced release of %s by %s (name=%s peer=%s): deleted on "
+               "%d of %d nodes", x->resource, x->o->id,
+               x->o->name[0] ? x->o->name : "-", x->o->peer ? x->o->peer
+               : "-", res->deleted, lm.rl->nnodes());
+    n = lm_notice_new(N_UNLOCKED, x->o, x->resource, NULL);
+    n->gen = x->gen;
+    n->nodes = res->deleted;
+    lm_owner_unref(x->o);
+    free(x);
+    lm_leave();
+}
+
+/* What STATUS and FORCEUNLOCK look at: the resource's keys, and `limit`
+ * slots (or as many as this daemon knows it has). The names stay in
+ * *buf (owned by the caller) until the call is made. */
+void lm_probe_make(const char *res, size_t len, uint32_t limit,
+                   struct redlock_probe *pr, char **buf)
+{
+    struct lock_entry *e = lm_entry_find(res, len);
+    size_t keylen = lm.prefixlen + len;
+    char *b = mem_alloc(3 * (keylen + LOCKMGR_SHARED_SUFFIX_LEN + 2));
+
+    memcpy(b, lm.conf->locks.key_prefix, lm.prefixlen);
+    memcpy(b + lm.prefixlen, res, len);
+    b[keylen] = '\0';
+    char *sh = b + keylen + 1;
+    memcpy(sh, b, keylen);
+    memcpy(sh + keylen, LOCKMGR_SHARED_SUFFIX, LOCKMGR_SHARED_SUFFIX_LEN + 1);
+    char *sl = sh + keylen + LOCKMGR_SHARED_SUFFIX_LEN + 1;
+    memcpy(sl, b, keylen);
+    sl[keylen] = LOCKMGR_SLOT_SEP;
+    sl[keylen + 1] = '\0';
+    pr->key = b;
+    pr->keylen = keylen;
+    pr->shared = sh;
+    pr->sharedlen = keylen + LOCKMGR_SHARED_SUFFIX_LEN;
+    pr->slots = sl;
+    pr->slotslen = keylen + 1;
+    pr->limit = limit ? limit : e ? e->limit : 0;
+    *buf = b;
+}
+
+/* The holders here of a resource being forced: told before the first
+ * node deletes (their notices go out at lm_leave(), before any node can
+ * answer), so none of them works on while a waiter elsewhere is granted
+ * on the nodes that answered first. One elsewhere learns it at its next
+ * renewal. */
+static void force_lose_local(const char *resource, size_t len)
+{
+    struct lock_entry *e = lm_entry_find(resource, len);
+    struct list *p, *tmp;
+
+    if (!e)
+        return;
+    e->pins++;
+    list_foreach_safe(p, tmp, &e->holders) {
+        struct lease *l = list_entry(p, struct lease, elink);
+        if (!l->gone)
+            lm_lease_lose(l, LOST_NODE);
+    }
+    e->pins--;
+    lm_entry_maybe_free(e);
+}
+
+void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
+                           size_t len)
+{
+    struct owner_ask *x;
+    struct redlock_probe pr;
+    char *buf;
+
+    lm_enter();
+    force_lose_local(resource, len);
+    x = owner_ask_new(o, resource, len);
+    /* Slots too: as many as a semaphore here has, else as many as one
+     * may have. */
+    lm_probe_make(resource, len, 0, &pr, &buf);
+    if (!pr.limit)
+        pr.limit = lm.conf->locks.max_limit;
+    lm.rl->force_release(&pr, force_done, x);
+    free(buf);
+    lm_leave();
+}
+
+/* ---- inspection --------------------------------------------------------- */
+
+void lockmgr_owner_leases(const struct lockmgr_owner *o,
+                          lockmgr_lease_fn *fn, void *ud)
+{
+    uint64_t now = timer_now();
+    const struct list *link;
+
+    list_foreach(link, &o->leases) {
+        const struct lease *l = list_entry(link, const struct lease, olink);
+        const struct lockmgr_lease_view v = {
+            .resource = l->resource, .token = l->token, .fence = l->fence,
+            .ttl = l->ttl, .validity = lm_lease_validity(l),
+            .held_ms = now - l->acquired_at, .renew = l->renew,
+            .renewals = l->renewals, .mode = l->mode, .limit = l->limit,
+            .slot = l->limit ? l->slot : -1,
+        };
+        fn(ud, &v);
+    }
+}
+
+static void holder_view(const struct lease *l, struct lockmgr_holder_view *h)
+{
+    uint64_t now = timer_now();
+
+    *h = (struct lockmgr_holder_view){
+        .session = l->owner->id, .name = l->owner->name,
+        .fence = l->fence, .held_ms = now - l->acquired_at,
+        .validity = lm_lease_validity(l), .mode = l->mode,
+        .slot = l->limit ? l->slot : -1,
+        .attached = !l->owner->detached,
+        .detached_ms = l->owner->detached ? now - l->owner->detached_at : 0,
+    };
+}
+
+/* Held here: the first LOCKMGR_STATUS_HOLDERS holders (the first of them
+ * is STATUS's "holder"), and how many shared and exclusive ones. */
+static size_t status_holders(const struct lock_entry *e,
+                             struct lockmgr_holder_view *h,
+                             size_t *nshared, size_t *nexcl)
+{
+    const struct list *p;
+    size_t n = 0;
+
+    *nshared = *nexcl = 0;
+    if (!e)
+        return 0;
+    list_foreach(p, &e->holders) {
+        const struct lease *l = list_entry(p, const struct lease, elink);
+        if (l->gone || !l->owner)
+            continue;
+        if (l->mode == LOCKMGR_SHARED)
+            ++*nshared;
+        else if (!l->limit)
+            ++*nexcl;
+        if (n < LOCKMGR_STATUS_HOLDERS)
+            holder_view(l, &h[n++]);
+    }
+    return n;
+}
+
+/* The node whose value names the exclusive key's holder when a quorum of
+ * voting nodes holds one token: the one with a label and the highest
+ * fence stored with it, or -1 (then p->remote_token says whether a quorum
+ * holds some token all the same: a foreign Redlock client's). */
+static void plan_remote(const struct redlock_node_view *v, int n, int quorum,
+                        struct lockmgr_status_plan *p)
+{
+    p->remote = -1;
+    p->remote_token = false;
+    for (int i = 0; i < n; i++) {
+        if (!v[i].token)
+            continue;
+        int k = 0, with = -1;
+        uint64_t fence = 0;
+        for (int j = 0; j < n; j++) {
+            if (!v[j].voting || !v[j].token ||
+                strcmp(v[j].token, v[i].token) != 0)
+                continue;
+            k++;
+            if (v[j].label && (with < 0 || v[j].fence > fence))
+                with = j, fence = v[j].fence;
+        }
+        if (k < quorum)
+            continue;
+        p->remote_token = true;
+        p->remote = with;
+        p->remote_fence = fence;
+        return;
+    }
+}
+
+void lockmgr_status_plan(const struct redlock_node_view *v, int n, int quorum,
+                         uint32_t limit, size_t nexcl_here,
+                         size_t nshared_here, bool holder_here,
+                         struct lockmgr_status_plan *p)
+{
+    memset(p, 0, sizeof(*p));
+    for (int i = 0; i < n; i++) {
+        if (v[i].answered && v[i].pttl != -2)
+            p->present++;
+        if (v[i].answered && v[i].shared > 0) {
+            p->with_shared++;
+            if (v[i].voting && v[i].shared > p->shared_holders)
+                p->shared_holders = v[i].shared;
+        }
+    }
+    /* A slot is held where a quorum of nodes has its key. */
+    for (uint32_t s = 0; s < limit; s++) {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            k += v[i].slots && strlen(v[i].slots) > s && v[i].slots[s] == '1';
+        p->slots_held += k >= quorum;
+    }
+    /* The nodes' holder is asked for only when none is here. */
+    if (!holder_here)
+        plan_remote(v, n, quorum, p);
+    else
+        p->remote = -1;
+    if (nexcl_here || p->present >= quorum)
+        p->mode = "exclusive";
+    else if (nshared_here || p->with_shared >= quorum)
+        p->mode = "shared";
+    p->held = holder_here || p->remote_token || p->present >= quorum ||
+              p->with_shared >= quorum || p->slots_held > 0;
+    if ((size_t)p->shared_holders < nshared_here)
+        p->shared_holders = (int64_t)nshared_here;
+}
+
+/* STATUS: answered at once, not as a notice (its views live only during
+ * this call); lm_leave() has delivered what was queued before it. */
+static void status_done(void *ud, const struct redlock_node_view *v, int n)
+{
+    struct owner_ask *x = ud;
+    struct lockmgr_owner *o = x->o;
+    struct lockmgr_holder_view holders[LOCKMGR_STATUS_HOLDERS];
+    struct lockmgr_status_plan plan;
+    struct lock_entry *e;
+    size_t nheld, nshared, nexcl, keylen;
+
+    lm_enter();
+    e = lm_entry_find(x->resource, x->len);
+    nheld = status_holders(e, holders, &nshared, &nexcl);
+    lockmgr_status_plan(v, n, lm.rl->quorum(), x->limit, nexcl, nshared,
+                        nheld > 0, &plan);
+    const char *k = lm_entry_key(x->resource, x->len, &keylen);
+    char *key = mem_alloc(keylen + 1);
+    memcpy(key, k, keylen);
+    key[keylen] = '\0';
+    const struct lockmgr_status st = {
+        .resource = x->resource, .key = key, .daemon = lm.conf->id,
+        .plan = &plan, .holders = holders, .nholders = nheld,
+        .holders_here = e ? e->nheld - e->ngone : 0,
+        .waiters = e ? e->nwait : 0, .limit = x->limit, .nodes = v,
+        .nnodes = n,
+    };
+    lm_leave();
+    if (!o->ended && x->gen == o->gen)
+        o->ops->status(o, &st);
+    lm_owner_unref(o);
+    free(key);
+    free(x);
+}
+
+void lockmgr_status(struct lockmgr_owner *o, const char *resource,
+                    size_t len, uint32_t limit)
+{
+    struct owner_ask *x;
+    struct redlock_probe pr;
+    char *buf;
+
+    lm_enter();
+    x = owner_ask_new(o, resource, len);
+    lm_probe_make(resource, len, limit, &pr, &buf);
+    x->limit = pr.limit;
+    lm.rl->inspect(&pr, status_done, x);
+    free(buf);
+    lm_leave();
+}

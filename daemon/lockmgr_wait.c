@@ -1,0 +1,563 @@
+/*
+ * lockmgr, LOCK requests (lockmgr_priv.h): a request in the FIFO of each
+ * resource it names, who may talk to Redis when, the attempts (a
+ * semaphore's slot by slot), sleeping and waking, and the grant.
+ */
+#include "lockmgr_priv.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "mem.h"
+
+/* ---- lock requests ------------------------------------------------------ */
+
+/* s as the inside of a JSON string at out + at (when out is not NULL);
+ * returns the new end. Labels are made of visible ASCII (conf's id,
+ * session ids, proto's client names), so '"' and '\\' are all there is to
+ * escape; anything else below ' ' is dropped, never stored. */
+static size_t json_put_str(char *out, size_t at, const char *s)
+{
+    for (; *s; s++) {
+        if ((unsigned char)*s < ' ')
+            continue;
+        if (*s == '"' || *s == '\\') {
+            if (out)
+                out[at] = '\\';
+            at++;
+        }
+        if (out)
+            out[at] = *s;
+        at++;
+    }
+    return at;
+}
+
+static size_t put_lit(char *out, size_t at, const char *lit)
+{
+    size_t n = strlen(lit);
+
+    if (out)
+        memcpy(out + at, lit, n);
+    return at + n;
+}
+
+/* The holder label an acquisition stores after its token, so that STATUS
+ * on any daemon of these nodes can name the holder:
+ * {"daemon":"<id>","session":"<id>"[,"name":"<name>"][,"limit":K]},
+ * compact (no space: the value is "token label fence"). A semaphore
+ * slot's says its semaphore's size, which ADOPT finds there. Writes it and
+ * a NUL to out unless out is NULL; returns its length. */
+size_t lm_label_put(const struct lockmgr_owner *o, uint32_t limit,
+                    char *out)
+{
+    size_t at = put_lit(out, 0, "{\"daemon\":\"");
+
+    at = json_put_str(out, at, lm.conf->id ? lm.conf->id : "");
+    at = put_lit(out, at, "\",\"session\":\"");
+    at = json_put_str(out, at, o->id);
+    if (o->name && o->name[0]) {
+        at = put_lit(out, at, "\",\"name\":\"");
+        at = json_put_str(out, at, o->name);
+    }
+    at = put_lit(out, at, "\"");
+    if (limit) {
+        char num[sizeof(",\"limit\":4294967295")];
+        snprintf(num, sizeof(num), ",\"limit\":%" PRIu32, limit);
+        at = put_lit(out, at, num);
+    }
+    at = put_lit(out, at, "}");
+    if (out)
+        out[at] = '\0';
+    return at;
+}
+
+static void req_free(struct lockreq *q)
+{
+    list_remove(&q->hlink);         /* a no-op unless held back */
+    timer_stop(&q->timer);
+    free(q);
+}
+
+/* Take q out of its entries and free it; the waiters after it get their
+ * turn. */
+void lm_req_drop(struct lockreq *q)
+{
+    struct lock_entry *es[CONF_MAX_MULTI];
+    size_t n = q->n;
+
+    for (size_t i = 0; i < n; i++) {
+        es[i] = q->pos[i].e;
+        lm_entry_remove(&q->pos[i]);
+    }
+    req_free(q);
+    for (size_t i = 0; i < n; i++)
+        lm_entry_kick(es[i]);
+}
+
+/* Answer q with an error and drop it. */
+void lm_req_fail(struct lockreq *q, enum proto_err err, const char *msg)
+{
+    struct lockmgr_owner *o = q->o;
+
+    if (o) {
+        struct notice *n = lm_notice_new(N_LOCKED, o, NULL, msg);
+        n->err = err;
+        o->pending = NULL;
+    }
+    lm_req_drop(q);
+    if (o)
+        lm_owner_unref(o);
+}
+
+/* "job:42", "job:42 and 2 more", for messages. */
+static void req_names(const struct lockreq *q, char *buf, size_t size)
+{
+    if (q->n == 1)
+        snprintf(buf, size, "%s", q->pos[0].e->resource);
+    else
+        snprintf(buf, size, "%s and %zu more", q->pos[0].e->resource,
+                 q->n - 1);
+}
+
+void lm_req_give_up(struct lockreq *q)
+{
+    char msg[PROTO_MAX_ERRMSG], names[PROTO_MAX_ERRMSG / 2];
+    const char *what = q->n > 1 ? "are" : "is";
+
+    req_names(q, names, sizeof(names));
+    if (q->last == REDLOCK_UNAVAILABLE) {
+        /* Say why when the nodes know (one recovering until when, one
+         * down and why): "could not be reached" is wrong for nodes that
+         * answer but may not vote yet. */
+        char why[512], full[PROTO_MAX_ERRMSG + sizeof(why)];
+        size_t n = lm.rl->why_unavailable ? lm.rl->why_unavailable(why,
+                                                                  sizeof(why))
+                                         : 0;
+        lm.c.acquire_unavailable++;
+        snprintf(full, sizeof(full), "no quorum of %d of %d redis nodes "
+                 "voted in time%s%s", lm.rl->quorum(), lm.rl->nnodes(),
+                 n ? ": " : "", n ? why : "");
+        lm_req_fail(q, PROTO_ERR_UNAVAILABLE, full);
+    } else if (q->deadline || q->cut) {
+        lm.c.acquire_timeout++;
+        if (q->cut)
+            snprintf(msg, sizeof(msg), "the client closed the connection "
+                     "while waiting for %s", names);
+        else if (q->limit)
+            snprintf(msg, sizeof(msg), "all %" PRIu32 " slots of %s are "
+                     "still held", q->limit, names);
+        else
+            snprintf(msg, sizeof(msg), "%s %s still held by someone else",
+                     names, what);
+        lm_req_fail(q, PROTO_ERR_TIMEOUT, msg);
+    } else {
+        lm.c.acquire_busy++;
+        if (q->limit)
+            snprintf(msg, sizeof(msg), "all %" PRIu32 " slots of %s are "
+                     "held", q->limit, names);
+        else
+            snprintf(msg, sizeof(msg), "%s %s held by someone else", names,
+                     what);
+        lm_req_fail(q, PROTO_ERR_BUSY, msg);
+    }
+}
+
+/* Seeded per process from the OS, so daemons do not share a sequence. */
+uint64_t lm_rng_below(uint64_t n)
+{
+    lm.rng ^= lm.rng >> 12;
+    lm.rng ^= lm.rng << 25;
+    lm.rng ^= lm.rng >> 27;
+    return n ? (lm.rng * 0x2545f4914f6cdd1dULL >> 11) % n : 0;
+}
+
+static uint64_t jitter(uint64_t ms)
+{
+    /* Spread retries over [ms/2, 3ms/2) so waiters on many daemons do not
+     * poll in step. */
+    if (ms < 2)
+        return 1;
+    return ms / 2 + lm_rng_below(ms);
+}
+
+static void req_sleep(struct lockreq *q, int64_t pttl)
+{
+    uint64_t now = timer_now();
+    uint64_t delay = jitter(lm.conf->locks.retry_ms);
+
+    /* The key expires before that: ask just after, a little spread too. */
+    if (pttl >= 0 && (uint64_t)pttl + 1 < delay)
+        delay = (uint64_t)pttl + 1 + lm_rng_below(LOCKMGR_WAKE_JITTER_MS + 1);
+    uint64_t due = now + delay;
+    if (due > q->deadline)
+        due = q->deadline;
+    timer_start_at(&q->timer, due);
+}
+
+/* The semaphore slot q asks for next in this pass over the slots, or -1
+ * when it has considered them all: one announced free first, then from
+ * this daemon's starting point on, skipping those held or asked for
+ * here. */
+static int64_t req_next_slot(struct lockreq *q)
+{
+    struct lock_entry *e = q->pos[0].e;
+    int64_t hint = q->hint;
+
+    q->hint = -1;
+    if (hint >= 0 && hint < (int64_t)e->limit && !e->slots[hint])
+        return hint;
+    while (q->visited < e->limit) {
+        uint32_t s = (uint32_t)((lm.spread + q->visited++) % e->limit);
+        if (!e->slots[s])
+            return s;
+    }
+    return -1;
+}
+
+void lm_slot_take(struct lock_entry *e, int64_t slot)
+{
+    e->slots[slot]++;
+    e->nused++;
+}
+
+static void slot_give(struct lock_entry *e, int64_t slot)
+{
+    e->slots[slot]--;
+    e->nused--;
+}
+
+/* Whatever a grant that nobody wants any more holds, given back. */
+static void req_give_back(struct lockreq *q)
+{
+    for (size_t i = 0; i < q->n; i++) {
+        size_t keylen;
+        const char *key = lm_req_key(q, i, &keylen);
+        lm.rl->release(key, keylen, q->token, NULL, NULL);
+    }
+}
+
+static void req_granted(struct lockreq *q, const struct redlock_result *res)
+{
+    struct lockmgr_owner *o = q->o;
+    struct lease *first = NULL;
+    struct notice *n = NULL;
+
+    for (size_t i = 0; i < q->n; i++) {
+        struct lease *l = lm_lease_create(q, i, res->fence, res->validity);
+        if (!first) {
+            first = l;
+            n = lm_notice_new(N_LOCKED, o, l->resource, NULL);
+            n->fence = l->fence;
+            n->ttl = l->ttl;
+            n->validity = lm_lease_validity(l);
+            n->nres = q->n;
+            n->mode = q->mode;
+            n->limit = q->limit;
+            n->slot = q->limit ? (uint32_t)q->slot : 0;
+            memcpy(n->token, l->token, sizeof(n->token));
+        } else {
+            list_push_tail(&first->glink, &l->glink);
+        }
+        lm_lease_attach(l, o);
+        lm_audit(l, o, "grant", l->renew ? "renewed while the session lives"
+                                      : "renew=0");
+    }
+    lm.c.acquire_ok++;
+    o->pending = NULL;
+    lm_req_drop(q);        /* the slot, if any, is the lease's now */
+    lm_owner_unref(o);
+}
+
+static bool req_try(struct lockreq *q);
+
+static void attempt_done(void *ud, const struct redlock_result *res)
+{
+    struct lockreq *q = ud;
+    struct lock_entry *e = q->pos[0].e;
+
+    lm_enter();
+    q->attempting = false;
+    if (q->limit && res->status != REDLOCK_OK)
+        slot_give(e, q->slot);
+    if (!q->o) {
+        /* The owner ended while we were acquiring. */
+        if (res->status == REDLOCK_OK) {
+            req_give_back(q);
+            if (q->limit)
+                slot_give(e, q->slot);
+        }
+        lm_req_drop(q);
+    } else if (q->shutdown) {
+        if (res->status == REDLOCK_OK) {
+            req_give_back(q);
+            if (q->limit)
+                slot_give(e, q->slot);
+        }
+        lm_req_fail(q, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
+    } else if (res->status == REDLOCK_OK) {
+        req_granted(q, res);
+    } else {
+        int64_t pttl = res->status == REDLOCK_BUSY ? res->pttl : -1;
+        if (q->limit && pttl >= 0 &&
+            (q->pass_pttl < 0 || pttl < q->pass_pttl))
+            q->pass_pttl = pttl;
+        /* That slot is taken elsewhere: on to the next. */
+        if (q->limit && res->status == REDLOCK_BUSY && req_try(q)) {
+            lm_leave();
+            return;
+        }
+        if (q->limit)
+            pttl = q->pass_pttl;
+        bool notified = q->notified;
+        q->last = res->status;
+        q->notified = false;
+        if (!q->deadline || timer_now() >= q->deadline)
+            lm_req_give_up(q);
+        else if (!(notified && res->status == REDLOCK_BUSY &&
+                   lm_req_attempt(q)))     /* released while we asked: again */
+            req_sleep(q, pttl);
+    }
+    lm_leave();
+}
+
+/* One acquisition for q: its keys, or (semaphore) the next slot of this
+ * pass. False, having sent nothing, when the pass has no slot left. */
+static bool req_try(struct lockreq *q)
+{
+    const char *keys[CONF_MAX_MULTI], *shared[CONF_MAX_MULTI];
+    size_t lens[CONF_MAX_MULTI], slens[CONF_MAX_MULTI];
+    struct redlock_lock lk = {
+        .mode = q->mode == LOCKMGR_SHARED ? REDLOCK_SHARED
+                                          : REDLOCK_EXCLUSIVE,
+        .n = (int)q->n, .keys = keys, .lens = lens,
+        .label = q->label, .labellen = q->labellen,
+        .wait = q->deadline != 0,
+    };
+
+    if (q->limit) {
+        struct lock_entry *e = q->pos[0].e;
+        int64_t slot = req_next_slot(q);
+        if (slot < 0)
+            return false;
+        q->slot = slot;
+        keys[0] = lm_entry_slot_key(e, (uint32_t)slot, &lens[0]);
+    } else {
+        for (size_t i = 0; i < q->n; i++) {
+            keys[i] = q->pos[i].e->key;
+            lens[i] = q->pos[i].e->keylen;
+            shared[i] = q->pos[i].e->shared;
+            slens[i] = q->pos[i].e->sharedlen;
+        }
+        lk.shared = shared;
+        lk.shared_lens = slens;
+    }
+    if (lm.rl->token(q->token) != 0) {
+        /* Answer from the timer, never from inside our caller: it may be
+         * about to touch the entry this request's answer could free. */
+        q->no_token = true;
+        timer_start(&q->timer, 0);
+        return true;
+    }
+    if (q->limit)
+        lm_slot_take(q->pos[0].e, q->slot);
+    q->attempting = true;
+    lm.rl->acquire(&lk, q->token, q->ttl, attempt_done, q);
+    return true;
+}
+
+/* A new pass: the acquisition, or for a semaphore a pass over its slots.
+ * False when no slot is left to ask for (all held or asked for here). */
+bool lm_req_attempt(struct lockreq *q)
+{
+    timer_stop(&q->timer);
+    q->woken = false;
+    q->notified = false;
+    q->visited = 0;
+    q->pass_pttl = -1;
+    return req_try(q);
+}
+
+static void req_timer_cb(struct timer *t)
+{
+    struct lockreq *q = t->data;
+
+    if (q->attempting)
+        return;
+    lm_enter();
+    if (q->no_token) {
+        log_error("getrandom failed: cannot make a lock token");
+        q->last = REDLOCK_UNAVAILABLE;
+        lm_req_fail(q, PROTO_ERR_UNAVAILABLE, "no random source for a token");
+    } else if (timer_now() >= q->deadline) {
+        lm_req_give_up(q);
+    } else if (lm_req_may_start(q, true)) {
+        if (q->woken)
+            lm.c.wakeups_notified++;
+        else
+            lm.c.wakeups_retry++;
+        if (!lm_req_attempt(q))
+            timer_start_at(&q->timer, q->deadline);
+    } else {
+        timer_start_at(&q->timer, q->deadline);
+    }
+    lm_leave();
+}
+
+/* A LOCK whose limit disagrees with what is held or waited for here. */
+static bool req_conflict(const struct lockmgr_req *r, char *msg, size_t size)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        struct lock_entry *e = lm_entry_find(r->res[i], r->len[i]);
+        if (!e || e->limit == r->limit)
+            continue;
+        if (!e->limit)
+            snprintf(msg, size, "%s is locked here without limit=, not as "
+                     "a semaphore", e->resource);
+        else if (!r->limit)
+            snprintf(msg, size, "%s is a semaphore here (limit=%" PRIu32
+                     "): LOCK it with that limit", e->resource, e->limit);
+        else
+            snprintf(msg, size, "%s is a semaphore of limit=%" PRIu32
+                     " here, not %" PRIu32 ": every holder must use the "
+                     "same limit", e->resource, e->limit, r->limit);
+        return true;
+    }
+    return false;
+}
+
+/* A new request q, queued on its entries: ask Redis now, wait its turn,
+ * or answer BUSY or LIMIT. */
+static void req_begin(struct lockreq *q)
+{
+    char msg[PROTO_MAX_ERRMSG];
+    bool wait = q->deadline != 0;
+    size_t crowded = 0;
+
+    for (size_t i = 0; i < q->n; i++)
+        if (q->pos[i].e->nwait > q->pos[crowded].e->nwait)
+            crowded = i;
+    size_t max_waiters = lm.conf->limits.max_waiters_per_resource;
+    if (lm_req_may_start(q, true)) {
+        if (!lm_req_attempt(q))    /* cannot be: a slot is free; as busy */
+            timer_start_at(&q->timer, q->deadline);
+    } else if (lm_req_may_start(q, false)) {
+        /* Only holders whose keys are being deleted right now (an UNLOCK
+         * by another owner, or a lost lease being cleaned up) stand in the
+         * way: that ends within a round trip, and lm_release_done() kicks
+         * this request, so even a wait=0 LOCK waits for it instead of
+         * seeing a stale BUSY. A wait=0 one gives up if that takes more
+         * than two command timeouts. */
+        if (!wait)
+            timer_start(&q->timer,
+                        2 * (uint64_t)lm.conf->redis.command_timeout_ms + 1);
+        else
+            timer_start_at(&q->timer, q->deadline);
+    } else if (!wait && lm_req_only_asked(q)) {
+        /* Others are asking for it, nobody holds it here: their outcome
+         * decides (entry_kick), within two command timeouts. */
+        timer_start(&q->timer,
+                    2 * (uint64_t)lm.conf->redis.command_timeout_ms + 1);
+    } else if (!wait) {
+        /* Held here, or others wait first: first come, first served. */
+        lm_req_give_up(q);
+    } else if (max_waiters && q->pos[crowded].e->nwait > max_waiters) {
+        snprintf(msg, sizeof(msg), "%zu requests already wait for %s "
+                 "(limits.max_waiters_per_resource)",
+                 q->pos[crowded].e->nwait - 1,
+                 q->pos[crowded].e->resource);
+        lm_req_fail(q, PROTO_ERR_LIMIT, msg);
+    } else {
+        timer_start_at(&q->timer, q->deadline);
+    }
+}
+
+void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r)
+{
+    char msg[PROTO_MAX_ERRMSG];
+    struct lockreq *q;
+
+    lm_enter();
+    if (req_conflict(r, msg, sizeof(msg))) {
+        struct notice *n = lm_notice_new(N_LOCKED, o, NULL, msg);
+        n->err = PROTO_ERR_ARG;
+        lm_leave();
+        return;
+    }
+    size_t labellen = lm_label_put(o, r->limit, NULL);
+    q = mem_alloc(sizeof(*q) + r->n * sizeof(q->pos[0]) + labellen + 1);
+    q->n = r->n;
+    list_init(&q->hlink);
+    lm_label_put(o, r->limit, (char *)&q->pos[r->n]);
+    q->label = (char *)&q->pos[r->n];
+    q->labellen = labellen;
+    q->o = o;
+    lm_owner_ref(o);
+    o->pending = q;
+    q->mode = r->mode;
+    q->limit = r->limit;
+    q->slot = -1;
+    q->hint = -1;
+    q->ttl = r->ttl;
+    q->renew = r->renew;
+    q->last = REDLOCK_BUSY;
+    q->deadline = r->wait ? timer_now() + r->wait : 0;
+    timer_init(&q->timer, req_timer_cb, q);
+    for (size_t i = 0; i < r->n; i++) {
+        q->pos[i].q = q;
+        q->pos[i].e = lm_entry_get(r->res[i], r->len[i], r->limit);
+        lm_entry_push(&q->pos[i]);
+    }
+    if (r->wait)
+        lm.c.waits++;
+    if (lm.starting) {
+        /* Until then a wait that runs out is for lack of nodes. */
+        q->last = REDLOCK_UNAVAILABLE;
+        list_push_tail(&lm.held_back, &q->hlink);
+        if (q->deadline)
+            timer_start_at(&q->timer, q->deadline);
+    } else {
+        req_begin(q);
+    }
+    lm_leave();
+}
+
+
+/* Held back at start-up; ends with lockmgr_ready(). */
+void lockmgr_starting(void)
+{
+    lm.starting = true;
+}
+
+void lockmgr_ready(void)
+{
+    struct list *link;
+
+    if (!lm.starting)
+        return;
+    lm_enter();
+    lm.starting = false;
+    while ((link = list_first(&lm.held_back))) {
+        struct lockreq *q = list_entry(link, struct lockreq, hlink);
+        list_remove(link);
+        q->last = REDLOCK_BUSY;
+        req_begin(q);
+    }
+    lm_adopt_send_held();
+    lm_leave();
+}
+
+void lockmgr_lock(struct lockmgr_owner *o, const char *resource, size_t len,
+                  uint32_t ttl, uint32_t wait, bool renew)
+{
+    const char *res[] = { resource };
+    size_t lens[] = { len };
+    struct lockmgr_req r = {
+        .n = 1, .res = res, .len = lens, .mode = LOCKMGR_EXCLUSIVE,
+        .ttl = ttl, .wait = wait, .renew = renew,
+    };
+    lockmgr_lock_req(o, &r);
+}
