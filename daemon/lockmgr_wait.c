@@ -10,69 +10,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "label.h"
 #include "log.h"
 #include "mem.h"
 
 /* ---- lock requests ------------------------------------------------------ */
 
-/* s as the inside of a JSON string at out + at (when out is not NULL);
- * returns the new end. Labels are made of visible ASCII (conf's id,
- * session ids, proto's client names), so '"' and '\\' are all there is to
- * escape; anything else below ' ' is dropped, never stored. */
-static size_t json_put_str(char *out, size_t at, const char *s)
-{
-    for (; *s; s++) {
-        if ((unsigned char)*s < ' ')
-            continue;
-        if (*s == '"' || *s == '\\') {
-            if (out)
-                out[at] = '\\';
-            at++;
-        }
-        if (out)
-            out[at] = *s;
-        at++;
-    }
-    return at;
-}
-
-static size_t put_lit(char *out, size_t at, const char *lit)
-{
-    size_t n = strlen(lit);
-
-    if (out)
-        memcpy(out + at, lit, n);
-    return at + n;
-}
-
-/* The holder label an acquisition stores after its token, so that STATUS
- * on any daemon of these nodes can name the holder:
- * {"daemon":"<id>","session":"<id>"[,"name":"<name>"][,"limit":K]},
- * compact (no space: the value is "token label fence"). A semaphore
- * slot's says its semaphore's size, which ADOPT finds there. Writes it and
- * a NUL to out unless out is NULL; returns its length. */
+/* The holder label an acquisition of o stores after its token (label.h):
+ * this daemon, o's session and client name, and a semaphore slot's
+ * limit. Writes it to out unless out is NULL; returns its length. */
 size_t lm_label_put(const struct lockmgr_owner *o, uint32_t limit,
                     char *out)
 {
-    size_t at = put_lit(out, 0, "{\"daemon\":\"");
+    const struct label l = {
+        .daemon = lm.conf->id, .session = o->id, .name = o->name,
+        .limit = limit,
+    };
 
-    at = json_put_str(out, at, lm.conf->id ? lm.conf->id : "");
-    at = put_lit(out, at, "\",\"session\":\"");
-    at = json_put_str(out, at, o->id);
-    if (o->name && o->name[0]) {
-        at = put_lit(out, at, "\",\"name\":\"");
-        at = json_put_str(out, at, o->name);
-    }
-    at = put_lit(out, at, "\"");
-    if (limit) {
-        char num[sizeof(",\"limit\":4294967295")];
-        snprintf(num, sizeof(num), ",\"limit\":%" PRIu32, limit);
-        at = put_lit(out, at, num);
-    }
-    at = put_lit(out, at, "}");
-    if (out)
-        out[at] = '\0';
-    return at;
+    return label_write(&l, out);
 }
 
 static void req_free(struct lockreq *q)

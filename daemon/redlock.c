@@ -34,6 +34,7 @@
 
 #include "conf.h"
 #include "hmap.h"
+#include "label.h"
 #include "list.h"
 #include "log.h"
 #include "mem.h"
@@ -1394,26 +1395,15 @@ static void inspect_done(struct round *r)
     free(in);
 }
 
-/* Split a copy of the exclusive key's value, b (len bytes, NUL-terminated),
- * into v's token, label and fence: "token label fence" is redlockd's (32 hex
- * chars, a label, a decimal), anything else all token. */
+/* The exclusive key's value, b (len bytes, NUL-terminated, a copy), as
+ * v's token, label and fence (label.h). */
 static void inspect_value(struct redlock_node_view *v, char *b, size_t len)
 {
-    char *sp = memrchr(b, ' ', len);
-    uint64_t fence;
-
     if (len == 0)
         return;
     v->token = b;
-    if (len < REDLOCK_TOKEN_LEN + 4 || b[REDLOCK_TOKEN_LEN] != ' ' ||
-        !sp || sp <= b + REDLOCK_TOKEN_LEN + 1 ||
-        strspn(b, "0123456789abcdef") != REDLOCK_TOKEN_LEN ||
-        proto_parse_u64(sp + 1, (size_t)(b + len - sp - 1), &fence) != 0)
-        return;
-    b[REDLOCK_TOKEN_LEN] = '\0';
-    *sp = '\0';
-    v->label = b + REDLOCK_TOKEN_LEN + 1;
-    v->fence = fence;
+    if (!label_split(b, len, &v->label, &v->fence))
+        v->label = NULL;
 }
 
 /* {pttl, live shared holders, "0110...", value} */

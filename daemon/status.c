@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "label.h"
+
 struct leases {
     json_t *arr;
     bool tokens;
@@ -72,14 +74,9 @@ static json_t *remote_holder_json(const struct lockmgr_status *st)
 
     if (!p->remote_token)
         return NULL;
-    h = p->remote >= 0 ? json_loads(st->nodes[p->remote].label, 0, NULL)
-                       : NULL;
-    if (!json_is_object(h) ||
-        !json_is_string(json_object_get(h, "daemon")) ||
-        !json_is_string(json_object_get(h, "session"))) {
-        json_decref(h);
+    h = p->remote >= 0 ? label_holder(st->nodes[p->remote].label) : NULL;
+    if (!h)
         return json_pack("{s:b}", "foreign", 1);
-    }
     json_object_set_new(h, "fence", json_integer((json_int_t)p->remote_fence));
     return h;
 }

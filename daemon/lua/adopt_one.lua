@@ -55,7 +55,9 @@ for i = 0, n - 1, 128 do
   local vs = redis.call('MGET', unpack(ks))
   for j = 1, #ks do
     if ours(vs[j], old) then
-      local label, k = ARGV[4], string.match(vs[j], '"limit":(%d+)')
+      -- A slot's label ends with its semaphore's size (daemon/label.h):
+      -- the one pattern that reads a label here, anchored at the fence.
+      local label, k = ARGV[4], string.match(vs[j], ',"limit":(%d+)} %d+$')
       if k and string.sub(label, -1) == '}' then
         label = string.sub(label, 1, -2) .. ',"limit":' .. k .. '}'
       end

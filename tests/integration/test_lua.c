@@ -29,6 +29,7 @@
 #include <hiredis/hiredis.h>
 
 #include "harness.h"
+#include "label.h"
 #include "script.h"
 
 #define TOK_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -312,10 +313,17 @@ START_TEST(adopt_kinds)
     r = redisCommand(C, "HGET %s %s", "lock:s:shared fences", TOK_B);
     ck_assert_str_eq(r->str, "2");
     freeReplyObject(r);
-    /* Slot 217 of 300: found past the first 128, limit kept. */
+    /* Slot 217 of 300: found past the first 128, limit kept; its label
+     * as the daemon writes it (label.h), with a client name that looks
+     * like a limit, which the pattern must not read. */
+    char slot_label[256];
+    const struct label sl = {
+        .daemon = "t", .session = "s1", .name = "\"limit\":9}", .limit = 300,
+    };
+    ck_assert_uint_lt(label_write(&sl, NULL), sizeof(slot_label));
+    label_write(&sl, slot_label);
     assert_pair(run(SCRIPT_ACQUIRE, 2, "", "lock:k#217", FENCE, TOK_A,
-                    "30000", "0", "{\"daemon\":\"t\",\"limit\":300}", "0",
-                    NULL), 1, "3");
+                    "30000", "0", slot_label, "0", NULL), 1, "3");
     r = adopt_one("k", TOK_A);
     ck_assert_str_eq(r->element[2]->str, "slot");
     ck_assert_str_eq(r->element[3]->str, "217");
