@@ -288,10 +288,17 @@ as_unit() {
 rundir=/run/$(unit_key RuntimeDirectory)
 install -d -o "$user" -g "$group" -m "$(unit_key RuntimeDirectoryMode)" "$rundir"
 (cd / && umask "$(unit_key UMask)" && as_unit "${exec_pre[@]}")
+# LimitNOFILE, as far as this machine's hard limit lets root raise it (a
+# container may cap it below the unit's value; systemd would fail there).
+nofile=$(unit_key LimitNOFILE)
+hard=$(ulimit -Hn)
+if [ "$hard" != unlimited ] && [ "$nofile" -gt "$hard" ]; then
+    nofile=$hard
+fi
 (
     cd /
     umask "$(unit_key UMask)"
-    ulimit -n "$(unit_key LimitNOFILE)"
+    ulimit -n "$nofile"
     exec setpriv --reuid="$user" --regid="$group" --init-groups \
         --no-new-privs --inh-caps=-all --bounding-set=-all -- \
         "${exec_start[@]}" </dev/null >"$work/redlockd.log" 2>&1
@@ -394,6 +401,9 @@ leftovers() {
     done
     find /etc /var /run /usr /lib /tmp /srv /opt /home /root -xdev \
         \( -user redlockd -o -group redlockd \) -print 2>/dev/null || true
+    # The units' enablement (symlinks and deb-systemd-helper's state).
+    find /etc/systemd /var/lib/systemd -name '*redlockd*' -print 2>/dev/null ||
+        true
     installed_packages
 }
 
