@@ -36,6 +36,8 @@ work=""
 daemon_pid=""
 redis_pids=()
 user_was_there=0
+# The directories the packages or their user make (none is here before).
+own_dirs=(/etc/redlockd /var/lib/redlockd /run/redlockd)
 current=""
 failed=0
 
@@ -116,6 +118,8 @@ cleanup() {
     done
     if [ -n "$work" ]; then
         purge_all || echo "package: purge failed in cleanup" >&2
+        # What a failed purge left.
+        rm -rf "${own_dirs[@]}"
         if [ "$user_was_there" -eq 0 ] && getent passwd redlockd >/dev/null; then
             userdel redlockd 2>/dev/null || true
         fi
@@ -143,6 +147,9 @@ mapfile -t already < <(installed_packages)
 if getent passwd redlockd >/dev/null || getent group redlockd >/dev/null; then
     user_was_there=1
 fi
+for d in "${own_dirs[@]}"; do
+    [ ! -e "$d" ] || die "$d is here (another install?), not touching it"
+done
 work=$(mktemp -d /tmp/redlockd-package.XXXXXX)
 # apt reads the .deb files as its own user (_apt).
 chmod 755 "$work"
@@ -395,8 +402,7 @@ leftovers() {
     while read -r f; do
         if [ -e "$f" ] || [ -L "$f" ]; then echo "$f"; fi
     done < <(package_files "$@")
-    for f in /etc/redlockd /var/lib/redlockd /run/redlockd \
-             /usr/lib/python3/dist-packages/redlockd; do
+    for f in "${own_dirs[@]}" /usr/lib/python3/dist-packages/redlockd; do
         if [ -e "$f" ]; then echo "$f"; fi
     done
     find /etc /var /run /usr /lib /tmp /srv /opt /home /root -xdev \
