@@ -4,7 +4,8 @@
   sbindir and sysconfdir), not /usr/sbin and /etc when the prefix is
   another; redlockd(8) documents every signal the daemon handles and
   points to redlockd.json(5); the pages format without groff warnings.
-- The tmpfiles.d entry's comment names the file it was installed as.
+- The tmpfiles.d and sysusers.d entries' comments name the files they
+  were installed as; the unit runs as the static user sysusers.d makes.
 - Every document in docs/ is installed with the README and the licence.
 - The Python client is installed where the system's python3 looks
   (meson's python module), every module of it, and imports from the
@@ -82,7 +83,7 @@ def test_man_pages_format_cleanly(inst):
     if not groff:
         pytest.skip("no groff")
     for page in (man(inst, 8, "redlockd.8"), man(inst, 5, "redlockd.json.5"),
-                 man(inst, 1, "redlockctl.1")):
+                 man(inst, 1, "redlockctl.1"), man(inst, 1, "redlockd-taskq.1")):
         run = subprocess.run([groff, "-man", "-Tutf8", "-ww", "-z", page],
                              capture_output=True, text=True, timeout=60)
         assert run.returncode == 0 and run.stderr == "", page + run.stderr
@@ -106,14 +107,37 @@ def test_units_name_this_builds_paths(inst):
             assert path.rstrip(".") in allowed, (name, path)
 
 
-def test_tmpfiles_comment_names_its_file(inst):
-    found = glob.glob(os.path.join(str(inst), "**", "tmpfiles.d",
+def entry(dest, kind):
+    """The installed tmpfiles.d or sysusers.d entry, and its text, after
+    checking that its comment names the file it was installed as."""
+    found = glob.glob(os.path.join(str(dest), "**", kind + ".d",
                                    "redlockd.conf"), recursive=True)
     assert len(found) == 1, found
-    installed_as = "/" + os.path.relpath(found[0], str(inst))
+    installed_as = "/" + os.path.relpath(found[0], str(dest))
     text = read(found[0])
     assert "(installed as %s)" % installed_as in text, text
-    assert re.search(r"^d /run/redlockd 0755 root root -$", text, re.M)
+    return text
+
+
+def test_tmpfiles_entry(inst):
+    text = entry(inst, "tmpfiles")
+    assert re.search(r"^d /run/redlockd 0755 redlockd redlockd -$", text,
+                     re.M)
+    assert re.search(r"^d /var/lib/redlockd 0750 redlockd redlockd -$", text,
+                     re.M)
+
+
+def test_sysusers_entry_makes_the_units_user(inst):
+    """The unit runs as a static user (not DynamicUser), the one the
+    sysusers.d entry makes, with the home the tmpfiles.d entry makes."""
+    lines = [l for l in entry(inst, "sysusers").splitlines()
+             if l and not l.startswith("#")]
+    assert lines == ['u redlockd - "redlockd lock service" /var/lib/redlockd']
+    units = glob.glob(os.path.join(str(inst), "**", "redlockd.service"),
+                      recursive=True)
+    service = read(units[0])
+    assert "\nUser=redlockd\n" in service and "\nGroup=redlockd\n" in service
+    assert not re.search(r"^DynamicUser=", service, re.M)
 
 
 def test_every_doc_is_installed(inst):

@@ -88,9 +88,13 @@ static redisReply *run(enum script s, int nkeys, const char *guard, ...)
     return r;
 }
 
+/* A value as get() returns it, and a row of group_keyspace(), which holds
+ * one: the same size, so copying one into the other cannot truncate. */
+#define VALUE_LEN 512
+
 static char *get(const char *key)
 {
-    static char buf[512];
+    static char buf[VALUE_LEN];
     redisReply *r = redisCommand(C, "GET %s", key);
     ck_assert_ptr_nonnull(r);
     if (r->type != REDIS_REPLY_STRING) {
@@ -564,7 +568,7 @@ static void assert_alike(const redisReply *a, const redisReply *b,
 /* What the rows leave: the keys' values, the counter, the record, the
  * waiting marks, the shared set's members and their fences. */
 #define NKEYSPACE 14
-static void group_keyspace(char out[][256])
+static void group_keyspace(char out[][VALUE_LEN])
 {
     const char *keys[] = { "lock:q1", "lock:q4", FENCE, MAXTTL,
                            "lock:q1 waiting", "lock:q5:shared waiting",
@@ -573,18 +577,18 @@ static void group_keyspace(char out[][256])
     size_t i;
     for (i = 0; i < sizeof(keys) / sizeof(*keys); i++) {
         const char *v = get(keys[i]);
-        snprintf(out[i], 256, "%s", v ? v : "(none)");
+        snprintf(out[i], VALUE_LEN, "%s", v ? v : "(none)");
     }
     redisReply *r = redisCommand(C, "ZRANGE lock:q5:shared 0 -1");
     ck_assert_ptr_nonnull(r);
-    snprintf(out[i++], 256, "%zu members, first %s", r->elements,
+    snprintf(out[i++], VALUE_LEN, "%zu members, first %s", r->elements,
              r->elements ? r->element[0]->str : "-");
     freeReplyObject(r);
     const char *tok[] = { TOK_A, TOK_B };
     for (int t = 0; t < 2; t++, i++) {
         r = redisCommand(C, "HGET %s %s", "lock:q5:shared fences", tok[t]);
         ck_assert_ptr_nonnull(r);
-        snprintf(out[i], 256, "%s", r->type == REDIS_REPLY_STRING ? r->str
+        snprintf(out[i], VALUE_LEN, "%s", r->type == REDIS_REPLY_STRING ? r->str
                                                                   : "(none)");
         freeReplyObject(r);
     }
@@ -593,7 +597,7 @@ static void group_keyspace(char out[][256])
 START_TEST(group_as_one_by_one)
 {
     redisReply *one[NGROUP];
-    char want[NKEYSPACE][256], got[NKEYSPACE][256];
+    char want[NKEYSPACE][VALUE_LEN], got[NKEYSPACE][VALUE_LEN];
 
     group_setup();
     group_one_by_one(one);
