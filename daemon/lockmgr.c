@@ -32,33 +32,64 @@ void lm_owner_unref(struct lockmgr_owner *o)
     o->ops->unref(o);
 }
 
-struct notice *lm_notice_new(enum notice_kind kind,
-                             struct lockmgr_owner *o,
-                             const char *resource, const char *msg)
+/* A notice for o (with a reference on it), its strings copied: the
+ * resource, and a refusal's. */
+static struct notice *notice_make(enum notice_kind kind,
+                                  struct lockmgr_owner *o, unsigned gen,
+                                  void *ask, const char *resource,
+                                  const struct lockmgr_refusal *no)
 {
     size_t rlen = resource ? strlen(resource) : 0;
-    size_t mlen = msg ? strlen(msg) + 1 : 0;
-    struct notice *n = mem_alloc(sizeof(*n) + rlen + 1 + mlen);
+    size_t nlen = no && no->resource ? strlen(no->resource) + 1 : 0;
+    size_t dlen = no && no->detail ? strlen(no->detail) + 1 : 0;
+    struct notice *n = mem_alloc(sizeof(*n) + rlen + 1 + nlen + dlen);
+    char *at = n->text + rlen + 1;
 
     n->kind = kind;
     n->o = o;
-    n->gen = o->gen;
+    n->gen = gen;
+    n->ask = ask;
     n->nres = 1;
     lm_owner_ref(o);
     if (rlen)
         memcpy(n->text, resource, rlen);
-    if (msg) {
-        memcpy(n->text + rlen + 1, msg, mlen);
-        n->msg = n->text + rlen + 1;
+    if (no) {
+        n->refused = true;
+        n->no = *no;
+        if (nlen) {
+            memcpy(at, no->resource, nlen);
+            n->no.resource = at;
+            at += nlen;
+        }
+        if (dlen) {
+            memcpy(at, no->detail, dlen);
+            n->no.detail = at;
+        }
     }
     list_push_tail(&lm.notices, &n->link);
     return n;
+}
+
+struct notice *lm_notice_new(enum notice_kind kind,
+                             struct lockmgr_owner *o, unsigned gen,
+                             void *ask, const char *resource)
+{
+    return notice_make(kind, o, gen, ask, resource, NULL);
+}
+
+struct notice *lm_notice_refused(enum notice_kind kind,
+                                 struct lockmgr_owner *o, unsigned gen,
+                                 void *ask, const char *resource,
+                                 const struct lockmgr_refusal *no)
+{
+    return notice_make(kind, o, gen, ask, resource, no);
 }
 
 static void notice_deliver(struct notice *n)
 {
     struct lockmgr_owner *o = n->o;
     const struct lockmgr_owner_ops *ops = o->ops;
+    const struct lockmgr_refusal *no = n->refused ? &n->no : NULL;
 
     /* An answer for a requester that went away (lockmgr_owner_cancel)
      * is dropped; a loss is the owner's whoever asks for it. */
@@ -66,23 +97,23 @@ static void notice_deliver(struct notice *n)
         return;
     switch (n->kind) {
     case N_LOCKED:
-        if (n->err == PROTO_ERR_NONE) {
+        if (!no) {
             struct lockmgr_grant g = {
                 .resource = n->text, .nresources = n->nres,
                 .token = n->token, .fence = n->fence, .ttl = n->ttl,
                 .validity = n->validity, .mode = n->mode,
                 .limit = n->limit, .slot = n->slot,
             };
-            ops->locked(o, &g, PROTO_ERR_NONE, NULL);
+            ops->locked(o, n->ask, &g, NULL);
         } else {
-            ops->locked(o, NULL, n->err, n->msg);
+            ops->locked(o, n->ask, NULL, no);
         }
         break;
     case N_UNLOCKED:
-        ops->unlocked(o, n->text, n->nres, n->nodes, n->err);
+        ops->unlocked(o, n->ask, n->text, n->nres, n->nodes, no);
         break;
     case N_EXTENDED:
-        ops->extended(o, n->text, n->ttl, n->validity, n->err);
+        ops->extended(o, n->ask, n->text, n->ttl, n->validity, no);
         break;
     case N_LOST:
         ops->lost(o, n->text, n->fence, n->why);
@@ -189,6 +220,7 @@ void lockmgr_owner_init(struct lockmgr_owner *o,
     o->name = name;
     o->peer = peer;
     list_init(&o->leases);
+    list_init(&o->waits);
 }
 
 const char *lockmgr_lost_reason_name(enum lockmgr_lost_reason r)
@@ -475,32 +507,33 @@ struct lease *lockmgr_held(const struct lockmgr_owner *o,
 
 void lockmgr_cut_wait(struct lockmgr_owner *o)
 {
-    struct lockreq *q = o->pending;
+    struct list *p, *tmp;
 
-    if (!q || !q->deadline)
-        return;     /* wait=0 requests end on their own, soon */
     lm_enter();
-    q->deadline = 0;
-    q->cut = true;
-    if (!q->attempting) {
-        lm.c.acquire_timeout++;
-        lm_req_fail(q, PROTO_ERR_TIMEOUT, "the client closed the connection "
-                 "while waiting");
+    list_foreach_safe(p, tmp, &o->waits) {
+        struct lockreq *q = list_entry(p, struct lockreq, olink);
+        if (!q->deadline)
+            continue;   /* wait=0 requests end on their own, soon */
+        q->deadline = 0;
+        q->cut = true;
+        if (!q->attempting)
+            lm_req_give_up(q);
     }
     lm_leave();
 }
 
 void lockmgr_owner_shutdown(struct lockmgr_owner *o)
 {
-    struct lockreq *q = o->pending;
+    struct list *p, *tmp;
 
     lm_enter();
-    if (q) {
+    list_foreach_safe(p, tmp, &o->waits) {
+        struct lockreq *q = list_entry(p, struct lockreq, olink);
         q->shutdown = true;
         if (!q->attempting)
-            lm_req_fail(q, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
+            lm_req_refuse(q, LOCKMGR_NO_SHUTDOWN);
     }
-    lm_adopt_unhold(o, PROTO_ERR_SHUTDOWN);
+    lm_adopt_unhold(o, true);
     lm_leave();
 }
 
@@ -528,27 +561,26 @@ size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until)
     return n;
 }
 
-/* o's LOCK, if any, is no longer o's: dropped now, or, with an attempt
- * in flight, when it completes (a grant then given back). */
-static void owner_drop_pending(struct lockmgr_owner *o)
+/* o's LOCKs are no longer o's: each dropped now, or, with an attempt in
+ * flight, when it completes (a grant then given back). */
+static void owner_drop_waits(struct lockmgr_owner *o)
 {
-    struct lockreq *q = o->pending;
+    struct list *link;
 
-    if (!q)
-        return;
-    o->pending = NULL;
-    q->o = NULL;
-    if (!q->attempting)
-        lm_req_drop(q);
-    lm_owner_unref(o);     /* the request's reference */
+    while ((link = list_first(&o->waits))) {
+        struct lockreq *q = list_entry(link, struct lockreq, olink);
+        lm_req_disown(q);
+        if (!q->attempting)
+            lm_req_drop(q);
+    }
 }
 
 void lockmgr_owner_cancel(struct lockmgr_owner *o)
 {
     lm_enter();
     o->gen++;
-    owner_drop_pending(o);
-    lm_adopt_unhold(o, PROTO_ERR_NONE);
+    owner_drop_waits(o);
+    lm_adopt_unhold(o, false);
     lm_leave();
 }
 
@@ -559,8 +591,8 @@ void lockmgr_owner_end(struct lockmgr_owner *o, bool died)
 
     lm_enter();
     o->ended = true;
-    lm_adopt_unhold(o, PROTO_ERR_NONE);
-    owner_drop_pending(o);
+    lm_adopt_unhold(o, false);
+    owner_drop_waits(o);
     while ((link = list_first(&o->leases))) {
         struct lease *l = list_entry(link, struct lease, olink);
         lm_lease_release(l, delay, NULL, delay ? "the connection dropped; "

@@ -27,7 +27,6 @@
 #include <stdint.h>
 
 #include "list.h"
-#include "proto.h"
 #include "redlock.h"
 
 struct conf;
@@ -63,6 +62,52 @@ struct lockmgr_adopt_req {
     bool renew;
 };
 
+/*
+ * Why lockmgr refused a request, with the facts its sentence needs:
+ * lockmgr decides, the session words it for the client (wording.h), so
+ * nothing below the session knows the protocol.
+ */
+enum lockmgr_no {
+    LOCKMGR_NO_BUSY,        /* held by someone else, no wait asked:
+                               resource (the first named), count (named),
+                               limit (a semaphore's K: all slots held) */
+    LOCKMGR_NO_TIMEOUT,     /* still held when the wait ran out: as BUSY */
+    LOCKMGR_NO_CUT,         /* the client closed its connection while the
+                               request waited: resource, count */
+    LOCKMGR_NO_UNAVAILABLE, /* no quorum of nodes voted in time: quorum,
+                               nodes, detail (the nodes' own why, or
+                               NULL) */
+    LOCKMGR_NO_RANDOM,      /* the system's random source failed */
+    LOCKMGR_NO_SHUTDOWN,    /* the daemon is shutting down */
+    LOCKMGR_NO_WAITERS,     /* limits.max_waiters_per_resource: resource,
+                               count (requests waiting for it) */
+    LOCKMGR_NO_LOCKS,       /* limits.max_locks_per_session: count (the
+                               limit) */
+    LOCKMGR_NO_HELD,        /* the owner holds resource already */
+    LOCKMGR_NO_KIND,        /* resource is locked here otherwise: here (its
+                               K, 0: not a semaphore), limit (the K asked
+                               for or found on the nodes, 0: none) */
+    LOCKMGR_NO_MULTI_KIND,  /* one resource of a multi-resource grant is a
+                               semaphore here: resource, here */
+    LOCKMGR_NO_TOO_LARGE,   /* ADOPT: the nodes hold a slot of a semaphore
+                               larger than locks.max_limit: resource,
+                               limit, count (locks.max_limit) */
+    LOCKMGR_NO_NO_SIZE,     /* ADOPT: a slot whose semaphore's size is not
+                               stored on the nodes: resource, slot */
+    LOCKMGR_NO_GONE,        /* ADOPT: the token holds on too few nodes;
+                               UNLOCK, EXTEND: the lease was lost */
+};
+
+/* A refusal. Strings live only during the call that hands it over. */
+struct lockmgr_refusal {
+    enum lockmgr_no why;
+    const char *resource;           /* or NULL */
+    size_t count;
+    uint32_t limit, here, slot;
+    int quorum, nodes;
+    const char *detail;             /* or NULL */
+};
+
 /* What lockmgr tells an owner. Strings live only during the call. */
 struct lockmgr_grant {
     const char *resource;   /* the first of the request's */
@@ -78,25 +123,36 @@ struct lockmgr_grant {
 
 struct lockmgr_status;
 
+/*
+ * An owner may have many requests under way at once. Each request carries
+ * the asker's `ask` (any pointer: lockmgr only hands it back), and its
+ * answer comes with it, once, unless the owner cancelled or ended first.
+ */
 struct lockmgr_owner_ops {
     void (*ref)(struct lockmgr_owner *o);
     void (*unref)(struct lockmgr_owner *o);
-    /* The LOCK succeeded (g) or failed (err, msg). */
-    void (*locked)(struct lockmgr_owner *o, const struct lockmgr_grant *g,
-                   enum proto_err err, const char *msg);
-    /* UNLOCK of nres resources (the first named) done: keys deleted on
-     * `nodes` nodes (the fewest of any of them), or err (LOST). */
-    void (*unlocked)(struct lockmgr_owner *o, const char *resource,
-                     size_t nres, int nodes, enum proto_err err);
-    /* EXTEND done: the new lease (ttl, validity), or err. */
-    void (*extended)(struct lockmgr_owner *o, const char *resource,
-                     uint32_t ttl, int64_t validity, enum proto_err err);
+    /* The LOCK or ADOPT succeeded (g) or was refused (no). */
+    void (*locked)(struct lockmgr_owner *o, void *ask,
+                   const struct lockmgr_grant *g,
+                   const struct lockmgr_refusal *no);
+    /* UNLOCK or FORCEUNLOCK of nres resources (the first named) done: keys
+     * deleted on `nodes` nodes (the fewest of any of them), or no (GONE:
+     * the lease had been lost). */
+    void (*unlocked)(struct lockmgr_owner *o, void *ask, const char *resource,
+                     size_t nres, int nodes,
+                     const struct lockmgr_refusal *no);
+    /* EXTEND done: the new lease (ttl, validity), or no (GONE,
+     * UNAVAILABLE). */
+    void (*extended)(struct lockmgr_owner *o, void *ask, const char *resource,
+                     uint32_t ttl, int64_t validity,
+                     const struct lockmgr_refusal *no);
     /* A lease was lost; the owner no longer holds it. */
     void (*lost)(struct lockmgr_owner *o, const char *resource,
                  uint64_t fence, enum lockmgr_lost_reason why);
     /* STATUS: what lockmgr found, for the owner to present (status.c);
      * it lives only during the call. */
-    void (*status)(struct lockmgr_owner *o, const struct lockmgr_status *st);
+    void (*status)(struct lockmgr_owner *o, void *ask,
+                   const struct lockmgr_status *st);
 };
 
 /* Embedded in whoever holds locks (a session). Fields are lockmgr's except
@@ -110,7 +166,9 @@ struct lockmgr_owner {
                                    connections), for the log */
     struct list leases;         /* held leases */
     size_t nleases;
-    struct lockreq *pending;    /* a LOCK queued or in flight, or NULL */
+    struct list waits;          /* its LOCKs queued or in flight (struct
+                                   lockreq), in the order asked */
+    size_t nwaits;
     unsigned gen;               /* requests made before the last
                                    lockmgr_owner_cancel are not answered */
     bool ended;
@@ -171,7 +229,7 @@ void lockmgr_ready(void);
 void lockmgr_owner_init(struct lockmgr_owner *o,
                         const struct lockmgr_owner_ops *ops,
                         const char *id, const char *name, const char *peer);
-/* The daemon is stopping: a LOCK of o that waits is answered ERR SHUTDOWN
+/* The daemon is stopping: every LOCK of o that waits is refused SHUTDOWN
  * (one talking to Redis after that try, a grant given back). What o holds
  * stays held (renewed) until its client releases it. */
 void lockmgr_owner_shutdown(struct lockmgr_owner *o);
@@ -184,55 +242,60 @@ void lockmgr_owner_shutdown(struct lockmgr_owner *o);
 size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until);
 /* ADOPT: answered through ops->locked as a LOCK is: the grant (new
  * token, the lease's fence, the ttl, the validity of this round), or
- * HELD, LIMIT, LOST (the token holds on too few nodes), UNAVAILABLE.
- * A lease of this daemon's with the old token (another session's) is
- * lost by its owner once the new one holds. */
-void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r);
+ * HELD, LOCKS, GONE (the token holds on too few nodes), UNAVAILABLE, or a
+ * kind this daemon cannot hold beside its own. A lease of this daemon's
+ * with the old token (another session's) is lost by its owner once the
+ * new one holds. */
+void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r,
+                   void *ask);
 /* Whoever asked o's requests so far is gone, but o lives on (a session
- * whose connection ended, detached, or was taken over by another): a LOCK
- * or ADOPT of o in flight is withdrawn (a grant that arrives is given
- * back, as after lockmgr_owner_end), and answers to its other requests
- * (UNLOCK, EXTEND, STATUS, FORCEUNLOCK) are dropped while the operations
- * themselves complete. What o holds stays o's, renewed, and its losses
- * still reach o (->lost); requests made afterwards are answered. */
+ * whose connection ended, detached, or was taken over by another): o's
+ * LOCKs queued or in flight are withdrawn (a grant that arrives is given
+ * back, as after lockmgr_owner_end), an ADOPT in flight still makes its
+ * lease o's (its token was o's lease), and no answer to a request made
+ * before reaches o (the operations themselves complete). What o holds
+ * stays o's, renewed, and its losses still reach o (->lost); requests
+ * made afterwards are answered. */
 void lockmgr_owner_cancel(struct lockmgr_owner *o);
-/* The owner is ending: cancel its pending LOCK and release all it holds
+/* The owner is ending: cancel its pending LOCKs and release all it holds
  * (keeping keys for lock_delay_ms when `died` and the delay is set). No
  * callback reaches o after this returns. */
 void lockmgr_owner_end(struct lockmgr_owner *o, bool died);
 
-/* Acquire what r names for o, which must hold none of it and have no LOCK
- * pending (the caller checks HELD, names given twice and limits first).
- * A limit that disagrees with what this daemon holds or waits for on the
- * resource (another K, or a semaphore where plain locks are held, or the
- * reverse) is answered ERR ARG. Answers through ->locked. */
-void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r);
+/* Acquire what r names for o, which must hold none of it (the caller
+ * checks HELD, names given twice and limits first). A limit that
+ * disagrees with what this daemon holds or waits for on the resource
+ * (another K, or a semaphore where plain locks are held, or the reverse)
+ * is refused KIND. Answers through ->locked, with ask. */
+void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r,
+                      void *ask);
 /* The same for one resource, exclusive. */
 void lockmgr_lock(struct lockmgr_owner *o, const char *resource, size_t len,
-                  uint32_t ttl, uint32_t wait, bool renew);
+                  uint32_t ttl, uint32_t wait, bool renew, void *ask);
 /* The lease o holds on resource, or NULL. */
 struct lease *lockmgr_held(const struct lockmgr_owner *o,
                            const char *resource, size_t len);
 /* UNLOCK: answers through ->unlocked. */
-void lockmgr_unlock(struct lockmgr_owner *o, struct lease *l);
+void lockmgr_unlock(struct lockmgr_owner *o, struct lease *l, void *ask);
 /* UNLOCK of n leases of o at once (n >= 1): one answer. */
 void lockmgr_unlock_many(struct lockmgr_owner *o, struct lease *const *l,
-                         size_t n);
+                         size_t n, void *ask);
 /* EXTEND: answers through ->extended. */
-void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl);
-/* The client will not wait any longer (EOF): a LOCK of o sleeping in the
- * queue answers ERR TIMEOUT now; one talking to Redis answers after that
- * try, without sleeping again. */
+void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl,
+                    void *ask);
+/* The client will not wait any longer (EOF): o's LOCKs sleeping in their
+ * queues are refused CUT now; those talking to Redis after that try,
+ * without sleeping again. */
 void lockmgr_cut_wait(struct lockmgr_owner *o);
 /* FORCEUNLOCK (an operator's): delete the resource's keys on every node
  * whoever holds them; answers through ->unlocked. A holder on this daemon
  * is told at once (->lost, reason node). */
 void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
-                           size_t len);
+                           size_t len, void *ask);
 /* STATUS: answers through ->status. limit: the semaphore's K whose slots
  * to look at, or 0 for what this daemon knows of it. */
 void lockmgr_status(struct lockmgr_owner *o, const char *resource,
-                    size_t len, uint32_t limit);
+                    size_t len, uint32_t limit, void *ask);
 /* One of o's leases, as LOCKS and SESSIONS show it (status.c). The token
  * is a bearer credential for ADOPT: shown to o's own session only. */
 struct lockmgr_lease_view {

@@ -18,6 +18,7 @@
 struct adopt_ctx {
     struct lockmgr_owner *o;        /* (ref) */
     struct list hlink;              /* in lm.adopts_held (start-up) */
+    void *ask;
     unsigned gen;                   /* o->gen when asked */
     uint32_t ttl;
     bool renew;
@@ -27,12 +28,10 @@ struct adopt_ctx {
     struct lock_entry *e[];         /* pinned while the round runs */
 };
 
-static void adopt_answer(struct lockmgr_owner *o, unsigned gen,
-                         enum proto_err err, const char *msg)
+static void adopt_refused(struct lockmgr_owner *o, unsigned gen, void *ask,
+                          const struct lockmgr_refusal *no)
 {
-    struct notice *n = lm_notice_new(N_LOCKED, o, NULL, msg);
-    n->gen = gen;
-    n->err = err;
+    lm_notice_refused(N_LOCKED, o, gen, ask, NULL, no);
 }
 
 /* A lease here that still has the old token (another session's, or a
@@ -52,41 +51,34 @@ static void adopt_drop_old(struct lock_entry *e, const char *old)
 /* Can e take the lease one resource's ADOPT found (its kind is known only
  * from the nodes' answers)? A semaphore here of another size, or a
  * semaphore found where this daemon locks the resource otherwise (or the
- * other way round), cannot: msg says why. */
+ * other way round), cannot: *no says why. */
 static bool adopt_fits(struct lock_entry *e, const struct redlock_result *res,
-                       char *msg, size_t size)
+                       struct lockmgr_refusal *no)
 {
     uint32_t limit = res->adopted_limit;
 
-    if (res->adopted != REDLOCK_HELD_SLOT) {
-        if (!e->limit)
-            return true;
-        snprintf(msg, size, "%s is a semaphore here (limit=%" PRIu32 ")",
-                 e->resource, e->limit);
-        return false;
-    }
+    *no = (struct lockmgr_refusal){
+        .why = LOCKMGR_NO_KIND, .resource = e->resource, .here = e->limit,
+    };
+    if (res->adopted != REDLOCK_HELD_SLOT)
+        return !e->limit;
     if (!limit)
         limit = e->limit;       /* stored by a daemon that did not say */
+    no->limit = limit;
     if (limit > lm.conf->locks.max_limit) {
-        snprintf(msg, size, "%s is a semaphore of limit=%" PRIu32 " on the "
-                 "nodes, more than locks.max_limit (%u) here", e->resource,
-                 limit, lm.conf->locks.max_limit);
+        no->why = LOCKMGR_NO_TOO_LARGE;
+        no->count = lm.conf->locks.max_limit;
         return false;
     }
     if (!limit || res->adopted_slot >= limit) {
-        snprintf(msg, size, "slot %" PRIu32 " of %s: its semaphore's size "
-                 "is not stored on the nodes", res->adopted_slot,
-                 e->resource);
+        no->why = LOCKMGR_NO_NO_SIZE;
+        no->slot = res->adopted_slot;
         return false;
     }
     if (e->limit == limit)
         return true;
-    if (e->limit || e->nheld || e->nwait) {
-        snprintf(msg, size, "%s is locked here %s, not as a semaphore of "
-                 "limit=%" PRIu32, e->resource, e->limit ? "with another "
-                 "limit=" : "without limit=", limit);
+    if (e->limit || e->nheld || e->nwait)
         return false;
-    }
     e->limit = limit;           /* the entry was made by this ADOPT */
     e->slots = mem_alloc(limit);
     return true;
@@ -95,13 +87,15 @@ static bool adopt_fits(struct lock_entry *e, const struct redlock_result *res,
 /* The keys of a multi-resource grant are exclusive locks: none of them may
  * have become a semaphore here meanwhile (another ADOPT of one of them,
  * which found a slot). */
-static bool adopt_fits_multi(const struct adopt_ctx *x, char *msg,
-                             size_t size)
+static bool adopt_fits_multi(const struct adopt_ctx *x,
+                             struct lockmgr_refusal *no)
 {
     for (size_t i = 0; i < x->n; i++) {
         if (x->e[i]->limit) {
-            snprintf(msg, size, "%s is a semaphore here: the resources of "
-                     "one grant are exclusive", x->e[i]->resource);
+            *no = (struct lockmgr_refusal){
+                .why = LOCKMGR_NO_MULTI_KIND, .resource = x->e[i]->resource,
+                .here = x->e[i]->limit,
+            };
             return false;
         }
     }
@@ -155,8 +149,8 @@ static void adopt_grant(struct adopt_ctx *x, const struct redlock_result *res)
         if (in.limit)
             lm_slot_take(e, in.slot);
         if (!first) {
-            struct notice *n = lm_notice_new(N_LOCKED, o, l->resource, NULL);
-            n->gen = x->gen;
+            struct notice *n = lm_notice_new(N_LOCKED, o, x->gen, x->ask,
+                                             l->resource);
             first = l;
             n->fence = l->fence;
             n->ttl = l->ttl;
@@ -198,14 +192,15 @@ static void adopt_done(void *ud, const struct redlock_result *res)
 {
     struct adopt_ctx *x = ud;
     struct lockmgr_owner *o = x->o;
-    char why[PROTO_MAX_ERRMSG];
+    struct lockmgr_refusal no = { .why = LOCKMGR_NO_GONE };
+    char why[512];
 
     lm_enter();
     if (res->status == REDLOCK_OK && o->ended) {
         adopt_leave(x, "its session has ended");
     } else if (res->status == REDLOCK_OK &&
-               (x->n > 1 ? adopt_fits_multi(x, why, sizeof(why))
-                         : adopt_fits(x->e[0], res, why, sizeof(why)))) {
+               (x->n > 1 ? adopt_fits_multi(x, &no)
+                         : adopt_fits(x->e[0], res, &no))) {
         /* Also when the connection that asked has left the session
          * (detached, or taken over by a resume): the lease is the
          * session's, and only the answer goes nowhere (x->gen). */
@@ -214,16 +209,18 @@ static void adopt_done(void *ud, const struct redlock_result *res)
         /* Ours on the nodes, but not a lease this daemon can keep beside
          * what it holds: the client hears why (its lease is gone). */
         adopt_leave(x, "it cannot be held here");
-        adopt_answer(o, x->gen, PROTO_ERR_ARG, why);
+        adopt_refused(o, x->gen, x->ask, &no);
     } else if (res->status == REDLOCK_BUSY) {
-        adopt_answer(o, x->gen, PROTO_ERR_LOST, "the token holds on too few "
-                     "nodes: the lease is gone (or was adopted elsewhere)");
+        adopt_refused(o, x->gen, x->ask, &no);
     } else {
         size_t k = lm.rl->why_unavailable ? lm.rl->why_unavailable(why,
                                                                   sizeof(why))
                                          : 0;
-        adopt_answer(o, x->gen, PROTO_ERR_UNAVAILABLE, k ? why
-                     : "no quorum of redis nodes answered in time");
+        no = (struct lockmgr_refusal){
+            .why = LOCKMGR_NO_UNAVAILABLE, .quorum = lm.rl->quorum(),
+            .nodes = lm.rl->nnodes(), .detail = k ? why : NULL,
+        };
+        adopt_refused(o, x->gen, x->ask, &no);
     }
     for (size_t i = 0; i < x->n; i++) {
         x->e[i]->pins--;
@@ -234,31 +231,37 @@ static void adopt_done(void *ud, const struct redlock_result *res)
     lm_leave();
 }
 
-/* Why this ADOPT cannot start, in msg (answered by the caller), or 0. */
-static enum proto_err adopt_refuse(const struct lockmgr_owner *o,
-                                   const struct lockmgr_adopt_req *r,
-                                   char *msg, size_t size)
+/* Why this ADOPT cannot start, in *no (answered by the caller): true
+ * when it cannot. */
+static bool adopt_refuse(const struct lockmgr_owner *o,
+                         const struct lockmgr_adopt_req *r,
+                         struct lockmgr_refusal *no)
 {
     if (o->nleases + r->n > lm.conf->limits.max_locks_per_session) {
-        snprintf(msg, size, "this session would hold more than %u locks "
-                 "(limits.max_locks_per_session)",
-                 lm.conf->limits.max_locks_per_session);
-        return PROTO_ERR_LIMIT;
+        *no = (struct lockmgr_refusal){
+            .why = LOCKMGR_NO_LOCKS,
+            .count = lm.conf->limits.max_locks_per_session,
+        };
+        return true;
     }
     for (size_t i = 0; i < r->n; i++) {
         const struct lock_entry *e = lm_entry_find(r->res[i], r->len[i]);
-        if (lockmgr_held(o, r->res[i], r->len[i])) {
-            snprintf(msg, size, "this session already holds %.*s",
-                     (int)r->len[i], r->res[i]);
-            return PROTO_ERR_HELD;
+        const struct lease *l = lockmgr_held(o, r->res[i], r->len[i]);
+        if (l) {
+            *no = (struct lockmgr_refusal){
+                .why = LOCKMGR_NO_HELD, .resource = l->resource,
+            };
+            return true;
         }
         if (r->n > 1 && e && e->limit) {
-            snprintf(msg, size, "%.*s is a semaphore here: the resources of "
-                     "one grant are exclusive", (int)r->len[i], r->res[i]);
-            return PROTO_ERR_ARG;
+            *no = (struct lockmgr_refusal){
+                .why = LOCKMGR_NO_MULTI_KIND, .resource = e->resource,
+                .here = e->limit,
+            };
+            return true;
         }
     }
-    return PROTO_ERR_NONE;
+    return false;
 }
 
 /* The round of x: one resource may be a shared hold or a slot of a
@@ -303,17 +306,19 @@ static void adopt_drop(struct adopt_ctx *x)
     free(x);
 }
 
-/* o's ADOPT held back at start-up, if any, given up (answered err). */
-void lm_adopt_unhold(struct lockmgr_owner *o, enum proto_err err)
+/* o's ADOPTs held back at start-up given up (refused SHUTDOWN when the
+ * daemon stops; else their owner left). */
+void lm_adopt_unhold(struct lockmgr_owner *o, bool shutdown)
 {
+    static const struct lockmgr_refusal no = { .why = LOCKMGR_NO_SHUTDOWN };
     struct list *p, *tmp;
 
     list_foreach_safe(p, tmp, &lm.adopts_held) {
         struct adopt_ctx *x = list_entry(p, struct adopt_ctx, hlink);
         if (x->o != o)
             continue;
-        if (err != PROTO_ERR_NONE)
-            adopt_answer(o, x->gen, err, "the daemon is shutting down");
+        if (shutdown)
+            adopt_refused(o, x->gen, x->ask, &no);
         adopt_drop(x);
     }
 }
@@ -330,27 +335,28 @@ void lm_adopt_send_held(void)
     }
 }
 
-void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r)
+void lockmgr_adopt(struct lockmgr_owner *o, const struct lockmgr_adopt_req *r,
+                   void *ask)
 {
-    char msg[PROTO_MAX_ERRMSG];
-    enum proto_err err;
+    struct lockmgr_refusal no;
     struct adopt_ctx *x;
 
     lm_enter();
-    if ((err = adopt_refuse(o, r, msg, sizeof(msg))) != PROTO_ERR_NONE) {
-        adopt_answer(o, o->gen, err, msg);
+    if (adopt_refuse(o, r, &no)) {
+        adopt_refused(o, o->gen, ask, &no);
         lm_leave();
         return;
     }
     x = mem_alloc(sizeof(*x) + r->n * sizeof(x->e[0]));
     if (lm.rl->token(x->token) != 0) {
         free(x);
-        adopt_answer(o, o->gen, PROTO_ERR_UNAVAILABLE, "the system's random "
-                     "source failed");
+        no = (struct lockmgr_refusal){ .why = LOCKMGR_NO_RANDOM };
+        adopt_refused(o, o->gen, ask, &no);
         lm_leave();
         return;
     }
     x->o = o;
+    x->ask = ask;
     x->gen = o->gen;
     lm_owner_ref(o);
     list_init(&x->hlink);

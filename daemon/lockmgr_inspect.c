@@ -18,19 +18,21 @@
 /* FORCEUNLOCK's and STATUS's context: who asked, about what. */
 struct owner_ask {
     struct lockmgr_owner *o;    /* (ref) */
+    void *ask;                  /* o's */
     unsigned gen;               /* o->gen when asked */
     size_t len;
     uint32_t limit;             /* STATUS: slots looked at */
     char resource[];
 };
 
-static struct owner_ask *owner_ask_new(struct lockmgr_owner *o,
+static struct owner_ask *owner_ask_new(struct lockmgr_owner *o, void *ask,
                                        const char *resource, size_t len)
 {
     struct owner_ask *x = mem_alloc(sizeof(*x) + len + 1);
 
     x->o = o;
     x->gen = o->gen;
+    x->ask = ask;
     lm_owner_ref(o);
     x->len = len;
     memcpy(x->resource, resource, len);
@@ -48,8 +50,7 @@ static void force_done(void *ud, const struct redlock_result *res)
                "%d of %d nodes", x->resource, x->o->id,
                x->o->name[0] ? x->o->name : "-", x->o->peer ? x->o->peer
                : "-", res->deleted, lm.rl->nnodes());
-    n = lm_notice_new(N_UNLOCKED, x->o, x->resource, NULL);
-    n->gen = x->gen;
+    n = lm_notice_new(N_UNLOCKED, x->o, x->gen, x->ask, x->resource);
     n->nodes = res->deleted;
     lm_owner_unref(x->o);
     free(x);
@@ -109,7 +110,7 @@ static void force_lose_local(const char *resource, size_t len)
 }
 
 void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
-                           size_t len)
+                           size_t len, void *ask)
 {
     struct owner_ask *x;
     struct redlock_probe pr;
@@ -117,7 +118,7 @@ void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
 
     lm_enter();
     force_lose_local(resource, len);
-    x = owner_ask_new(o, resource, len);
+    x = owner_ask_new(o, ask, resource, len);
     /* Slots too: as many as a semaphore here has, else as many as one
      * may have. */
     lm_probe_make(resource, len, 0, &pr, &buf);
@@ -286,21 +287,21 @@ static void status_done(void *ud, const struct redlock_node_view *v, int n)
     };
     lm_leave();
     if (!o->ended && x->gen == o->gen)
-        o->ops->status(o, &st);
+        o->ops->status(o, x->ask, &st);
     lm_owner_unref(o);
     free(key);
     free(x);
 }
 
 void lockmgr_status(struct lockmgr_owner *o, const char *resource,
-                    size_t len, uint32_t limit)
+                    size_t len, uint32_t limit, void *ask)
 {
     struct owner_ask *x;
     struct redlock_probe pr;
     char *buf;
 
     lm_enter();
-    x = owner_ask_new(o, resource, len);
+    x = owner_ask_new(o, ask, resource, len);
     lm_probe_make(resource, len, limit, &pr, &buf);
     x->limit = pr.limit;
     lm.rl->inspect(&pr, status_done, x);

@@ -18,7 +18,7 @@
 static void lease_timer_cb(struct timer *t);
 static void lease_deadline_cb(struct timer *t);
 static void extend_start(struct extend_ctx *x);
-static void extend_answer(struct extend_ctx *x, enum proto_err err,
+static void extend_answer(struct extend_ctx *x, enum lockmgr_no *why,
                           int64_t validity);
 
 static void lease_put(struct lease *l)
@@ -197,7 +197,7 @@ static void lease_end(struct lease *l)
     }
     if (x) {
         l->queued = NULL;
-        extend_answer(x, PROTO_ERR_LOST, 0);
+        extend_answer(x, &(enum lockmgr_no){ LOCKMGR_NO_GONE }, 0);
     }
 }
 
@@ -269,12 +269,11 @@ static void unlock_step(struct unlock_ctx *u, const struct redlock_result *res)
         u->lost = true;
     if (--u->left > 0)
         return;
-    struct notice *n = lm_notice_new(N_UNLOCKED, u->o, u->resource, NULL);
-    n->gen = u->gen;
+    static const struct lockmgr_refusal gone = { .why = LOCKMGR_NO_GONE };
+    struct notice *n = lm_notice_refused(N_UNLOCKED, u->o, u->gen, u->ask,
+                                         u->resource, u->lost ? &gone : NULL);
     n->nodes = u->nodes;
     n->nres = u->n;
-    if (u->lost)
-        n->err = PROTO_ERR_LOST;
     lm_owner_unref(u->o);
     free(u);
 }
@@ -327,7 +326,8 @@ void lm_lease_lose(struct lease *l, enum lockmgr_lost_reason why)
 
     lm.c.leases_lost++;
     if (l->owner) {
-        struct notice *n = lm_notice_new(N_LOST, l->owner, l->resource, NULL);
+        struct notice *n = lm_notice_new(N_LOST, l->owner, l->owner->gen,
+                                         NULL, l->resource);
         n->fence = l->fence;
         n->why = why;
         /* A renew=0 lease running out is what its holder asked for. */
@@ -466,13 +466,14 @@ static void lease_deadline_cb(struct timer *t)
 }
 
 void lockmgr_unlock_many(struct lockmgr_owner *o, struct lease *const *l,
-                         size_t n)
+                         size_t n, void *ask)
 {
     size_t len = strlen(l[0]->resource);
     struct unlock_ctx *u = mem_alloc(sizeof(*u) + len + 1);
 
     lm_enter();
     u->o = o;
+    u->ask = ask;
     u->gen = o->gen;
     lm_owner_ref(o);
     u->n = u->left = n;
@@ -483,19 +484,23 @@ void lockmgr_unlock_many(struct lockmgr_owner *o, struct lease *const *l,
     lm_leave();
 }
 
-void lockmgr_unlock(struct lockmgr_owner *o, struct lease *l)
+void lockmgr_unlock(struct lockmgr_owner *o, struct lease *l, void *ask)
 {
-    lockmgr_unlock_many(o, &l, 1);
+    lockmgr_unlock_many(o, &l, 1, ask);
 }
 
-static void extend_answer(struct extend_ctx *x, enum proto_err err,
+/* why: NULL for OK, else GONE or UNAVAILABLE. */
+static void extend_answer(struct extend_ctx *x, enum lockmgr_no *why,
                           int64_t validity)
 {
     struct lease *l = x->l;
-    struct notice *n = lm_notice_new(N_EXTENDED, x->o, l->resource, NULL);
+    const struct lockmgr_refusal no = {
+        .why = why ? *why : LOCKMGR_NO_GONE, .resource = l->resource,
+        .quorum = lm.rl->quorum(), .nodes = lm.rl->nnodes(),
+    };
+    struct notice *n = lm_notice_refused(N_EXTENDED, x->o, x->gen, x->ask,
+                                         l->resource, why ? &no : NULL);
 
-    n->gen = x->gen;
-    n->err = err;
     n->ttl = l->ttl;
     n->validity = validity;
     lm_owner_unref(x->o);
@@ -509,29 +514,32 @@ static void extend_done(void *ud, const struct redlock_result *res)
     struct lease *l = x->l;
     uint64_t now = timer_now();
     int64_t validity = res->validity > 0 ? res->validity : 0;
-    enum proto_err err = PROTO_ERR_NONE;
+    enum lockmgr_no no, *why = NULL;
 
     lm_enter();
     lm.c.extends++;
     if (l->gone) {
-        err = PROTO_ERR_LOST;
+        no = LOCKMGR_NO_GONE;
+        why = &no;
     } else if (res->status == REDLOCK_OK) {
         l->ttl = x->ttl;
         l->valid_until = now + (uint64_t)validity;
         lease_arm(l, true);
     } else if (res->status == REDLOCK_LOST) {
-        err = PROTO_ERR_LOST;
+        no = LOCKMGR_NO_GONE;
+        why = &no;
         lm.c.leases_lost++;
         lm_lease_release(l, 0, NULL, "EXTEND found it lost");
     } else {
         /* Some nodes may have taken the new ttl: if it was shorter, the
          * lease now ends with it. */
-        err = PROTO_ERR_UNAVAILABLE;
+        no = LOCKMGR_NO_UNAVAILABLE;
+        why = &no;
         lease_cap(l, now + (uint64_t)validity);
         if (!l->gone && lease_deadline(l) <= now)
             lm_lease_lose(l, LOST_QUORUM);
     }
-    extend_answer(x, err, res->validity);
+    extend_answer(x, why, res->validity);
     lease_next_op(l);
     lease_put(l);
     lm_leave();
@@ -545,13 +553,15 @@ static void extend_start(struct extend_ctx *x)
     lm.rl->extend(l->key, l->keylen, l->token, x->ttl, extend_done, x);
 }
 
-void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl)
+void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl,
+                    void *ask)
 {
     struct extend_ctx *x = mem_alloc(sizeof(*x));
 
     lm_enter();
     x->l = l;
     x->o = o;
+    x->ask = ask;
     x->gen = o->gen;
     x->ttl = ttl;
     lm_owner_ref(o);

@@ -65,6 +65,8 @@ struct req_pos {
 
 struct lockreq {
     struct lockmgr_owner *o;        /* (ref) NULL once cancelled */
+    void *ask;                      /* o's, handed back with the answer */
+    struct list olink;              /* in o->waits while o's */
     enum lockmgr_mode mode;
     uint32_t limit;                 /* semaphore: K; 0 otherwise */
     int64_t slot;                   /* semaphore: the slot asked for, or -1 */
@@ -149,6 +151,7 @@ struct lease {
 struct extend_ctx {
     struct lease *l;
     struct lockmgr_owner *o;        /* (ref) */
+    void *ask;
     unsigned gen;                   /* o->gen when asked */
     uint32_t ttl;
 };
@@ -156,6 +159,7 @@ struct extend_ctx {
 /* One UNLOCK of one or more leases: answered once all are released. */
 struct unlock_ctx {
     struct lockmgr_owner *o;        /* (ref) */
+    void *ask;
     unsigned gen;                   /* o->gen when asked */
     size_t n;                       /* leases */
     size_t left;                    /* releases not done yet */
@@ -172,7 +176,9 @@ struct notice {
     enum notice_kind kind;
     struct lockmgr_owner *o;        /* (ref) */
     unsigned gen;                   /* answers: the asker's o->gen */
-    enum proto_err err;
+    void *ask;                      /* answers: the asker's */
+    bool refused;                   /* no holds why */
+    struct lockmgr_refusal no;      /* its strings inside text */
     uint64_t fence;
     uint32_t ttl;
     int64_t validity;
@@ -182,8 +188,8 @@ struct notice {
     uint32_t limit, slot;
     enum lockmgr_lost_reason why;
     char token[REDLOCK_TOKEN_LEN + 1];
-    const char *msg;                /* inside text, or NULL */
-    char text[];                    /* resource NUL [msg NUL] */
+    char text[];                    /* resource NUL [no's resource NUL
+                                       no's detail NUL] */
 };
 
 struct lockmgr_state {
@@ -245,8 +251,12 @@ struct lease_init {
 void lm_owner_ref(struct lockmgr_owner *o);
 void lm_owner_unref(struct lockmgr_owner *o);
 struct notice *lm_notice_new(enum notice_kind kind,
-                             struct lockmgr_owner *o,
-                             const char *resource, const char *msg);
+                             struct lockmgr_owner *o, unsigned gen,
+                             void *ask, const char *resource);
+struct notice *lm_notice_refused(enum notice_kind kind,
+                                 struct lockmgr_owner *o, unsigned gen,
+                                 void *ask, const char *resource,
+                                 const struct lockmgr_refusal *no);
 void lm_enter(void);
 /* A lease stopped being held after held_ms (the hold observer). */
 void lm_hold_ended(uint64_t held_ms);
@@ -269,7 +279,7 @@ bool lm_req_only_asked(const struct lockreq *q);
 void lm_entry_kick(struct lock_entry *e);
 
 /* lockmgr_adopt.c */
-void lm_adopt_unhold(struct lockmgr_owner *o, enum proto_err err);
+void lm_adopt_unhold(struct lockmgr_owner *o, bool shutdown);
 void lm_adopt_send_held(void);
 
 /* lockmgr_inspect.c */
@@ -292,7 +302,12 @@ void lm_lease_lose(struct lease *l, enum lockmgr_lost_reason why);
 size_t lm_label_put(const struct lockmgr_owner *o, uint32_t limit,
                     char *out);
 void lm_req_drop(struct lockreq *q);
-void lm_req_fail(struct lockreq *q, enum proto_err err, const char *msg);
+/* q is no longer its owner's (cancelled, ended): off o->waits, and the
+ * owner reference it held let go; what it gets is given back. */
+void lm_req_disown(struct lockreq *q);
+void lm_req_fail(struct lockreq *q, const struct lockmgr_refusal *no);
+/* lm_req_fail with a refusal of that reason and no facts. */
+void lm_req_refuse(struct lockreq *q, enum lockmgr_no why);
 void lm_req_give_up(struct lockreq *q);
 uint64_t lm_rng_below(uint64_t n);
 void lm_slot_take(struct lock_entry *e, int64_t slot);

@@ -53,72 +53,66 @@ void lm_req_drop(struct lockreq *q)
         lm_entry_kick(es[i]);
 }
 
-/* Answer q with an error and drop it. */
-void lm_req_fail(struct lockreq *q, enum proto_err err, const char *msg)
+void lm_req_disown(struct lockreq *q)
+{
+    struct lockmgr_owner *o = q->o;
+
+    list_remove(&q->olink);
+    o->nwaits--;
+    q->o = NULL;
+    lm_owner_unref(o);     /* the request's reference */
+}
+
+/* Answer q with a refusal and drop it. */
+void lm_req_fail(struct lockreq *q, const struct lockmgr_refusal *no)
 {
     struct lockmgr_owner *o = q->o;
 
     if (o) {
-        struct notice *n = lm_notice_new(N_LOCKED, o, NULL, msg);
-        n->err = err;
-        o->pending = NULL;
+        lm_notice_refused(N_LOCKED, o, o->gen, q->ask, NULL, no);
+        lm_req_disown(q);
     }
     lm_req_drop(q);
-    if (o)
-        lm_owner_unref(o);
 }
 
-/* "job:42", "job:42 and 2 more", for messages. */
-static void req_names(const struct lockreq *q, char *buf, size_t size)
+void lm_req_refuse(struct lockreq *q, enum lockmgr_no why)
 {
-    if (q->n == 1)
-        snprintf(buf, size, "%s", q->pos[0].e->resource);
-    else
-        snprintf(buf, size, "%s and %zu more", q->pos[0].e->resource,
-                 q->n - 1);
+    const struct lockmgr_refusal no = { .why = why };
+
+    lm_req_fail(q, &no);
 }
 
 void lm_req_give_up(struct lockreq *q)
 {
-    char msg[PROTO_MAX_ERRMSG], names[PROTO_MAX_ERRMSG / 2];
-    const char *what = q->n > 1 ? "are" : "is";
+    struct lockmgr_refusal no = {
+        .resource = q->pos[0].e->resource, .count = q->n,
+        .limit = q->limit,
+    };
+    char why[512];
 
-    req_names(q, names, sizeof(names));
-    if (q->last == REDLOCK_UNAVAILABLE) {
+    if (q->cut) {
+        lm.c.acquire_timeout++;
+        no.why = LOCKMGR_NO_CUT;
+    } else if (q->last == REDLOCK_UNAVAILABLE) {
         /* Say why when the nodes know (one recovering until when, one
          * down and why): "could not be reached" is wrong for nodes that
          * answer but may not vote yet. */
-        char why[512], full[PROTO_MAX_ERRMSG + sizeof(why)];
         size_t n = lm.rl->why_unavailable ? lm.rl->why_unavailable(why,
                                                                   sizeof(why))
                                          : 0;
         lm.c.acquire_unavailable++;
-        snprintf(full, sizeof(full), "no quorum of %d of %d redis nodes "
-                 "voted in time%s%s", lm.rl->quorum(), lm.rl->nnodes(),
-                 n ? ": " : "", n ? why : "");
-        lm_req_fail(q, PROTO_ERR_UNAVAILABLE, full);
-    } else if (q->deadline || q->cut) {
+        no.why = LOCKMGR_NO_UNAVAILABLE;
+        no.quorum = lm.rl->quorum();
+        no.nodes = lm.rl->nnodes();
+        no.detail = n ? why : NULL;
+    } else if (q->deadline) {
         lm.c.acquire_timeout++;
-        if (q->cut)
-            snprintf(msg, sizeof(msg), "the client closed the connection "
-                     "while waiting for %s", names);
-        else if (q->limit)
-            snprintf(msg, sizeof(msg), "all %" PRIu32 " slots of %s are "
-                     "still held", q->limit, names);
-        else
-            snprintf(msg, sizeof(msg), "%s %s still held by someone else",
-                     names, what);
-        lm_req_fail(q, PROTO_ERR_TIMEOUT, msg);
+        no.why = LOCKMGR_NO_TIMEOUT;
     } else {
         lm.c.acquire_busy++;
-        if (q->limit)
-            snprintf(msg, sizeof(msg), "all %" PRIu32 " slots of %s are "
-                     "held", q->limit, names);
-        else
-            snprintf(msg, sizeof(msg), "%s %s held by someone else", names,
-                     what);
-        lm_req_fail(q, PROTO_ERR_BUSY, msg);
+        no.why = LOCKMGR_NO_BUSY;
     }
+    lm_req_fail(q, &no);
 }
 
 /* Seeded per process from the OS, so daemons do not share a sequence. */
@@ -205,7 +199,7 @@ static void req_granted(struct lockreq *q, const struct redlock_result *res)
         struct lease *l = lm_lease_create(q, i, res->fence, res->validity);
         if (!first) {
             first = l;
-            n = lm_notice_new(N_LOCKED, o, l->resource, NULL);
+            n = lm_notice_new(N_LOCKED, o, o->gen, q->ask, l->resource);
             n->fence = l->fence;
             n->ttl = l->ttl;
             n->validity = lm_lease_validity(l);
@@ -222,9 +216,8 @@ static void req_granted(struct lockreq *q, const struct redlock_result *res)
                                       : "renew=0");
     }
     lm.c.acquire_ok++;
-    o->pending = NULL;
+    lm_req_disown(q);
     lm_req_drop(q);        /* the slot, if any, is the lease's now */
-    lm_owner_unref(o);
 }
 
 static bool req_try(struct lockreq *q);
@@ -252,7 +245,7 @@ static void attempt_done(void *ud, const struct redlock_result *res)
             if (q->limit)
                 slot_give(e, q->slot);
         }
-        lm_req_fail(q, PROTO_ERR_SHUTDOWN, "the daemon is shutting down");
+        lm_req_refuse(q, LOCKMGR_NO_SHUTDOWN);
     } else if (res->status == REDLOCK_OK) {
         req_granted(q, res);
     } else {
@@ -346,7 +339,7 @@ static void req_timer_cb(struct timer *t)
     if (q->no_token) {
         log_error("getrandom failed: cannot make a lock token");
         q->last = REDLOCK_UNAVAILABLE;
-        lm_req_fail(q, PROTO_ERR_UNAVAILABLE, "no random source for a token");
+        lm_req_refuse(q, LOCKMGR_NO_RANDOM);
     } else if (timer_now() >= q->deadline) {
         lm_req_give_up(q);
     } else if (lm_req_may_start(q, true)) {
@@ -362,23 +355,19 @@ static void req_timer_cb(struct timer *t)
     lm_leave();
 }
 
-/* A LOCK whose limit disagrees with what is held or waited for here. */
-static bool req_conflict(const struct lockmgr_req *r, char *msg, size_t size)
+/* A LOCK whose limit disagrees with what is held or waited for here:
+ * the refusal in *no (its resource lives as long as the entry). */
+static bool req_conflict(const struct lockmgr_req *r,
+                         struct lockmgr_refusal *no)
 {
     for (size_t i = 0; i < r->n; i++) {
         struct lock_entry *e = lm_entry_find(r->res[i], r->len[i]);
         if (!e || e->limit == r->limit)
             continue;
-        if (!e->limit)
-            snprintf(msg, size, "%s is locked here without limit=, not as "
-                     "a semaphore", e->resource);
-        else if (!r->limit)
-            snprintf(msg, size, "%s is a semaphore here (limit=%" PRIu32
-                     "): LOCK it with that limit", e->resource, e->limit);
-        else
-            snprintf(msg, size, "%s is a semaphore of limit=%" PRIu32
-                     " here, not %" PRIu32 ": every holder must use the "
-                     "same limit", e->resource, e->limit, r->limit);
+        *no = (struct lockmgr_refusal){
+            .why = LOCKMGR_NO_KIND, .resource = e->resource,
+            .here = e->limit, .limit = r->limit,
+        };
         return true;
     }
     return false;
@@ -388,7 +377,6 @@ static bool req_conflict(const struct lockmgr_req *r, char *msg, size_t size)
  * or answer BUSY or LIMIT. */
 static void req_begin(struct lockreq *q)
 {
-    char msg[PROTO_MAX_ERRMSG];
     bool wait = q->deadline != 0;
     size_t crowded = 0;
 
@@ -420,25 +408,25 @@ static void req_begin(struct lockreq *q)
         /* Held here, or others wait first: first come, first served. */
         lm_req_give_up(q);
     } else if (max_waiters && q->pos[crowded].e->nwait > max_waiters) {
-        snprintf(msg, sizeof(msg), "%zu requests already wait for %s "
-                 "(limits.max_waiters_per_resource)",
-                 q->pos[crowded].e->nwait - 1,
-                 q->pos[crowded].e->resource);
-        lm_req_fail(q, PROTO_ERR_LIMIT, msg);
+        const struct lockmgr_refusal no = {
+            .why = LOCKMGR_NO_WAITERS, .resource = q->pos[crowded].e->resource,
+            .count = q->pos[crowded].e->nwait - 1,
+        };
+        lm_req_fail(q, &no);
     } else {
         timer_start_at(&q->timer, q->deadline);
     }
 }
 
-void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r)
+void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r,
+                      void *ask)
 {
-    char msg[PROTO_MAX_ERRMSG];
+    struct lockmgr_refusal no;
     struct lockreq *q;
 
     lm_enter();
-    if (req_conflict(r, msg, sizeof(msg))) {
-        struct notice *n = lm_notice_new(N_LOCKED, o, NULL, msg);
-        n->err = PROTO_ERR_ARG;
+    if (req_conflict(r, &no)) {
+        lm_notice_refused(N_LOCKED, o, o->gen, ask, NULL, &no);
         lm_leave();
         return;
     }
@@ -450,8 +438,10 @@ void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r)
     q->label = (char *)&q->pos[r->n];
     q->labellen = labellen;
     q->o = o;
+    q->ask = ask;
     lm_owner_ref(o);
-    o->pending = q;
+    list_push_tail(&o->waits, &q->olink);
+    o->nwaits++;
     q->mode = r->mode;
     q->limit = r->limit;
     q->slot = -1;
@@ -506,7 +496,7 @@ void lockmgr_ready(void)
 }
 
 void lockmgr_lock(struct lockmgr_owner *o, const char *resource, size_t len,
-                  uint32_t ttl, uint32_t wait, bool renew)
+                  uint32_t ttl, uint32_t wait, bool renew, void *ask)
 {
     const char *res[] = { resource };
     size_t lens[] = { len };
@@ -514,5 +504,5 @@ void lockmgr_lock(struct lockmgr_owner *o, const char *resource, size_t len,
         .n = 1, .res = res, .len = lens, .mode = LOCKMGR_EXCLUSIVE,
         .ttl = ttl, .wait = wait, .renew = renew,
     };
-    lockmgr_lock_req(o, &r);
+    lockmgr_lock_req(o, &r, ask);
 }

@@ -26,6 +26,10 @@
 #include "node.h"
 #include "stats.h"
 #include "status.h"
+#include "wording.h"
+
+/* Room for the nodes' own explanation in an ERR UNAVAILABLE line. */
+#define SESSION_WHY_SIZE 512
 
 /* A lease lost: told already (lost), or to be told on resume (untold). */
 struct session_lost {
@@ -562,9 +566,10 @@ static void cmd_lock(struct session *s, const struct proto_request *r)
         .limit = r->limit, .ttl = ttl, .wait = wait, .renew = r->renew,
     };
     conn_hold(c);
+    s->asking = PROTO_CMD_LOCK;
     s->lock_started_ns = uv_hrtime();
     s->lock_waited = wait > 0;
-    lockmgr_lock_req(&s->owner, &lr);
+    lockmgr_lock_req(&s->owner, &lr, NULL);
 }
 
 /* ADOPT: take over an exclusive lease by its token (a client whose daemon
@@ -596,9 +601,10 @@ static void cmd_adopt(struct session *s, const struct proto_request *r)
         .ttl = ttl, .renew = r->renew,
     };
     conn_hold(c);
+    s->asking = PROTO_CMD_ADOPT;
     s->lock_started_ns = uv_hrtime();
     s->lock_waited = false;
-    lockmgr_adopt(&s->owner, &ar);
+    lockmgr_adopt(&s->owner, &ar, NULL);
 }
 
 /* The lease for an UNLOCK/EXTEND of res, or NULL after answering
@@ -657,7 +663,7 @@ static void cmd_unlock(struct session *s, const struct proto_request *r)
         if (!l)
             return;
         conn_hold(c);
-        lockmgr_unlock(&s->owner, l);
+        lockmgr_unlock(&s->owner, l, NULL);
         return;
     }
     for (size_t i = 0; i < r->nargs; i++) {
@@ -694,7 +700,7 @@ static void cmd_unlock(struct session *s, const struct proto_request *r)
         memcpy(s->unlock_lost, r->args[lost], r->args_len[lost]);
     }
     conn_hold(c);
-    lockmgr_unlock_many(&s->owner, ls, n);
+    lockmgr_unlock_many(&s->owner, ls, n, NULL);
 }
 
 static void cmd_extend(struct session *s, const struct proto_request *r)
@@ -707,7 +713,7 @@ static void cmd_extend(struct session *s, const struct proto_request *r)
     if (!l)
         return;
     conn_hold(c);
-    lockmgr_extend(&s->owner, l, r->ttl);
+    lockmgr_extend(&s->owner, l, r->ttl, NULL);
 }
 
 static void cmd_locks(struct session *s)
@@ -781,7 +787,7 @@ static void cmd_forceunlock(struct session *s, const struct proto_request *r)
                    s->idstr, s->name[0] ? s->name : "-", s->peer, s->user,
                    (int)r->arg_len, r->arg);
     conn_hold(c);
-    lockmgr_force_release(&s->owner, r->arg, r->arg_len);
+    lockmgr_force_release(&s->owner, r->arg, r->arg_len, NULL);
 }
 
 /* End a node's recovery now: the operator knows no lock outlived it. */
@@ -819,7 +825,7 @@ static void cmd_status(struct session *s, const struct proto_request *r)
         return;
     }
     conn_hold(c);
-    lockmgr_status(&s->owner, r->arg, r->arg_len, r->limit);
+    lockmgr_status(&s->owner, r->arg, r->arg_len, r->limit, NULL);
 }
 
 static void cmd_quit(struct session *s)
@@ -929,19 +935,30 @@ static void owner_unref(struct lockmgr_owner *o)
     session_unref(owner_session(o));
 }
 
-static void owner_locked(struct lockmgr_owner *o,
-                         const struct lockmgr_grant *g, enum proto_err err,
-                         const char *msg)
+/* A refusal of command cmd, worded (wording.h). */
+static void conn_refusal(struct conn *c, enum proto_cmd cmd,
+                         const struct lockmgr_refusal *no)
+{
+    char msg[PROTO_MAX_ERRMSG + SESSION_WHY_SIZE];
+    enum proto_err err = wording_refusal(cmd, no, msg, sizeof(msg));
+
+    conn_err(c, err, msg);
+}
+
+static void owner_locked(struct lockmgr_owner *o, void *ask,
+                         const struct lockmgr_grant *g,
+                         const struct lockmgr_refusal *no)
 {
     struct session *s = owner_session(o);
     struct conn *c = s->conn;
 
+    (void)ask;
     stats_observe_lock(s->lock_waited,
                        (double)(uv_hrtime() - s->lock_started_ns) / 1e9);
     if (!c)
         return;
     if (!g) {
-        conn_err(c, err, msg);
+        conn_refusal(c, s->asking, no);
     } else {
         conn_ok_begin(c);
         if (g->nresources > 1)
@@ -963,13 +980,15 @@ static void owner_locked(struct lockmgr_owner *o,
     conn_done(c);
 }
 
-static void owner_unlocked(struct lockmgr_owner *o, const char *resource,
-                           size_t nres, int nodes, enum proto_err err)
+static void owner_unlocked(struct lockmgr_owner *o, void *ask,
+                           const char *resource, size_t nres, int nodes,
+                           const struct lockmgr_refusal *no)
 {
     struct session *s = owner_session(o);
     struct conn *c = s->conn;
     char *lost = s->unlock_lost;
 
+    (void)ask;
     s->unlock_lost = NULL;
     if (!c) {
         free(lost);
@@ -978,9 +997,11 @@ static void owner_unlocked(struct lockmgr_owner *o, const char *resource,
     if (lost) {
         conn_errf(c, PROTO_ERR_LOST, "the lease on %s was lost; the others "
                   "are released", lost);
-    } else if (err != PROTO_ERR_NONE) {
-        conn_errf(c, err, "%s%s: the lease was no longer held on any node",
-                  resource, nres > 1 ? " (or another of them)" : "");
+    } else if (no) {
+        struct lockmgr_refusal gone = *no;
+        gone.resource = resource;
+        gone.count = nres;
+        conn_refusal(c, PROTO_CMD_UNLOCK, &gone);
     } else {
         conn_ok_begin(c);
         if (nres > 1)
@@ -994,19 +1015,17 @@ static void owner_unlocked(struct lockmgr_owner *o, const char *resource,
     conn_done(c);
 }
 
-static void owner_extended(struct lockmgr_owner *o, const char *resource,
-                           uint32_t ttl, int64_t validity, enum proto_err err)
+static void owner_extended(struct lockmgr_owner *o, void *ask,
+                           const char *resource, uint32_t ttl,
+                           int64_t validity, const struct lockmgr_refusal *no)
 {
     struct conn *c = owner_session(o)->conn;
 
+    (void)ask;
     if (!c)
         return;
-    if (err == PROTO_ERR_LOST) {
-        conn_errf(c, err, "the lease on %s was lost", resource);
-    } else if (err != PROTO_ERR_NONE) {
-        conn_err(c, err, "could not set the new ttl on a quorum of nodes; "
-                 "some may hold it, the others the old one: count on the "
-                 "shorter until an EXTEND succeeds");
+    if (no) {
+        conn_refusal(c, PROTO_CMD_EXTEND, no);
     } else {
         conn_ok_begin(c);
         conn_kv_str(c, "resource", resource);
@@ -1056,11 +1075,12 @@ static void owner_lost(struct lockmgr_owner *o, const char *resource,
     conn_flush(c);
 }
 
-static void owner_status(struct lockmgr_owner *o,
+static void owner_status(struct lockmgr_owner *o, void *ask,
                          const struct lockmgr_status *st)
 {
     struct conn *c = owner_session(o)->conn;
 
+    (void)ask;
     if (!c)
         return;
     conn_json(c, status_json(st));
@@ -1287,7 +1307,7 @@ static struct session *session_resume(struct session *s,
     struct conn *c = s->conn;
     struct session *x;
 
-    if (s->owner.nleases > 0 || s->owner.pending) {
+    if (s->owner.nleases > 0 || s->owner.nwaits) {
         conn_err(c, PROTO_ERR_ARG, "resume= must come before this "
                  "connection locks anything");
         return NULL;
@@ -1343,7 +1363,7 @@ static json_t *session_json(const struct session *s, uint64_t now)
                           "name", s->name[0] ? s->name : NULL,
                           "peer", s->peer,
                           "locks", (json_int_t)s->owner.nleases,
-                          "waits", (json_int_t)(s->owner.pending ? 1 : 0));
+                          "waits", (json_int_t)s->owner.nwaits);
 
     if (attached) {
         json_object_set_new(j, "idle_ms", json_integer(

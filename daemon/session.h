@@ -92,6 +92,7 @@ struct session {
     unsigned auth_failures; /* wrong AUTH or resume= on this connection */
     struct timer auth_timer;    /* the answer to a wrong AUTH, delayed */
     uint64_t lock_started_ns;   /* uv_hrtime() of the LOCK being served */
+    enum proto_cmd asking;      /* LOCK or ADOPT: the one being served */
     bool lock_waited;           /* that LOCK allowed a wait */
     char *unlock_lost;      /* (owned) UNLOCK of several in flight: the
                                lost one its answer names, or NULL */

@@ -16,8 +16,9 @@
 
 #include "conf.h"
 #include "hmap.h"
-#include "lockmgr.h"
+#include "lockmgr_priv.h"
 #include "status.h"
+#include "wording.h"
 #include "log.h"
 #include "timer.h"
 
@@ -261,6 +262,7 @@ struct fowner {
     int refs;
     int nlocked, nfailed, nunlocked, nextended, nlost, nstatus;
     enum proto_err err;
+    enum lockmgr_no no;         /* the last refusal's reason */
     uint64_t fence;
     int64_t validity;
     uint32_t ttl;
@@ -287,11 +289,28 @@ static void o_unref(struct lockmgr_owner *o)
     fo(o)->refs--;
 }
 
-static void o_locked(struct lockmgr_owner *o, const struct lockmgr_grant *g,
-                     enum proto_err err, const char *msg)
+/* The owner's first LOCK waiting (its lockreq), or NULL. */
+static void *first_wait(const struct lockmgr_owner *o)
+{
+    struct list *p = list_first(&o->waits);
+    return p ? list_entry(p, struct lockreq, olink) : NULL;
+}
+
+/* The code a client reads for a refusal (wording.h), so that the tests
+ * say what the protocol says. */
+static enum proto_err code_of(enum proto_cmd cmd,
+                              const struct lockmgr_refusal *no)
+{
+    char msg[512];
+    return no ? wording_refusal(cmd, no, msg, sizeof(msg)) : PROTO_ERR_NONE;
+}
+
+static void o_locked(struct lockmgr_owner *o, void *ask,
+                     const struct lockmgr_grant *g,
+                     const struct lockmgr_refusal *no)
 {
     struct fowner *f = fo(o);
-    (void)msg;
+    (void)ask;
     if (g) {
         f->nlocked++;
         f->fence = g->fence;
@@ -306,30 +325,35 @@ static void o_locked(struct lockmgr_owner *o, const struct lockmgr_grant *g,
         ck_assert_int_eq(strlen(g->token), REDLOCK_TOKEN_LEN);
     } else {
         f->nfailed++;
-        f->err = err;
+        f->err = code_of(PROTO_CMD_LOCK, no);
+        f->no = no->why;
     }
     if (f->on_locked)
         f->on_locked(f);
 }
 
-static void o_unlocked(struct lockmgr_owner *o, const char *resource,
-                       size_t nres, int nodes, enum proto_err err)
+static void o_unlocked(struct lockmgr_owner *o, void *ask,
+                       const char *resource, size_t nres, int nodes,
+                       const struct lockmgr_refusal *no)
 {
+    (void)ask;
     (void)resource;
     fo(o)->nunlocked++;
     fo(o)->nres = nres;
     fo(o)->nodes = nodes;
-    fo(o)->err = err;
+    fo(o)->err = code_of(PROTO_CMD_UNLOCK, no);
 }
 
-static void o_extended(struct lockmgr_owner *o, const char *resource,
-                       uint32_t ttl, int64_t validity, enum proto_err err)
+static void o_extended(struct lockmgr_owner *o, void *ask,
+                       const char *resource, uint32_t ttl, int64_t validity,
+                       const struct lockmgr_refusal *no)
 {
+    (void)ask;
     (void)resource;
     fo(o)->nextended++;
     fo(o)->ttl = ttl;
     fo(o)->validity = validity;
-    fo(o)->err = err;
+    fo(o)->err = code_of(PROTO_CMD_EXTEND, no);
 }
 
 static void o_lost(struct lockmgr_owner *o, const char *resource,
@@ -341,8 +365,10 @@ static void o_lost(struct lockmgr_owner *o, const char *resource,
     fo(o)->why = why;
 }
 
-static void o_status(struct lockmgr_owner *o, const struct lockmgr_status *st)
+static void o_status(struct lockmgr_owner *o, void *ask,
+                     const struct lockmgr_status *st)
 {
+    (void)ask;
     fo(o)->nstatus++;
     json_decref(fo(o)->status);
     fo(o)->status = status_json(st);
@@ -404,7 +430,7 @@ static void take(struct fowner *f, const char *res, uint32_t ttl,
                  uint64_t fence)
 {
     int before = f->nlocked;
-    lockmgr_lock(&f->o, R(res), ttl, 0, true);
+    lockmgr_lock(&f->o, R(res), ttl, 0, true, NULL);
     char key[256];
     snprintf(key, sizeof(key), "lock:%s", res);
     answer_ok(pending(F_ACQUIRE, key), fence, ttl - 100);
@@ -430,19 +456,19 @@ START_TEST(test_owner_cancel_withdraws_requests)
     take(&A, "r", 3000, 4);
     take(&A, "e", 30000, 5);
     take(&A, "u", 30000, 6);
-    lockmgr_lock(&A.o, R("w"), 30000, 5000, true);
+    lockmgr_lock(&A.o, R("w"), 30000, 5000, true, NULL);
     int acq = pending(F_ACQUIRE, "lock:w");
-    lockmgr_extend(&A.o, held(&A, "e"), 20000);
-    lockmgr_unlock(&A.o, held(&A, "u"));
+    lockmgr_extend(&A.o, held(&A, "e"), 20000, NULL);
+    lockmgr_unlock(&A.o, held(&A, "u"), NULL);
     struct lockmgr_adopt_req ar = {
         .n = 1, .res = (const char *[]){ "q" }, .len = (size_t[]){ 1 },
         .token = "0123456789abcdef0123456789abcdef", .ttl = 20000,
         .renew = true,
     };
-    lockmgr_adopt(&A.o, &ar);
+    lockmgr_adopt(&A.o, &ar, NULL);
     int adopt = pending(F_ADOPT, "lock:q");
     lockmgr_owner_cancel(&A.o);
-    ck_assert_ptr_null(A.o.pending);
+    ck_assert_uint_eq(A.o.nwaits, 0);
     /* A LOCK's grant that arrives now is given back, unheard; an
      * ADOPT's is the owner's lease (the token was its lease: nothing the
      * round rotated is ever deleted), unheard too. */
@@ -463,7 +489,7 @@ START_TEST(test_owner_cancel_withdraws_requests)
     timer_advance(1000);
     answer_lost(pending(F_EXTEND, "lock:r"));
     ck_assert_int_eq(A.nlost, 1);
-    lockmgr_unlock(&A.o, held(&A, "e"));
+    lockmgr_unlock(&A.o, held(&A, "e"), NULL);
     answer_released(pending(F_RELEASE, "lock:e"), 3, 0);
     ck_assert_int_eq(A.nunlocked, 1);
     ck_assert_int_eq(A.refs, 0);
@@ -476,7 +502,7 @@ START_TEST(test_owner_abandon_leaves_keys)
 
     take(&A, "r", 3000, 4);
     take(&B, "q", 30000, 5);
-    lockmgr_lock(&C.o, R("r"), 3000, 10000, true);      /* waits here */
+    lockmgr_lock(&C.o, R("r"), 3000, 10000, true, NULL);      /* waits here */
     ck_assert_uint_eq(lockmgr_owner_abandon(&A.o, &until), 1);
     ck_assert_uint_eq(A.o.nleases, 0);
     ck_assert_uint_eq(lockmgr_held_count(), 1);
@@ -504,7 +530,7 @@ START_TEST(test_adopt)
         .n = 1, .res = (const char *[]){ "r" }, .len = (size_t[]){ 1 },
         .token = old, .ttl = 20000, .renew = true,
     };
-    lockmgr_adopt(&B.o, &ar);
+    lockmgr_adopt(&B.o, &ar, NULL);
     ck_assert_int_eq(B.nlocked, 0);
     int i = pending(F_ADOPT, "lock:r");
     ck_assert_str_eq(calls[i].token, old);
@@ -523,19 +549,19 @@ START_TEST(test_adopt)
     ck_assert_uint_eq(lockmgr_counters()->adopts, 1);
 
     /* Errors: held here already, too few nodes, no quorum. */
-    lockmgr_adopt(&B.o, &ar);
+    lockmgr_adopt(&B.o, &ar, NULL);
     ck_assert_int_eq(B.err, PROTO_ERR_HELD);
     ar.res = (const char *[]){ "q" };
-    lockmgr_adopt(&C.o, &ar);
+    lockmgr_adopt(&C.o, &ar, NULL);
     answer_busy(pending(F_ADOPT, "lock:q"), 100);
     ck_assert_int_eq(C.err, PROTO_ERR_LOST);
-    lockmgr_adopt(&C.o, &ar);
+    lockmgr_adopt(&C.o, &ar, NULL);
     answer_unavailable(pending(F_ADOPT, "lock:q"));
     ck_assert_int_eq(C.err, PROTO_ERR_UNAVAILABLE);
     ck_assert_ptr_null(held(&C, "q"));
     /* The owner ends during the round: what was rotated is left to
      * expire, never deleted. */
-    lockmgr_adopt(&D.o, &ar);
+    lockmgr_adopt(&D.o, &ar, NULL);
     i = pending(F_ADOPT, "lock:q");
     lockmgr_owner_end(&D.o, false);
     answer_ok(i, 3, 19000);
@@ -552,7 +578,7 @@ START_TEST(test_adopt_multi)
         .n = 2, .res = (const char *[]){ "a", "b" },
         .len = (size_t[]){ 1, 1 },
         .token = "0123456789abcdef0123456789abcdef", .ttl = 5000,
-        .renew = true });
+        .renew = true }, NULL);
     int i = pending(F_ADOPT, "lock:a");
     ck_assert_str_eq(calls[i].keys, "lock:a lock:b");
     answer_ok(i, 4, 4900);
@@ -561,7 +587,7 @@ START_TEST(test_adopt_multi)
     ck_assert_ptr_nonnull(held(&A, "a"));
     ck_assert_ptr_nonnull(held(&A, "b"));
     /* A later LOCK of either waits behind A, as for a grant. */
-    lockmgr_lock(&B.o, R("b"), 5000, 0, true);
+    lockmgr_lock(&B.o, R("b"), 5000, 0, true, NULL);
     ck_assert_int_eq(B.err, PROTO_ERR_BUSY);
 }
 END_TEST
@@ -570,16 +596,16 @@ END_TEST
 
 START_TEST(test_lock_uncontended)
 {
-    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true, NULL);
     ck_assert_int_eq(A.nlocked, 0);         /* never answered inline */
     int i = pending(F_ACQUIRE, "lock:r");
     ck_assert_int_eq(calls[i].ttl, 30000);
-    ck_assert_ptr_eq(A.o.pending, calls[i].ud);
+    ck_assert_ptr_eq(first_wait(&A.o), calls[i].ud);
     answer_ok(i, 17, 29000);
     ck_assert_int_eq(A.nlocked, 1);
     ck_assert_int_eq(A.fence, 17);
     ck_assert_int_eq(A.validity, 29000);
-    ck_assert_ptr_null(A.o.pending);
+    ck_assert_uint_eq(A.o.nwaits, 0);
     ck_assert_uint_eq(A.o.nleases, 1);
     ck_assert_uint_eq(lockmgr_held_count(), 1);
     ck_assert_ptr_nonnull(held(&A, "r"));
@@ -587,7 +613,7 @@ START_TEST(test_lock_uncontended)
     ck_assert_int_eq(A.refs, 0);            /* no reference left behind */
     ck_assert_uint_eq(lockmgr_counters()->acquire_ok, 1);
 
-    lockmgr_unlock(&A.o, held(&A, "r"));
+    lockmgr_unlock(&A.o, held(&A, "r"), NULL);
     ck_assert_uint_eq(A.o.nleases, 0);
     ck_assert_int_eq(A.nunlocked, 0);
     answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
@@ -602,13 +628,13 @@ END_TEST
 
 START_TEST(test_busy_and_unavailable)
 {
-    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true, NULL);
     answer_busy(pending(F_ACQUIRE, "lock:r"), 500);
     ck_assert_int_eq(A.nfailed, 1);
     ck_assert_int_eq(A.err, PROTO_ERR_BUSY);
     ck_assert_uint_eq(lockmgr_waiter_count(), 0);
 
-    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true, NULL);
     answer_unavailable(pending(F_ACQUIRE, "lock:r"));
     ck_assert_int_eq(A.nfailed, 2);
     ck_assert_int_eq(A.err, PROTO_ERR_UNAVAILABLE);
@@ -622,7 +648,7 @@ END_TEST
 START_TEST(test_unlock_lost_when_no_node_had_it)
 {
     take(&A, "r", 30000, 1);
-    lockmgr_unlock(&A.o, held(&A, "r"));
+    lockmgr_unlock(&A.o, held(&A, "r"), NULL);
     answer_released(pending(F_RELEASE, "lock:r"), 0, 3);
     ck_assert_int_eq(A.nunlocked, 1);
     ck_assert_int_eq(A.err, PROTO_ERR_LOST);
@@ -632,28 +658,28 @@ END_TEST
 START_TEST(test_fifo_queue)
 {
     take(&A, "r", 30000, 1);
-    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
-    lockmgr_lock(&C.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true, NULL);
+    lockmgr_lock(&C.o, R("r"), 30000, 5000, true, NULL);
     /* Held here: nobody asks Redis while the holder lives. */
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
     ck_assert_uint_eq(lockmgr_waiter_count(), 2);
 
-    lockmgr_unlock(&A.o, held(&A, "r"));
+    lockmgr_unlock(&A.o, held(&A, "r"), NULL);
     /* Not before the holder's keys are gone. */
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
     answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
     /* The head, and only the head, tries. */
     int i = pending(F_ACQUIRE, "lock:r");
-    ck_assert_ptr_eq(calls[i].ud, B.o.pending);
+    ck_assert_ptr_eq(calls[i].ud, first_wait(&B.o));
     answer_ok(i, 2, 29000);
     ck_assert_int_eq(B.nlocked, 1);
     ck_assert_int_eq(C.nlocked, 0);
     ck_assert_uint_eq(lockmgr_waiter_count(), 1);
 
-    lockmgr_unlock(&B.o, held(&B, "r"));
+    lockmgr_unlock(&B.o, held(&B, "r"), NULL);
     answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
     i = pending(F_ACQUIRE, "lock:r");
-    ck_assert_ptr_eq(calls[i].ud, C.o.pending);
+    ck_assert_ptr_eq(calls[i].ud, first_wait(&C.o));
     answer_ok(i, 3, 29000);
     ck_assert_int_eq(C.nlocked, 1);
     ck_assert_int_eq(C.fence, 3);
@@ -664,7 +690,7 @@ END_TEST
 START_TEST(test_wait_zero_behind_holder_is_busy)
 {
     take(&A, "r", 30000, 1);
-    lockmgr_lock(&B.o, R("r"), 30000, 0, true);
+    lockmgr_lock(&B.o, R("r"), 30000, 0, true, NULL);
     ck_assert_int_eq(B.nfailed, 1);
     ck_assert_int_eq(B.err, PROTO_ERR_BUSY);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
@@ -674,8 +700,8 @@ END_TEST
 START_TEST(test_wait_zero_during_release_waits_for_it)
 {
     take(&A, "r", 30000, 1);
-    lockmgr_unlock(&A.o, held(&A, "r"));
-    lockmgr_lock(&B.o, R("r"), 30000, 0, true);
+    lockmgr_unlock(&A.o, held(&A, "r"), NULL);
+    lockmgr_lock(&B.o, R("r"), 30000, 0, true, NULL);
     ck_assert_int_eq(B.nfailed, 0);         /* no stale BUSY */
     answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
     answer_ok(pending(F_ACQUIRE, "lock:r"), 2, 29000);
@@ -686,7 +712,7 @@ END_TEST
 START_TEST(test_wait_times_out)
 {
     take(&A, "r", 30000, 1);
-    lockmgr_lock(&B.o, R("r"), 30000, 1000, true);
+    lockmgr_lock(&B.o, R("r"), 30000, 1000, true, NULL);
     timer_advance(999);
     ck_assert_int_eq(B.nfailed, 0);
     timer_advance(1);
@@ -701,7 +727,7 @@ START_TEST(test_wait_retries_after_busy_elsewhere)
 {
     /* Held by another daemon: the head sleeps until the key's PTTL (or a
      * jittered retry), then asks again. */
-    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true, NULL);
     answer_busy(pending(F_ACQUIRE, "lock:r"), 200);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
     timer_advance(200);
@@ -716,7 +742,7 @@ END_TEST
 
 START_TEST(test_release_notification_wakes_sleeper)
 {
-    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true, NULL);
     answer_busy(pending(F_ACQUIRE, "lock:r"), 20000);
     lockmgr_on_release(R("lock:other"));
     timer_advance(10);
@@ -737,7 +763,7 @@ START_TEST(test_notification_during_attempt_retries_at_once)
 {
     /* Race: the head is talking to Redis when the holder elsewhere
      * releases. Its BUSY answer is stale: it asks again without sleeping. */
-    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true, NULL);
     int i = pending(F_ACQUIRE, "lock:r");
     lockmgr_on_release(R("lock:r"));
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);   /* not twice */
@@ -752,8 +778,8 @@ START_TEST(test_woken_waiter_while_head_attempts)
 {
     /* Race: a local release kicks the queue while the head's attempt is
      * in flight: no second attempt, and the head's answer decides. */
-    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
-    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true, NULL);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true, NULL);
     int i = pending(F_ACQUIRE, "lock:r");
     lockmgr_on_release(R("lock:r"));
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);
@@ -769,10 +795,10 @@ START_TEST(test_lock_held_back_until_ready)
     /* At start-up no node is checked yet: a LOCK then would fail
      * UNAVAILABLE at once. It is held until lockmgr_ready(), in order. */
     lockmgr_starting();
-    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
-    lockmgr_lock(&B.o, R("r"), 30000, 0, true);     /* behind A */
-    lockmgr_lock(&C.o, R("q"), 30000, 500, true);   /* waits less */
-    lockmgr_lock(&D.o, R("p"), 30000, 0, true);     /* goes away */
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true, NULL);
+    lockmgr_lock(&B.o, R("r"), 30000, 0, true, NULL);     /* behind A */
+    lockmgr_lock(&C.o, R("q"), 30000, 500, true, NULL);   /* waits less */
+    lockmgr_lock(&D.o, R("p"), 30000, 0, true, NULL);     /* goes away */
     ck_assert_int_eq(ncalls, 0);
     ck_assert_int_eq(A.nfailed + B.nfailed + C.nfailed + D.nfailed, 0);
     lockmgr_owner_end(&D.o, true);
@@ -795,7 +821,7 @@ START_TEST(test_lock_held_back_until_ready)
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:p"), 0);
 
     /* Ready: straight to Redis. */
-    lockmgr_lock(&C.o, R("q"), 30000, 0, true);
+    lockmgr_lock(&C.o, R("q"), 30000, 0, true, NULL);
     answer_ok(pending(F_ACQUIRE, "lock:q"), 1, 29000);
     ck_assert_int_eq(C.nlocked, 1);
     ck_assert_int_eq(A.refs + B.refs + C.refs, 0);
@@ -812,11 +838,11 @@ START_TEST(test_adopt_held_back_until_ready)
         .renew = true,
     };
     lockmgr_starting();
-    lockmgr_adopt(&A.o, &ar);
+    lockmgr_adopt(&A.o, &ar, NULL);
     ar.res = (const char *[]){ "q" };
-    lockmgr_adopt(&B.o, &ar);                       /* goes away */
+    lockmgr_adopt(&B.o, &ar, NULL);                       /* goes away */
     ar.res = (const char *[]){ "p" };
-    lockmgr_adopt(&C.o, &ar);                       /* shut down */
+    lockmgr_adopt(&C.o, &ar, NULL);                       /* shut down */
     ck_assert_int_eq(ncalls, 0);
     lockmgr_owner_end(&B.o, true);
     ck_assert_int_eq(B.refs, 0);
@@ -838,8 +864,8 @@ END_TEST
  * not "held by someone else"); the other is granted: BUSY at once. */
 START_TEST(test_nowait_behind_asking)
 {
-    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
-    lockmgr_lock(&B.o, R("r"), 30000, 0, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true, NULL);
+    lockmgr_lock(&B.o, R("r"), 30000, 0, true, NULL);
     ck_assert_int_eq(B.nfailed, 0);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);
     answer_unavailable(pending(F_ACQUIRE, "lock:r"));
@@ -849,8 +875,8 @@ START_TEST(test_nowait_behind_asking)
     ck_assert_int_eq(B.nfailed, 1);
     ck_assert_int_eq(B.err, PROTO_ERR_UNAVAILABLE);
 
-    lockmgr_lock(&C.o, R("q"), 30000, 0, true);
-    lockmgr_lock(&D.o, R("q"), 30000, 0, true);
+    lockmgr_lock(&C.o, R("q"), 30000, 0, true, NULL);
+    lockmgr_lock(&D.o, R("q"), 30000, 0, true, NULL);
     answer_ok(pending(F_ACQUIRE, "lock:q"), 2, 29000);
     ck_assert_int_eq(C.nlocked, 1);
     ck_assert_int_eq(D.nfailed, 1);
@@ -863,8 +889,8 @@ END_TEST
 START_TEST(test_held_back_lock_cut_or_shut_down)
 {
     lockmgr_starting();
-    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
-    lockmgr_lock(&B.o, R("q"), 30000, 5000, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true, NULL);
+    lockmgr_lock(&B.o, R("q"), 30000, 5000, true, NULL);
     lockmgr_cut_wait(&A.o);
     ck_assert_int_eq(A.nfailed, 1);
     ck_assert_int_eq(A.err, PROTO_ERR_TIMEOUT);
@@ -882,7 +908,7 @@ END_TEST
 START_TEST(test_cut_wait)
 {
     take(&A, "r", 30000, 1);
-    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true, NULL);
     lockmgr_cut_wait(&B.o);
     ck_assert_int_eq(B.nfailed, 1);
     ck_assert_int_eq(B.err, PROTO_ERR_TIMEOUT);
@@ -892,7 +918,7 @@ END_TEST
 
 START_TEST(test_cut_wait_during_attempt)
 {
-    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true, NULL);
     int i = pending(F_ACQUIRE, "lock:r");
     lockmgr_cut_wait(&A.o);
     ck_assert_int_eq(A.nfailed, 0);         /* answers after that try */
@@ -907,7 +933,7 @@ END_TEST
 START_TEST(test_no_random_source)
 {
     token_fails = true;
-    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true, NULL);
     ck_assert_int_eq(A.nfailed, 0);         /* from the timer, not inline */
     timer_advance(0);
     ck_assert_int_eq(A.nfailed, 1);
@@ -972,7 +998,7 @@ END_TEST
 START_TEST(test_extend)
 {
     take(&A, "r", 3000, 1);
-    lockmgr_extend(&A.o, held(&A, "r"), 9000);
+    lockmgr_extend(&A.o, held(&A, "r"), 9000, NULL);
     int i = pending(F_EXTEND, "lock:r");
     ck_assert_int_eq(calls[i].ttl, 9000);
     answer_ok(i, 0, 8800);
@@ -991,13 +1017,13 @@ END_TEST
 START_TEST(test_extend_lost_and_unavailable)
 {
     take(&A, "r", 3000, 1);
-    lockmgr_extend(&A.o, held(&A, "r"), 9000);
+    lockmgr_extend(&A.o, held(&A, "r"), 9000, NULL);
     answer_unavailable(pending(F_EXTEND, "lock:r"));
     ck_assert_int_eq(A.nextended, 1);
     ck_assert_int_eq(A.err, PROTO_ERR_UNAVAILABLE);
     ck_assert_ptr_nonnull(held(&A, "r"));
 
-    lockmgr_extend(&A.o, held(&A, "r"), 9000);
+    lockmgr_extend(&A.o, held(&A, "r"), 9000, NULL);
     answer_lost(pending(F_EXTEND, "lock:r"));
     ck_assert_int_eq(A.nextended, 2);
     ck_assert_int_eq(A.err, PROTO_ERR_LOST);
@@ -1013,7 +1039,7 @@ START_TEST(test_extend_while_renewal_in_flight)
     take(&A, "r", 3000, 1);
     timer_advance(1000);
     int renewal = pending(F_EXTEND, "lock:r");
-    lockmgr_extend(&A.o, held(&A, "r"), 1000);
+    lockmgr_extend(&A.o, held(&A, "r"), 1000, NULL);
     ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 1);
     answer_ok(renewal, 0, 2900);
     int ext = pending(F_EXTEND, "lock:r");
@@ -1035,7 +1061,7 @@ START_TEST(test_renewal_waits_for_extend)
 {
     /* The renewal timer firing while an EXTEND is out sends nothing. */
     take(&A, "r", 3000, 1);
-    lockmgr_extend(&A.o, held(&A, "r"), 3000);
+    lockmgr_extend(&A.o, held(&A, "r"), 3000, NULL);
     int ext = pending(F_EXTEND, "lock:r");
     timer_advance(1000);
     ck_assert_int_eq(count_open(F_EXTEND, "lock:r"), 1);
@@ -1061,7 +1087,7 @@ START_TEST(test_failed_shorter_extend_shortens_lease)
      * answered already run PEXPIRE 100. The lease must not outlive them:
      * its validity drops to what they hold and it is lost at once. */
     take(&A, "r", 30000, 1);
-    lockmgr_extend(&A.o, held(&A, "r"), 100);
+    lockmgr_extend(&A.o, held(&A, "r"), 100, NULL);
     timer_advance(100);
     struct redlock_result r = { .status = REDLOCK_UNAVAILABLE, .ok = 1,
                                 .failed = 2, .validity = 100 - 100 - 3 };
@@ -1078,14 +1104,14 @@ END_TEST
 START_TEST(test_failed_extend_caps_validity)
 {
     take(&A, "r", 30000, 1);
-    lockmgr_extend(&A.o, held(&A, "r"), 5000);
+    lockmgr_extend(&A.o, held(&A, "r"), 5000, NULL);
     struct redlock_result r = { .status = REDLOCK_UNAVAILABLE, .ok = 1,
                                 .failed = 2, .validity = 4900 };
     answer(pending(F_EXTEND, "lock:r"), &r);
     ck_assert_ptr_nonnull(held(&A, "r"));
     ck_assert_int_le(lease_validity_of(&A), 4900);
     /* A failed EXTEND to a longer ttl keeps the old (shorter) bound. */
-    lockmgr_extend(&A.o, held(&A, "r"), 60000);
+    lockmgr_extend(&A.o, held(&A, "r"), 60000, NULL);
     r.validity = 59000;
     answer(pending(F_EXTEND, "lock:r"), &r);
     ck_assert_int_le(lease_validity_of(&A), 4900);
@@ -1120,7 +1146,7 @@ END_TEST
 START_TEST(test_lost_leaves_keys_and_waiters_ask_redis)
 {
     take(&A, "r", 3000, 1);
-    lockmgr_lock(&B.o, R("r"), 3000, 10000, true);
+    lockmgr_lock(&B.o, R("r"), 3000, 10000, true, NULL);
     timer_advance(1000);
     answer_unavailable(pending(F_EXTEND, "lock:r"));
     for (int k = 0; k < 40 && A.nlost == 0; k++) {
@@ -1163,7 +1189,7 @@ END_TEST
 
 START_TEST(test_renew0_lost_before_validity_keys_kept)
 {
-    lockmgr_lock(&A.o, R("r"), 3000, 0, false);
+    lockmgr_lock(&A.o, R("r"), 3000, 0, false, NULL);
     answer_ok(pending(F_ACQUIRE, "lock:r"), 7, 2950);
     timer_advance(2949);
     ck_assert_int_eq(A.nlost, 1);
@@ -1177,13 +1203,13 @@ START_TEST(test_unlock_lost_without_quorum)
     /* Issue: UNLOCK answered OK nodes=1 although a quorum no longer held
      * the key. */
     take(&A, "r", 30000, 1);
-    lockmgr_unlock(&A.o, held(&A, "r"));
+    lockmgr_unlock(&A.o, held(&A, "r"), NULL);
     answer_released(pending(F_RELEASE, "lock:r"), 1, 2);
     ck_assert_int_eq(A.nunlocked, 1);
     ck_assert_int_eq(A.err, PROTO_ERR_LOST);
     /* One node down is not a loss. */
     take(&A, "r", 30000, 2);
-    lockmgr_unlock(&A.o, held(&A, "r"));
+    lockmgr_unlock(&A.o, held(&A, "r"), NULL);
     struct redlock_result r = { .status = REDLOCK_OK, .deleted = 2,
                                 .failed = 1 };
     answer(pending(F_RELEASE, "lock:r"), &r);
@@ -1200,7 +1226,7 @@ START_TEST(test_renewal_reply_after_lost)
     take(&A, "r", 3000, 1);
     timer_advance(1000);
     int renewal = pending(F_EXTEND, "lock:r");
-    lockmgr_extend(&A.o, held(&A, "r"), 9000);
+    lockmgr_extend(&A.o, held(&A, "r"), 9000, NULL);
     answer_lost(renewal);
     ck_assert_int_eq(A.nlost, 1);
     ck_assert_int_eq(A.why, LOST_NODE);
@@ -1254,7 +1280,7 @@ START_TEST(test_end_during_acquisition)
 {
     /* Race: the owner ends while its acquisition is in flight. The grant
      * that arrives later is given back; the owner hears nothing. */
-    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true, NULL);
     int i = pending(F_ACQUIRE, "lock:r");
     char token[REDLOCK_TOKEN_LEN + 1];
     snprintf(token, sizeof(token), "%s", calls[i].token);
@@ -1271,12 +1297,12 @@ END_TEST
 
 START_TEST(test_end_of_waiter_passes_the_turn)
 {
-    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true, NULL);
     answer_busy(pending(F_ACQUIRE, "lock:r"), 20000);
-    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true, NULL);
     lockmgr_owner_end(&A.o, false);         /* the sleeping head leaves */
     int i = pending(F_ACQUIRE, "lock:r");
-    ck_assert_ptr_eq(calls[i].ud, B.o.pending);
+    ck_assert_ptr_eq(calls[i].ud, first_wait(&B.o));
     ck_assert_uint_eq(lockmgr_waiter_count(), 1);
 }
 END_TEST
@@ -1286,7 +1312,7 @@ END_TEST
 static void lock_another(struct fowner *f)
 {
     f->on_locked = NULL;
-    lockmgr_lock(&f->o, R("second"), 30000, 0, true);
+    lockmgr_lock(&f->o, R("second"), 30000, 0, true, NULL);
 }
 
 static void end_self(struct fowner *f)
@@ -1298,7 +1324,7 @@ static void end_self(struct fowner *f)
 START_TEST(test_callback_may_call_back_in)
 {
     A.on_locked = lock_another;
-    lockmgr_lock(&A.o, R("first"), 30000, 0, true);
+    lockmgr_lock(&A.o, R("first"), 30000, 0, true, NULL);
     answer_ok(pending(F_ACQUIRE, "lock:first"), 1, 29000);
     ck_assert_int_eq(A.nlocked, 1);
     answer_ok(pending(F_ACQUIRE, "lock:second"), 1, 29000);
@@ -1312,17 +1338,17 @@ START_TEST(test_callback_may_end_owner)
     /* B ends itself from its grant callback, while the queue behind it
      * (C) is being served: nothing is used after it is freed. */
     take(&A, "r", 30000, 1);
-    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
-    lockmgr_lock(&C.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true, NULL);
+    lockmgr_lock(&C.o, R("r"), 30000, 5000, true, NULL);
     B.on_locked = end_self;
-    lockmgr_unlock(&A.o, held(&A, "r"));
+    lockmgr_unlock(&A.o, held(&A, "r"), NULL);
     answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
     answer_ok(pending(F_ACQUIRE, "lock:r"), 2, 29000);
     ck_assert_int_eq(B.nlocked, 1);
     ck_assert_ptr_null(held(&B, "r"));
     answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
     int i = pending(F_ACQUIRE, "lock:r");
-    ck_assert_ptr_eq(calls[i].ud, C.o.pending);
+    ck_assert_ptr_eq(calls[i].ud, first_wait(&C.o));
     ck_assert_int_eq(B.refs, 0);
 }
 END_TEST
@@ -1330,7 +1356,7 @@ END_TEST
 START_TEST(test_no_answer_after_end)
 {
     take(&A, "r", 30000, 1);
-    lockmgr_unlock(&A.o, held(&A, "r"));
+    lockmgr_unlock(&A.o, held(&A, "r"), NULL);
     lockmgr_owner_end(&A.o, false);
     answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
     ck_assert_int_eq(A.nunlocked, 0);
@@ -1341,7 +1367,7 @@ END_TEST
 START_TEST(test_force_release_tells_local_holder)
 {
     take(&A, "r", 30000, 5);
-    lockmgr_force_release(&B.o, R("r"));
+    lockmgr_force_release(&B.o, R("r"), NULL);
     struct redlock_result r = { .status = REDLOCK_OK, .deleted = 3 };
     answer(pending(F_FORCE, "lock:r"), &r);
     ck_assert_int_eq(B.nunlocked, 1);
@@ -1361,7 +1387,7 @@ static int pending_of(enum fop op, const char *key, const struct fowner *f)
 {
     for (int i = 0; i < ncalls; i++)
         if (!calls[i].done && calls[i].op == op && !strcmp(calls[i].key, key)
-            && calls[i].ud == f->o.pending)
+            && calls[i].ud == first_wait(&f->o))
             return i;
     ck_abort_msg("no open call of kind %d on %s for %s", op, key, f->id);
     return -1;
@@ -1376,7 +1402,7 @@ static void lock_kind(struct fowner *f, const char *res, enum lockmgr_mode m,
         .n = 1, .res = names, .len = lens, .mode = m, .limit = limit,
         .ttl = 30000, .wait = wait, .renew = true,
     };
-    lockmgr_lock_req(&f->o, &r);
+    lockmgr_lock_req(&f->o, &r, NULL);
 }
 
 static void lock_shared(struct fowner *f, const char *res, uint32_t wait)
@@ -1400,7 +1426,7 @@ static void lock_multi(struct fowner *f, const char *list, uint32_t wait)
         .n = n, .res = names, .len = lens, .mode = LOCKMGR_EXCLUSIVE,
         .ttl = 30000, .wait = wait, .renew = true,
     };
-    lockmgr_lock_req(&f->o, &r);
+    lockmgr_lock_req(&f->o, &r, NULL);
 }
 
 START_TEST(test_shared_readers_hold_together)
@@ -1429,7 +1455,7 @@ START_TEST(test_shared_readers_hold_together)
     for (int k = 0; k < ncalls; k++)
         if (!calls[k].done && calls[k].op == F_EXTEND)
             answer_ok(k, 0, 29000);
-    lockmgr_unlock(&A.o, held(&A, "r"));
+    lockmgr_unlock(&A.o, held(&A, "r"), NULL);
     int k = pending(F_RELEASE, "lock:r:shared");
     ck_assert_str_eq(calls[k].token, A.token);
     answer_released(k, 3, 0);
@@ -1447,7 +1473,7 @@ START_TEST(test_writer_not_overtaken_by_later_readers)
     lock_shared(&A, "r", 0);
     answer_ok(pending_of(F_ACQUIRE, "lock:r", &A), 1, 29000);
     /* A writer waits for the reader here. */
-    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true, NULL);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
     /* A later reader does not overtake it, wait or not. */
     lock_shared(&C, "r", 5000);
@@ -1457,18 +1483,18 @@ START_TEST(test_writer_not_overtaken_by_later_readers)
     ck_assert_int_eq(D.err, PROTO_ERR_BUSY);
     ck_assert_uint_eq(lockmgr_waiter_count(), 2);
 
-    lockmgr_unlock(&A.o, held(&A, "r"));
+    lockmgr_unlock(&A.o, held(&A, "r"), NULL);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);  /* not yet */
     answer_released(pending(F_RELEASE, "lock:r:shared"), 3, 0);
     /* The writer, alone. */
     int i = pending(F_ACQUIRE, "lock:r");
-    ck_assert_ptr_eq(calls[i].ud, B.o.pending);
+    ck_assert_ptr_eq(calls[i].ud, first_wait(&B.o));
     ck_assert_int_eq(calls[i].mode, REDLOCK_EXCLUSIVE);
     ck_assert(calls[i].with_shared);    /* it checks the readers' set */
     answer_ok(i, 2, 29000);
     ck_assert_int_eq(B.nlocked, 1);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
-    lockmgr_unlock(&B.o, held(&B, "r"));
+    lockmgr_unlock(&B.o, held(&B, "r"), NULL);
     answer_released(pending(F_RELEASE, "lock:r"), 3, 0);
     answer_ok(pending_of(F_ACQUIRE, "lock:r", &C), 3, 29000);
     ck_assert_int_eq(C.nlocked, 1);
@@ -1483,7 +1509,7 @@ START_TEST(test_writer_waits_for_readers_asking)
      * (the reader may win), and a reader after the writer too. */
     lock_shared(&A, "r", 5000);
     int i = pending_of(F_ACQUIRE, "lock:r", &A);
-    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true, NULL);
     lock_shared(&C, "r", 5000);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 1);
     /* The reader is busy elsewhere (a writer on another daemon): it
@@ -1511,12 +1537,12 @@ START_TEST(test_shared_exclusive_wait0)
     end_and_release(&A, "lock:r");
     lock_shared(&A, "r", 0);
     answer_ok(pending_of(F_ACQUIRE, "lock:r", &A), 2, 29000);
-    lockmgr_lock(&B.o, R("r"), 30000, 0, true);
+    lockmgr_lock(&B.o, R("r"), 30000, 0, true, NULL);
     ck_assert_int_eq(B.nfailed, 2);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:r"), 0);
     /* A reader whose lease goes away: a wait=0 writer waits for that. */
-    lockmgr_unlock(&A.o, held(&A, "r"));
-    lockmgr_lock(&B.o, R("r"), 30000, 0, true);
+    lockmgr_unlock(&A.o, held(&A, "r"), NULL);
+    lockmgr_lock(&B.o, R("r"), 30000, 0, true, NULL);
     ck_assert_int_eq(B.nfailed, 2);
     answer_released(pending(F_RELEASE, "lock:r:shared"), 3, 0);
     answer_ok(pending_of(F_ACQUIRE, "lock:r", &B), 3, 29000);
@@ -1529,7 +1555,7 @@ START_TEST(test_shared_release_notification)
 {
     /* A writer busy on another daemon's readers wakes when their set is
      * announced empty. */
-    lockmgr_lock(&A.o, R("r"), 30000, 5000, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 5000, true, NULL);
     answer_busy(pending(F_ACQUIRE, "lock:r"), 20000);
     lockmgr_on_release(R("lock:r:shared"));
     timer_advance(4);
@@ -1537,7 +1563,7 @@ START_TEST(test_shared_release_notification)
     ck_assert_uint_eq(lockmgr_counters()->wakeups_notified, 1);
     answer_ok(pending(F_ACQUIRE, "lock:r"), 4, 29000);
     /* A resource whose name ends like a set is its own resource too. */
-    lockmgr_lock(&B.o, R("x:shared"), 30000, 5000, true);
+    lockmgr_lock(&B.o, R("x:shared"), 30000, 5000, true, NULL);
     answer_busy(pending(F_ACQUIRE, "lock:x:shared"), 20000);
     lockmgr_on_release(R("lock:x:shared"));
     timer_advance(4);
@@ -1586,7 +1612,7 @@ START_TEST(test_adopt_kinds)
         .token = "0123456789abcdef0123456789abcdef", .ttl = 10000,
         .renew = true,
     };
-    lockmgr_adopt(&A.o, &ar);
+    lockmgr_adopt(&A.o, &ar, NULL);
     int i = pending(F_ADOPT, "lock:s");
     ck_assert_str_eq(calls[i].shared, "lock:s:shared");
     ck_assert_str_eq(calls[i].keys, "lock:s#");
@@ -1595,13 +1621,13 @@ START_TEST(test_adopt_kinds)
     ck_assert_int_eq(A.nlocked, 1);
     ck_assert_int_eq(A.mode, LOCKMGR_SHARED);
     ck_assert_uint_eq(A.fence, 7);
-    lockmgr_unlock(&A.o, held(&A, "s"));
+    lockmgr_unlock(&A.o, held(&A, "s"), NULL);
     ck_assert_int_eq(count_open(F_RELEASE, "lock:s:shared"), 1);
 
     /* Slot 1 of 3: a LOCK limit=3 here looks at the other two, and says
      * the limit in its label. */
     ar.res = (const char *[]){ "k" };
-    lockmgr_adopt(&C.o, &ar);
+    lockmgr_adopt(&C.o, &ar, NULL);
     answer_adopted(pending(F_ADOPT, "lock:k"), 8, REDLOCK_HELD_SLOT, 1, 3);
     ck_assert_int_eq(C.nlocked, 1);
     ck_assert_uint_eq(C.limit, 3);
@@ -1614,13 +1640,13 @@ START_TEST(test_adopt_kinds)
                   calls[i].label);
     /* Another size here, or none stored: refused, and the slot rotated
      * to the new token is left to expire (never deleted). */
-    lockmgr_adopt(&D.o, &ar);
+    lockmgr_adopt(&D.o, &ar, NULL);
     i = pending(F_ADOPT, "lock:k");
     answer_adopted(i, 8, REDLOCK_HELD_SLOT, 0, 5);
     ck_assert_int_eq(D.err, PROTO_ERR_ARG);
     ck_assert_int_eq(count_open(F_RELEASE, "lock:k#0"), 0);
     ar.res = (const char *[]){ "u" };
-    lockmgr_adopt(&D.o, &ar);
+    lockmgr_adopt(&D.o, &ar, NULL);
     answer_adopted(pending(F_ADOPT, "lock:u"), 8, REDLOCK_HELD_SLOT, 0, 0);
     ck_assert_int_eq(D.err, PROTO_ERR_ARG);
     ck_assert_int_eq(count_open(F_RELEASE, "lock:u#0"), 0);
@@ -1628,7 +1654,7 @@ START_TEST(test_adopt_kinds)
     ck_assert_ptr_null(held(&D, "u"));
     /* A semaphore larger than this daemon allows: refused, not made. */
     ar.res = (const char *[]){ "w" };
-    lockmgr_adopt(&D.o, &ar);
+    lockmgr_adopt(&D.o, &ar, NULL);
     answer_adopted(pending(F_ADOPT, "lock:w"), 8, REDLOCK_HELD_SLOT, 2,
                    conf.locks.max_limit + 1);
     ck_assert_int_eq(D.err, PROTO_ERR_ARG);
@@ -1645,12 +1671,12 @@ START_TEST(test_adopt_multi_meets_semaphore)
     lockmgr_adopt(&A.o, &(struct lockmgr_adopt_req){
         .n = 1, .res = (const char *[]){ "m1" }, .len = (size_t[]){ 2 },
         .token = "0123456789abcdef0123456789abcdef", .ttl = 5000,
-        .renew = true });
+        .renew = true }, NULL);
     lockmgr_adopt(&B.o, &(struct lockmgr_adopt_req){
         .n = 2, .res = (const char *[]){ "m1", "m2" },
         .len = (size_t[]){ 2, 2 },
         .token = "fedcba9876543210fedcba9876543210", .ttl = 5000,
-        .renew = true });
+        .renew = true }, NULL);
     int a = ncalls - 2, b = ncalls - 1;
     ck_assert(calls[a].op == F_ADOPT && calls[b].op == F_ADOPT);
     answer_adopted(a, 4, REDLOCK_HELD_SLOT, 1, 3);
@@ -1679,7 +1705,7 @@ START_TEST(test_adopt_slot_here)
         .n = 1, .res = (const char *[]){ "m" }, .len = (size_t[]){ 1 },
         .token = A.token, .ttl = 10000, .renew = true,
     };
-    lockmgr_adopt(&B.o, &ar);
+    lockmgr_adopt(&B.o, &ar, NULL);
     answer_adopted(pending(F_ADOPT, "lock:m"), 3, REDLOCK_HELD_SLOT, slot, 2);
     ck_assert_int_eq(B.nlocked, 1);
     ck_assert_int_eq(A.nlost, 1);
@@ -1809,7 +1835,7 @@ START_TEST(test_semaphore_slots)
     /* Another K here: ERR ARG, and so is a plain LOCK. */
     lock_kind(&C, "s", LOCKMGR_EXCLUSIVE, 4, 0);
     ck_assert_int_eq(C.err, PROTO_ERR_ARG);
-    lockmgr_lock(&C.o, R("s"), 30000, 0, true);
+    lockmgr_lock(&C.o, R("s"), 30000, 0, true, NULL);
     ck_assert_int_eq(C.err, PROTO_ERR_ARG);
     ck_assert_int_eq(C.nfailed, 2);
     /* A release of slot k1 elsewhere: B asks for that slot first. */
@@ -1827,7 +1853,7 @@ START_TEST(test_semaphore_slots)
     lock_kind(&D, "s", LOCKMGR_EXCLUSIVE, 3, 5000);
     ck_assert_int_eq(count_open(F_ACQUIRE, k0), 0);
     /* B leaves: D gets B's slot. */
-    lockmgr_unlock(&B.o, held(&B, "s"));
+    lockmgr_unlock(&B.o, held(&B, "s"), NULL);
     answer_released(pending(F_RELEASE, k1), 3, 0);
     answer_ok(pending(F_ACQUIRE, k1), 13, 29000);
     ck_assert_int_eq(D.nlocked, 1);
@@ -1839,7 +1865,7 @@ START_TEST(test_semaphore_slots)
                      (base + 1) % 3);
     json_decref(arr);
     /* STATUS looks at the slots this daemon knows of. */
-    lockmgr_status(&A.o, R("s"), 0);
+    lockmgr_status(&A.o, R("s"), 0, NULL);
     ck_assert_uint_eq(calls[pending(F_INSPECT, "lock:s")].limit, 3);
     ck_assert_str_eq(calls[pending(F_INSPECT, "lock:s")].keys, "lock:s#");
     end_and_release(&A, k0);
@@ -1862,7 +1888,7 @@ START_TEST(test_multi_grant_into_leases)
     ck_assert_ptr_nonnull(held(&A, "a"));
     ck_assert_ptr_nonnull(held(&A, "c"));
     /* One token, one fence; each resource its own lease: UNLOCK b. */
-    lockmgr_unlock(&A.o, held(&A, "b"));
+    lockmgr_unlock(&A.o, held(&A, "b"), NULL);
     int k = pending(F_RELEASE, "lock:b");
     ck_assert_str_eq(calls[k].token, A.token);
     answer_released(k, 3, 0);
@@ -1871,7 +1897,7 @@ START_TEST(test_multi_grant_into_leases)
     ck_assert_ptr_null(held(&A, "b"));
     /* b is free for others now, a and c are not. */
     take(&B, "b", 30000, 22);
-    lockmgr_lock(&C.o, R("a"), 30000, 0, true);
+    lockmgr_lock(&C.o, R("a"), 30000, 0, true, NULL);
     ck_assert_int_eq(C.err, PROTO_ERR_BUSY);
     /* The renewals of a and c go out together. */
     timer_advance(10000);
@@ -1887,7 +1913,7 @@ START_TEST(test_multi_grant_into_leases)
     answer_ok(pending(F_EXTEND, "lock:c"), 0, 29000);
     /* UNLOCK of both: one answer. */
     struct lease *ls[] = { held(&A, "c"), held(&A, "a") };
-    lockmgr_unlock_many(&A.o, ls, 2);
+    lockmgr_unlock_many(&A.o, ls, 2, NULL);
     answer_released(pending(F_RELEASE, "lock:c"), 3, 0);
     ck_assert_int_eq(A.nunlocked, 1);
     answer_released(pending(F_RELEASE, "lock:a"), 2, 0);
@@ -1910,23 +1936,23 @@ START_TEST(test_multi_no_deadlock_fifo)
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:a"), 0);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:b"), 0);
     /* A later single LOCK of a waits behind B too. */
-    lockmgr_lock(&D.o, R("a"), 30000, 5000, true);
+    lockmgr_lock(&D.o, R("a"), 30000, 5000, true, NULL);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:a"), 0);
     end_and_release(&A, "lock:b");
     int i = pending(F_ACQUIRE, "lock:a");
-    ck_assert_ptr_eq(calls[i].ud, B.o.pending);
+    ck_assert_ptr_eq(calls[i].ud, first_wait(&B.o));
     answer_ok(i, 2, 29000);
     ck_assert_int_eq(B.nlocked, 1);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:b") +
                      count_open(F_ACQUIRE, "lock:a"), 0);
     /* B lets go of a only: C still needs b, and D waits behind C. */
-    lockmgr_unlock(&B.o, held(&B, "a"));
+    lockmgr_unlock(&B.o, held(&B, "a"), NULL);
     answer_released(pending(F_RELEASE, "lock:a"), 3, 0);
     ck_assert_int_eq(count_open(F_ACQUIRE, "lock:a") +
                      count_open(F_ACQUIRE, "lock:b"), 0);
     end_and_release(&B, "lock:b");
     i = pending(F_ACQUIRE, "lock:b");
-    ck_assert_ptr_eq(calls[i].ud, C.o.pending);
+    ck_assert_ptr_eq(calls[i].ud, first_wait(&C.o));
     ck_assert_str_eq(calls[i].keys, "lock:b lock:a");
     answer_ok(i, 3, 29000);
     end_and_release(&C, "lock:a");
@@ -1959,8 +1985,8 @@ START_TEST(test_status_and_leases_json)
 {
     snprintf(A.name, sizeof(A.name), "billing");
     take(&A, "r", 30000, 17);
-    lockmgr_lock(&B.o, R("r"), 30000, 5000, true);
-    lockmgr_status(&C.o, R("r"), 0);
+    lockmgr_lock(&B.o, R("r"), 30000, 5000, true, NULL);
+    lockmgr_status(&C.o, R("r"), 0, NULL);
     int i = pending(F_INSPECT, "lock:r");
     ck_assert_str_eq(calls[i].shared, "lock:r:shared");
     ck_assert_uint_eq(calls[i].limit, 0);
@@ -2006,7 +2032,7 @@ END_TEST
  * the holder it names (owned by C.status). */
 static json_t *holder_seen(const struct redlock_node_view *v)
 {
-    lockmgr_status(&C.o, R("elsewhere"), 0);
+    lockmgr_status(&C.o, R("elsewhere"), 0, NULL);
     int i = pending(F_INSPECT, "lock:elsewhere");
     calls[i].done = true;
     calls[i].icb(calls[i].ud, v, 3);
@@ -2025,7 +2051,7 @@ START_TEST(test_status_names_a_holder_elsewhere)
     lockmgr_deinit();
     lockmgr_init(&conf, &fake_ops);
     snprintf(A.name, sizeof(A.name), "bil\\ling");
-    lockmgr_lock(&A.o, R("r"), 30000, 0, true);
+    lockmgr_lock(&A.o, R("r"), 30000, 0, true, NULL);
     int i = pending(F_ACQUIRE, "lock:r");
     ck_assert_str_eq(calls[i].label,
                      "{\"daemon\":\"d\\\"1\",\"session\":\"s1\","
