@@ -587,12 +587,39 @@ enum proto_parse_status proto_parse(char *line, size_t len,
     word = proto_next_word(&pos, &wlen);
     if (!word)
         return PROTO_PARSE_EMPTY;
+    if (word[0] == '#') {
+        const char *tag = word + 1;
+        size_t tag_len = wlen - 1;
+
+        if (!proto_valid_tag(tag, tag_len))
+            return proto_fail(err, PROTO_ERR_ARG, "malformed tag: '#' and "
+                              "then 1 to %d of A-Z a-z 0-9 _ - . : before "
+                              "the request", PROTO_MAX_TAG);
+        word = proto_next_word(&pos, &wlen);
+        if (!word)
+            return proto_fail(err, PROTO_ERR_ARG, "a tag with no request "
+                              "after it");
+        /* Set only now: a tag with nothing after it tags nothing, and is
+         * answered untagged. */
+        req->tag = tag;
+        req->tag_len = tag_len;
+    }
     req->cmd = proto_cmd_lookup(word, wlen);
     if (req->cmd == PROTO_CMD_NONE) {
         proto_quote(q, sizeof(q), word, wlen);
         return proto_fail(err, PROTO_ERR_UNKNOWN, "unknown command '%s'", q);
     }
     return proto_parse_words(req, lim, pos, err);
+}
+
+int proto_valid_tag(const char *s, size_t len)
+{
+    if (len < 1 || len > PROTO_MAX_TAG)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!s[i] || !strchr(PROTO_TAG_CHARS, s[i]))
+            return 0;
+    return 1;
 }
 
 /* ---- formatting ------------------------------------------------------- */
@@ -635,9 +662,36 @@ static bool proto_bad_in_json(unsigned char c)
     return proto_is_ctl(c);
 }
 
+void proto_format_tag(struct sbuf *b, const char *tag, size_t len)
+{
+    sbuf_putc(b, '#');
+    proto_put_clean(b, tag, len, proto_bad_in_word, '_');
+    sbuf_putc(b, ' ');
+}
+
 void proto_format_ok_begin(struct sbuf *b)
 {
     sbuf_puts(b, "OK");
+}
+
+void proto_format_grant(struct sbuf *b, const struct proto_grant *g)
+{
+    proto_format_ok_begin(b);
+    if (g->nresources > 1)
+        proto_format_kv_u64(b, "resources", g->nresources);
+    else
+        proto_format_kv_str(b, "resource", g->resource);
+    proto_format_kv_str(b, "token", g->token);
+    proto_format_kv_u64(b, "fence", g->fence);
+    proto_format_kv_u64(b, "ttl", g->ttl);
+    proto_format_kv_i64(b, "validity", g->validity);
+    if (g->shared)
+        proto_format_kv_str(b, "mode", "shared");
+    if (g->limit) {
+        proto_format_kv_u64(b, "limit", g->limit);
+        proto_format_kv_u64(b, "slot", g->slot);
+    }
+    proto_format_end(b);
 }
 
 void proto_format_kv_strn(struct sbuf *b, const char *key, const char *val,
@@ -910,6 +964,15 @@ static int proto_reply_dispatch(struct proto_reply *r, char *line)
     word = proto_next_word(&pos, &wlen);
     if (!word)
         return -1;
+    if (word[0] == '#') {
+        if (!proto_valid_tag(word + 1, wlen - 1))
+            return -1;
+        r->tag = word + 1;
+        r->tag_len = wlen - 1;
+        word = proto_next_word(&pos, &wlen);
+        if (!word || strcmp(word, "EVENT") == 0)
+            return -1;
+    }
     if (strcmp(word, "OK") == 0)
         return proto_reply_ok(r, pos);
     if (strcmp(word, "PONG") == 0)

@@ -116,6 +116,9 @@ struct proto_limits {
 /* The most resources one LOCK or UNLOCK may name (the daemon's
  * locks.max_multi is at most this). */
 #define PROTO_MAX_RESOURCES 256
+/* A request's tag: "#<tag> " before it, 1..32 of A-Z a-z 0-9 _ - . :
+ * (protocol.md, "Tagged requests"); its reply carries the same prefix. */
+#define PROTO_MAX_TAG 32
 
 /*
  * One parsed request. String fields point into the line passed to
@@ -123,6 +126,9 @@ struct proto_limits {
  * the request is valid only while that line buffer lives.
  */
 struct proto_request {
+    const char *tag;        /* "#<tag> " before the request: the tag (not
+                               NUL-terminated: tag_len bytes), or NULL */
+    size_t tag_len;
     enum proto_cmd cmd;
     const char *arg;        /* resource (LOCK UNLOCK EXTEND STATUS), word
                                (PING, may be NULL), password (AUTH; with
@@ -172,11 +178,24 @@ struct proto_error {
  * options -> ERR ARG; numbers decimal digits only, at most 4294967295;
  * resources 1..max_resource_len bytes of 0x21-0x7E; LOCK and UNLOCK take
  * up to PROTO_MAX_RESOURCES of them, none named twice.
+ *
+ * A line that starts with '#' is tagged: the first word, less the '#', is
+ * the tag (1..PROTO_MAX_TAG bytes of PROTO_TAG_CHARS), and the request
+ * follows. A malformed tag (empty, too long, a byte outside the set,
+ * nothing after it) is an error with req->tag NULL: its reply goes
+ * untagged. Once the tag is read, req->tag is set, also when the rest
+ * fails: that error is the tagged request's answer.
  */
 enum proto_parse_status proto_parse(char *line, size_t len,
                                     const struct proto_limits *lim,
                                     struct proto_request *req,
                                     struct proto_error *err);
+
+/* The bytes a tag may hold. */
+#define PROTO_TAG_CHARS \
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.:"
+/* 1 if s[0..len) is a valid tag (without its '#'), else 0. */
+int proto_valid_tag(const char *s, size_t len);
 
 /* 1 if s[0..len) is a valid resource name under lim, else 0. */
 int proto_valid_resource(const char *s, size_t len,
@@ -209,6 +228,25 @@ enum proto_err proto_err_from_word(const char *word, size_t len); /* NONE if unk
  *     proto_format_opt_u64(b, PROTO_OPT_TTL, 5000);
  *     proto_format_end(b);                  -> "LOCK job:42 ttl=5000\n"
  */
+/* "#<tag> ": put before a tagged request's reply (and by a client before
+ * its request); the tag must be valid (proto_valid_tag). */
+void proto_format_tag(struct sbuf *b, const char *tag, size_t len);
+
+/* A grant (LOCK, ADOPT) in one call:
+ * "OK resource=<r>|resources=<n> token= fence= ttl= validity= [mode=shared]
+ * [limit= slot=]\n" */
+struct proto_grant {
+    const char *resource;   /* the first resource */
+    size_t nresources;      /* more than 1: "resources=<n>" instead */
+    const char *token;
+    uint64_t fence;
+    uint32_t ttl;
+    int64_t validity;
+    bool shared;
+    uint32_t limit, slot;   /* a semaphore slot: limit > 0 */
+};
+void proto_format_grant(struct sbuf *b, const struct proto_grant *g);
+
 void proto_format_ok_begin(struct sbuf *b);
 void proto_format_kv_str(struct sbuf *b, const char *key, const char *val);
 void proto_format_kv_strn(struct sbuf *b, const char *key, const char *val,
@@ -277,6 +315,9 @@ struct proto_kv {
 };
 
 struct proto_reply {
+    const char *tag;        /* the reply's "#<tag> " (tag_len bytes, not
+                               NUL-terminated), or NULL: untagged */
+    size_t tag_len;
     enum proto_reply_kind kind;
     enum proto_err err;     /* ERR: the code (NONE if the word is unknown) */
     const char *err_word;   /* ERR: the code word as sent */
@@ -289,6 +330,8 @@ struct proto_reply {
     struct proto_kv kv[PROTO_REPLY_MAX_KV];
 };
 
+/* A reply may start with "#<tag> " (the answer to a tagged request); an
+ * EVENT never does. */
 int proto_reply_parse(char *line, size_t len, struct proto_reply *r);
 /* Value of key in r->kv, or NULL. */
 const char *proto_reply_get(const struct proto_reply *r, const char *key);

@@ -1473,6 +1473,122 @@ START_TEST(test_sbuf_try_reserve)
 }
 END_TEST
 
+/* ---- tags ---------------------------------------------------------------- */
+
+struct t_tag {
+    const char *line;
+    enum proto_parse_status st;
+    const char *tag;        /* NULL: untagged (or a malformed tag) */
+    enum proto_cmd cmd;     /* when parsed */
+    enum proto_err err;     /* when an error */
+};
+
+#define TAG32 "abcdefghijklmnopqrstuvwxyz012345"
+_Static_assert(sizeof(TAG32) == PROTO_MAX_TAG + 1, "TAG32 length");
+
+static const struct t_tag t_tag_rows[] = {
+    { "#a1 LOCK job:1 wait=5000", PROTO_PARSE_OK, "a1", PROTO_CMD_LOCK, 0 },
+    { "#Z.9-x_y:z PING", PROTO_PARSE_OK, "Z.9-x_y:z", PROTO_CMD_PING, 0 },
+    { "  #t\tUNLOCK a b", PROTO_PARSE_OK, "t", PROTO_CMD_UNLOCK, 0 },
+    { "#" TAG32 " STATS", PROTO_PARSE_OK, TAG32, PROTO_CMD_STATS, 0 },
+    { "#t lock x\r", PROTO_PARSE_OK, "t", PROTO_CMD_LOCK, 0 },
+    { "LOCK x", PROTO_PARSE_OK, NULL, PROTO_CMD_LOCK, 0 },
+    /* A tagged request's own errors are its tagged answer. */
+    { "#t FROB", PROTO_PARSE_ERROR, "t", PROTO_CMD_NONE, PROTO_ERR_UNKNOWN },
+    { "#t LOCK", PROTO_PARSE_ERROR, "t", PROTO_CMD_LOCK, PROTO_ERR_ARG },
+    { "#t LOCK x ttl=-1", PROTO_PARSE_ERROR, "t", PROTO_CMD_LOCK,
+      PROTO_ERR_ARG },
+    /* A malformed tag: answered untagged. */
+    { "#", PROTO_PARSE_ERROR, NULL, PROTO_CMD_NONE, PROTO_ERR_ARG },
+    { "# LOCK x", PROTO_PARSE_ERROR, NULL, PROTO_CMD_NONE, PROTO_ERR_ARG },
+    { "#t", PROTO_PARSE_ERROR, NULL, PROTO_CMD_NONE, PROTO_ERR_ARG },
+    { "#t   ", PROTO_PARSE_ERROR, NULL, PROTO_CMD_NONE, PROTO_ERR_ARG },
+    { "#" TAG32 "6 PING", PROTO_PARSE_ERROR, NULL, PROTO_CMD_NONE,
+      PROTO_ERR_ARG },
+    { "#a/b PING", PROTO_PARSE_ERROR, NULL, PROTO_CMD_NONE, PROTO_ERR_ARG },
+    { "#a#b PING", PROTO_PARSE_ERROR, NULL, PROTO_CMD_NONE, PROTO_ERR_ARG },
+    { "#\xc3\xa9 PING", PROTO_PARSE_ERROR, NULL, PROTO_CMD_NONE,
+      PROTO_ERR_ARG },
+    { "#t\x01 PING", PROTO_PARSE_ERROR, NULL, PROTO_CMD_NONE,
+      PROTO_ERR_ARG },
+};
+
+START_TEST(test_parse_tags)
+{
+    const struct t_tag *row = &t_tag_rows[_i];
+    struct proto_request req;
+    struct proto_error err;
+    enum proto_parse_status st = t_parse(row->line, &req, &err);
+
+    ck_assert_msg(st == row->st, "\"%s\": status %d", row->line, st);
+    if (row->tag) {
+        ck_assert_ptr_nonnull(req.tag);
+        ck_assert_uint_eq(req.tag_len, strlen(row->tag));
+        ck_assert(memcmp(req.tag, row->tag, req.tag_len) == 0);
+    } else {
+        ck_assert_ptr_null(req.tag);
+    }
+    if (st == PROTO_PARSE_OK)
+        ck_assert_int_eq(req.cmd, row->cmd);
+    else
+        ck_assert_int_eq(err.code, row->err);
+}
+END_TEST
+
+/* A tagged reply reads back with its tag; an EVENT is never tagged. */
+START_TEST(test_tagged_replies)
+{
+    struct sbuf b = SBUF_INIT;
+    struct proto_reply r;
+    const struct proto_grant g = {
+        .resource = "job:1", .nresources = 1,
+        .token = "0123456789abcdef0123456789abcdef", .fence = 9, .ttl = 30000,
+        .validity = 29890,
+    };
+
+    proto_format_tag(&b, "a2", 2);
+    proto_format_grant(&b, &g);
+    ck_assert_str_eq(sbuf_cstr(&b), "#a2 OK resource=job:1 token="
+                     "0123456789abcdef0123456789abcdef fence=9 ttl=30000 "
+                     "validity=29890\n");
+    ck_assert_int_eq(proto_reply_parse(b.data, b.len - 1, &r), 0);
+    ck_assert_int_eq(r.kind, PROTO_REPLY_OK);
+    ck_assert_uint_eq(r.tag_len, 2);
+    ck_assert(memcmp(r.tag, "a2", 2) == 0);
+    ck_assert_str_eq(proto_reply_get(&r, "fence"), "9");
+
+    sbuf_reset(&b);
+    proto_format_tag(&b, "t.1", 3);
+    proto_format_err(&b, PROTO_ERR_ARG, "tag in use");
+    ck_assert_str_eq(sbuf_cstr(&b), "#t.1 ERR ARG tag in use\n");
+    ck_assert_int_eq(proto_reply_parse(b.data, b.len - 1, &r), 0);
+    ck_assert_int_eq(r.kind, PROTO_REPLY_ERR);
+    ck_assert_int_eq(r.err, PROTO_ERR_ARG);
+    ck_assert_uint_eq(r.tag_len, 3);
+
+    sbuf_reset(&b);
+    proto_format_grant(&b, &(struct proto_grant){
+        .resource = "a", .nresources = 3, .token = "t", .fence = 1,
+        .ttl = 2, .validity = 1, .shared = true });
+    ck_assert_str_eq(sbuf_cstr(&b), "OK resources=3 token=t fence=1 ttl=2 "
+                     "validity=1 mode=shared\n");
+    ck_assert_int_eq(proto_reply_parse(b.data, b.len - 1, &r), 0);
+    ck_assert_ptr_null(r.tag);
+
+    static const char *const bad[] = {
+        "#t EVENT LOST resource=x fence=1 reason=node", "#t", "# OK",
+        "#a/b OK", "#t FOO",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char line[128];
+        snprintf(line, sizeof(line), "%s", bad[i]);
+        ck_assert_msg(proto_reply_parse(line, strlen(line), &r) == -1,
+                      "\"%s\" parsed", bad[i]);
+    }
+    sbuf_deinit(&b);
+}
+END_TEST
+
 /* ---- suite ------------------------------------------------------------- */
 
 static Suite *proto_suite(void)
@@ -1499,6 +1615,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_parse_range);
     tcase_add_test(tc, test_parse_num_len);
     tcase_add_test(tc, test_tables);
+    tcase_add_loop_test(tc, test_parse_tags, 0, ARRAY_LEN(t_tag_rows));
     suite_add_tcase(s, tc);
 
     tc = tcase_create("format");
@@ -1519,6 +1636,7 @@ static Suite *proto_suite(void)
                         ARRAY_LEN(t_bad_reply_rows));
     tcase_add_test(tc, test_reply_many_kv);
     tcase_add_test(tc, test_reply_roundtrip);
+    tcase_add_test(tc, test_tagged_replies);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("sbuf");
