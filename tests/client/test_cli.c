@@ -298,6 +298,21 @@ static bool wait_pid_gone(pid_t pid, int timeout_ms)
     return true;
 }
 
+/* The parent of a process (0 when it is gone): the command's parent is
+ * the keeper, the process of redlockctl that holds the lock. */
+static long ppid_of(long pid)
+{
+    char path[64], buf[1024], state;
+    const char *paren;
+    long ppid;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    if (!read_file(path, buf, sizeof(buf)) || !(paren = strrchr(buf, ')'))
+        || sscanf(paren + 1, " %c %ld", &state, &ppid) != 2)
+        return 0;
+    return ppid;
+}
+
 /* ---- processes ---- */
 
 static const char *env_bin(const char *var)
@@ -930,15 +945,6 @@ static void kill_group(long pgid)
 }
 
 /*
- * SIGKILL leaves redlockctl no chance to UNLOCK, nor to stop its command:
- * the command inherited the lock connection, so the daemon keeps the lock
- * (and renews it, past several ttls) while any process of the command runs,
- * and releases it once the last one has exited and the session's --detach
- * time has run out (redlockctl(1): "the lock is held while any process of
- * the command's group runs"). Here the command's shell waits for its child
- * `sleep` and then writes a file: both must outlive redlockctl.
- */
-/*
  * The command exits at once, leaving a process of its group behind (a
  * `sleep &`): redlockctl keeps the lock until that process exits too, then
  * unlocks and exits with the command's status.
@@ -977,6 +983,17 @@ START_TEST(run_waits_for_group)
 }
 END_TEST
 
+/*
+ * SIGKILL of redlockctl and of its keeper (the process that holds the
+ * lock: the command's parent) leaves no process of redlockctl to UNLOCK,
+ * nor to stop the command: the command inherited the lock connection, so
+ * the daemon keeps the lock (and renews it, past several ttls) while any
+ * process holding that connection runs, and releases it once the last one
+ * has exited and the session's --detach time has run out. (With the
+ * keeper alive, the lock goes as soon as the group is empty: the
+ * run_keeper_* tests.) Here the command's shell waits for its child
+ * `sleep` and then writes a file: both must outlive redlockctl.
+ */
 START_TEST(run_sigkill_keeps_lock)
 {
     const char *pidf, *donef, *fdf;
@@ -984,7 +1001,7 @@ START_TEST(run_sigkill_keeps_lock)
     struct proc *p;
     long long took, free_after;
     uint64_t t0;
-    long pgid;
+    long pgid, keeper;
 
     h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
@@ -1001,6 +1018,10 @@ START_TEST(run_sigkill_keeps_lock)
     pgid = wait_file_number(pidf, h_scale(5000));
     h_expect(A, "ERR BUSY", "LOCK cli:kill ttl=30000");
 
+    keeper = ppid_of(pgid);
+    ck_assert_msg(keeper > 1, "the command has no parent");
+    if (keeper != p->pid)
+        ck_assert_int_eq(kill((pid_t)keeper, SIGKILL), 0);
     kill(p->pid, SIGKILL);
     proc_wait(p, h_scale(5000));
     assert_status(p, 128 + SIGKILL, "redlockctl after SIGKILL");
@@ -1225,23 +1246,169 @@ START_TEST(run_daemon_stalled)
 }
 END_TEST
 
-/* redlockctl itself stopped past its lease deadline: when it runs again,
+/* The process of redlockctl that confirms the lease (its keeper, the
+ * command's parent) stopped past the lease deadline: when it runs again,
  * the command has been running unconfirmed, and is stopped at once. */
 START_TEST(run_ctl_stopped)
+{
+    struct proc *p;
+    long cmd, keeper;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    p = run_sleeper("cli:ctlstop", "1000", &cmd);
+    keeper = ppid_of(cmd);
+    ck_assert_msg(keeper > 1, "the command has no parent");
+    ck_assert_int_eq(kill((pid_t)keeper, SIGSTOP), 0);
+    h_sleep_ms(1500);
+    ck_assert_int_eq(kill((pid_t)keeper, SIGCONT), 0);
+    assert_stopped_lost(p, cmd, h_scale(500), "deadline",
+                        "run_ctl_stopped, ttl 1000, after it resumed");
+    /* The connection closed, so the daemon let the lock go. */
+    h_cluster_client(&K, 0, 0);
+    assert_free("cli:ctlstop");
+}
+END_TEST
+
+/* ---- run: the keeper (issue 28) ---- */
+
+/* A LOCK with wait= sent now, its answer read later (lock_answer). */
+static void lock_ask(struct h_client *c, const char *res, int wait_ms)
+{
+    h_sendf(c, "LOCK %s ttl=30000 wait=%d\n", res, wait_ms);
+}
+
+/* The answer to lock_ask, asserted to be a grant within timeout_ms; the
+ * wall-clock time it arrived (an upper bound of the grant's) in ns. */
+static long long lock_answer(struct h_client *c, const char *res,
+                             int timeout_ms)
+{
+    char *line = h_recv_line(c, timeout_ms);
+
+    ck_assert_msg(line != NULL, "LOCK %s wait=: no answer in %d ms", res,
+                  timeout_ms);
+    ck_assert_msg(h_starts(line, "OK "), "LOCK %s wait=: %s", res, line);
+    return wall_ns();
+}
+
+/*
+ * The issue's case: the command starts a worker as Python's
+ * subprocess.Popen does by default (close_fds: it does not hold the lock
+ * connection; the same process group), redlockctl gets SIGKILL at 0.5 s,
+ * the command exits at 1 s, the worker writes every 50 ms until 2.5 s.
+ * Another client waiting for the lock must not be granted it while the
+ * worker writes (the group still runs), and must be granted it within a
+ * second of the worker's last write (the keeper releases it at once, not
+ * after --detach).
+ */
+START_TEST(run_keeper_close_fds)
+{
+    const char *stamps, *pidf;
+    long long killed, granted, last;
+    struct proc *p;
+    long pgid;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    stamps = tmp_path("stamps");
+    pidf = tmp_path("pid");
+    h_cluster_client(&K, 0, 0);
+    p = ctl_start("-s", S, "run", "--ttl", "2000", "--detach", "1000",
+                  "cli:cfd", "--", "sh", "-c",
+                  "\"$1\" \"$2\" 2500 & echo $$ > \"$3\"; sleep 1",
+                  "job", env_bin("STAMPER_BIN"), stamps, pidf, NULL);
+    pgid = wait_file_number(pidf, h_scale(5000));
+    h_expect(A, "ERR BUSY", "LOCK cli:cfd ttl=30000");
+    h_sleep_ms(500);
+    ck_assert_int_eq(kill(p->pid, SIGKILL), 0);
+    killed = wall_ns();
+    proc_wait(p, h_scale(5000));
+    assert_status(p, 128 + SIGKILL, "redlockctl after SIGKILL");
+
+    lock_ask(A, "cli:cfd", h_scale(8000));
+    granted = lock_answer(A, "cli:cfd", h_scale(10000));
+    ck_assert_msg(wait_group_gone(pgid, h_scale(5000)), "the command's group "
+                  "%ld still runs 5 s after the grant", pgid);
+    last = last_number(stamps);
+    fprintf(stderr, "run_keeper_close_fds: after redlockctl's SIGKILL: the "
+            "worker's last write %lld ms, another client's grant %lld ms\n",
+            (last - killed) / 1000000, (granted - killed) / 1000000);
+    ck_assert_msg(last > killed, "the worker wrote nothing after the SIGKILL");
+    ck_assert_msg(last < granted, "another client was granted the lock while "
+                  "the command's worker still wrote: its last write came %lld "
+                  "ms after the grant", (last - granted) / 1000000);
+    ck_assert_msg(granted - last < (long long)h_scale(1000) * 1000000,
+                  "the lock was granted %lld ms after the worker's last write",
+                  (granted - last) / 1000000);
+    h_expect(A, "OK resource=cli:cfd ", "UNLOCK cli:cfd");
+    kill_group(pgid);
+}
+END_TEST
+
+/*
+ * The command's group ends after a SIGKILL of redlockctl, which asked for
+ * no --detach (the session would be kept 30 s after its connection closed):
+ * the lock is released at once, as when redlockctl lives.
+ */
+START_TEST(run_keeper_release_at_once)
+{
+    const char *pidf;
+    long long took;
+    struct proc *p;
+    uint64_t gone;
+    long pgid;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    pidf = tmp_path("pid");
+    h_cluster_client(&K, 0, 0);
+    p = ctl_start("-s", S, "run", "--ttl", "2000", "cli:once", "--", "sh", "-c",
+                  "echo $$ > \"$1\"; sleep 1", "sh", pidf, NULL);
+    pgid = wait_file_number(pidf, h_scale(5000));
+    h_expect(A, "ERR BUSY", "LOCK cli:once ttl=30000");
+    ck_assert_int_eq(kill(p->pid, SIGKILL), 0);
+    proc_wait(p, h_scale(5000));
+    lock_ask(A, "cli:once", h_scale(4000));
+    ck_assert_msg(wait_group_gone(pgid, h_scale(5000)), "the command (group "
+                  "%ld) still runs", pgid);
+    gone = h_now_ms();
+    lock_answer(A, "cli:once", h_scale(6000));
+    took = h_since(gone);
+    fprintf(stderr, "run_keeper_release_at_once: granted %lld ms after the "
+            "group was seen gone\n", took);
+    ck_assert_msg(took < h_scale(500), "the lock was granted %lld ms after "
+                  "the command's group ended", took);
+    h_expect(A, "OK resource=cli:once ", "UNLOCK cli:once");
+}
+END_TEST
+
+/*
+ * redlockctl itself stopped (SIGSTOP; Ctrl-Z stops it the same way) for
+ * longer than the lease's ttl costs nothing: the keeper, in a process
+ * group of its own, confirms the lease all along, so redlockctl does not
+ * stop the command when it is continued, and the lock stays held.
+ */
+START_TEST(run_keeper_ctl_stopped)
 {
     struct proc *p;
     long cmd;
 
     h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
+    h_cluster_client(&K, 0, 0);
     p = run_sleeper("cli:ctlstop", "1000", &cmd);
     ck_assert_int_eq(kill(p->pid, SIGSTOP), 0);
     h_sleep_ms(1500);
+    h_expect(A, "ERR BUSY", "LOCK cli:ctlstop ttl=30000");
     ck_assert_int_eq(kill(p->pid, SIGCONT), 0);
-    assert_stopped_lost(p, cmd, h_scale(500), "deadline",
-                        "run_ctl_stopped, ttl 1000, after it resumed");
-    /* The connection closed, so the daemon let the lock go. */
-    h_cluster_client(&K, 0, 0);
+    ck_assert_msg(!proc_exited(p, 500), "redlockctl exited %d after SIGCONT: "
+                  "%s", p->status, p->err);
+    ck_assert_msg(!pid_gone((pid_t)cmd), "the command was stopped");
+    h_expect(A, "ERR BUSY", "LOCK cli:ctlstop ttl=30000");
+    kill(p->pid, SIGTERM);
+    proc_wait(p, h_scale(5000));
+    assert_status(p, 128 + SIGTERM, "redlockctl SIGTERMed after SIGCONT");
+    ck_assert_msg(p->err_len == 0, "redlockctl said: %s", p->err);
     assert_free("cli:ctlstop");
 }
 END_TEST
@@ -2419,6 +2586,14 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, tls_errors);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, readme_example);
+    suite_add_tcase(s, tc);
+    /* The keeper (issue 28), a case of its own: CK_RUN_CASE=keeper. */
+    tc = tcase_create("keeper");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, h_scale(30));
+    tcase_add_test(tc, run_keeper_close_fds);
+    tcase_add_test(tc, run_keeper_release_at_once);
+    tcase_add_test(tc, run_keeper_ctl_stopped);
     suite_add_tcase(s, tc);
     return s;
 }
