@@ -14,10 +14,17 @@
  *     also after --wait ran out, and -q keeps stderr quiet;
  *   - the command's own exit status, 128+N for a death by signal N, and
  *     127 for a command that does not exist;
- *   - SIGKILL of redlockctl neither frees the lock nor stops the command:
- *     the command inherited the lock connection ($REDLOCKD_LOCK_FD), so the
- *     daemon keeps the lock until the command's last process exits, and
- *     frees it the --detach time later;
+ *   - the keeper (issue 28): SIGKILL of redlockctl neither frees the lock
+ *     nor stops the command; a worker the command left in its process
+ *     group after closing its descriptors (tests/tools/stamper.c, as
+ *     Python's close_fds) keeps the lock: another client's LOCK wait= is
+ *     granted after its last write and within a second of it; the lock is
+ *     freed at once when the group ends (no --detach wait); a redlockctl
+ *     stopped past its ttl costs nothing (case "keeper");
+ *   - SIGKILL of redlockctl and of its keeper: the command inherited the
+ *     lock connection ($REDLOCKD_LOCK_FD), so the daemon keeps the lock
+ *     until the command's last process exits, and frees it the --detach
+ *     time later;
  *   - SIGTERM and SIGINT sent to redlockctl reach the command;
  *   - a lease lost while the command runs (two of three nodes SIGSTOPped)
  *     stops the command, and redlockctl exits 70;
@@ -28,7 +35,7 @@
  *   - so does a lease whose deadline passes unconfirmed: with its daemon
  *     SIGSTOPped the command is stopped before a second daemon on the same
  *     nodes grants the lock (comparing the command's last write with the
- *     grant), and a redlockctl that was itself stopped past the deadline
+ *     grant), and a keeper that was itself stopped past the deadline
  *     stops its command as it resumes;
  *   - failover (issue 18): `run` with two daemons (-s twice, or a comma
  *     list in $REDLOCKD_SERVER) rides through its daemon's SIGTERM and

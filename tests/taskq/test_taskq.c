@@ -4,7 +4,8 @@
  * the queue.
  *
  * 201 tasks over 4 workers: 200 that succeed, among them one ("slow") whose
- * first run hangs until its worker is SIGKILLed, one ("flaky") that fails
+ * first run hangs until its worker and then itself are SIGKILLed (the
+ * command outlives its worker, under its keeper), one ("flaky") that fails
  * twice before it succeeds, and ones reporting progress through the helper
  * command and through the file descriptor; plus one ("bad") that always
  * fails. Asserted afterwards:
@@ -19,6 +20,10 @@
  *   - `status --json` while the slow task runs shows it in processing with
  *     its lock held and the holder named, and at the end the counts;
  *   - the monitor's GET /status answers the same JSON, other paths 404;
+ *   - (issue 28) a worker SIGKILLed while a worker of its task's command
+ *     that closed its descriptors (tests/tools/stamper.c) writes: another
+ *     client waiting for the task's lock is granted it after the last
+ *     write and within a second of it, and the task is then recovered;
  *   - a finished task's running_ms is what its run took, and stays so;
  *     the monitor answers HEAD, 405 with Allow, and 503 (not exiting)
  *     while the queue's Redis is down, 200 once it is back.
