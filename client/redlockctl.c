@@ -1809,7 +1809,7 @@ static void ctl_timers(struct ctl_run *r)
     double now = ctl_now_ms();
 
     keeper_timers(&r->g);
-    /* A deadline passed while we were not looking (redlockctl itself was
+    /* A deadline passed while we were not looking (the keeper itself was
      * stopped) is not undone by a refresh: the command ran unconfirmed. */
     ctl_check_deadline(r);
     if (!r->lost && (now >= r->next_refresh || redlockd_fd(r->h) < 0))
@@ -1940,8 +1940,8 @@ static int ctl_relay(pid_t keeper)
     if (WIFSIGNALED(st)) {
         warnx("the keeper (pid %ld) that held the lock was killed by signal "
               "%d (%s); the command's processes that inherited the lock "
-              "connection keep the lock while they run", (long)keeper,
-              WTERMSIG(st), strsignal(WTERMSIG(st)));
+              "connection keep the lock while they run, and --detach after",
+              (long)keeper, WTERMSIG(st), strsignal(WTERMSIG(st)));
     }
     return keeper_exit_status(st);
 }

@@ -718,7 +718,13 @@ static void tk_main(struct task_keeper *k)
     redisFree(rc);
     rc = NULL;
     fcntl(k->chan, F_SETFL, O_NONBLOCK);
-    k->period = k->c->ttl_ms / 3 > 0 ? k->c->ttl_ms / 3 : 1;
+    /* A refresh every ttl/3, and often enough to keep a session with a
+     * HELLO keepalive alive: nobody else sends on this one. */
+    k->period = k->c->ttl_ms / 3;
+    if (k->c->keepalive_ms > 0 && k->c->keepalive_ms / 3 < k->period)
+        k->period = k->c->keepalive_ms / 3;
+    if (k->period < 1)
+        k->period = 1;
     k->next_refresh = mono_ms() + k->period;
     if (keeper_spawn(&k->g, k->c->cmd, tk_child_setup, k) < 0) {
         logmsg(k->c, "task %s: fork: %s", k->id, strerror(errno));

@@ -21,10 +21,10 @@
  *     granted after its last write and within a second of it; the lock is
  *     freed at once when the group ends (no --detach wait); a redlockctl
  *     stopped past its ttl costs nothing (case "keeper");
- *   - SIGKILL of redlockctl and of its keeper: the command inherited the
- *     lock connection ($REDLOCKD_LOCK_FD), so the daemon keeps the lock
- *     until the command's last process exits, and frees it the --detach
- *     time later;
+ *   - SIGKILL of redlockctl's keeper: redlockctl says so and exits 137;
+ *     the command inherited the lock connection ($REDLOCKD_LOCK_FD), so
+ *     the daemon keeps the lock until the command's last process exits,
+ *     and frees it the --detach time later;
  *   - SIGTERM and SIGINT sent to redlockctl reach the command;
  *   - a lease lost while the command runs (two of three nodes SIGSTOPped)
  *     stops the command, and redlockctl exits 70;
@@ -991,8 +991,8 @@ START_TEST(run_waits_for_group)
 END_TEST
 
 /*
- * SIGKILL of redlockctl and of its keeper (the process that holds the
- * lock: the command's parent) leaves no process of redlockctl to UNLOCK,
+ * SIGKILL of redlockctl's keeper (the process that holds the lock: the
+ * command's parent; redlockctl then exits too) leaves no process to UNLOCK,
  * nor to stop the command: the command inherited the lock connection, so
  * the daemon keeps the lock (and renews it, past several ttls) while any
  * process holding that connection runs, and releases it once the last one
@@ -1008,7 +1008,7 @@ START_TEST(run_sigkill_keeps_lock)
     struct proc *p;
     long long took, free_after;
     uint64_t t0;
-    long pgid, keeper;
+    long pgid, keeper, ctl;
 
     h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
@@ -1025,13 +1025,16 @@ START_TEST(run_sigkill_keeps_lock)
     pgid = wait_file_number(pidf, h_scale(5000));
     h_expect(A, "ERR BUSY", "LOCK cli:kill ttl=30000");
 
+    /* The keeper first: redlockctl says so and exits as the keeper did.
+     * (Without a keeper, the command's parent is redlockctl itself.) */
     keeper = ppid_of(pgid);
+    ctl = p->pid;
     ck_assert_msg(keeper > 1, "the command has no parent");
-    if (keeper != p->pid)
-        ck_assert_int_eq(kill((pid_t)keeper, SIGKILL), 0);
-    kill(p->pid, SIGKILL);
+    ck_assert_int_eq(kill((pid_t)keeper, SIGKILL), 0);
     proc_wait(p, h_scale(5000));
-    assert_status(p, 128 + SIGKILL, "redlockctl after SIGKILL");
+    assert_status(p, 128 + SIGKILL, "redlockctl after its keeper's SIGKILL");
+    ck_assert_msg(keeper == ctl || strstr(p->err, "keeper (pid"),
+                  "redlockctl did not say its keeper was killed: %s", p->err);
     /* Still held right after the kill, and still after more than two ttls
      * without redlockctl (the daemon renews the lease of the connection
      * the command holds), while the command's `sleep` runs. */
