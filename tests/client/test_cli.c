@@ -160,12 +160,15 @@ static void proc_close_pipes(struct proc *p)
     p->out_fd = p->err_fd = -1;
 }
 
+static void kill_children(pid_t pid);
+
 /* Runs after every passing test; a failing one _exit()s its fork, and then
  * PDEATHSIG and the harness's guardians clean up instead. */
 static void teardown(void)
 {
     for (int i = 0; i < np; i++) {
         if (P[i].pid != 0) {
+            kill_children(P[i].pid);
             kill(P[i].pid, SIGKILL);
             waitpid(P[i].pid, NULL, 0);
             P[i].pid = 0;
@@ -318,6 +321,25 @@ static long ppid_of(long pid)
         || sscanf(paren + 1, " %c %ld", &state, &ppid) != 2)
         return 0;
     return ppid;
+}
+
+/* SIGKILL to the children of pid: a redlockctl run's keeper, which
+ * outlives a SIGKILL of redlockctl by design. (/proc/PID/task/PID/children
+ * needs CONFIG_PROC_CHILDREN: every process's parent is read instead.) */
+static void kill_children(pid_t pid)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+
+    if (!d)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        long child = atol(e->d_name);
+
+        if (child > 0 && ppid_of(child) == (long)pid)
+            kill((pid_t)child, SIGKILL);
+    }
+    closedir(d);
 }
 
 /* ---- processes ---- */
