@@ -584,9 +584,9 @@ struct task_keeper {
 };
 
 /* In the command, before exec. The progress pipe goes to the lowest free
- * descriptor above 2 (the others we have are close-on-exec): a shell
- * such as dash redirects to single-digit descriptors only
- * (>&"$TASKQ_PROGRESS_FD"). */
+ * descriptor above 2: a shell such as dash redirects to single-digit
+ * descriptors only (>&"$TASKQ_PROGRESS_FD"), and the keeper's own, which
+ * has the worker's numbers, may be above 9. */
 static int tk_child_setup(void *ud)
 {
     const struct task_keeper *k = ud;
@@ -733,7 +733,7 @@ static void tk_main(struct task_keeper *k)
     }
     close(k->progress);
     while (!(k->done && (k->release || k->chan < 0))) {
-        struct pollfd p[3];
+        struct pollfd p[3] = { { .fd = -1 } };
         int lfd = redlockd_fd(k->h), np = 0, li = -1, ci = -1;
 
         p[np].fd = keeper_signal_fd();
@@ -812,7 +812,7 @@ static bool progress_read(const struct cfg *c, const char *id, uint64_t fence,
 
 /* One message of the keeper's; false once it has nothing more to say
  * (done, or gone). */
-static bool keeper_said(struct run_result *out, const char *line)
+static bool run_keeper_line(struct run_result *out, const char *line)
 {
     int status, held;
 
@@ -827,7 +827,7 @@ static bool keeper_said(struct run_result *out, const char *line)
     return true;
 }
 
-static bool keeper_read(struct run_result *out, char *buf, size_t size,
+static bool run_keeper_read(struct run_result *out, char *buf, size_t size,
                         size_t *blen)
 {
     ssize_t n = read(out->chan, buf + *blen, size - 1 - *blen);
@@ -842,7 +842,7 @@ static bool keeper_read(struct run_result *out, char *buf, size_t size,
     buf[*blen] = '\0';
     while (more && (nl = strchr(buf, '\n')) != NULL) {
         *nl = '\0';
-        more = keeper_said(out, buf);
+        more = run_keeper_line(out, buf);
         *blen -= (size_t)(nl + 1 - buf);
         memmove(buf, nl + 1, *blen + 1);
     }
@@ -890,7 +890,7 @@ static struct run_result run_task(const struct cfg *c, const char *id,
     fcntl(pfd[0], F_SETFL, O_NONBLOCK);
 
     while (!out.done) {
-        struct pollfd p[2];
+        struct pollfd p[2] = { { .fd = -1 } };
         int np = 0;
         int64_t now;
 
@@ -908,7 +908,7 @@ static struct run_result run_task(const struct cfg *c, const char *id,
             pfd[0] = -1;
         }
         if (p[np - 1].revents != 0
-            && !keeper_read(&out, kbuf, sizeof(kbuf), &kblen))
+            && !run_keeper_read(&out, kbuf, sizeof(kbuf), &kblen))
             break;
         now = mono_ms();
         if (now - last_beat >= 1000 && !out.lease_lost) {
