@@ -2,15 +2,15 @@
  * redlockctl: the command-line client of redlockd, built on libredlockd.
  *
  * `run` guards a command with a lock: it takes the lock (the daemon renews
- * the lease while our connection lives), runs the command in its own
- * process group with the lock in its environment and the lock connection
- * inherited (so the lock outlives a redlockctl killed by SIGKILL for as
- * long as the command's processes keep that socket open), forwards SIGINT,
- * SIGTERM and SIGHUP to that group, watches the connection for EVENT LOST,
- * confirms the lease every ttl/3 (redlockd_refresh), stops the whole group
- * (SIGTERM, SIGKILL after --kill-after) when the lease is lost or its
- * deadline passes unconfirmed, and releases the lock when the command
- * exits. With several servers (-s repeated) the library follows the lease
+ * the lease while our connection lives), then forks its keeper (see "run:
+ * the keeper" below), which holds the lock from then on and runs the
+ * command in its own process group with the lock in its environment and
+ * the lock connection inherited, forwards SIGINT, SIGTERM and SIGHUP to
+ * that group, watches the connection for EVENT LOST, confirms the lease
+ * every ttl/3 (redlockd_refresh), stops the whole group (SIGTERM, SIGKILL
+ * after --kill-after) when the lease is lost or its deadline passes
+ * unconfirmed, and releases the lock as soon as no process of the group is
+ * left. With several servers (-s repeated) the library follows the lease
  * when the connection breaks or the daemon restarts or dies (resume, or
  * ADOPT on another daemon), and the command runs on; see "run: failover"
  * below. `ping`, `status`, `sessions`
@@ -35,7 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -43,6 +42,7 @@
 
 #include <jansson.h>
 
+#include "keeper.h"
 #include "num.h"
 #include "redlockd.h"
 
@@ -53,18 +53,33 @@
 #define CTL_EXIT_LOST 70            /* the lease was lost, command stopped */
 #define CTL_DEFAULT_TIMEOUT_MS 5000
 /*
- * `run` hands its lock connection down to the command (not close-on-exec,
- * its number in REDLOCKD_LOCK_FD): the daemon sees the connection close
- * only when the last process holding that socket exits, redlockctl and
- * every descendant that kept it; the session then detaches, and the lock
- * is released when its detach time (--detach) runs out. So the lock stays
- * held while the command runs even if redlockctl is killed with SIGKILL.
- * After a failover the session is on a connection of redlockctl's own,
+ * run: the keeper (issue 28). The lock is the command's process group's:
+ * held while any process of the group lives, whether or not it kept the
+ * lock connection (a worker started with close_fds does not), even after
+ * redlockctl itself is killed with SIGKILL. So once the lock is taken,
+ * redlockctl forks a keeper (client/keeper.c): in a process group of its
+ * own (a terminal's SIGINT or SIGTSTP to the foreground group, where
+ * redlockctl is, never reaches it), the subreaper of the command's
+ * orphans, the only owner of the lock's handle (this process forgets its
+ * copy without a word: redlockd_forget). The keeper runs the command and
+ * everything below (refreshes, failover, deadlines, --on-lost), looks
+ * with kill(-pgid, 0) whether the group is empty once the command itself
+ * has exited, and then releases the lock at once (UNLOCK, QUIT). The
+ * visible redlockctl only forwards SIGINT, SIGTERM and SIGHUP to the
+ * keeper and exits with its status; SIGKILLed, it leaves the keeper
+ * running, unaffected. Processes that leave the group (setsid, setpgid)
+ * are not waited for.
+ *
+ * The keeper also hands the lock connection down to the command (not
+ * close-on-exec, its number in REDLOCKD_LOCK_FD), for the case where the
+ * keeper itself is killed: the daemon then sees the connection close only
+ * when the last process holding that socket exits; the session detaches,
+ * and the lock is released when its detach time (--detach) runs out.
+ * After a failover the session is on a connection of the keeper's own,
  * which the command does not have (the library shut the inherited one
- * down): a SIGKILLed redlockctl then keeps the lock for the detach time
- * only. For the same reason `run` asks for no HELLO keepalive: once
- * redlockctl is gone nobody would send the lines that keep such a session
- * alive.
+ * down): a SIGKILLed keeper then keeps the lock for the detach time only.
+ * For the same reason `run` asks for no HELLO keepalive: once the keeper
+ * is gone nobody would send the lines that keep such a session alive.
  *
  * It confirms the lease every third of its ttl (the daemon's renewal
  * period), which leaves each confirmation two thirds of a ttl to arrive
@@ -82,10 +97,6 @@
 #define CTL_REFRESH_MIN_MS 50
 #define CTL_STOP_EARLY_MAX_MS 1000
 #define CTL_NAME_MAX 64
-/* After the command itself exited while the rest of its group still runs
- * after a lost lease: how often to look whether the group is empty (not
- * all of its members are our children, so SIGCHLD need not tell us). */
-#define CTL_GROUP_POLL_MS 20
 /* The environment variable that names the inherited lock connection. */
 #define CTL_LOCK_FD_ENV "REDLOCKD_LOCK_FD"
 /*
@@ -352,11 +363,12 @@ static void ctl_usage(FILE *out)
 "The command gets REDLOCKD_RESOURCE, REDLOCKD_TOKEN and REDLOCKD_FENCE;\n"
 "with -r also REDLOCKD_RESOURCES (space-separated), with --limit\n"
 "REDLOCKD_SLOT, with --shared REDLOCKD_MODE=shared. It inherits the lock\n"
-"connection as file descriptor $REDLOCKD_LOCK_FD: the lock stays held\n"
-"while any process keeps it open, even if redlockctl is killed, and\n"
-"--detach longer. With several servers (-s repeated) the lock moves to\n"
-"another daemon when its own restarts or dies, and the command runs on\n"
-"(REDLOCKD_TOKEN is then out of date).\n"
+"connection as file descriptor $REDLOCKD_LOCK_FD. The lock stays held\n"
+"while any process of the command's process group runs, even after\n"
+"redlockctl itself is killed (a keeper process holds it), and is\n"
+"released as soon as the group is empty. With several servers (-s\n"
+"repeated) the lock moves to another daemon when its own restarts or\n"
+"dies, and the command runs on (REDLOCKD_TOKEN is then out of date).\n"
 "\n"
 "Exit status:\n"
 "  run: the command's status (128+N if it died of signal N); 75 (or -E) when\n"
@@ -1547,12 +1559,6 @@ static int ctl_release(struct ctl *c, int argc, char **argv)
 
 /* ---- run ---------------------------------------------------------------- */
 
-/* Signal numbers, from the handler to the loop. Global because a signal
- * handler has no other way in; the library itself keeps no globals. */
-static int ctl_sigpipe[2] = { -1, -1 };
-
-static const int ctl_forwarded[] = { SIGINT, SIGTERM, SIGHUP };
-
 struct ctl_run {
     struct ctl *c;
     const char *resource;
@@ -1561,56 +1567,15 @@ struct ctl_run {
      * library gave the connection up, shutdown() on it ends it for the
      * command's copies too. -1: none. */
     int conn;
-    pid_t child;                /* the command; also its process group */
-    int status;                 /* its wait status, once exited */
-    int exited;
-    int group_gone;             /* no process of the group is left */
+    struct keeper_group g;      /* the command and its process group */
     int lost;                   /* set by ctl_on_lost, or the deadline */
     int lost_noticed;           /* acted on (message, SIGTERM) */
     char lost_reason[160];
-    double kill_at;             /* when SIGKILL is due; 0: not */
-    int killed;                 /* the group got that SIGKILL */
     double refresh_every;       /* ttl/3 within the CTL_REFRESH_* bounds */
     double next_refresh;
     double stop_early;          /* how long before the deadline to stop */
     bool not_taken;             /* the lock was busy or refused */
 };
-
-static void ctl_on_signal(int sig)
-{
-    int saved = errno;
-    unsigned char b = (unsigned char)sig;
-
-    if (write(ctl_sigpipe[1], &b, 1) < 0) {
-        /* Full pipe: enough wake-ups are queued already. */
-    }
-    errno = saved;
-}
-
-static int ctl_signals_init(void)
-{
-    struct sigaction sa, old;
-    size_t i;
-
-    if (pipe2(ctl_sigpipe, O_CLOEXEC | O_NONBLOCK) < 0) {
-        warn("pipe");
-        return -1;
-    }
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = ctl_on_signal;
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGCHLD, &sa, NULL);
-    for (i = 0; i < sizeof(ctl_forwarded) / sizeof(ctl_forwarded[0]); i++) {
-        /* A signal ignored by our parent (nohup) stays ignored for the
-         * command too, as a shell would do. */
-        if (sigaction(ctl_forwarded[i], NULL, &old) == 0
-            && old.sa_handler == SIG_IGN)
-            continue;
-        sigaction(ctl_forwarded[i], &sa, NULL);
-    }
-    return 0;
-}
 
 /* The library's own reasons for a lost lease, for the message. */
 static const char *ctl_lost_why(const char *reason)
@@ -1670,130 +1635,81 @@ static int ctl_child_lock_fd(int fd)
     return setenv(CTL_LOCK_FD_ENV, num, 1);
 }
 
-static void ctl_child(const struct redlockd_lease *lease, char **argv,
-                      int lock_fd)
-{
-    char fence[24];
-    int e;
+/* What the command inherits, set in the child before exec. */
+struct ctl_child {
+    const struct redlockd_lease *lease;
+    int lock_fd;
+};
 
-    setpgid(0, 0);
-    /* No parent-death signal: a redlockctl that dies (even by SIGKILL)
-     * leaves the command running, and the command keeps the lock through
-     * the connection it inherits. */
-    snprintf(fence, sizeof(fence), "%" PRIu64, lease->fence);
-    if (setenv("REDLOCKD_RESOURCE", lease->resource, 1) < 0
-        || setenv("REDLOCKD_TOKEN", lease->token, 1) < 0
+static int ctl_child_setup(void *ud)
+{
+    const struct ctl_child *ch = ud;
+    char fence[24];
+
+    snprintf(fence, sizeof(fence), "%" PRIu64, ch->lease->fence);
+    if (setenv("REDLOCKD_RESOURCE", ch->lease->resource, 1) < 0
+        || setenv("REDLOCKD_TOKEN", ch->lease->token, 1) < 0
         || setenv("REDLOCKD_FENCE", fence, 1) < 0) {
         warn("setenv");
-        _exit(126);
+        return -1;
     }
-    if (ctl_child_lock_fd(lock_fd) < 0) {
+    if (ctl_child_lock_fd(ch->lock_fd) < 0) {
         warn("cannot pass the lock connection on");
-        _exit(126);
+        return -1;
     }
-    execvp(argv[0], argv);
-    e = errno;
-    warn("cannot run %s", argv[0]);
-    _exit(e == ENOENT ? 127 : 126);
+    return 0;
 }
 
+/* In the keeper: the command, in a process group of its own. No
+ * parent-death signal: the command outlives us (even our SIGKILL), and
+ * keeps the lock through the connection it inherits. */
 static int ctl_spawn(struct ctl_run *r, const struct redlockd_lease *lease,
                      char **argv)
 {
-    int fd = redlockd_fd(r->h);
-    pid_t pid;
+    struct ctl_child ch = { .lease = lease, .lock_fd = redlockd_fd(r->h) };
 
-    if (fd < 0) {
+    if (ch.lock_fd < 0) {
         warnx("lost the connection to the daemon before the command started");
         return -1;
     }
-    r->conn = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    r->conn = fcntl(ch.lock_fd, F_DUPFD_CLOEXEC, 3);
     if (r->conn < 0) {
         warn("dup");
         return -1;
     }
-    /* The command's orphans come to us while we run (see ctl_reap); we
-     * have no other children. Without it (old kernels) they go to init. */
-    (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
-    fflush(NULL);
-    pid = fork();
-    if (pid < 0) {
+    if (keeper_spawn(&r->g, argv, ctl_child_setup, &ch) < 0) {
         warn("fork");
         return -1;
     }
-    if (pid == 0)
-        ctl_child(lease, argv, fd);
-    /* Both sides set the group, so no forwarded signal can miss it. */
-    setpgid(pid, pid);
-    r->child = pid;
     return 0;
-}
-
-/* The command, and (we are their subreaper) any of its descendants
- * orphaned while we run: reaped at once, so that a group whose processes
- * have all exited is seen empty, not kept alive by zombies waiting for a
- * slow init. */
-static void ctl_reap(struct ctl_run *r)
-{
-    pid_t pid;
-    int st;
-
-    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-        if (pid == r->child && !r->exited) {
-            r->exited = 1;
-            r->status = st;
-        }
-    }
-}
-
-/* A signal to the command's whole group, while any of it may be left. Once
- * the command itself was reaped, its pid stays reserved only as long as
- * the group has members; after that it may name someone else's group. */
-static void ctl_kill_group(struct ctl_run *r, int sig)
-{
-    if (r->group_gone)
-        return;
-    if (kill(-r->child, sig) < 0 && errno == ESRCH && r->exited)
-        r->group_gone = 1;
-}
-
-/* Is any process of the group left? Only asked once the command itself
- * was reaped (before, it is one). */
-static void ctl_check_group(struct ctl_run *r)
-{
-    if (r->exited && !r->group_gone)
-        ctl_kill_group(r, 0);
 }
 
 /* Is there more to wait for? The command itself, then the rest of its
  * process group: the lock is the group's while any of it runs (a
- * background job the command left). After a lost lease there is nothing
- * to keep; with --on-lost kill, SIGTERM went to all of the group and each
- * process has --kill-after to finish before SIGKILL. */
+ * background job the command left, a worker that closed its
+ * descriptors). After a lost lease there is nothing to keep; with
+ * --on-lost kill, SIGTERM went to all of the group and each process has
+ * --kill-after to finish before SIGKILL. */
 static bool ctl_waiting(struct ctl_run *r)
 {
-    if (!r->exited)
+    if (!r->g.exited)
         return true;
-    if (r->lost_noticed && (!r->c->kill_on_lost || r->killed))
+    if (r->lost_noticed && (!r->c->kill_on_lost || r->g.killed))
         return false;
     if (r->lost && !r->lost_noticed)
         return false;
-    ctl_check_group(r);
-    return !r->group_gone;
+    return keeper_group_left(&r->g);
 }
 
 static void ctl_handle_signals(struct ctl_run *r)
 {
-    unsigned char sigs[32];
-    ssize_t n, i;
+    int sig;
 
-    while ((n = read(ctl_sigpipe[0], sigs, sizeof(sigs))) > 0) {
-        for (i = 0; i < n; i++) {
-            if (sigs[i] == SIGCHLD)
-                ctl_reap(r);
-            else if (!r->exited || r->lost_noticed)
-                ctl_kill_group(r, sigs[i]);
-        }
+    while ((sig = keeper_signal_next()) > 0) {
+        if (sig == SIGCHLD)
+            keeper_reap(&r->g);
+        else if (!r->g.exited || r->lost_noticed)
+            keeper_kill(&r->g, sig);
     }
 }
 
@@ -1804,8 +1720,7 @@ static void ctl_notice_lost(struct ctl_run *r)
 
     /* The command itself may have exited already while others of its
      * group run on: they are told too. */
-    ctl_check_group(r);
-    if (!r->lost || r->lost_noticed || r->group_gone)
+    if (!r->lost || r->lost_noticed || !keeper_group_left(&r->g))
         return;
     r->lost_noticed = 1;
     if (!r->c->kill_on_lost) {
@@ -1817,9 +1732,7 @@ static void ctl_notice_lost(struct ctl_run *r)
     warnx("lost the lock on %s: %s%s%s; stopping the command's process "
           "group (SIGTERM, SIGKILL after %u s)", r->resource, r->lost_reason,
           e->code ? ": " : "", e->msg, r->c->kill_after_s);
-    ctl_kill_group(r, SIGTERM);
-    ctl_kill_group(r, SIGCONT);
-    r->kill_at = ctl_now_ms() + r->c->kill_after_s * 1000.0;
+    keeper_stop(&r->g, (int64_t)r->c->kill_after_s * 1000);
 }
 
 /* Failures reach us through ctl_on_lost; a lost connection leaves the
@@ -1895,12 +1808,8 @@ static void ctl_timers(struct ctl_run *r)
 {
     double now = ctl_now_ms();
 
-    if (r->kill_at > 0 && now >= r->kill_at) {
-        ctl_kill_group(r, SIGKILL);
-        r->kill_at = 0;
-        r->killed = 1;
-    }
-    /* A deadline passed while we were not looking (redlockctl itself was
+    keeper_timers(&r->g);
+    /* A deadline passed while we were not looking (the keeper itself was
      * stopped) is not undone by a refresh: the command ran unconfirmed. */
     ctl_check_deadline(r);
     if (!r->lost && (now >= r->next_refresh || redlockd_fd(r->h) < 0))
@@ -1918,18 +1827,13 @@ static int ctl_poll_timeout(const struct ctl_run *r)
         if (ctl_stop_at(r, &stop) && stop < next)
             next = stop;
     }
-    if (r->kill_at > 0 && (next < 0 || r->kill_at < next))
-        next = r->kill_at;
     /* Reconnecting: the library paces the attempts. */
     if (!r->lost && redlockd_fd(r->h) < 0
         && (next < 0 || now + CTL_RECONNECT_POLL_MS < next))
         next = now + CTL_RECONNECT_POLL_MS;
-    /* Waiting for processes of the group that are not our children. */
-    if (r->exited && (next < 0 || now + CTL_GROUP_POLL_MS < next))
-        next = now + CTL_GROUP_POLL_MS;
-    if (next < 0)
-        return -1;
-    return next <= now ? 0 : (int)(next - now) + 1;
+    /* SIGKILL due, processes of the group that are not our children. */
+    return keeper_timeout(&r->g, next < 0 ? -1
+                                 : next <= now ? 0 : (int)(next - now) + 1);
 }
 
 static void ctl_wait_child(struct ctl_run *r, uint32_t ttl)
@@ -1945,7 +1849,7 @@ static void ctl_wait_child(struct ctl_run *r, uint32_t ttl)
         r->stop_early = CTL_STOP_EARLY_MAX_MS;
     ctl_schedule_refresh(r, ctl_now_ms());
     while (ctl_waiting(r)) {
-        p[0].fd = ctl_sigpipe[0];
+        p[0].fd = keeper_signal_fd();
         p[0].events = POLLIN;
         p[1].fd = redlockd_fd(r->h);
         p[1].events = POLLIN;
@@ -1960,19 +1864,10 @@ static void ctl_wait_child(struct ctl_run *r, uint32_t ttl)
     }
 }
 
-static int ctl_exit_status(int st)
-{
-    if (WIFEXITED(st))
-        return WEXITSTATUS(st);
-    if (WIFSIGNALED(st))
-        return 128 + WTERMSIG(st);
-    return EX_SOFTWARE;
-}
-
 /* After the command: release the lock and pick the exit status. */
 static int ctl_finish(struct ctl_run *r)
 {
-    int lost = r->lost, rc, status = ctl_exit_status(r->status);
+    int lost = r->lost, rc, status = keeper_exit_status(r->g.status);
 
     if (!lost) {
         rc = ctl_kinds(r->c) ? ctl_unlockv(r->c, r->h)
@@ -1995,7 +1890,7 @@ static int ctl_finish(struct ctl_run *r)
     if (lost && r->c->kill_on_lost) {
         /* Anything the command left behind in its group goes too (after a
          * lease lost while it ran, what --kill-after left of it). */
-        ctl_kill_group(r, SIGKILL);
+        keeper_kill(&r->g, SIGKILL);
         return CTL_EXIT_LOST;
     }
     return status;
@@ -2031,6 +1926,24 @@ static bool ctl_lock(struct ctl_run *r, struct redlockd_lease *lease,
 {
     *status = ctl_lock_status(r, lease);
     return !r->not_taken;
+}
+
+/* The visible redlockctl, once the keeper runs: its exit status is ours
+ * (the command's, or 70...), so that shells and scripts see what they
+ * would without a keeper. A keeper killed by a signal (an operator's
+ * SIGKILL, the OOM killer) leaves the command to the connection it
+ * inherited, which keeps the lock while some process holds it. */
+static int ctl_relay(pid_t keeper)
+{
+    int st = keeper_relay(keeper);
+
+    if (WIFSIGNALED(st)) {
+        warnx("the keeper (pid %ld) that held the lock was killed by signal "
+              "%d (%s); the command's processes that inherited the lock "
+              "connection keep the lock while they run, and --detach after",
+              (long)keeper, WTERMSIG(st), strsignal(WTERMSIG(st)));
+    }
+    return keeper_exit_status(st);
 }
 
 /* HELLO detach= for run (see CTL_DETACH_MIN_MS); negative: off. */
@@ -2089,8 +2002,21 @@ static int ctl_run(struct ctl *c, const struct ctl_args *a)
               r.lost_reason);
         rc = CTL_EXIT_LOST;
     }
-    if (rc == 0 && (ctl_signals_init() < 0
-                    || ctl_spawn(&r, &lease, a->cmd) < 0))
+    if (rc == 0) {
+        /* From here on the keeper holds the lock; we only relay signals to
+         * it and report how it ended (see "run: the keeper" above). */
+        pid_t keeper = keeper_fork(true);
+
+        if (keeper > 0) {
+            redlockd_forget(r.h);
+            return ctl_relay(keeper);
+        }
+        if (keeper < 0) {
+            warn("fork");
+            rc = EX_OSERR;
+        }
+    }
+    if (rc == 0 && ctl_spawn(&r, &lease, a->cmd) < 0)
         rc = EX_OSERR;
     if (rc == 0) {
         ctl_wait_child(&r, lease.ttl);

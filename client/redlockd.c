@@ -316,15 +316,11 @@ int redlockd_handshake(struct redlockd *h, const struct redlockd_opts *opts)
     return rc;
 }
 
-/* QUIT makes the daemon release the session's leases at once (without
- * lock_delay_ms), detachable or not. A handle that is reconnecting leaves
- * its detached session to end on its own: its detach time. */
-void redlockd_close(struct redlockd *h)
+/* Everything a handle owns, its connection closed without a word: no
+ * QUIT, and no TLS close_notify (SSL_free sends nothing). */
+static void rl_free(struct redlockd *h)
 {
-    if (!h)
-        return;
     if (h->fd >= 0) {
-        rl_quit(h);
         rl_tls_free(h);
         close(h->fd);
     }
@@ -335,6 +331,24 @@ void redlockd_close(struct redlockd *h)
     sbuf_deinit(&h->req);
     sbuf_deinit(&h->freq);
     free(h);
+}
+
+/* QUIT makes the daemon release the session's leases at once (without
+ * lock_delay_ms), detachable or not. A handle that is reconnecting leaves
+ * its detached session to end on its own: its detach time. */
+void redlockd_close(struct redlockd *h)
+{
+    if (!h)
+        return;
+    if (h->fd >= 0)
+        rl_quit(h);
+    rl_free(h);
+}
+
+void redlockd_forget(struct redlockd *h)
+{
+    if (h)
+        rl_free(h);
 }
 
 int redlockd_fd(const struct redlockd *h)

@@ -286,6 +286,17 @@ int redlockd_connect(struct redlockd **out, const struct redlockd_opts *opts,
 void redlockd_close(struct redlockd *h);
 
 /*
+ * Free the handle without a word to the daemon: its copy of the
+ * connection is closed (no QUIT, no TLS close_notify) and the session and
+ * its leases are left as they are. For a process that forked while the
+ * handle was connected and leaves the session to the other process, which
+ * goes on using its copy of the handle (only one of them may use it: the
+ * two copies share one connection). NULL is fine. Without another copy,
+ * the session ends as for a lost connection (a detachable one detaches).
+ */
+void redlockd_forget(struct redlockd *h);
+
+/*
  * LOCK: ttl_ms 0 = the daemon's default; wait_ms 0 = fail with
  * REDLOCKD_E_BUSY at once, else wait up to that long (REDLOCKD_E_TIMEOUT);
  * renew 1 = the daemon keeps the lease alive while connected. lease may be

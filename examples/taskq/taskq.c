@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <arpa/inet.h>
@@ -47,6 +46,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "keeper.h"
 #include "redlockd.h"
 
 #define EXIT_USAGE 64
@@ -360,21 +360,29 @@ static const char LUA_PROMOTE[] =
 
 static struct redlockd *lk;
 
-static void lk_connect(const struct cfg *c)
+/* A session of the worker's: lk, or one of a task's (work_one). */
+static int lk_open(const struct cfg *c, struct redlockd **h,
+                   struct redlockd_error *err)
 {
     struct redlockd_opts o;
-    struct redlockd_error err;
 
     memset(&o, 0, sizeof(o));
     o.server = c->server;
     o.name = c->name;
     o.keepalive_ms = (unsigned)c->keepalive_ms;
-    /* A worker that dies keeps its tasks' locks only as long as their
-     * ttl (a blip shorter than that is ridden out): its stale work is
-     * then recovered by another worker, not the library's default 30 s
-     * later. */
+    /* A worker (or a task's keeper) that dies keeps its locks only as
+     * long as their ttl (a blip shorter than that is ridden out): its
+     * stale work is then recovered by another worker, not the library's
+     * default 30 s later. */
     o.detach_ms = c->ttl_ms;
-    if (redlockd_connect(&lk, &o, &err) < 0)
+    return redlockd_connect(h, &o, err);
+}
+
+static void lk_connect(const struct cfg *c)
+{
+    struct redlockd_error err;
+
+    if (lk_open(c, &lk, &err) < 0)
         die(EXIT_UNAVAILABLE, "redlockd %s: %s",
             c->server ? c->server : "(default)", err.msg);
 }
@@ -515,12 +523,6 @@ static void recover(const struct cfg *c)
     freeReplyObject(r);
 }
 
-struct run_result {
-    int status;         /* exit status, 128+signal */
-    bool lease_lost;
-    bool interrupted;
-};
-
 /* Record one progress line, if the task is still ours. */
 static void note(const struct cfg *c, const char *id, uint64_t fence,
                  const char *field, const char *value)
@@ -530,70 +532,215 @@ static void note(const struct cfg *c, const char *id, uint64_t fence,
                          owner_args_fence(fence), field, value));
 }
 
-static void kill_group(pid_t pid, int sig)
+/*
+ * ---- work: the task's keeper ----
+ *
+ * A task's lock is its command's process group's (issue 28): held while
+ * any process of that group lives, whether or not it kept a descriptor
+ * of ours (a worker started with close_fds), and also after the worker
+ * itself is SIGKILLed. So per task the worker takes the lock on a session
+ * of its own (lk stays for recovery), claims the task, and forks a keeper
+ * (client/keeper.c) that owns that session and runs the command: in a
+ * process group of its own, subreaper of the command's orphans, it keeps
+ * the lease (a refresh every ttl/3; SIGKILL to the whole group the moment
+ * redlockd_lease_check fails) and watches the group once the command has
+ * exited. The worker keeps what needs the queue's Redis: the claim,
+ * progress lines (the command writes them to a pipe whose other end is
+ * the worker's), heartbeats, and the owner-checked result. They talk over
+ * a socketpair, one line per message:
+ *
+ *   keeper -> worker   lost            the lease is gone, the group killed
+ *                      done STATUS OK  the group is empty: the command's
+ *                                      exit status, OK 1 if the lease was
+ *                                      confirmed just now, else 0
+ *   worker -> keeper   stop            the worker is stopping: SIGTERM to
+ *                                      the group, SIGKILL 5 s later
+ *                      release         the result is recorded
+ *
+ * On "release", or once the group is empty with the worker gone (EOF: it
+ * was killed), the keeper UNLOCKs and exits: the lock goes at once, and a
+ * dead worker's task is recovered by another as stale work. A keeper that
+ * is itself killed leaves the session to end as a dropped one, after its
+ * detach time (the ttl).
+ */
+
+#define TASK_STOP_KILL_AFTER_MS 5000
+#define TASK_POLL_MS 50
+
+struct task_keeper {
+    const struct cfg *c;
+    const char *id;
+    const char *payload;
+    int attempt;
+    const struct redlockd_lease *lease;
+    struct redlockd *h;         /* the task's session (owned) */
+    struct keeper_group g;
+    int chan;                   /* to the worker; -1 once it is gone */
+    int progress;               /* the pipe's write end, for the command */
+    bool lost, done, release;
+    int64_t period, next_refresh;
+    char in[64];                /* a partial line from the worker */
+    size_t inlen;
+};
+
+/* In the command, before exec. The progress pipe goes to the lowest free
+ * descriptor above 2: a shell such as dash redirects to single-digit
+ * descriptors only (>&"$TASKQ_PROGRESS_FD"), and the keeper's own, which
+ * has the worker's numbers, may be above 9. */
+static int tk_child_setup(void *ud)
 {
-    if (kill(-pid, sig) < 0)
-        kill(pid, sig);
+    const struct task_keeper *k = ud;
+    char n[32];
+    int fd = fcntl(k->progress, F_DUPFD, 3);
+
+    if (fd < 0)
+        return -1;
+    snprintf(n, sizeof(n), "%d", fd);
+    setenv("TASKQ_PROGRESS_FD", n, 1);
+    setenv("TASKQ_ID", k->id, 1);
+    setenv("TASKQ_PAYLOAD", k->payload, 1);
+    setenv("TASKQ_QUEUE", k->c->queue, 1);
+    snprintf(n, sizeof(n), "%d", k->attempt);
+    setenv("TASKQ_ATTEMPT", n, 1);
+    snprintf(n, sizeof(n), "%llu", (unsigned long long)k->lease->fence);
+    setenv("REDLOCKD_FENCE", n, 1);
+    setenv("REDLOCKD_RESOURCE", k->lease->resource, 1);
+    return 0;
 }
 
-/* Run the command for one task while keeping watch over the lease. */
-static struct run_result run_task(const struct cfg *c, const char *id,
-                                  const char *payload, int attempt,
-                                  const struct redlockd_lease *lease)
+/* A line to the worker; one that is gone is forgotten. */
+static void tk_send(struct task_keeper *k, const char *line)
 {
-    struct run_result out = { 0, false, false };
-    int pfd[2];
-    pid_t parent = getpid(), pid;
-    char buf[4096];
-    size_t blen = 0;
-    int64_t last_refresh = mono_ms(), last_beat = mono_ms();
-    int64_t period = c->ttl_ms / 3 > 0 ? c->ttl_ms / 3 : 1;
-    int64_t term_at = 0;
-    bool exited = false;
-    int wst = 0;
+    size_t len = strlen(line);
 
-    if (pipe2(pfd, O_CLOEXEC) < 0)
-        die(EXIT_SOFTWARE, "pipe: %s", strerror(errno));
-    pid = fork();
-    if (pid < 0)
-        die(EXIT_SOFTWARE, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        char n[32];
-
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGPIPE, SIG_DFL);
-        close(pfd[0]);
-        fcntl(pfd[1], F_SETFD, 0);
-        snprintf(n, sizeof(n), "%d", pfd[1]);
-        setenv("TASKQ_PROGRESS_FD", n, 1);
-        setenv("TASKQ_ID", id, 1);
-        setenv("TASKQ_PAYLOAD", payload, 1);
-        setenv("TASKQ_QUEUE", c->queue, 1);
-        snprintf(n, sizeof(n), "%d", attempt);
-        setenv("TASKQ_ATTEMPT", n, 1);
-        snprintf(n, sizeof(n), "%llu", (unsigned long long)lease->fence);
-        setenv("REDLOCKD_FENCE", n, 1);
-        setenv("REDLOCKD_RESOURCE", lease->resource, 1);
-        execvp(c->cmd[0], c->cmd);
-        fprintf(stderr, "taskq: %s: %s\n", c->cmd[0], strerror(errno));
-        _exit(127);
+    if (k->chan >= 0 && write(k->chan, line, len) != (ssize_t)len) {
+        close(k->chan);
+        k->chan = -1;
     }
-    setpgid(pid, pid);
-    close(pfd[1]);
-    fcntl(pfd[0], F_SETFL, O_NONBLOCK);
+}
 
-    while (!exited || pfd[0] >= 0) {
-        struct pollfd p[2];
-        int np = 0, li = -1, lfd = redlockd_fd(lk);
-        int64_t now;
+static void tk_command(struct task_keeper *k, const char *line)
+{
+    if (strcmp(line, "stop") == 0)
+        keeper_stop(&k->g, TASK_STOP_KILL_AFTER_MS);
+    else if (strcmp(line, "release") == 0)
+        k->release = true;
+}
 
-        if (pfd[0] >= 0) {
-            p[np].fd = pfd[0];
+static void tk_read(struct task_keeper *k)
+{
+    ssize_t n;
+    char *nl;
+
+    n = read(k->chan, k->in + k->inlen, sizeof(k->in) - 1 - k->inlen);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {
+        close(k->chan);
+        k->chan = -1;
+        return;
+    }
+    k->inlen += (size_t)n;
+    k->in[k->inlen] = '\0';
+    while ((nl = strchr(k->in, '\n')) != NULL) {
+        *nl = '\0';
+        tk_command(k, k->in);
+        k->inlen -= (size_t)(nl + 1 - k->in);
+        memmove(k->in, nl + 1, k->inlen + 1);
+    }
+    if (k->inlen == sizeof(k->in) - 1)
+        k->inlen = 0;       /* no such line: not ours */
+}
+
+/* Confirm the lease every ttl/3; the moment it may no longer be ours,
+ * the whole group goes. */
+static void tk_lease(struct task_keeper *k)
+{
+    int64_t now = mono_ms();
+
+    if (k->lost)
+        return;
+    if (now >= k->next_refresh) {
+        k->next_refresh = now + k->period;
+        redlockd_refresh_within(k->h, (int)k->period);
+    }
+    if (redlockd_lease_check(k->h, k->lease->resource) != 0) {
+        k->lost = true;
+        logmsg(k->c, "task %s: lease lost, killing the command", k->id);
+        keeper_kill(&k->g, SIGKILL);
+        tk_send(k, "lost\n");
+    }
+}
+
+/* The group is empty: tell the worker how it ended, with the lease
+ * confirmed right before, as the result's script needs it. */
+static void tk_done(struct task_keeper *k)
+{
+    char line[64];
+    bool held = false;
+
+    if (!k->lost) {
+        redlockd_refresh(k->h);
+        held = redlockd_lease_check(k->h, k->lease->resource) == 0;
+    }
+    snprintf(line, sizeof(line), "done %d %d\n",
+             keeper_exit_status(k->g.status), held ? 1 : 0);
+    tk_send(k, line);
+    k->done = true;
+}
+
+/* The next refresh, and the lease's deadline: the group is killed the
+ * moment it passes, not up to a poll later. */
+static int tk_timeout(const struct task_keeper *k)
+{
+    int64_t now = mono_ms(), next = now + TASK_POLL_MS, deadline;
+
+    if (!k->lost) {
+        if (k->next_refresh < next)
+            next = k->next_refresh;
+        if (redlockd_lease_deadline(k->h, k->lease->resource, &deadline) == 0
+            && deadline + 1 < next)
+            next = deadline + 1;
+    }
+    return keeper_timeout(&k->g, next <= now ? 0 : (int)(next - now));
+}
+
+/* The keeper's life: run the command, keep the lease while its group
+ * lives, then release the lock. Never returns. */
+static void tk_main(struct task_keeper *k)
+{
+    int sig;
+
+    /* The worker's connections are the worker's: our copies go, without
+     * a word (the worker goes on using them). */
+    redlockd_forget(lk);
+    lk = NULL;
+    redisFree(rc);
+    rc = NULL;
+    fcntl(k->chan, F_SETFL, O_NONBLOCK);
+    /* A refresh every ttl/3, and often enough to keep a session with a
+     * HELLO keepalive alive: nobody else sends on this one. */
+    k->period = k->c->ttl_ms / 3;
+    if (k->c->keepalive_ms > 0 && k->c->keepalive_ms / 3 < k->period)
+        k->period = k->c->keepalive_ms / 3;
+    if (k->period < 1)
+        k->period = 1;
+    k->next_refresh = mono_ms() + k->period;
+    if (keeper_spawn(&k->g, k->c->cmd, tk_child_setup, k) < 0) {
+        logmsg(k->c, "task %s: fork: %s", k->id, strerror(errno));
+        k->g.exited = k->g.gone = true;
+        k->g.status = 127 << 8;
+    }
+    close(k->progress);
+    while (!(k->done && (k->release || k->chan < 0))) {
+        struct pollfd p[3] = { { .fd = -1 } };
+        int lfd = redlockd_fd(k->h), np = 0, li = -1, ci = -1;
+
+        p[np].fd = keeper_signal_fd();
+        p[np++].events = POLLIN;
+        if (k->chan >= 0) {
+            ci = np;
+            p[np].fd = k->chan;
             p[np++].events = POLLIN;
         }
         if (lfd >= 0) {
@@ -601,60 +748,169 @@ static struct run_result run_task(const struct cfg *c, const char *id,
             p[np].fd = lfd;
             p[np++].events = POLLIN;
         }
-        poll(p, (nfds_t)np, exited ? 0 : 50);
-        /* Progress lines from the command. */
-        if (pfd[0] >= 0) {
-            for (;;) {
-                ssize_t k = read(pfd[0], buf + blen, sizeof(buf) - 1 - blen);
-                char *nl;
+        if (poll(p, (nfds_t)np, tk_timeout(k)) < 0 && errno != EINTR)
+            die(EXIT_SOFTWARE, "poll: %s", strerror(errno));
+        while ((sig = keeper_signal_next()) > 0) {
+            if (sig == SIGCHLD)
+                keeper_reap(&k->g);
+            else if (!k->g.exited || k->lost)
+                keeper_kill(&k->g, sig);
+        }
+        if (ci >= 0 && p[ci].revents != 0)
+            tk_read(k);
+        if (li >= 0 && p[li].revents != 0)
+            redlockd_poll_events(k->h, 0);
+        tk_lease(k);
+        keeper_timers(&k->g);
+        if (!k->done && k->g.exited && !keeper_group_left(&k->g))
+            tk_done(k);
+    }
+    redlockd_unlock(k->h, k->lease->resource);
+    redlockd_close(k->h);
+    if (k->chan >= 0)
+        close(k->chan);
+    exit(0);
+}
 
-                if (k < 0 && errno == EINTR)
-                    continue;
-                if (k <= 0) {
-                    if (k == 0 || errno != EAGAIN) {
-                        close(pfd[0]);
-                        pfd[0] = -1;
-                    }
-                    break;
-                }
-                blen += (size_t)k;
-                buf[blen] = '\0';
-                while ((nl = strchr(buf, '\n')) != NULL) {
-                    *nl = '\0';
-                    note(c, id, lease->fence, "progress", buf);
-                    blen -= (size_t)(nl + 1 - buf);
-                    memmove(buf, nl + 1, blen + 1);
-                }
-                if (blen == sizeof(buf) - 1) {
-                    note(c, id, lease->fence, "progress", buf);
-                    blen = 0;
-                }
-            }
-            if (exited && pfd[0] >= 0) {   /* a grandchild keeps it open */
-                close(pfd[0]);
-                pfd[0] = -1;
-            }
-        }
-        if (exited)
-            break;
-        if (li >= 0 && (p[li].revents & (POLLIN | POLLHUP)))
-            redlockd_poll_events(lk, 0);
-        if (waitpid(pid, &wst, WNOHANG) == pid) {
-            exited = true;
+/* How a task's run went, as the worker heard it from the keeper. */
+struct run_result {
+    pid_t keeper;
+    int chan;               /* to the keeper; -1 once it is gone */
+    int status;             /* exit status, 128+signal */
+    bool done;              /* the keeper said "done" */
+    bool held;              /* ... with the lease confirmed */
+    bool lease_lost;
+    bool interrupted;
+};
+
+/* Progress lines from the command, noted as they come; false at EOF. */
+static bool progress_read(const struct cfg *c, const char *id, uint64_t fence,
+                          int fd, char *buf, size_t size, size_t *blen)
+{
+    for (;;) {
+        ssize_t k = read(fd, buf + *blen, size - 1 - *blen);
+        char *nl;
+
+        if (k < 0 && errno == EINTR)
             continue;
+        if (k <= 0)
+            return k < 0 && errno == EAGAIN;
+        *blen += (size_t)k;
+        buf[*blen] = '\0';
+        while ((nl = strchr(buf, '\n')) != NULL) {
+            *nl = '\0';
+            note(c, id, fence, "progress", buf);
+            *blen -= (size_t)(nl + 1 - buf);
+            memmove(buf, nl + 1, *blen + 1);
         }
+        if (*blen == size - 1) {
+            note(c, id, fence, "progress", buf);
+            *blen = 0;
+        }
+    }
+}
+
+/* One message of the keeper's; false once it has nothing more to say
+ * (done, or gone). */
+static bool run_keeper_line(struct run_result *out, const char *line)
+{
+    int status, held;
+
+    if (strcmp(line, "lost") == 0) {
+        out->lease_lost = true;
+    } else if (sscanf(line, "done %d %d", &status, &held) == 2) {
+        out->status = status;
+        out->held = held == 1;
+        out->done = true;
+        return false;
+    }
+    return true;
+}
+
+static bool run_keeper_read(struct run_result *out, char *buf, size_t size,
+                        size_t *blen)
+{
+    ssize_t n = read(out->chan, buf + *blen, size - 1 - *blen);
+    bool more = true;
+    char *nl;
+
+    if (n < 0 && errno == EINTR)
+        return true;
+    if (n <= 0)
+        return false;       /* the keeper died: its session goes alone */
+    *blen += (size_t)n;
+    buf[*blen] = '\0';
+    while (more && (nl = strchr(buf, '\n')) != NULL) {
+        *nl = '\0';
+        more = run_keeper_line(out, buf);
+        *blen -= (size_t)(nl + 1 - buf);
+        memmove(buf, nl + 1, *blen + 1);
+    }
+    if (*blen == size - 1)
+        *blen = 0;
+    return more;
+}
+
+/* Run the command for one task under a keeper that owns h, the task's
+ * session, from now on: until the keeper says the group is empty. No
+ * PR_SET_PDEATHSIG for the command (it had one): its group must outlive
+ * a worker that is killed, and keeps the lock meanwhile through the
+ * keeper; a worker that stops on SIGTERM stops it itself ("stop"). */
+static struct run_result run_task(const struct cfg *c, const char *id,
+                                  const char *payload, int attempt,
+                                  const struct redlockd_lease *lease,
+                                  struct redlockd *h)
+{
+    struct run_result out = { .chan = -1 };
+    struct task_keeper k = { .c = c, .id = id, .payload = payload,
+                             .attempt = attempt, .lease = lease, .h = h };
+    int pfd[2], sv[2];
+    char buf[4096], kbuf[256];
+    size_t blen = 0, kblen = 0;
+    int64_t last_beat = mono_ms();
+
+    if (pipe2(pfd, O_CLOEXEC) < 0)
+        die(EXIT_SOFTWARE, "pipe: %s", strerror(errno));
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        die(EXIT_SOFTWARE, "socketpair: %s", strerror(errno));
+    out.keeper = keeper_fork(false);
+    if (out.keeper < 0)
+        die(EXIT_SOFTWARE, "fork: %s", strerror(errno));
+    if (out.keeper == 0) {
+        close(pfd[0]);
+        close(sv[0]);
+        k.chan = sv[1];
+        k.progress = pfd[1];
+        tk_main(&k);
+    }
+    redlockd_forget(h);
+    close(pfd[1]);
+    close(sv[1]);
+    out.chan = sv[0];
+    fcntl(pfd[0], F_SETFL, O_NONBLOCK);
+
+    while (!out.done) {
+        struct pollfd p[2] = { { .fd = -1 } };
+        int np = 0;
+        int64_t now;
+
+        if (pfd[0] >= 0) {
+            p[np].fd = pfd[0];
+            p[np++].events = POLLIN;
+        }
+        p[np].fd = out.chan;
+        p[np++].events = POLLIN;
+        poll(p, (nfds_t)np, TASK_POLL_MS);
+        if (pfd[0] >= 0 && p[0].revents != 0
+            && !progress_read(c, id, lease->fence, pfd[0], buf, sizeof(buf),
+                              &blen)) {
+            close(pfd[0]);
+            pfd[0] = -1;
+        }
+        if (p[np - 1].revents != 0
+            && !run_keeper_read(&out, kbuf, sizeof(kbuf), &kblen))
+            break;
         now = mono_ms();
-        /* The lease: confirm it every ttl/3, and stop the command the
-         * moment it may no longer be ours. */
-        if (now - last_refresh >= period) {
-            last_refresh = now;
-            redlockd_refresh_within(lk, (int)period);
-        }
-        if (!out.lease_lost && redlockd_lease_check(lk, lease->resource) != 0) {
-            out.lease_lost = true;
-            logmsg(c, "task %s: lease lost, killing the command", id);
-            kill_group(pid, SIGKILL);
-        }
         if (now - last_beat >= 1000 && !out.lease_lost) {
             char t[32];
 
@@ -664,26 +920,39 @@ static struct run_result run_task(const struct cfg *c, const char *id,
         }
         if (stop_flag && !out.interrupted) {
             out.interrupted = true;
-            term_at = now;
-            kill_group(pid, SIGTERM);
-        }
-        if (term_at && now - term_at > 5000) {
-            kill_group(pid, SIGKILL);
-            term_at = 0;
+            if (write(out.chan, "stop\n", 5) != 5)
+                break;
         }
     }
-    if (WIFEXITED(wst))
-        out.status = WEXITSTATUS(wst);
-    else if (WIFSIGNALED(wst))
-        out.status = 128 + WTERMSIG(wst);
+    if (!out.done) {
+        logmsg(c, "task %s: its keeper (pid %ld) died", id, (long)out.keeper);
+        out.lease_lost = true;
+    }
+    /* What the group wrote before it ended. */
+    if (pfd[0] >= 0) {
+        progress_read(c, id, lease->fence, pfd[0], buf, sizeof(buf), &blen);
+        close(pfd[0]);
+    }
     return out;
+}
+
+/* The result is recorded (or left alone): the keeper releases the lock. */
+static void task_release(struct run_result *rr)
+{
+    if (write(rr->chan, "release\n", 8) != 8) {
+        /* The keeper is gone: nothing to tell. */
+    }
+    close(rr->chan);
+    waitpid(rr->keeper, NULL, 0);
 }
 
 static void work_one(const struct cfg *c, const char *id)
 {
     char res[600], t[32], err[128];
     struct redlockd_lease lease;
+    struct redlockd_error lerr;
     struct run_result rr;
+    struct redlockd *h;
     redisReply *r;
     char *payload;
     int attempt, rv;
@@ -693,11 +962,18 @@ static void work_one(const struct cfg *c, const char *id)
      * the lock is ours. */
     freeReplyObject(rcmd("HSET %s claimed %s", task_key(c, id), t));
     task_resource(c, id, res, sizeof(res));
-    rv = redlockd_lock(lk, res, (uint32_t)c->ttl_ms, 0, 1, &lease);
+    /* The task's own session, for its keeper to own (see above). */
+    if (lk_open(c, &h, &lerr) < 0) {
+        logmsg(c, "task %s: redlockd: %s", id, lerr.msg);
+        usleep(200000);
+        return;
+    }
+    rv = redlockd_lock(h, res, (uint32_t)c->ttl_ms, 0, 1, &lease);
     if (rv < 0) {
         /* BUSY: someone else is at it (a recovering worker); anything else:
          * the task stays in processing and is recovered after the grace. */
-        logmsg(c, "task %s: lock: %s", id, redlockd_last_error(lk)->msg);
+        logmsg(c, "task %s: lock: %s", id, redlockd_last_error(h)->msg);
+        redlockd_close(h);
         if (rv != -REDLOCKD_E_BUSY)
             usleep(200000);
         return;
@@ -708,7 +984,8 @@ static void work_one(const struct cfg *c, const char *id)
     attempt = r->type == REDIS_REPLY_INTEGER ? (int)r->integer : 0;
     freeReplyObject(r);
     if (attempt <= 0) {
-        redlockd_unlock(lk, res);
+        redlockd_unlock(h, res);
+        redlockd_close(h);
         return;
     }
     r = rcmd("HGET %s payload", task_key(c, id));
@@ -717,21 +994,20 @@ static void work_one(const struct cfg *c, const char *id)
     logmsg(c, "task %s attempt %d fence %llu", id, attempt,
            (unsigned long long)lease.fence);
 
-    rr = run_task(c, id, payload, attempt, &lease);
+    rr = run_task(c, id, payload, attempt, &lease, h);
     free(payload);
 
     if (rr.lease_lost) {
         /* Recorded if still ours (it is not, usually); recover() of some
          * worker moves the task back once the lock is free. */
         note(c, id, lease.fence, "last_error", "lease lost while running");
-        redlockd_unlock(lk, res);
+        task_release(&rr);
         return;
     }
-    /* Right before the move: the lease must still be ours. */
-    redlockd_refresh(lk);
-    if (redlockd_lease_check(lk, res) != 0) {
+    /* The keeper confirmed the lease right before it said so. */
+    if (!rr.held) {
         logmsg(c, "task %s: lease lost after the command ended", id);
-        redlockd_unlock(lk, res);
+        task_release(&rr);
         return;
     }
     snprintf(t, sizeof(t), "%lld", (long long)wall_ms());
@@ -759,7 +1035,7 @@ static void work_one(const struct cfg *c, const char *id)
         logmsg(c, "task %s failed (%s): %s", id, err,
                rv == 2 ? "dead" : rv == 1 ? "retry later" : "not ours any more");
     }
-    redlockd_unlock(lk, res);
+    task_release(&rr);
 }
 
 static int cmd_work(struct cfg *c)
@@ -779,6 +1055,8 @@ static int cmd_work(struct cfg *c)
         snprintf(namebuf, sizeof(namebuf), "taskq-%ld@%s", (long)getpid(), host);
         c->name = namebuf;
     }
+    /* What the tasks' commands get, before our own handlers. */
+    keeper_save_signals();
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_stop;
     sigaction(SIGTERM, &sa, NULL);

@@ -14,10 +14,17 @@
  *     also after --wait ran out, and -q keeps stderr quiet;
  *   - the command's own exit status, 128+N for a death by signal N, and
  *     127 for a command that does not exist;
- *   - SIGKILL of redlockctl neither frees the lock nor stops the command:
- *     the command inherited the lock connection ($REDLOCKD_LOCK_FD), so the
- *     daemon keeps the lock until the command's last process exits, and
- *     frees it the --detach time later;
+ *   - the keeper (issue 28): SIGKILL of redlockctl neither frees the lock
+ *     nor stops the command; a worker the command left in its process
+ *     group after closing its descriptors (tests/tools/stamper.c, as
+ *     Python's close_fds) keeps the lock: another client's LOCK wait= is
+ *     granted after its last write and within a second of it; the lock is
+ *     freed at once when the group ends (no --detach wait); a redlockctl
+ *     stopped past its ttl costs nothing (case "keeper");
+ *   - SIGKILL of redlockctl's keeper: redlockctl says so and exits 137;
+ *     the command inherited the lock connection ($REDLOCKD_LOCK_FD), so
+ *     the daemon keeps the lock until the command's last process exits,
+ *     and frees it the --detach time later;
  *   - SIGTERM and SIGINT sent to redlockctl reach the command;
  *   - a lease lost while the command runs (two of three nodes SIGSTOPped)
  *     stops the command, and redlockctl exits 70;
@@ -28,7 +35,7 @@
  *   - so does a lease whose deadline passes unconfirmed: with its daemon
  *     SIGSTOPped the command is stopped before a second daemon on the same
  *     nodes grants the lock (comparing the command's last write with the
- *     grant), and a redlockctl that was itself stopped past the deadline
+ *     grant), and a keeper that was itself stopped past the deadline
  *     stops its command as it resumes;
  *   - failover (issue 18): `run` with two daemons (-s twice, or a comma
  *     list in $REDLOCKD_SERVER) rides through its daemon's SIGTERM and
@@ -153,12 +160,15 @@ static void proc_close_pipes(struct proc *p)
     p->out_fd = p->err_fd = -1;
 }
 
+static void kill_children(pid_t pid);
+
 /* Runs after every passing test; a failing one _exit()s its fork, and then
  * PDEATHSIG and the harness's guardians clean up instead. */
 static void teardown(void)
 {
     for (int i = 0; i < np; i++) {
         if (P[i].pid != 0) {
+            kill_children(P[i].pid);
             kill(P[i].pid, SIGKILL);
             waitpid(P[i].pid, NULL, 0);
             P[i].pid = 0;
@@ -296,6 +306,40 @@ static bool wait_pid_gone(pid_t pid, int timeout_ms)
         h_sleep_ms(10);
     }
     return true;
+}
+
+/* The parent of a process (0 when it is gone): the command's parent is
+ * the keeper, the process of redlockctl that holds the lock. */
+static long ppid_of(long pid)
+{
+    char path[64], buf[1024], state;
+    const char *paren;
+    long ppid;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    if (!read_file(path, buf, sizeof(buf)) || !(paren = strrchr(buf, ')'))
+        || sscanf(paren + 1, " %c %ld", &state, &ppid) != 2)
+        return 0;
+    return ppid;
+}
+
+/* SIGKILL to the children of pid: a redlockctl run's keeper, which
+ * outlives a SIGKILL of redlockctl by design. (/proc/PID/task/PID/children
+ * needs CONFIG_PROC_CHILDREN: every process's parent is read instead.) */
+static void kill_children(pid_t pid)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+
+    if (!d)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        long child = atol(e->d_name);
+
+        if (child > 0 && ppid_of(child) == (long)pid)
+            kill((pid_t)child, SIGKILL);
+    }
+    closedir(d);
 }
 
 /* ---- processes ---- */
@@ -930,15 +974,6 @@ static void kill_group(long pgid)
 }
 
 /*
- * SIGKILL leaves redlockctl no chance to UNLOCK, nor to stop its command:
- * the command inherited the lock connection, so the daemon keeps the lock
- * (and renews it, past several ttls) while any process of the command runs,
- * and releases it once the last one has exited and the session's --detach
- * time has run out (redlockctl(1): "the lock is held while any process of
- * the command's group runs"). Here the command's shell waits for its child
- * `sleep` and then writes a file: both must outlive redlockctl.
- */
-/*
  * The command exits at once, leaving a process of its group behind (a
  * `sleep &`): redlockctl keeps the lock until that process exits too, then
  * unlocks and exits with the command's status.
@@ -977,6 +1012,17 @@ START_TEST(run_waits_for_group)
 }
 END_TEST
 
+/*
+ * SIGKILL of redlockctl's keeper (the process that holds the lock: the
+ * command's parent; redlockctl then exits too) leaves no process to UNLOCK,
+ * nor to stop the command: the command inherited the lock connection, so
+ * the daemon keeps the lock (and renews it, past several ttls) while any
+ * process holding that connection runs, and releases it once the last one
+ * has exited and the session's --detach time has run out. (With the
+ * keeper alive, the lock goes as soon as the group is empty: the
+ * run_keeper_* tests.) Here the command's shell waits for its child
+ * `sleep` and then writes a file: both must outlive redlockctl.
+ */
 START_TEST(run_sigkill_keeps_lock)
 {
     const char *pidf, *donef, *fdf;
@@ -984,7 +1030,7 @@ START_TEST(run_sigkill_keeps_lock)
     struct proc *p;
     long long took, free_after;
     uint64_t t0;
-    long pgid;
+    long pgid, keeper, ctl;
 
     h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
@@ -1001,9 +1047,16 @@ START_TEST(run_sigkill_keeps_lock)
     pgid = wait_file_number(pidf, h_scale(5000));
     h_expect(A, "ERR BUSY", "LOCK cli:kill ttl=30000");
 
-    kill(p->pid, SIGKILL);
+    /* The keeper first: redlockctl says so and exits as the keeper did.
+     * (Without a keeper, the command's parent is redlockctl itself.) */
+    keeper = ppid_of(pgid);
+    ctl = p->pid;
+    ck_assert_msg(keeper > 1, "the command has no parent");
+    ck_assert_int_eq(kill((pid_t)keeper, SIGKILL), 0);
     proc_wait(p, h_scale(5000));
-    assert_status(p, 128 + SIGKILL, "redlockctl after SIGKILL");
+    assert_status(p, 128 + SIGKILL, "redlockctl after its keeper's SIGKILL");
+    ck_assert_msg(keeper == ctl || strstr(p->err, "keeper (pid"),
+                  "redlockctl did not say its keeper was killed: %s", p->err);
     /* Still held right after the kill, and still after more than two ttls
      * without redlockctl (the daemon renews the lease of the connection
      * the command holds), while the command's `sleep` runs. */
@@ -1225,23 +1278,169 @@ START_TEST(run_daemon_stalled)
 }
 END_TEST
 
-/* redlockctl itself stopped past its lease deadline: when it runs again,
+/* The process of redlockctl that confirms the lease (its keeper, the
+ * command's parent) stopped past the lease deadline: when it runs again,
  * the command has been running unconfirmed, and is stopped at once. */
 START_TEST(run_ctl_stopped)
+{
+    struct proc *p;
+    long cmd, keeper;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    p = run_sleeper("cli:ctlstop", "1000", &cmd);
+    keeper = ppid_of(cmd);
+    ck_assert_msg(keeper > 1, "the command has no parent");
+    ck_assert_int_eq(kill((pid_t)keeper, SIGSTOP), 0);
+    h_sleep_ms(1500);
+    ck_assert_int_eq(kill((pid_t)keeper, SIGCONT), 0);
+    assert_stopped_lost(p, cmd, h_scale(500), "deadline",
+                        "run_ctl_stopped, ttl 1000, after it resumed");
+    /* The connection closed, so the daemon let the lock go. */
+    h_cluster_client(&K, 0, 0);
+    assert_free("cli:ctlstop");
+}
+END_TEST
+
+/* ---- run: the keeper (issue 28) ---- */
+
+/* A LOCK with wait= sent now, its answer read later (lock_answer). */
+static void lock_ask(struct h_client *c, const char *res, int wait_ms)
+{
+    h_sendf(c, "LOCK %s ttl=30000 wait=%d\n", res, wait_ms);
+}
+
+/* The answer to lock_ask, asserted to be a grant within timeout_ms; the
+ * wall-clock time it arrived (an upper bound of the grant's) in ns. */
+static long long lock_answer(struct h_client *c, const char *res,
+                             int timeout_ms)
+{
+    char *line = h_recv_line(c, timeout_ms);
+
+    ck_assert_msg(line != NULL, "LOCK %s wait=: no answer in %d ms", res,
+                  timeout_ms);
+    ck_assert_msg(h_starts(line, "OK "), "LOCK %s wait=: %s", res, line);
+    return wall_ns();
+}
+
+/*
+ * The issue's case: the command starts a worker as Python's
+ * subprocess.Popen does by default (close_fds: it does not hold the lock
+ * connection; the same process group), redlockctl gets SIGKILL at 0.5 s,
+ * the command exits at 1 s, the worker writes every 50 ms until 2.5 s.
+ * Another client waiting for the lock must not be granted it while the
+ * worker writes (the group still runs), and must be granted it within a
+ * second of the worker's last write (the keeper releases it at once, not
+ * after --detach).
+ */
+START_TEST(run_keeper_close_fds)
+{
+    const char *stamps, *pidf;
+    long long killed, granted, last;
+    struct proc *p;
+    long pgid;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    stamps = tmp_path("stamps");
+    pidf = tmp_path("pid");
+    h_cluster_client(&K, 0, 0);
+    p = ctl_start("-s", S, "run", "--ttl", "2000", "--detach", "1000",
+                  "cli:cfd", "--", "sh", "-c",
+                  "\"$1\" \"$2\" 2500 & echo $$ > \"$3\"; sleep 1",
+                  "job", env_bin("STAMPER_BIN"), stamps, pidf, NULL);
+    pgid = wait_file_number(pidf, h_scale(5000));
+    h_expect(A, "ERR BUSY", "LOCK cli:cfd ttl=30000");
+    h_sleep_ms(500);
+    ck_assert_int_eq(kill(p->pid, SIGKILL), 0);
+    killed = wall_ns();
+    proc_wait(p, h_scale(5000));
+    assert_status(p, 128 + SIGKILL, "redlockctl after SIGKILL");
+
+    lock_ask(A, "cli:cfd", h_scale(8000));
+    granted = lock_answer(A, "cli:cfd", h_scale(10000));
+    ck_assert_msg(wait_group_gone(pgid, h_scale(5000)), "the command's group "
+                  "%ld still runs 5 s after the grant", pgid);
+    last = last_number(stamps);
+    fprintf(stderr, "run_keeper_close_fds: after redlockctl's SIGKILL: the "
+            "worker's last write %lld ms, another client's grant %lld ms\n",
+            (last - killed) / 1000000, (granted - killed) / 1000000);
+    ck_assert_msg(last > killed, "the worker wrote nothing after the SIGKILL");
+    ck_assert_msg(last < granted, "another client was granted the lock while "
+                  "the command's worker still wrote: its last write came %lld "
+                  "ms after the grant", (last - granted) / 1000000);
+    ck_assert_msg(granted - last < (long long)h_scale(1000) * 1000000,
+                  "the lock was granted %lld ms after the worker's last write",
+                  (granted - last) / 1000000);
+    h_expect(A, "OK resource=cli:cfd ", "UNLOCK cli:cfd");
+    kill_group(pgid);
+}
+END_TEST
+
+/*
+ * The command's group ends after a SIGKILL of redlockctl, which asked for
+ * no --detach (the session would be kept 30 s after its connection closed):
+ * the lock is released at once, as when redlockctl lives.
+ */
+START_TEST(run_keeper_release_at_once)
+{
+    const char *pidf;
+    long long took;
+    struct proc *p;
+    uint64_t gone;
+    long pgid;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    pidf = tmp_path("pid");
+    h_cluster_client(&K, 0, 0);
+    p = ctl_start("-s", S, "run", "--ttl", "2000", "cli:once", "--", "sh", "-c",
+                  "echo $$ > \"$1\"; sleep 1", "sh", pidf, NULL);
+    pgid = wait_file_number(pidf, h_scale(5000));
+    h_expect(A, "ERR BUSY", "LOCK cli:once ttl=30000");
+    ck_assert_int_eq(kill(p->pid, SIGKILL), 0);
+    proc_wait(p, h_scale(5000));
+    lock_ask(A, "cli:once", h_scale(4000));
+    ck_assert_msg(wait_group_gone(pgid, h_scale(5000)), "the command (group "
+                  "%ld) still runs", pgid);
+    gone = h_now_ms();
+    lock_answer(A, "cli:once", h_scale(6000));
+    took = h_since(gone);
+    fprintf(stderr, "run_keeper_release_at_once: granted %lld ms after the "
+            "group was seen gone\n", took);
+    ck_assert_msg(took < h_scale(500), "the lock was granted %lld ms after "
+                  "the command's group ended", took);
+    h_expect(A, "OK resource=cli:once ", "UNLOCK cli:once");
+}
+END_TEST
+
+/*
+ * redlockctl itself stopped (SIGSTOP; Ctrl-Z stops it the same way) for
+ * longer than the lease's ttl costs nothing: the keeper, in a process
+ * group of its own, confirms the lease all along, so redlockctl does not
+ * stop the command when it is continued, and the lock stays held.
+ */
+START_TEST(run_keeper_ctl_stopped)
 {
     struct proc *p;
     long cmd;
 
     h_cluster_nodes(&K, 1, NULL);
     start_daemon(NULL);
+    h_cluster_client(&K, 0, 0);
     p = run_sleeper("cli:ctlstop", "1000", &cmd);
     ck_assert_int_eq(kill(p->pid, SIGSTOP), 0);
     h_sleep_ms(1500);
+    h_expect(A, "ERR BUSY", "LOCK cli:ctlstop ttl=30000");
     ck_assert_int_eq(kill(p->pid, SIGCONT), 0);
-    assert_stopped_lost(p, cmd, h_scale(500), "deadline",
-                        "run_ctl_stopped, ttl 1000, after it resumed");
-    /* The connection closed, so the daemon let the lock go. */
-    h_cluster_client(&K, 0, 0);
+    ck_assert_msg(!proc_exited(p, 500), "redlockctl exited %d after SIGCONT: "
+                  "%s", p->status, p->err);
+    ck_assert_msg(!pid_gone((pid_t)cmd), "the command was stopped");
+    h_expect(A, "ERR BUSY", "LOCK cli:ctlstop ttl=30000");
+    kill(p->pid, SIGTERM);
+    proc_wait(p, h_scale(5000));
+    assert_status(p, 128 + SIGTERM, "redlockctl SIGTERMed after SIGCONT");
+    ck_assert_msg(p->err_len == 0, "redlockctl said: %s", p->err);
     assert_free("cli:ctlstop");
 }
 END_TEST
@@ -2419,6 +2618,14 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, tls_errors);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, readme_example);
+    suite_add_tcase(s, tc);
+    /* The keeper (issue 28), a case of its own: CK_RUN_CASE=keeper. */
+    tc = tcase_create("keeper");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, h_scale(30));
+    tcase_add_test(tc, run_keeper_close_fds);
+    tcase_add_test(tc, run_keeper_release_at_once);
+    tcase_add_test(tc, run_keeper_ctl_stopped);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -4,7 +4,8 @@
  * the queue.
  *
  * 201 tasks over 4 workers: 200 that succeed, among them one ("slow") whose
- * first run hangs until its worker is SIGKILLed, one ("flaky") that fails
+ * first run hangs until its worker and then itself are SIGKILLed (the
+ * command outlives its worker, under its keeper), one ("flaky") that fails
  * twice before it succeeds, and ones reporting progress through the helper
  * command and through the file descriptor; plus one ("bad") that always
  * fails. Asserted afterwards:
@@ -19,11 +20,16 @@
  *   - `status --json` while the slow task runs shows it in processing with
  *     its lock held and the holder named, and at the end the counts;
  *   - the monitor's GET /status answers the same JSON, other paths 404;
+ *   - (issue 28) a worker SIGKILLed while a worker of its task's command
+ *     that closed its descriptors (tests/tools/stamper.c) writes: another
+ *     client waiting for the task's lock is granted it after the last
+ *     write and within a second of it, and the task is then recovered;
  *   - a finished task's running_ms is what its run took, and stays so;
  *     the monitor answers HEAD, 405 with Allow, and 503 (not exiting)
  *     while the queue's Redis is down, 200 once it is back.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -37,6 +43,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <arpa/inet.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -124,7 +131,7 @@ static void write_script(void)
           "echo \"start $TASKQ_ID $TASKQ_ATTEMPT $REDLOCKD_FENCE\" >> \"$log\"\n"
           "case \"$TASKQ_PAYLOAD\" in\n"
           "slow) if [ \"$TASKQ_ATTEMPT\" = 1 ]; then\n"
-          "        echo \"$TASKQ_ID $REDLOCKD_FENCE\" > \"$TASKQ_TEST_DIR/slow.tmp\"\n"
+          "        echo \"$TASKQ_ID $REDLOCKD_FENCE $$\" > \"$TASKQ_TEST_DIR/slow.tmp\"\n"
           "        mv \"$TASKQ_TEST_DIR/slow.tmp\" \"$TASKQ_TEST_DIR/slow.started\"\n"
           "        exec sleep 30\n"
           "      fi ;;\n"
@@ -137,6 +144,12 @@ static void write_script(void)
           "        exec sleep 30\n"
           "      fi ;;\n"
           "fd) echo \"via fd\" >&\"$TASKQ_PROGRESS_FD\" ;;\n"
+          "cfd) if [ \"$TASKQ_ATTEMPT\" = 1 ]; then\n"
+          "        \"$STAMPER_BIN\" \"$TASKQ_TEST_DIR/stamps\" 3000 &\n"
+          "        echo $$ > \"$TASKQ_TEST_DIR/cfd.tmp\"\n"
+          "        mv \"$TASKQ_TEST_DIR/cfd.tmp\" \"$TASKQ_TEST_DIR/cfd.pid\"\n"
+          "        sleep 1\n"
+          "      fi ;;\n"
           "esac\n"
           "echo \"done $TASKQ_ID $TASKQ_ATTEMPT $REDLOCKD_FENCE\" >> \"$log\"\n",
           f);
@@ -267,6 +280,7 @@ START_TEST(test_queue)
     char slow_id[32] = "";
     unsigned long long slow_fence1 = 0;
     pid_t slow_pid = 0;
+    int slow_cmd = 0;
 
     start_all();
 
@@ -335,7 +349,8 @@ START_TEST(test_queue)
         ck_assert_msg(h_since(t0) < h_scale(20000), "the slow task never started");
         h_sleep_ms(20);
     }
-    ck_assert_int_eq(fscanf(f, "%31s %llu", slow_id, &slow_fence1), 2);
+    ck_assert_int_eq(fscanf(f, "%31s %llu %d", slow_id, &slow_fence1,
+                            &slow_cmd), 3);
     fclose(f);
     {
         char k[64], *pid_s;
@@ -375,6 +390,11 @@ START_TEST(test_queue)
         kill(W[killed], SIGKILL);
         waitpid(W[killed], NULL, 0);
         W[killed] = 0;
+        /* Its command outlives it (and keeps the task's lock: see
+         * test_worker_killed) until it is stopped too, as an operator
+         * would stop a hung one. */
+        ck_assert_int_gt(slow_cmd, 1);
+        kill(-(pid_t)slow_cmd, SIGKILL);
     }
 
     /* Everything ends: 200 completed, 1 dead. */
@@ -593,6 +613,170 @@ START_TEST(test_lease_lost)
 }
 END_TEST
 
+/* CLOCK_REALTIME in ns, the clock the stamper writes. */
+static long long wall_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The number on the last line of a file (0 if there is none). */
+static long long last_number(const char *path)
+{
+    static char buf[1 << 16];
+    char *end, *start;
+    FILE *f = fopen(path, "r");
+    size_t n;
+
+    if (!f)
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    if (!(end = strrchr(buf, '\n')))
+        return 0;
+    *end = '\0';
+    start = strrchr(buf, '\n');
+    return strtoll(start ? start + 1 : buf, NULL, 10);
+}
+
+/* Does any process of the group pgid run? Zombies do not count (an
+ * orphan's exit status may wait for a slow init). */
+static bool group_alive(pid_t pgid)
+{
+    DIR *d;
+    struct dirent *e;
+    bool alive = false;
+
+    if (kill(-pgid, 0) < 0 && errno == ESRCH)
+        return false;
+    d = opendir("/proc");
+    ck_assert_ptr_nonnull(d);
+    while (!alive && (e = readdir(d)) != NULL) {
+        char path[300], buf[1024], state;
+        const char *paren;
+        long ppid, pgrp;
+        FILE *f;
+        size_t n;
+
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+        if (!(f = fopen(path, "r")))
+            continue;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        if ((paren = strrchr(buf, ')'))
+            && sscanf(paren + 1, " %c %ld %ld", &state, &ppid, &pgrp) == 3
+            && pgrp == (long)pgid && state != 'Z' && state != 'X')
+            alive = true;
+    }
+    closedir(d);
+    return alive;
+}
+
+/*
+ * Issue 28: a worker SIGKILLed while its task's command runs, the command
+ * having started a worker of its own as Python's subprocess.Popen does by
+ * default (close_fds, the same process group) that writes every 50 ms for
+ * 3 s; the command itself exits at 1 s, the worker is killed at 0.5 s.
+ * Another client waiting for the task's lock must not be granted it while
+ * the command's worker writes, and must be granted it within a second of
+ * its last write. Then the task is stale work: a new worker recovers it
+ * and completes it in its second attempt.
+ */
+START_TEST(test_worker_killed)
+{
+    static char out[4096];
+    char script[400], pidpath[400], stamps[400], *v;
+    char *push[] = { (char *)bin(), "push", "q", "--redis", RQ, "cfd", NULL };
+    char *work[] = { (char *)bin(), "work", "q", "--redis", RQ, "--server", S,
+                     "--ttl", "1500", "--claim-grace", "200",
+                     "--recover-interval", "200", "--poll", "200", "--",
+                     "/bin/sh", script, NULL };
+    long long killed, granted, last;
+    struct h_client c;
+    uint64_t t0;
+    char *line;
+    pid_t pgid;
+    FILE *f;
+    int st;
+
+    start_all();
+    snprintf(script, sizeof(script), "%s", tmp_path("task.sh"));
+    snprintf(pidpath, sizeof(pidpath), "%s", tmp_path("cfd.pid"));
+    snprintf(stamps, sizeof(stamps), "%s", tmp_path("stamps"));
+    st = h_run(push, out, sizeof(out));
+    ck_assert_msg(st == 0, "push exited %d: %s", st, out);
+    W[0] = spawn(work, getenv("TASKQ_TEST_LOG") ? getenv("TASKQ_TEST_LOG")
+                                                : tmp_path("workers.log"));
+    t0 = h_now_ms();
+    while ((f = fopen(pidpath, "r")) == NULL) {
+        ck_assert_msg(h_since(t0) < h_scale(10000), "the task never started");
+        h_sleep_ms(10);
+    }
+    ck_assert_int_eq(fscanf(f, "%d", &pgid), 1);
+    fclose(f);
+    h_connect_tcp_ok(&c, D.port);
+    h_expect(&c, "ERR BUSY", "LOCK taskq:q:1 ttl=30000");
+    h_sleep_ms(500);
+    ck_assert_int_eq(kill(W[0], SIGKILL), 0);
+    killed = wall_ns();
+    waitpid(W[0], NULL, 0);
+    W[0] = 0;
+
+    h_sendf(&c, "LOCK taskq:q:1 ttl=30000 wait=%d\n", h_scale(8000));
+    line = h_recv_line(&c, h_scale(10000));
+    granted = wall_ns();
+    ck_assert_msg(line && h_starts(line, "OK "), "LOCK taskq:q:1 wait=: %s",
+                  line ? line : "no answer");
+    t0 = h_now_ms();
+    while (group_alive(pgid)) {
+        ck_assert_msg(h_since(t0) < h_scale(5000), "the command's group %d "
+                      "still runs 5 s after the grant", (int)pgid);
+        h_sleep_ms(10);
+    }
+    last = last_number(stamps);
+    fprintf(stderr, "test_taskq: after the worker's SIGKILL: its command's "
+            "worker's last write %lld ms, another client's grant %lld ms\n",
+            (last - killed) / 1000000, (granted - killed) / 1000000);
+    ck_assert_msg(last > killed, "the command's worker wrote nothing after "
+                  "the SIGKILL");
+    ck_assert_msg(last < granted, "another client was granted the task's "
+                  "lock while its command's worker still wrote: its last "
+                  "write came %lld ms after the grant",
+                  (last - granted) / 1000000);
+    ck_assert_msg(granted - last < (long long)h_scale(1000) * 1000000,
+                  "the lock was granted %lld ms after the last write",
+                  (granted - last) / 1000000);
+    h_expect(&c, "OK resource=taskq:q:1 ", "UNLOCK taskq:q:1");
+    h_close(&c);
+
+    /* Stale work now: recovered and completed by a new worker. */
+    W[0] = spawn(work, getenv("TASKQ_TEST_LOG") ? getenv("TASKQ_TEST_LOG")
+                                                : tmp_path("workers.log"));
+    t0 = h_now_ms();
+    while (qint("HGET %s %s", "taskq:q:completions", "1") != 1) {
+        ck_assert_msg(h_since(t0) < h_scale(10000), "the task was not "
+                      "completed after its worker died");
+        h_sleep_ms(50);
+    }
+    ck_assert_int_eq(qint("HGET %s %s", "taskq:q:task:1", "attempts"), 2);
+    v = qstr("HGET %s %s", "taskq:q:task:1", "last_error");
+    ck_assert_msg(v && strstr(v, "stale"), "last_error %s", v);
+    free(v);
+    kill(W[0], SIGTERM);
+    waitpid(W[0], &st, 0);
+    W[0] = 0;
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker ended with %d",
+                  st);
+    redisFree(q);
+}
+END_TEST
+
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);
@@ -712,6 +896,12 @@ int main(void)
     tcase_add_test(tc, test_queue);
     tcase_add_test(tc, test_lease_lost);
     tcase_add_test(tc, test_status_and_monitor);
+    suite_add_tcase(s, tc);
+    /* Issue 28, a case of its own: CK_RUN_CASE=keeper. */
+    tc = tcase_create("keeper");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_worker_killed);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1382,6 +1382,33 @@ START_TEST(test_failover_no_detach)
     t_serve_done(&s);
 }
 END_TEST
+/* After a fork, the process that forgets the handle says nothing: the one
+ * that keeps it goes on using the connection, and its QUIT is the first
+ * line the daemon reads. */
+START_TEST(test_forget_after_fork)
+{
+    struct redlockd *h;
+    int peer;
+    pid_t pid;
+
+    h = t_open(&peer, NULL);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(peer);
+        redlockd_forget(h);
+        _exit(0);
+    }
+    ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+    t_expect_nothing(peer);
+    t_say(peer, "PONG\n");
+    ck_assert_int_eq(redlockd_ping(h), 0);
+    t_expect(peer, "PING\n");
+    redlockd_forget(NULL);
+    t_close(h, peer);
+}
+END_TEST
+
 
 static Suite *client_suite(void)
 {
@@ -1445,6 +1472,7 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_big_json);
     tcase_add_test(tc, test_too_long_reply);
     tcase_add_test(tc, test_close_sends_quit);
+    tcase_add_test(tc, test_forget_after_fork);
     tcase_add_test(tc, test_failover_adopt_resume);
     tcase_add_test(tc, test_failover_no_detach);
     suite_add_tcase(s, tc);
