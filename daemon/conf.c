@@ -142,6 +142,7 @@ static const struct conf_key conf_keys[] = {
     K_UINT("limits.max_locks_per_session", limits.max_locks_per_session,
            1024, 1, 1000000),
     K_UINT("limits.max_pipeline", limits.max_pipeline, 128, 1, 65536),
+    K_UINT("limits.max_inflight", limits.max_inflight, 1024, 1, 1048576),
     K_UINT("limits.max_output_bytes", limits.max_output_bytes, 1048576,
            4096, 1073741824),
     K_UINT("limits.idle_timeout_ms", limits.idle_timeout_ms, 0,

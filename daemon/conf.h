@@ -124,6 +124,8 @@ struct conf {
         unsigned max_line;
         unsigned max_locks_per_session;
         unsigned max_pipeline;      /* requests read ahead per connection */
+        unsigned max_inflight;      /* tagged requests unanswered per
+                                       session */
         unsigned max_output_bytes;  /* unsent replies before a disconnect */
         unsigned idle_timeout_ms;   /* 0: off */
         unsigned handshake_timeout_ms;  /* 0: off */

@@ -7,10 +7,15 @@
  * requests already read are answered (LOCKs without waiting), then the
  * connection closes and its binder is told (ops->closed).
  *
- * Writing: replies accumulate in `out`. conn_flush first tries a direct
- * write (most replies fit in the socket buffer at once, which saves the
- * uv_write round through the loop); whatever is left goes out in one
- * uv_write at a time from wbuf while `out` keeps collecting.
+ * Writing: replies accumulate in `out` (conn_reply hands it to the
+ * binder, which formats with proto's formatters). They are written once
+ * per loop turn, from one uv_prepare handle, for every connection that got
+ * output during the turn: so the replies of many requests answered in one
+ * turn (tagged requests, a node's answer to a group) leave in one write.
+ * conn_flush first tries a direct write (most replies fit in the socket
+ * buffer at once, which saves the uv_write round through the loop);
+ * whatever is left goes out in one uv_write at a time from wbuf while
+ * `out` keeps collecting.
  */
 #include "conn.h"
 
@@ -34,9 +39,55 @@ static char conn_rdbuf[CONN_READ_SIZE];
 
 static const struct conf *conn_conf;     /* limits.*: read live */
 
-void conn_init(const struct conf *conf)
+/* Connections with output written this turn, flushed at its end. */
+static struct {
+    uv_prepare_t prepare;
+    bool ready;
+    struct list due;        /* struct conn (flush_link) */
+} conn_turn = { .due = LIST_INIT(conn_turn.due) };
+
+static void conn_turn_cb(uv_prepare_t *h)
+{
+    struct list *p;
+
+    while ((p = list_first(&conn_turn.due))) {
+        struct conn *c = container_of(p, struct conn, flush_link);
+        list_remove(p);
+        if (c->overflow)
+            conn_close_now_announced(c, "output", "output buffer limit");
+        else
+            conn_flush(c);
+        conn_unref(c);
+    }
+    uv_prepare_stop(h);
+}
+
+void conn_init(uv_loop_t *loop, const struct conf *conf)
 {
     conn_conf = conf;
+    if (!conn_turn.ready && uv_prepare_init(loop, &conn_turn.prepare) == 0)
+        conn_turn.ready = true;
+}
+
+void conn_deinit(void)
+{
+    if (conn_turn.ready)
+        uv_close((uv_handle_t *)&conn_turn.prepare, NULL);
+    conn_turn.ready = false;
+}
+
+/* Flush c at the end of this loop turn. */
+static void conn_want_flush(struct conn *c)
+{
+    if (!conn_turn.ready) {
+        conn_flush(c);
+        return;
+    }
+    if (list_linked(&c->flush_link))
+        return;
+    conn_ref(c);
+    list_push_tail(&conn_turn.due, &c->flush_link);
+    uv_prepare_start(&conn_turn.prepare, conn_turn_cb);
 }
 
 static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -68,6 +119,7 @@ struct conn *conn_create(uv_loop_t *loop, bool is_unix, int *rc)
     sbuf_init(&c->out);
     sbuf_init(&c->wbuf);
     list_init(&c->queue);
+    list_init(&c->flush_link);
     c->created_at = c->last_line_at = timer_now();
     timer_init(&c->idle_timer, conn_idle_cb, c);
     conn_arm_idle(c);   /* handshake_timeout_ms */
@@ -90,7 +142,6 @@ static void conn_free(struct conn *c)
 {
     timer_stop(&c->idle_timer);
     conn_queue_free(c);
-    free(c->cur);
     free(c->rbuf);
     sbuf_deinit(&c->out);
     sbuf_deinit(&c->wbuf);
@@ -475,7 +526,7 @@ static void conn_update_reading(struct conn *c)
     const struct conf *cf = conn_conf;
     /* Read more only when the queue has room and rbuf holds at most an
      * unfinished line, so one client's read-ahead stays bounded. */
-    bool want = !c->closing && !c->close_why &&
+    bool want = !c->closing && !c->close_why && !c->overflow &&
                 c->qlen < cf->limits.max_pipeline &&
                 c->rlen <= cf->limits.max_line;
 
@@ -504,8 +555,13 @@ static struct conn_line *conn_pop(struct conn *c)
 /* A line over max_line: answered in its turn, then nothing more is. */
 static void conn_toolong(struct conn *c)
 {
-    conn_errf(c, PROTO_ERR_TOOLONG, "request line longer than %u bytes "
-              "(limits.max_line); closing", conn_conf->limits.max_line);
+    struct sbuf *b = conn_reply(c);
+
+    stats_count_error(PROTO_ERR_TOOLONG);
+    if (b)
+        proto_format_errf(b, PROTO_ERR_TOOLONG, "request line longer than "
+                          "%u bytes (limits.max_line); closing",
+                          conn_conf->limits.max_line);
     conn_stop(c, "request line too long", true);
 }
 
@@ -515,7 +571,7 @@ void conn_process(struct conn *c)
         return;     /* an answer arrived synchronously; the loop goes on */
     c->in_process = true;
     conn_ref(c);
-    while (!c->closing && !c->busy && c->ops) {
+    while (!c->closing && !c->paused && c->ops) {
         struct conn_line *ln = conn_pop(c);
         if (!ln) {
             if (!conn_refill(c))
@@ -527,31 +583,27 @@ void conn_process(struct conn *c)
             conn_toolong(c);
             break;
         }
-        c->cur = ln;
         c->ops->line(c, c->data, ln->data, ln->len);
-        if (!c->busy && c->cur == ln) {
-            free(ln);
-            c->cur = NULL;
-        }
+        free(ln);
     }
     c->in_process = false;
     if (!c->closing) {
-        conn_flush(c);
+        conn_want_flush(c);
         conn_update_reading(c);
     }
     conn_unref(c);
 }
 
-void conn_hold(struct conn *c)
+void conn_pause(struct conn *c)
 {
-    c->busy = true;
+    c->paused = true;
 }
 
-void conn_done(struct conn *c)
+void conn_resume(struct conn *c)
 {
-    c->busy = false;
-    free(c->cur);
-    c->cur = NULL;
+    if (!c->paused)
+        return;
+    c->paused = false;
     conn_process(c);
 }
 
@@ -687,7 +739,8 @@ void conn_flush(struct conn *c)
                 conn_close(c, c->died, c->close_why);
             return;
         }
-        if (!c->close_why || c->busy || !list_empty(&c->queue))
+        if (!c->close_why || !list_empty(&c->queue) ||
+            (c->ops && c->ops->busy && c->ops->busy(c, c->data)))
             return;
         if (c->close_event && c->tls && !c->tls_ready) {
             conn_close(c, c->died, c->close_why);   /* nothing to say it in */
@@ -725,150 +778,25 @@ void conn_flush(struct conn *c)
     conn_ref(c);
 }
 
-/* The output buffer for one more line, or NULL when the connection is
- * closing or has stopped reading its replies (then it is closed). */
-static struct sbuf *conn_out(struct conn *c)
+struct sbuf *conn_reply(struct conn *c)
 {
-    if (c->closing)
+    if (c->closing || c->overflow)
         return NULL;
     size_t unsent = c->out.len + c->wbuf.len + c->tls_out.len;
 
     if (unsent >= conn_conf->limits.max_output_bytes) {
+        /* Closed at the end of the turn, not now: the caller is in the
+         * middle of answering, and must not be told "closed" under it. */
         stats.output_overflows++;
         log_warn("%s (%s): %zu bytes of replies unread: disconnecting "
                  "(limits.max_output_bytes)", c->name, c->peer, unsent);
-        conn_close_now_announced(c, "output", "output buffer limit");
+        c->overflow = true;
+        conn_update_reading(c);
+        conn_want_flush(c);
         return NULL;
     }
+    conn_want_flush(c);
     return &c->out;
-}
-
-/* The line being built by conn_ok_begin, if it was begun. */
-static struct sbuf *conn_cont(struct conn *c)
-{
-    return c->closing ? NULL : &c->out;
-}
-
-void conn_ok(struct conn *c)
-{
-    struct sbuf *b = conn_out(c);
-    if (b)
-        proto_format_ok(b);
-}
-
-void conn_ok_begin(struct conn *c)
-{
-    struct sbuf *b = conn_out(c);
-    if (b)
-        proto_format_ok_begin(b);
-}
-
-void conn_kv_str(struct conn *c, const char *key, const char *val)
-{
-    struct sbuf *b = conn_cont(c);
-    if (b)
-        proto_format_kv_str(b, key, val);
-}
-
-void conn_kv_u64(struct conn *c, const char *key, uint64_t val)
-{
-    struct sbuf *b = conn_cont(c);
-    if (b)
-        proto_format_kv_u64(b, key, val);
-}
-
-void conn_kv_i64(struct conn *c, const char *key, int64_t val)
-{
-    struct sbuf *b = conn_cont(c);
-    if (b)
-        proto_format_kv_i64(b, key, val);
-}
-
-void conn_word(struct conn *c, const char *word)
-{
-    struct sbuf *b = conn_cont(c);
-    if (b)
-        proto_format_word(b, word);
-}
-
-void conn_end(struct conn *c)
-{
-    struct sbuf *b = conn_cont(c);
-    if (b)
-        proto_format_end(b);
-}
-
-void conn_json(struct conn *c, json_t *j)
-{
-    char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
-    struct sbuf *b;
-
-    json_decref(j);
-    if (!text) {
-        conn_err(c, PROTO_ERR_LIMIT, "out of memory building the reply");
-        return;
-    }
-    b = conn_out(c);
-    if (b)
-        proto_format_ok_json(b, text);
-    free(text);
-}
-
-void conn_pong(struct conn *c, const char *word, size_t len)
-{
-    struct sbuf *b = conn_out(c);
-    if (b)
-        proto_format_pong(b, word, len);
-}
-
-void conn_help(struct conn *c)
-{
-    struct sbuf *b = conn_out(c);
-    if (b)
-        proto_format_help(b);
-}
-
-void conn_usage(struct conn *c, enum proto_cmd cmd)
-{
-    struct sbuf *b = conn_out(c);
-    if (b)
-        proto_format_usage(b, cmd);
-}
-
-void conn_err(struct conn *c, enum proto_err code, const char *msg)
-{
-    struct sbuf *b = conn_out(c);
-
-    stats_count_error(code);
-    if (b)
-        proto_format_err(b, code, msg);
-}
-
-void conn_errf(struct conn *c, enum proto_err code, const char *fmt, ...)
-{
-    struct sbuf msg = SBUF_INIT;
-    va_list ap;
-
-    va_start(ap, fmt);
-    sbuf_vprintf(&msg, fmt, ap);
-    va_end(ap);
-    conn_err(c, code, msg.data);
-    sbuf_deinit(&msg);
-}
-
-void conn_event_lost(struct conn *c, const char *resource, uint64_t fence,
-                     const char *reason)
-{
-    struct sbuf *b = conn_out(c);
-    if (b)
-        proto_format_event_lost(b, resource, fence, reason);
-}
-
-void conn_event_shutdown(struct conn *c)
-{
-    struct sbuf *b = conn_out(c);
-    if (b)
-        proto_format_event_shutdown(b);
 }
 
 /* ---- closing now -------------------------------------------------------- */
@@ -893,6 +821,10 @@ void conn_close(struct conn *c, bool died, const char *why)
     c->reading = false;
     timer_stop(&c->idle_timer);
     conn_queue_free(c);
+    if (list_linked(&c->flush_link)) {
+        list_remove(&c->flush_link);
+        conn_unref(c);      /* its place in the turn's flush */
+    }
     log_debug("%s (%s) closed: %s", c->name, c->peer, why);
     c->ops = NULL;
     c->data = NULL;

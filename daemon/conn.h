@@ -10,13 +10,16 @@
  * and move to another one (resume), conn never notices.
  *
  * Reading: bytes are split into lines at LF and queued (read-ahead up to
- * max_pipeline, then reading stops until the queue drains). Requests are
- * served one at a time, in order: ops->line gets the next line once the
- * one before it was answered; an answer that takes time is marked with
- * conn_hold and finished with conn_done. Writing: every reply and event is
- * formatted straight into the output buffer through the calls below, and
- * handed to the kernel by conn_flush. A client whose unsent output reaches
- * max_output_bytes is not reading its replies and is disconnected.
+ * max_pipeline, then reading stops until the queue drains). Each line goes
+ * to ops->line in order, as soon as it is read, unless the binder paused
+ * the connection (conn_pause: it takes no more lines for now, e.g. while
+ * a request that must run alone is answered); conn_resume goes on. What a
+ * line means, and when it is answered, is the binder's. Writing: the
+ * binder formats each reply or event into the buffer conn_reply hands out
+ * (proto's formatters); everything written during one loop turn is handed
+ * to the kernel at its end, in as few writes as it takes. A client whose
+ * unsent output reaches max_output_bytes is not reading its replies and is
+ * disconnected.
  *
  * Closing is one decision with one reason: conn_close_after_reply (answer
  * what is queued, flush, then close) or conn_close (now). ops->closed is
@@ -34,7 +37,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
 #include <uv.h>
 
 #include "list.h"
@@ -56,10 +58,12 @@ union conn_stream {
 /* What a conn tells the one it serves (data: conn_bind's). */
 struct conn_ops {
     /* Serve one request line: len bytes without the LF, NUL-terminated
-     * (line is the callee's to parse in place until it returns). Answer
-     * it with the reply calls, or conn_hold now and conn_done once
-     * answered; the next line waits until then. */
+     * (line is the callee's to parse in place until it returns; it keeps
+     * a copy of what it needs later). */
     void (*line)(struct conn *c, void *data, char *line, size_t len);
+    /* Does the binder still owe answers to lines it was given? A close
+     * after the replies (EOF, QUIT) waits for them. NULL: never. */
+    bool (*busy)(struct conn *c, void *data);
     /* The client sends no more (EOF): cut any wait short. The lines read
      * before it are still served. */
     void (*eof)(struct conn *c, void *data);
@@ -101,8 +105,7 @@ struct conn {
     bool eof;               /* the client sends no more: no waiting */
     struct list queue;      /* struct conn_line, in arrival order */
     size_t qlen;
-    struct conn_line *cur;  /* the request being served */
-    bool busy;              /* cur waits for its answer (conn_hold) */
+    bool paused;            /* the binder takes no lines now (conn_pause) */
     bool in_process;        /* guards conn_process re-entry */
 
     /* ---- quiet connections: handshake, idle, keepalive ---- */
@@ -126,6 +129,9 @@ struct conn {
     struct sbuf wbuf;       /* bytes in the uv_write in flight */
     uv_write_t wreq;
     bool writing;
+    struct list flush_link; /* in the turn's flush list (a reference) */
+    bool overflow;          /* unread output over the limit: closes at the
+                               end of the turn */
 
     /* ---- closing ---- */
     bool closing;           /* close started: no more requests */
@@ -137,8 +143,10 @@ struct conn {
 };
 
 /* The limits conn applies are read from conf at each use (a reload
- * changes them in place). */
-void conn_init(const struct conf *conf);
+ * changes them in place); loop runs the end-of-turn flush, whose handle
+ * conn_deinit closes. */
+void conn_init(uv_loop_t *loop, const struct conf *conf);
+void conn_deinit(void);
 /* A new connection's handle on loop (a pipe or a TCP stream), ready for
  * uv_accept; NULL (and *rc) when libuv refuses. Its handshake timer runs
  * from now. */
@@ -158,34 +166,19 @@ void conn_start(struct conn *c);
 void conn_set_keepalive(struct conn *c, uint32_t ms);
 
 /* ---- serving requests ---- */
-/* Serve queued lines in order until one must wait. */
+/* Serve queued lines in order until the binder pauses. */
 void conn_process(struct conn *c);
-/* The line being served is answered later: hold the queue. */
-void conn_hold(struct conn *c);
-/* The held line is answered: serve the next. */
-void conn_done(struct conn *c);
+/* The binder takes no more lines for now. */
+void conn_pause(struct conn *c);
+/* It does again: serve what is queued. */
+void conn_resume(struct conn *c);
 
-/* ---- replies: each call queues one complete line (or, for the ok_begin /
- * kv / end trio, builds one) ---- */
-void conn_ok(struct conn *c);                        /* "OK" */
-void conn_ok_begin(struct conn *c);                  /* "OK" ... */
-void conn_kv_str(struct conn *c, const char *key, const char *val);
-void conn_kv_u64(struct conn *c, const char *key, uint64_t val);
-void conn_kv_i64(struct conn *c, const char *key, int64_t val);
-void conn_word(struct conn *c, const char *word);
-void conn_end(struct conn *c);                       /* ... LF */
-/* "OK <json>"; takes the reference to j. */
-void conn_json(struct conn *c, json_t *j);
-void conn_pong(struct conn *c, const char *word, size_t len);
-void conn_help(struct conn *c);
-void conn_usage(struct conn *c, enum proto_cmd cmd);     /* HELP cmd */
-/* "ERR CODE msg" (msg NULL: the code's default message). */
-void conn_err(struct conn *c, enum proto_err code, const char *msg);
-void conn_errf(struct conn *c, enum proto_err code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-void conn_event_lost(struct conn *c, const char *resource, uint64_t fence,
-                     const char *reason);
-void conn_event_shutdown(struct conn *c);
+/* ---- replies ---- */
+/* The buffer to append one or more complete lines to (proto's
+ * formatters), written at the end of this loop turn; NULL when the
+ * connection is closing or its client stopped reading (then it is being
+ * closed: drop the reply). */
+struct sbuf *conn_reply(struct conn *c);
 
 /* Hand queued output to the kernel (a direct write first, libuv for the
  * rest); closes the connection once a close-after-reply is due. */

@@ -94,6 +94,7 @@ static void close_own_handles(void)
     uv_close((uv_handle_t *)&app.sigterm, NULL);
     uv_close((uv_handle_t *)&app.sighup, NULL);
     redis_uv_close();
+    server_deinit();
     uv_close((uv_handle_t *)&app.sigusr1, NULL);
     timer_sys_deinit();
 }

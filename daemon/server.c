@@ -122,8 +122,12 @@ static void peer_describe(struct conn *c, bool is_unix)
 static void server_reject(struct conn *c, enum proto_err code,
                           const char *msg, const char *why)
 {
+    struct sbuf *b = conn_reply(c);
+
     stats.connections_rejected++;
-    conn_err(c, code, msg);
+    stats_count_error(code);
+    if (b)
+        proto_format_err(b, code, msg);
     conn_close_after_reply(c, why, false);
     conn_flush(c);
     log_info("%s rejected (%s): %s", c->name, c->peer, why);
@@ -313,11 +317,16 @@ static int listen_activated(int fd)
 }
 #endif
 
+void server_deinit(void)
+{
+    conn_deinit();
+}
+
 int server_start(uv_loop_t *loop, const struct conf *c)
 {
     server.loop = loop;
     server.conf = c;
-    conn_init(c);
+    conn_init(loop, c);
     session_init(c);
 
 #ifdef HAVE_SYSTEMD

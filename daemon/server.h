@@ -28,5 +28,8 @@ extern struct server server;
 int server_start(uv_loop_t *loop, const struct conf *conf);
 /* Close the listeners (sessions are closed separately). */
 void server_stop_listening(void);
+/* The last handles of the connections' machinery (the end-of-turn flush),
+ * closed when the daemon exits. */
+void server_deinit(void);
 
 #endif

@@ -42,6 +42,7 @@
 
 #include <jansson.h>
 
+#include "hmap.h"
 #include "list.h"
 #include "lockmgr.h"
 #include "proto.h"
@@ -91,14 +92,21 @@ struct session {
     /* ---- its current connection's: reset when another attaches ---- */
     unsigned auth_failures; /* wrong AUTH or resume= on this connection */
     struct timer auth_timer;    /* the answer to a wrong AUTH, delayed */
-    uint64_t lock_started_ns;   /* uv_hrtime() of the LOCK being served */
-    enum proto_cmd asking;      /* LOCK or ADOPT: the one being served */
-    bool lock_waited;           /* that LOCK allowed a wait */
-    char *unlock_lost;      /* (owned) UNLOCK of several in flight: the
-                               lost one its answer names, or NULL */
+    struct sreq *auth_q;        /* that AUTH, waiting for it */
     struct list lost;       /* struct session_lost: leases lost and told,
                                so UNLOCK/EXTEND answer LOST, not NOTHELD */
     size_t nlost;
+    /* Its requests not answered yet (session_cmd.c): struct sreq, in the
+     * order read. Tagged ones run at once unless an earlier one names
+     * the same resource; an untagged one runs alone. */
+    struct list reqs;
+    size_t ntagged;         /* tagged ones among them */
+    struct list ready;      /* struct sreq whose turn came, to start */
+    bool starting;          /* the loop that starts them runs */
+    bool paused;            /* we paused the connection's lines */
+    struct hmap *order;     /* (owned) resource -> its requests in order;
+                               NULL until a tagged request names one */
+    struct hmap *tags;      /* (owned) tag -> its request, or NULL */
 };
 
 /* Before the first session: the config sessions read (live). */
