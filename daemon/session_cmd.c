@@ -81,6 +81,12 @@ struct sreq {
     enum proto_cmd cmd;
     bool tagged;
     bool running;                   /* started: its answer is due */
+    bool in_run;                    /* its command runs (sreq_run): an
+                                       answer given meanwhile (lockmgr may
+                                       answer at once) only marks it */
+    bool answered;                  /* so marked */
+    bool unlinked;                  /* off every queue (withdrawn, or
+                                       answered) */
     size_t tag_len;
     char tag[PROTO_MAX_TAG + 1];
     uint64_t started_ns;            /* LOCK, ADOPT: for the histograms */
@@ -332,6 +338,7 @@ static void sreq_unlink(struct sreq *q)
 {
     struct session *s = q->s;
 
+    q->unlinked = true;
     list_remove(&q->link);
     if (list_linked(&q->rlink))
         list_remove(&q->rlink);
@@ -395,12 +402,18 @@ static void sreq_start_ready(struct session *s)
     session_unref(s);
 }
 
-/* q is answered. */
+/* q is answered. While its command still runs, that is only noted:
+ * sreq_run finishes it. */
 static void sreq_done(struct sreq *q)
 {
     struct session *s = q->s;
 
-    sreq_unlink(q);
+    if (q->in_run) {
+        q->answered = true;
+        return;
+    }
+    if (!q->unlinked)
+        sreq_unlink(q);
     sreq_free(q);
     sreq_start_ready(s);
 }
@@ -437,7 +450,10 @@ void session_cmd_withdraw(struct session *s)
     while ((p = list_first(&s->reqs))) {
         struct sreq *q = list_entry(p, struct sreq, link);
         sreq_unlink(q);
-        sreq_free(q);
+        if (q->in_run)
+            q->answered = true;     /* sreq_run frees it */
+        else
+            sreq_free(q);
     }
     list_init(&s->ready);
     if (s->order) {
@@ -485,8 +501,10 @@ void session_cmd_inflight_json(const struct session *s, json_t *j)
  * (the `ask` lockmgr hands back). */
 static struct sreq *serve_later(struct serve *v)
 {
-    if (!v->q)
+    if (!v->q) {
         v->q = sreq_new(v->t.s, v->r, NULL, 0);
+        v->q->in_run = true;
+    }
     v->q->running = true;
     v->q->started_ns = uv_hrtime();
     return v->q;
@@ -1234,6 +1252,8 @@ static void sreq_run(struct session *s, const struct proto_request *r,
         .t = { s, r->tag, r->tag_len }, .r = r, .q = q,
     };
 
+    if (q)
+        q->in_run = true;
     /* A verified client certificate naming a user logs in with the first
      * line (the TLS handshake ends after the session was made). */
     if (!s->authed && s->conn->cert_cn[0])
@@ -1263,8 +1283,11 @@ static void sreq_run(struct session *s, const struct proto_request *r,
         default:                    say_err(&v.t, PROTO_ERR_UNKNOWN, NULL);
         }
     }
-    if (v.q && !v.q->running)
-        sreq_done(v.q);
+    if (v.q) {
+        v.q->in_run = false;
+        if (v.q->answered || !v.q->running)
+            sreq_done(v.q);
+    }
 }
 
 /* The line, its separators put back (the parser cut it in place; every
