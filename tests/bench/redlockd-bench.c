@@ -11,7 +11,13 @@
  *            resource is new for every cycle (<prefix>:<conn>:<i>), or with
  *            --fixed one per connection (<prefix>:<conn>); --multi N locks
  *            N resources in one request, --lock-opts adds words such as
- *            mode=shared or limit=4 to every LOCK.
+ *            mode=shared or limit=4 to every LOCK. With --tags M each
+ *            connection runs M cycles at once as tagged requests
+ *            ("#s<k> LOCK ...", protocol.md "Tagged requests"): each of
+ *            its M slots sends a LOCK, the UNLOCK once the LOCK is
+ *            granted, and the next LOCK once that is answered, as M tasks
+ *            sharing one session would; the daemon answers them in the
+ *            order they finish.
  *   contend  every connection LOCKs the same resource with wait=..., and
  *            UNLOCKs as soon as it has it (or after --hold-ms): measures
  *            handoffs per second and the time from one holder's UNLOCK
@@ -196,6 +202,15 @@ struct pending {
     uint8_t kind;       /* enum req_kind */
 };
 
+/* --tags: one of a connection's cycles in flight. */
+struct tslot {
+    uint64_t sent;      /* now_ns() when its request was queued */
+    uint64_t seq;       /* the cycle's resource number */
+    uint8_t kind;       /* enum req_kind of the request out, if busy */
+    bool busy;          /* a request of it awaits its reply */
+    bool lock_ok;
+};
+
 struct bconn {
     int fd;
     SSL *ssl;           /* TLS: NULL on a plain connection */
@@ -213,6 +228,7 @@ struct bconn {
     unsigned nlocks;    /* idle: LOCK replies so far */
     unsigned char *got; /* idle: which of the L locks were granted */
     struct pending *q;  /* ring of requests awaiting replies */
+    struct tslot *slots;    /* --tags: B.tags of them */
     unsigned qhead, qlen, qcap;
     char *rbuf;
     size_t rlen, rcap;
@@ -250,6 +266,8 @@ static struct {
     double duration;
     uint64_t nops;
     unsigned pipeline;
+    unsigned tags;              /* lock: cycles in flight per connection,
+                                   as tagged requests (0: untagged) */
     unsigned ttl;
     unsigned wait;
     double hold;
@@ -863,6 +881,31 @@ static void conn_send(struct bconn *c, enum req_kind kind, const char *fmt, ...)
     B.outstanding++;
 }
 
+/* A tagged request of slot k: its line, no place in the ring (the tag
+ * finds the slot). */
+static void conn_send_tagged(struct bconn *c, unsigned k, enum req_kind kind,
+                             const char *fmt, const char *names)
+{
+    struct tslot *t = &c->slots[k];
+    int n;
+
+    while (c->wcap - c->wlen < 4096) {
+        c->wcap = c->wcap ? c->wcap * 2 : 8192;
+        c->wbuf = xrealloc(c->wbuf, c->wcap);
+    }
+    n = snprintf(c->wbuf + c->wlen, c->wcap - c->wlen, "#s%u ", k);
+    c->wlen += (size_t)n;
+    n = snprintf(c->wbuf + c->wlen, c->wcap - c->wlen, fmt, names, B.ttl,
+                 B.lock_opts[0] ? " " : "", B.lock_opts);
+    if (n < 0 || (size_t)n >= c->wcap - c->wlen)
+        die("request line too long");
+    c->wlen += (size_t)n;
+    t->sent = now_ns();
+    t->kind = (uint8_t)kind;
+    t->busy = true;
+    B.outstanding++;
+}
+
 static void conn_start(struct bconn *c)
 {
     struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT, .data.ptr = c };
@@ -930,8 +973,26 @@ static void send_unlock(struct bconn *c, uint64_t seq)
     conn_send(c, REQ_UNLOCK, "UNLOCK %s\n", lock_names(c, seq));
 }
 
+static void tagged_lock(struct bconn *c, unsigned k)
+{
+    c->slots[k].seq = c->seq++;
+    B.ops_started++;
+    conn_send_tagged(c, k, REQ_LOCK, "LOCK %s ttl=%u%s%s\n",
+                     lock_names(c, c->slots[k].seq));
+}
+
 static void fill_lock(struct bconn *c)
 {
+    if (B.tags) {
+        if (!c->slots)
+            c->slots = calloc(B.tags, sizeof(*c->slots));
+        if (!c->slots)
+            die("out of memory");
+        for (unsigned k = 0; k < B.tags && may_generate(); k++)
+            if (!c->slots[k].busy)
+                tagged_lock(c, k);
+        return;
+    }
     if (B.pipeline <= 1) {
         /* One request at a time: UNLOCK only after the LOCK came back OK. */
         if (c->qlen > 0)
@@ -1224,9 +1285,58 @@ static void on_reply(struct bconn *c, enum req_kind kind, const char *line,
     }
 }
 
+/* --tags: the reply to slot k's request (after its tag). A granted
+ * LOCK is followed by its UNLOCK at once; an answered UNLOCK (or a
+ * refused LOCK) frees the slot for the next cycle. */
+static void on_tagged_reply(struct bconn *c, unsigned k, const char *line,
+                            uint64_t now)
+{
+    struct tslot *t = &c->slots[k];
+    bool ok = strncmp(line, "OK", 2) == 0 && (line[2] == '\0' || line[2] == ' ');
+    uint64_t lat = now > t->sent ? now - t->sent : 0;
+
+    t->busy = false;
+    B.outstanding--;
+    B.requests++;
+    if (!ok) {
+        if (strncmp(line, "ERR ", 4) == 0)
+            count_error(line);
+        else
+            B.unexpected++;
+    }
+    if (t->kind == REQ_LOCK) {
+        hist_add(&B.h[H_LOCK], lat);
+        t->lock_ok = ok;
+        if (ok)
+            conn_send_tagged(c, k, REQ_UNLOCK, "UNLOCK %s\n",
+                             lock_names(c, t->seq));
+        return;
+    }
+    hist_add(&B.h[H_UNLOCK], lat);
+    if (t->lock_ok && ok)
+        B.ops++;
+}
+
+/* "#s<k> ": the slot k of a tagged reply, or -1. */
+static long reply_slot(const char *line, const char **rest)
+{
+    char *end;
+    unsigned long k;
+
+    if (line[0] != '#' || line[1] != 's')
+        return -1;
+    k = strtoul(line + 2, &end, 10);
+    if (*end != ' ' || k >= B.tags)
+        return -1;
+    *rest = end + 1;
+    return (long)k;
+}
+
 static void conn_on_line(struct bconn *c, const char *line, uint64_t now)
 {
     struct pending p;
+    const char *rest;
+    long k;
 
     if (strncmp(line, "EVENT ", 6) == 0) {
         B.events++;
@@ -1237,6 +1347,15 @@ static void conn_on_line(struct bconn *c, const char *line, uint64_t now)
             if (B.mode != MODE_IDLE)
                 set_holding(c, false);
         }
+        return;
+    }
+    if (line[0] == '#') {
+        if (!c->slots || (k = reply_slot(line, &rest)) < 0 ||
+            !c->slots[k].busy) {
+            B.unexpected++;
+            return;
+        }
+        on_tagged_reply(c, (unsigned)k, rest, now);
         return;
     }
     if (c->qlen == 0) {
@@ -1912,9 +2031,10 @@ static void human_throughput(FILE *f, json_t *o)
 {
     double cpu = jnum(o, "daemon_cpu_percent");
 
-    fprintf(f, "redlockd-bench %s: %s, %u connections, pipeline %u, %.2f s\n",
-            mode_names[B.mode], B.server, B.conns, B.pipeline,
-            jnum(o, "elapsed_s"));
+    fprintf(f, "redlockd-bench %s: %s, %u connections, %s %u, %.2f s\n",
+            mode_names[B.mode], B.server, B.conns,
+            B.tags ? "tagged, in flight" : "pipeline",
+            B.tags ? B.tags : B.pipeline, jnum(o, "elapsed_s"));
     if (B.tls)
         fprintf(f, "  TLS:               %s, %s\n",
                 B.tls_version[0] ? B.tls_version : "no handshake",
@@ -1983,6 +2103,7 @@ static int run_throughput(void)
     o = json_object();
     lat = json_object();
     json_object_set_new(o, "pipeline", json_integer(B.pipeline));
+    json_object_set_new(o, "tags", json_integer(B.tags));
     json_object_set_new(o, "elapsed_s", json_real(elapsed));
     json_object_set_new(o, "requests", json_integer((json_int_t)B.requests));
     json_object_set_new(o, "requests_per_s",
@@ -2215,6 +2336,9 @@ static void usage(FILE *f)
         "                        or PINGs) instead\n"
         "  -P, --pipeline N      lock: pairs in flight per connection;\n"
         "                        ping: PINGs in flight (default 1; ping 16)\n"
+        "  -T, --tags M          lock: M cycles in flight per connection as\n"
+        "                        tagged requests (LOCK, then UNLOCK once\n"
+        "                        granted), as M tasks sharing a session\n"
         "  -t, --ttl MS          lock ttl (default 30000)\n"
         "  -w, --wait MS         contend: LOCK wait= (default 5000)\n"
         "  -H, --hold SEC        idle: how long the locks are held (default 10)\n"
@@ -2280,6 +2404,7 @@ static void parse_args(int argc, char **argv)
         { "duration", required_argument, NULL, 'd' },
         { "ops", required_argument, NULL, 'n' },
         { "pipeline", required_argument, NULL, 'P' },
+        { "tags", required_argument, NULL, 'T' },
         { "ttl", required_argument, NULL, 't' },
         { "wait", required_argument, NULL, 'w' },
         { "hold", required_argument, NULL, 'H' },
@@ -2317,13 +2442,14 @@ static void parse_args(int argc, char **argv)
     B.locks_per_conn = 1;
     B.after = 2;
     snprintf(B.prefix, sizeof(B.prefix), "bench:%d", (int)getpid());
-    while ((ch = getopt_long(argc, argv, "s:c:d:n:P:t:w:H:L:ph", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "s:c:d:n:P:T:t:w:H:L:ph", opts, NULL)) != -1) {
         switch (ch) {
         case 's': B.server = optarg; break;
         case 'c': conns = (long)parse_num(optarg, "connection count", 1000000); break;
         case 'd': B.duration = parse_secs(optarg, "duration"); have_duration = true; break;
         case 'n': B.nops = parse_num(optarg, "op count", UINT64_MAX / 2); break;
         case 'P': pipeline = (long)parse_num(optarg, "pipeline depth", 4096); break;
+        case 'T': B.tags = (unsigned)parse_num(optarg, "--tags", 1024); break;
         case 't': B.ttl = (unsigned)parse_num(optarg, "ttl", UINT32_MAX); break;
         case 'w': B.wait = (unsigned)parse_num(optarg, "wait", UINT32_MAX); break;
         case 'H': B.hold = parse_secs(optarg, "hold time"); break;
@@ -2400,6 +2526,10 @@ static void parse_args(int argc, char **argv)
         die("--tls-cert and --tls-key need --tls-ca or a tls:// address");
     if (B.tls_key && !B.tls_cert)
         die("--tls-key needs --tls-cert");
+    if (B.tags && B.mode != MODE_LOCK)
+        die("--tags goes with the lock mode");
+    if (B.tags && pipeline > 0)
+        die("--tags and --pipeline do not go together");
 }
 
 int main(int argc, char **argv)
