@@ -119,7 +119,7 @@ static int rl_begin_within(struct redlockd *h, int64_t until)
     return rl_recover(h, until);
 }
 
-static int rl_begin(struct redlockd *h)
+int rl_begin(struct redlockd *h)
 {
     return rl_begin_within(h, -1);
 }
@@ -325,6 +325,7 @@ static void rl_free(struct redlockd *h)
         close(h->fd);
     }
     rl_lease_free_all(h);
+    rl_inflight_free(h);
     rl_free_opts(h);
     free(h->in);
     free(h->reply);
@@ -581,20 +582,33 @@ static int rl_unlock_call(struct redlockd *h, const char *const *res,
     return rc;
 }
 
-int redlockd_unlock(struct redlockd *h, const char *resource)
+int rl_unlock_line(struct redlockd *h, const char *resource)
 {
-    const char *one[] = { resource };
     int rc = rl_begin_on(h, resource);
 
-    if (rc < 0)
-        return rl_finish(h, rc);
-    rl_req_line(h, PROTO_CMD_UNLOCK, resource);
-    rc = rl_unlock_call(h, one, 1);
+    if (rc == 0)
+        rl_req_line(h, PROTO_CMD_UNLOCK, resource);
+    return rc;
+}
+
+int rl_unlock_answered(struct redlockd *h, const char *resource, int rc)
+{
     if (rc == 0)
         rl_lease_del(h, resource);
     else
         rc = rl_lease_refused(h, resource, rc);
-    return rl_finish(h, rc);
+    return rc;
+}
+
+int redlockd_unlock(struct redlockd *h, const char *resource)
+{
+    const char *one[] = { resource };
+    int rc = rl_unlock_line(h, resource);
+
+    if (rc < 0)
+        return rl_finish(h, rc);
+    rc = rl_unlock_call(h, one, 1);
+    return rl_finish(h, rl_unlock_answered(h, resource, rc));
 }
 
 /* ---- EXTEND, PING ------------------------------------------------------- */
@@ -633,10 +647,8 @@ static void rl_extend_failed(struct redlockd *h, const char *resource,
         l->deadline = h->sent_ms;
 }
 
-int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
-                    int64_t *validity_ms)
+int rl_extend_line(struct redlockd *h, const char *resource, uint32_t ttl_ms)
 {
-    struct proto_reply r;
     struct sbuf *b;
     int rc = rl_begin_plain(h);
 
@@ -645,18 +657,37 @@ int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
     if (rc == 0)
         rc = rl_begin_on(h, resource);
     if (rc < 0)
-        return rl_finish(h, rc);
+        return rc;
     b = rl_req_on(h, PROTO_CMD_EXTEND, resource);
     proto_format_opt_u64(b, PROTO_OPT_TTL, ttl_ms);
     proto_format_end(b);
-    rc = rl_call_again(h, 0, &r);
+    return 0;
+}
+
+int rl_extend_answered(struct redlockd *h, const struct proto_reply *r, int rc,
+                       const char *resource, uint32_t ttl_ms,
+                       int64_t *validity_ms)
+{
     if (rc == 0)
-        rc = rl_extend_reply(h, &r, resource, ttl_ms, validity_ms);
-    else if (rc == -REDLOCKD_E_UNAVAILABLE)
+        return rl_extend_reply(h, r, resource, ttl_ms, validity_ms);
+    if (rc == -REDLOCKD_E_UNAVAILABLE) {
         rl_extend_failed(h, resource, ttl_ms);
-    else
-        rc = rl_lease_refused(h, resource, rc);
-    return rl_finish(h, rc);
+        return rc;
+    }
+    return rl_lease_refused(h, resource, rc);
+}
+
+int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
+                    int64_t *validity_ms)
+{
+    struct proto_reply r;
+    int rc = rl_extend_line(h, resource, ttl_ms);
+
+    if (rc < 0)
+        return rl_finish(h, rc);
+    rc = rl_call_again(h, 0, &r);
+    return rl_finish(h, rl_extend_answered(h, &r, rc, resource, ttl_ms,
+                                           validity_ms));
 }
 
 int redlockd_ping(struct redlockd *h)
@@ -862,21 +893,15 @@ static int rl_grant_kind(struct redlockd *h, const struct proto_reply *r,
     return 0;
 }
 
-int redlockd_lockv(struct redlockd *h, const char *const *resources, size_t n,
-                   const struct redlockd_lock_opts *opts,
-                   struct redlockd_grant *grant)
+/* "LOCK r1 r2... opts" in h->req, after the start of a call: 0 or -code. */
+int rl_lock_line(struct redlockd *h, const char *const *resources, size_t n,
+                 const struct redlockd_lock_opts *o)
 {
-    static const struct redlockd_lock_opts defaults;
-    const struct redlockd_lock_opts *o = opts ? opts : &defaults;
-    struct redlockd_grant scratch;
-    struct redlockd_grant *g = grant ? grant : &scratch;
-    struct proto_reply r;
     struct sbuf *b;
-    int rc;
+    int rc = rl_req_names(h, PROTO_CMD_LOCK, resources, n, &b);
 
-    rc = rl_req_names(h, PROTO_CMD_LOCK, resources, n, &b);
     if (rc < 0)
-        return rl_finish(h, rc);
+        return rc;
     if (o->ttl_ms > 0)
         proto_format_opt_u64(b, PROTO_OPT_TTL, o->ttl_ms);
     if (o->wait_ms > 0)
@@ -888,21 +913,47 @@ int redlockd_lockv(struct redlockd *h, const char *const *resources, size_t n,
     if (o->limit > 0)
         proto_format_opt_u64(b, PROTO_OPT_LIMIT, o->limit);
     proto_format_end(b);
-    rc = rl_call(h, o->wait_ms, &r);
-    if (rl_transport_failed(h, rc) && rl_can_reconnect(h))
-        return rl_finish(h, rl_lock_broke(h, PROTO_CMD_LOCK));
+    return 0;
+}
+
+int rl_lock_granted(struct redlockd *h, const struct proto_reply *r,
+                    const char *const *resources, size_t n, bool renew,
+                    struct redlockd_grant *g)
+{
+    int rc = rl_expect(h, r, PROTO_REPLY_OK, PROTO_CMD_LOCK);
+
     if (rc == 0)
-        rc = rl_expect(h, &r, PROTO_REPLY_OK, PROTO_CMD_LOCK);
+        rc = rl_lease_fill(h, r, resources[0], &g->lease);
     if (rc == 0)
-        rc = rl_lease_fill(h, &r, resources[0], &g->lease);
-    if (rc == 0)
-        rc = rl_grant_kind(h, &r, n, g);
+        rc = rl_grant_kind(h, r, n, g);
     /* Each resource is a lease of its own, with the deadline rule. */
     for (size_t i = 0; rc == 0 && i < n; i++) {
         struct redlockd_lease one = g->lease;
         snprintf(one.resource, sizeof(one.resource), "%s", resources[i]);
-        rc = rl_lease_taken(h, &one, !o->no_renew);
+        rc = rl_lease_taken(h, &one, renew);
     }
+    return rc;
+}
+
+int redlockd_lockv(struct redlockd *h, const char *const *resources, size_t n,
+                   const struct redlockd_lock_opts *opts,
+                   struct redlockd_grant *grant)
+{
+    static const struct redlockd_lock_opts defaults;
+    const struct redlockd_lock_opts *o = opts ? opts : &defaults;
+    struct redlockd_grant scratch;
+    struct proto_reply r;
+    int rc;
+
+    rc = rl_lock_line(h, resources, n, o);
+    if (rc < 0)
+        return rl_finish(h, rc);
+    rc = rl_call(h, o->wait_ms, &r);
+    if (rl_transport_failed(h, rc) && rl_can_reconnect(h))
+        return rl_finish(h, rl_lock_broke(h, PROTO_CMD_LOCK));
+    if (rc == 0)
+        rc = rl_lock_granted(h, &r, resources, n, !o->no_renew,
+                             grant ? grant : &scratch);
     return rl_finish(h, rc);
 }
 

@@ -522,6 +522,92 @@ int redlockd_lockv(struct redlockd *h, const char *const *resources, size_t n,
 int redlockd_unlockv(struct redlockd *h, const char *const *resources,
                      size_t n);
 
+/* ---- several requests in flight (0.6) ------------------------------------
+ *
+ * One handle, one session, many requests at once: a program with many
+ * concurrent tasks shares one connection instead of opening one per task.
+ * A submitted request goes out at once as a tagged request
+ * (docs/protocol.md, "Tagged requests") and the call returns without
+ * waiting; redlockd_complete hands out the answers in the order they come,
+ * which is the order the requests finish. The daemon runs them
+ * concurrently, except that requests naming the same resource take effect
+ * in the order they were submitted (UNLOCK x right after LOCK x wait=...
+ * answers after that LOCK).
+ *
+ * Everything else stays as it is: a grant goes into the handle's lease
+ * table (redlockd_lost, redlockd_lease_*, refreshes, failover), and the
+ * blocking calls may be made between submissions. While requests are in
+ * flight, blocking calls are tagged too, so they do not wait for them (a
+ * submitted LOCK waiting 30 s holds up nothing but its own resource), and
+ * answers that come in meanwhile are kept for redlockd_complete.
+ *
+ * A lease granted through a submission counts its deadline from when the
+ * LOCK was sent; unlike redlockd_lock, no refresh follows a long wait.
+ *
+ * When the connection breaks, every request in flight finishes with
+ * REDLOCKD_E_IO ("outcome unknown"): nothing is sent again. A LOCK that
+ * was granted all the same is released when the handle resumes its
+ * session (or when the daemon ends it); an UNLOCK that did not happen
+ * leaves the lease in the table, held, to be released again. The next
+ * call (a submission, or any blocking call) reconnects as usual.
+ *
+ * One thread at a time per handle, as for every call here.
+ */
+
+/* The most requests one handle keeps in flight; beyond, submitting fails
+ * with REDLOCKD_E_LIMIT until redlockd_complete has handed some out. The
+ * daemon's limits.max_inflight (default 1024) may be lower: it then stops
+ * reading until some finish, which costs time, not requests. */
+#define REDLOCKD_INFLIGHT_MAX 4096
+
+enum redlockd_op {
+    REDLOCKD_OP_LOCK = 1,
+    REDLOCKD_OP_UNLOCK,
+    REDLOCKD_OP_EXTEND,
+};
+
+/* A finished request, as redlockd_complete hands it out. */
+struct redlockd_done {
+    uint64_t id;                /* what its submission returned */
+    enum redlockd_op op;
+    int rc;                     /* 0, or -code as the blocking call's */
+    char resource[REDLOCKD_RESOURCE_MAX + 1];   /* the (first) one named */
+    struct redlockd_grant grant;    /* LOCK, rc 0: as redlockd_lockv's */
+    int64_t validity;           /* EXTEND, rc 0: as redlockd_extend's */
+    struct redlockd_error err;  /* rc < 0: why */
+};
+
+/*
+ * Send LOCK (as redlockd_lockv: 1 to the daemon's locks.max_multi
+ * resources, opts may be NULL) without waiting for its answer. *id (may be
+ * NULL) names it in the redlockd_done that redlockd_complete hands out.
+ * 0, or -code when it was not sent: REDLOCKD_E_INVALID (arguments),
+ * REDLOCKD_E_LIMIT (REDLOCKD_INFLIGHT_MAX in flight), or a transport
+ * failure.
+ */
+int redlockd_submit_lock(struct redlockd *h, const char *const *resources,
+                         size_t n, const struct redlockd_lock_opts *opts,
+                         uint64_t *id);
+/* UNLOCK one resource, without waiting; as redlockd_submit_lock. */
+int redlockd_submit_unlock(struct redlockd *h, const char *resource,
+                           uint64_t *id);
+/* EXTEND one lease to ttl_ms (above 0), without waiting. */
+int redlockd_submit_extend(struct redlockd *h, const char *resource,
+                           uint32_t ttl_ms, uint64_t *id);
+/*
+ * Hand out one finished request: 1 with *done filled, 0 when none
+ * finished within timeout_ms (0: do not wait, negative: forever; with
+ * nothing in flight, 0 at once), or -code when the call itself failed
+ * (from on_lost: REDLOCKD_E_INVALID). Reads and handles events too. Any
+ * call on the handle may read answers ahead of time, so to wait alongside
+ * other work, call this with 0 until it returns 0, then poll
+ * redlockd_fd() for input, and so on.
+ */
+int redlockd_complete(struct redlockd *h, int timeout_ms,
+                      struct redlockd_done *done);
+/* Requests submitted and not yet handed out by redlockd_complete. */
+size_t redlockd_inflight(const struct redlockd *h);
+
 #ifdef __cplusplus
 }
 #endif

@@ -74,6 +74,7 @@ static void rl_drop(struct redlockd *h)
         return;
     rl_close_fd(h);
     snprintf(h->dead, sizeof(h->dead), "%s", h->err.msg);
+    rl_inflight_broke(h);
     rl_after_drop(h);
 }
 
@@ -616,6 +617,22 @@ static int rl_fill(struct redlockd *h, int64_t deadline)
     }
 }
 
+/* A line that is not the reply a blocking call waits for: an EVENT, or
+ * the answer to a submission (redlockd_inflight.c). 1 handled, 0 it is the
+ * caller's reply, or -code. */
+static int rl_route(struct redlockd *h, char *line, size_t len)
+{
+    int rc;
+
+    if (rl_is_event(line, len)) {
+        rc = rl_event(h, line, len);
+        return rc < 0 ? rc : 1;
+    }
+    if (line[0] == '#')
+        return rl_inflight_line(h, line, len);
+    return 0;
+}
+
 int rl_drain_events(struct redlockd *h)
 {
     char *line;
@@ -623,27 +640,33 @@ int rl_drain_events(struct redlockd *h)
     int rc;
 
     while (h->fd >= 0 && rl_next_line(h, &line, &len)) {
-        if (!rl_is_event(line, len))
-            return rl_fatal(h, REDLOCKD_E_PROTO,
-                            "the daemon sent a reply nobody asked for");
-        rc = rl_event(h, line, len);
+        rc = rl_route(h, line, len);
         if (rc < 0)
             return rc;
+        if (rc == 0)
+            return rl_fatal(h, REDLOCKD_E_PROTO,
+                            "the daemon sent a reply nobody asked for");
     }
     return 0;
 }
 
 int rl_read_events(struct redlockd *h, int64_t deadline)
 {
-    unsigned long before = h->nevents;
+    return rl_read_until(h, deadline, &h->nevents);
+}
+
+int rl_read_until(struct redlockd *h, int64_t deadline,
+                  const unsigned long *count)
+{
+    unsigned long before = *count;
     int rc;
 
     for (;;) {
         rc = rl_drain_events(h);
         if (rc < 0)
             return rc;
-        if (h->nevents != before)
-            return (int)(h->nevents - before);
+        if (*count != before)
+            return (int)(*count - before);
         if (rl_in_overlong(h))
             return rl_fatal(h, REDLOCKD_E_PROTO,
                             "line from the daemon too long");
@@ -703,11 +726,11 @@ static int rl_read_reply(struct redlockd *h, int64_t deadline,
                 return rl_fatal(h, REDLOCKD_E_PROTO,
                                 "reply longer than %d bytes",
                                 REDLOCKD_MAX_REPLY);
-            if (!rl_is_event(line, len))
-                return rl_take_reply(h, line, len, r);
-            rc = rl_event(h, line, len);
+            rc = rl_route(h, line, len);
             if (rc < 0)
                 return rc;
+            if (rc == 0)
+                return rl_take_reply(h, line, len, r);
         }
         if (rl_in_overlong(h))
             return rl_fatal(h, REDLOCKD_E_PROTO, "reply longer than %d bytes",
@@ -718,8 +741,8 @@ static int rl_read_reply(struct redlockd *h, int64_t deadline,
     }
 }
 
-static int rl_send(struct redlockd *h, const char *buf, size_t len,
-                   int64_t deadline)
+int rl_send_all(struct redlockd *h, const char *buf, size_t len,
+                int64_t deadline)
 {
     ssize_t n;
     short events;
@@ -744,19 +767,23 @@ static int rl_send(struct redlockd *h, const char *buf, size_t len,
     return 0;
 }
 
+int rl_reply_error(const struct proto_reply *r, struct redlockd_error *e)
+{
+    if (r->err == PROTO_ERR_NONE)
+        return rl_seterr(e, REDLOCKD_E_OTHER, "%s %s", r->err_word, r->text);
+    return rl_seterr(e, rl_code_of_proto[r->err], "%s",
+                     *r->text != '\0' ? r->text
+                                      : proto_err_default_msg(r->err));
+}
+
 static int rl_daemon_err(struct redlockd *h, const struct proto_reply *r)
 {
-    int code;
+    int rc = rl_reply_error(r, &h->err);
 
-    if (r->err == PROTO_ERR_NONE)
-        return rl_fail(h, REDLOCKD_E_OTHER, "%s %s", r->err_word, r->text);
-    code = rl_code_of_proto[r->err];
-    rl_fail(h, code, "%s", *r->text != '\0' ? r->text
-                                             : proto_err_default_msg(r->err));
     /* The daemon closes after TOOLONG. */
-    if (code == REDLOCKD_E_TOOLONG)
+    if (rc == -REDLOCKD_E_TOOLONG)
         rl_drop(h);
-    return -code;
+    return rc;
 }
 
 int rl_exchange(struct redlockd *h, const struct sbuf *b, int64_t deadline,
@@ -767,11 +794,14 @@ int rl_exchange(struct redlockd *h, const struct sbuf *b, int64_t deadline,
     if (h->fd < 0)
         return rl_fail(h, REDLOCKD_E_CLOSED, "not connected (%.200s)",
                        h->dead);
+    b = rl_inflight_call(h, b);
+    if (!b)
+        return -REDLOCKD_E_NOMEM;
     h->sent_ms = rl_now_ms();
-    rc = rl_send(h, b->data, b->len, deadline);
-    if (rc < 0)
-        return rc;
-    rc = rl_read_reply(h, deadline, r);
+    rc = rl_send_all(h, b->data, b->len, deadline);
+    if (rc == 0)
+        rc = rl_read_reply(h, deadline, r);
+    h->call_id = 0;
     if (rc != 0)
         return rc;
     if (r->kind == PROTO_REPLY_ERR)

@@ -13,6 +13,8 @@
  *                        every lease on another
  *   redlockd_tls.c       TLS under a connection to a tls:// server: the
  *                        settings, the handshake, reads and writes
+ *   redlockd_inflight.c  several requests in flight: submissions, their
+ *                        tags, their answers handed out in turn
  *   redlockd.c           the handle and the commands of redlockd.h
  *
  * Every time here is CLOCK_MONOTONIC milliseconds; a deadline of -1 means
@@ -39,6 +41,12 @@
 /* The longest request line: LOCK with a resource of the longest size and
  * every option (AUTH's password and a resuming HELLO are shorter). */
 #define RL_REQ_MAX (REDLOCKD_RESOURCE_MAX + 128)
+
+/* Room for "#<id> " in front of a request line. */
+#define RL_TAG_ROOM 24
+
+/* A submitted request (redlockd_inflight.c). */
+struct rl_sub;
 
 /* OpenSSL's types, without its headers (only redlockd_tls.c needs them). */
 struct ssl_st;
@@ -146,6 +154,17 @@ struct redlockd {
     char tls_err[sizeof(((struct redlockd_error *)0)->msg)]; /* why the
                                            last TLS call failed */
 
+    /* ---- several requests in flight (redlockd_inflight.c) ---- */
+    struct rl_sub **subs;       /* sent, not answered yet */
+    size_t nsubs, subs_cap;
+    struct rl_sub *done_head, *done_tail;   /* answered, not handed out */
+    size_t ndone;
+    unsigned long nsettled;     /* answers taken so far */
+    uint64_t next_id;           /* the next tag (and submission id) */
+    uint64_t call_id;           /* the tag of the blocking request waiting
+                                   for its reply; 0: it went untagged */
+    struct sbuf treq;           /* a request line with its tag */
+
     struct redlockd_info info;
     struct redlockd_error err;
     char dead[sizeof(((struct redlockd_error *)0)->msg)]; /* why fd is -1 */
@@ -197,6 +216,15 @@ int rl_drain_events(struct redlockd *h);
 /* Read events until one comes or deadline: the number handled, 0 on the
  * deadline, or -code. */
 int rl_read_events(struct redlockd *h, int64_t deadline);
+/* Read and handle lines (events, answers to submissions) until *count
+ * moves or deadline: as rl_read_events. */
+int rl_read_until(struct redlockd *h, int64_t deadline,
+                  const unsigned long *count);
+/* Send a whole line by deadline: 0 or -code (the connection dropped). */
+int rl_send_all(struct redlockd *h, const char *buf, size_t len,
+                int64_t deadline);
+/* The code and message of an ERR reply into e: -code. */
+int rl_reply_error(const struct proto_reply *r, struct redlockd_error *e);
 /* Before a request: read what has come in meanwhile, so that a
  * connection the daemon closed is found (and dropped) before anything is
  * sent into it. */
@@ -257,6 +285,21 @@ void rl_free_opts(struct redlockd *h);
 /* HELLO (and AUTH) on a connection just made, by deadline. */
 int rl_handshake(struct redlockd *h, int64_t deadline);
 
+/* ---- redlockd_inflight.c ----------------------------------------------- */
+
+/* A tagged line that is not an event: the answer to a submission, taken
+ * (1), or the blocking request's own (0); -code when no request has that
+ * tag (the connection then dropped). */
+int rl_inflight_line(struct redlockd *h, char *line, size_t len);
+/* The connection dropped: every submission in flight is answered with
+ * the failure. */
+void rl_inflight_broke(struct redlockd *h);
+/* The line to send for the blocking request in b: b itself, or, while
+ * submissions are in flight, b tagged in h->treq (h->call_id its tag).
+ * NULL when out of memory (h->err set). */
+const struct sbuf *rl_inflight_call(struct redlockd *h, const struct sbuf *b);
+void rl_inflight_free(struct redlockd *h);
+
 /* ---- redlockd_tls.c ----------------------------------------------------- */
 
 /* The TLS settings of o (CA, client certificate, server name; each else
@@ -290,6 +333,23 @@ int rl_check_opts(const struct redlockd_opts *o, struct redlockd_error *err);
 int rl_begin_plain(struct redlockd *h);
 /* Start a request line in b: its command word, from the table. */
 struct sbuf *rl_req(struct sbuf *b, enum proto_cmd cmd);
+/* A usable connection (reconnecting first when it was lost). */
+int rl_begin(struct redlockd *h);
+/* The request lines of LOCK (several resources, opts), UNLOCK and
+ * EXTEND in h->req, each after the start of a call: 0 or -code. */
+int rl_lock_line(struct redlockd *h, const char *const *resources, size_t n,
+                 const struct redlockd_lock_opts *o);
+int rl_unlock_line(struct redlockd *h, const char *resource);
+int rl_extend_line(struct redlockd *h, const char *resource, uint32_t ttl_ms);
+/* What their answers mean for the lease table, given the call's result
+ * rc (0: r is the reply); the result. A grant counts from h->sent_ms. */
+int rl_lock_granted(struct redlockd *h, const struct proto_reply *r,
+                    const char *const *resources, size_t n, bool renew,
+                    struct redlockd_grant *g);
+int rl_unlock_answered(struct redlockd *h, const char *resource, int rc);
+int rl_extend_answered(struct redlockd *h, const struct proto_reply *r, int rc,
+                       const char *resource, uint32_t ttl_ms,
+                       int64_t *validity_ms);
 /* Calls into the application's on_lost. */
 void rl_tell_lost(struct redlockd *h, const char *resource, uint64_t fence,
                   const char *reason);
