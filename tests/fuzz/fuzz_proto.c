@@ -90,6 +90,27 @@ static void fuzz_check_request(const char *line, size_t size,
                    && fuzz_printable(req->name, req->name_len));
 }
 
+/* A tag read (also on an error after it): a valid one, inside the line,
+ * right after its '#'; its reply's "#<tag> " reads back as the same tag. */
+static void fuzz_check_tag(const char *line, size_t size,
+                           const struct proto_request *req)
+{
+    struct sbuf b = SBUF_INIT;
+    struct proto_reply r;
+
+    if (!req->tag)
+        return;
+    FUZZ_CHECK(req->tag > line && req->tag + req->tag_len <= line + size);
+    FUZZ_CHECK(req->tag[-1] == '#');
+    FUZZ_CHECK(proto_valid_tag(req->tag, req->tag_len));
+    proto_format_tag(&b, req->tag, req->tag_len);
+    sbuf_puts(&b, "PONG\n");
+    fuzz_check_line(&b);
+    FUZZ_CHECK(proto_reply_parse(b.data, b.len - 1, &r) == 0);
+    FUZZ_CHECK(r.kind == PROTO_REPLY_PONG && r.tag_len == req->tag_len);
+    sbuf_deinit(&b);
+}
+
 static void fuzz_parse_request(const uint8_t *data, size_t size)
 {
     struct proto_limits lim = PROTO_LIMITS_DEFAULT;
@@ -102,6 +123,7 @@ static void fuzz_parse_request(const uint8_t *data, size_t size)
     switch (proto_parse(line, size, &lim, &req, &err)) {
     case PROTO_PARSE_OK:
         fuzz_check_request(line, size, &lim, &req);
+        fuzz_check_tag(line, size, &req);
         /* Echoing a PING word must stay one line. */
         proto_format_pong(&b, req.arg, req.arg_len);
         fuzz_check_line(&b);
@@ -115,6 +137,7 @@ static void fuzz_parse_request(const uint8_t *data, size_t size)
         FUZZ_CHECK(fuzz_printable(err.msg, n));
         proto_format_err(&b, err.code, err.msg);
         fuzz_check_line(&b);
+        fuzz_check_tag(line, size, &req);
         break;
     default:
         FUZZ_CHECK(!"unexpected parse status");
@@ -135,6 +158,9 @@ static void fuzz_parse_reply(const uint8_t *data, size_t size)
         FUZZ_CHECK(r.nkv <= PROTO_REPLY_MAX_KV);
         for (i = 0; i < r.nkv; i++)
             FUZZ_CHECK(proto_reply_get(&r, r.kv[i].key));
+        if (r.tag)
+            FUZZ_CHECK(r.kind != PROTO_REPLY_EVENT
+                       && proto_valid_tag(r.tag, r.tag_len));
     } else {
         FUZZ_CHECK(r.kind == PROTO_REPLY_INVALID);
     }
