@@ -198,7 +198,8 @@ _Static_assert(REDLOCKD_RESOURCE_DEFAULT_MAX == PROTO_RESOURCE_LEN_DEFAULT,
  * PROTO_RESOURCE_LEN_DEFAULT) and says so. */
 static int rl_check_resource(struct redlockd *h, const char *resource)
 {
-    static const struct proto_limits lim = { PROTO_RESOURCE_LEN_MAX };
+    static const struct proto_limits lim = { PROTO_RESOURCE_LEN_MAX,
+                                             PROTO_VALUE_LEN_MAX };
     size_t len = resource ? strlen(resource) : 0;
 
     if (len > PROTO_RESOURCE_LEN_MAX)

@@ -136,6 +136,9 @@ static const struct conf_key conf_keys[] = {
     K_UINT("locks.retry_ms", locks.retry_ms, 500, 10, 600000),
     K_UINT("locks.max_limit", locks.max_limit, 1024, 1, CONF_MAX_LIMIT),
     K_UINT("locks.max_multi", locks.max_multi, 16, 1, CONF_MAX_MULTI),
+    K_UINT("locks.max_value_len", locks.max_value_len,
+           PROTO_VALUE_LEN_DEFAULT, 1, PROTO_VALUE_LEN_MAX),
+    K_UINT("locks.watch_poll_ms", locks.watch_poll_ms, 1000, 0, CONF_MS_MAX),
 
     K_UINT("limits.max_clients", limits.max_clients, 10000, 1, 1000000),
     K_UINT("limits.max_line", limits.max_line, 4096, 64, 1048576),
@@ -143,6 +146,7 @@ static const struct conf_key conf_keys[] = {
            1024, 1, 1000000),
     K_UINT("limits.max_pipeline", limits.max_pipeline, 128, 1, 65536),
     K_UINT("limits.max_inflight", limits.max_inflight, 1024, 1, 1048576),
+    K_UINT("limits.max_watches", limits.max_watches, 1024, 1, 1048576),
     K_UINT("limits.max_output_bytes", limits.max_output_bytes, 1048576,
            4096, 1073741824),
     K_UINT("limits.idle_timeout_ms", limits.idle_timeout_ms, 0,
@@ -1393,6 +1397,7 @@ static const char *const conf_live_keys[] = {
     "locks.default_ttl_ms", "locks.min_ttl_ms",
     "locks.max_ttl_ms", "locks.max_wait_ms", "locks.lock_delay_ms",
     "locks.retry_ms", "locks.max_limit", "locks.max_multi",
+    "locks.max_value_len", "locks.watch_poll_ms",
     "shutdown_timeout_ms",
 };
 

@@ -117,6 +117,9 @@ struct conf {
         unsigned retry_ms;          /* waiters' fallback poll */
         unsigned max_limit;         /* largest LOCK limit= (semaphores) */
         unsigned max_multi;         /* most resources in one LOCK */
+        unsigned max_value_len;     /* longest value= (a holder's value) */
+        unsigned watch_poll_ms;     /* how often watched keys are read for
+                                       other clients' changes; 0: never */
     } locks;
 
     struct {
@@ -126,6 +129,7 @@ struct conf {
         unsigned max_pipeline;      /* requests read ahead per connection */
         unsigned max_inflight;      /* tagged requests unanswered per
                                        session */
+        unsigned max_watches;       /* resources one session WATCHes */
         unsigned max_output_bytes;  /* unsent replies before a disconnect */
         unsigned idle_timeout_ms;   /* 0: off */
         unsigned handshake_timeout_ms;  /* 0: off */

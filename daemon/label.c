@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "num.h"
@@ -53,6 +54,10 @@ size_t label_write(const struct label *l, char *out)
         at = put_lit(out, at, "\",\"name\":\"");
         at = put_str(out, at, l->name);
     }
+    if (l->value && l->value[0]) {
+        at = put_lit(out, at, "\",\"value\":\"");
+        at = put_str(out, at, l->value);
+    }
     at = put_lit(out, at, "\"");
     if (l->limit) {
         char num[sizeof(",\"limit\":4294967295")];
@@ -80,6 +85,27 @@ bool label_split(char *v, size_t len, const char **label, uint64_t *fence)
     *label = v + LABEL_TOKEN_LEN + 1;
     *fence = f;
     return true;
+}
+
+char *label_value_of(const char *field, size_t len)
+{
+    static const char head[] = ",\"value\":\"";
+    size_t hlen = sizeof(head) - 1, n = 0;
+    char *out;
+
+    if (len <= hlen + 1 || memcmp(field, head, hlen) != 0 ||
+        field[len - 1] != '"')
+        return NULL;
+    out = malloc(len);
+    if (!out)
+        return NULL;
+    for (size_t i = hlen; i < len - 1; i++) {
+        if (field[i] == '\\' && i + 1 < len - 1)
+            i++;
+        out[n++] = field[i];
+    }
+    out[n] = '\0';
+    return out;
 }
 
 json_t *label_holder(const char *label)

@@ -49,6 +49,8 @@ struct lockmgr_req {
     uint32_t ttl;
     uint32_t wait;
     bool renew;
+    const char *value;              /* the holder's value= (exclusive), NUL-
+                                       terminated, or NULL */
 };
 
 /* ADOPT: exclusive leases (one resource, or the resources of one grant)
@@ -283,6 +285,17 @@ void lockmgr_unlock_many(struct lockmgr_owner *o, struct lease *const *l,
 /* EXTEND: answers through ->extended. */
 void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl,
                     void *ask);
+/* EXTEND value=: the same, and the holder's value on the nodes replaced by
+ * value (NUL-terminated) without giving up the lock; ttl 0: the lease's
+ * own. An exclusive lease's only (the caller checks). */
+void lockmgr_extend_value(struct lockmgr_owner *o, struct lease *l,
+                          uint32_t ttl, const char *value, void *ask);
+/* The holder's value of an exclusive lease taken here with value= (or
+ * set by EXTEND), or NULL. */
+const char *lockmgr_lease_value(const struct lease *l);
+/* What kind of lease l is: its mode, and a semaphore's K (else 0). */
+void lockmgr_lease_kind(const struct lease *l, enum lockmgr_mode *mode,
+                        uint32_t *limit);
 /* The client will not wait any longer (EOF): o's LOCKs sleeping in their
  * queues are refused CUT now; those talking to Redis after that try,
  * without sleeping again. */
@@ -310,6 +323,7 @@ struct lockmgr_lease_view {
     enum lockmgr_mode mode;
     uint32_t limit;             /* semaphore: K, else 0 */
     int64_t slot;               /* semaphore: the slot, else -1 */
+    const char *value;          /* the holder's value, or NULL */
 };
 typedef void lockmgr_lease_fn(void *ud, const struct lockmgr_lease_view *l);
 /* fn for each lease o holds, in the order they were granted. */
@@ -330,6 +344,7 @@ struct lockmgr_holder_view {
     int64_t validity;
     enum lockmgr_mode mode;
     int64_t slot;               /* semaphore: the slot, else -1 */
+    const char *value;          /* the holder's value, or NULL */
     bool attached;              /* its session has a connection */
     uint64_t detached_ms;
 };

@@ -129,7 +129,7 @@ static void adopt_grant(struct adopt_ctx *x, const struct redlock_result *res)
     struct lease_init in = {
         .mode = LOCKMGR_EXCLUSIVE, .slot = -1, .token = x->token,
         .fence = res->fence, .ttl = x->ttl, .renew = x->renew,
-        .validity = res->validity,
+        .validity = res->validity, .value = res->adopted_value,
     };
 
     for (size_t i = 0; i < x->n; i++) {
@@ -280,9 +280,11 @@ static void adopt_send(struct adopt_ctx *x)
     if (x->n == 1)
         lm_probe_make(x->e[0]->resource, x->e[0]->keylen - lm.prefixlen,
                    lm.conf->locks.max_limit, &one, &names);
-    size_t labellen = lm_label_put(x->o, 0, NULL);
+    /* Without a value: the scripts carry the holder's over from the old
+     * label (lua/lib/value_of.lua). */
+    size_t labellen = lm_label_put(x->o, 0, NULL, NULL);
     char *label = mem_alloc(labellen + 1);
-    lm_label_put(x->o, 0, label);
+    lm_label_put(x->o, 0, NULL, label);
     const struct redlock_adopt a = {
         .n = x->n > 1 ? (int)x->n : 0, .one = x->n == 1 ? &one : NULL,
         .keys = keys, .lens = lens, .old_token = x->old, .token = x->token,

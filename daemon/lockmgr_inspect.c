@@ -144,7 +144,7 @@ void lockmgr_owner_leases(const struct lockmgr_owner *o,
             .ttl = l->ttl, .validity = lm_lease_validity(l),
             .held_ms = now - l->acquired_at, .renew = l->renew,
             .renewals = l->renewals, .mode = l->mode, .limit = l->limit,
-            .slot = l->limit ? l->slot : -1,
+            .slot = l->limit ? l->slot : -1, .value = l->value,
         };
         fn(ud, &v);
     }
@@ -158,7 +158,7 @@ static void holder_view(const struct lease *l, struct lockmgr_holder_view *h)
         .session = l->owner->id, .name = l->owner->name,
         .fence = l->fence, .held_ms = now - l->acquired_at,
         .validity = lm_lease_validity(l), .mode = l->mode,
-        .slot = l->limit ? l->slot : -1,
+        .slot = l->limit ? l->slot : -1, .value = l->value,
         .attached = !l->owner->detached,
         .detached_ms = l->owner->detached ? now - l->owner->detached_at : 0,
     };

@@ -27,6 +27,7 @@ static void lease_put(struct lease *l)
         timer_stop(&l->timer);
         timer_stop(&l->deadline);
         list_remove(&l->glink);
+        free(l->value);
         free(l);
     }
 }
@@ -132,6 +133,7 @@ struct lease *lm_lease_new(struct lock_entry *e, const char *key,
     l->fence = in->fence;
     l->ttl = in->ttl;
     l->renew = in->renew;
+    l->value = in->value ? mem_strdup(in->value) : NULL;
     l->acquired_at = timer_now();
     l->valid_until = l->acquired_at + (uint64_t)(in->validity > 0
                                                  ? in->validity : 0);
@@ -150,7 +152,7 @@ struct lease *lm_lease_create(struct lockreq *q, size_t i, uint64_t fence,
     const struct lease_init in = {
         .mode = q->mode, .limit = q->limit, .slot = q->slot,
         .token = q->token, .fence = fence, .ttl = q->ttl, .renew = q->renew,
-        .validity = validity,
+        .validity = validity, .value = q->value,
     };
 
     return lm_lease_new(q->pos[i].e, key, keylen, &in);
@@ -504,6 +506,7 @@ static void extend_answer(struct extend_ctx *x, enum lockmgr_no *why,
     n->ttl = l->ttl;
     n->validity = validity;
     lm_owner_unref(x->o);
+    free(x->value);
     free(x);
     l->ops--;
 }
@@ -523,6 +526,11 @@ static void extend_done(void *ud, const struct redlock_result *res)
         why = &no;
     } else if (res->status == REDLOCK_OK) {
         l->ttl = x->ttl;
+        if (x->value) {
+            free(l->value);
+            l->value = x->value;
+            x->value = NULL;
+        }
         l->valid_until = now + (uint64_t)validity;
         lease_arm(l, true);
     } else if (res->status == REDLOCK_LOST) {
@@ -548,13 +556,42 @@ static void extend_done(void *ud, const struct redlock_result *res)
 static void extend_start(struct extend_ctx *x)
 {
     struct lease *l = x->l;
+    size_t labellen;
+    char *label;
 
     l->extending = true;
-    lm.rl->extend(l->key, l->keylen, l->token, x->ttl, extend_done, x);
+    if (!x->value) {
+        lm.rl->extend(l->key, l->keylen, l->token, x->ttl, extend_done, x);
+        return;
+    }
+    labellen = lm_label_put(x->o, 0, x->value, NULL);
+    label = mem_alloc(labellen + 1);
+    lm_label_put(x->o, 0, x->value, label);
+    lm.rl->relabel(l->key, l->keylen, l->token, x->ttl, label, labellen,
+                   extend_done, x);
+    free(label);
 }
 
 void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl,
                     void *ask)
+{
+    lockmgr_extend_value(o, l, ttl, NULL, ask);
+}
+
+const char *lockmgr_lease_value(const struct lease *l)
+{
+    return l->value;
+}
+
+void lockmgr_lease_kind(const struct lease *l, enum lockmgr_mode *mode,
+                        uint32_t *limit)
+{
+    *mode = l->mode;
+    *limit = l->limit;
+}
+
+void lockmgr_extend_value(struct lockmgr_owner *o, struct lease *l,
+                          uint32_t ttl, const char *value, void *ask)
 {
     struct extend_ctx *x = mem_alloc(sizeof(*x));
 
@@ -563,7 +600,8 @@ void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl,
     x->o = o;
     x->ask = ask;
     x->gen = o->gen;
-    x->ttl = ttl;
+    x->ttl = ttl ? ttl : l->ttl;
+    x->value = value ? mem_strdup(value) : NULL;
     lm_owner_ref(o);
     l->ops++;
     if (l->extending)

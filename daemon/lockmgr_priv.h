@@ -89,6 +89,8 @@ struct lockreq {
     const char *label;              /* stored with the token (label_put):
                                        in this allocation, after pos */
     size_t labellen;
+    const char *value;              /* the holder's value= (in the label
+                                       too), after it; NULL for none */
     size_t n;
     struct req_pos pos[];           /* n */
 };
@@ -139,6 +141,8 @@ struct lease {
     uint64_t acquired_at;           /* timer_now ms */
     uint64_t valid_until;           /* timer_now ms the validity runs out */
     uint64_t renewals;
+    char *value;                    /* (owned) the holder's value=, or
+                                       NULL */
     struct timer timer;             /* next renewal */
     struct timer deadline;          /* LOST, op in flight or not */
     size_t keylen;
@@ -154,6 +158,7 @@ struct extend_ctx {
     void *ask;
     unsigned gen;                   /* o->gen when asked */
     uint32_t ttl;
+    char *value;                    /* (owned) EXTEND value=, or NULL */
 };
 
 /* One UNLOCK of one or more leases: answered once all are released. */
@@ -240,6 +245,7 @@ struct lease_init {
     uint32_t ttl;
     bool renew;
     int64_t validity;
+    const char *value;              /* copied; NULL for none */
 };
 
 #define AUDIT_FMT "%s fence=%" PRIu64 " %s%s %s (name=%s peer=%s)"
@@ -300,7 +306,7 @@ void lm_lease_lose(struct lease *l, enum lockmgr_lost_reason why);
 
 /* lockmgr_wait.c */
 size_t lm_label_put(const struct lockmgr_owner *o, uint32_t limit,
-                    char *out);
+                    const char *value, char *out);
 void lm_req_drop(struct lockreq *q);
 /* q is no longer its owner's (cancelled, ended): off o->waits, and the
  * owner reference it held let go; what it gets is given back. */

@@ -17,14 +17,15 @@
 /* ---- lock requests ------------------------------------------------------ */
 
 /* The holder label an acquisition of o stores after its token (label.h):
- * this daemon, o's session and client name, and a semaphore slot's
- * limit. Writes it to out unless out is NULL; returns its length. */
+ * this daemon, o's session and client name, the holder's value (or NULL)
+ * and a semaphore slot's limit. Writes it to out unless out is NULL;
+ * returns its length. */
 size_t lm_label_put(const struct lockmgr_owner *o, uint32_t limit,
-                    char *out)
+                    const char *value, char *out)
 {
     const struct label l = {
         .daemon = lm.conf->id, .session = o->id, .name = o->name,
-        .limit = limit,
+        .value = value, .limit = limit,
     };
 
     return label_write(&l, out);
@@ -430,13 +431,20 @@ void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r,
         lm_leave();
         return;
     }
-    size_t labellen = lm_label_put(o, r->limit, NULL);
-    q = mem_alloc(sizeof(*q) + r->n * sizeof(q->pos[0]) + labellen + 1);
+    size_t labellen = lm_label_put(o, r->limit, r->value, NULL);
+    size_t valuelen = r->value ? strlen(r->value) + 1 : 0;
+    q = mem_alloc(sizeof(*q) + r->n * sizeof(q->pos[0]) + labellen + 1 +
+                  valuelen);
     q->n = r->n;
     list_init(&q->hlink);
-    lm_label_put(o, r->limit, (char *)&q->pos[r->n]);
+    lm_label_put(o, r->limit, r->value, (char *)&q->pos[r->n]);
     q->label = (char *)&q->pos[r->n];
     q->labellen = labellen;
+    if (r->value) {
+        char *v = (char *)&q->pos[r->n] + labellen + 1;
+        memcpy(v, r->value, valuelen);
+        q->value = v;
+    }
     q->o = o;
     q->ask = ask;
     lm_owner_ref(o);

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void mem_oom(void)
 {
@@ -26,4 +27,13 @@ void *mem_realloc(void *p, size_t size)
     if (!n)
         mem_oom();
     return n;
+}
+
+char *mem_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = mem_alloc(n);
+
+    memcpy(p, s, n);
+    return p;
 }

@@ -16,5 +16,6 @@ __attribute__((noreturn)) void mem_oom(void);
 /* Zeroed memory for `size` bytes. */
 void *mem_alloc(size_t size);
 void *mem_realloc(void *p, size_t size);
+char *mem_strdup(const char *s);
 
 #endif

@@ -74,6 +74,7 @@ struct op {
                                label, slot prefix (ADOPT_ONE) */
     uint32_t nslots;        /* adopt_one: slots to look at */
     bool adopted;           /* adopt_one: res.adopted_* set by a node */
+    char *adopted_value;    /* (owned) adopt: res.adopted_value */
     struct redlock_node_vote *votes;    /* (owned) acquire: one per node */
     int *links;             /* (with votes) acquire: per node, the pool
                                connection its request went on */
@@ -541,7 +542,11 @@ static void op_call(const struct op *o, struct script_call *c)
         return;
     case OP_EXTEND:
     default:
-        script_extend(c, o->key, o->keylen, o->token, o->ttl);
+        if (o->label)
+            script_relabel(c, o->key, o->keylen, o->token, o->label,
+                           o->lens[1], o->ttl);
+        else
+            script_extend(c, o->key, o->keylen, o->token, o->ttl);
         return;
     }
 }
@@ -679,6 +684,7 @@ static void op_free(struct op *o)
         batch_add(f->bq, f);
     }
     free(o->votes);
+    free(o->adopted_value);
     free(o);
     live--;
 }
@@ -805,6 +811,21 @@ static bool adopt_kind(struct op *o, const redisReply *r)
     return true;
 }
 
+/* The holder value an exclusive ADOPT carried over (lua/lib/value_of.lua's
+ * field, after the fence, or after the kind for ADOPT_ONE): the first
+ * voting node's that has one. */
+static void adopt_value(struct op *o, const redisReply *r)
+{
+    size_t at = o->adopt_one ? 3 : 2;
+    const redisReply *v = r->elements > at ? r->element[at] : NULL;
+
+    if (o->adopted_value || !v || v->type != REDIS_REPLY_STRING ||
+        (o->adopt_one && o->res.adopted != REDLOCK_HELD_KEY))
+        return;
+    o->adopted_value = label_value_of(v->str, v->len);
+    o->res.adopted_value = o->adopted_value;
+}
+
 /* One node's answer to ADOPT: {1, "fence"...} rotated, {0} not ours. */
 static void adopt_count(struct op *o, int node, const redisReply *r)
 {
@@ -832,6 +853,7 @@ static void adopt_count(struct op *o, int node, const redisReply *r)
     o->res.ok++;
     if (counter_parse(r->element[1], &f) == 0 && f > o->res.fence)
         o->res.fence = f;
+    adopt_value(o, r);
 }
 
 static void op_count(struct op *o, int node, redisReply *r)
@@ -1328,6 +1350,19 @@ void redlock_extend(const char *key, size_t keylen, const char *token,
     op_fan_out(op_create(OP_EXTEND, 1, &key, &keylen, token, ttl, cb, ud));
 }
 
+void redlock_relabel(const char *key, size_t keylen, const char *token,
+                     uint32_t ttl, const char *label, size_t labellen,
+                     redlock_cb cb, void *ud)
+{
+    /* The label rides along as the second "key", copied with it. */
+    const char *keys[] = { key, label };
+    const size_t lens[] = { keylen, labellen };
+    struct op *o = op_create(OP_EXTEND, 2, keys, lens, token, ttl, cb, ud);
+
+    o->label = o->keys[1];
+    op_fan_out(o);
+}
+
 /* ---- plain rounds: STATUS and FORCEUNLOCK --------------------------------
  * One script to every node, done when the last reply is in; like an op it
  * never completes inside the call that starts it. */
@@ -1527,6 +1562,7 @@ int redlock_nquorum(void)
 const struct redlock_ops redlock_ops_default = {
     .acquire = redlock_acquire, .release = redlock_release,
     .extend = redlock_extend, .extend_batched = redlock_extend_batched,
+    .relabel = redlock_relabel,
     .release_batched = redlock_release_batched, .inspect = redlock_inspect,
     .force_release = redlock_force_release, .adopt = redlock_adopt,
     .token = redlock_token,

@@ -71,6 +71,8 @@ struct redlock_result {
     uint32_t adopted_slot;  /* REDLOCK_HELD_SLOT: which */
     uint32_t adopted_limit; /* and its semaphore's size as stored, 0 when
                                not stored */
+    const char *adopted_value;  /* an exclusive lease's holder value, carried
+                                   over (label.h), or NULL */
 };
 
 typedef void (*redlock_cb)(void *ud, const struct redlock_result *res);
@@ -165,6 +167,11 @@ void redlock_release(const char *key, size_t keylen, const char *token,
                      redlock_cb cb, void *ud);
 void redlock_extend(const char *key, size_t keylen, const char *token,
                     uint32_t ttl, redlock_cb cb, void *ud);
+/* An extend that also replaces the key's holder label (EXTEND value=),
+ * answered as an extend. */
+void redlock_relabel(const char *key, size_t keylen, const char *token,
+                     uint32_t ttl, const char *label, size_t labellen,
+                     redlock_cb cb, void *ud);
 /* redlock_extend and redlock_release for requests nobody waits for
  * (renewals, lock-delay, the releases of ended sessions): those asked for
  * within a millisecond go to each node together, as one script that
@@ -191,6 +198,9 @@ struct redlock_ops {
                     redlock_cb cb, void *ud);
     void (*extend)(const char *key, size_t keylen, const char *token,
                    uint32_t ttl, redlock_cb cb, void *ud);
+    void (*relabel)(const char *key, size_t keylen, const char *token,
+                    uint32_t ttl, const char *label, size_t labellen,
+                    redlock_cb cb, void *ud);
     void (*extend_batched)(const char *key, size_t keylen,
                            const char *token, uint32_t ttl, redlock_cb cb,
                            void *ud);

@@ -23,7 +23,7 @@ static const char *const script_names[SCRIPT_COUNT] = {
     [SCRIPT_FORCE] = "FORCE", [SCRIPT_EXTEND_MANY] = "EXTEND_MANY",
     [SCRIPT_ADOPT] = "ADOPT", [SCRIPT_ADOPT_ONE] = "ADOPT_ONE",
     [SCRIPT_RELEASE_MANY] = "RELEASE_MANY", [SCRIPT_SET_FENCE] = "SET_FENCE",
-    [SCRIPT_GROUP] = "GROUP",
+    [SCRIPT_GROUP] = "GROUP", [SCRIPT_RELABEL] = "RELABEL",
 };
 
 const char *script_name(int script)
@@ -90,6 +90,7 @@ bool script_guarded(const struct script_words *w)
     case SCRIPT_ADOPT:
     case SCRIPT_ADOPT_ONE:
     case SCRIPT_GROUP:
+    case SCRIPT_RELABEL:
         return true;
     default:
         return false;
@@ -208,6 +209,19 @@ void script_extend(struct script_call *c, const char *key, size_t len,
     put(c, key, len);
     keys_end(c);
     put_str(c, token);
+    put_num(c, 0, ttl);
+    guard_room(c);
+}
+
+void script_relabel(struct script_call *c, const char *key, size_t len,
+                    const char *token, const char *label, size_t labellen,
+                    uint32_t ttl)
+{
+    call_begin(c, SCRIPT_RELABEL);
+    put(c, key, len);
+    keys_end(c);
+    put_str(c, token);
+    put(c, label, labellen);
     put_num(c, 0, ttl);
     guard_room(c);
 }

@@ -85,6 +85,8 @@ enum script {
                                instance id,words... -> {answer, ...}:
                                ACQUIRE*, RELEASE and EXTEND calls sent
                                together (script_group_*) */
+    SCRIPT_RELABEL,         /* KEYS lock ARGV token,label,ttl -> 1|0:
+                               EXTEND value= */
     SCRIPT_COUNT
 };
 
@@ -179,6 +181,10 @@ void script_undo(struct script_call *c, const char *key, size_t len,
                  const char *token);
 void script_extend(struct script_call *c, const char *key, size_t len,
                    const char *token, uint32_t ttl);
+/* EXTEND value=: the key's label replaced by label, and its ttl set. */
+void script_relabel(struct script_call *c, const char *key, size_t len,
+                    const char *token, const char *label, size_t labellen,
+                    uint32_t ttl);
 /* n keys of one grant: EXTEND_MANY with their tokens and ttls, or
  * RELEASE_MANY with their tokens (n <= SCRIPT_BATCH_MAX). */
 void script_extend_many(struct script_call *c, int n,

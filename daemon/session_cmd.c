@@ -214,6 +214,14 @@ void session_say_lost(struct session *s, const char *resource,
 
 /* ---- requests in flight -------------------------------------------------- */
 
+/* What proto_parse checks against: locks.max_value_len is live (SIGHUP),
+ * locks.max_resource_len is not (lockmgr sizes its key buffer by it). */
+static const struct proto_limits *parse_limits(void)
+{
+    sessions.limits.max_value_len = sessions.conf->locks.max_value_len;
+    return &sessions.limits;
+}
+
 /* The resources r names that its order may depend on. */
 static size_t req_resources(const struct proto_request *r,
                             const char *const **res, const size_t **len)
@@ -388,7 +396,7 @@ static void sreq_start_ready(struct session *s)
 
         list_remove(p);
         /* It parsed when read: the same line parses the same now. */
-        if (proto_parse(q->line, q->linelen, &sessions.limits, &r,
+        if (proto_parse(q->line, q->linelen, parse_limits(), &r,
                         &err) != PROTO_PARSE_OK) {
             const struct to t = sreq_to(q);
             say_err(&t, err.code, err.msg);
@@ -962,6 +970,7 @@ static void cmd_lock(struct serve *v)
         .mode = r->mode == PROTO_MODE_SHARED ? LOCKMGR_SHARED
                                              : LOCKMGR_EXCLUSIVE,
         .limit = r->limit, .ttl = ttl, .wait = wait, .renew = r->renew,
+        .value = r->value,
     };
     struct sreq *q = serve_later(v);
     q->waited = wait > 0;
@@ -1070,15 +1079,29 @@ static void cmd_unlock(struct serve *v)
     lockmgr_unlock_many(&s->owner, ls, n, q);
 }
 
+/* EXTEND ttl= and/or value= (a value names an exclusive holder). */
 static void cmd_extend(struct serve *v)
 {
     const struct proto_request *r = v->r;
     struct lease *l;
+    enum lockmgr_mode mode;
+    uint32_t limit;
 
-    if (!check_ttl(v, r->ttl))
+    if ((r->has & PROTO_OPT_TTL) && !check_ttl(v, r->ttl))
         return;
-    if ((l = held_or_reply(v, r->arg, r->arg_len)))
+    if (!(l = held_or_reply(v, r->arg, r->arg_len)))
+        return;
+    if (!r->value) {
         lockmgr_extend(&v->t.s->owner, l, r->ttl, serve_later(v));
+        return;
+    }
+    lockmgr_lease_kind(l, &mode, &limit);
+    if (mode != LOCKMGR_EXCLUSIVE || limit) {
+        say_err(&v->t, PROTO_ERR_ARG, "value= is for exclusive locks (not "
+                "a shared hold or a semaphore slot)");
+        return;
+    }
+    lockmgr_extend_value(&v->t.s->owner, l, r->ttl, r->value, serve_later(v));
 }
 
 static void cmd_locks(struct serve *v)
@@ -1307,7 +1330,7 @@ void session_cmd_line(struct session *s, char *line, size_t len)
     const char *const *res = NULL;
     const size_t *rlen = NULL;
 
-    st = proto_parse(line, len, &sessions.limits, &r, &err);
+    st = proto_parse(line, len, parse_limits(), &r, &err);
     if (st == PROTO_PARSE_EMPTY)
         return;
     stats_count_command(r.cmd);

@@ -29,6 +29,8 @@ static void lease_one(void *ud, const struct lockmgr_lease_view *l)
         json_object_set_new(j, "limit", json_integer(l->limit));
         json_object_set_new(j, "slot", json_integer(l->slot));
     }
+    if (l->value)
+        json_object_set_new(j, "value", json_string(l->value));
     if (x->tokens)
         json_object_set_new(j, "token", json_string(l->token));
     json_array_append_new(x->arr, j);
@@ -56,6 +58,8 @@ static json_t *holder_json(const char *daemon,
 
     if (h->slot >= 0)
         json_object_set_new(j, "slot", json_integer(h->slot));
+    if (h->value)
+        json_object_set_new(j, "value", json_string(h->value));
     json_object_set_new(j, "attached", json_boolean(h->attached));
     if (!h->attached)
         json_object_set_new(j, "detached_ms",

@@ -77,7 +77,7 @@ static const struct proto_cmd_spec proto_cmd_specs[PROTO_CMD_COUNT] = {
                          "AUTH needs a password (or a user and a password)" },
     [PROTO_CMD_LOCK] = {
         PROTO_OPT_TTL | PROTO_OPT_WAIT | PROTO_OPT_RENEW | PROTO_OPT_MODE |
-        PROTO_OPT_LIMIT,
+        PROTO_OPT_LIMIT | PROTO_OPT_VALUE,
         0, 1, PROTO_MAX_RESOURCES, true, false, false,
         "LOCK needs a resource name" },
     [PROTO_CMD_UNLOCK] = { 0, 0, 1, PROTO_MAX_RESOURCES, true, false, false,
@@ -85,8 +85,8 @@ static const struct proto_cmd_spec proto_cmd_specs[PROTO_CMD_COUNT] = {
     [PROTO_CMD_ADOPT] = { PROTO_OPT_TOKEN | PROTO_OPT_TTL | PROTO_OPT_RENEW,
                           PROTO_OPT_TOKEN, 1, PROTO_MAX_RESOURCES, true, false,
                           false, "ADOPT needs a resource name" },
-    [PROTO_CMD_EXTEND] = { PROTO_OPT_TTL, PROTO_OPT_TTL, 1, 1, true, false,
-                           false, "EXTEND needs a resource name" },
+    [PROTO_CMD_EXTEND] = { PROTO_OPT_TTL | PROTO_OPT_VALUE, 0, 1, 1, true,
+                           false, false, "EXTEND needs a resource name" },
     [PROTO_CMD_LOCKS] = { 0, 0, 0, 0, false, false, false, NULL },
     [PROTO_CMD_STATUS] = { PROTO_OPT_LIMIT, 0, 1, 1, true, false, false,
                            "STATUS needs a resource name" },
@@ -97,6 +97,10 @@ static const struct proto_cmd_spec proto_cmd_specs[PROTO_CMD_COUNT] = {
     [PROTO_CMD_READMIT] = { 0, 0, 1, 1, false, true, false,
                             "READMIT needs a node (host:port as configured) "
                             "or all" },
+    [PROTO_CMD_WATCH] = { 0, 0, 1, PROTO_MAX_RESOURCES, true, false, false,
+                          "WATCH needs a resource name" },
+    [PROTO_CMD_UNWATCH] = { 0, 0, 1, PROTO_MAX_RESOURCES, true, false, false,
+                            "UNWATCH needs a resource name" },
     [PROTO_CMD_HELP] = { 0, 0, 0, 1, false, true, false, NULL },
     [PROTO_CMD_QUIT] = { 0, 0, 0, 0, false, false, false, NULL },
 };
@@ -119,6 +123,7 @@ static const struct proto_opt_entry proto_opt_table[] = {
     { "resume", PROTO_OPT_RESUME },
     { "secret", PROTO_OPT_SECRET },
     { "token", PROTO_OPT_TOKEN },
+    { "value", PROTO_OPT_VALUE },
 };
 
 #define PROTO_NOPTS (sizeof(proto_opt_table) / sizeof(proto_opt_table[0]))
@@ -286,6 +291,12 @@ static size_t proto_max_resource(const struct proto_limits *lim)
     return (lim ? lim : &def)->max_resource_len;
 }
 
+static size_t proto_max_value(const struct proto_limits *lim)
+{
+    return lim && lim->max_value_len ? lim->max_value_len
+                                     : PROTO_VALUE_LEN_DEFAULT;
+}
+
 static bool proto_all_visible(const char *s, size_t len)
 {
     size_t i;
@@ -358,6 +369,7 @@ static enum proto_parse_status proto_set_duration(const char *opt,
 
 /* Store the value of an option that the command allows. */
 static enum proto_parse_status proto_set_opt(struct proto_request *req,
+                                             const struct proto_limits *lim,
                                              unsigned bit, const char *val,
                                              size_t vlen,
                                              struct proto_error *err)
@@ -434,6 +446,16 @@ static enum proto_parse_status proto_set_opt(struct proto_request *req,
         req->name = val;
         req->name_len = vlen;
         break;
+    case PROTO_OPT_VALUE:
+        if (vlen == 0 || vlen > proto_max_value(lim)
+            || !proto_all_visible(val, vlen))
+            return proto_fail(err, PROTO_ERR_ARG,
+                              "value must be 1 to %zu visible ascii "
+                              "characters (locks.max_value_len)",
+                              proto_max_value(lim));
+        req->value = val;
+        req->value_len = vlen;
+        break;
     default:
         return proto_fail(err, PROTO_ERR_ARG, "malformed request");
     }
@@ -443,6 +465,7 @@ static enum proto_parse_status proto_set_opt(struct proto_request *req,
 /* One "name=value" word; `eq` points at its '='. */
 static enum proto_parse_status proto_parse_opt(struct proto_request *req,
                                                const struct proto_cmd_spec *sp,
+                                               const struct proto_limits *lim,
                                                char *word, size_t wlen,
                                                const char *eq,
                                                struct proto_error *err)
@@ -468,7 +491,7 @@ static enum proto_parse_status proto_parse_opt(struct proto_request *req,
     if (req->has & o->bit)
         return proto_fail(err, PROTO_ERR_ARG, "option '%s' given twice", q);
     req->has |= o->bit;
-    return proto_set_opt(req, o->bit, eq + 1, wlen - nlen - 1, err);
+    return proto_set_opt(req, lim, o->bit, eq + 1, wlen - nlen - 1, err);
 }
 
 static enum proto_parse_status proto_parse_arg(struct proto_request *req,
@@ -528,7 +551,7 @@ static enum proto_parse_status proto_parse_words(struct proto_request *req,
     while ((word = proto_next_word(&pos, &wlen))) {
         eq = memchr(word, '=', wlen);
         if (eq && !sp->raw_all && !(sp->raw_first && !req->arg))
-            st = proto_parse_opt(req, sp, word, wlen, eq, err);
+            st = proto_parse_opt(req, sp, lim, word, wlen, eq, err);
         else
             st = proto_parse_arg(req, sp, lim, word, wlen, err);
         if (st != PROTO_PARSE_OK)
@@ -542,6 +565,16 @@ static enum proto_parse_status proto_parse_words(struct proto_request *req,
     if ((sp->required & PROTO_OPT_TOKEN) && !(req->has & PROTO_OPT_TOKEN))
         return proto_fail(err, PROTO_ERR_ARG, "%s needs token=<hex>",
                           proto_cmd_name(req->cmd));
+    if (req->cmd == PROTO_CMD_EXTEND
+        && !(req->has & (PROTO_OPT_TTL | PROTO_OPT_VALUE)))
+        return proto_fail(err, PROTO_ERR_ARG,
+                          "EXTEND needs ttl=<ms> or value=<text>");
+    /* A value names one holder: an exclusive lock's. */
+    if ((req->has & PROTO_OPT_VALUE) && req->cmd == PROTO_CMD_LOCK
+        && (req->mode == PROTO_MODE_SHARED || (req->has & PROTO_OPT_LIMIT)))
+        return proto_fail(err, PROTO_ERR_ARG,
+                          "value= is for exclusive locks (not with "
+                          "mode=shared or limit=)");
     /* resume= and secret= go together; a resumed session keeps its
      * detach= */
     if (!(req->has & PROTO_OPT_RESUME) != !(req->has & PROTO_OPT_SECRET))

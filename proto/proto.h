@@ -30,17 +30,21 @@
                       "[resume=<session> secret=<hex>]")                    \
     X(AUTH, "AUTH", "AUTH [<user>] <password>")                             \
     X(LOCK, "LOCK", "LOCK <resource>... [ttl=<ms>] [wait=<ms>] [renew=0|1] " \
-                    "[mode=shared|exclusive] [limit=<n>]")                  \
+                    "[mode=shared|exclusive] [limit=<n>] [value=<text>]")   \
     X(UNLOCK, "UNLOCK", "UNLOCK <resource>...")                             \
     X(ADOPT, "ADOPT", "ADOPT <resource>... token=<hex> [ttl=<ms>] "          \
                       "[renew=0|1]")                                        \
-    X(EXTEND, "EXTEND", "EXTEND <resource> ttl=<ms>")                       \
+    X(EXTEND, "EXTEND", "EXTEND <resource> [ttl=<ms>] [value=<text>] "      \
+                        "(one of them at least)")                           \
     X(LOCKS, "LOCKS", "LOCKS")                                              \
     X(STATUS, "STATUS", "STATUS <resource> [limit=<n>]")                    \
     X(SESSIONS, "SESSIONS", "SESSIONS")                                     \
     X(STATS, "STATS", "STATS")                                              \
     X(FORCEUNLOCK, "FORCEUNLOCK", "FORCEUNLOCK <resource> (admin only)")    \
     X(READMIT, "READMIT", "READMIT <node>|all (admin only: end a recovery)") \
+    X(WATCH, "WATCH", "WATCH <resource>... (EVENT HOLDER now and on each "  \
+                      "change)")                                            \
+    X(UNWATCH, "UNWATCH", "UNWATCH <resource>...")                          \
     X(HELP, "HELP", "HELP [command]")                                       \
     X(QUIT, "QUIT", "QUIT")
 
@@ -92,6 +96,7 @@ enum proto_opt {
     PROTO_OPT_RESUME = 1u << 9,
     PROTO_OPT_SECRET = 1u << 10,
     PROTO_OPT_TOKEN = 1u << 11,
+    PROTO_OPT_VALUE = 1u << 12,
 };
 
 /* LOCK mode=: exclusive (the default) or shared. */
@@ -100,6 +105,7 @@ enum proto_mode { PROTO_MODE_EXCLUSIVE = 0, PROTO_MODE_SHARED };
 /* Checks that depend on configuration; everything else is fixed by v1. */
 struct proto_limits {
     size_t max_resource_len;    /* default PROTO_RESOURCE_LEN_DEFAULT */
+    size_t max_value_len;       /* value=; 0: PROTO_VALUE_LEN_DEFAULT */
 };
 
 /* The daemon's locks.max_resource_len: its default, and the most it may be
@@ -107,7 +113,12 @@ struct proto_limits {
  * checks names against the latter and leaves the rest to the daemon. */
 #define PROTO_RESOURCE_LEN_DEFAULT 200
 #define PROTO_RESOURCE_LEN_MAX 1024
-#define PROTO_LIMITS_DEFAULT { PROTO_RESOURCE_LEN_DEFAULT }
+#define PROTO_LIMITS_DEFAULT { PROTO_RESOURCE_LEN_DEFAULT, \
+                               PROTO_VALUE_LEN_DEFAULT }
+/* The daemon's locks.max_value_len (a holder's value=, visible ASCII):
+ * its default and the most it may be set to. */
+#define PROTO_VALUE_LEN_DEFAULT 256
+#define PROTO_VALUE_LEN_MAX 4096
 #define PROTO_MAX_NAME_LEN 64   /* HELLO name=: 1..64 visible ASCII bytes */
 #define PROTO_MAX_SESSION_LEN 39 /* HELLO resume=: a session id's bytes */
 #define PROTO_SECRET_LEN 32     /* HELLO secret=: hex digits (128 bits) */
@@ -154,6 +165,9 @@ struct proto_request {
     const char *token;      /* token=: PROTO_TOKEN_LEN hex digits */
     const char *name;       /* name= */
     size_t name_len;
+    const char *value;      /* value= (LOCK exclusive, EXTEND): the
+                               holder's value, visible ASCII */
+    size_t value_len;
 };
 
 /* Result of proto_parse. */
@@ -307,7 +321,7 @@ enum proto_reply_kind {
     PROTO_REPLY_EVENT,      /* "EVENT NAME kv..." */
 };
 
-#define PROTO_REPLY_MAX_KV 16
+#define PROTO_REPLY_MAX_KV 32
 
 struct proto_kv {
     const char *key;

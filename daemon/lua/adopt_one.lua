@@ -5,7 +5,7 @@
 --   ... and, last, the guard's three words (lib/guard.lua): the
 --   longest-ttl record's key, the recovery marker's key, the run_id the
 --   node was admitted under ('' for no check): LOSTDATA error otherwise.
---   -> {1, "fence", kind[, "slot", "limit"]} | {0}
+--   -> {1, "fence", kind[, "slot", "limit" | value field]} | {0}
 --
 -- ADOPT of one resource, whatever kind of lease the token holds: the
 -- exclusive key, else a live member of the shared set, else one of ARGV[6]
@@ -14,10 +14,12 @@
 -- ttl ARGV[3], keeps its fence; a key's label becomes ARGV[4] (a slot's
 -- keeps its "limit"). {1, fence, kind[, slot, limit]}, kind "exclusive",
 -- "shared" or "slot" ('' for a fence or limit not stored), or {0} with
--- nothing written.
+-- nothing written. An exclusive key's holder value is carried into its new
+-- label, and returned (lib/value_of.lua's field) after its kind.
 --@include guard
 --@include ours
 --@include fence_of
+--@include value_of
 --@include shared_put
 local old, new, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local function rotate(k, v, label)
@@ -32,7 +34,11 @@ local function rotate(k, v, label)
 end
 local v = redis.pcall('GET', KEYS[1])
 if ours(v, old) then
-  return {1, rotate(KEYS[1], v, ARGV[4]), 'exclusive'}
+  local label, held = ARGV[4], value_of(v)
+  if held ~= '' and string.sub(label, -1) == '}' then
+    label = string.sub(label, 1, -2) .. held .. '}'
+  end
+  return {1, rotate(KEYS[1], v, label), 'exclusive', held}
 end
 if redis.call('TYPE', KEYS[2])['ok'] == 'zset' then
   local s = redis.call('ZSCORE', KEYS[2], old)

@@ -27,18 +27,23 @@ START_TEST(write_forms)
         struct label l;
         const char *want;
     } rows[] = {
-        { { "host-a", "s1.x", NULL, 0 },
+        { { "host-a", "s1.x", NULL, NULL, 0 },
           "{\"daemon\":\"host-a\",\"session\":\"s1.x\"}" },
-        { { "host-a", "s1.x", "", 0 },
+        { { "host-a", "s1.x", "", "", 0 },
           "{\"daemon\":\"host-a\",\"session\":\"s1.x\"}" },
-        { { "host-a", "s1.x", "backup 3", 0 },
+        { { "host-a", "s1.x", "backup 3", NULL, 0 },
           "{\"daemon\":\"host-a\",\"session\":\"s1.x\",\"name\":\"backup 3\"}" },
-        { { "h", "s", "n", 5 },
+        { { "h", "s", "n", NULL, 5 },
           "{\"daemon\":\"h\",\"session\":\"s\",\"name\":\"n\",\"limit\":5}" },
-        { { NULL, "s", NULL, 0 }, "{\"daemon\":\"\",\"session\":\"s\"}" },
+        { { NULL, "s", NULL, NULL, 0 }, "{\"daemon\":\"\",\"session\":\"s\"}" },
         /* Quotes and backslashes escaped; control bytes never stored. */
-        { { "h", "s", "a\"b\\c\td", 0 },
+        { { "h", "s", "a\"b\\c\td", NULL, 0 },
           "{\"daemon\":\"h\",\"session\":\"s\",\"name\":\"a\\\"b\\\\cd\"}" },
+        /* The holder's value last (before a slot's limit, never with it). */
+        { { "h", "s", "n", "10.0.0.7:80", 0 },
+          "{\"daemon\":\"h\",\"session\":\"s\",\"name\":\"n\",\"value\":\"10.0.0.7:80\"}" },
+        { { "h", "s", NULL, "a,\"value\":\"b", 0 },
+          "{\"daemon\":\"h\",\"session\":\"s\",\"value\":\"a,\\\"value\\\":\\\"b\"}" },
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         ck_assert_str_eq(written(&rows[i].l), rows[i].want);
@@ -47,7 +52,8 @@ END_TEST
 
 START_TEST(write_read_back)
 {
-    const struct label l = { "host-a", "s9.y", "x\",\"daemon\":\"evil", 7 };
+    const struct label l = { "host-a", "s9.y", "x\",\"daemon\":\"evil",
+                             "v\"=1", 7 };
     json_t *h = label_holder(written(&l));
 
     ck_assert_ptr_nonnull(h);
@@ -57,6 +63,7 @@ START_TEST(write_read_back)
                      "s9.y");
     ck_assert_str_eq(json_string_value(json_object_get(h, "name")),
                      "x\",\"daemon\":\"evil");
+    ck_assert_str_eq(json_string_value(json_object_get(h, "value")), "v\"=1");
     ck_assert_int_eq(json_integer_value(json_object_get(h, "limit")), 7);
     json_decref(h);
     /* Not a label of ours: a foreign client's value. */

@@ -230,6 +230,46 @@ START_TEST(test_parse_kinds)
 }
 END_TEST
 
+/* value=: kept as given, with the lock's other options; EXTEND takes it
+ * with or without ttl=, and the limit is the configured one. */
+START_TEST(test_parse_value)
+{
+    static const struct proto_limits small = { 200, 4 };
+    struct proto_request req;
+    struct proto_error err;
+    char line[PROTO_VALUE_LEN_DEFAULT + 32];
+
+    ck_assert_int_eq(t_parse("LOCK leader:a value=http://10.0.0.7:80/x?a=b "
+                             "wait=5", &req, &err), PROTO_PARSE_OK);
+    ck_assert_uint_eq(req.value_len, strlen("http://10.0.0.7:80/x?a=b"));
+    ck_assert(memcmp(req.value, "http://10.0.0.7:80/x?a=b", req.value_len)
+              == 0);
+    ck_assert(req.has & PROTO_OPT_VALUE);
+    ck_assert_uint_eq(req.wait, 5);
+    ck_assert_int_eq(t_parse("EXTEND leader:a value=v2", &req, &err),
+                     PROTO_PARSE_OK);
+    ck_assert(!(req.has & PROTO_OPT_TTL));
+    ck_assert_str_eq(req.value, "v2");
+    ck_assert_int_eq(t_parse("EXTEND leader:a value=v2 ttl=9", &req, &err),
+                     PROTO_PARSE_OK);
+    ck_assert_uint_eq(req.ttl, 9);
+    ck_assert_int_eq(t_parse("LOCK a b value=x", &req, &err),
+                     PROTO_PARSE_OK);
+
+    snprintf(line, sizeof(line), "LOCK r value=%0*d", PROTO_VALUE_LEN_DEFAULT,
+             0);
+    ck_assert_int_eq(t_parse(line, &req, &err), PROTO_PARSE_OK);
+    snprintf(line, sizeof(line), "LOCK r value=%0*d",
+             PROTO_VALUE_LEN_DEFAULT + 1, 0);
+    ck_assert_int_eq(t_parse(line, &req, &err), PROTO_PARSE_ERROR);
+    ck_assert_int_eq(t_parsen("LOCK r value=abcd", 17, &small, &req, &err),
+                     PROTO_PARSE_OK);
+    ck_assert_int_eq(t_parsen("LOCK r value=abcde", 18, &small, &req, &err),
+                     PROTO_PARSE_ERROR);
+    ck_assert_ptr_nonnull(strstr(err.msg, "1 to 4 visible"));
+}
+END_TEST
+
 /* Every command of the table parses from its own wire word. */
 START_TEST(test_parse_every_command)
 {
@@ -242,6 +282,8 @@ START_TEST(test_parse_every_command)
         [PROTO_CMD_STATUS] = " r",
         [PROTO_CMD_FORCEUNLOCK] = " r",
         [PROTO_CMD_READMIT] = " all",
+        [PROTO_CMD_WATCH] = " r s",
+        [PROTO_CMD_UNWATCH] = " r",
     };
     struct proto_request req;
     struct proto_error err;
@@ -351,7 +393,20 @@ static const struct t_bad t_bad_rows[] = {
     { "PING a b=c", 0, PROTO_ERR_ARG, "PING takes no options (got 'b')" },
     { "LOCKS x=1", 0, PROTO_ERR_ARG, "LOCKS takes no options" },
     { "QUIT x=1", 0, PROTO_ERR_ARG, "QUIT takes no options" },
-    { "EXTEND r", 0, PROTO_ERR_ARG, "EXTEND needs ttl=<ms>" },
+    { "EXTEND r", 0, PROTO_ERR_ARG, "EXTEND needs ttl=<ms> or value=<text>" },
+    /* value=: 1..max_value_len visible ASCII, exclusive locks only */
+    { "LOCK r value=", 0, PROTO_ERR_ARG, "value must be 1 to 256 visible" },
+    { "LOCK r value=a\x80", 0, PROTO_ERR_ARG, "value must be" },
+    { "LOCK r mode=shared value=x", 0, PROTO_ERR_ARG,
+      "value= is for exclusive locks" },
+    { "LOCK r limit=3 value=x", 0, PROTO_ERR_ARG,
+      "value= is for exclusive locks" },
+    { "LOCK r value=a value=b", 0, PROTO_ERR_ARG, "option 'value' given twice" },
+    { "UNLOCK r value=x", 0, PROTO_ERR_ARG, "UNLOCK takes no options" },
+    { "WATCH", 0, PROTO_ERR_ARG, "WATCH needs a resource name" },
+    { "WATCH r r", 0, PROTO_ERR_ARG, "resource 'r' named twice" },
+    { "UNWATCH", 0, PROTO_ERR_ARG, "UNWATCH needs a resource name" },
+    { "WATCH r ttl=1", 0, PROTO_ERR_ARG, "WATCH takes no options" },
     /* option values */
     { "LOCK r ttl=0", 0, PROTO_ERR_ARG, "ttl must be" },
     { "LOCK r ttl=4294967296", 0, PROTO_ERR_ARG, "ttl must be" },
@@ -530,7 +585,7 @@ END_TEST
 START_TEST(test_resource_length)
 {
     static const struct proto_limits lim = PROTO_LIMITS_DEFAULT;
-    static const struct proto_limits small = { 4 };
+    static const struct proto_limits small = { 4, 0 };
     struct proto_request req;
     struct proto_error err;
 
@@ -1063,8 +1118,8 @@ START_TEST(test_format_simple)
     sbuf_reset(&b);
     proto_format_help(&b);
     ck_assert_str_eq(sbuf_cstr(&b), "OK PING HELLO AUTH LOCK UNLOCK ADOPT EXTEND "
-                     "LOCKS STATUS SESSIONS STATS FORCEUNLOCK READMIT HELP "
-                     "QUIT\n");
+                     "LOCKS STATUS SESSIONS STATS FORCEUNLOCK READMIT WATCH "
+                     "UNWATCH HELP QUIT\n");
     sbuf_deinit(&b);
 }
 END_TEST
@@ -1194,7 +1249,8 @@ START_TEST(test_format_request_parses)
         if (i == PROTO_CMD_AUTH || i == PROTO_CMD_LOCK || i == PROTO_CMD_UNLOCK
             || i == PROTO_CMD_EXTEND || i == PROTO_CMD_STATUS
             || i == PROTO_CMD_FORCEUNLOCK || i == PROTO_CMD_READMIT
-            || i == PROTO_CMD_ADOPT)
+            || i == PROTO_CMD_ADOPT || i == PROTO_CMD_WATCH
+            || i == PROTO_CMD_UNWATCH)
             proto_format_word(&b, "x");
         if (i == PROTO_CMD_EXTEND)
             proto_format_opt_u64(&b, PROTO_OPT_TTL, 1);
@@ -1352,8 +1408,10 @@ START_TEST(test_reply_many_kv)
     ck_assert_int_eq(proto_reply_parse(b.data, b.len, &r), 0);
     ck_assert_int_eq(r.kind, PROTO_REPLY_OK);
     ck_assert_uint_eq(r.nkv, PROTO_REPLY_MAX_KV);
-    ck_assert_str_eq(proto_reply_get(&r, "k15"), "15");
-    ck_assert_ptr_null(proto_reply_get(&r, "k16"));
+    snprintf(key, sizeof(key), "k%d", PROTO_REPLY_MAX_KV - 1);
+    ck_assert_ptr_nonnull(proto_reply_get(&r, key));
+    snprintf(key, sizeof(key), "k%d", PROTO_REPLY_MAX_KV);
+    ck_assert_ptr_null(proto_reply_get(&r, key));
     sbuf_deinit(&b);
 }
 END_TEST
@@ -1598,6 +1656,7 @@ static Suite *proto_suite(void)
 
     tcase_add_loop_test(tc, test_parse_valid, 0, ARRAY_LEN(t_valid_rows));
     tcase_add_test(tc, test_parse_every_command);
+    tcase_add_test(tc, test_parse_value);
     tcase_add_test(tc, test_parse_kinds);
     tcase_add_loop_test(tc, test_parse_empty, 0, ARRAY_LEN(t_empty_rows));
     tcase_add_loop_test(tc, test_parse_errors, 0, ARRAY_LEN(t_bad_rows));
