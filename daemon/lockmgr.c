@@ -152,6 +152,18 @@ void lm_leave(void)
 /* ---- set-up ------------------------------------------------------------ */
 
 static lockmgr_hold_fn *hold_observer;     /* outside lm: init keeps it */
+static lockmgr_change_fn *change_observer; /* likewise */
+
+void lockmgr_set_change_observer(lockmgr_change_fn *fn)
+{
+    change_observer = fn;
+}
+
+void lm_changed(const struct lock_entry *e)
+{
+    if (change_observer)
+        change_observer(e->resource, e->keylen - lm.prefixlen, e->limit);
+}
 
 void lockmgr_set_hold_observer(lockmgr_hold_fn *fn)
 {

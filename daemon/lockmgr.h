@@ -385,6 +385,21 @@ struct lockmgr_status {
     int nnodes;
 };
 
+/* STATUS without a session (the watchers, watch.c): what the nodes and
+ * this daemon hold of resource now, handed to fn (st lives during the
+ * call only). limit: the semaphore slots to look at, or 0 for what this
+ * daemon knows. Never answers inside the call. */
+typedef void lockmgr_peek_fn(void *ud, const struct lockmgr_status *st);
+void lockmgr_peek(const char *resource, size_t len, uint32_t limit,
+                  lockmgr_peek_fn *fn, void *ud);
+
+/* Told each time a grant, a release, a new value or an ADOPT changed who
+ * holds resource here, once the nodes show it (len bytes; limit: a
+ * semaphore's K, else 0). Kept across lockmgr_init; NULL for none. */
+typedef void lockmgr_change_fn(const char *resource, size_t len,
+                               uint32_t limit);
+void lockmgr_set_change_observer(lockmgr_change_fn *fn);
+
 /* A release notification for a Redis key (pub/sub). */
 void lockmgr_on_release(const char *key, size_t len);
 

@@ -165,6 +165,7 @@ static void adopt_grant(struct adopt_ctx *x, const struct redlock_result *res)
         }
         lm_lease_attach(l, o);
         lm_audit(l, o, "adopt", "token rotated on a quorum");
+        lm_changed(e);
     }
     lm.c.adopts++;
 }

@@ -258,39 +258,92 @@ void lockmgr_status_plan(const struct redlock_node_view *v, int n, int quorum,
         p->shared_holders = (int64_t)nshared_here;
 }
 
-/* STATUS: answered at once, not as a notice (its views live only during
- * this call); lm_leave() has delivered what was queued before it. */
-static void status_done(void *ud, const struct redlock_node_view *v, int n)
+/* What the nodes answered about resource (limit slots looked at), with
+ * what this daemon holds of it, handed to fn at once, not as a notice (the
+ * views live only during this call); lm_leave() has delivered what was
+ * queued before it. */
+static void status_report(const char *resource, size_t len, uint32_t limit,
+                          const struct redlock_node_view *v, int n,
+                          lockmgr_peek_fn *fn, void *ud)
 {
-    struct owner_ask *x = ud;
-    struct lockmgr_owner *o = x->o;
     struct lockmgr_holder_view holders[LOCKMGR_STATUS_HOLDERS];
     struct lockmgr_status_plan plan;
     struct lock_entry *e;
     size_t nheld, nshared, nexcl, keylen;
 
     lm_enter();
-    e = lm_entry_find(x->resource, x->len);
+    e = lm_entry_find(resource, len);
     nheld = status_holders(e, holders, &nshared, &nexcl);
-    lockmgr_status_plan(v, n, lm.rl->quorum(), x->limit, nexcl, nshared,
+    lockmgr_status_plan(v, n, lm.rl->quorum(), limit, nexcl, nshared,
                         nheld > 0, &plan);
-    const char *k = lm_entry_key(x->resource, x->len, &keylen);
+    const char *k = lm_entry_key(resource, len, &keylen);
     char *key = mem_alloc(keylen + 1);
     memcpy(key, k, keylen);
     key[keylen] = '\0';
     const struct lockmgr_status st = {
-        .resource = x->resource, .key = key, .daemon = lm.conf->id,
+        .resource = resource, .key = key, .daemon = lm.conf->id,
         .plan = &plan, .holders = holders, .nholders = nheld,
         .holders_here = e ? e->nheld - e->ngone : 0,
-        .waiters = e ? e->nwait : 0, .limit = x->limit, .nodes = v,
+        .waiters = e ? e->nwait : 0, .limit = limit, .nodes = v,
         .nnodes = n,
     };
     lm_leave();
-    if (!o->ended && x->gen == o->gen)
-        o->ops->status(o, x->ask, &st);
-    lm_owner_unref(o);
+    fn(ud, &st);
     free(key);
+}
+
+static void status_answer(void *ud, const struct lockmgr_status *st)
+{
+    struct owner_ask *x = ud;
+    struct lockmgr_owner *o = x->o;
+
+    if (!o->ended && x->gen == o->gen)
+        o->ops->status(o, x->ask, st);
+}
+
+static void status_done(void *ud, const struct redlock_node_view *v, int n)
+{
+    struct owner_ask *x = ud;
+
+    status_report(x->resource, x->len, x->limit, v, n, status_answer, x);
+    lm_owner_unref(x->o);
     free(x);
+}
+
+/* A peek's question, until its round is back. */
+struct peek {
+    lockmgr_peek_fn *fn;
+    void *ud;
+    uint32_t limit;
+    size_t len;
+    char resource[];
+};
+
+static void peek_done(void *ud, const struct redlock_node_view *v, int n)
+{
+    struct peek *p = ud;
+
+    status_report(p->resource, p->len, p->limit, v, n, p->fn, p->ud);
+    free(p);
+}
+
+void lockmgr_peek(const char *resource, size_t len, uint32_t limit,
+                  lockmgr_peek_fn *fn, void *ud)
+{
+    struct peek *p = mem_alloc(sizeof(*p) + len + 1);
+    struct redlock_probe pr;
+    char *buf;
+
+    lm_enter();
+    p->fn = fn;
+    p->ud = ud;
+    p->len = len;
+    memcpy(p->resource, resource, len);
+    lm_probe_make(resource, len, limit, &pr, &buf);
+    p->limit = pr.limit;
+    lm.rl->inspect(&pr, peek_done, p);
+    free(buf);
+    lm_leave();
 }
 
 void lockmgr_status(struct lockmgr_owner *o, const char *resource,

@@ -223,6 +223,7 @@ static void entry_drop_holder(struct lock_entry *e, struct lease *l)
     struct lockreq *head = lm_entry_head(e);
     if (head && !head->attempting)
         lm.c.wakeups_notified++;
+    lm_changed(e);
     lm_entry_kick(e);
 }
 
@@ -530,6 +531,7 @@ static void extend_done(void *ud, const struct redlock_result *res)
             free(l->value);
             l->value = x->value;
             x->value = NULL;
+            lm_changed(l->entry);
         }
         l->valid_until = now + (uint64_t)validity;
         lease_arm(l, true);

@@ -266,6 +266,9 @@ struct notice *lm_notice_refused(enum notice_kind kind,
 void lm_enter(void);
 /* A lease stopped being held after held_ms (the hold observer). */
 void lm_hold_ended(uint64_t held_ms);
+/* Who holds e's resource changed here, as the nodes show now: told to
+ * the change observer (the watchers). */
+void lm_changed(const struct lock_entry *e);
 void lm_leave(void);
 int64_t lm_lease_validity(const struct lease *l);
 void lm_audit(const struct lease *l, const struct lockmgr_owner *o,

@@ -215,6 +215,7 @@ static void req_granted(struct lockreq *q, const struct redlock_result *res)
         lm_lease_attach(l, o);
         lm_audit(l, o, "grant", l->renew ? "renewed while the session lives"
                                       : "renew=0");
+        lm_changed(l->entry);
     }
     lm.c.acquire_ok++;
     lm_req_disown(q);

@@ -37,6 +37,7 @@
 #include "stats_glue.h"
 #include "timer.h"
 #include "tls.h"
+#include "watch.h"
 
 static struct {
     uv_loop_t loop;
@@ -326,6 +327,7 @@ static int run(void)
     stats_start();
     redlock_init(&app.conf);
     lockmgr_init(&app.conf, &redlock_ops_default);
+    watch_init(&app.conf);
     uv_signal_init(&app.loop, &app.sigint);
     uv_signal_init(&app.loop, &app.sigterm);
     uv_signal_start(&app.sigint, on_signal, SIGINT);
@@ -341,7 +343,7 @@ static int run(void)
     if (rc == 0) {
         warn_even_nodes(&app.conf);
         lockmgr_starting();
-        node_init(&app.loop, &app.conf, on_release);
+        node_init(&app.loop, &app.conf, on_release, watch_on_message);
         app.ready_deadline = timer_now() + app.conf.redis.connect_timeout_ms;
         timer_init(&app.ready, ready_cb, NULL);
         timer_start(&app.ready, 0);
@@ -359,6 +361,7 @@ static int run(void)
         uv_walk(&app.loop, close_walk_cb, NULL);
         uv_run(&app.loop, UV_RUN_DEFAULT);
     }
+    watch_deinit();
     lockmgr_deinit();
     redlock_deinit();
     uv_loop_close(&app.loop);

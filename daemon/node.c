@@ -1195,12 +1195,13 @@ void node_set_rules(const struct node_rules *rules)
 }
 
 int node_init(uv_loop_t *loop, const struct conf *conf,
-              pool_release_cb on_release)
+              pool_release_cb on_release, pool_release_cb on_watch)
 {
     const struct pool_hooks hooks = {
         .on_up = node_on_up,
         .on_down = node_on_down,
         .on_release = on_release,
+        .on_watch = on_watch,
     };
     size_t mlen = strlen(conf->locks.fence_key) + sizeof(CONF_MARKER_SUFFIX);
     size_t tlen = strlen(conf->locks.fence_key) + sizeof(CONF_MAXTTL_SUFFIX);

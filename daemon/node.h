@@ -74,10 +74,10 @@ struct node_rules {
 /* Copied; may come before node_init (redlock_init calls it). */
 void node_set_rules(const struct node_rules *rules);
 
-/* Set up every node's state, then pool_init (on_release goes to the pool's
- * subscriber links). Returns pool_init's status. */
+/* Set up every node's state, then pool_init (on_release and on_watch go
+ * to the pool's subscriber links). Returns pool_init's status. */
 int node_init(uv_loop_t *loop, const struct conf *conf,
-              pool_release_cb on_release);
+              pool_release_cb on_release, pool_release_cb on_watch);
 /* Stop the repair timers and refuse new owed releases; pool_shutdown. */
 void node_shutdown(void);
 /* Free the nodes and what they were still owed; pool_free. */

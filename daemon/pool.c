@@ -41,6 +41,7 @@
                                    takes some (pool_node_pick) */
 #define POOL_PROBE_SUFFIX ":probe:" /* probe channel: release channel, this,
                                        the instance id */
+#define POOL_WATCH_SUFFIX ":watch"  /* watch channel: release channel, this */
 
 enum link_state { LINK_DOWN, LINK_CONNECTING, LINK_UP };
 
@@ -113,6 +114,7 @@ static struct {
     char sha[SCRIPT_COUNT][POOL_SHA_LEN + 1]; /* "" until loaded */
     char instance_id[POOL_INSTANCE_ID_LEN + 1];
     char *probe_channel;                /* (owned) see POOL_PROBE_SUFFIX */
+    char *watch_channel;                /* (owned) see POOL_WATCH_SUFFIX */
     char *cmd;                          /* (owned) resp_format's buffer */
     size_t cmdcap;
     struct list pended;                 /* links with pending requests */
@@ -746,6 +748,14 @@ static void sub_on_release(const char *msg, size_t len)
         pool.hooks.on_release(msg, len);
 }
 
+/* A watch message (watch.c's words); every node carries it, and the
+ * receiver takes repeats in its stride. */
+static void sub_on_watch(const char *msg, size_t len)
+{
+    if (pool.hooks.on_watch)
+        pool.hooks.on_watch(msg, len);
+}
+
 /* The subscriber heard its probe: it and its node are alive. */
 static void sub_on_probe(struct pool_link *l, const redisReply *m)
 {
@@ -780,6 +790,8 @@ static void sub_on_message(redisAsyncContext *ac, void *reply, void *privdata)
         return;
     if (strcmp(r->element[1]->str, pool.probe_channel) == 0)
         sub_on_probe(l, r->element[2]);
+    else if (strcmp(r->element[1]->str, pool.watch_channel) == 0)
+        sub_on_watch(r->element[2]->str, r->element[2]->len);
     else
         sub_on_release(r->element[2]->str, r->element[2]->len);
 }
@@ -800,10 +812,11 @@ static void link_handshake(struct pool_link *l)
     }
     if (l->subscriber) {
         const char *argv[] = { "SUBSCRIBE", c->locks.release_channel,
-                               pool.probe_channel };
-        size_t lens[] = { 9, strlen(argv[1]), strlen(argv[2]) };
+                               pool.probe_channel, pool.watch_channel };
+        size_t lens[] = { 9, strlen(argv[1]), strlen(argv[2]),
+                          strlen(argv[3]) };
         l->probe_refused = false;
-        if (rc == 0 && redisAsyncCommandArgv(l->ac, sub_on_message, l, 3,
+        if (rc == 0 && redisAsyncCommandArgv(l->ac, sub_on_message, l, 4,
                                              argv, lens) != REDIS_OK)
             rc = -1;
     } else {
@@ -1055,6 +1068,10 @@ int pool_init(uv_loop_t *loop, const struct conf *conf,
     size_t chlen = strlen(conf->locks.release_channel) +
                    strlen(POOL_PROBE_SUFFIX) + POOL_INSTANCE_ID_LEN + 1;
     pool.probe_channel = mem_alloc(chlen);
+    pool.watch_channel = mem_alloc(strlen(conf->locks.release_channel) +
+                                   sizeof(POOL_WATCH_SUFFIX));
+    sprintf(pool.watch_channel, "%s%s", conf->locks.release_channel,
+            POOL_WATCH_SUFFIX);
     snprintf(pool.probe_channel, chlen, "%s%s%s", conf->locks.release_channel,
              POOL_PROBE_SUFFIX, pool.instance_id);
     pool.nodes = mem_alloc(sizeof(struct pool_node) * (size_t)pool.nnodes);
@@ -1101,6 +1118,8 @@ void pool_free(void)
     pool.nodes = NULL;
     free(pool.probe_channel);
     pool.probe_channel = NULL;
+    free(pool.watch_channel);
+    pool.watch_channel = NULL;
     free(pool.cmd);
     pool.cmd = NULL;
     pool.cmdcap = 0;
@@ -1194,6 +1213,24 @@ int pool_call(int node, int *link, const struct script_words *w,
     q->cb = cb;
     q->ud = ud;
     return pool_node_send(node, link, q);
+}
+
+static void publish_done(void *ud, int node, redisReply *r)
+{
+    (void)ud;
+    (void)node;
+    (void)r;
+}
+
+void pool_publish_watch(const char *msg, size_t len)
+{
+    const char *argv[] = { "PUBLISH", pool.watch_channel, msg };
+    size_t lens[] = { 7, strlen(pool.watch_channel), len };
+
+    for (int i = 0; i < pool.nnodes; i++) {
+        if (pool_node_up(i))
+            (void)pool_command(i, 3, argv, lens, publish_done, NULL);
+    }
 }
 
 int pool_command(int node, int argc, const char **argv, const size_t *lens,

@@ -73,6 +73,8 @@ struct pool_hooks {
      * callbacks come after it. pool_shutdown drops links without it. */
     void (*on_down)(int node, const char *why);
     pool_release_cb on_release;
+    /* A message on the watch channel (watch.c), from any daemon. */
+    pool_release_cb on_watch;
 };
 
 /* Start connecting to every node; hooks are copied. May call on_down before
@@ -132,5 +134,8 @@ int pool_call(int node, int *link, const struct script_words *w,
               pool_reply_cb cb, void *ud);
 int pool_command(int node, int argc, const char **argv, const size_t *lens,
                  pool_reply_cb cb, void *ud);
+/* PUBLISH msg on the watch channel of every node that is up (the
+ * subscribers of every daemon hear it; nobody waits for the answer). */
+void pool_publish_watch(const char *msg, size_t len);
 
 #endif

@@ -1441,30 +1441,36 @@ static void inspect_value(struct redlock_node_view *v, char *b, size_t len)
         v->label = NULL;
 }
 
-/* {pttl, live shared holders, "0110...", value} */
+/* {pttl, live shared holders, "0110...", value, first slot's value} */
 static void inspect_reply(void *ud, int node, redisReply *r)
 {
     struct inspect *in = ud;
     struct redlock_node_view *v = &in->views[node];
 
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 5 &&
         r->element[0]->type == REDIS_REPLY_INTEGER &&
         r->element[1]->type == REDIS_REPLY_INTEGER &&
         r->element[2]->type == REDIS_REPLY_STRING &&
-        r->element[3]->type == REDIS_REPLY_STRING) {
+        r->element[3]->type == REDIS_REPLY_STRING &&
+        r->element[4]->type == REDIS_REPLY_STRING) {
         const redisReply *bits = r->element[2], *val = r->element[3];
-        /* One allocation: the slot bits, NUL, the value, NUL. */
-        char *b = mem_alloc(bits->len + val->len + 2);
+        const redisReply *slot = r->element[4];
+        /* One allocation: the slot bits, the value, the slot's value,
+         * each NUL-terminated. */
+        char *b = mem_alloc(bits->len + val->len + slot->len + 3);
+        char *vb = b + bits->len + 1, *sb = vb + val->len + 1;
+        uint64_t fence;
         memcpy(b, bits->str, bits->len);
-        b[bits->len] = '\0';
-        memcpy(b + bits->len + 1, val->str, val->len);
-        b[bits->len + 1 + val->len] = '\0';
+        memcpy(vb, val->str, val->len);
+        memcpy(sb, slot->str, slot->len);
         in->slots[node] = b;
         v->answered = true;
         v->pttl = r->element[0]->integer;
         v->shared = r->element[1]->integer;
         v->slots = b;
-        inspect_value(v, b + bits->len + 1, val->len);
+        inspect_value(v, vb, val->len);
+        if (slot->len && !label_split(sb, slot->len, &v->slot_label, &fence))
+            v->slot_label = NULL;
     }
     round_step(&in->r);
 }

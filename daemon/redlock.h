@@ -150,6 +150,9 @@ struct redlock_node_view {
     const char *token;
     const char *label;
     uint64_t fence;
+    /* The label of the first slot key present (the semaphore's size is
+     * in it), or NULL. */
+    const char *slot_label;
 };
 typedef void (*redlock_inspect_cb)(void *ud, const struct redlock_node_view *v,
                                    int n);

@@ -64,6 +64,7 @@ struct session *session_create(struct conn *c)
     list_init(&s->ready);
     lockmgr_owner_init(&s->owner, &session_owner_ops, s->idstr, s->name,
                        s->peer);
+    watch_client_init(&s->watch, session_say_watch);
     session_cmd_init(s);
     timer_init(&s->detach_timer, session_expire_cb, s);
     session_attach(s, c, &sessions.attached);
@@ -202,6 +203,7 @@ static void session_unplug(struct session *s)
 static void session_end(struct session *s, bool died)
 {
     s->state = SESSION_ENDED;
+    watch_client_clear(&s->watch);
     lockmgr_owner_end(&s->owner, died);
     session_unref(s);
 }

@@ -48,6 +48,7 @@
 #include "proto.h"
 #include "timer.h"
 #include "users.h"
+#include "watch.h"
 
 struct conf;
 struct conn;
@@ -88,6 +89,7 @@ struct session {
     struct list untold;     /* struct session_lost: lost while detached,
                                told after the resume reply */
     size_t nuntold;
+    struct watch_client watch;  /* WATCH: what it watches (watch.h) */
 
     /* ---- its current connection's: reset when another attaches ---- */
     unsigned auth_failures; /* wrong AUTH or resume= on this connection */

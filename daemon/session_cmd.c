@@ -202,6 +202,17 @@ void session_say_err(struct session *s, enum proto_err code, const char *msg)
     say_err(&t, code, msg);
 }
 
+/* An EVENT HOLDER line for a watcher (watch.h); a detached session hears
+ * the state again when resumed. */
+void session_say_watch(struct watch_client *c, const char *line, size_t len)
+{
+    struct session *s = container_of(c, struct session, watch);
+    struct sbuf *b = s->conn ? conn_reply(s->conn) : NULL;
+
+    if (b)
+        sbuf_append(b, line, len);
+}
+
 void session_say_lost(struct session *s, const char *resource,
                       uint64_t fence, enum lockmgr_lost_reason why)
 {
@@ -617,6 +628,8 @@ static void cmd_hello(struct serve *v)
         proto_format_end(b);
     }
     session_tell_untold(s);
+    if (resume)
+        watch_client_resend(&s->watch);
     if (s->name[0])
         log_debug("%s is %s", s->idstr, s->name);
     session_unref(s);
@@ -1104,6 +1117,49 @@ static void cmd_extend(struct serve *v)
     lockmgr_extend_value(&v->t.s->owner, l, r->ttl, r->value, serve_later(v));
 }
 
+/* "OK watching=<n>" */
+static void say_watching(struct serve *v)
+{
+    struct sbuf *b = say(&v->t);
+
+    if (b) {
+        proto_format_ok_begin(b);
+        proto_format_kv_u64(b, "watching", v->t.s->watch.n);
+        proto_format_end(b);
+    }
+}
+
+/* WATCH: the state of each now (EVENT HOLDER, after the OK), then each
+ * change; at most limits.max_watches per session, all or none. */
+static void cmd_watch(struct serve *v)
+{
+    const struct proto_request *r = v->r;
+    struct session *s = v->t.s;
+    unsigned max = sessions.conf->limits.max_watches;
+    size_t fresh;
+
+    if (!session_may(v, r->cmd, r->args, r->args_len, r->nargs))
+        return;
+    fresh = watch_client_new(&s->watch, r->args, r->args_len, r->nargs);
+    if (s->watch.n + fresh > max) {
+        say_errf(&v->t, PROTO_ERR_LIMIT, "this session watches %zu "
+                 "resources; %zu more would pass limits.max_watches (%u)",
+                 s->watch.n, fresh, max);
+        return;
+    }
+    /* The states follow the OK: each is read from the nodes first. */
+    watch_add(&s->watch, r->args, r->args_len, r->nargs);
+    say_watching(v);
+}
+
+static void cmd_unwatch(struct serve *v)
+{
+    const struct proto_request *r = v->r;
+
+    watch_remove(&v->t.s->watch, r->args, r->args_len, r->nargs);
+    say_watching(v);
+}
+
 static void cmd_locks(struct serve *v)
 {
     struct session *s = v->t.s;
@@ -1299,6 +1355,8 @@ static void sreq_run(struct session *s, const struct proto_request *r,
         case PROTO_CMD_STATUS:      cmd_status(&v); break;
         case PROTO_CMD_FORCEUNLOCK: cmd_forceunlock(&v); break;
         case PROTO_CMD_READMIT:     cmd_readmit(&v); break;
+        case PROTO_CMD_WATCH:       cmd_watch(&v); break;
+        case PROTO_CMD_UNWATCH:     cmd_unwatch(&v); break;
         case PROTO_CMD_SESSIONS:    say_json(&v.t, session_list_for(s)); break;
         case PROTO_CMD_STATS:       say_json(&v.t, stats_json()); break;
         case PROTO_CMD_HELP:        cmd_help(&v); break;

@@ -72,6 +72,7 @@ void session_cmd_withdraw(struct session *s);
 /* SESSIONS: s's requests in flight (their count, and the first few). */
 void session_cmd_inflight_json(const struct session *s, json_t *j);
 /* EVENT LOST resource=... on s's connection. */
+void session_say_watch(struct watch_client *c, const char *line, size_t len);
 void session_say_lost(struct session *s, const char *resource,
                       uint64_t fence, enum lockmgr_lost_reason why);
 /* ERR <code> <msg>, untagged, on s's connection (counted). */

@@ -878,6 +878,28 @@ void proto_format_event_lost(struct sbuf *b, const char *resource,
     proto_format_end(b);
 }
 
+void proto_format_event_holder(struct sbuf *b, const struct proto_holder *h)
+{
+    sbuf_puts(b, "EVENT HOLDER");
+    proto_format_kv_str(b, "resource", h->resource);
+    proto_format_kv_u64(b, "held", h->held);
+    if (h->foreign) {
+        proto_format_kv_u64(b, "foreign", 1);
+    } else if (h->mode) {
+        proto_format_kv_str(b, "mode", h->mode);
+        if (h->limit)
+            proto_format_kv_u64(b, "limit", h->limit);
+        if (strcmp(h->mode, "exclusive") == 0) {
+            proto_format_kv_u64(b, "fence", h->fence);
+            proto_format_kv_str(b, "name", h->name);
+            proto_format_kv_str(b, "daemon", h->daemon);
+            if (h->value && h->value[0])
+                proto_format_kv_str(b, "value", h->value);
+        }
+    }
+    proto_format_end(b);
+}
+
 void proto_format_event_shutdown(struct sbuf *b)
 {
     sbuf_puts(b, "EVENT SHUTDOWN\n");

@@ -291,6 +291,22 @@ void proto_format_err(struct sbuf *b, enum proto_err code, const char *msg);
 void proto_format_errf(struct sbuf *b, enum proto_err code, const char *fmt,
                        ...) __attribute__((format(printf, 3, 4)));
 /* "EVENT LOST resource=<r> fence=<n> reason=<reason>\n" */
+/* EVENT HOLDER (protocol.md, "Watching a lock"): who holds a watched
+ * resource now. */
+struct proto_holder {
+    const char *resource;
+    uint64_t held;              /* holders: 0 free, 1 exclusive, shared
+                                   holders, or semaphore slots used */
+    bool foreign;               /* another Redlock client's key */
+    const char *mode;           /* "exclusive", "shared", "semaphore", or
+                                   NULL (free, foreign) */
+    uint32_t limit;             /* semaphore: K */
+    uint64_t fence;             /* exclusive: */
+    const char *name;           /* "" when the holder gave none */
+    const char *daemon;
+    const char *value;          /* NULL or "": none */
+};
+void proto_format_event_holder(struct sbuf *b, const struct proto_holder *h);
 void proto_format_event_lost(struct sbuf *b, const char *resource,
                              uint64_t fence, const char *reason);
 /* "EVENT SHUTDOWN\n" */

@@ -1728,7 +1728,7 @@ END_TEST
 /* ---- STATUS's decisions (lockmgr_status_plan), on tables ---------------- */
 
 #define NV(pttl, shared, slots, token, label, fence) \
-    { "n", true, true, true, pttl, shared, slots, token, label, fence }
+    { "n", true, true, true, pttl, shared, slots, token, label, fence, NULL }
 struct plan_row {
     const char *what;
     struct redlock_node_view v[3];
@@ -1758,7 +1758,7 @@ static const struct plan_row plan_rows[] = {
       3, 0, 0, 0, "exclusive", true, true, -1, 0 },
     { "one token on two, one of them not voting",
       { NV(900, 0, "", "t1", "L", 5), NV(-2, 0, "", NULL, NULL, 0),
-        { "n", true, false, true, 900, 0, "", "t1", "L", 5 } },
+        { "n", true, false, true, 900, 0, "", "t1", "L", 5, NULL } },
       0, 0, 0, false,
       2, 0, 0, 0, "exclusive", true, false, -1, 0 },
     { "shared on two", { NV(-2, 2, "", NULL, NULL, 0),
