@@ -1449,13 +1449,14 @@ class Client:
             self._auth_on(conn, limit)
         self._adopt_pending(conn)
 
-    def _adopt_pending(self, conn=None):
+    def _adopt_pending(self, conn=None, own=None):
         """ADOPT each lease that needs it, one request per grant, all in
         flight at once; on `conn` (the reconnecting thread's, not ready
         yet) or else on the current connection. One round at a time. A
         lease past its deadline is not adopted (lost, "deadline"); ERR LOST
         and other refusals lose it ("adopt"); UNAVAILABLE leaves it to be
-        tried again, as does an EXTEND or UNLOCK of it in flight. Returns
+        tried again, as does one with an EXTEND or UNLOCK in flight (but
+        `own`, the caller's: release() adopts its lease itself). Returns
         whether some are left to try again. Raises TransportError, Shutdown
         and NoAuth (this server will not do), once every reply is in."""
         with self._adopt_lock:
@@ -1471,7 +1472,7 @@ class Client:
                             not lease._needs_adopt:
                         lease._needs_adopt = False
                         continue
-                    if lease._ops:
+                    if lease._ops and lease is not own:
                         again = True        # after its release or extend
                         continue
                     token, ttl, renew = lease.token, lease.ttl, lease.renew
@@ -1733,6 +1734,16 @@ class Client:
             self._forget(lease)
             with self._state:
                 raise self._closed_error()
+        # Until release() is done, the lease is this call's: an UNLOCK lost
+        # with its connection may have been carried out, so the LOCKS of a
+        # resume must not call it lost, nor another thread ADOPT it.
+        self._op_start([lease])
+        try:
+            return self._release_op(lease)
+        finally:
+            self._op_done([lease])
+
+    def _release_op(self, lease):
         retried = False
         while True:
             with self._turn(lease.resources):
@@ -1744,13 +1755,20 @@ class Client:
                 try:
                     with self._state:
                         pending = lease._needs_adopt
-                    if pending and self._adopt_pending():
-                        if lease._needs_adopt:
+                    if pending:
+                        self._adopt_pending(own=lease)
+                        with self._state:
+                            pending = lease._needs_adopt
+                            reason = lease._lost_reason
+                        if pending:
                             self._forget(lease)
                             raise Unavailable(
                                 "UNAVAILABLE", "the lease could not be "
                                 "adopted for its release (it expires at its "
                                 "ttl)")
+                        if retried and reason == "adopt":
+                            self._forget(lease)
+                            return None     # the first UNLOCK took the keys
                     f = self._unlock_in_turn(lease.resources)
                 except NotHeld as e:
                     self._forget(lease)
