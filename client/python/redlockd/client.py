@@ -140,14 +140,12 @@ def _close_at_exit():
 class _Pending:
     """One request waiting for its reply line (or for an error)."""
 
-    __slots__ = ("done", "line", "error", "text", "tag", "size",
-                 "tagged_reply")
+    __slots__ = ("done", "line", "error", "tag", "size", "tagged_reply")
 
-    def __init__(self, text):
+    def __init__(self):
         self.done = threading.Event()
         self.line = None        # the reply, without its tag
         self.error = None
-        self.text = text        # the request, without its tag
         self.tag = None
         self.size = 0           # bytes on the wire, tag and LF included
         self.tagged_reply = False
@@ -772,9 +770,8 @@ class Client:
         answered; if the connection is down, one resume of the session is
         tried first (within `timeout`) so that the QUIT can release its
         leases. Idempotent."""
-        with self._state:
-            conn = self._conn
-        self._close_session(self.timeout, True, None, "closed by the client")
+        conn = self._close_session(self.timeout, True, None,
+                                   "closed by the client")
         _open_clients.discard(self)
         me = threading.current_thread()
         if conn is not None and conn.reader is not None and me is not conn.reader:
@@ -798,7 +795,8 @@ class Client:
         after the requests in flight are answered; waiting for them (and
         for a reconnection under way) takes at most `wait_s` seconds
         (None: no limit), else the connection is closed without it. With
-        `resume`, a session whose connection is down is resumed first."""
+        `resume`, a session whose connection is down is resumed first.
+        Returns the last connection."""
         end = _deadline(wait_s)
         got_b = self._barrier_lock.acquire(timeout=_left(end))
         got_r = got_b and self._reconnect_lock.acquire(timeout=_left(end))
@@ -817,7 +815,10 @@ class Client:
                         self._roundtrip("QUIT", limit=quit_limit)
                     except Error:
                         pass
+            with self._state:
+                conn = self._conn
             self._mark_closed(message)
+            return conn
         finally:
             if got_r:
                 self._reconnect_lock.release()
@@ -1025,7 +1026,7 @@ class Client:
         is untagged or the command never is (`probe`: tagged, and an
         untagged answer taken too). Returns (pending, conn, monotonic send
         time); a failed send drops the connection (p then has the error)."""
-        p = _Pending(line)
+        p = _Pending()
         me = threading.current_thread()
         with self._state:
             while True:
