@@ -378,11 +378,14 @@ def test_daemon_killed_with_requests_in_flight(h, res):
 # ---- the wire, against scripted daemons ------------------------------------
 
 class LineDaemon:
-    """One connection; script(line, send) answers each line (send writes
-    a line), from the reading thread."""
+    """One connection. HELLO, QUIT and the client's tag probe are answered
+    here (the probe untagged, as an older daemon does, with tags=False);
+    script(tag, request, send) answers the rest (tag None for an untagged
+    line; send writes a line), from the reading thread."""
 
-    def __init__(self, script):
+    def __init__(self, script, tags=True):
         self.script = script
+        self.tags = tags
         self.requests = []
         self.srv = socket.socket()
         self.srv.bind(("127.0.0.1", 0))
@@ -397,13 +400,30 @@ class LineDaemon:
         with self.lock:
             self.conn.sendall(line.encode() + b"\n")
 
+    def _answer(self, line):
+        if line.startswith("HELLO"):
+            self.send("OK proto=1 session=s1 server=redlockd/9 nodes=1 "
+                      "quorum=1")
+        elif line == "QUIT":
+            self.send("OK bye")
+        elif not line.startswith("#"):
+            self.script(None, line, self.send)
+        elif not self.tags:
+            self.send("ERR UNKNOWN unknown command")
+        else:
+            tag, _, rest = line.partition(" ")
+            if rest == "PING":
+                self.send(f"{tag} PONG")
+            else:
+                self.script(tag, rest, self.send)
+
     def _run(self):
         try:
             self.conn, _ = self.srv.accept()
             for raw in self.conn.makefile("rb"):
                 line = raw.decode().rstrip("\n")
                 self.requests.append(line)
-                self.script(line, self.send)
+                self._answer(line)
         except OSError:
             pass
 
@@ -418,25 +438,15 @@ class LineDaemon:
         self.thread.join(3)
 
 
-HELLO = "OK proto=1 session=s1 server=redlockd/9 nodes=1 quorum=1"
-
-
 def test_wire_replies_matched_by_tag():
     """A daemon that holds the replies to three PINGs and sends them in
     reverse order: each thread gets its own word. The lines are tagged
     (one tag each), HELLO and QUIT are not."""
     held = []
 
-    def script(line, send):
-        tag, _, rest = line.partition(" ")
-        if line.startswith("HELLO"):
-            send(HELLO)
-        elif line == "QUIT":
-            send("OK bye")
-        elif rest == "PING":                    # the client's probe
-            send(f"{tag} PONG")
-        elif rest.startswith("PING "):
-            held.append((tag, rest.split()[1]))
+    def script(tag, request, send):
+        if request.startswith("PING "):
+            held.append((tag, request.split()[1]))
             if len(held) == 3:
                 for t, w in reversed(held):
                     send(f"{t} PONG {w}")
@@ -466,30 +476,21 @@ def test_wire_daemon_without_tags():
     gets untagged requests, one at a time, and the client works."""
     state = {"busy": False, "overlap": False}
 
-    def script(line, send):
-        if line.startswith("#"):
-            send("ERR UNKNOWN unknown command")
-            return
+    def script(tag, request, send):
         if state["busy"]:
             state["overlap"] = True
-        if line.startswith("HELLO"):
-            send(HELLO)
-        elif line == "QUIT":
-            send("OK bye")
-        elif line.startswith("PING"):
+        if request.startswith("PING "):
             state["busy"] = True
-            word = line.split()[1]
+            word = request.split()[1]
 
             def later():
                 time.sleep(0.05)
                 state["busy"] = False
                 send(f"PONG {word}")
             threading.Thread(target=later, daemon=True).start()
-        elif line == "LOCKS":
-            send("OK " + json.dumps({"session": "s1", "locks": []}))
         else:
             send("ERR UNKNOWN ?")
-    d = LineDaemon(script)
+    d = LineDaemon(script, tags=False)
     try:
         with redlockd.Client(d.server, timeout=3) as c:
             run = Runner()
@@ -512,20 +513,13 @@ def test_wire_locks_reply_does_not_lose_a_lease_being_released():
     token = "0123456789abcdef0123456789abcdef"
     pending = []
 
-    def script(line, send):
-        tag, _, rest = line.partition(" ")
-        if line.startswith("HELLO"):
-            send(HELLO)
-        elif line == "QUIT":
-            send("OK bye")
-        elif rest == "PING":
-            send(f"{tag} PONG")
-        elif rest.startswith("LOCK "):
+    def script(tag, request, send):
+        if request.startswith("LOCK "):
             send(f"{tag} OK resource=r token={token} fence=3 ttl=30000 "
                  "validity=29000")
-        elif rest == "LOCKS":
+        elif request == "LOCKS":
             pending.append(tag)                 # answered after the UNLOCK
-        elif rest == "UNLOCK r":
+        elif request == "UNLOCK r":
             send(f"{pending.pop()} OK " +
                  json.dumps({"session": "s1", "locks": []}))
             time.sleep(0.2)
