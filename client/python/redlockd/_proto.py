@@ -98,6 +98,27 @@ def millis(value, what):
     return str(value)
 
 
+# The commands whose order among one session's requests the daemon keeps
+# by resource: every name they give, or the first.
+_NAMES_ALL = frozenset(("LOCK", "UNLOCK", "ADOPT"))
+_NAMES_FIRST = frozenset(("EXTEND", "STATUS", "FORCEUNLOCK"))
+
+
+def resources_named(line):
+    """The resources a request line names (its words without ``=``), for
+    the commands that name some; () for the others."""
+    words = line.split()
+    if not words:
+        return ()
+    cmd = words[0].upper()
+    names = tuple(w for w in words[1:] if "=" not in w)
+    if cmd in _NAMES_ALL:
+        return names
+    if cmd in _NAMES_FIRST:
+        return names[:1]
+    return ()
+
+
 def split_reply(line):
     """``("OK", rest)``, ``("PONG", rest)`` or raise the ERR's exception.
 

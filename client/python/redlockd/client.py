@@ -2,19 +2,49 @@
 
 Threads of a Client
 -------------------
-- The caller's threads send requests. One request is on the connection at a
-  time (``_req_lock``): a thread sends its line and waits for its reply
-  before the next thread may send. A ``lock(..., wait=W)`` therefore holds
-  the connection for up to W ms; use one Client per thread that waits long.
+- Threads share one Client, one session and one connection, with many
+  requests in flight. Every request but HELLO, AUTH and QUIT goes out
+  tagged (``#<tag> LOCK x``, the tag a counter of the connection): a thread
+  writes its line (one ``sendall`` under the connection's write lock) and
+  waits for the reply carrying its tag, which the daemon sends when that
+  request finishes, in any order. So a ``lock(..., wait=W)`` holds up only
+  its own thread (and the calls naming the same resource, next).
+- Calls of one Client naming the same resource (LOCK, UNLOCK, EXTEND,
+  STATUS, FORCEUNLOCK; ``command()`` of those) take turns in the client,
+  first come first served (``_turn``): one is sent once the one before it
+  is answered. The daemon would keep that order too, but would start the
+  later request's reply clock while it still waits. A lock the Client
+  holds answers another ``lock()`` of it with Held: locks belong to the
+  session, whichever thread took them.
+- At most ``max_inflight`` requests are in flight (the daemon's
+  ``limits.max_inflight``, 1024 by default, stops reading beyond); more
+  wait in the client. The last place is kept for the background thread,
+  whose LOCKS and ADOPTs thus never wait behind the callers' waits.
+- HELLO, AUTH and QUIT are untagged and sent alone: at (re)connection
+  before anything else, and by ``auth()`` and ``close()`` once the
+  requests in flight are answered (``_drain``; new ones wait meanwhile), as
+  the daemon runs an untagged request alone anyway.
+- After HELLO a ``#<tag> PING`` asks whether the daemon knows tags; one
+  that answers it untagged (an older daemon) is used the old way: one
+  request at a time, untagged, replies in order.
 - One reader thread per connection reads every line the daemon sends.
   ``EVENT`` lines are handled at once (``EVENT LOST`` marks the lease lost,
-  ``EVENT CLOSING`` records the reason) and never taken for replies; any
-  other line is the reply to the request in flight. So ``lease.lost`` turns
+  ``EVENT CLOSING`` records the reason) and never taken for replies; a
+  tagged line is the reply to the request with that tag, an untagged one
+  the reply to the untagged request in flight. So ``lease.lost`` turns
   True when the event arrives, even while the program makes no calls.
 - The background thread keeps every lease's deadline current: it sends
-  ``LOCKS`` (as a normal request, in turn with the others) at least every
-  ttl/3 of each held lease and sets each deadline from the reply. It also
-  reconnects after a lost connection (below).
+  ``LOCKS`` at least every ttl/3 of each held lease and sets each deadline
+  from the reply. It also retries ADOPTs and reconnects after a lost
+  connection (below). One thread at a time reconnects
+  (``_reconnect_lock``); until the connection is ready again, requests
+  wait for it (up to ``timeout``).
+- A lost connection fails every request in flight on it with
+  ConnectionClosed (the one whose reply did not come in time: IOTimeout),
+  as it failed the one request before tags.
+- A LOCKS reply neither confirms nor loses a lease that had an EXTEND,
+  UNLOCK or ADOPT in flight when it was sent, or sent after it: the
+  daemon may have run those in either order (``Lease._ops``/``_seq``).
 
 Deadlines
 ---------
@@ -56,6 +86,7 @@ client certificate. Reconnection, resume and ADOPT work as over TCP.
 
 import atexit
 import collections
+import contextlib
 import os
 import re
 import socket
@@ -74,6 +105,12 @@ from .errors import (Arg, Auth, ConnectionClosed, Error, Held, IOTimeout,
 __all__ = ["Client", "Lease"]
 
 SERVER_ENV = "REDLOCKD_SERVER"
+
+# Requests in flight on one connection (the daemon's default
+# limits.max_inflight).
+MAX_INFLIGHT = 1024
+# Never tagged (the daemon refuses a tag on them).
+_UNTAGGED = frozenset(("HELLO", "AUTH", "QUIT"))
 
 # Reconnection: the first try at once, then after these delays, doubling.
 RECONNECT_MIN_S = 0.05
@@ -103,12 +140,25 @@ def _close_at_exit():
 class _Pending:
     """One request waiting for its reply line (or for an error)."""
 
-    __slots__ = ("done", "line", "error")
+    __slots__ = ("done", "line", "error", "tag", "size", "tagged_reply")
 
     def __init__(self):
         self.done = threading.Event()
-        self.line = None
+        self.line = None        # the reply, without its tag
         self.error = None
+        self.tag = None
+        self.size = 0           # bytes on the wire, tag and LF included
+        self.tagged_reply = False
+
+
+class _Turn:
+    """A call's place in the queue of each resource it names."""
+
+    __slots__ = ("resources", "go")
+
+    def __init__(self, resources):
+        self.resources = resources
+        self.go = threading.Event()
 
 
 class _Conn:
@@ -119,7 +169,14 @@ class _Conn:
         self.sock = sock
         self.index = index
         self.server = server
-        self.pending = collections.deque()
+        self.tags = {}                  # tag -> _Pending
+        self.untagged = collections.deque()     # _Pending, in order sent
+        self.inflight = 0
+        self.next_tag = 0
+        self.tagged = False             # the daemon knows tags (probed)
+        self.session_gen = None         # Client._session_gen at its HELLO
+        self.wlock = threading.Lock()   # one line at a time; the fd's life
+        self.sock_closed = False
         self.dead = False
         self.message = None
         self.closing_reason = None
@@ -161,6 +218,8 @@ class Lease:
         self._lost_reason = None
         self._released = False
         self._needs_adopt = False   # its session is gone: ADOPT it
+        self._ops = 0               # its EXTEND/UNLOCK/ADOPT in flight
+        self._seq = 0               # bumped as each of them starts
 
     # ---- state (all under the client's _state lock) ----
 
@@ -197,8 +256,9 @@ class Lease:
             self.ttl = ttl
 
     def _refresh_due(self):
-        if self._lost_reason is not None or self._released or self._needs_adopt:
-            return None
+        if (self._lost_reason is not None or self._released or
+                self._needs_adopt or self._ops):
+            return None     # (an op in flight confirms it or ends it)
         return self._refreshed_at + self.ttl / 3000.0
 
     def _state_locked(self):
@@ -349,9 +409,10 @@ class Client:
     with ``user`` as ``AUTH <user> <password>``, logging in as that user of
     the daemon's ``auth.users`` (which may then touch only resources within
     its prefixes: others raise :class:`Denied`).
-    ``timeout`` (seconds, None for none) bounds connecting and each reply; a
-    LOCK's reply may take ``wait`` longer. A reply that does not come in
-    time raises :class:`IOTimeout` and drops the connection.
+    ``timeout`` (seconds, None for none) bounds connecting and each reply,
+    from the moment its request is sent; a LOCK's reply may take ``wait``
+    longer. A reply that does not come in time raises :class:`IOTimeout`
+    and drops the connection.
 
     TLS, for ``tls://`` servers (parameters named as libredlockd's
     options): ``tls_ca_file`` a PEM file of the CAs to trust (default
@@ -377,16 +438,24 @@ class Client:
     long the daemon keeps the session's leases after the connection ends
     without QUIT, waiting for a resume. A daemon that refuses ``detach=``
     (ERR ARG) is used without.
+    ``max_inflight`` (default 1024, at least 1): at most this many requests
+    in flight on the connection at once, the last place kept for the
+    background refresh; more wait in the client. Keep it at or below the
+    daemon's ``limits.max_inflight``.
 
-    Safe to share between threads: one request is on the connection at a
-    time. A context manager: leaving the block closes the session (QUIT),
-    which releases every lock still held.
+    Safe to share between threads, and meant to be: their requests are in
+    flight together on the one connection (tagged), each thread waiting for
+    its own reply, and calls naming the same resource take turns, first
+    come first served (see the module's docstring). A context manager:
+    leaving the block closes the session (QUIT), which releases every lock
+    still held.
     """
 
     def __init__(self, server=None, name=None, password=None, timeout=5.0, *,
                  servers=None, detach_ms=30000, reconnect=True,
                  tls_ca_file=None, tls_cert_file=None, tls_key_file=None,
-                 tls_server_name=None, tls_context=None, user=None):
+                 tls_server_name=None, tls_context=None, user=None,
+                 max_inflight=MAX_INFLIGHT):
         if server is not None and servers is not None:
             raise ValueError("give server or servers, not both")
         spec = servers if servers is not None else server
@@ -407,6 +476,11 @@ class Client:
                                 "or None")
             if detach_ms < 0:
                 raise ValueError("detach_ms must not be negative")
+        if isinstance(max_inflight, bool) or not isinstance(max_inflight, int):
+            raise TypeError("max_inflight must be an int")
+        if max_inflight < 1:
+            raise ValueError("max_inflight must be at least 1")
+        self.max_inflight = max_inflight
         self._auto = bool(reconnect)
         self.detach_ms = (detach_ms or None) if self._auto else None
         if name is not None:
@@ -425,10 +499,21 @@ class Client:
         self.quorum = None
         self.reconnects = 0
         self.last_reconnect = None
-        self._req_lock = threading.Lock()
-        self._state = threading.Condition()
+        # One mutex for the client's state; _state is signalled when the
+        # connection, a lease or a LOCK's outcome changes, _slots when a
+        # request leaves the connection (or a drain ends).
+        self._mutex = threading.RLock()
+        self._state = threading.Condition(self._mutex)
+        self._slots = threading.Condition(self._mutex)
+        self._reconnect_lock = threading.RLock()  # one reconnection at a time
+        self._adopt_lock = threading.Lock()       # one ADOPT round at a time
+        self._barrier_lock = threading.Lock()     # one untagged request
+        self._drainer = None          # the thread sending one, or None
+        self._turns = {}              # resource -> deque of _Turn
+        self._locking = collections.Counter()   # resource -> LOCKs unsettled
+        self._session_gen = 0         # bumped at each new session
+        self._local = threading.local()     # .conn: of this thread's request
         self._conn = None
-        self._rt_conn = None          # the conn of the last _roundtrip
         self._graveyard = []          # dead conns whose sockets to close
         self._ready = False
         self._started = False
@@ -446,7 +531,7 @@ class Client:
         self._background = None
         self._pid = os.getpid()
         try:
-            with self._req_lock:
+            with self._reconnect_lock:
                 self._first_connect()
         except BaseException:
             self.close()
@@ -525,7 +610,7 @@ class Client:
 
     def _open(self, index, timeout):
         """Connect to server `index` and make it the current connection (not
-        ready yet). Caller holds _req_lock (or is the constructor)."""
+        ready yet). Caller holds _reconnect_lock."""
         self._bury()
         sock = self._connect(index, timeout)
         conn = _Conn(sock, index, self.servers[index])
@@ -538,7 +623,9 @@ class Client:
             self._index = index
             self._closing_reason = None
             self._shutdown_seen = False
-            self._early_lost.clear()
+            # (An event for a LOCK whose reply is being handled stays.)
+            for r in [r for r in self._early_lost if r not in self._locking]:
+                del self._early_lost[r]
         conn.reader = threading.Thread(target=self._read_loop, args=(conn,),
                                        daemon=True,
                                        name=f"redlockd-reader {conn.server}")
@@ -546,14 +633,23 @@ class Client:
         return conn
 
     def _bury(self):
-        """Close the sockets of dead connections whose reader has ended (so
-        no thread can be using the descriptor)."""
+        """Close the sockets of dead connections whose reader has ended."""
         with self._state:
             done = [c for c in self._graveyard if c.reader_done]
             self._graveyard = [c for c in self._graveyard if not c.reader_done]
         for c in done:
+            self._close_sock(c)
+
+    @staticmethod
+    def _close_sock(conn):
+        """Close the socket under its write lock, so that no sender is
+        writing to the descriptor (or to another socket given its number)."""
+        with conn.wlock:
+            if conn.sock_closed:
+                return
+            conn.sock_closed = True
             try:
-                c.sock.close()
+                conn.sock.close()
             except OSError:
                 pass
 
@@ -570,6 +666,9 @@ class Client:
                 raise ProtocolError("HELLO resume= answered for another "
                                     "session")
             self._hello_fields(f)
+            conn.tagged = self._probe_tags(conn, limit)
+            with self._state:
+                conn.session_gen = self._session_gen
             return
         detach = self.detach_ms if self._auto else None
         f = None
@@ -591,12 +690,28 @@ class Client:
             self.session = f.get("session")
             self._secret = secret
             self._session_index = conn.index
+            self._session_gen += 1
+            conn.session_gen = self._session_gen
             # The old session is left behind: its leases are to be adopted
             # by this one.
             for lease in set(self._leases.values()):
                 if lease._alive(now):
                     lease._needs_adopt = True
         self._hello_fields(f)
+        conn.tagged = self._probe_tags(conn, limit)
+
+    def _probe_tags(self, conn, limit):
+        """Does the daemon know tagged requests? ``#<tag> PING`` answered
+        ``#<tag> PONG``: yes; answered untagged (an older daemon's ERR):
+        no, and the connection carries one request at a time."""
+        p, conn, _ = self._send("PING", conn=conn, urgent=True, probe=True)
+        line = self._wait_reply(p, conn, "PING", limit)
+        if not p.tagged_reply:
+            return False
+        if line != "PONG":
+            self._drop(conn, f"expected PONG, got {line!r}")
+            raise ProtocolError(f"expected PONG, got {line!r}")
+        return True
 
     def _hello_fields(self, f):
         self.server_version = f.get("server")
@@ -651,34 +766,12 @@ class Client:
 
     def close(self):
         """QUIT and close. The daemon releases every lock of the session.
-        If the connection is down, one resume of the session is tried
-        first (within `timeout`) so that the QUIT can release its leases.
-        Idempotent."""
-        got = self._req_lock.acquire(
-            timeout=-1 if self.timeout is None else self.timeout)
-        try:
-            if got and self._started and not self.closed:
-                with self._state:
-                    ready = self._ready
-                    busy = any(not l._released for l in self._leases.values())
-                if not ready and self._auto and busy:
-                    try:
-                        self._attempt(resume_only=True)
-                    except Error:
-                        pass
-                with self._state:
-                    ready = self._ready
-                if ready:
-                    try:
-                        self._roundtrip("QUIT")
-                    except Error:
-                        pass
-        finally:
-            if got:
-                self._req_lock.release()
-        with self._state:
-            conn = self._conn
-        self._mark_closed("closed by the client")
+        The QUIT waits (within `timeout`) for the requests in flight to be
+        answered; if the connection is down, one resume of the session is
+        tried first (within `timeout`) so that the QUIT can release its
+        leases. Idempotent."""
+        conn = self._close_session(self.timeout, True, None,
+                                   "closed by the client")
         _open_clients.discard(self)
         me = threading.current_thread()
         if conn is not None and conn.reader is not None and me is not conn.reader:
@@ -686,29 +779,52 @@ class Client:
         if self._background is not None and me is not self._background:
             self._background.join(5.0)
         if conn is not None:
-            try:
-                conn.sock.close()
-            except OSError:
-                pass
+            self._close_sock(conn)
         self._bury()
 
     def _exit_close(self):
         """close() for the interpreter's exit: QUIT only if the connection
-        is free and up now, waiting at most a second for either. Not in a
+        is up and its requests in flight answered within a second. Not in a
         forked child: the session is its parent's."""
         if os.getpid() != self._pid:
             return
-        got = self._req_lock.acquire(timeout=1.0)
+        self._close_session(1.0, False, 1.0, "closed at the interpreter's exit")
+
+    def _close_session(self, wait_s, resume, quit_limit, message):
+        """QUIT, then closed for good. QUIT is untagged: it goes alone,
+        after the requests in flight are answered; waiting for them (and
+        for a reconnection under way) takes at most `wait_s` seconds
+        (None: no limit), else the connection is closed without it. With
+        `resume`, a session whose connection is down is resumed first.
+        Returns the last connection."""
+        end = _deadline(wait_s)
+        got_b = self._barrier_lock.acquire(timeout=_left(end))
+        got_r = got_b and self._reconnect_lock.acquire(timeout=_left(end))
         try:
-            if got and self.connected:
-                try:
-                    self._roundtrip("QUIT", limit=1.0)
-                except Error:
-                    pass
+            if got_r and self._started and not self.closed:
+                with self._state:
+                    ready = self._ready
+                    busy = any(not l._released for l in self._leases.values())
+                if resume and not ready and self._auto and busy:
+                    try:
+                        self._attempt(resume_only=True)
+                    except Error:
+                        pass
+                if self.connected and self._drain(end):
+                    try:
+                        self._roundtrip("QUIT", limit=quit_limit)
+                    except Error:
+                        pass
+            with self._state:
+                conn = self._conn
+            self._mark_closed(message)
+            return conn
         finally:
-            if got:
-                self._req_lock.release()
-        self._mark_closed("closed at the interpreter's exit")
+            if got_r:
+                self._reconnect_lock.release()
+            if got_b:
+                self._undrain()
+                self._barrier_lock.release()
 
     def __enter__(self):
         return self
@@ -743,7 +859,7 @@ class Client:
         return ConnectionClosed(msg, reason)
 
     def _mark_closed(self, message):
-        """Closed for good: fail the waiting request, lose every lease."""
+        """Closed for good: fail the requests in flight, lose every lease."""
         with self._state:
             if not self._closed:
                 self._closed = True
@@ -752,6 +868,7 @@ class Client:
                     lease._lose("closed")
             conn = self._conn
             self._state.notify_all()
+            self._slots.notify_all()
         if conn is not None:
             self._drop(conn, message)
 
@@ -763,10 +880,13 @@ class Client:
             conn.dead = True
             conn.message = message
             err = self._conn_error(conn)
-            while conn.pending:
-                p = conn.pending.popleft()
+            for p in {id(p): p for p in [*conn.tags.values(),
+                                         *conn.untagged]}.values():
                 p.error = err
                 p.done.set()
+            conn.tags.clear()
+            conn.untagged.clear()
+            conn.inflight = 0
             self._graveyard.append(conn)
             if self._conn is conn:
                 self._conn = None
@@ -783,6 +903,7 @@ class Client:
                         for lease in set(self._leases.values()):
                             lease._lose("closed")
             self._state.notify_all()
+            self._slots.notify_all()
         try:
             conn.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -814,21 +935,56 @@ class Client:
         self._drop(conn, message)
         with self._state:
             conn.reader_done = True
-        # Close the socket now if no request can be sending on it.
-        if self._req_lock.acquire(blocking=False):
-            try:
-                self._bury()
-            finally:
-                self._req_lock.release()
+        self._bury()
 
     def _on_reply(self, conn, line):
+        """Hand a reply line to its request: a tagged one by its tag, an
+        untagged one to the untagged request in flight. False for a line
+        no request is waiting for."""
         with self._state:
-            if not conn.pending:
-                return False
-            p = conn.pending.popleft()
-            p.line = line
+            if line.startswith("#"):
+                tag, sep, rest = line[1:].partition(" ")
+                p = conn.tags.get(tag)
+                if p is None or not sep:
+                    return False
+                p.tagged_reply = True
+            elif conn.untagged:
+                p, rest = conn.untagged[0], line
+            else:
+                p, rest = self._untagged_answer(conn, line), line
+                if p is None:
+                    return False
+            self._settle(conn, p)
+            p.line = rest
             p.done.set()
             return True
+
+    @staticmethod
+    def _untagged_answer(conn, line):
+        """The tagged request an untagged line answers: only ERR TOOLONG
+        comes so (the daemon could not read the tag of a line over its
+        max_line, and closes the connection after it): the first request
+        sent that was longer than the limit it names, else the longest."""
+        if not line.startswith("ERR TOOLONG") or not conn.tags:
+            return None
+        m = re.search(r"longer than ([0-9]+) bytes", line)
+        ps = list(conn.tags.values())       # in the order sent
+        if m is not None:
+            over = [p for p in ps if p.size - 1 > int(m.group(1))]
+            if over:
+                return over[0]
+        return max(ps, key=lambda p: p.size)
+
+    def _settle(self, conn, p):
+        """p leaves the connection (answered). Caller holds _state."""
+        if p.tag is not None:
+            conn.tags.pop(p.tag, None)
+        try:
+            conn.untagged.remove(p)
+        except ValueError:
+            pass
+        conn.inflight -= 1
+        self._slots.notify_all()
 
     def _on_event(self, conn, line):
         name, f = _proto.event(line)
@@ -862,45 +1018,94 @@ class Client:
 
     # ---- requests ----
 
-    def _roundtrip(self, line, wait_s=0.0, limit=None, conn=None):
-        """Send one line on `conn` (the current connection by default),
-        wait for its reply. Caller holds _req_lock. Returns (monotonic send
-        time, reply line). `limit` replaces timeout + wait_s."""
-        data = line.encode("utf-8") + b"\n"
+    def _send(self, line, conn=None, urgent=False, probe=False):
+        """Put one request on `conn` (default: the current connection,
+        which must be ready; then a drain by another thread holds it back).
+        Waits for a place among the requests in flight (`urgent`: also the
+        one kept for the background thread). Tagged unless the connection
+        is untagged or the command never is (`probe`: tagged, and an
+        untagged answer taken too). Returns (pending, conn, monotonic send
+        time); a failed send drops the connection (p then has the error)."""
         p = _Pending()
+        me = threading.current_thread()
         with self._state:
-            if conn is None:
-                conn = self._conn
-                if conn is None or not self._ready:
-                    if self._closed or not self._auto:
-                        raise self._closed_error()
-                    raise ConnectionClosed(
-                        f"not connected ({self._close_message})",
-                        self._closing_reason)
-            if conn.dead:
-                raise self._conn_error(conn)
-            conn.pending.append(p)
-            self._rt_conn = conn
-        t_send = time.monotonic()
-        try:
-            conn.sock.sendall(data)
-        except OSError as e:
-            self._drop(conn, f"send failed: {e}")
-        if limit is None and self.timeout is not None:
-            limit = self.timeout + wait_s
+            while True:
+                c = conn
+                if c is None:
+                    c = self._conn
+                    if self._closed or c is None or not self._ready:
+                        if self._closed or not self._auto:
+                            raise self._closed_error()
+                        raise ConnectionClosed(
+                            f"not connected ({self._close_message})",
+                            self._closing_reason)
+                if c.dead:
+                    raise self._conn_error(c)
+                held = conn is None and self._drainer not in (None, me)
+                if not held and c.inflight < self._room(c, urgent):
+                    break
+                self._slots.wait()
+            c.inflight += 1
+            untagged = _untagged(line)
+            if probe or (c.tagged and not untagged):
+                c.next_tag += 1
+                p.tag = str(c.next_tag)
+                c.tags[p.tag] = p
+            if probe or p.tag is None:
+                c.untagged.append(p)
+            self._local.conn = c
+        data = (line if p.tag is None else f"#{p.tag} {line}").encode() + b"\n"
+        p.size = len(data)
+        failed = None
+        with c.wlock:
+            t_send = time.monotonic()
+            if not c.sock_closed:       # (else dropped: p has its error)
+                try:
+                    c.sock.sendall(data)
+                except OSError as e:
+                    failed = e
+        if failed is not None:
+            self._drop(c, f"send failed: {failed}")
+        return p, c, t_send
+
+    def _room(self, conn, urgent):
+        """How many requests may be in flight on conn for this sender."""
+        if not conn.tagged:
+            return 1
+        if urgent or self.max_inflight == 1:
+            return self.max_inflight
+        return self.max_inflight - 1
+
+    def _wait_reply(self, p, conn, line, limit):
+        """p's reply line; IOTimeout (and the connection dropped) when it
+        does not come within `limit` seconds (None: no limit)."""
         if not p.done.wait(limit):
             self._drop(conn, f"no reply within {limit:.3g} s")
             raise IOTimeout(f"no reply from {conn.server} within {limit:.3g} s "
                             f"to {line.split()[0]}; connection closed")
         if p.error is not None:
             raise p.error
-        return t_send, p.line
+        return p.line
 
-    def _request(self, line, wait_s=0.0, retry=False):
-        """One request, reconnecting first if need be. With `retry` (for
+    def _roundtrip(self, line, wait_s=0.0, limit=None, conn=None,
+                   urgent=False):
+        """Send one line on `conn` (the current connection by default),
+        wait for its reply. Returns (monotonic send time, reply line).
+        `limit` replaces timeout + wait_s."""
+        p, conn, t_send = self._send(line, conn, urgent)
+        if limit is None and self.timeout is not None:
+            limit = self.timeout + wait_s
+        return t_send, self._wait_reply(p, conn, line, limit)
+
+    def _request(self, line, wait_s=0.0, retry=False, resources=()):
+        """One request, in its turn among the calls naming the same
+        `resources`, reconnecting first if need be. With `retry` (for
         requests that change nothing) it is sent again, once, if the
-        connection was lost under it."""
-        with self._req_lock:
+        connection was lost under it. HELLO, AUTH and QUIT go alone
+        (_untagged_request)."""
+        if _untagged(line):
+            return self._untagged_request(line)
+        with self._turn(resources):
             self._ensure_ready()
             try:
                 return self._roundtrip(line, wait_s)
@@ -912,21 +1117,92 @@ class Client:
             self._ensure_ready()
             return self._roundtrip(line, wait_s)
 
+    def _untagged_request(self, line):
+        """An untagged request (AUTH, and HELLO or QUIT by command()): sent
+        once the requests in flight are answered, new ones waiting until
+        its reply is in (the daemon runs it alone anyway; waiting here
+        starts its reply clock when it can run)."""
+        with self._barrier_lock:
+            try:
+                self._ensure_ready()
+                self._drain(None)
+                return self._roundtrip(line)
+            finally:
+                self._undrain()
+
+    def _drain(self, end):
+        """Hold back new requests and wait until the current connection has
+        none in flight; False if monotonic `end` (None: never) came first.
+        Caller holds _barrier_lock, and calls _undrain after."""
+        with self._state:
+            self._drainer = threading.current_thread()
+            while True:
+                c = self._conn
+                if c is None or c.dead or c.inflight == 0:
+                    return True
+                left = _left(end)
+                if left == 0:
+                    return False
+                self._slots.wait(None if left < 0 else left)
+
+    def _undrain(self):
+        with self._state:
+            if self._drainer is threading.current_thread():
+                self._drainer = None
+                self._slots.notify_all()
+
+    @contextlib.contextmanager
+    def _turn(self, resources):
+        """The calls of this Client naming one resource take turns, first
+        come first served: this one goes on once every call before it that
+        names any of `resources` is done. (No deadlock: a call joins the
+        queues of all its resources at once, so they all agree on order.)"""
+        if not resources:
+            yield
+            return
+        t = _Turn(frozenset(resources))
+        with self._state:
+            for r in t.resources:
+                self._turns.setdefault(r, collections.deque()).append(t)
+            if self._first_everywhere(t):
+                t.go.set()
+        try:
+            t.go.wait()
+            yield
+        finally:
+            with self._state:
+                heads = []
+                for r in t.resources:
+                    q = self._turns[r]
+                    q.remove(t)
+                    if q:
+                        heads.append(q[0])
+                    else:
+                        del self._turns[r]
+                for h in heads:
+                    if self._first_everywhere(h):
+                        h.go.set()
+
+    def _first_everywhere(self, t):
+        return all(self._turns[r][0] is t for r in t.resources)
+
     def _trusted(self, parse, *args):
         """parse(*args); a ProtocolError also drops the connection (what
         comes after a reply we could not read cannot be trusted)."""
         try:
             return parse(*args)
         except ProtocolError as e:
-            if self._rt_conn is not None:
-                self._drop(self._rt_conn, str(e))
+            conn = getattr(self._local, "conn", None)
+            if conn is not None:
+                self._drop(conn, str(e))
             raise
 
     def _expect(self, want, line):
         head, rest = self._trusted(_proto.split_reply, line)
         if head != want:
-            if self._rt_conn is not None:
-                self._drop(self._rt_conn, f"expected {want}, got {line!r}")
+            conn = getattr(self._local, "conn", None)
+            if conn is not None:
+                self._drop(conn, f"expected {want}, got {line!r}")
             raise ProtocolError(f"expected {want}, got {line!r}")
         return rest
 
@@ -940,11 +1216,16 @@ class Client:
 
     def command(self, *words):
         """Send one raw request (words joined by spaces); return the text
-        after ``OK``/``PONG``. Raises the ERR's exception."""
+        after ``OK``/``PONG``. Raises the ERR's exception. It takes its
+        turn with the calls naming the same resources; HELLO, AUTH and QUIT
+        go untagged, alone."""
         for w in words:
             if not isinstance(w, str) or any(c in "\r\n" for c in w):
                 raise ValueError(f"bad request word {w!r}")
-        _, line = self._request(" ".join(words))
+        line = " ".join(words)
+        if not line.split():
+            raise ValueError("no request word")
+        _, line = self._request(line, resources=_proto.resources_named(line))
         return self._trusted(_proto.split_reply, line)[1]
 
     def ping(self, word=None):
@@ -976,7 +1257,7 @@ class Client:
         RuntimeError with reconnect=False."""
         if not self._auto:
             raise RuntimeError("this Client was made with reconnect=False")
-        with self._req_lock:
+        with self._reconnect_lock:
             with self._state:
                 if self._closed:
                     raise self._closed_error()
@@ -989,8 +1270,8 @@ class Client:
             return self.last_reconnect
 
     def _ensure_ready(self):
-        """Caller holds _req_lock. Returns once a connection is ready;
-        reconnects (with backoff) for up to `timeout` if none is."""
+        """Returns once a connection is ready; reconnects (with backoff) for
+        up to `timeout` if none is, or waits for the thread that does."""
         end = None
         while True:
             with self._state:
@@ -1008,14 +1289,23 @@ class Client:
                         raise self._unreachable()
                     self._state.wait(wait)
                     continue
+            if not self._reconnect_lock.acquire(timeout=_left(end)):
+                with self._state:
+                    raise self._unreachable()
             try:
-                self._attempt()
-                return
-            except Error as e:
-                if isinstance(e, Auth):
-                    raise
-                if time.monotonic() >= end:
-                    raise self._unreachable() from e
+                with self._state:
+                    if self._ready or self._closed:
+                        continue        # another thread did it meanwhile
+                try:
+                    self._attempt()
+                    return
+                except Error as e:
+                    if isinstance(e, Auth):
+                        raise
+                    if time.monotonic() >= end:
+                        raise self._unreachable() from e
+            finally:
+                self._reconnect_lock.release()
 
     def _unreachable(self):
         err = self._last_error
@@ -1038,8 +1328,8 @@ class Client:
         return lim if self.timeout is None else min(self.timeout, lim)
 
     def _attempt(self, resume_only=False):
-        """One pass over the servers. Caller holds _req_lock and there is no
-        ready connection. Returns "resumed" or "new"; raises the last
+        """One pass over the servers. Caller holds _reconnect_lock and there
+        is no ready connection. Returns "resumed" or "new"; raises the last
         server's error (and backs off) when none would do."""
         with self._state:
             if self._conn is not None:
@@ -1118,24 +1408,37 @@ class Client:
         limit = self._reply_limit()
         conn = self._open(index, limit)
         self._hello_on(conn, limit, resume=True)
-        with self._state:
-            snapshot = [l for l in set(self._leases.values())
-                        if not l._needs_adopt]
-        t_send, line = self._roundtrip("LOCKS", limit=limit, conn=conn)
+        snapshot = self._snapshot()
+        t_send, line = self._roundtrip("LOCKS", limit=limit, conn=conn,
+                                       urgent=True)
         body = self._json(line)
         self._apply_locks(body, snapshot, t_send)
-        with self._state:
-            orphans = [e["resource"] for e in body.get("locks") or []
-                       if isinstance(e, dict) and
-                       isinstance(e.get("resource"), str) and
-                       e["resource"] not in self._leases]
-        for r in orphans:       # a LOCK whose reply the lost connection ate
-            try:
+        for r in self._orphans(body, limit):
+            try:                # a LOCK whose reply the lost connection ate
                 self._ok(self._roundtrip("UNLOCK " + r, limit=limit,
-                                         conn=conn)[1])
+                                         conn=conn, urgent=True)[1])
             except RedlockdError:
                 pass
         self._adopt_pending(conn)
+
+    def _orphans(self, body, limit):
+        """The resources LOCKS lists that no lease knows. A LOCK of one of
+        them whose reply came on the lost connection may still be on its
+        way to its lease (its thread parses it): that is waited for (at
+        most `limit`), so that no lock a caller is about to get is
+        unlocked."""
+        listed = {e["resource"] for e in body.get("locks") or []
+                  if isinstance(e, dict) and isinstance(e.get("resource"), str)}
+        end = _deadline(limit)
+        with self._state:
+            while True:
+                unknown = listed - self._leases.keys()
+                if not unknown & self._locking.keys():
+                    return sorted(unknown)
+                left = _left(end)
+                if left == 0:
+                    return sorted(unknown - self._locking.keys())
+                self._state.wait(None if left < 0 else left)
 
     def _fresh_at(self, index):
         """A new session on server `index` (HELLO detach=, AUTH) and ADOPT
@@ -1147,65 +1450,122 @@ class Client:
             self._auth_on(conn, limit)
         self._adopt_pending(conn)
 
-    def _adopt_pending(self, conn):
-        """ADOPT each lease that needs it, one request per grant. Caller
-        holds _req_lock. A lease past its deadline is not adopted (lost,
-        "deadline"); ERR LOST and other refusals lose it ("adopt");
-        UNAVAILABLE leaves it to be tried again. Raises TransportError,
-        Shutdown and NoAuth (this server will not do)."""
-        with self._state:
-            todo = [l for l in dict.fromkeys(self._leases.values())
-                    if l._needs_adopt]
-        again = False
-        for lease in todo:
+    def _adopt_pending(self, conn=None, own=None):
+        """ADOPT each lease that needs it, one request per grant, all in
+        flight at once; on `conn` (the reconnecting thread's, not ready
+        yet) or else on the current connection. One round at a time. A
+        lease past its deadline is not adopted (lost, "deadline"); ERR LOST
+        and other refusals lose it ("adopt"); UNAVAILABLE leaves it to be
+        tried again, as does one with an EXTEND or UNLOCK in flight (but
+        `own`, the caller's: release() adopts its lease itself). Returns
+        whether some are left to try again. Raises TransportError, Shutdown
+        and NoAuth (this server will not do), once every reply is in."""
+        with self._adopt_lock:
             with self._state:
-                if not lease._alive(time.monotonic()) or not lease._needs_adopt:
-                    lease._needs_adopt = False
-                    continue
-                token, ttl, renew = lease.token, lease.ttl, lease.renew
-            words = ["ADOPT", *lease.resources, "token=" + token, f"ttl={ttl}"]
-            if not renew:
-                words.append("renew=0")
-            t_send, line = self._roundtrip(" ".join(words), conn=conn)
-            try:
-                rest = self._ok(line)
-            except (Unavailable, Shutdown, NoAuth) as e:
-                if not isinstance(e, Unavailable):
-                    raise
-                again = True
-                continue
-            except Held:
-                # This very session holds it already (an ADOPT whose reply
-                # was lost, then a resume): LOCKS will say with what fence.
+                todo = [l for l in dict.fromkeys(self._leases.values())
+                        if l._needs_adopt]
+            sent = []
+            again = False
+            fatal = None
+            for lease in todo:
                 with self._state:
-                    lease._needs_adopt = False
-                    lease._refreshed_at = t_send - lease.ttl / 3000.0
-                continue
-            except RedlockdError:
-                with self._state:
-                    lease._lose("adopt")
-                continue
-            f = _proto.fields(rest)
-            new_token = f.get("token")
-            fence = self._trusted(_proto.int_field, f, "fence", line)
-            validity = self._trusted(_proto.int_field, f, "validity", line)
-            new_ttl = self._trusted(_proto.int_field, f, "ttl", line, ttl)
-            if not new_token:
-                self._drop(conn, f"ADOPT reply without token=: {line!r}")
-                raise ProtocolError(f"ADOPT reply without token=: {line!r}")
+                    if not lease._alive(time.monotonic()) or \
+                            not lease._needs_adopt:
+                        lease._needs_adopt = False
+                        continue
+                    if lease._ops and lease is not own:
+                        again = True        # after its release or extend
+                        continue
+                    token, ttl, renew = lease.token, lease.ttl, lease.renew
+                    self._op_start([lease])
+                words = ["ADOPT", *lease.resources, "token=" + token,
+                         f"ttl={ttl}"]
+                if not renew:
+                    words.append("renew=0")
+                line = " ".join(words)
+                try:
+                    p, c, t_send = self._send(line, conn, urgent=True)
+                except Exception as e:
+                    self._op_done([lease])
+                    fatal = e
+                    break
+                sent.append((lease, p, c, t_send, line, ttl))
+            end = _deadline(self.timeout)
+            for lease, p, c, t_send, line, ttl in sent:
+                try:
+                    again |= self._adopted(lease, p, c, t_send, line, ttl, end)
+                except Exception as e:
+                    fatal = fatal or e
+                finally:
+                    self._op_done([lease])
             with self._state:
-                lease.token = new_token
+                self._adopt_at = (time.monotonic() + max(RECONNECT_MIN_S,
+                                                         self._backoff)
+                                  if again else 0.0)
+            if fatal is not None:
+                raise fatal
+            return again
+
+    def _adopted(self, lease, p, conn, t_send, line, ttl, end):
+        """The answer to one ADOPT; True: to be tried again."""
+        left = _left(end)
+        reply = self._wait_reply(p, conn, line, None if left < 0 else left)
+        try:
+            rest = self._ok(reply)
+        except Unavailable:
+            return True
+        except (Shutdown, NoAuth):
+            raise
+        except Held:
+            # This very session holds it already (an ADOPT whose reply
+            # was lost, then a resume): LOCKS will say with what fence.
+            with self._state:
                 lease._needs_adopt = False
-                if fence != lease.fence:
-                    lease._lose("adopt")
-                    continue
-                lease._confirm(t_send, t_send + validity / 1000.0, validity,
-                               new_ttl)
+                lease._refreshed_at = t_send - lease.ttl / 3000.0
+            return False
+        except RedlockdError:
+            with self._state:
+                lease._lose("adopt")
+            return False
+        f = _proto.fields(rest)
+        new_token = f.get("token")
+        fence = self._trusted(_proto.int_field, f, "fence", reply)
+        validity = self._trusted(_proto.int_field, f, "validity", reply)
+        new_ttl = self._trusted(_proto.int_field, f, "ttl", reply, ttl)
+        if not new_token:
+            self._drop(conn, f"ADOPT reply without token=: {reply!r}")
+            raise ProtocolError(f"ADOPT reply without token=: {reply!r}")
         with self._state:
-            self._adopt_at = (time.monotonic() + max(RECONNECT_MIN_S,
-                                                     self._backoff)
-                              if again else 0.0)
-        return again
+            lease.token = new_token
+            lease._needs_adopt = False
+            if fence != lease.fence:
+                lease._lose("adopt")
+                return False
+            lease._confirm(t_send, t_send + validity / 1000.0, validity,
+                           new_ttl)
+        return False
+
+    # ---- requests on leases in flight ----
+
+    def _op_start(self, leases):
+        """EXTEND, UNLOCK or ADOPT of these leases goes out: a LOCKS sent
+        before its answer is in no longer speaks for them."""
+        with self._state:
+            for lease in leases:
+                lease._ops += 1
+                lease._seq += 1
+
+    def _op_done(self, leases):
+        with self._state:
+            for lease in leases:
+                lease._ops -= 1
+            self._state.notify_all()    # a refresh or an ADOPT may be due
+
+    def _snapshot(self):
+        """The leases a LOCKS sent now speaks for, with their _seq."""
+        with self._state:
+            return [(l, l._seq) for l in set(self._leases.values())
+                    if not l._needs_adopt and not l._ops]
 
     # ---- locks ----
 
@@ -1243,16 +1603,28 @@ class Client:
                 raise ValueError("limit must be an int >= 1")
             words.append(f"limit={limit}")
             features.add("limit")
-        with self._req_lock:
+        with self._turn(resources):
             self._ensure_ready()
-            t_send, line = self._roundtrip(" ".join(words), wait / 1000.0)
+            with self._state:
+                self._locking.update(resources)
             try:
-                rest = self._ok(line)
-            except Arg as e:
-                raise _unsupported(e, features) from None
-            lease = self._trusted(self._lease_from_reply, rest, line,
-                                  resources, t_send, bool(renew), mode, limit)
-            self._register(lease)
+                t_send, line = self._roundtrip(" ".join(words), wait / 1000.0)
+                conn = self._local.conn
+                try:
+                    rest = self._ok(line)
+                except Arg as e:
+                    raise _unsupported(e, features) from None
+                lease = self._trusted(self._lease_from_reply, rest, line,
+                                      resources, t_send, bool(renew), mode,
+                                      limit)
+                self._register(lease, conn)
+            finally:
+                with self._state:
+                    self._locking.subtract(resources)
+                    for r in resources:
+                        if self._locking[r] <= 0:
+                            del self._locking[r]
+                    self._state.notify_all()    # (a resume's _orphans)
         return lease
 
     def _lease_from_reply(self, rest, line, resources, t_send, renew, mode,
@@ -1278,7 +1650,10 @@ class Client:
             limit=_proto.int_field(f, "limit", line) if "limit" in f else limit,
             slot=_proto.int_field(f, "slot", line) if "slot" in f else None)
 
-    def _register(self, lease):
+    def _register(self, lease, conn):
+        """A lease LOCK granted on conn. If the session changed since (a
+        new one after a lost connection), the lease is its old session's:
+        the background thread ADOPTs it."""
         with self._state:
             for r in lease.resources:
                 self._leases[r] = lease
@@ -1287,6 +1662,10 @@ class Client:
                     lease._lose(early[1])
             if self._closed:
                 lease._lose("closed")
+            elif conn.session_gen != self._session_gen and \
+                    lease._alive(time.monotonic()):
+                lease._needs_adopt = True
+                self._adopt_at = 0.0
             self._state.notify_all()
 
     def _forget(self, lease):
@@ -1310,13 +1689,15 @@ class Client:
             raise ValueError("no resource to unlock")
         for r in resources:
             _proto.word(r, "resource name")
-        with self._req_lock:
+        with self._turn(resources):
             self._ensure_ready()
-            return self._unlock_locked(resources)
+            return self._unlock_in_turn(resources)
 
-    def _unlock_locked(self, resources):
+    def _unlock_in_turn(self, resources):
+        """UNLOCK; the caller has the resources' turn."""
         with self._state:
             leases = {self._leases[r] for r in resources if r in self._leases}
+        self._op_start(leases)
         try:
             _, line = self._roundtrip("UNLOCK " + " ".join(resources))
             rest = self._ok(line)
@@ -1338,7 +1719,10 @@ class Client:
             raise
         except Arg as e:
             raise _unsupported(e, {"multi"} if len(resources) > 1 else set())
-        self._forget_all(leases, resources)
+        else:
+            self._forget_all(leases, resources)
+        finally:
+            self._op_done(leases)
         return _proto.fields(rest)
 
     def _release(self, lease):
@@ -1351,9 +1735,19 @@ class Client:
             self._forget(lease)
             with self._state:
                 raise self._closed_error()
+        # Until release() is done, the lease is this call's: an UNLOCK lost
+        # with its connection may have been carried out, so the LOCKS of a
+        # resume must not call it lost, nor another thread ADOPT it.
+        self._op_start([lease])
+        try:
+            return self._release_op(lease)
+        finally:
+            self._op_done([lease])
+
+    def _release_op(self, lease):
         retried = False
         while True:
-            with self._req_lock:
+            with self._turn(lease.resources):
                 try:
                     self._ensure_ready()
                 except TransportError:
@@ -1362,14 +1756,21 @@ class Client:
                 try:
                     with self._state:
                         pending = lease._needs_adopt
-                    if pending and self._adopt_pending(self._conn):
-                        if lease._needs_adopt:
+                    if pending:
+                        self._adopt_pending(own=lease)
+                        with self._state:
+                            pending = lease._needs_adopt
+                            reason = lease._lost_reason
+                        if pending:
                             self._forget(lease)
                             raise Unavailable(
                                 "UNAVAILABLE", "the lease could not be "
                                 "adopted for its release (it expires at its "
                                 "ttl)")
-                    f = self._unlock_locked(lease.resources)
+                        if retried and reason == "adopt":
+                            self._forget(lease)
+                            return None     # the first UNLOCK took the keys
+                    f = self._unlock_in_turn(lease.resources)
                 except NotHeld as e:
                     self._forget(lease)
                     with self._state:
@@ -1399,33 +1800,38 @@ class Client:
 
     def _extend(self, lease, ttl):
         words_ttl = "ttl=" + _proto.millis(ttl, "ttl")
-        with self._req_lock:
+        with self._turn(lease.resources):
             self._ensure_ready()
-            if lease._needs_adopt and self._adopt_pending(self._conn) and \
+            if lease._needs_adopt and self._adopt_pending() and \
                     lease._needs_adopt:
                 raise Unavailable("UNAVAILABLE", "the lease is not adopted "
                                   "on this session yet")
             deadline = None
             validity = None
             t_first = None
-            for r in lease.resources:
-                try:
-                    t_send, line = self._roundtrip(f"EXTEND {r} {words_ttl}")
-                    rest = self._ok(line)
-                except Lost as e:
-                    e.resource = r
-                    with self._state:
-                        lease._lose("lost")
-                    raise
-                f = _proto.fields(rest)
-                v = _proto.int_field(f, "validity", line)
-                t_first = t_send if t_first is None else t_first
-                d = t_send + v / 1000.0
-                deadline = d if deadline is None else min(deadline, d)
-                validity = v if validity is None else min(validity, v)
-                new_ttl = _proto.int_field(f, "ttl", line, default=ttl)
-            with self._state:
-                lease._confirm(t_first, deadline, validity, new_ttl)
+            self._op_start([lease])
+            try:
+                for r in lease.resources:
+                    try:
+                        t_send, line = self._roundtrip(
+                            f"EXTEND {r} {words_ttl}")
+                        rest = self._ok(line)
+                    except Lost as e:
+                        e.resource = r
+                        with self._state:
+                            lease._lose("lost")
+                        raise
+                    f = _proto.fields(rest)
+                    v = _proto.int_field(f, "validity", line)
+                    t_first = t_send if t_first is None else t_first
+                    d = t_send + v / 1000.0
+                    deadline = d if deadline is None else min(deadline, d)
+                    validity = v if validity is None else min(validity, v)
+                    new_ttl = _proto.int_field(f, "ttl", line, default=ttl)
+                with self._state:
+                    lease._confirm(t_first, deadline, validity, new_ttl)
+            finally:
+                self._op_done([lease])
         return validity
 
     # ---- inspection ----
@@ -1434,27 +1840,30 @@ class Client:
         """LOCKS as parsed JSON. Also refreshes the deadline of every lease
         of this client: send time + the validity listed; a lease the daemon
         no longer lists is marked lost."""
-        with self._req_lock:
-            self._ensure_ready()
-            return self._locks_locked()
+        self._ensure_ready()
+        return self._refresh()
 
-    def _locks_locked(self, limit=None):
-        with self._state:
-            snapshot = [l for l in set(self._leases.values())
-                        if not l._needs_adopt]
-        t_send, line = self._roundtrip("LOCKS", limit=limit)
+    def _refresh(self, limit=None, urgent=False):
+        snapshot = self._snapshot()
+        t_send, line = self._roundtrip("LOCKS", limit=limit, urgent=urgent)
         body = self._json(line)
         self._apply_locks(body, snapshot, t_send)
         return body
 
     def _apply_locks(self, body, snapshot, t_send):
+        """What LOCKS (sent at t_send) says of the leases of `snapshot`
+        (_snapshot() before it was sent): each listed one's deadline moves,
+        an unlisted one is lost. A lease with an EXTEND, UNLOCK or ADOPT
+        sent since is left alone: the daemon may have run it first."""
         held = {}
         for entry in body.get("locks") or []:
             if isinstance(entry, dict) and "resource" in entry:
                 held[entry["resource"]] = entry
         lost = set(x for x in body.get("lost") or [] if isinstance(x, str))
         with self._state:
-            for lease in snapshot:
+            for lease, seq in snapshot:
+                if lease._seq != seq or lease._ops:
+                    continue
                 deadline = validity = ttl = None
                 for r in lease.resources:
                     e = held.get(r)
@@ -1477,7 +1886,8 @@ class Client:
     def status(self, resource):
         """STATUS <resource> as parsed JSON."""
         _proto.word(resource, "resource name")
-        return self._json(self._request("STATUS " + resource, retry=True)[1])
+        return self._json(self._request("STATUS " + resource, retry=True,
+                                        resources=(resource,))[1])
 
     def sessions(self):
         """SESSIONS as parsed JSON."""
@@ -1502,7 +1912,8 @@ class Client:
         """FORCEUNLOCK <resource> (needs ``auth(admin password)`` first).
         Returns the reply's fields."""
         _proto.word(resource, "resource name")
-        return _proto.fields(self._ok(self._request("FORCEUNLOCK " + resource)[1]))
+        return _proto.fields(self._ok(self._request(
+            "FORCEUNLOCK " + resource, resources=(resource,))[1]))
 
     # ---- the background thread ----
 
@@ -1534,7 +1945,12 @@ class Client:
                     if due is None or due > now:
                         self._state.wait(None if due is None else due - now)
                         continue
-            with self._req_lock:
+            # A reconnection holds _reconnect_lock; a refresh or an ADOPT
+            # round goes out alongside the callers' requests (with the
+            # place kept for it).
+            lock = self._reconnect_lock if action == "reconnect" else \
+                contextlib.nullcontext()
+            with lock:
                 with self._state:
                     if self._closed:
                         return
@@ -1542,26 +1958,45 @@ class Client:
                 if action == "reconnect" and ready:
                     continue    # a blocking call did it meanwhile
                 try:
-                    if not ready:
+                    if action == "reconnect":
                         self._attempt()
                     elif action == "adopt":
-                        self._adopt_pending(self._conn)
+                        self._adopt_pending()
                     else:
-                        self._locks_locked(limit=self._reply_limit())
+                        self._refresh(limit=self._reply_limit(), urgent=True)
                 except TransportError:
                     pass        # dropped: the next turn reconnects
                 except Exception:   # an ERR, or a bug: do not spin on it
                     with self._state:
                         now = time.monotonic()
-                        if not ready:
+                        if action == "reconnect":
                             self._next_attempt = max(self._next_attempt,
                                                      now + RECONNECT_MIN_S)
                         elif action == "adopt":
                             self._adopt_at = now + RECONNECT_MAX_S
-                        elif ready:
+                        else:
                             # Not expected for LOCKS; do not spin on it.
                             for lease in set(self._leases.values()):
                                 lease._refreshed_at = now
+
+
+def _untagged(line):
+    """Is this request one that is never tagged (HELLO, AUTH, QUIT)?"""
+    words = line.split(None, 1)
+    return bool(words) and words[0].upper() in _UNTAGGED
+
+
+def _deadline(seconds):
+    """The monotonic time `seconds` from now (None: no limit)."""
+    return None if seconds is None else time.monotonic() + seconds
+
+
+def _left(end):
+    """Seconds left to monotonic `end`: at least 0, or -1 when there is no
+    limit (as Lock.acquire takes it)."""
+    if end is None:
+        return -1
+    return max(0.0, end - time.monotonic())
 
 
 USER_MAX = 64

@@ -97,3 +97,21 @@ def test_reply_parsing():
 def test_request_words_that_would_break_the_line(bad):
     with pytest.raises(ValueError):
         _proto.word(bad, "resource name")
+
+
+@pytest.mark.parametrize("line,want", [
+    ("LOCK a b ttl=100 wait=5", ("a", "b")),
+    ("lock a", ("a",)),
+    ("UNLOCK a b", ("a", "b")),
+    ("ADOPT a b token=00 ttl=1", ("a", "b")),
+    ("EXTEND a ttl=100", ("a",)),
+    ("STATUS a", ("a",)),
+    ("FORCEUNLOCK a", ("a",)),
+    ("PING a", ()),
+    ("LOCKS", ()),
+    ("", ()),
+])
+def test_resources_named(line, want):
+    """What a request's turn in the client is taken on (the daemon's own
+    per-resource order)."""
+    assert _proto.resources_named(line) == want
