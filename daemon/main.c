@@ -152,6 +152,7 @@ static void drain_cb(struct timer *t)
             log_warn("shutdown_timeout_ms passed with releases in flight; "
                      "their keys will expire by their ttl");
     }
+    watch_stop();
     app.left = session_abandon_all(&app.left_until);
     session_close_all("shutdown_timeout_ms passed");
     node_shutdown();

@@ -69,6 +69,7 @@ static struct {
     struct hmap remote;             /* struct remote, by resource */
     struct timer poll;              /* locks.watch_poll_ms */
     struct timer announce;          /* WATCH_ANNOUNCE_MS */
+    bool stopped;                   /* the daemon stops: no more reads */
 } W;
 
 static void read_start(struct watched *w);
@@ -180,6 +181,8 @@ static struct watched *watched_get(const char *res, size_t len)
     w->len = len;
     list_init(&w->watchers);
     hmap_put(&W.watched, &w->node, w->resource, len);
+    if (W.stopped)
+        return w;
     announce(&w, 1);
     if (!W.poll.slot && W.conf->locks.watch_poll_ms)
         timer_start(&W.poll, W.conf->locks.watch_poll_ms);
@@ -254,6 +257,8 @@ static void read_done(void *ud, const struct lockmgr_status *st)
 
 static void read_start(struct watched *w)
 {
+    if (W.stopped)
+        return;
     if (w->reading) {
         w->again = true;
         return;
@@ -411,7 +416,7 @@ static void on_change(const char *res, size_t len, uint32_t limit)
         remote_del(r);
         r = NULL;
     }
-    if (r) {
+    if (r && !W.stopped) {
         struct sbuf b = SBUF_INIT;
         sbuf_printf(&b, "C %s %.*s %u", pool_instance_id(), (int)len, res,
                     limit);
@@ -500,6 +505,8 @@ static void announce_cb(struct timer *t)
         if (r->until < now)
             remote_del(r);
     }
+    if (!W.poll.slot && W.conf->locks.watch_poll_ms && W.watched.count)
+        timer_start(&W.poll, W.conf->locks.watch_poll_ms);
     if (!W.watched.count && !W.remote.count)
         return;
     ws = mem_alloc((W.watched.count + 1) * sizeof(*ws));
@@ -521,13 +528,25 @@ void watch_init(const struct conf *conf)
     lockmgr_set_change_observer(on_change);
 }
 
+void watch_stop(void)
+{
+    W.stopped = true;
+    timer_stop(&W.poll);
+    timer_stop(&W.announce);
+}
+
 void watch_deinit(void)
 {
     struct hmap_iter it;
     struct hmap_node *n;
 
-    timer_stop(&W.poll);
-    timer_stop(&W.announce);
+    hmap_iter_init(&it, &W.watched);
+    while ((n = hmap_iter_next(&it))) {
+        struct watched *w = container_of(n, struct watched, node);
+        hmap_del(&W.watched, n);
+        free(w->line);
+        free(w);
+    }
     hmap_iter_init(&it, &W.remote);
     while ((n = hmap_iter_next(&it)))
         remote_del(container_of(n, struct remote, node));
@@ -535,4 +554,5 @@ void watch_deinit(void)
     hmap_deinit(&W.watched);
     lockmgr_set_change_observer(NULL);
     W.conf = NULL;
+    W.stopped = false;
 }

@@ -41,7 +41,10 @@ struct watch_client {
 };
 
 void watch_init(const struct conf *conf);
-/* Stop the timers; every client must have been cleared. */
+/* The daemon stops: no more reads, announcements or timers (before the
+ * timers go). */
+void watch_stop(void);
+/* Free what is left, after the loop (no timer is touched). */
 void watch_deinit(void);
 
 void watch_client_init(struct watch_client *c,
