@@ -444,6 +444,7 @@ static json_t *session_json(const struct session *s, uint64_t now)
         session_cmd_inflight_json(s, j);
     if (attached)
         json_object_set_new(j, "attached", json_true());
+    json_object_set_new(j, "watching", json_integer((json_int_t)s->watch.n));
     if (s->user[0])
         json_object_set_new(j, "user", json_string(s->user));
     return j;
