@@ -66,7 +66,7 @@ static void usage(FILE *f)
         "\n"
         "  -c, --config FILE   configuration file (default %s)\n"
         "  -t, --check-config  validate the configuration and exit\n"
-        "  -v, --version       print the version and exit\n"
+        "  -v, -V, --version   print the version and exit\n"
         "  -h, --help          print this help and exit\n",
         CONF_DEFAULT_PATH);
 }
@@ -388,11 +388,13 @@ int main(int argc, char **argv)
     bool check = false;
     int ch;
 
-    while ((ch = getopt_long(argc, argv, "c:tvh", opts, NULL)) != -1) {
+    /* -V too: what redlockctl -V and most daemons take. */
+    while ((ch = getopt_long(argc, argv, "c:tvVh", opts, NULL)) != -1) {
         switch (ch) {
         case 'c': path = optarg; break;
         case 't': check = true; break;
-        case 'v': printf("redlockd %s\n", REDLOCKD_VERSION); return 0;
+        case 'v':
+        case 'V': printf("redlockd %s\n", REDLOCKD_VERSION); return 0;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
