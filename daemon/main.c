@@ -51,7 +51,6 @@ static struct {
     uint64_t left_until;    /* uv_now ms the last of their keys may live */
     struct timer ready;
     uint64_t ready_deadline;
-    bool stopping;
 } app;
 
 static void usage(FILE *f)
@@ -162,13 +161,11 @@ static void drain_cb(struct timer *t)
 
 static void daemon_stop(const char *why)
 {
-    if (app.stopping)
+    if (session_shutting_down())
         return;
-    app.stopping = true;
     log_notice("shutting down (%s)", why);
     timer_stop(&app.ready);
     notify("STOPPING=1");
-    server.stopping = true;
     session_set_shutdown();
     server_stop_listening();
     metrics_stop();
@@ -238,7 +235,7 @@ static void on_sighup(uv_signal_t *h, int signum)
 {
     (void)h;
     (void)signum;
-    if (!app.stopping)
+    if (!session_shutting_down())
         reload();
 }
 
@@ -268,7 +265,7 @@ static void warn_even_nodes(const struct conf *c)
 static void ready_cb(struct timer *t)
 {
     (void)t;
-    if (app.stopping)
+    if (session_shutting_down())
         return;
     int voting = node_nvoting();
     int quorum = redlock_nquorum();

@@ -166,7 +166,7 @@ static void on_connection(uv_stream_t *ls, int status)
     session_create(c);     /* binds c: its name is the session's */
     stats.connections_total++;
     conn_start(c);
-    if (server.stopping) {
+    if (session_shutting_down()) {
         server_reject(c, PROTO_ERR_SHUTDOWN, "the daemon is shutting down",
                       "shutting down");
         return;

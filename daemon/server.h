@@ -20,7 +20,6 @@ struct conf;
 struct server {
     uv_loop_t *loop;
     const struct conf *conf;
-    bool stopping;
 };
 
 extern struct server server;

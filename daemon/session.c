@@ -490,6 +490,11 @@ void session_set_shutdown(void)
     sessions.shutdown = true;
 }
 
+bool session_shutting_down(void)
+{
+    return sessions.shutdown;
+}
+
 /* A session that holds leases at shutdown stays open until its client
  * releases them (UNLOCK, QUIT, or closing the connection) or the daemon
  * exits; one that holds none is closed now. */

@@ -138,6 +138,9 @@ json_t *session_list_json(void);
  * what is still held to expire (session_abandon_all) and close whatever is
  * left (session_close_all). */
 void session_set_shutdown(void);
+/* The one record that the daemon is stopping (main, server and the
+ * sessions all ask here). */
+bool session_shutting_down(void);
 bool session_shutting_down(void);
 void session_shutdown_all(void);
 void session_close_all(const char *why);

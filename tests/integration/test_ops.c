@@ -385,7 +385,8 @@ START_TEST(help_for_one_command)
 
     start(NULL);
     h_connect_tcp_ok(&c, D->port);
-    ck_assert_str_eq(h_cmd(&c, "HELP extend"), "OK EXTEND <resource> ttl=<ms>");
+    ck_assert_str_eq(h_cmd(&c, "HELP extend"), "OK EXTEND <resource> [ttl=<ms>] [value=<text>] "
+                     "(one of them at least)");
     h_expect(&c, "OK LOCK <resource>... [ttl=<ms>] [wait=<ms>] [renew=0|1] "
              "[mode=shared|exclusive] [limit=<n>]", "HELP LOCK");
     h_expect(&c, "ERR ARG no such command: NOPE", "HELP NOPE");
