@@ -35,7 +35,6 @@
 #define CONF_SECRET_MAX 512
 #define CONF_NAME_MAX 256
 #define CONF_PATH_MAX 4096    /* PATH_MAX */
-#define CONF_ID_MAX 64          /* "id": a word in holder labels and logs */
 #define CONF_MS_MAX 2147483647LL     /* protocol durations fit in 32 bits */
 #define CONF_STR_(x) #x
 #define CONF_STR(x) CONF_STR_(x)

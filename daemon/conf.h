@@ -39,6 +39,8 @@
 #define CONF_MAX_LIMIT 65536
 /* The largest redis.group_max: requests in one GROUP call. */
 #define CONF_GROUP_MAX 64
+/* The longest "id": a word in holder labels, logs and announcements. */
+#define CONF_ID_MAX 64
 
 /* From meson (sysconfdir), so the daemon looks where `meson install` put
  * the file. */

@@ -28,6 +28,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "node.h"
+#include "peers.h"
 #include "pool.h"
 #include "redis_uv.h"
 #include "redlock.h"
@@ -152,6 +153,7 @@ static void drain_cb(struct timer *t)
                      "their keys will expire by their ttl");
     }
     watch_stop();
+    peers_stop();
     app.left = session_abandon_all(&app.left_until);
     session_close_all("shutdown_timeout_ms passed");
     node_shutdown();
@@ -303,6 +305,14 @@ static void on_release(const char *key, size_t len)
     lockmgr_on_release(key, len);
 }
 
+/* The daemons' channel: who is there (peers.c), and what is watched and
+ * changed (watch.c). */
+static void on_daemon_message(const char *msg, size_t len)
+{
+    if (!peers_on_message(msg, len))
+        watch_on_message(msg, len);
+}
+
 /* Stats, and the providers (stats_glue.c) that fill every report from the
  * modules that do not know stats. */
 static void stats_start(void)
@@ -341,7 +351,8 @@ static int run(void)
     if (rc == 0) {
         warn_even_nodes(&app.conf);
         lockmgr_starting();
-        node_init(&app.loop, &app.conf, on_release, watch_on_message);
+        node_init(&app.loop, &app.conf, on_release, on_daemon_message);
+        peers_init(&app.conf);
         app.ready_deadline = timer_now() + app.conf.redis.connect_timeout_ms;
         timer_init(&app.ready, ready_cb, NULL);
         timer_start(&app.ready, 0);

@@ -447,6 +447,22 @@ START_TEST(watch_reader_that_never_reads)
 }
 END_TEST
 
+/* Two daemons on the same nodes with the same id are warned about (their
+ * holders could not be told apart); a daemon alone hears only itself. */
+START_TEST(same_id_warned)
+{
+    h_cluster_nodes(&K, NNODES, NULL);
+    h_cluster_daemon(&K, 0, "{\"id\":\"twin\"}", h_scale(5000));
+    ck_assert_msg(!h_log_waits_for(&K.daemons[0], "has this daemon's id",
+                                   h_scale(1500)),
+                  "a daemon alone warned about itself");
+    h_cluster_daemon(&K, 1, "{\"id\":\"twin\"}", h_scale(5000));
+    ck_assert_msg(h_log_waits_for(&K.daemons[0], "has this daemon's id "
+                                  "\"twin\"", h_scale(8000)),
+                  "no warning of the other daemon with the same id");
+}
+END_TEST
+
 static Suite *watch_suite(void)
 {
     Suite *s = suite_create("watch");
@@ -464,6 +480,7 @@ static Suite *watch_suite(void)
     tcase_add_test(tc, watch_limits);
     tcase_add_test(tc, watch_within_prefixes);
     tcase_add_test(tc, watch_reader_that_never_reads);
+    tcase_add_test(tc, same_id_warned);
     suite_add_tcase(s, tc);
     return s;
 }
