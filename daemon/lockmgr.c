@@ -407,6 +407,26 @@ static bool req_exclusive(const struct lockreq *q)
     return q->mode == LOCKMGR_EXCLUSIVE && !q->limit;
 }
 
+/* Is everything ahead of q in e's queue talking to Redis already? With
+ * the counts of those (ahead) and of the exclusive ones among them. */
+static bool ahead_asking(const struct lock_entry *e, const struct lockreq *q,
+                         size_t *ahead, size_t *excl)
+{
+    const struct list *p;
+
+    *ahead = *excl = 0;
+    list_foreach(p, &e->waiters) {
+        const struct lockreq *w = pos_of(p)->q;
+        if (w == q)
+            break;
+        if (!w->attempting)
+            return false;
+        ++*ahead;
+        *excl += req_exclusive(w);
+    }
+    return true;
+}
+
 /*
  * May q talk to Redis now, as far as e is concerned? Everything ahead of
  * it in e's queue must be talking to Redis already (first come, first
@@ -416,18 +436,10 @@ static bool req_exclusive(const struct lockreq *q)
 static bool entry_admits(const struct lock_entry *e, const struct lockreq *q,
                          bool count_gone)
 {
-    size_t ahead = 0, excl = 0;
-    const struct list *p;
+    size_t ahead, excl;
 
-    list_foreach(p, &e->waiters) {
-        const struct lockreq *w = pos_of(p)->q;
-        if (w == q)
-            break;
-        if (!w->attempting)
-            return false;
-        ahead++;
-        excl += req_exclusive(w);
-    }
+    if (!ahead_asking(e, q, &ahead, &excl))
+        return false;
     if (q->limit)
         return e->nused - (count_gone ? 0 : e->ngone_slots) < e->limit;
     if (q->mode == LOCKMGR_SHARED)
@@ -458,14 +470,9 @@ bool lm_req_only_asked(const struct lockreq *q)
         return false;
     for (size_t i = 0; i < q->n; i++) {
         const struct lock_entry *e = q->pos[i].e;
-        const struct list *p;
-        list_foreach(p, &e->waiters) {
-            const struct lockreq *w = pos_of(p)->q;
-            if (w == q)
-                break;
-            if (!w->attempting)
-                return false;
-        }
+        size_t ahead, excl;
+        if (!ahead_asking(e, q, &ahead, &excl))
+            return false;
         if (q->mode == LOCKMGR_SHARED ? e->nexcl > e->ngone_excl
                                       : e->nheld > e->ngone)
             return false;

@@ -161,7 +161,7 @@ struct lockmgr_owner_ops {
  * ops, id and name, which the owner sets with lockmgr_owner_init. */
 struct lockmgr_owner {
     const struct lockmgr_owner_ops *ops;
-    const char *id;             /* "s42": logs, STATUS (owner's storage) */
+    const char *id;             /* "s42.mifc7b9k": logs, STATUS (owner's storage) */
     const char *name;           /* client name or "" (owner's storage) */
     const char *peer;           /* where its client connects from (the
                                    session's copy, kept across

@@ -852,36 +852,38 @@ static bool session_may(struct serve *v, enum proto_cmd cmd,
 
 /* ---- locks --------------------------------------------------------------- */
 
-/* The lease on res was lost and told (s->lost): true if it was. */
-static bool session_was_lost(const struct session *s, const char *res,
-                             size_t len)
+/* The record that the lease on res was lost and told (s->lost), or
+ * NULL. */
+static struct session_lost *session_lost_find(const struct session *s,
+                                              const char *res, size_t len)
 {
     const struct list *p;
 
     list_foreach(p, &s->lost) {
-        const struct session_lost *x = list_entry(p, struct session_lost,
-                                                  link);
+        struct session_lost *x = list_entry(p, struct session_lost, link);
         if (strlen(x->resource) == len && memcmp(x->resource, res, len) == 0)
-            return true;
+            return x;
     }
-    return false;
+    return NULL;
+}
+
+static bool session_was_lost(const struct session *s, const char *res,
+                             size_t len)
+{
+    return session_lost_find(s, res, len) != NULL;
 }
 
 /* Forget that the lease on res was lost; true if it was. */
 static bool session_take_lost(struct session *s, const char *res, size_t len)
 {
-    struct list *p;
+    struct session_lost *x = session_lost_find(s, res, len);
 
-    list_foreach(p, &s->lost) {
-        struct session_lost *x = list_entry(p, struct session_lost, link);
-        if (strlen(x->resource) == len && memcmp(x->resource, res, len) == 0) {
-            list_remove(p);
-            free(x);
-            s->nlost--;
-            return true;
-        }
-    }
-    return false;
+    if (!x)
+        return false;
+    list_remove(&x->link);
+    free(x);
+    s->nlost--;
+    return true;
 }
 
 static bool check_ttl(struct serve *v, uint32_t ttl)

@@ -1,5 +1,5 @@
 -- The guard's parts (lib/guard.lua), for a script that answers for several
--- requests (acquire_group.lua): lostdata() is nil, or the LOSTDATA error
+-- requests (group.lua): lostdata() is nil, or the LOSTDATA error
 -- of a node whose recovery marker no longer names the run it was admitted
 -- under; note_ttl(t) keeps the longest-ttl record.
 local ttl_key = ARGV[#ARGV - 2]
