@@ -32,9 +32,12 @@
  * and redlockd_lease_*, leave it alone). redlockd_strerror() accepts the
  * code with either sign.
  *
- * Threads: the library has no global state. A handle must be used by one
- * thread at a time (use one handle, that is one connection, per thread);
- * different handles may be used from different threads freely.
+ * Threads and concurrency: the library has no global state. A handle must
+ * be used by one thread at a time; different handles may be used from
+ * different threads freely. One thread may keep many requests in flight on
+ * one handle, one session (redlockd_submit_*, redlockd_complete: "several
+ * requests in flight" below), which is how an event loop or a pool of
+ * tasks shares one session.
  *
  * Transport errors (REDLOCKD_E_IO, _IO_TIMEOUT, _CLOSED, _PROTO, and
  * _NOMEM while reading) close the connection, as does REDLOCKD_E_TOOLONG;
