@@ -39,6 +39,8 @@
 #define CONF_MAX_LIMIT 65536
 /* The largest redis.group_max: requests in one GROUP call. */
 #define CONF_GROUP_MAX 64
+/* The largest metrics.max_classes: each class is some 60 series. */
+#define CONF_CLASSES_MAX 1024
 
 /* From meson (sysconfdir), so the daemon looks where `meson install` put
  * the file. */
@@ -154,6 +156,10 @@ struct conf {
 
     struct {
         struct conf_addr *listen;   /* NULL: no metrics endpoint */
+        char **resource_classes;    /* the prefixes listed (rclass.h);
+                                       NULL: "prefix" */
+        size_t nresource_classes;
+        unsigned max_classes;
     } metrics;
 
     struct {
