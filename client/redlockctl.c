@@ -932,6 +932,38 @@ static const char *ctl_pttl(json_t *v, char *buf, size_t sz)
     return buf;
 }
 
+/* "s3.mx9 (worker-2)": the session of a TOP holder or a STATUS waiter,
+ * with its client name. */
+static const char *ctl_session_name(json_t *who, char *buf, size_t sz)
+{
+    const char *session = json_string_value(json_object_get(who, "session"));
+    const char *name = json_string_value(json_object_get(who, "name"));
+
+    if (!session)
+        return "-";
+    snprintf(buf, sz, "%s%s%s%s", session, name ? " (" : "",
+             name ? name : "", name ? ")" : "");
+    return buf;
+}
+
+/* This daemon's waiters, as STATUS lists them, in the order they are
+ * served: "waiting   s9.x (report-3) for 2.1 s", the others under it. */
+static void ctl_print_waiting(json_t *waiting)
+{
+    char who[256], waited[64];
+    json_t *w;
+    size_t i;
+
+    json_array_foreach(waiting, i, w) {
+        printf("%-10s%s", i ? "" : "waiting", ctl_session_name(w, who,
+                                                               sizeof(who)));
+        if (ctl_duration(json_object_get(w, "waited_ms"), waited,
+                         sizeof(waited)))
+            printf(" for %s", waited);
+        putchar('\n');
+    }
+}
+
 static void ctl_print_status(json_t *root)
 {
     struct ctl_table t = { .ncols = 3, .right = 1u << 2 };
@@ -946,6 +978,7 @@ static void ctl_print_status(json_t *root)
     ctl_print_holder(root);
     if (ctl_field(root, "waiters", b1, sizeof(b1)))
         printf("waiters   %s\n", b1);
+    ctl_print_waiting(json_object_get(root, "waiting"));
     if (json_array_size(json_object_get(root, "nodes")) == 0)
         return;
     putchar('\n');
@@ -1609,19 +1642,6 @@ static uint32_t ctl_top_limit(const struct ctl_top *t)
     return fit < CTL_TOP_MAX ? fit : CTL_TOP_MAX;
 }
 
-/* "s3.mx9 (worker-2)": a TOP holder. */
-static const char *ctl_top_holder(json_t *holder, char *buf, size_t sz)
-{
-    const char *session = ctl_json_str(holder, "session");
-    const char *name = ctl_json_str(holder, "name");
-
-    if (!session)
-        return "-";
-    snprintf(buf, sz, "%s%s%s%s", session, name ? " (" : "",
-             name ? name : "", name ? ")" : "");
-    return buf;
-}
-
 /* One refresh as text: the title, then a table of TOP's resources. */
 static void ctl_top_frame(FILE *out, json_t *root, bool screen)
 {
@@ -1652,7 +1672,7 @@ static void ctl_top_frame(FILE *out, json_t *root, bool screen)
             ctl_text(r, "holders", b[3], sizeof(b[3])),
             json_is_object(holder) ? ctl_duration(json_object_get(
                 holder, "held_ms"), b[4], sizeof(b[4])) : "-",
-            ctl_top_holder(holder, b[5], sizeof(b[5])),
+            ctl_session_name(holder, b[5], sizeof(b[5])),
             ctl_text(r, "mode", b[6], sizeof(b[6])),
         };
         ctl_table_add(&tb, row);
@@ -1714,10 +1734,8 @@ static bool ctl_top_wait(struct ctl_top *t, const sigset_t *mask)
     char key;
 
     while (!ctl_top_stop) {
-        double left = until - ctl_now_ms();
-        struct timespec ts = { (time_t)(left / 1000),
-                               (long)((left - (double)(time_t)(left / 1000) *
-                                       1000) * 1e6) };
+        long left = (long)(until - ctl_now_ms());
+        struct timespec ts = { left / 1000, left % 1000 * 1000000L };
 
         if (ctl_top_resized) {
             ctl_top_resized = 0;

@@ -10,7 +10,7 @@
  *     names, the resources in the order q:b, q:a, q:c with their waiters,
  *     holders and holder's name, and a blank line; `-n 2` two blocks,
  *     `--json` TOP's answer per refresh; arguments and -n elsewhere are
- *     usage errors;
+ *     usage errors; `status` lists the waiters;
  *   - on a terminal (a pseudo-terminal of forkpty, of a set size), the
  *     screen is redrawn in place every second: the test reads what
  *     arrives, takes the screen after a refresh, and finds q:b on the first
@@ -149,6 +149,14 @@ START_TEST(top_once_plain)
     title = line_of(out, "redlockd ");
     ck_assert_msg(title && line_of(title + 1, "redlockd "),
                   "not two blocks: %s", out);
+
+    /* status names this daemon's waiters, the first in line first. */
+    st = h_run((char *const[]){ (char *)ctl_bin(), "-s", S, "status", "q:b",
+                                NULL }, out, sizeof(out));
+    ck_assert_msg(st == 0, "status: %d %s", st, out);
+    rb = line_of(out, "waiting ");
+    ck_assert_msg(rb && strstr(rb, " for ") && line_of(rb + 1, "          s"),
+                  "no two waiters: %s", out);
 }
 END_TEST
 
