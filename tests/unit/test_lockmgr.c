@@ -1697,7 +1697,7 @@ START_TEST(test_adopt_slot_here)
                      count_open(F_ACQUIRE, "lock:m#1"), 1);
     int i = count_open(F_ACQUIRE, "lock:m#0") ? pending(F_ACQUIRE, "lock:m#0")
                                               : pending(F_ACQUIRE, "lock:m#1");
-    char key[32];
+    char key[sizeof(calls[0].key)];
     snprintf(key, sizeof(key), "%s", calls[i].key);
     answer_ok(i, 3, 29000);
     uint32_t slot = A.slot;
