@@ -358,7 +358,8 @@ struct stats_class *stats_classes_alloc(struct stats_values *v, size_t n)
 
     v->classes = mem_alloc((n ? n : 1) * sizeof(*v->classes));
     v->nclasses = n;
-    memcpy(v->classes, reg.classes, have * sizeof(*v->classes));
+    if (have)
+        memcpy(v->classes, reg.classes, have * sizeof(*v->classes));
     return v->classes;
 }
 
