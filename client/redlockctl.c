@@ -15,7 +15,9 @@
  * ADOPT on another daemon), and the command runs on; see "run: failover"
  * below. `ping`, `status`, `sessions`
  * and `stats` print the daemon's answers, as tables or (--json) raw;
- * `locks` lists every lock the daemon's sessions hold, from SESSIONS.
+ * `locks` lists every lock the daemon's sessions hold, from SESSIONS;
+ * `top` shows what is waited for and held longest, from TOP, refreshed
+ * every second (see "top" below).
  * `release --force` is the operator's FORCEUNLOCK, after AUTH with the
  * admin password. (A plain `release` does not exist: redlockctl's locks
  * live as long as its session, which ends with the command.)
@@ -35,8 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -148,8 +152,10 @@ struct ctl {
     /* release options */
     int force;
     const char *admin_password_file;
+    /* top options */
+    unsigned iterations;            /* -n; 0: until stopped */
     /* the first option given of each command that has its own */
-    const struct ctl_opt *cmd_opt[3];
+    const struct ctl_opt *cmd_opt[4];
 
     char password[1025];
     char admin_password[1025];
@@ -200,9 +206,10 @@ enum ctl_scope {
     CTL_ANY,                    /* every command */
     CTL_RUN,                    /* run only */
     CTL_RELEASE,                /* release only */
+    CTL_TOP,                    /* top only */
 };
 
-static const char *const ctl_scope_cmd[] = { "", "run", "release" };
+static const char *const ctl_scope_cmd[] = { "", "run", "release", "top" };
 
 /*
  * Every option once: getopt's tables, the option lists of --help and the
@@ -277,6 +284,9 @@ static const struct ctl_opt ctl_opts[] = {
     { "admin-password-file", OPT_ADMIN_PASSWORD_FILE, "F", CTL_RELEASE,
       "the daemon's auth.admin_password: the first line\n"
       "of F (default: $REDLOCKD_ADMIN_PASSWORD)\n" },
+    { "iterations", 'n', "N", CTL_TOP,
+      "show N refreshes, then exit (default: until q or\n"
+      "a signal; -n 1 prints once)\n" },
 };
 
 #define CTL_NOPTS (sizeof(ctl_opts) / sizeof(ctl_opts[0]))
@@ -341,6 +351,8 @@ static void ctl_usage(FILE *out)
 "                      Redis nodes\n"
 "  locks               every lock the daemon's sessions hold, with the\n"
 "                      holders' names\n"
+"  top [-n N]          the resources held or waited for, the longest wait\n"
+"                      first, refreshed every second (q quits)\n"
 "  release --force [RELEASE OPTIONS] RESOURCE\n"
 "                      operators: delete the lock on RESOURCE whoever\n"
 "                      holds it (the holder loses it); needs the daemon's\n"
@@ -358,6 +370,8 @@ static void ctl_usage(FILE *out)
     ctl_usage_opts(out, CTL_RUN);
     fputs("\nRelease options:\n", out);
     ctl_usage_opts(out, CTL_RELEASE);
+    fputs("\nTop options:\n", out);
+    ctl_usage_opts(out, CTL_TOP);
     fputs(
 "\n"
 "The command gets REDLOCKD_RESOURCE, REDLOCKD_TOKEN and REDLOCKD_FENCE;\n"
@@ -510,6 +524,15 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
         if (ctl_number(arg, o, 255, &v) < 0)
             return -1;
         c->conflict_exit = (int)v;
+        return 0;
+    case 'n':
+        if (ctl_number(arg, o, 1000000, &v) < 0)
+            return -1;
+        if (v == 0) {
+            warnx("-n: expected a number from 1 up");
+            return -1;
+        }
+        c->iterations = (unsigned)v;
         return 0;
     }
     return -1;
@@ -763,7 +786,7 @@ static void ctl_table_add(struct ctl_table *t, const char *const *row)
     t->nrows++;
 }
 
-static void ctl_table_print(struct ctl_table *t)
+static void ctl_table_fprint(FILE *out, struct ctl_table *t)
 {
     size_t w[CTL_TABLE_COLS] = { 0 }, r, i, len;
     const char *cell;
@@ -783,12 +806,12 @@ static void ctl_table_print(struct ctl_table *t)
         for (i = 0; i < last; i++) {
             cell = t->cells[r * t->ncols + i];
             if (i + 1 == last && !(t->right & (1u << i)))
-                printf("%s", cell);
+                fprintf(out, "%s", cell);
             else if (t->right & (1u << i))
-                printf("%*s", (int)w[i], cell);
+                fprintf(out, "%*s", (int)w[i], cell);
             else
-                printf("%-*s", (int)w[i], cell);
-            fputs(i + 1 == last ? "\n" : "  ", stdout);
+                fprintf(out, "%-*s", (int)w[i], cell);
+            fputs(i + 1 == last ? "\n" : "  ", out);
         }
     }
     for (r = 0; r < t->nrows * t->ncols; r++)
@@ -796,6 +819,11 @@ static void ctl_table_print(struct ctl_table *t)
     free(t->cells);
     t->cells = NULL;
     t->nrows = 0;
+}
+
+static void ctl_table_print(struct ctl_table *t)
+{
+    ctl_table_fprint(stdout, t);
 }
 
 /* A JSON scalar as text; NULL for a missing member. */
@@ -904,6 +932,38 @@ static const char *ctl_pttl(json_t *v, char *buf, size_t sz)
     return buf;
 }
 
+/* "s3.mx9 (worker-2)": the session of a TOP holder or a STATUS waiter,
+ * with its client name. */
+static const char *ctl_session_name(json_t *who, char *buf, size_t sz)
+{
+    const char *session = json_string_value(json_object_get(who, "session"));
+    const char *name = json_string_value(json_object_get(who, "name"));
+
+    if (!session)
+        return "-";
+    snprintf(buf, sz, "%s%s%s%s", session, name ? " (" : "",
+             name ? name : "", name ? ")" : "");
+    return buf;
+}
+
+/* This daemon's waiters, as STATUS lists them, in the order they are
+ * served: "waiting   s9.x (report-3) for 2.1 s", the others under it. */
+static void ctl_print_waiting(json_t *waiting)
+{
+    char who[256], waited[64];
+    json_t *w;
+    size_t i;
+
+    json_array_foreach(waiting, i, w) {
+        printf("%-10s%s", i ? "" : "waiting", ctl_session_name(w, who,
+                                                               sizeof(who)));
+        if (ctl_duration(json_object_get(w, "waited_ms"), waited,
+                         sizeof(waited)))
+            printf(" for %s", waited);
+        putchar('\n');
+    }
+}
+
 static void ctl_print_status(json_t *root)
 {
     struct ctl_table t = { .ncols = 3, .right = 1u << 2 };
@@ -918,6 +978,7 @@ static void ctl_print_status(json_t *root)
     ctl_print_holder(root);
     if (ctl_field(root, "waiters", b1, sizeof(b1)))
         printf("waiters   %s\n", b1);
+    ctl_print_waiting(json_object_get(root, "waiting"));
     if (json_array_size(json_object_get(root, "nodes")) == 0)
         return;
     putchar('\n');
@@ -1474,6 +1535,255 @@ static int ctl_locks(struct ctl *c)
     json_decref(rows);
     json_decref(root);
     free(json);
+    redlockd_close(h);
+    return rc;
+}
+
+/* ---- top: what is held and waited for longest ----------------------------
+ * `top` asks the daemon's TOP every CTL_TOP_REFRESH_MS and shows its
+ * resources as top(1) shows processes: the longest wait first, then the
+ * longest hold. On a terminal it takes the alternate screen, redraws it in
+ * place, fits the rows to its height and each line to its width, and
+ * reads keys without echo (q quits); the screen, the cursor and the
+ * terminal's modes are put back however it ends (q, -n, SIGINT, SIGTERM,
+ * SIGHUP, a lost daemon). Anywhere else (a pipe, a file) it writes plain
+ * text, no escape codes: each refresh a block ending in a blank line, or
+ * with --json TOP's answer, one line each. -n N stops after N refreshes. */
+#define CTL_TOP_REFRESH_MS 1000
+#define CTL_TOP_MAX 100                 /* the most TOP lists */
+#define CTL_TOP_HEAD_LINES 3            /* title, blank, column names */
+
+struct ctl_top {
+    bool screen;                /* stdout is a terminal: redraw in place */
+    bool keys;                  /* stdin too: its keys are read */
+    struct termios saved;       /* stdin's modes before, when keys */
+    unsigned rows, cols;
+};
+
+static volatile sig_atomic_t ctl_top_stop, ctl_top_resized;
+
+static void ctl_top_on_signal(int sig)
+{
+    if (sig == SIGWINCH)
+        ctl_top_resized = 1;
+    else
+        ctl_top_stop = 1;
+}
+
+/* The handlers, with the signals blocked but in ppoll (no wake-up lost
+ * between a look at the flags and the wait); *old gets the mask before. */
+static void ctl_top_signals(sigset_t *old)
+{
+    static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGWINCH };
+    struct sigaction sa = { .sa_handler = ctl_top_on_signal };
+    sigset_t block;
+
+    sigemptyset(&block);
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        sigaddset(&block, sigs[i]);
+        sigaction(sigs[i], &sa, NULL);
+    }
+    sigprocmask(SIG_BLOCK, &block, old);
+}
+
+static void ctl_top_size(struct ctl_top *t)
+{
+    struct winsize ws;
+
+    t->rows = 24;
+    t->cols = 80;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0 &&
+        ws.ws_col > 0) {
+        t->rows = ws.ws_row;
+        t->cols = ws.ws_col;
+    }
+}
+
+/* A terminal: keys one by one without echo, the alternate screen, no
+ * cursor. */
+static void ctl_top_screen_on(struct ctl_top *t)
+{
+    struct termios raw;
+
+    t->screen = isatty(STDOUT_FILENO);
+    t->keys = t->screen && isatty(STDIN_FILENO) &&
+              tcgetattr(STDIN_FILENO, &t->saved) == 0;
+    if (t->keys) {
+        raw = t->saved;
+        raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+        raw.c_cc[VMIN] = 0;
+        raw.c_cc[VTIME] = 0;
+        tcsetattr(STDIN_FILENO, TCSANOW, &raw);
+    }
+    if (t->screen) {
+        fputs("\033[?1049h\033[?25l", stdout);
+        ctl_top_size(t);
+    }
+}
+
+static void ctl_top_screen_off(const struct ctl_top *t)
+{
+    if (t->screen)
+        fputs("\033[?25h\033[?1049l", stdout);
+    fflush(stdout);
+    if (t->keys)
+        tcsetattr(STDIN_FILENO, TCSANOW, &t->saved);
+}
+
+/* How many resources to ask for: as many as fit on the screen. */
+static uint32_t ctl_top_limit(const struct ctl_top *t)
+{
+    unsigned fit;
+
+    if (!t->screen)
+        return CTL_TOP_MAX;
+    fit = t->rows > CTL_TOP_HEAD_LINES + 1 ? t->rows - CTL_TOP_HEAD_LINES - 1
+                                           : 1;
+    return fit < CTL_TOP_MAX ? fit : CTL_TOP_MAX;
+}
+
+/* One refresh as text: the title, then a table of TOP's resources. */
+static void ctl_top_frame(FILE *out, json_t *root, bool screen)
+{
+    struct ctl_table tb = { .ncols = 7,
+                            .right = (1u << 1) | (1u << 2) | (1u << 3) |
+                                     (1u << 4) };
+    json_t *list = json_object_get(root, "resources"), *r;
+    char b[7][128], clock[16];
+    time_t now = time(NULL);
+    size_t i;
+
+    strftime(clock, sizeof(clock), "%H:%M:%S", localtime(&now));
+    fprintf(out, "redlockd %s: %" JSON_INTEGER_FORMAT " resource%s held or "
+            "waited for, %zu shown, %s%s\n\n",
+            ctl_text(root, "daemon", b[0], sizeof(b[0])),
+            ctl_int(root, "total"), ctl_int(root, "total") == 1 ? "" : "s",
+            json_array_size(list), clock, screen ? " (q: quit)" : "");
+    ctl_table_add(&tb, (const char *const[]){ "RESOURCE", "WAITERS",
+                                              "LONGEST WAIT", "HOLDERS",
+                                              "HELD FOR", "HOLDER", "MODE" });
+    json_array_foreach(list, i, r) {
+        json_t *holder = json_object_get(r, "holder");
+        const char *row[7] = {
+            ctl_text(r, "resource", b[0], sizeof(b[0])),
+            ctl_text(r, "waiters", b[1], sizeof(b[1])),
+            ctl_int(r, "waiters") ? ctl_duration(json_object_get(
+                r, "waited_ms"), b[2], sizeof(b[2])) : "-",
+            ctl_text(r, "holders", b[3], sizeof(b[3])),
+            json_is_object(holder) ? ctl_duration(json_object_get(
+                holder, "held_ms"), b[4], sizeof(b[4])) : "-",
+            ctl_session_name(holder, b[5], sizeof(b[5])),
+            ctl_text(r, "mode", b[6], sizeof(b[6])),
+        };
+        ctl_table_add(&tb, row);
+    }
+    ctl_table_fprint(out, &tb);
+}
+
+/* The frame over the last one: from the top left, each line cut to the
+ * width and cleared to its end, the rest of the screen cleared. */
+static void ctl_top_draw(const struct ctl_top *t, const char *text)
+{
+    unsigned row = 0;
+
+    fputs("\033[H", stdout);
+    while (*text && row + 1 < t->rows) {
+        size_t len = strcspn(text, "\n");
+
+        fprintf(stdout, "%.*s\033[K\n",
+                (int)(len < t->cols ? len : t->cols), text);
+        text += len + (text[len] == '\n');
+        row++;
+    }
+    fputs("\033[J", stdout);
+}
+
+static int ctl_top_show(const struct ctl *c, const struct ctl_top *t,
+                        const char *json)
+{
+    json_t *root;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem;
+
+    if (c->json) {
+        printf("%s\n", json);
+        return 0;
+    }
+    if (!(root = ctl_parse_json(json)))
+        return EX_UNAVAILABLE;
+    if (!t->screen) {
+        ctl_top_frame(stdout, root, false);
+        putchar('\n');
+    } else if ((mem = open_memstream(&text, &len))) {
+        ctl_top_frame(mem, root, true);
+        fclose(mem);
+        ctl_top_draw(t, text);
+        free(text);
+    }
+    json_decref(root);
+    return 0;
+}
+
+/* Until the next refresh is due: false to stop (q, a signal). A key other
+ * than q, or a new size, redraws at once. */
+static bool ctl_top_wait(struct ctl_top *t, const sigset_t *mask)
+{
+    double until = ctl_now_ms() + CTL_TOP_REFRESH_MS;
+    struct pollfd p = { .fd = STDIN_FILENO, .events = POLLIN };
+    char key;
+
+    while (!ctl_top_stop) {
+        long left = (long)(until - ctl_now_ms());
+        struct timespec ts = { left / 1000, left % 1000 * 1000000L };
+
+        if (ctl_top_resized) {
+            ctl_top_resized = 0;
+            ctl_top_size(t);
+            return true;
+        }
+        if (left <= 0)
+            return true;
+        if (ppoll(&p, t->keys ? 1 : 0, &ts, mask) <= 0)
+            continue;
+        if (read(STDIN_FILENO, &key, 1) == 1)
+            return key != 'q' && key != 'Q';
+    }
+    return false;
+}
+
+static int ctl_top(struct ctl *c)
+{
+    struct redlockd_opts o = { 0 };
+    struct ctl_top t = { 0 };
+    struct redlockd *h;
+    sigset_t mask;
+    char *json;
+    int rc;
+
+    rc = ctl_connect(c, &o, &h);
+    if (rc != 0)
+        return rc;
+    ctl_top_signals(&mask);
+    if (!c->json)
+        ctl_top_screen_on(&t);
+    for (unsigned n = 0; rc == 0 && !ctl_top_stop; ) {
+        json = NULL;
+        rc = redlockd_top(h, ctl_top_limit(&t), &json);
+        if (rc < 0) {
+            ctl_top_screen_off(&t);
+            t.screen = t.keys = false;
+            rc = ctl_report("top", rc, redlockd_last_error(h)->msg);
+        } else {
+            rc = ctl_top_show(c, &t, json);
+        }
+        free(json);
+        fflush(stdout);
+        if (rc != 0 || (c->iterations && ++n >= c->iterations) ||
+            !ctl_top_wait(&t, &mask))
+            break;
+    }
+    ctl_top_screen_off(&t);
     redlockd_close(h);
     return rc;
 }
@@ -2133,7 +2443,7 @@ static int ctl_foreign_opt(const struct ctl *c, const char *cmd,
 {
     int s;
 
-    for (s = CTL_RUN; s <= CTL_RELEASE; s++) {
+    for (s = CTL_RUN; s <= CTL_TOP; s++) {
         if (s != (int)scope && c->cmd_opt[s]) {
             warnx("%s: --%s is an option of %s", cmd, c->cmd_opt[s]->name,
                   ctl_scope_cmd[s]);
@@ -2145,7 +2455,7 @@ static int ctl_foreign_opt(const struct ctl *c, const char *cmd,
 
 /* The commands, for the check that comes before their arguments. */
 static const char *const ctl_commands[] = {
-    "run", "status", "sessions", "stats", "ping", "locks", "release",
+    "run", "status", "sessions", "stats", "ping", "locks", "release", "top",
 };
 
 static bool ctl_known(const char *cmd)
@@ -2168,7 +2478,8 @@ static int ctl_dispatch(struct ctl *c, const char *cmd,
     if (strcmp(cmd, "release") == 0)
         return ctl_foreign_opt(c, cmd, CTL_RELEASE) < 0
                    ? EX_USAGE : ctl_release(c, a->nwords, a->words);
-    if (ctl_foreign_opt(c, cmd, CTL_ANY) < 0)
+    if (ctl_foreign_opt(c, cmd, strcmp(cmd, "top") == 0 ? CTL_TOP
+                                                        : CTL_ANY) < 0)
         return EX_USAGE;
     if (a->nwords != nargs) {
         if (nargs == 0)
@@ -2186,6 +2497,8 @@ static int ctl_dispatch(struct ctl *c, const char *cmd,
         return ctl_locks(c);
     if (strcmp(cmd, "stats") == 0)
         return ctl_stats(c);
+    if (strcmp(cmd, "top") == 0)
+        return ctl_top(c);
     return ctl_inspect(c, in, nargs > 0 ? a->words[0] : NULL);
 }
 

@@ -741,14 +741,12 @@ static int rl_json_reply(struct redlockd *h, const struct proto_reply *r,
     return 0;
 }
 
-/* An inspection command, with its resource (STATUS) or NULL. */
-static int rl_inspect(struct redlockd *h, enum proto_cmd cmd, const char *arg,
-                      char **json)
+/* An inspection command whose request h->req holds. */
+static int rl_inspect_req(struct redlockd *h, enum proto_cmd cmd, char **json)
 {
     struct proto_reply r;
     int rc;
 
-    rl_req_line(h, cmd, arg);
     rc = rl_call_again(h, 0, &r);
     if (rc == 0)
         rc = rl_json_reply(h, &r, proto_cmd_name(cmd), json);
@@ -758,6 +756,14 @@ static int rl_inspect(struct redlockd *h, enum proto_cmd cmd, const char *arg,
         *json = NULL;
     }
     return rc;
+}
+
+/* An inspection command, with its resource (STATUS) or NULL. */
+static int rl_inspect(struct redlockd *h, enum proto_cmd cmd, const char *arg,
+                      char **json)
+{
+    rl_req_line(h, cmd, arg);
+    return rl_inspect_req(h, cmd, json);
 }
 
 static int rl_inspect_begin(struct redlockd *h, char **json,
@@ -802,6 +808,20 @@ int redlockd_status(struct redlockd *h, const char *resource, char **json)
     int rc = rl_inspect_begin(h, json, resource);
 
     return rc < 0 ? rc : rl_inspect(h, PROTO_CMD_STATUS, resource, json);
+}
+
+int redlockd_top(struct redlockd *h, uint32_t limit, char **json)
+{
+    int rc = rl_inspect_begin(h, json, NULL);
+    struct sbuf *b;
+
+    if (rc < 0)
+        return rc;
+    b = rl_req(&h->req, PROTO_CMD_TOP);
+    if (limit)
+        proto_format_opt_u64(b, PROTO_OPT_LIMIT, limit);
+    proto_format_end(b);
+    return rl_inspect_req(h, PROTO_CMD_TOP, json);
 }
 
 /* ---- operators ---------------------------------------------------------- */

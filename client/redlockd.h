@@ -327,6 +327,10 @@ int redlockd_locks(struct redlockd *h, char **json);
 int redlockd_status(struct redlockd *h, const char *resource, char **json);
 int redlockd_sessions(struct redlockd *h, char **json);
 int redlockd_stats(struct redlockd *h, char **json);
+/* TOP: the resources the daemon's sessions hold or wait for, the longest
+ * wait first, at most limit of them (0: the daemon's default, 20; it takes
+ * up to 100). */
+int redlockd_top(struct redlockd *h, uint32_t limit, char **json);
 
 /*
  * 1 if the lease on resource taken through this handle was lost (EVENT LOST

@@ -28,6 +28,7 @@
 #include "addr.h"
 #include "proto.h"
 #include "num.h"
+#include "rclass.h"
 #include "users.h"
 
 #define CONF_FILE_MAX (1024 * 1024)  /* a config file is a few KiB */
@@ -51,6 +52,8 @@ enum conf_type {
     CONF_T_ADDRS,       /* struct conf_addr * + size_t count */
     CONF_T_ADDR,        /* struct conf_addr *, or NULL */
     CONF_T_USERS,       /* struct users_user * + size_t count (users.h) */
+    CONF_T_CLASSES,     /* char ** + size_t count: "prefix" (NULL), or a
+                           list of resource name prefixes (rclass.h) */
 };
 
 /* String rules (flags of CONF_T_STRING and CONF_T_SECRET_FILE rows). */
@@ -183,6 +186,14 @@ static const struct conf_key conf_keys[] = {
 
     { .key = "metrics.listen", .type = CONF_T_ADDR, .off = F(metrics.listen),
       .flags = PROTO_ADDR_FOR_METRICS },
+    /* After locks.*: a listed prefix is a resource name's start, checked
+     * against locks.max_resource_len. */
+    { .key = "metrics.resource_classes", .type = CONF_T_CLASSES,
+      .off = F(metrics.resource_classes),
+      .count_off = F(metrics.nresource_classes), .min = 0,
+      .max = CONF_CLASSES_MAX },
+    K_UINT("metrics.max_classes", metrics.max_classes, 32, 0,
+           CONF_CLASSES_MAX),
     { .key = "log.level", .type = CONF_T_LEVEL, .off = F(log.level),
       .ival = CONF_LOG_INFO },
     K_UINT("shutdown_timeout_ms", shutdown_timeout_ms, 5000, 0, 3600000),
@@ -405,6 +416,7 @@ static int conf_default(struct conf *c, const struct conf_key *k)
     case CONF_T_SECRET_FILE:
     case CONF_T_ADDR:
     case CONF_T_USERS:
+    case CONF_T_CLASSES:
         return 0;   /* their fields start out NULL (and 0) */
     }
     return -1;
@@ -427,6 +439,13 @@ void conf_init(struct conf *c)
 {
     /* On allocation failure the fields stay NULL; conf_load reports it. */
     (void)conf_defaults(c);
+}
+
+static void conf_strings_free(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
 }
 
 /* Secrets may end up in a core dump otherwise. */
@@ -460,6 +479,8 @@ void conf_deinit(struct conf *c)
     free(c->id);
     conf_addr_deinit(c->metrics.listen);
     free(c->metrics.listen);
+    conf_strings_free(c->metrics.resource_classes,
+                      c->metrics.nresource_classes);
     memset(c, 0, sizeof(*c));
 }
 
@@ -963,6 +984,67 @@ static int conf_apply_users(struct conf_loader *ld, const struct conf_key *k,
     return 0;
 }
 
+/* ---- metrics.resource_classes --------------------------------------------- */
+
+/* One listed prefix: the start of a resource name (1 to
+ * locks.max_resource_len visible characters), not "other" (the class of
+ * everything else), not one listed before. */
+static int conf_class_prefix(struct conf_loader *ld, const struct conf_key *k,
+                             json_t *p, char **list, size_t i)
+{
+    size_t max = ld->c->locks.max_resource_len;
+    char key[128];
+
+    snprintf(key, sizeof(key), "%s[%zu]", k->key, i);
+    if (!json_is_string(p))
+        return conf_fail(ld, key, "expected a string");
+    if (json_string_length(p) == 0 || json_string_length(p) > max ||
+        !conf_visible(json_string_value(p), json_string_length(p)))
+        return conf_fail(ld, key, "must be 1 to locks.max_resource_len (%zu) "
+                         "visible ASCII characters", max);
+    if (strcmp(json_string_value(p), RCLASS_OTHER_NAME) == 0)
+        return conf_fail(ld, key, "\"%s\" is the class of the resources no "
+                         "prefix takes", RCLASS_OTHER_NAME);
+    for (size_t j = 0; j < i; j++) {
+        if (strcmp(list[j], json_string_value(p)) == 0)
+            return conf_fail(ld, key, "\"%s\" repeats %s[%zu]", list[j],
+                             k->key, j);
+    }
+    list[i] = strdup(json_string_value(p));
+    return list[i] ? 0 : conf_fail(ld, key, "out of memory");
+}
+
+/* "prefix" (the field stays NULL), or a list of prefixes. */
+static int conf_apply_classes(struct conf_loader *ld,
+                              const struct conf_key *k, json_t *v)
+{
+    char ***p = conf_field(ld->c, k);
+    size_t *count = (size_t *)((char *)ld->c + k->count_off);
+    size_t n = json_array_size(v);
+    char **list = NULL;
+
+    if (json_is_string(v) && strcmp(json_string_value(v), "prefix") != 0)
+        return conf_fail(ld, k->key, "must be \"prefix\" or a list of "
+                         "resource name prefixes");
+    if (json_is_array(v)) {
+        if ((long long)n > k->max)
+            return conf_fail(ld, k->key, "at most %lld prefixes", k->max);
+        list = calloc(n + 1, sizeof(*list));
+        if (!list)
+            return conf_fail(ld, k->key, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            if (conf_class_prefix(ld, k, json_array_get(v, i), list, i) < 0) {
+                conf_strings_free(list, i);
+                return -1;
+            }
+        }
+    }
+    conf_strings_free(*p, *count);
+    *p = list;
+    *count = list ? n : 0;
+    return 0;
+}
+
 typedef int conf_apply_fn(struct conf_loader *ld, const struct conf_key *k,
                           json_t *v);
 
@@ -1002,6 +1084,9 @@ static const struct conf_type_rule {
                       "expected a string or null", conf_apply_addr },
     [CONF_T_USERS] = { CONF_J(JSON_ARRAY), "expected a list of user objects",
                        conf_apply_users },
+    [CONF_T_CLASSES] = { CONF_J(JSON_STRING) | CONF_J(JSON_ARRAY),
+                         "must be \"prefix\" or a list of resource name "
+                         "prefixes", conf_apply_classes },
 };
 
 static int conf_apply(struct conf_loader *ld, const struct conf_key *k,
@@ -1078,6 +1163,19 @@ static int conf_check_metrics(struct conf_loader *ld)
                              "\"%s\" is also listen[%zu]",
                              c->metrics.listen->text, i);
     }
+    return 0;
+}
+
+/* A list names each of its prefixes a class: no more than max_classes. */
+static int conf_check_classes(struct conf_loader *ld)
+{
+    const struct conf *c = ld->c;
+
+    if (c->metrics.nresource_classes > c->metrics.max_classes)
+        return conf_fail(ld, "metrics.resource_classes", "%zu prefixes, more "
+                         "than metrics.max_classes (%u): list fewer or raise "
+                         "it", c->metrics.nresource_classes,
+                         c->metrics.max_classes);
     return 0;
 }
 
@@ -1259,6 +1357,7 @@ static int conf_validate(struct conf_loader *ld)
         conf_check_dups(ld, "redis.nodes", ld->c->redis.nodes,
                         ld->c->redis.nnodes) < 0 ||
         conf_check_metrics(ld) < 0 ||
+        conf_check_classes(ld) < 0 ||
         conf_check_secrets(ld) < 0 ||
         conf_check_tls(ld) < 0 ||
         conf_default_id(ld) < 0)
@@ -1397,6 +1496,7 @@ static const char *const conf_live_keys[] = {
     "locks.max_ttl_ms", "locks.max_wait_ms", "locks.lock_delay_ms",
     "locks.retry_ms", "locks.max_limit", "locks.max_multi",
     "locks.max_value_len", "locks.watch_poll_ms",
+    "metrics.resource_classes", "metrics.max_classes",
     "shutdown_timeout_ms",
 };
 
@@ -1414,6 +1514,31 @@ static bool conf_key_live(const struct conf_key *k)
 static bool conf_str_same(const char *a, const char *b)
 {
     return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Two string lists, NULL being none (not an empty list). */
+static bool conf_strings_same(char **a, size_t na, char **b, size_t nb)
+{
+    if (!a || !b || na != nb)
+        return a == b;
+    for (size_t i = 0; i < na; i++)
+        if (strcmp(a[i], b[i]) != 0)
+            return false;
+    return true;
+}
+
+/* metrics.resource_classes for the reload's report: "prefix", or how
+ * many prefixes (their text could be long). */
+static void conf_classes_text(char **list, char *out, size_t size)
+{
+    size_t n = 0;
+
+    while (list && list[n])
+        n++;
+    if (list)
+        snprintf(out, size, "[%zu prefix%s]", n, n == 1 ? "" : "es");
+    else
+        snprintf(out, size, "prefix");
 }
 
 /* A scalar field p of key k as text in out. */
@@ -1486,6 +1611,13 @@ static bool conf_differs(const struct conf_key *k, struct conf *live,
                            *(size_t *)((char *)live + k->count_off),
                            *(struct users_user **)b,
                            *(size_t *)((char *)fresh + k->count_off));
+    case CONF_T_CLASSES:
+        conf_classes_text(*(char ***)a, was, size);
+        conf_classes_text(*(char ***)b, now, size);
+        return !conf_strings_same(*(char ***)a,
+                                  *(size_t *)((char *)live + k->count_off),
+                                  *(char ***)b,
+                                  *(size_t *)((char *)fresh + k->count_off));
     }
     return false;
 }
@@ -1521,7 +1653,8 @@ static void conf_take(const struct conf_key *k, struct conf *live,
     memcpy(tmp, a, size);
     memcpy(a, b, size);
     memcpy(b, tmp, size);
-    if (k->type == CONF_T_USERS) {      /* and its count */
+    if (k->type == CONF_T_USERS || k->type == CONF_T_CLASSES) {
+        /* and its count */
         size_t *na = (size_t *)((char *)live + k->count_off);
         size_t *nb = (size_t *)((char *)fresh + k->count_off);
         size_t n = *na;

@@ -41,6 +41,8 @@
 #define CONF_GROUP_MAX 64
 /* The longest "id": a word in holder labels, logs and announcements. */
 #define CONF_ID_MAX 64
+/* The largest metrics.max_classes: each class is some 60 series. */
+#define CONF_CLASSES_MAX 1024
 
 /* From meson (sysconfdir), so the daemon looks where `meson install` put
  * the file. */
@@ -160,6 +162,10 @@ struct conf {
 
     struct {
         struct conf_addr *listen;   /* NULL: no metrics endpoint */
+        char **resource_classes;    /* the prefixes listed (rclass.h);
+                                       NULL: "prefix" */
+        size_t nresource_classes;
+        unsigned max_classes;
     } metrics;
 
     struct {

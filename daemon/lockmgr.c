@@ -151,8 +151,7 @@ void lm_leave(void)
 
 /* ---- set-up ------------------------------------------------------------ */
 
-static lockmgr_hold_fn *hold_observer;     /* outside lm: init keeps it */
-static lockmgr_change_fn *change_observer; /* likewise */
+static lockmgr_change_fn *change_observer; /* outside lm: init keeps it */
 
 void lockmgr_set_change_observer(lockmgr_change_fn *fn)
 {
@@ -165,15 +164,30 @@ void lm_changed(const struct lock_entry *e)
         change_observer(e->resource, e->keylen - lm.prefixlen, e->limit);
 }
 
-void lockmgr_set_hold_observer(lockmgr_hold_fn *fn)
+/* Outside lm: lockmgr_init keeps it. */
+static const struct lockmgr_observer *observer;
+
+void lockmgr_set_observer(const struct lockmgr_observer *ob)
 {
-    hold_observer = fn;
+    observer = ob;
 }
 
-void lm_hold_ended(uint64_t held_ms)
+void lm_observe_held(const struct lease *l)
 {
-    if (hold_observer)
-        hold_observer(held_ms);
+    if (observer)
+        observer->held(l->resource, strlen(l->resource),
+                       timer_now() - l->acquired_at);
+}
+
+void lm_observe_waited(const struct lockreq *q, bool granted)
+{
+    uint64_t waited = timer_now() - q->asked_at;
+
+    for (size_t i = 0; observer && i < q->n; i++) {
+        const struct lock_entry *e = q->pos[i].e;
+        observer->waited(e->resource, e->keylen - lm.prefixlen, granted,
+                         waited);
+    }
 }
 
 void lockmgr_init(const struct conf *conf, const struct redlock_ops *rl)

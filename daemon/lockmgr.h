@@ -349,6 +349,20 @@ struct lockmgr_holder_view {
     uint64_t detached_ms;
 };
 
+/* STATUS lists at most this many of this daemon's LOCKs waiting for the
+ * resource, the first in the queue; waiters counts them all. */
+#define LOCKMGR_STATUS_WAITERS 64
+
+/* A LOCK waiting here, as STATUS shows it. */
+struct lockmgr_waiter_view {
+    const char *session;
+    const char *name;           /* "" for none */
+    uint64_t waited_ms;         /* since the LOCK was asked */
+    enum lockmgr_mode mode;
+    uint32_t limit;             /* semaphore: K, else 0 */
+    size_t nresources;          /* the resources the LOCK names */
+};
+
 /* STATUS's decisions from what the nodes answered (pure: unit-tested on
  * tables). */
 struct lockmgr_status_plan {
@@ -380,6 +394,8 @@ struct lockmgr_status {
     size_t nholders;            /* at most LOCKMGR_STATUS_HOLDERS */
     size_t holders_here;        /* all of them */
     size_t waiters;
+    const struct lockmgr_waiter_view *waiting;
+    size_t nwaiting;            /* at most LOCKMGR_STATUS_WAITERS */
     uint32_t limit;             /* semaphore slots looked at, or 0 */
     const struct redlock_node_view *nodes;
     int nnodes;
@@ -400,13 +416,50 @@ typedef void lockmgr_change_fn(const char *resource, size_t len,
                                uint32_t limit);
 void lockmgr_set_change_observer(lockmgr_change_fn *fn);
 
+/* TOP lists at most LOCKMGR_TOP_MAX resources (its reply must stay far
+ * below limits.max_output_bytes), LOCKMGR_TOP_DEFAULT unless told. */
+#define LOCKMGR_TOP_MAX 100
+#define LOCKMGR_TOP_DEFAULT 20
+
+/* A resource held or waited for here, as TOP shows it. */
+struct lockmgr_top_view {
+    const char *resource;
+    enum lockmgr_mode mode;     /* of the longest hold, else the longest
+                                   wait */
+    uint32_t limit;             /* semaphore: K, else 0 */
+    size_t holders;             /* sessions of this daemon holding it */
+    const char *session;        /* the one holding it longest, or NULL */
+    const char *name;           /* its client name, "" for none */
+    uint64_t held_ms;           /* that hold so far; 0: none */
+    size_t waiters;             /* LOCKs of this daemon waiting for it */
+    uint64_t waited_ms;         /* the longest of their waits so far */
+};
+/* Which resources the asker may see (a user's prefixes). */
+typedef bool lockmgr_visible_fn(void *ud, const char *resource, size_t len);
+/* TOP: of the resources held or waited for here that visible accepts (all
+ * when NULL), the first max in out (*n of them): the longest wait first,
+ * then the longest hold, then by name. Returns how many there are in all.
+ * The strings live until lockmgr is next called. */
+size_t lockmgr_top(struct lockmgr_top_view *out, size_t max, size_t *n,
+                   lockmgr_visible_fn *visible, void *ud);
+
 /* A release notification for a Redis key (pub/sub). */
 void lockmgr_on_release(const char *key, size_t len);
 
-/* Told each time a lease stops being held, with how long it was held.
- * Kept across lockmgr_init; NULL for none. */
-typedef void lockmgr_hold_fn(uint64_t held_ms);
-void lockmgr_set_hold_observer(lockmgr_hold_fn *fn);
+/*
+ * What the wait and hold histograms are made of (stats_glue, above
+ * lockmgr, watches; lockmgr knows no stats): a LOCK was answered, granted
+ * (at once or after a wait) or ERR TIMEOUT, waited_ms after it was asked,
+ * told once for each resource it named; a lease stopped being held
+ * (released, lost, or its owner ended) after held_ms.
+ */
+struct lockmgr_observer {
+    void (*waited)(const char *resource, size_t len, bool granted,
+                   uint64_t waited_ms);
+    void (*held)(const char *resource, size_t len, uint64_t held_ms);
+};
+/* Kept across lockmgr_init; NULL for none. */
+void lockmgr_set_observer(const struct lockmgr_observer *ob);
 
 const char *lockmgr_lost_reason_name(enum lockmgr_lost_reason r);
 const struct lockmgr_counters *lockmgr_counters(void);

@@ -1,7 +1,7 @@
 /*
  * lockmgr, what operators and STATUS see (lockmgr_priv.h): FORCEUNLOCK,
- * STATUS (the pure plan and the round), and the lease views of LOCKS and
- * SESSIONS.
+ * STATUS (the pure plan and the round), the lease views of LOCKS and
+ * SESSIONS, and TOP.
  */
 #include "lockmgr_priv.h"
 
@@ -190,6 +190,32 @@ static size_t status_holders(const struct lock_entry *e,
     return n;
 }
 
+/* The first LOCKMGR_STATUS_WAITERS LOCKs waiting for e, in queue order
+ * (a withdrawn one, which only finishes its round, is nobody's). */
+static size_t status_waiters(const struct lock_entry *e,
+                             struct lockmgr_waiter_view *w)
+{
+    uint64_t now = timer_now();
+    const struct list *p;
+    size_t n = 0;
+
+    if (!e)
+        return 0;
+    list_foreach(p, &e->waiters) {
+        const struct lockreq *q = list_entry(p, struct req_pos, link)->q;
+        if (!q->o)
+            continue;
+        if (n == LOCKMGR_STATUS_WAITERS)
+            break;
+        w[n++] = (struct lockmgr_waiter_view){
+            .session = q->o->id, .name = q->o->name,
+            .waited_ms = now - q->asked_at, .mode = q->mode,
+            .limit = q->limit, .nresources = q->n,
+        };
+    }
+    return n;
+}
+
 /* The node whose value names the exclusive key's holder when a quorum of
  * voting nodes holds one token: the one with a label and the highest
  * fence stored with it, or -1 (then p->remote_token says whether a quorum
@@ -267,13 +293,15 @@ static void status_report(const char *resource, size_t len, uint32_t limit,
                           lockmgr_peek_fn *fn, void *ud)
 {
     struct lockmgr_holder_view holders[LOCKMGR_STATUS_HOLDERS];
+    struct lockmgr_waiter_view waiting[LOCKMGR_STATUS_WAITERS];
     struct lockmgr_status_plan plan;
     struct lock_entry *e;
-    size_t nheld, nshared, nexcl, keylen;
+    size_t nheld, nshared, nexcl, nwaiting, keylen;
 
     lm_enter();
     e = lm_entry_find(resource, len);
     nheld = status_holders(e, holders, &nshared, &nexcl);
+    nwaiting = status_waiters(e, waiting);
     lockmgr_status_plan(v, n, lm.rl->quorum(), limit, nexcl, nshared,
                         nheld > 0, &plan);
     const char *k = lm_entry_key(resource, len, &keylen);
@@ -284,8 +312,8 @@ static void status_report(const char *resource, size_t len, uint32_t limit,
         .resource = resource, .key = key, .daemon = lm.conf->id,
         .plan = &plan, .holders = holders, .nholders = nheld,
         .holders_here = e ? e->nheld - e->ngone : 0,
-        .waiters = e ? e->nwait : 0, .limit = limit, .nodes = v,
-        .nnodes = n,
+        .waiters = e ? e->nwait : 0, .waiting = waiting,
+        .nwaiting = nwaiting, .limit = limit, .nodes = v, .nnodes = n,
     };
     lm_leave();
     fn(ud, &st);
@@ -360,4 +388,111 @@ void lockmgr_status(struct lockmgr_owner *o, const char *resource,
     lm.rl->inspect(&pr, status_done, x);
     free(buf);
     lm_leave();
+}
+
+/* ---- TOP ------------------------------------------------------------------ */
+
+/* e's holders and waiters here, or false when it has none left. */
+static bool top_view(const struct lock_entry *e, uint64_t now,
+                     struct lockmgr_top_view *t)
+{
+    const struct list *p;
+
+    *t = (struct lockmgr_top_view){
+        .resource = e->resource, .limit = e->limit,
+    };
+    list_foreach(p, &e->holders) {
+        const struct lease *l = list_entry(p, const struct lease, elink);
+        uint64_t held = now - l->acquired_at;
+        if (l->gone || !l->owner)
+            continue;
+        if (!t->holders++ || held > t->held_ms) {
+            t->session = l->owner->id;
+            t->name = l->owner->name;
+            t->held_ms = held;
+            t->mode = l->mode;
+        }
+    }
+    list_foreach(p, &e->waiters) {
+        const struct lockreq *q = list_entry(p, struct req_pos, link)->q;
+        uint64_t waited = now - q->asked_at;
+        if (!q->o)
+            continue;
+        if (!t->waiters++ || waited > t->waited_ms) {
+            t->waited_ms = waited;
+            if (!t->holders)
+                t->mode = q->mode;
+        }
+    }
+    return t->holders || t->waiters;
+}
+
+/* Does a come before b in TOP: a longer wait, a longer hold, the name? */
+static bool top_before(const struct lockmgr_top_view *a,
+                       const struct lockmgr_top_view *b)
+{
+    if (a->waited_ms != b->waited_ms)
+        return a->waited_ms > b->waited_ms;
+    if (a->held_ms != b->held_ms)
+        return a->held_ms > b->held_ms;
+    return strcmp(a->resource, b->resource) < 0;
+}
+
+static int top_cmp(const void *x, const void *y)
+{
+    return top_before(x, y) ? -1 : top_before(y, x) ? 1 : 0;
+}
+
+/* h[0..n) is a heap with the one that comes last at the top: put t in
+ * it, instead of that one when full (n == max). */
+static void top_heap_put(struct lockmgr_top_view *h, size_t *n, size_t max,
+                         const struct lockmgr_top_view *t)
+{
+    size_t i;
+
+    if (*n < max) {
+        for (i = (*n)++; i > 0 && top_before(&h[(i - 1) / 2], t);
+             i = (i - 1) / 2)
+            h[i] = h[(i - 1) / 2];
+        h[i] = *t;
+        return;
+    }
+    if (!max || !top_before(t, &h[0]))
+        return;
+    for (i = 0;;) {
+        size_t c = 2 * i + 1;
+        if (c >= max)
+            break;
+        if (c + 1 < max && top_before(&h[c], &h[c + 1]))
+            c++;
+        if (!top_before(t, &h[c]))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = *t;
+}
+
+size_t lockmgr_top(struct lockmgr_top_view *out, size_t max, size_t *n,
+                   lockmgr_visible_fn *visible, void *ud)
+{
+    uint64_t now = timer_now();
+    struct lockmgr_top_view t;
+    struct hmap_iter it;
+    struct hmap_node *node;
+    size_t total = 0;
+
+    *n = 0;
+    hmap_iter_init(&it, &lm.table);
+    while ((node = hmap_iter_next(&it))) {
+        const struct lock_entry *e = container_of(node, struct lock_entry,
+                                                  node);
+        if (!top_view(e, now, &t) ||
+            (visible && !visible(ud, e->resource, e->keylen - lm.prefixlen)))
+            continue;
+        total++;
+        top_heap_put(out, n, max, &t);
+    }
+    qsort(out, *n, sizeof(*out), top_cmp);
+    return total;
 }

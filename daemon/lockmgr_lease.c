@@ -189,7 +189,7 @@ static void lease_end(struct lease *l)
     timer_stop(&l->deadline);
     l->gone = true;
     lm.held--;
-    lm_hold_ended(timer_now() - l->acquired_at);
+    lm_observe_held(l);
     if (e) {
         e->ngone++;
         if (l->mode == LOCKMGR_EXCLUSIVE && !l->limit)

@@ -75,6 +75,7 @@ struct lockreq {
     int64_t pass_pttl;              /* semaphore: least PTTL this pass */
     uint32_t ttl;
     bool renew;
+    uint64_t asked_at;              /* timer_now ms */
     uint64_t deadline;              /* timer_now ms; 0 = do not wait */
     bool attempting;                /* a redlock acquire is in flight */
     bool no_token;                  /* the OS random source failed */
@@ -264,11 +265,13 @@ struct notice *lm_notice_refused(enum notice_kind kind,
                                  void *ask, const char *resource,
                                  const struct lockmgr_refusal *no);
 void lm_enter(void);
-/* A lease stopped being held after held_ms (the hold observer). */
-void lm_hold_ended(uint64_t held_ms);
 /* Who holds e's resource changed here, as the nodes show now: told to
  * the change observer (the watchers). */
 void lm_changed(const struct lock_entry *e);
+/* For the observer: a lease stopped being held; q was answered, granted
+ * or TIMEOUT. */
+void lm_observe_held(const struct lease *l);
+void lm_observe_waited(const struct lockreq *q, bool granted);
 void lm_leave(void);
 int64_t lm_lease_validity(const struct lease *l);
 void lm_audit(const struct lease *l, const struct lockmgr_owner *o,

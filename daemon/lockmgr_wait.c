@@ -108,6 +108,7 @@ void lm_req_give_up(struct lockreq *q)
         no.detail = n ? why : NULL;
     } else if (q->deadline) {
         lm.c.acquire_timeout++;
+        lm_observe_waited(q, false);
         no.why = LOCKMGR_NO_TIMEOUT;
     } else {
         lm.c.acquire_busy++;
@@ -218,6 +219,7 @@ static void req_granted(struct lockreq *q, const struct redlock_result *res)
         lm_changed(l->entry);
     }
     lm.c.acquire_ok++;
+    lm_observe_waited(q, true);
     lm_req_disown(q);
     lm_req_drop(q);        /* the slot, if any, is the lease's now */
 }
@@ -458,7 +460,8 @@ void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r,
     q->ttl = r->ttl;
     q->renew = r->renew;
     q->last = REDLOCK_BUSY;
-    q->deadline = r->wait ? timer_now() + r->wait : 0;
+    q->asked_at = timer_now();
+    q->deadline = r->wait ? q->asked_at + r->wait : 0;
     timer_init(&q->timer, req_timer_cb, q);
     for (size_t i = 0; i < r->n; i++) {
         q->pos[i].q = q;

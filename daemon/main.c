@@ -220,6 +220,7 @@ static void reload(void)
     }
     t.restart = conf_reload(&app.conf, &fresh, reload_report, &t);
     node_reloaded();
+    stats_glue_configure(&app.conf);
     /* The certificate is read again even if its path stayed the same:
      * a renewed certificate usually replaces the old file. */
     if (tls_configure(&app.conf, err, sizeof(err)) != 0)
@@ -318,7 +319,7 @@ static void on_daemon_message(const char *msg, size_t len)
 static void stats_start(void)
 {
     stats_init();
-    if (stats_glue_register() != 0) {
+    if (stats_glue_register(&app.conf) != 0) {
         fprintf(stderr, "redlockd: too many stats providers "
                 "(STATS_PROVIDERS_MAX)\n");
         exit(1);
@@ -372,6 +373,7 @@ static int run(void)
     }
     watch_deinit();
     lockmgr_deinit();
+    stats_glue_deinit();
     redlock_deinit();
     uv_loop_close(&app.loop);
     return rc == 0 ? 0 : 1;

@@ -236,6 +236,8 @@ void metrics_format(struct sbuf *b, const struct stats_values *v)
     struct metrics_instance global = { v, NULL };
     struct metrics_instance *nodes = mem_alloc((v->nnodes + 1) *
                                                sizeof(*nodes));
+    struct metrics_instance *classes = mem_alloc((v->nclasses + 1) *
+                                                 sizeof(*classes));
 
     sbuf_puts(b, "# HELP redlockd_build_info The running redlockd version, "
                  "as a label; the value is always 1.\n"
@@ -244,6 +246,13 @@ void metrics_format(struct sbuf *b, const struct stats_values *v)
     metrics_put_escaped(b, REDLOCKD_VERSION, true);
     sbuf_puts(b, "\"} 1\n");
     metrics_format_table(b, &stats_table, NULL, &global, 1);
+    for (size_t i = 0; i < v->nclasses; i++) {
+        classes[i].base = &v->classes[i];
+        classes[i].label_value = v->classes[i].name;
+    }
+    metrics_format_table(b, &stats_class_table, "class", classes,
+                         v->nclasses);
+    free(classes);
     for (size_t i = 0; i < v->nnodes; i++) {
         nodes[i].base = &v->nodes[i];
         nodes[i].label_value = v->nodes[i].name;

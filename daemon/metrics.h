@@ -27,7 +27,7 @@ struct conf_addr;
 
 /* One set of values for the rows of a table: the struct at base, and the
  * value of the table's instance label (the node's name for the per-node
- * table). */
+ * table, the class for the per-class one). */
 struct metrics_instance {
     const void *base;
     const char *label_value;

@@ -44,6 +44,7 @@
 #include "log.h"
 #include "mem.h"
 #include "node.h"
+#include "rclass.h"
 #include "redlock.h"
 #include "stats.h"
 #include "status.h"
@@ -1280,6 +1281,61 @@ static void cmd_status(struct serve *v)
                    serve_later(v));
 }
 
+/* ---- what is held and waited for ----------------------------------------- */
+
+static bool top_visible(void *ud, const char *res, size_t len)
+{
+    return users_allows(ud, res, len);
+}
+
+/* TOP: this daemon's resources with holders or waiters, the longest wait
+ * first; a user sees those within its prefixes only, as for STATUS. */
+static void cmd_top(struct serve *v)
+{
+    const struct proto_request *r = v->r;
+    const struct session *s = v->t.s;
+    struct lockmgr_top_view top[LOCKMGR_TOP_MAX];
+    const struct users_user *u = NULL;
+    size_t n, total;
+
+    if (r->limit > LOCKMGR_TOP_MAX) {
+        say_errf(&v->t, PROTO_ERR_ARG, "limit must be between 1 and %d",
+                 LOCKMGR_TOP_MAX);
+        return;
+    }
+    if (s->user[0] && !(u = session_user(s))) {
+        session_deny(v, r->cmd, NULL, 0, "the user is no longer configured");
+        return;
+    }
+    total = lockmgr_top(top, r->limit ? r->limit : LOCKMGR_TOP_DEFAULT, &n,
+                        u ? top_visible : NULL, (void *)u);
+    say_json(&v->t, status_top_json(sessions.conf->id, top, n, total));
+}
+
+/*
+ * STATS: the same for all but its per-class histograms, whose class names
+ * are the starts of resource names: a user sees "other" and the classes
+ * its prefixes overlap, never another user's names (docs/protocol.md,
+ * "Users and prefixes").
+ */
+static json_t *stats_for(const struct session *s)
+{
+    const struct users_user *u = s->user[0] ? session_user(s) : NULL;
+    json_t *st = stats_json(), *classes, *c;
+    const char *name;
+    void *tmp;
+
+    if (!s->user[0])
+        return st;
+    classes = json_object_get(st, "classes");
+    json_object_foreach_safe(classes, tmp, name, c) {
+        if (strcmp(name, RCLASS_OTHER_NAME) != 0 &&
+            !(u && users_overlaps(u, name, strlen(name))))
+            json_object_del(classes, name);
+    }
+    return st;
+}
+
 /* ---- the rest ------------------------------------------------------------ */
 
 static void cmd_quit(struct serve *v)
@@ -1360,7 +1416,8 @@ static void sreq_run(struct session *s, const struct proto_request *r,
         case PROTO_CMD_WATCH:       cmd_watch(&v); break;
         case PROTO_CMD_UNWATCH:     cmd_unwatch(&v); break;
         case PROTO_CMD_SESSIONS:    say_json(&v.t, session_list_for(s)); break;
-        case PROTO_CMD_STATS:       say_json(&v.t, stats_json()); break;
+        case PROTO_CMD_STATS:       say_json(&v.t, stats_for(s)); break;
+        case PROTO_CMD_TOP:         cmd_top(&v); break;
         case PROTO_CMD_HELP:        cmd_help(&v); break;
         case PROTO_CMD_QUIT:        cmd_quit(&v); break;
         default:                    say_err(&v.t, PROTO_ERR_UNKNOWN, NULL);

@@ -28,6 +28,9 @@
 static const char *const result_values[] = {
     STATS_RESULT_LABELS(STATS_LABEL_VALUE)
 };
+static const char *const waited_values[] = {
+    STATS_WAITED_LABELS(STATS_LABEL_VALUE)
+};
 static const char *const cause_values[] = {
     STATS_CAUSE_LABELS(STATS_LABEL_VALUE)
 };
@@ -52,6 +55,9 @@ static const char *const error_values[STATS_ERROR_N] = {
 
 const struct stats_labels stats_labels_result = {
     "result", STATS_RESULT_N, result_values, STATS_JSON_OBJECT,
+};
+const struct stats_labels stats_labels_waited = {
+    "result", STATS_WAITED_N, waited_values, STATS_JSON_OBJECT,
 };
 const struct stats_labels stats_labels_cause = {
     "cause", STATS_CAUSE_N, cause_values, STATS_JSON_FLAT,
@@ -100,6 +106,12 @@ static const struct stats_desc process_rows[] = {
 };
 #undef STATS_ROW_STRUCT
 
+#define STATS_ROW_STRUCT struct stats_class
+static const struct stats_desc class_rows[] = {
+    STATS_CLASS_CODEC(STATS_ROW_DESC)
+};
+#undef STATS_ROW_STRUCT
+
 const struct stats_table stats_table = {
     "redlockd_", global_rows, NELEM(global_rows),
 };
@@ -108,6 +120,9 @@ const struct stats_table stats_node_table = {
 };
 const struct stats_table stats_process_table = {
     "process_", process_rows, NELEM(process_rows),
+};
+const struct stats_table stats_class_table = {
+    "redlockd_", class_rows, NELEM(class_rows),
 };
 
 /* ---- values and providers ---------------------------------------------- */
@@ -124,6 +139,8 @@ static struct {
     } providers[STATS_PROVIDERS_MAX];
     struct stats_hist *node_req;    /* (owned) per node index */
     size_t nnode_req;
+    struct stats_class *classes;    /* (owned) per class index, unnamed */
+    size_t nclasses;
 } reg;
 
 static double stats_process_start_ms(void);
@@ -137,6 +154,7 @@ void stats_init(void)
     free(reg.node_req);
     reg.node_req = NULL;
     reg.nnode_req = 0;
+    stats_classes_reset();
 }
 
 int stats_provider_add(stats_collect_fn *collect, void *ud)
@@ -157,6 +175,8 @@ void stats_collect(struct stats_values *v)
     v->nodes = NULL;
     v->nnodes = 0;
     v->nodes_json = NULL;
+    v->classes = NULL;
+    v->nclasses = 0;
     v->uptime_ms = (double)(timer_now() - reg.started_at);
     stats_process_read(&v->process);
     for (size_t i = 0; i < reg.nproviders; i++)
@@ -171,9 +191,12 @@ void stats_values_deinit(struct stats_values *v)
     }
     free(v->nodes);
     json_decref(v->nodes_json);
+    free(v->classes);
     v->nodes = NULL;
     v->nnodes = 0;
     v->nodes_json = NULL;
+    v->classes = NULL;
+    v->nclasses = 0;
 }
 
 /* Every gauge of the row table t at base to NaN ("not reported"). */
@@ -290,6 +313,54 @@ const struct stats_hist *stats_node_request_hist(int node)
     if (node < 0 || (size_t)node >= reg.nnode_req)
         return NULL;
     return &reg.node_req[node];
+}
+
+/* Class cls's cells, made (zero) up to it: classes are named as locks
+ * meet them. */
+static struct stats_class *stats_class_at(size_t cls)
+{
+    if (cls >= reg.nclasses) {
+        size_t n = cls + 1;
+
+        reg.classes = mem_realloc(reg.classes, n * sizeof(*reg.classes));
+        memset(reg.classes + reg.nclasses, 0,
+               (n - reg.nclasses) * sizeof(*reg.classes));
+        reg.nclasses = n;
+    }
+    return &reg.classes[cls];
+}
+
+/* The bucket sets here are the rows' dims in STATS_CLASS_CODEC. */
+void stats_observe_class_wait(size_t cls, bool granted, double seconds)
+{
+    stats_hist_observe(&stats_class_at(cls)->wait_seconds[
+                           granted ? STATS_WAITED_granted
+                                   : STATS_WAITED_timeout],
+                       &stats_buckets_duration, seconds);
+}
+
+void stats_observe_class_hold(size_t cls, double seconds)
+{
+    stats_hist_observe(&stats_class_at(cls)->hold_seconds,
+                       &stats_buckets_duration, seconds);
+}
+
+void stats_classes_reset(void)
+{
+    free(reg.classes);
+    reg.classes = NULL;
+    reg.nclasses = 0;
+}
+
+struct stats_class *stats_classes_alloc(struct stats_values *v, size_t n)
+{
+    size_t have = n < reg.nclasses ? n : reg.nclasses;
+
+    v->classes = mem_alloc((n ? n : 1) * sizeof(*v->classes));
+    v->nclasses = n;
+    if (have)
+        memcpy(v->classes, reg.classes, have * sizeof(*v->classes));
+    return v->classes;
 }
 
 /* ---- the process (/proc/self) ------------------------------------------ */
@@ -519,6 +590,20 @@ void stats_table_json(const struct stats_table *t, const void *base,
         stats_row_json(&t->rows[i], base, obj);
 }
 
+/* {"<class>": {every STATS_CLASS_CODEC row}, ...}, in class order. */
+static json_t *stats_classes_json(const struct stats_values *v)
+{
+    json_t *o = json_object();
+
+    for (size_t i = 0; i < v->nclasses; i++) {
+        json_t *c = json_object();
+
+        stats_table_json(&stats_class_table, &v->classes[i], c);
+        json_object_set_new(o, v->classes[i].name, c);
+    }
+    return o;
+}
+
 json_t *stats_values_json(const struct stats_values *v)
 {
     json_t *o = json_object();
@@ -531,6 +616,7 @@ json_t *stats_values_json(const struct stats_values *v)
     proc = json_object();
     stats_table_json(&stats_process_table, &v->process, proc);
     json_object_set_new(o, "process", proc);
+    json_object_set_new(o, "classes", stats_classes_json(v));
     return o;
 }
 

@@ -110,6 +110,18 @@
     X(request_seconds, HISTOGRAM, SECONDS, "node_request_seconds", "Replies from this node: seconds from sending the request to the reply.")
 
 /*
+ * Per resource class (rclass.h; metrics.resource_classes), exported with a
+ * class="..." label: at most metrics.max_classes of them and "other". In
+ * STATS, the object "classes", one member per class named by it. The
+ * wait rows are observed in lockmgr from the LOCK to its answer, once per
+ * resource the LOCK names, and only for the answers that say how long a
+ * lock was waited for: a grant (at once or after a wait) and ERR TIMEOUT.
+ */
+#define STATS_CLASS_CODEC(X)                                                 \
+    X(wait_seconds, HISTOGRAM, SECONDS, WAITED, "lock_wait_seconds", "LOCK requests answered, per resource they name, by result: granted (at once or after a wait), timeout (ERR TIMEOUT): seconds from the request to the answer.") \
+    X(hold_seconds, HISTOGRAM, SECONDS, DURATION, "lock_hold_seconds", "Leases ended (released, lost, or their session ended): seconds from the grant to the end.")
+
+/*
  * The process, as every Prometheus client library exports it (prefix
  * "process_", read from /proc/self). In STATS, the object "process".
  */
@@ -130,20 +142,24 @@
  * STATS_CAUSE_<value>.
  */
 #define STATS_RESULT_LABELS(V) V(ok) V(busy) V(timeout) V(unavailable)
+#define STATS_WAITED_LABELS(V) V(granted) V(timeout)
 #define STATS_CAUSE_LABELS(V) V(notified) V(retry)
 #define STATS_TLSFAIL_LABELS(V)                                              \
     V(plaintext) V(plain_port) V(timeout) V(eof) V(version)                  \
     V(no_client_cert) V(bad_client_cert) V(peer_alert) V(protocol)
 
 #define STATS_LABEL_ENUM_RESULT(value) STATS_RESULT_##value,
+#define STATS_LABEL_ENUM_WAITED(value) STATS_WAITED_##value,
 #define STATS_LABEL_ENUM_CAUSE(value) STATS_CAUSE_##value,
 #define STATS_LABEL_ENUM_TLSFAIL(value) STATS_TLSFAIL_##value,
 enum stats_result { STATS_RESULT_LABELS(STATS_LABEL_ENUM_RESULT) STATS_RESULT_N };
+enum stats_waited { STATS_WAITED_LABELS(STATS_LABEL_ENUM_WAITED) STATS_WAITED_N };
 enum stats_cause { STATS_CAUSE_LABELS(STATS_LABEL_ENUM_CAUSE) STATS_CAUSE_N };
 enum stats_tlsfail {
     STATS_TLSFAIL_LABELS(STATS_LABEL_ENUM_TLSFAIL) STATS_TLSFAIL_N
 };
 #undef STATS_LABEL_ENUM_RESULT
+#undef STATS_LABEL_ENUM_WAITED
 #undef STATS_LABEL_ENUM_CAUSE
 #undef STATS_LABEL_ENUM_TLSFAIL
 
@@ -211,6 +227,10 @@ struct stats_labels {
 #define STATS_CELLS_DURATION(type, field) type field;
 #define STATS_LABELS_DURATION NULL
 #define STATS_BUCKETS_DURATION (&stats_buckets_duration)
+/* Histograms by result, with the DURATION buckets. */
+#define STATS_CELLS_WAITED(type, field) type field[STATS_WAITED_N];
+#define STATS_LABELS_WAITED (&stats_labels_waited)
+#define STATS_BUCKETS_WAITED (&stats_buckets_duration)
 
 /* The most buckets any bucket set has, +Inf included. */
 #define STATS_HIST_MAX 20
@@ -228,6 +248,7 @@ struct stats_hist {
 };
 
 extern const struct stats_labels stats_labels_result;
+extern const struct stats_labels stats_labels_waited;
 extern const struct stats_labels stats_labels_cause;
 extern const struct stats_labels stats_labels_tlsfail;
 extern const struct stats_labels stats_labels_command;
@@ -293,6 +314,12 @@ struct stats_process {
     STATS_PROCESS_CODEC(STATS_ROW_FIELD)
 };
 
+struct stats_class {
+    const char *name;               /* the class label (rclass's storage,
+                                     * valid during the report) */
+    STATS_CLASS_CODEC(STATS_ROW_FIELD)
+};
+
 struct stats_values {
     STATS_CODEC(STATS_ROW_FIELD)
     /* Read for each report (stats_collect); zero in `stats` itself. */
@@ -301,11 +328,14 @@ struct stats_values {
     struct stats_node *nodes;       /* (owned) nnodes of them */
     size_t nnodes;
     json_t *nodes_json;             /* (owned ref) STATS "nodes" as is */
+    struct stats_class *classes;    /* (owned) nclasses, by class index */
+    size_t nclasses;
 };
 
 extern const struct stats_table stats_table;        /* STATS_CODEC */
 extern const struct stats_table stats_node_table;   /* STATS_NODE_CODEC */
 extern const struct stats_table stats_process_table; /* STATS_PROCESS_CODEC */
+extern const struct stats_table stats_class_table;  /* STATS_CLASS_CODEC */
 
 /* What server, session and conn count directly (through the observation
  * points below where there are some). Fields that providers fill stay 0
@@ -332,6 +362,14 @@ void stats_observe_lock(bool waited, double seconds);
 /* A lease ended (released, lost, or with its session) `seconds` after it
  * was granted. */
 void stats_observe_hold(double seconds);
+/* A LOCK answered granted or ERR TIMEOUT `seconds` after it was asked,
+ * for one resource it named, of class `cls` (an rclass index). */
+void stats_observe_class_wait(size_t cls, bool granted, double seconds);
+/* A lease on a resource of class `cls` ended `seconds` after its grant. */
+void stats_observe_class_hold(size_t cls, double seconds);
+/* The classes were made anew (a reload changed them): their histograms
+ * start from zero. */
+void stats_classes_reset(void);
 /* Node `node` (the pool's index, as in pool_node_stats) replied `seconds`
  * after the request was sent. */
 void stats_observe_node_request(int node, double seconds);
@@ -359,12 +397,15 @@ void stats_values_deinit(struct stats_values *v);
 struct stats_node *stats_nodes_alloc(struct stats_values *v, size_t n);
 void stats_node_set_name(struct stats_node *n, const char *name);
 void stats_node_set_why(struct stats_node *n, const char *why);
+/* For providers: v->classes as n classes with their histograms so far,
+ * names unset. */
+struct stats_class *stats_classes_alloc(struct stats_values *v, size_t n);
 
 void stats_hist_observe(struct stats_hist *h, const struct stats_buckets *b,
                         double seconds);
 
 /* The STATS reply object: "version", every STATS_CODEC row, "nodes",
- * "process". */
+ * "process", "classes". */
 json_t *stats_json(void);
 json_t *stats_values_json(const struct stats_values *v);
 /* The rows of t at base as JSON members of obj. */

@@ -6,8 +6,10 @@
 #include <assert.h>
 #include <stdint.h>
 
+#include "conf.h"
 #include "lockmgr.h"
 #include "node.h"
+#include "rclass.h"
 #include "redlock.h"
 #include "session.h"
 #include "stats.h"
@@ -123,17 +125,69 @@ static void glue_nodes(struct stats_values *v, void *ud)
     }
 }
 
-void stats_glue_lease_ended(uint64_t held_ms)
+/* ---- resource classes ------------------------------------------------------
+ * lockmgr tells the waits and holds of each resource (its observer); the
+ * class of the resource (rclass) picks the histograms. */
+
+static struct rclass *glue_classes;     /* (owned) as configured now */
+
+static void glue_waited(const char *resource, size_t len, bool granted,
+                        uint64_t waited_ms)
 {
-    stats_observe_hold((double)held_ms / 1000);
+    stats_observe_class_wait(rclass_of(glue_classes, resource, len), granted,
+                             (double)waited_ms / 1000);
 }
 
-int stats_glue_register(void)
+static void glue_held(const char *resource, size_t len, uint64_t held_ms)
 {
-    lockmgr_set_hold_observer(stats_glue_lease_ended);
+    stats_observe_hold((double)held_ms / 1000);
+    stats_observe_class_hold(rclass_of(glue_classes, resource, len),
+                             (double)held_ms / 1000);
+}
+
+static const struct lockmgr_observer glue_observer = {
+    .waited = glue_waited, .held = glue_held,
+};
+
+static void glue_class_report(struct stats_values *v, void *ud)
+{
+    size_t n = rclass_count(glue_classes);
+    struct stats_class *c = stats_classes_alloc(v, n);
+    (void)ud;
+
+    for (size_t i = 0; i < n; i++)
+        c[i].name = rclass_name(glue_classes, i);
+}
+
+void stats_glue_configure(const struct conf *c)
+{
+    const char *const *prefixes =
+        (const char *const *)c->metrics.resource_classes;
+    size_t n = c->metrics.nresource_classes, max = c->metrics.max_classes;
+
+    if (glue_classes && rclass_same(glue_classes, prefixes, n, max))
+        return;
+    /* Other classes: what was counted under the old ones starts over. */
+    rclass_destroy(glue_classes);
+    glue_classes = rclass_create(prefixes, n, max);
+    stats_classes_reset();
+}
+
+int stats_glue_register(const struct conf *c)
+{
+    stats_glue_configure(c);
+    lockmgr_set_observer(&glue_observer);
     if (stats_provider_add(glue_lockmgr, NULL) != 0 ||
         stats_provider_add(glue_sessions, NULL) != 0 ||
-        stats_provider_add(glue_nodes, NULL) != 0)
+        stats_provider_add(glue_nodes, NULL) != 0 ||
+        stats_provider_add(glue_class_report, NULL) != 0)
         return -1;
     return 0;
+}
+
+void stats_glue_deinit(void)
+{
+    lockmgr_set_observer(NULL);
+    rclass_destroy(glue_classes);
+    glue_classes = NULL;
 }

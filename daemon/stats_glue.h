@@ -6,20 +6,24 @@
  * and fills a report's values, by name only: lockmgr's counters as its
  * LOCKMGR_COUNTERS list maps them to STATS_CODEC rows, node's numbers
  * from struct node_report, one field per STATS_NODE_CODEC row (and the
- * STATS "nodes" objects from the same report). A name that does not
+ * STATS "nodes" objects from the same report), and the classes of the
+ * per-class histograms (rclass.h), which it owns. A name that does not
  * match fails to compile. main calls stats_glue_register once, after
- * stats_init.
+ * stats_init, and stats_glue_configure after each reload.
  */
 #ifndef REDLOCKD_STATS_GLUE_H
 #define REDLOCKD_STATS_GLUE_H
 
-#include <stdint.h>
+struct conf;
 
-/* For lockmgr's lease-end observer (it is a leaf, so it is handed this
- * rather than calling stats): a lease stopped being held after held_ms. */
-void stats_glue_lease_ended(uint64_t held_ms);
-
-/* Returns 0, or -1 when stats has no room for the providers. */
-int stats_glue_register(void);
+/* The providers, and lockmgr's observer, which feeds the wait and hold
+ * histograms (per class of c's metrics.resource_classes). Returns 0, or
+ * -1 when stats has no room for the providers. */
+int stats_glue_register(const struct conf *c);
+/* A reload: classes made anew when c's settings differ from the ones in
+ * use (their histograms then start from zero), else nothing. */
+void stats_glue_configure(const struct conf *c);
+/* At exit: the classes freed, lockmgr observed no more. */
+void stats_glue_deinit(void);
 
 #endif

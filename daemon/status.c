@@ -103,10 +103,27 @@ static json_t *node_json(const struct redlock_node_view *v, uint32_t limit)
     return node;
 }
 
+static json_t *waiter_json(const struct lockmgr_waiter_view *w)
+{
+    json_t *j = json_pack("{s:s, s:s?, s:I, s:s}",
+                          "session", w->session,
+                          "name", w->name[0] ? w->name : NULL,
+                          "waited_ms", (json_int_t)w->waited_ms,
+                          "mode", lockmgr_mode_name(w->mode));
+
+    if (w->limit)
+        json_object_set_new(j, "limit", json_integer(w->limit));
+    if (w->nresources > 1)
+        json_object_set_new(j, "resources",
+                            json_integer((json_int_t)w->nresources));
+    return j;
+}
+
 json_t *status_json(const struct lockmgr_status *st)
 {
     const struct lockmgr_status_plan *p = st->plan;
     json_t *nodes = json_array(), *holders = json_array(), *first, *j;
+    json_t *waiting = json_array();
 
     for (int i = 0; i < st->nnodes; i++)
         json_array_append_new(nodes, node_json(&st->nodes[i], st->limit));
@@ -128,5 +145,38 @@ json_t *status_json(const struct lockmgr_status *st)
         json_object_set_new(j, "limit", json_integer(st->limit));
         json_object_set_new(j, "slots_held", json_integer(p->slots_held));
     }
+    for (size_t i = 0; i < st->nwaiting; i++)
+        json_array_append_new(waiting, waiter_json(&st->waiting[i]));
+    json_object_set_new(j, "waiting", waiting);
     return j;
+}
+
+static json_t *top_one_json(const struct lockmgr_top_view *t)
+{
+    json_t *holder = t->session
+        ? json_pack("{s:s, s:s?, s:I}", "session", t->session,
+                    "name", t->name[0] ? t->name : NULL,
+                    "held_ms", (json_int_t)t->held_ms)
+        : json_null();
+    json_t *j = json_pack("{s:s, s:s}", "resource", t->resource,
+                          "mode", lockmgr_mode_name(t->mode));
+
+    if (t->limit)
+        json_object_set_new(j, "limit", json_integer(t->limit));
+    json_object_set_new(j, "holders", json_integer((json_int_t)t->holders));
+    json_object_set_new(j, "holder", holder);
+    json_object_set_new(j, "waiters", json_integer((json_int_t)t->waiters));
+    json_object_set_new(j, "waited_ms", json_integer((json_int_t)t->waited_ms));
+    return j;
+}
+
+json_t *status_top_json(const char *daemon, const struct lockmgr_top_view *t,
+                        size_t n, size_t total)
+{
+    json_t *arr = json_array();
+
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, top_one_json(&t[i]));
+    return json_pack("{s:s?, s:I, s:o}", "daemon", daemon,
+                     "total", (json_int_t)total, "resources", arr);
 }

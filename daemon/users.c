@@ -61,6 +61,17 @@ bool users_allows(const struct users_user *u, const char *res, size_t len)
     return false;
 }
 
+bool users_overlaps(const struct users_user *u, const char *prefix,
+                    size_t len)
+{
+    for (size_t i = 0; i < u->nprefixes; i++) {
+        size_t plen = strlen(u->prefixes[i]);
+        if (memcmp(u->prefixes[i], prefix, plen < len ? plen : len) == 0)
+            return true;
+    }
+    return false;
+}
+
 bool users_allows_all(const struct users_user *u)
 {
     for (size_t i = 0; i < u->nprefixes; i++) {

@@ -47,6 +47,13 @@ const struct users_user *users_find(const struct users_user *v, size_t n,
 /* Does one of u's prefixes start res[0..len)? */
 bool users_allows(const struct users_user *u, const char *res, size_t len);
 
+/* Could a name that starts with prefix[0..len) be within u's prefixes:
+ * does one of them start it, or start with it? What u may learn of the
+ * names: a class of the per-class histograms (rclass.h), which holds no
+ * other user's resource names when it overlaps u's own. */
+bool users_overlaps(const struct users_user *u, const char *prefix,
+                    size_t len);
+
 /* Does u cover every resource (a prefix ""): what a whole-daemon action
  * such as READMIT asks of a user. */
 bool users_allows_all(const struct users_user *u);

@@ -92,6 +92,7 @@ static const struct proto_cmd_spec proto_cmd_specs[PROTO_CMD_COUNT] = {
                            "STATUS needs a resource name" },
     [PROTO_CMD_SESSIONS] = { 0, 0, 0, 0, false, false, false, NULL },
     [PROTO_CMD_STATS] = { 0, 0, 0, 0, false, false, false, NULL },
+    [PROTO_CMD_TOP] = { PROTO_OPT_LIMIT, 0, 0, 0, false, false, false, NULL },
     [PROTO_CMD_FORCEUNLOCK] = { 0, 0, 1, 1, true, false, false,
                                 "FORCEUNLOCK needs a resource name" },
     [PROTO_CMD_READMIT] = { 0, 0, 1, 1, false, true, false,

@@ -40,6 +40,7 @@
     X(STATUS, "STATUS", "STATUS <resource> [limit=<n>]")                    \
     X(SESSIONS, "SESSIONS", "SESSIONS")                                     \
     X(STATS, "STATS", "STATS")                                              \
+    X(TOP, "TOP", "TOP [limit=<n>]")                                        \
     X(FORCEUNLOCK, "FORCEUNLOCK", "FORCEUNLOCK <resource> (admin only)")    \
     X(READMIT, "READMIT", "READMIT <node>|all (admin only: end a recovery)") \
     X(WATCH, "WATCH", "WATCH <resource>... (EVENT HOLDER now and on each "  \

@@ -282,6 +282,7 @@ def families_in_code():
     out = {}
     for codec, prefix in (("STATS_CODEC", "redlockd_"),
                           ("STATS_NODE_CODEC", "redlockd_"),
+                          ("STATS_CLASS_CODEC", "redlockd_"),
                           ("STATS_PROCESS_CODEC", "process_")):
         m = re.search(r"^#define " + codec + r"\(X\)(.*?)(?:\n\n|\n/\*)",
                       src, re.M | re.S)

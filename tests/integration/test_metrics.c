@@ -11,8 +11,8 @@
  * 405, 400, a 10 KiB head answered 431, a slow one 408, a request
  * followed by a half-close, and the cap of 64 connections. Against the stats codec
  * (daemon/stats.h): every family has # HELP and a known # TYPE, every row
- * is a STATS key and a /metrics family, and counters agree between the
- * two.
+ * (the per-class ones included) is a STATS key and a /metrics family, and
+ * counters agree between the two.
  *
  * Every test ends with a SIGTERM stop asserted to exit 0, so under
  * REDLOCKD_TEST_WRAPPER=valgrind each scenario is also a leak check.
@@ -257,6 +257,9 @@ static const char *const result_values[] = {
 static const char *const cause_values[] = {
     STATS_CAUSE_LABELS(T_LABEL_VALUE) NULL
 };
+static const char *const waited_values[] = {
+    STATS_WAITED_LABELS(T_LABEL_VALUE) NULL
+};
 static const char *const tlsfail_values[] = {
     STATS_TLSFAIL_LABELS(T_LABEL_VALUE) NULL
 };
@@ -272,6 +275,7 @@ static const char *const error_values[] = {
 #define T_DIM_LATENCY NULL, NULL, T_ONE
 #define T_DIM_DURATION NULL, NULL, T_ONE
 #define T_DIM_RESULT "result", result_values, T_OBJECT
+#define T_DIM_WAITED "result", waited_values, T_OBJECT
 #define T_DIM_CAUSE "cause", cause_values, T_FLAT
 #define T_DIM_TLSFAIL "reason", tlsfail_values, T_OBJECT
 #define T_DIM_COMMAND "command", command_values, T_SUM
@@ -294,6 +298,7 @@ static const struct codec_row process_rows[] = { STATS_PROCESS_CODEC(T_ROW) };
     T_ROW(field, kind, unit, NONE, metric, help)
 static const struct codec_row node_rows[] = { STATS_NODE_CODEC(T_NODE_ROW) };
 #undef T_NODE_ROW
+static const struct codec_row class_rows[] = { STATS_CLASS_CODEC(T_ROW) };
 #undef T_ROW
 
 /* A table of rows: its Prometheus prefix. */
@@ -799,7 +804,8 @@ END_TEST
 
 /* Every row of the codec is in STATS (with its nesting) and a family in
  * /metrics, every cell of a labelled row a series of it; per-node rows in
- * every node object and under every node. */
+ * every node object and under every node; per-class rows in the object
+ * of the class "other" (there from the start) and under class="other". */
 START_TEST(codec_rows_in_stats_and_metrics)
 {
     struct http_reply r;
@@ -859,6 +865,30 @@ START_TEST(codec_rows_in_stats_and_metrics)
             ck_assert_msg(sample(r.body, series) >= 0, "/metrics has no %s",
                           series);
         }
+    }
+    node = json_object_get(json_object_get(st, "classes"), "other");
+    ck_assert_msg(json_is_object(node), "STATS has no class \"other\"");
+    for (size_t k = 0; k < NROWS(class_rows); k++) {
+        const struct codec_row *row = &class_rows[k];
+
+        family_name(fam, sizeof(fam), "redlockd_", row);
+        for (const char *const *v = row->values; v && *v; v++) {
+            ck_assert_msg(json_is_integer(json_object_get(
+                              stats_cell(node, row, *v), "count")),
+                          "STATS class other has no %s %s", row->key, *v);
+            snprintf(series, sizeof(series), "%s_count{class=\"other\","
+                     "%s=\"%s\"}", fam, row->label, *v);
+            ck_assert_msg(sample(r.body, series) >= 0, "/metrics has no %s",
+                          series);
+        }
+        if (row->values)
+            continue;
+        ck_assert_msg(json_is_integer(json_object_get(json_object_get(
+                          node, row->key), "count")),
+                      "STATS class other has no %s", row->key);
+        snprintf(series, sizeof(series), "%s_count{class=\"other\"}", fam);
+        ck_assert_msg(sample(r.body, series) >= 0, "/metrics has no %s",
+                      series);
     }
     json_decref(st);
     http_free(&r);

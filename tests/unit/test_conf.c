@@ -108,6 +108,9 @@ static void assert_defaults(const struct conf *d)
     ck_assert(!d->tls.verify_clients);
     ck_assert_str_eq(d->tls.min_version, "1.2");
     ck_assert_ptr_null(d->metrics.listen);
+    ck_assert_ptr_null(d->metrics.resource_classes);     /* "prefix" */
+    ck_assert_uint_eq(d->metrics.nresource_classes, 0);
+    ck_assert_uint_eq(d->metrics.max_classes, 32);
     ck_assert_int_eq(d->log.level, CONF_LOG_INFO);
     ck_assert_uint_eq(d->shutdown_timeout_ms, 5000);
 }
@@ -280,6 +283,13 @@ static const char *const good_rows[] = {
     "{\"auth\": {\"password\": null, \"password_file\": null}}",
     "{\"metrics\": {\"listen\": null}}",
     "{\"metrics\": {\"listen\": \"[::1]:9390\"}}",
+    "{\"metrics\": {\"resource_classes\": \"prefix\"}}",
+    "{\"metrics\": {\"resource_classes\": []}}",
+    "{\"metrics\": {\"resource_classes\": [\"x\", \"other:\"]}}",
+    "{\"metrics\": {\"max_classes\": 0}}",
+    "{\"metrics\": {\"max_classes\": 1024}}",
+    ("{\"metrics\": {\"max_classes\": 2, \"resource_classes\":"
+     " [\"a:\", \"b:\"]}}"),
     "{\"log\": {\"level\": \"info\"}}",
     "{\"log\": {\"level\": \"notice\"}}",
     "{\"log\": {\"level\": \"warning\"}}",
@@ -566,6 +576,114 @@ static const struct bad_row cross_rows[] = {
     { "{\"locks\": {\"key_prefix\": \"f\", \"fence_key\": \"f\"}}",
       "locks.fence_key", "\"f:admitted\" (the recovery marker)" },
 };
+
+/* metrics.resource_classes: a list of prefixes, each a class. */
+static const struct bad_row class_rows[] = {
+    { "{\"metrics\": {\"resource_classes\": \"first\"}}",
+      "metrics.resource_classes",
+      "must be \"prefix\" or a list of resource name prefixes" },
+    { "{\"metrics\": {\"resource_classes\": 3}}",
+      "metrics.resource_classes",
+      "must be \"prefix\" or a list of resource name prefixes" },
+    { "{\"metrics\": {\"resource_classes\": [\"job:\", 7]}}",
+      "metrics.resource_classes[1]", "expected a string" },
+    { "{\"metrics\": {\"resource_classes\": [\"\"]}}",
+      "metrics.resource_classes[0]",
+      "must be 1 to locks.max_resource_len (200) visible ASCII" },
+    { "{\"metrics\": {\"resource_classes\": [\"a b\"]}}",
+      "metrics.resource_classes[0]", "visible ASCII characters" },
+    { "{\"locks\": {\"max_resource_len\": 3}, \"metrics\": "
+      "{\"resource_classes\": [\"job:\"]}}", "metrics.resource_classes[0]",
+      "must be 1 to locks.max_resource_len (3)" },
+    { "{\"metrics\": {\"resource_classes\": [\"other\"]}}",
+      "metrics.resource_classes[0]",
+      "\"other\" is the class of the resources no prefix takes" },
+    { "{\"metrics\": {\"resource_classes\": [\"a:\", \"b:\", \"a:\"]}}",
+      "metrics.resource_classes[2]", "\"a:\" repeats "
+      "metrics.resource_classes[0]" },
+    { "{\"metrics\": {\"max_classes\": 1, \"resource_classes\":"
+      " [\"a:\", \"b:\"]}}", "metrics.resource_classes",
+      "2 prefixes, more than metrics.max_classes (1): list fewer or raise it" },
+    { "{\"metrics\": {\"max_classes\": 1025}}", "metrics.max_classes",
+      "must be between 0 and 1024" },
+    { "{\"metrics\": {\"max_classes\": -1}}", "metrics.max_classes",
+      "must be between 0 and 1024" },
+};
+
+START_TEST(test_classes_bad)
+{
+    const struct bad_row *r = &class_rows[_i];
+
+    ck_assert_msg(load(r->json) == -1, "accepted: %s", r->json);
+    assert_error(r->key, r->msg);
+    assert_defaults(&c);
+}
+END_TEST
+
+START_TEST(test_classes_list)
+{
+    ck_assert_msg(load("{\"metrics\": {\"resource_classes\": "
+                       "[\"invoice:\", \"job:\"], \"max_classes\": 8}}") == 0,
+                  "%s", err);
+    ck_assert_uint_eq(c.metrics.nresource_classes, 2);
+    ck_assert_str_eq(c.metrics.resource_classes[0], "invoice:");
+    ck_assert_str_eq(c.metrics.resource_classes[1], "job:");
+    ck_assert_uint_eq(c.metrics.max_classes, 8);
+    /* [] is a list (every resource "other"), not "prefix". */
+    ck_assert_int_eq(load("{\"metrics\": {\"resource_classes\": []}}"), 0);
+    ck_assert_ptr_nonnull(c.metrics.resource_classes);
+    ck_assert_uint_eq(c.metrics.nresource_classes, 0);
+}
+END_TEST
+
+/* SIGHUP applies both; the report says what the classes were and are. */
+struct class_report { int n; bool applied; char was[64], now[64]; };
+
+static void collect_class_report(void *ud, const char *key, const char *was,
+                                 const char *now, bool applied)
+{
+    struct class_report *r = ud;
+
+    if (strncmp(key, "metrics.", 8) != 0)
+        return;
+    r->n++;
+    r->applied = applied;
+    snprintf(r->was, sizeof(r->was), "%s", was);
+    snprintf(r->now, sizeof(r->now), "%s", now);
+}
+
+START_TEST(test_classes_reload)
+{
+    struct conf fresh;
+    struct class_report rep = { 0 };
+
+    ck_assert_int_eq(load("{}"), 0);
+    ck_assert_int_eq(conf_load_string(&fresh, "{\"metrics\": "
+                     "{\"resource_classes\": [\"a:\", \"b:\"]}}", NAME, err,
+                     sizeof(err)), 0);
+    ck_assert_int_eq(conf_reload(&c, &fresh, collect_class_report, &rep), 0);
+    ck_assert_int_eq(rep.n, 1);
+    ck_assert(rep.applied);
+    ck_assert_str_eq(rep.was, "prefix");
+    ck_assert_str_eq(rep.now, "[2 prefixes]");
+    ck_assert_uint_eq(c.metrics.nresource_classes, 2);
+    ck_assert_str_eq(c.metrics.resource_classes[1], "b:");
+    ck_assert_ptr_null(fresh.metrics.resource_classes);     /* the old */
+    conf_deinit(&fresh);
+
+    /* The same list: nothing to report; another max_classes is live. */
+    rep.n = 0;
+    ck_assert_int_eq(conf_load_string(&fresh, "{\"metrics\": "
+                     "{\"resource_classes\": [\"a:\", \"b:\"], "
+                     "\"max_classes\": 5}}", NAME, err, sizeof(err)), 0);
+    ck_assert_int_eq(conf_reload(&c, &fresh, collect_class_report, &rep), 0);
+    ck_assert_int_eq(rep.n, 1);
+    ck_assert(rep.applied);
+    ck_assert_str_eq(rep.was, "32");
+    ck_assert_uint_eq(c.metrics.max_classes, 5);
+    conf_deinit(&fresh);
+}
+END_TEST
 
 START_TEST(test_cross_rules)
 {
@@ -1161,6 +1279,9 @@ static Suite *conf_suite(void)
     tcase_add_loop_test(tc, test_structure, 0, ROWS(structure_rows));
     tcase_add_loop_test(tc, test_syntax, 0, ROWS(syntax_rows));
     tcase_add_loop_test(tc, test_cross_rules, 0, ROWS(cross_rows));
+    tcase_add_loop_test(tc, test_classes_bad, 0, ROWS(class_rows));
+    tcase_add_test(tc, test_classes_list);
+    tcase_add_test(tc, test_classes_reload);
     tcase_add_test(tc, test_cross_rules_edges);
     tcase_add_loop_test(tc, test_socket_mode, 0, ROWS(mode_rows));
     suite_add_tcase(s, tc);

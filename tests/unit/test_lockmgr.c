@@ -1697,7 +1697,7 @@ START_TEST(test_adopt_slot_here)
                      count_open(F_ACQUIRE, "lock:m#1"), 1);
     int i = count_open(F_ACQUIRE, "lock:m#0") ? pending(F_ACQUIRE, "lock:m#0")
                                               : pending(F_ACQUIRE, "lock:m#1");
-    char key[32];
+    char key[sizeof(calls[0].key)];
     snprintf(key, sizeof(key), "%s", calls[i].key);
     answer_ok(i, 3, 29000);
     uint32_t slot = A.slot;
@@ -2028,6 +2028,218 @@ START_TEST(test_status_and_leases_json)
 }
 END_TEST
 
+/* ---- what the wait and hold histograms are told -------------------------- */
+
+#define SEEN_MAX 16
+static struct seen {
+    char resource[64];
+    bool wait, granted;
+    uint64_t ms;
+} seen[SEEN_MAX];
+static int nseen;
+
+static void seen_add(const char *res, size_t len, bool wait, bool granted,
+                     uint64_t ms)
+{
+    ck_assert_int_lt(nseen, SEEN_MAX);
+    snprintf(seen[nseen].resource, sizeof(seen[nseen].resource), "%.*s",
+             (int)len, res);
+    seen[nseen].wait = wait;
+    seen[nseen].granted = granted;
+    seen[nseen].ms = ms;
+    nseen++;
+}
+
+static void seen_waited(const char *res, size_t len, bool granted,
+                        uint64_t ms)
+{
+    seen_add(res, len, true, granted, ms);
+}
+
+static void seen_held(const char *res, size_t len, uint64_t ms)
+{
+    seen_add(res, len, false, false, ms);
+}
+
+static const struct lockmgr_observer seen_observer = {
+    .waited = seen_waited, .held = seen_held,
+};
+
+static void assert_seen(int i, const char *res, bool wait, bool granted,
+                        uint64_t ms)
+{
+    ck_assert_int_lt(i, nseen);
+    ck_assert_str_eq(seen[i].resource, res);
+    ck_assert_msg(seen[i].wait == wait && seen[i].granted == granted &&
+                  seen[i].ms == ms, "seen[%d] %s: wait %d granted %d %" PRIu64
+                  " ms, not %d %d %" PRIu64, i, res, seen[i].wait,
+                  seen[i].granted, seen[i].ms, wait, granted, ms);
+}
+
+/* Every grant (at once or after a wait) and every ERR TIMEOUT is told
+ * with the time since the LOCK, once per resource; BUSY and UNAVAILABLE
+ * are not; every lease that ends is told with its hold, released or
+ * lost. */
+START_TEST(test_observer_waits_and_holds)
+{
+    nseen = 0;
+    lockmgr_set_observer(&seen_observer);
+    lockmgr_lock(&A.o, R("job:1"), 30000, 0, true, NULL);
+    timer_advance(3);
+    answer_ok(pending(F_ACQUIRE, "lock:job:1"), 1, 29000);
+    assert_seen(0, "job:1", true, true, 3);
+    lockmgr_lock(&B.o, R("job:1"), 30000, 1000, true, NULL);
+    lockmgr_lock(&C.o, R("job:1"), 30000, 0, true, NULL);     /* BUSY */
+    timer_advance(1000);
+    ck_assert_int_eq(B.err, PROTO_ERR_TIMEOUT);
+    ck_assert_int_eq(C.err, PROTO_ERR_BUSY);
+    ck_assert_int_eq(nseen, 2);
+    assert_seen(1, "job:1", true, false, 1000);
+    lockmgr_lock(&C.o, R("mail:1"), 30000, 0, true, NULL);
+    answer_unavailable(pending(F_ACQUIRE, "lock:mail:1"));
+    ck_assert_int_eq(nseen, 2);
+
+    /* Released: told at UNLOCK, not when the nodes answer. */
+    timer_advance(500);
+    lockmgr_unlock(&A.o, held(&A, "job:1"), NULL);
+    assert_seen(2, "job:1", false, false, 1500);
+    answer_released(pending(F_RELEASE, "lock:job:1"), 3, 0);
+
+    /* Several resources: each is told. */
+    lock_multi(&B, "a:1 b:2", 5000);
+    timer_advance(7);
+    answer_ok(pending(F_ACQUIRE, "lock:a:1"), 4, 29000);
+    ck_assert_int_eq(nseen, 5);
+    assert_seen(3, "a:1", true, true, 7);
+    assert_seen(4, "b:2", true, true, 7);
+
+    /* Lost: the nodes no longer hold it. */
+    timer_advance(10000);
+    answer_lost(pending(F_EXTEND, "lock:a:1"));
+    ck_assert_int_eq(B.nlost, 1);
+    assert_seen(5, "a:1", false, false, 10000);
+    lockmgr_set_observer(NULL);
+    end_and_release(&B, "lock:b:2");
+    ck_assert_int_eq(nseen, 6);
+}
+END_TEST
+
+/* STATUS lists this daemon's waiters, in queue order, each with how long
+ * it has waited so far. */
+START_TEST(test_status_lists_waiters)
+{
+    snprintf(C.name, sizeof(C.name), "batch");
+    take(&A, "r", 30000, 1);
+    lockmgr_lock(&B.o, R("r"), 30000, 60000, true, NULL);
+    timer_advance(250);
+    lockmgr_lock(&C.o, R("r"), 30000, 60000, true, NULL);
+    timer_advance(100);
+    lockmgr_status(&D.o, R("r"), 0, NULL);
+    int i = pending(F_INSPECT, "lock:r");
+    struct redlock_node_view v[3] = {
+        { .name = "n1", .up = true, .voting = true, .answered = true,
+          .pttl = 29000, .slots = "" },
+        { .name = "n2", .pttl = -2 }, { .name = "n3", .pttl = -2 },
+    };
+    timer_advance(50);      /* the nodes' round trip counts too */
+    calls[i].done = true;
+    calls[i].icb(calls[i].ud, v, 3);
+    json_t *w = json_object_get(D.status, "waiting");
+    ck_assert_uint_eq(json_array_size(w), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(D.status, "waiters")),
+                     2);
+    json_t *w0 = json_array_get(w, 0), *w1 = json_array_get(w, 1);
+    ck_assert_str_eq(json_string_value(json_object_get(w0, "session")), "s2");
+    ck_assert_int_eq(json_integer_value(json_object_get(w0, "waited_ms")),
+                     400);
+    ck_assert(json_is_null(json_object_get(w0, "name")));
+    ck_assert_str_eq(json_string_value(json_object_get(w0, "mode")),
+                     "exclusive");
+    ck_assert_str_eq(json_string_value(json_object_get(w1, "session")), "s3");
+    ck_assert_str_eq(json_string_value(json_object_get(w1, "name")), "batch");
+    ck_assert_int_eq(json_integer_value(json_object_get(w1, "waited_ms")),
+                     150);
+    /* Unchanged beside it: the holder. */
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(
+        D.status, "holder"), "session")), "s1");
+    lockmgr_owner_end(&B.o, false);
+    lockmgr_owner_end(&C.o, false);
+    end_and_release(&A, "lock:r");
+}
+END_TEST
+
+static bool visible_x(void *ud, const char *res, size_t len)
+{
+    (void)ud;
+    return len >= 2 && memcmp(res, "x:", 2) == 0;
+}
+
+/* TOP: the resources held or waited for here, the longest wait first,
+ * then the longest hold; the limit and a user's view. */
+START_TEST(test_top)
+{
+    struct lockmgr_top_view t[8];
+    size_t n, total;
+
+    take(&A, "x:held-long", 30000, 1);
+    timer_advance(1000);
+    take(&A, "x:held", 30000, 2);
+    take(&B, "y:contended", 30000, 3);
+    lockmgr_lock(&C.o, R("y:contended"), 30000, 60000, true, NULL);
+    timer_advance(300);
+    lockmgr_lock(&D.o, R("x:held"), 30000, 60000, true, NULL);
+    lockmgr_lock(&C.o, R("y:contended2"), 30000, 60000, true, NULL);
+    answer_busy(pending(F_ACQUIRE, "lock:y:contended2"), 5000);
+    timer_advance(200);
+
+    total = lockmgr_top(t, 8, &n, NULL, NULL);
+    ck_assert_uint_eq(total, 4);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_str_eq(t[0].resource, "y:contended");
+    ck_assert_uint_eq(t[0].waited_ms, 500);
+    ck_assert_uint_eq(t[0].waiters, 1);
+    ck_assert_uint_eq(t[0].holders, 1);
+    ck_assert_str_eq(t[0].session, "s2");
+    ck_assert_uint_eq(t[0].held_ms, 500);
+    /* Equal waits: the longer hold first. */
+    ck_assert_str_eq(t[1].resource, "x:held");
+    ck_assert_uint_eq(t[1].waited_ms, 200);
+    ck_assert_str_eq(t[2].resource, "y:contended2");
+    ck_assert_uint_eq(t[2].waited_ms, 200);
+    ck_assert_uint_eq(t[2].holders, 0);
+    ck_assert_ptr_null(t[2].session);
+    ck_assert_str_eq(t[3].resource, "x:held-long");
+    ck_assert_uint_eq(t[3].waiters, 0);
+    ck_assert_uint_eq(t[3].held_ms, 1500);
+
+    /* The first two only, all counted. */
+    total = lockmgr_top(t, 2, &n, NULL, NULL);
+    ck_assert_uint_eq(total, 4);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(t[0].resource, "y:contended");
+    ck_assert_str_eq(t[1].resource, "x:held");
+    /* What the asker may see. */
+    total = lockmgr_top(t, 8, &n, visible_x, NULL);
+    ck_assert_uint_eq(total, 2);
+    ck_assert_str_eq(t[0].resource, "x:held");
+    ck_assert_str_eq(t[1].resource, "x:held-long");
+
+    lockmgr_owner_end(&C.o, false);
+    lockmgr_owner_end(&D.o, false);
+    while (count_open(F_ACQUIRE, "lock:y:contended2"))
+        answer_busy(pending(F_ACQUIRE, "lock:y:contended2"), 5000);
+    end_and_release(&B, "lock:y:contended");
+    lockmgr_owner_end(&A.o, false);
+    while (count_open(F_RELEASE, "lock:x:held"))
+        answer_released(pending(F_RELEASE, "lock:x:held"), 3, 0);
+    while (count_open(F_RELEASE, "lock:x:held-long"))
+        answer_released(pending(F_RELEASE, "lock:x:held-long"), 3, 0);
+    total = lockmgr_top(t, 8, &n, NULL, NULL);
+    ck_assert_uint_eq(total, 0);
+    ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
 /* C's STATUS of a resource nobody here holds, the nodes answering v[3]:
  * the holder it names (owned by C.status). */
 static json_t *holder_seen(const struct redlock_node_view *v)
@@ -2303,6 +2515,9 @@ static Suite *lockmgr_suite(void)
     tcase_add_test(t, test_no_answer_after_end);
     tcase_add_test(t, test_status_and_leases_json);
     tcase_add_test(t, test_status_names_a_holder_elsewhere);
+    tcase_add_test(t, test_observer_waits_and_holds);
+    tcase_add_test(t, test_status_lists_waiters);
+    tcase_add_test(t, test_top);
     tcase_add_test(t, test_force_release_tells_local_holder);
     suite_add_tcase(s, t);
 

@@ -137,6 +137,9 @@ static const struct t_valid t_valid_rows[] = {
     { "SESSIONS", PROTO_CMD_SESSIONS, NULL, 0, 0, 0, true, 0, 0, NULL },
     { "Sessions", PROTO_CMD_SESSIONS, NULL, 0, 0, 0, true, 0, 0, NULL },
     { "STATS", PROTO_CMD_STATS, NULL, 0, 0, 0, true, 0, 0, NULL },
+    { "TOP", PROTO_CMD_TOP, NULL, 0, 0, 0, true, 0, 0, NULL },
+    { "top limit=5", PROTO_CMD_TOP, NULL, PROTO_OPT_LIMIT, 0, 0, true, 0, 0,
+      NULL },
     { "HELP", PROTO_CMD_HELP, NULL, 0, 0, 0, true, 0, 0, NULL },
     { "help\r", PROTO_CMD_HELP, NULL, 0, 0, 0, true, 0, 0, NULL },
     { "HELP lock", PROTO_CMD_HELP, "lock", 0, 0, 0, true, 0, 0, NULL },
@@ -369,6 +372,9 @@ static const struct t_bad t_bad_rows[] = {
     { "LOCKS x", 0, PROTO_ERR_ARG, "LOCKS takes no arguments" },
     { "SESSIONS x", 0, PROTO_ERR_ARG, "SESSIONS takes no arguments" },
     { "STATS x", 0, PROTO_ERR_ARG, "STATS takes no arguments" },
+    { "TOP job:1", 0, PROTO_ERR_ARG, "TOP takes no arguments" },
+    { "TOP limit=0", 0, PROTO_ERR_ARG, "limit must be a whole number" },
+    { "TOP wait=5", 0, PROTO_ERR_ARG, "unknown option 'wait' for TOP" },
     { "HELP LOCK x", 0, PROTO_ERR_ARG, "wrong number of arguments for HELP" },
     { "QUIT now", 0, PROTO_ERR_ARG, "QUIT takes no arguments" },
     { "HELLO alice", 0, PROTO_ERR_ARG, "HELLO takes no arguments" },
@@ -1118,8 +1124,8 @@ START_TEST(test_format_simple)
     sbuf_reset(&b);
     proto_format_help(&b);
     ck_assert_str_eq(sbuf_cstr(&b), "OK PING HELLO AUTH LOCK UNLOCK ADOPT EXTEND "
-                     "LOCKS STATUS SESSIONS STATS FORCEUNLOCK READMIT WATCH "
-                     "UNWATCH HELP QUIT\n");
+                     "LOCKS STATUS SESSIONS STATS TOP FORCEUNLOCK READMIT "
+                     "WATCH UNWATCH HELP QUIT\n");
     sbuf_deinit(&b);
 }
 END_TEST

@@ -237,7 +237,7 @@ static const char *const stats_keys[] = {
     "wakeups_retry", "output_overflows", "nodes_total", "nodes_voting",
     "quorum", "sessions_detached", "adopts", "adopts_left",
     "acquire_seconds", "wait_seconds", "hold_seconds", "tls_handshakes",
-    "tls_handshake_failures", "nodes", "process",
+    "tls_handshake_failures", "nodes", "process", "classes",
 };
 static const char *const acquisition_keys[] = {
     "ok", "busy", "timeout", "unavailable",
@@ -297,6 +297,8 @@ START_TEST(stats_json_shape)
             ck_assert(json_is_integer(json_object_get(v, "count")));
         else if (strcmp(key, "process") == 0)
             ck_assert_int_eq(json_object_size(v), NELEM(process_keys));
+        else if (strcmp(key, "classes") == 0)
+            ck_assert(json_is_object(v));
         else if (strcmp(key, "tls_handshake_failures") == 0)
             ck_assert_int_eq(json_object_size(v), STATS_TLSFAIL_N);
         else if (strcmp(key, "acquisitions") != 0)
@@ -436,6 +438,81 @@ START_TEST(observation_points)
 }
 END_TEST
 
+/* Three classes named, as stats_glue names them from rclass. */
+static void provide_classes(struct stats_values *v, void *ud)
+{
+    static const char *const names[] = { "other", "job:", "a\"b\\" };
+    struct stats_class *c = stats_classes_alloc(v, NELEM(names));
+
+    (void)ud;
+    for (size_t i = 0; i < NELEM(names); i++)
+        c[i].name = names[i];
+}
+
+/* Per class: waits by result and holds, in STATS under "classes" and in
+ * /metrics with a class label (escaped), every named class from the
+ * start; a reset starts them over. */
+START_TEST(class_histograms)
+{
+    struct sbuf b = SBUF_INIT;
+    struct stats_values v;
+    json_t *o, *job, *w;
+    const char *text;
+
+    stats_provider_add(provide_classes, NULL);
+    stats_observe_class_wait(1, true, 0.0005);
+    stats_observe_class_wait(1, true, 0.25);
+    stats_observe_class_wait(1, false, 5);
+    stats_observe_class_hold(0, 2);
+    stats_observe_class_hold(7, 1);          /* no name: not reported */
+    o = stats_json();
+    job = json_object_get(json_object_get(o, "classes"), "job:");
+    w = json_object_get(job, "wait_seconds");
+    ck_assert_int_eq(json_integer_value(json_object_get(
+        json_object_get(w, "granted"), "count")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+        json_object_get(w, "timeout"), "count")), 1);
+    ck_assert(json_real_value(json_object_get(json_object_get(w, "timeout"),
+                                              "sum")) == 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+        json_object_get(job, "hold_seconds"), "count")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(
+        json_object_get(json_object_get(o, "classes"), "other"),
+        "hold_seconds"), "count")), 1);
+    ck_assert_int_eq(json_object_size(json_object_get(o, "classes")), 3);
+    json_decref(o);
+
+    stats_collect(&v);
+    metrics_format(&b, &v);
+    stats_values_deinit(&v);
+    text = sbuf_cstr(&b);
+    ck_assert_msg(strstr(text,
+        "# TYPE redlockd_lock_wait_seconds histogram\n"
+        "redlockd_lock_wait_seconds_bucket"
+        "{class=\"other\",result=\"granted\",le=\"0.001\"} 0\n"),
+        "got:\n%s", text);
+    ck_assert_msg(strstr(text, "\nredlockd_lock_wait_seconds_bucket"
+        "{class=\"job:\",result=\"granted\",le=\"0.001\"} 1\n"
+        "redlockd_lock_wait_seconds_bucket"
+        "{class=\"job:\",result=\"granted\",le=\"0.01\"} 1\n"), "got:\n%s",
+        text);
+    ck_assert_msg(strstr(text, "\nredlockd_lock_wait_seconds_count"
+        "{class=\"job:\",result=\"timeout\"} 1\n"), "got:\n%s", text);
+    ck_assert_msg(strstr(text, "\nredlockd_lock_hold_seconds_count"
+        "{class=\"other\"} 1\n"), "got:\n%s", text);
+    ck_assert_msg(strstr(text, "\nredlockd_lock_hold_seconds_count"
+        "{class=\"a\\\"b\\\\\"} 0\n"), "got:\n%s", text);
+    sbuf_deinit(&b);
+
+    stats_classes_reset();
+    stats_collect(&v);
+    ck_assert_uint_eq(v.nclasses, 3);
+    ck_assert_uint_eq(v.classes[1].wait_seconds[STATS_WAITED_granted].count,
+                      0);
+    stats_values_deinit(&v);
+}
+END_TEST
+
 /* The process's numbers are this process's, and plausible. */
 START_TEST(process_numbers)
 {
@@ -500,6 +577,7 @@ static Suite *stats_suite(void)
     tcase_add_test(tc, stats_json_shape);
     tcase_add_test(tc, daemon_prometheus);
     tcase_add_test(tc, observation_points);
+    tcase_add_test(tc, class_histograms);
     tcase_add_test(tc, process_numbers);
     tcase_add_test(tc, providers_bounded_and_reset);
     suite_add_tcase(s, tc);

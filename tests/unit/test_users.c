@@ -75,6 +75,26 @@ START_TEST(test_allows_length)
 }
 END_TEST
 
+/* alice ("invoice:", "job:"), bob (none), root (""). */
+static const struct { int user; const char *prefix; bool want; }
+overlap_rows[] = {
+    { 0, "job:", true }, { 0, "job", true }, { 0, "jo", true },
+    { 0, "job:42:", true }, { 0, "", true }, { 0, "invoice:", true },
+    { 0, "jobs:", false }, { 0, "mail:", false }, { 0, "other", false },
+    { 0, "Job:", false },
+    { 1, "job:", false }, { 1, "", false },
+    { 2, "anything:", true }, { 2, "", true },
+};
+
+START_TEST(test_overlaps)
+{
+    const char *p = overlap_rows[_i].prefix;
+
+    ck_assert_msg(users_overlaps(&users[overlap_rows[_i].user], p, strlen(p))
+                  == overlap_rows[_i].want, "row %d: %s", _i, p);
+}
+END_TEST
+
 START_TEST(test_allows_all)
 {
     ck_assert(!users_allows_all(&users[0]));
@@ -145,6 +165,7 @@ int main(void)
     tcase_add_test(tc, test_find_none);
     tcase_add_loop_test(tc, test_allows, 0, ROWS(allow_rows));
     tcase_add_test(tc, test_allows_length);
+    tcase_add_loop_test(tc, test_overlaps, 0, ROWS(overlap_rows));
     tcase_add_test(tc, test_allows_all);
     tcase_add_loop_test(tc, test_secret_equal, 0, ROWS(equal_rows));
     tcase_add_test(tc, test_same);
