@@ -41,7 +41,7 @@ func parseServer(text string) (serverAddr, error) {
 	s := strings.TrimSpace(text)
 	a := serverAddr{text: s}
 	bad := func(why string) (serverAddr, error) {
-		return serverAddr{}, fmt.Errorf("redlockd: bad server address %q: %s", text, why)
+		return serverAddr{}, fmt.Errorf("%w: bad server address %q: %s", ErrArg, text, why)
 	}
 	switch {
 	case strings.HasPrefix(s, "unix://"):
