@@ -357,9 +357,10 @@ func (c *Client) onEvent(cn *conn, ev string) {
 	case "LOST":
 		c.mu.Lock()
 		if c.cn == cn {
-			l := c.leases[f["resource"]]
-			if l != nil && l.err == nil && (f["fence"] == "" || f["fence"] == itoa(l.fence)) {
-				reason := f["reason"]
+			l := c.leases[f.str("resource")]
+			fence, ok := f.get("fence")
+			if l != nil && l.err == nil && (!ok || fence == itoa(l.fence)) {
+				reason := f.str("reason")
 				if reason == "" {
 					reason = "lost"
 				}
@@ -374,7 +375,7 @@ func (c *Client) onEvent(cn *conn, ev string) {
 		c.mu.Unlock()
 	case "CLOSING":
 		cn.mu.Lock()
-		cn.closing = f["reason"]
+		cn.closing = f.str("reason")
 		if cn.closing == "" {
 			cn.closing = "unknown"
 		}
@@ -564,22 +565,22 @@ func (c *Client) setReady(cn *conn) error {
 }
 
 // hello sends HELLO (fresh, or resuming the session) and reads its reply.
-func (c *Client) hello(ctx context.Context, cn *conn, limit time.Duration, extra string) (map[string]string, error) {
+func (c *Client) hello(ctx context.Context, cn *conn, limit time.Duration, extra string) (fields, error) {
 	line := "HELLO proto=1"
 	if c.cfg.Name != "" {
 		line += " name=" + c.cfg.Name
 	}
 	cl, err := cn.roundtrip(ctx, line+extra, false, limit)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	rest, err := okReply(cl.reply)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	f := fields(rest)
-	if f["session"] == "" {
-		return nil, protoErr("HELLO reply without session=: %.80q", cl.reply)
+	if f.str("session") == "" {
+		return "", protoErr("HELLO reply without session=: %.80q", cl.reply)
 	}
 	return f, nil
 }
@@ -603,27 +604,27 @@ func (c *Client) tryFresh(ctx context.Context, i int) error {
 }
 
 func (c *Client) freshOn(ctx context.Context, cn *conn, limit time.Duration) error {
-	var f map[string]string
+	var f fields
 	var err error
 	if c.detachMs > 0 {
 		f, err = c.hello(ctx, cn, limit, " detach="+itoa(c.detachMs))
 		if errors.Is(err, ErrArg) {
-			f = nil // a daemon without detach=, or a lower limit: without
+			f = "" // a daemon without detach=, or a lower limit: without
 		} else if err != nil {
 			return err
 		}
 	}
-	if f == nil {
+	if f == "" {
 		if f, err = c.hello(ctx, cn, limit, ""); err != nil {
 			return err
 		}
 	}
-	secret := f["secret"]
+	secret := f.str("secret")
 	if len(secret) != 32 {
 		secret = ""
 	}
 	c.mu.Lock()
-	c.session, c.secret, c.sessionAt = f["session"], secret, cn.index
+	c.session, c.secret, c.sessionAt = f.str("session"), secret, cn.index
 	// The old session is left behind: its leases are this one's to adopt.
 	for _, l := range c.leases {
 		if l.err == nil && !l.releasing {
@@ -673,7 +674,7 @@ func (c *Client) resumeOn(cn *conn, limit time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if f["session"] != session {
+	if f.str("session") != session {
 		return protoErr("HELLO resume= answered for another session")
 	}
 	if err := c.refreshOn(c.ctx, cn, limit, true); err != nil {
@@ -813,10 +814,10 @@ func (c *Client) applyLocksLocked(l *Lease, held map[string]*locksEntry, sent ti
 func (c *Client) unlockAll(ctx context.Context, cn *conn, resources []string, limit time.Duration) {
 	calls := make([]*call, len(resources))
 	for i, r := range resources {
-		calls[i] = cn.start("UNLOCK "+r, true, nil)
+		calls[i] = cn.start("UNLOCK "+r, true, limit, nil)
 	}
 	for _, cl := range calls {
-		_ = cn.wait(ctx, cl, limit)
+		_ = cn.wait(ctx, cl)
 	}
 }
 
@@ -873,10 +874,10 @@ func (c *Client) adoptPending(ctx context.Context, cn *conn, limit time.Duration
 		if !l.renew {
 			line += " renew=0"
 		}
-		todo[i].cl = cn.start(line, true, nil)
+		todo[i].cl = cn.start(line, true, limit, nil)
 	}
 	for _, a := range todo {
-		if werr := cn.wait(ctx, a.cl, limit); werr != nil {
+		if werr := cn.wait(ctx, a.cl); werr != nil {
 			return false, werr
 		}
 		rest, rerr := okReply(a.cl.reply)
@@ -888,14 +889,14 @@ func (c *Client) adoptPending(ctx context.Context, cn *conn, limit time.Duration
 			// next LOCKS, as what no lease knows.
 		case rerr == nil:
 			f := fields(rest)
-			fence, ferr := uintField(f, "fence")
-			validity, verr := uintField(f, "validity")
-			if ferr != nil || verr != nil || f["token"] == "" || fence != l.fence {
+			fence, ferr := f.uint("fence")
+			validity, verr := f.uint("validity")
+			if ferr != nil || verr != nil || f.str("token") == "" || fence != l.fence {
 				c.loseLocked(l, "adopt")
 				break
 			}
-			l.token = f["token"]
-			if ttl, err := uintField(f, "ttl"); err == nil && ttl > 0 {
+			l.token = f.str("token")
+			if ttl, err := f.uint("ttl"); err == nil && ttl > 0 {
 				l.ttl = time.Duration(ttl) * time.Millisecond
 			}
 			l.needsAdopt = false

@@ -407,7 +407,7 @@ func TestExtendAndNoRenew(t *testing.T) {
 	if err := l.Extend(bg(), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if d := l.Deadline(); d.Before(before.Add(4*time.Second)) {
+	if d := l.Deadline(); d.Before(before.Add(4 * time.Second)) {
 		t.Fatalf("deadline %v after Extend", d.Sub(before))
 	}
 	if err := l.Extend(bg(), 0); !errors.Is(err, ErrArg) {

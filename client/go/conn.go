@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,9 +33,11 @@ const maxReplyLine = 64 << 20
 
 // call is one request on one connection, waiting for its reply.
 type call struct {
-	tag  string // "" for HELLO/AUTH/QUIT
-	sent time.Time
-	done chan struct{} // closed once reply or err is set
+	tag     string // "" for HELLO/AUTH/QUIT
+	sent    time.Time
+	limit   time.Duration // the reply is due within this (0: no limit)
+	expires time.Time     // sent + limit
+	done    chan struct{} // closed once reply or err is set
 
 	reply string // the reply line without its tag
 	err   error  // the connection ended first
@@ -68,6 +71,11 @@ type conn struct {
 	shutdown bool   // EVENT SHUTDOWN (or ERR SHUTDOWN) seen
 	closing  string // EVENT CLOSING reason
 	gone     chan struct{}
+	// One timer watches the reply limits of all the calls: it fires at the
+	// earliest expiry it knows of (expAt), and a call past its limit ends
+	// the connection (a stalled daemon).
+	expTimer *time.Timer
+	expAt    time.Time
 }
 
 // dial connects to server index i of the client, TLS included, and starts
@@ -120,13 +128,18 @@ func (c *Client) tlsConfig(a serverAddr) *tls.Config {
 }
 
 // start registers a request and writes its line. A tagged request gets
-// the next tag of the connection. The call is returned even when the
-// connection is already dead: its err says so (and its hook has run).
-func (cn *conn) start(line string, tagged bool, hook func(*call)) *call {
+// the next tag of the connection. Its reply is due within limit (0: no
+// limit); a reply that does not come in time ends the connection. The
+// call is returned even when the connection is already dead: its err
+// says so (and its hook has run).
+func (cn *conn) start(line string, tagged bool, limit time.Duration, hook func(*call)) *call {
 	// The deadline rule counts from before the write (the daemon measures
 	// the validity from a moment after it); taken before the request is
 	// registered, so the reader sees it set.
-	cl := &call{done: make(chan struct{}), hook: hook, sent: time.Now()}
+	cl := &call{done: make(chan struct{}), hook: hook, sent: time.Now(), limit: limit}
+	if limit > 0 {
+		cl.expires = cl.sent.Add(limit)
+	}
 	cn.mu.Lock()
 	if cn.dead {
 		err := cn.err
@@ -146,31 +159,38 @@ func (cn *conn) start(line string, tagged bool, hook func(*call)) *call {
 		}
 		cn.untagged = cl
 	}
+	if limit > 0 && (cn.expAt.IsZero() || cl.expires.Before(cn.expAt)) {
+		cn.armLocked(cl.expires)
+	}
 	cn.mu.Unlock()
 
-	buf := make([]byte, 0, len(line)+len(cl.tag)+3)
-	if tagged {
-		buf = append(buf, '#')
-		buf = append(buf, cl.tag...)
-		buf = append(buf, ' ')
-	}
-	buf = append(buf, line...)
-	buf = append(buf, '\n')
-	cn.write(buf)
+	cn.write(cl.tag, line)
 	return cl
 }
 
-// write appends a line to the output; the first goroutine to find no
-// write going on writes everything gathered meanwhile, in a loop, so that
-// many goroutines' requests leave in one system call.
-func (cn *conn) write(line []byte) {
+// write appends a request line ("#<tag> " first when tagged) to the
+// output; the first goroutine to find no write going on writes everything
+// gathered meanwhile, in a loop, so that many goroutines' requests leave
+// in one system call.
+func (cn *conn) write(tag, line string) {
 	cn.wmu.Lock()
+	if tag != "" {
+		cn.wbuf = append(cn.wbuf, '#')
+		cn.wbuf = append(cn.wbuf, tag...)
+		cn.wbuf = append(cn.wbuf, ' ')
+	}
 	cn.wbuf = append(cn.wbuf, line...)
+	cn.wbuf = append(cn.wbuf, '\n')
 	if cn.flushing {
 		cn.wmu.Unlock()
 		return
 	}
 	cn.flushing = true
+	// Let the goroutines that are ready to run add their lines first (the
+	// ones a batch of replies just woke, say): one write for all of them.
+	cn.wmu.Unlock()
+	runtime.Gosched()
+	cn.wmu.Lock()
 	for len(cn.wbuf) > 0 {
 		out := cn.wbuf
 		cn.wbuf = cn.spare[:0]
@@ -198,16 +218,9 @@ func (cl *call) finish(reply string, err error) {
 	close(cl.done)
 }
 
-// wait waits for the reply, at most limit (then the connection is taken
-// for stalled and dropped) and until ctx ends (then ctx's error; the
+// wait waits for the reply, or until ctx ends (then ctx's error; the
 // request stays in flight and its hook runs when it ends).
-func (cn *conn) wait(ctx context.Context, cl *call, limit time.Duration) error {
-	var tc <-chan time.Time
-	if limit > 0 {
-		t := time.NewTimer(limit)
-		defer t.Stop()
-		tc = t.C
-	}
+func (cn *conn) wait(ctx context.Context, cl *call) error {
 	select {
 	case <-cl.done:
 		return cl.err
@@ -218,20 +231,60 @@ func (cn *conn) wait(ctx context.Context, cl *call, limit time.Duration) error {
 		default:
 		}
 		return ctx.Err()
-	case <-tc:
-		cn.fail(fmt.Errorf("no reply within %v", limit))
-		<-cl.done
-		return cl.err
 	}
 }
 
 // roundtrip: start, then wait.
 func (cn *conn) roundtrip(ctx context.Context, line string, tagged bool, limit time.Duration) (*call, error) {
-	cl := cn.start(line, tagged, nil)
-	if err := cn.wait(ctx, cl, limit); err != nil {
-		return cl, err
+	cl := cn.start(line, tagged, limit, nil)
+	return cl, cn.wait(ctx, cl)
+}
+
+func (cn *conn) armLocked(at time.Time) {
+	cn.expAt = at
+	d := time.Until(at)
+	if cn.expTimer == nil {
+		cn.expTimer = time.AfterFunc(d, cn.checkExpired)
+	} else {
+		cn.expTimer.Reset(d)
 	}
-	return cl, nil
+}
+
+// checkExpired: the timer fired. A call past its limit ends the
+// connection; else the timer waits for the earliest expiry left.
+func (cn *conn) checkExpired() {
+	cn.mu.Lock()
+	if cn.dead {
+		cn.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	var earliest time.Time
+	var late *call
+	check := func(cl *call) {
+		if cl == nil || cl.limit == 0 || late != nil {
+			return
+		}
+		if !now.Before(cl.expires) {
+			late = cl
+		} else if earliest.IsZero() || cl.expires.Before(earliest) {
+			earliest = cl.expires
+		}
+	}
+	check(cn.untagged)
+	for _, cl := range cn.pending {
+		check(cl)
+	}
+	if late == nil {
+		cn.expAt = time.Time{}
+		if !earliest.IsZero() {
+			cn.armLocked(earliest)
+		}
+		cn.mu.Unlock()
+		return
+	}
+	cn.mu.Unlock()
+	cn.fail(fmt.Errorf("no reply within %v", late.limit))
 }
 
 func (cn *conn) readLoop() {
@@ -323,6 +376,9 @@ func (cn *conn) fail(err error) {
 	}
 	cn.pending = nil
 	cn.untagged = nil
+	if cn.expTimer != nil {
+		cn.expTimer.Stop()
+	}
 	close(cn.gone)
 	cn.mu.Unlock()
 	cn.nc.Close()

@@ -304,8 +304,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			c.mu.Unlock()
 			return err
 		}
-		cl := cn.start(line, true, func(cl *call) { c.unlockReplied(l, st, cl) })
-		werr := cn.wait(ctx, cl, c.cfg.Timeout)
+		cl := cn.start(line, true, c.cfg.Timeout, func(cl *call) { c.unlockReplied(l, st, cl) })
+		werr := cn.wait(ctx, cl)
 		c.mu.Lock()
 		if !st.handled {
 			st.abandoned = true // the hook finishes the lease when the reply comes
@@ -395,13 +395,13 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		calls := make([]*call, len(l.resources))
 		for i, r := range l.resources {
 			i := i
-			calls[i] = cn.start("EXTEND "+r+" ttl="+itoa(ms), true,
+			calls[i] = cn.start("EXTEND "+r+" ttl="+itoa(ms), true, c.cfg.Timeout,
 				func(cl *call) { c.extendReplied(l, i, ms, cl) })
 		}
 		var first error
 		lostConn := false
 		for _, cl := range calls {
-			werr := cn.wait(ctx, cl, c.cfg.Timeout)
+			werr := cn.wait(ctx, cl)
 			if werr == nil {
 				_, werr = okReply(cl.reply)
 			} else if cl.err != nil {
@@ -436,7 +436,7 @@ func (c *Client) extendReplied(l *Lease, i int, ms uint64, cl *call) {
 	}
 	switch {
 	case err == nil:
-		v, verr := uintField(fields(rest), "validity")
+		v, verr := fields(rest).uint("validity")
 		if verr != nil {
 			return
 		}

@@ -99,14 +99,14 @@ func Value(v string) Option { return func(o *lockOptions) { o.value = &v } }
 // ticket is one goroutine's place in the queues of its resources.
 type ticket struct {
 	resources []string
-	ready     chan struct{} // closed when at the head of every queue
+	ready     chan struct{} // closed when at the head of every queue (nil: it was at once)
 	blocked   int           // queues where it is not at the head yet
 	released  bool
 }
 
 // enqueueLocked puts a ticket at the end of each of its resources' queues.
 func (c *Client) enqueueLocked(resources []string) *ticket {
-	t := &ticket{resources: resources, ready: make(chan struct{})}
+	t := &ticket{resources: resources}
 	for _, r := range resources {
 		q := c.queues[r]
 		if len(q) > 0 {
@@ -114,8 +114,8 @@ func (c *Client) enqueueLocked(resources []string) *ticket {
 		}
 		c.queues[r] = append(q, t)
 	}
-	if t.blocked == 0 {
-		close(t.ready)
+	if t.blocked > 0 {
+		t.ready = make(chan struct{})
 	}
 	return t
 }
@@ -169,10 +169,8 @@ func (c *Client) queue(ctx context.Context, resources []string, wait bool, waitE
 	}
 	t := c.enqueueLocked(resources)
 	c.mu.Unlock()
-	select {
-	case <-t.ready:
+	if t.ready == nil {
 		return t, nil
-	default:
 	}
 	timer := time.NewTimer(time.Until(waitEnd))
 	defer timer.Stop()
@@ -309,8 +307,9 @@ func (c *Client) acquire(ctx context.Context, t *ticket, resources []string, o *
 			c.mu.Unlock()
 		}
 		st := &lockState{}
-		cl := cn.start(line, true, func(cl *call) { c.lockReplied(t, resources, o, st, cl) })
-		werr := cn.wait(ctx, cl, c.cfg.Timeout+time.Duration(waitMs)*time.Millisecond)
+		cl := cn.start(line, true, c.cfg.Timeout+time.Duration(waitMs)*time.Millisecond,
+			func(cl *call) { c.lockReplied(t, resources, o, st, cl) })
+		werr := cn.wait(ctx, cl)
 		c.mu.Lock()
 		if !st.handled {
 			// ctx ended: the hook gives back what the daemon grants.
@@ -378,42 +377,48 @@ func (c *Client) lockReplied(t *ticket, resources []string, o *lockOptions, st *
 // newLease reads a LOCK's OK reply.
 func (c *Client) newLease(t *ticket, resources []string, o *lockOptions, rest string, sent time.Time) (*Lease, error) {
 	f := fields(rest)
-	if n, ok := f["resources"]; ok {
+	if n, ok := f.get("resources"); ok {
 		if n != itoa(uint64(len(resources))) {
 			return nil, protoErr("LOCK of %d resources answered resources=%s", len(resources), n)
 		}
-	} else if len(resources) != 1 || f["resource"] != resources[0] {
+	} else if len(resources) != 1 || f.str("resource") != resources[0] {
 		return nil, protoErr("LOCK reply for another resource: %.80q", rest)
 	}
-	fence, err := uintField(f, "fence")
+	fence, err := f.uint("fence")
 	if err != nil {
 		return nil, err
 	}
-	ttl, err := uintField(f, "ttl")
+	ttl, err := f.uint("ttl")
 	if err != nil {
 		return nil, err
 	}
-	validity, err := uintField(f, "validity")
+	validity, err := f.uint("validity")
 	if err != nil {
 		return nil, err
 	}
-	if f["token"] == "" {
+	token := f.str("token")
+	if token == "" {
 		return nil, protoErr("LOCK reply without token=")
 	}
 	l := &Lease{
 		c: c, resources: resources, fence: fence, renew: !o.noRenew,
 		mode: "exclusive", slot: -1, t: t, done: make(chan struct{}),
-		token: f["token"], ttl: time.Duration(ttl) * time.Millisecond,
+		token: token, ttl: time.Duration(ttl) * time.Millisecond,
 		rd: make([]confirmation, len(resources)),
 	}
-	if m := f["mode"]; m != "" {
+	if m := f.str("mode"); m != "" {
 		l.mode = m
 	}
-	if k, err := uintField(f, "limit"); err == nil {
-		l.limit = int(k)
-		if s, err := uintField(f, "slot"); err == nil {
-			l.slot = int(s)
+	if _, ok := f.get("limit"); ok {
+		k, err := f.uint("limit")
+		if err != nil {
+			return nil, err
 		}
+		s, err := f.uint("slot")
+		if err != nil {
+			return nil, err
+		}
+		l.limit, l.slot = int(k), int(s)
 	}
 	for i := range l.rd {
 		l.rd[i] = confirmation{sent: sent, deadline: sent.Add(time.Duration(validity) * time.Millisecond)}

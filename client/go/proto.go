@@ -151,21 +151,32 @@ func millis(d time.Duration) uint64 {
 	return ms
 }
 
-// fields splits "k=v k=v" into a map; words without '=' are skipped.
-func fields(s string) map[string]string {
-	m := make(map[string]string, 8)
+// fields are the "k=v k=v" words of a reply or an event, read in place
+// (a reply has a handful: a map would cost more than the scans).
+type fields string
+
+// get is the value of key, and whether it is there.
+func (f fields) get(key string) (string, bool) {
+	s := string(f)
 	for len(s) > 0 {
 		var w string
 		w, s, _ = strings.Cut(s, " ")
-		if k, v, ok := strings.Cut(w, "="); ok {
-			m[k] = v
+		if len(w) > len(key) && w[len(key)] == '=' && w[:len(key)] == key {
+			return w[len(key)+1:], true
 		}
 	}
-	return m
+	return "", false
 }
 
-func uintField(f map[string]string, key string) (uint64, error) {
-	v, ok := f[key]
+// str is the value of key, "" when it is not there.
+func (f fields) str(key string) string {
+	v, _ := f.get(key)
+	return v
+}
+
+// uint reads a number; a protocol error when it is missing or malformed.
+func (f fields) uint(key string) (uint64, error) {
+	v, ok := f.get(key)
 	if !ok {
 		return 0, protoErr("reply without %s=", key)
 	}
