@@ -100,6 +100,10 @@ type Client struct {
 	server    int    // the server of the current (or last) connection
 
 	leases map[string]*Lease    // by resource: live leases, and those being released
+	// The live leases by deadline, and the timer that ends them there.
+	deadlines leaseHeap
+	dlTimer   *time.Timer
+	dlAt      time.Time // when dlTimer fires (zero: not armed)
 	queues map[string][]*ticket // by resource: this client's holders and waiters, in order
 
 	retryAt    time.Time // the next reconnection attempt (not ready)
@@ -228,7 +232,8 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	var cn *conn
 	if busy {
-		cn, _ = c.readyConn(context.Background(), time.Now().Add(c.cfg.Timeout), false)
+		var until time.Time
+		cn, _ = c.readyConn(context.Background(), &until, false)
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -261,6 +266,9 @@ func (c *Client) Close() error {
 	for _, l := range c.leases {
 		c.loseLocked(l, "closed")
 	}
+	if c.dlTimer != nil {
+		c.dlTimer.Stop()
+	}
 	c.mu.Unlock()
 	if cn != nil {
 		cn.fail(ErrClosed)
@@ -282,8 +290,10 @@ func (c *Client) pokeKeeper() {
 }
 
 // readyConn returns the connection once it is ready (for a LOCK, one whose
-// daemon is not shutting down), waiting at most until `until` and ctx.
-func (c *Client) readyConn(ctx context.Context, until time.Time, forLock bool) (*conn, error) {
+// daemon is not shutting down), waiting at most until *until (a zero one
+// becomes Config.Timeout from the first wait: the retries of a request
+// share it) and ctx.
+func (c *Client) readyConn(ctx context.Context, until *time.Time, forLock bool) (*conn, error) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -304,7 +314,10 @@ func (c *Client) readyConn(ctx context.Context, until time.Time, forLock bool) (
 		ch, last := c.changed, c.lastErr
 		c.mu.Unlock()
 		if timer == nil {
-			timer = time.NewTimer(time.Until(until))
+			if until.IsZero() {
+				*until = time.Now().Add(c.cfg.Timeout)
+			}
+			timer = time.NewTimer(time.Until(*until))
 		}
 		select {
 		case <-ch:
@@ -939,9 +952,9 @@ func (c *Client) adoptPending(ctx context.Context, cn *conn, limit time.Duration
 // LOCKS...) and returns its reply; sent again once if the connection is
 // lost under it.
 func (c *Client) request(ctx context.Context, line string) (string, error) {
-	until := time.Now().Add(c.cfg.Timeout)
+	var until time.Time
 	for attempt := 0; ; attempt++ {
-		cn, err := c.readyConn(ctx, until, false)
+		cn, err := c.readyConn(ctx, &until, false)
 		if err != nil {
 			return "", err
 		}

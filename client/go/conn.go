@@ -33,7 +33,7 @@ const maxReplyLine = 64 << 20
 
 // call is one request on one connection, waiting for its reply.
 type call struct {
-	tag     string // "" for HELLO/AUTH/QUIT
+	tag     uint64 // 0 for HELLO/AUTH/QUIT (tags count from 1)
 	sent    time.Time
 	limit   time.Duration // the reply is due within this (0: no limit)
 	expires time.Time     // sent + limit
@@ -47,7 +47,13 @@ type call struct {
 	// err. It keeps the client's state right whether or not the goroutine
 	// that sent the request is still there to look (a ctx that ended).
 	// It must not block, nor start a request while holding Client.mu.
-	hook func(cl *call)
+	hook replyHook
+}
+
+// replyHook is a request's state that its reply updates (an interface
+// rather than a closure: the state is allocated anyway).
+type replyHook interface {
+	replied(cl *call)
 }
 
 // conn is one connection; its fields under mu unless noted.
@@ -63,7 +69,7 @@ type conn struct {
 	flushing bool // a goroutine is writing wbuf out
 
 	mu       sync.Mutex
-	pending  map[string]*call
+	pending  map[uint64]*call
 	untagged *call
 	nextTag  uint64
 	dead     bool
@@ -104,7 +110,7 @@ func (c *Client) dial(ctx context.Context, i int) (*conn, error) {
 	}
 	cn := &conn{
 		c: c, nc: nc, server: a, index: i,
-		pending: make(map[string]*call),
+		pending: make(map[uint64]*call),
 		gone:    make(chan struct{}),
 	}
 	go cn.readLoop()
@@ -132,7 +138,7 @@ func (c *Client) tlsConfig(a serverAddr) *tls.Config {
 // limit); a reply that does not come in time ends the connection. The
 // call is returned even when the connection is already dead: its err
 // says so (and its hook has run).
-func (cn *conn) start(line string, tagged bool, limit time.Duration, hook func(*call)) *call {
+func (cn *conn) start(line string, tagged bool, limit time.Duration, hook replyHook) *call {
 	// The deadline rule counts from before the write (the daemon measures
 	// the validity from a moment after it); taken before the request is
 	// registered, so the reader sees it set.
@@ -149,7 +155,7 @@ func (cn *conn) start(line string, tagged bool, limit time.Duration, hook func(*
 	}
 	if tagged {
 		cn.nextTag++
-		cl.tag = strconv.FormatUint(cn.nextTag, 36)
+		cl.tag = cn.nextTag
 		cn.pending[cl.tag] = cl
 	} else {
 		if cn.untagged != nil {
@@ -168,15 +174,15 @@ func (cn *conn) start(line string, tagged bool, limit time.Duration, hook func(*
 	return cl
 }
 
-// write appends a request line ("#<tag> " first when tagged) to the
-// output; the first goroutine to find no write going on writes everything
-// gathered meanwhile, in a loop, so that many goroutines' requests leave
-// in one system call.
-func (cn *conn) write(tag, line string) {
+// write appends a request line ("#<tag> " first when tagged: the tag in
+// base 36) to the output; the first goroutine to find no write going on
+// writes everything gathered meanwhile, in a loop, so that many
+// goroutines' requests leave in one system call.
+func (cn *conn) write(tag uint64, line string) {
 	cn.wmu.Lock()
-	if tag != "" {
+	if tag != 0 {
 		cn.wbuf = append(cn.wbuf, '#')
-		cn.wbuf = append(cn.wbuf, tag...)
+		cn.wbuf = strconv.AppendUint(cn.wbuf, tag, 36)
 		cn.wbuf = append(cn.wbuf, ' ')
 	}
 	cn.wbuf = append(cn.wbuf, line...)
@@ -213,7 +219,7 @@ func (cn *conn) write(tag, line string) {
 func (cl *call) finish(reply string, err error) {
 	cl.reply, cl.err = reply, err
 	if cl.hook != nil {
-		cl.hook(cl)
+		cl.hook.replied(cl)
 	}
 	close(cl.done)
 }
@@ -339,8 +345,10 @@ func (cn *conn) dispatch(line string) error {
 	if line[0] == '#' {
 		var tag string
 		tag, rest, _ = strings.Cut(line[1:], " ")
-		cl = cn.pending[tag]
-		delete(cn.pending, tag)
+		if n, err := strconv.ParseUint(tag, 36, 64); err == nil {
+			cl = cn.pending[n]
+			delete(cn.pending, n)
+		}
 	} else {
 		cl = cn.untagged
 		cn.untagged = nil

@@ -11,6 +11,7 @@ package redlockd
 // that the lock held in between.
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -37,7 +38,7 @@ type Lease struct {
 	ttl        time.Duration
 	rd         []confirmation // by resource
 	deadline   time.Time      // the earliest of rd
-	timer      *time.Timer    // fires at the deadline
+	hidx       int            // its index in Client.deadlines (-1: not there)
 	err        error          // nil while held: a *LostError, ErrReleased
 	needsAdopt bool           // its session was left behind: ADOPT it
 	releasing  bool           // an UNLOCK is on its way
@@ -149,17 +150,56 @@ func (c *Client) touchLocked(l *Lease) {
 		c.loseLocked(l, "deadline")
 		return
 	}
-	l.timer.Reset(d.Sub(now))
+	heap.Fix(&c.deadlines, l.hidx)
+	c.armDeadlinesLocked()
 	c.wakeForLocked(l.refreshDue())
 }
 
-// deadlineCheck runs when the timer fires.
-func (c *Client) deadlineCheck(l *Lease) {
+// The leases by deadline: a min-heap watched by one timer, which fires at
+// the earliest deadline (or earlier: it is moved forward only, and set
+// again when it fires).
+type leaseHeap []*Lease
+
+func (h leaseHeap) Len() int            { return len(h) }
+func (h leaseHeap) Less(i, j int) bool  { return h[i].deadline.Before(h[j].deadline) }
+func (h leaseHeap) Swap(i, j int)       { h[i], h[j] = h[j], h[i]; h[i].hidx = i; h[j].hidx = j }
+func (h *leaseHeap) Push(x interface{}) { l := x.(*Lease); l.hidx = len(*h); *h = append(*h, l) }
+func (h *leaseHeap) Pop() interface{} {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.hidx = -1
+	return l
+}
+
+// armDeadlinesLocked makes the timer fire by the earliest deadline.
+func (c *Client) armDeadlinesLocked() {
+	if len(c.deadlines) == 0 {
+		return
+	}
+	first := c.deadlines[0].deadline
+	if !c.dlAt.IsZero() && !first.Before(c.dlAt) {
+		return
+	}
+	c.dlAt = first
+	if c.dlTimer == nil {
+		c.dlTimer = time.AfterFunc(time.Until(first), c.deadlinesDue)
+	} else {
+		c.dlTimer.Reset(time.Until(first))
+	}
+}
+
+// deadlinesDue: the timer fired; the leases past their deadline are lost.
+func (c *Client) deadlinesDue() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if l.err == nil && !time.Now().Before(l.deadline) {
-		c.loseLocked(l, "deadline")
+	now := time.Now()
+	for len(c.deadlines) > 0 && !now.Before(c.deadlines[0].deadline) {
+		c.loseLocked(c.deadlines[0], "deadline")
 	}
+	c.dlAt = time.Time{}
+	c.armDeadlinesLocked()
 }
 
 // loseLocked ends a lease that was not released by its holder.
@@ -178,8 +218,8 @@ func (c *Client) endLocked(l *Lease, err error) {
 	}
 	l.err = err
 	l.needsAdopt = false
-	if l.timer != nil {
-		l.timer.Stop()
+	if l.hidx >= 0 {
+		heap.Remove(&c.deadlines, l.hidx)
 	}
 	close(l.done)
 	for _, r := range l.resources {
@@ -196,7 +236,8 @@ func (c *Client) registerLocked(l *Lease) {
 	for _, r := range l.resources {
 		c.leases[r] = l
 	}
-	l.timer = time.AfterFunc(time.Until(l.deadline), func() { c.deadlineCheck(l) })
+	heap.Push(&c.deadlines, l)
+	c.armDeadlinesLocked()
 	if c.closed {
 		c.loseLocked(l, "closed")
 		return
@@ -206,7 +247,7 @@ func (c *Client) registerLocked(l *Lease) {
 
 // leaseConn waits until the lease can take a request on a ready connection
 // (adopted by the current session), within until and ctx.
-func (c *Client) leaseConn(ctx context.Context, l *Lease, until time.Time) (*conn, error) {
+func (c *Client) leaseConn(ctx context.Context, l *Lease, until *time.Time) (*conn, error) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -232,7 +273,10 @@ func (c *Client) leaseConn(ctx context.Context, l *Lease, until time.Time) (*con
 		c.mu.Unlock()
 		c.pokeKeeper()
 		if timer == nil {
-			timer = time.NewTimer(time.Until(until))
+			if until.IsZero() {
+				*until = time.Now().Add(c.cfg.Timeout)
+			}
+			timer = time.NewTimer(time.Until(*until))
 		}
 		select {
 		case <-ch:
@@ -244,13 +288,26 @@ func (c *Client) leaseConn(ctx context.Context, l *Lease, until time.Time) (*con
 	}
 }
 
-// unlockState is shared by an UNLOCK's sender and its hook (under c.mu).
+// unlockState is shared by an UNLOCK's sender and its hook (the flags
+// under c.mu).
 type unlockState struct {
+	l         *Lease
 	handled   bool
 	abandoned bool
 	retried   bool
 	err       error
 }
+
+func (st *unlockState) replied(cl *call) { st.l.c.unlockReplied(st.l, st, cl) }
+
+// extendState is one EXTEND's: resource i of a lease, to ttl ms.
+type extendState struct {
+	l  *Lease
+	i  int
+	ms uint64
+}
+
+func (st *extendState) replied(cl *call) { st.l.c.extendReplied(st.l, st.i, st.ms, cl) }
 
 // Unlock releases the lease (UNLOCK of its resources). It returns nil once
 // released, also for a lease released before; a *LostError if the lease
@@ -282,11 +339,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.releasing = true
 	c.mu.Unlock()
 
-	st := &unlockState{}
-	until := time.Now().Add(c.cfg.Timeout)
+	st := &unlockState{l: l}
+	var until time.Time
 	line := "UNLOCK " + strings.Join(l.resources, " ")
 	for {
-		cn, err := c.leaseConn(ctx, l, until)
+		cn, err := c.leaseConn(ctx, l, &until)
 		if err != nil {
 			c.mu.Lock()
 			switch {
@@ -304,7 +361,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			c.mu.Unlock()
 			return err
 		}
-		cl := cn.start(line, true, c.cfg.Timeout, func(cl *call) { c.unlockReplied(l, st, cl) })
+		cl := cn.start(line, true, c.cfg.Timeout, st)
 		werr := cn.wait(ctx, cl)
 		c.mu.Lock()
 		if !st.handled {
@@ -386,17 +443,16 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ms == 0 {
 		return fmt.Errorf("%w: Extend needs a ttl above 0", ErrArg)
 	}
-	until := time.Now().Add(c.cfg.Timeout)
+	var until time.Time
 	for attempt := 0; ; attempt++ {
-		cn, err := c.leaseConn(ctx, l, until)
+		cn, err := c.leaseConn(ctx, l, &until)
 		if err != nil {
 			return err
 		}
 		calls := make([]*call, len(l.resources))
 		for i, r := range l.resources {
-			i := i
 			calls[i] = cn.start("EXTEND "+r+" ttl="+itoa(ms), true, c.cfg.Timeout,
-				func(cl *call) { c.extendReplied(l, i, ms, cl) })
+				&extendState{l: l, i: i, ms: ms})
 		}
 		var first error
 		lostConn := false

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -194,13 +195,20 @@ func (c *Client) queue(ctx context.Context, resources []string, wait bool, waitE
 
 // ---- Lock -------------------------------------------------------------------
 
-// lockState is shared by a LOCK's sender and its hook (under c.mu).
+// lockState is shared by a LOCK's sender and its hook (the flags under
+// c.mu).
 type lockState struct {
+	c         *Client
+	t         *ticket
+	resources []string
+	o         *lockOptions
 	handled   bool
 	abandoned bool
 	lease     *Lease
 	err       error
 }
+
+func (st *lockState) replied(cl *call) { st.c.lockReplied(st, cl) }
 
 // Lock takes a lock on resource (with Also, on several) and returns its
 // Lease. Without Wait it tries once: ErrBusy when someone else holds it.
@@ -220,58 +228,69 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...Option) (*Le
 	if o.value != nil {
 		return nil, fmt.Errorf("%w: Value: this daemon does not store a holder's value yet (LOCK value=)", ErrUnsupported)
 	}
-	resources := append([]string{resource}, o.also...)
+	resources := append(make([]string, 0, 1+len(o.also)), resource)
+	resources = append(resources, o.also...)
 	if len(resources) > maxMulti {
 		return nil, fmt.Errorf("%w: at most %d resources in one LOCK", ErrArg, maxMulti)
 	}
-	seen := make(map[string]bool, len(resources))
-	for _, r := range resources {
+	for i, r := range resources {
 		if err := checkResource(r); err != nil {
 			return nil, err
 		}
-		if seen[r] {
-			return nil, fmt.Errorf("%w: resource %q named twice", ErrArg, r)
+		for _, q := range resources[:i] {
+			if q == r {
+				return nil, fmt.Errorf("%w: resource %q named twice", ErrArg, r)
+			}
 		}
-		seen[r] = true
 	}
-	var b strings.Builder
-	b.WriteString("LOCK ")
-	b.WriteString(strings.Join(resources, " "))
-	if o.ttl > 0 {
-		b.WriteString(" ttl=" + itoa(millis(o.ttl)))
-	}
-	if o.noRenew {
-		b.WriteString(" renew=0")
-	}
-	if o.shared {
-		b.WriteString(" mode=shared")
-	}
-	if o.limit > 0 {
-		b.WriteString(" limit=" + itoa(uint64(o.limit)))
-	}
-	base := b.String()
+	base := lockLine(resources, &o)
 
-	start := time.Now()
-	var waitEnd time.Time
+	// A connection is waited for Config.Timeout, or as long as the wait.
+	var waitEnd, connUntil time.Time
 	if o.wait > 0 {
+		start := time.Now()
 		waitEnd = start.Add(o.wait)
 		if dl, ok := ctx.Deadline(); ok && dl.Before(waitEnd) {
 			waitEnd = dl
+		}
+		if connUntil = start.Add(c.cfg.Timeout); waitEnd.After(connUntil) {
+			connUntil = waitEnd
 		}
 	}
 	t, err := c.queue(ctx, resources, o.wait > 0, waitEnd)
 	if err != nil {
 		return nil, err
 	}
-	connUntil := start.Add(c.cfg.Timeout)
-	if waitEnd.After(connUntil) {
-		connUntil = waitEnd
-	}
 	lease, err := c.acquire(ctx, t, resources, &o, base, waitEnd, connUntil)
 	if err != nil {
 		return nil, err
 	}
 	return lease, nil
+}
+
+// lockLine is the LOCK request of the options, without wait=.
+func lockLine(resources []string, o *lockOptions) string {
+	b := make([]byte, 0, 64)
+	b = append(b, "LOCK"...)
+	for _, r := range resources {
+		b = append(b, ' ')
+		b = append(b, r...)
+	}
+	if o.ttl > 0 {
+		b = append(b, " ttl="...)
+		b = strconv.AppendUint(b, millis(o.ttl), 10)
+	}
+	if o.noRenew {
+		b = append(b, " renew=0"...)
+	}
+	if o.shared {
+		b = append(b, " mode=shared"...)
+	}
+	if o.limit > 0 {
+		b = append(b, " limit="...)
+		b = strconv.AppendUint(b, uint64(o.limit), 10)
+	}
+	return string(b)
 }
 
 // acquire sends the LOCK (again after a lost connection) for a ticket at
@@ -281,7 +300,7 @@ func (c *Client) acquire(ctx context.Context, t *ticket, resources []string, o *
 	heldOnce := false
 	var last error
 	for {
-		cn, err := c.readyConn(ctx, connUntil, true)
+		cn, err := c.readyConn(ctx, &connUntil, true)
 		if err != nil {
 			if last != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 				err = last
@@ -306,9 +325,8 @@ func (c *Client) acquire(ctx context.Context, t *ticket, resources []string, o *
 			}
 			c.mu.Unlock()
 		}
-		st := &lockState{}
-		cl := cn.start(line, true, c.cfg.Timeout+time.Duration(waitMs)*time.Millisecond,
-			func(cl *call) { c.lockReplied(t, resources, o, st, cl) })
+		st := &lockState{c: c, t: t, resources: resources, o: o}
+		cl := cn.start(line, true, c.cfg.Timeout+time.Duration(waitMs)*time.Millisecond, st)
 		werr := cn.wait(ctx, cl)
 		c.mu.Lock()
 		if !st.handled {
@@ -350,13 +368,14 @@ func (c *Client) acquire(ctx context.Context, t *ticket, resources []string, o *
 // lockReplied is the LOCK's hook: it makes the lease at once, on the
 // reader's goroutine, so that an EVENT LOST right after the grant finds
 // it, and gives the lease back if the caller has left.
-func (c *Client) lockReplied(t *ticket, resources []string, o *lockOptions, st *lockState, cl *call) {
+func (c *Client) lockReplied(st *lockState, cl *call) {
 	var l *Lease
+	t := st.t
 	err := cl.err
 	if err == nil {
 		var rest string
 		if rest, err = okReply(cl.reply); err == nil {
-			l, err = c.newLease(t, resources, o, rest, cl.sent)
+			l, err = c.newLease(t, st.resources, st.o, rest, cl.sent)
 		}
 	}
 	c.mu.Lock()
@@ -402,7 +421,7 @@ func (c *Client) newLease(t *ticket, resources []string, o *lockOptions, rest st
 	}
 	l := &Lease{
 		c: c, resources: resources, fence: fence, renew: !o.noRenew,
-		mode: "exclusive", slot: -1, t: t, done: make(chan struct{}),
+		mode: "exclusive", slot: -1, t: t, done: make(chan struct{}), hidx: -1,
 		token: token, ttl: time.Duration(ttl) * time.Millisecond,
 		rd: make([]confirmation, len(resources)),
 	}
