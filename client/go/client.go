@@ -99,12 +99,13 @@ type Client struct {
 	sessionAt int    // the server the session lives on
 	server    int    // the server of the current (or last) connection
 
-	leases map[string]*Lease // by resource: live leases, and those being released
+	leases map[string]*Lease    // by resource: live leases, and those being released
+	queues map[string][]*ticket // by resource: this client's holders and waiters, in order
+
 	// The live leases by deadline, and the timer that ends them there.
 	deadlines leaseHeap
 	dlTimer   *time.Timer
-	dlAt      time.Time            // when dlTimer fires (zero: not armed)
-	queues    map[string][]*ticket // by resource: this client's holders and waiters, in order
+	dlAt      time.Time // when dlTimer fires (zero: not armed)
 
 	retryAt    time.Time // the next reconnection attempt (not ready)
 	backoff    time.Duration
