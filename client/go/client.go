@@ -242,6 +242,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	cn = nil
 	if c.ready {
 		cn = c.cn
 	}
@@ -523,6 +524,16 @@ func (c *Client) reconnect() {
 	for k := 1; k <= n && c.ctx.Err() == nil; k++ {
 		if last = c.tryFresh(c.ctx, (start+k)%n); last == nil {
 			return
+		}
+		c.mu.Lock()
+		resumable := c.secret != "" && c.session != session
+		c.mu.Unlock()
+		if resumable {
+			// A session was set up before the attempt failed: an ADOPT
+			// whose reply was lost may have given it a lease (with a new
+			// token). The next round resumes it rather than adopt the
+			// old token elsewhere.
+			break
 		}
 	}
 	c.mu.Lock()
@@ -817,6 +828,8 @@ func (c *Client) applyLocksLocked(l *Lease, held map[string]*locksEntry, sent ti
 		}
 		if e.Validity != nil {
 			l.confirmLocked(i, sent, time.Duration(*e.Validity)*time.Millisecond)
+		} else if l.rd[i].sent.Before(sent) {
+			l.rd[i].sent = sent // refreshed, if not confirmed: no refresh at once again
 		}
 	}
 	l.needsAdopt = false

@@ -210,17 +210,19 @@ func daemonBin(t testing.TB) string {
 }
 
 type daemon struct {
-	h     *harness
-	port  int
-	sock  string
-	conf  string
-	nodes int
-	p     *proc
+	h        *harness
+	port     int
+	sock     string
+	conf     string
+	nodes    int
+	password string // auth.password, sent before STATS
+	p        *proc
 }
 
 func (d *daemon) addr() string { return "127.0.0.1:" + strconv.Itoa(d.port) }
 
-// daemon starts redlockd over the nodes; extra is merged into its config.
+// daemon starts redlockd over the nodes; extra is merged into its config
+// (its "listen" addresses are added to the daemon's own TCP and unix ones).
 func (h *harness) daemon(nodes []*redisNode, extra map[string]interface{}) *daemon {
 	bin := daemonBin(h.t)
 	for attempt := 0; attempt < 3; attempt++ {
@@ -234,14 +236,22 @@ func (h *harness) daemon(nodes []*redisNode, extra map[string]interface{}) *daem
 		for i, n := range nodes {
 			addrs[i] = n.addr()
 		}
+		listen := []string{"tcp://" + d.addr(), "unix:" + d.sock}
+		if more, ok := extra["listen"].([]string); ok {
+			listen = append(listen, more...)
+		}
+		if auth, ok := extra["auth"].(map[string]interface{}); ok {
+			d.password, _ = auth["password"].(string)
+		}
 		conf := map[string]interface{}{
-			"listen": []string{"tcp://" + d.addr(), "unix:" + d.sock},
+			"listen": listen,
 			"redis":  map[string]interface{}{"nodes": addrs},
 			"log":    map[string]interface{}{"level": "notice"},
 			// A stop under held leases waits this long for their clients.
 			"shutdown_timeout_ms": 1000,
 		}
 		merge(conf, extra)
+		conf["listen"] = listen
 		b, _ := json.MarshalIndent(conf, "", "  ")
 		if err := os.WriteFile(d.conf, b, 0o600); err != nil {
 			h.t.Fatal(err)
@@ -280,7 +290,12 @@ func merge(base, extra map[string]interface{}) {
 func (d *daemon) waitReady(timeout time.Duration) bool {
 	end := time.Now().Add(timeout)
 	for time.Now().Before(end) && d.p.running() {
-		line := rawLine(d.addr(), "STATS", 300*time.Millisecond)
+		lines := []string{"STATS"}
+		if d.password != "" {
+			lines = []string{"AUTH " + d.password, "STATS"}
+		}
+		out := rawLines(d.addr(), lines, 300*time.Millisecond)
+		line := out[len(out)-1]
 		if strings.HasPrefix(line, "OK {") {
 			var s struct {
 				Voting int `json:"nodes_voting"`

@@ -225,6 +225,9 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...Option) (*Le
 	if o.err != nil {
 		return nil, o.err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if o.value != nil {
 		return nil, fmt.Errorf("%w: Value: this daemon does not store a holder's value yet (LOCK value=)", ErrUnsupported)
 	}
