@@ -133,6 +133,16 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 			break // the daemon said no (a wrong password): not a server to skip
 		}
 	}
+	if last == nil {
+		// One tagged request, so that a daemon that takes none is told
+		// at once.
+		c.mu.Lock()
+		cn := c.cn
+		c.mu.Unlock()
+		if _, last = cn.roundtrip(ctx, "PING", true, c.cfg.Timeout); last != nil {
+			cn.fail(last)
+		}
+	}
 	if last != nil {
 		c.cancel()
 		return nil, last

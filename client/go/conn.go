@@ -355,6 +355,10 @@ func (cn *conn) dispatch(line string) error {
 	}
 	cn.mu.Unlock()
 	if cl == nil {
+		if strings.HasPrefix(line, "ERR UNKNOWN") && strings.Contains(line, "'#") {
+			return fmt.Errorf("%w: this daemon does not take tagged requests (it is older than"+
+				" them): %s", ErrUnsupported, line)
+		}
 		return protoErr("a reply to no request: %.80q", line)
 	}
 	cl.finish(rest, nil)

@@ -463,6 +463,13 @@ func (c *Client) Do(ctx context.Context, resource string, fn func(ctx context.Co
 		return err
 	}
 	lctx, cancel := l.context(ctx)
+	defer func() {
+		if r := recover(); r != nil {
+			cancel()
+			_ = l.Unlock(context.Background())
+			panic(r)
+		}
+	}()
 	ferr := fn(lctx)
 	cancel()
 	lost := l.Err()

@@ -4,9 +4,13 @@ package redlockd
 // TLS, and a LOCK refused by a daemon that is stopping.
 
 import (
+	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,4 +164,61 @@ func TestShutdownMovesLocks(t *testing.T) {
 	}
 	l.Unlock(bg())
 	held.Unlock(bg())
+}
+
+// A daemon older than tagged requests answers them ERR UNKNOWN, untagged:
+// Dial says so at once. (A stand-in that speaks those two lines.)
+func TestDaemonWithoutTags(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				r := bufio.NewReader(nc)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					word := strings.Fields(line)[0]
+					if strings.HasPrefix(word, "#") {
+						fmt.Fprintf(nc, "ERR UNKNOWN unknown command '%s'\n", word)
+					} else {
+						fmt.Fprintf(nc, "OK proto=1 session=s1.x server=redlockd/0.0.1 nodes=1 quorum=1\n")
+					}
+				}
+			}()
+		}
+	}()
+	_, err = Dial(bg(), Config{Servers: []string{ln.Addr().String()}, Timeout: 2 * time.Second})
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "tagged") {
+		t.Fatalf("want ErrUnsupported, got %v", err)
+	}
+}
+
+// A function that panics in Do leaves the lock released.
+func TestDoPanics(t *testing.T) {
+	c := dial(t, Config{})
+	r := res(t, "x")
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("no panic")
+			}
+		}()
+		c.Do(bg(), r, func(context.Context) error { panic("boom") })
+	}()
+	l, err := c.Lock(bg(), r)
+	if err != nil {
+		t.Fatalf("after a panic in Do: %v", err)
+	}
+	l.Unlock(bg())
 }
