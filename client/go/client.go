@@ -339,7 +339,7 @@ func (c *Client) readyConn(ctx context.Context, until *time.Time, forLock bool) 
 			if last == nil {
 				last = errors.New("reconnecting")
 			}
-			return nil, &ConnError{Err: fmt.Errorf("not connected within %v: %w", c.cfg.Timeout, last)}
+			return nil, &ConnError{Err: fmt.Errorf("not connected in time: %w", last)}
 		}
 	}
 }
@@ -467,13 +467,16 @@ func (c *Client) nextActionLocked() (time.Time, keeperAction) {
 	var at time.Time
 	act := actNone
 	for _, l := range c.leases {
-		if l.err != nil || l.releasing {
+		if l.err != nil {
 			continue
 		}
 		if l.needsAdopt {
 			if at.IsZero() || c.adoptAt.Before(at) {
 				at, act = c.adoptAt, actAdopt
 			}
+			continue
+		}
+		if l.releasing {
 			continue
 		}
 		if due := l.refreshDue(); at.IsZero() || due.Before(at) {
@@ -660,9 +663,10 @@ func (c *Client) freshOn(ctx context.Context, cn *conn, limit time.Duration) err
 	}
 	c.mu.Lock()
 	c.session, c.secret, c.sessionAt = f.str("session"), secret, cn.index
-	// The old session is left behind: its leases are this one's to adopt.
+	// The old session is left behind: its leases are this one's to adopt
+	// (those being released too: the UNLOCK goes to this session).
 	for _, l := range c.leases {
-		if l.err == nil && !l.releasing {
+		if l.err == nil {
 			l.needsAdopt = true
 		}
 	}
@@ -764,7 +768,9 @@ func (c *Client) refreshOn(ctx context.Context, cn *conn, limit time.Duration, r
 	snapshot := make([]*Lease, 0, len(c.leases))
 	seen := make(map[*Lease]bool, len(c.leases))
 	for _, l := range c.leases {
-		if l.err == nil && !l.releasing && (resume || !l.needsAdopt) && !seen[l] {
+		// After a resume every lease; else those that are this session's
+		// and not being released (the LOCKS may pass their UNLOCK).
+		if l.err == nil && (resume || !l.releasing && !l.needsAdopt) && !seen[l] {
 			seen[l] = true
 			snapshot = append(snapshot, l)
 		}
@@ -818,16 +824,17 @@ func (c *Client) refreshOn(ctx context.Context, cn *conn, limit time.Duration, r
 
 // applyLocksLocked confirms (or loses) one lease by a LOCKS reply.
 func (c *Client) applyLocksLocked(l *Lease, held map[string]*locksEntry, sent time.Time) {
-	if l.err != nil || l.releasing {
+	if l.err != nil {
 		return
 	}
 	for i, r := range l.resources {
 		e := held[r]
 		if e == nil || e.Fence != l.fence {
-			if l.needsAdopt {
-				return // not this session's (yet): the ADOPT is still to come
+			// Not this session's yet (the ADOPT is still to come), or
+			// released meanwhile; else gone.
+			if !l.needsAdopt && !l.releasing {
+				c.loseLocked(l, "gone")
 			}
-			c.loseLocked(l, "gone")
 			return
 		}
 		if e.Token != "" {

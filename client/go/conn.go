@@ -76,7 +76,6 @@ type conn struct {
 	err      error  // why it ended
 	shutdown bool   // EVENT SHUTDOWN (or ERR SHUTDOWN) seen
 	closing  string // EVENT CLOSING reason
-	gone     chan struct{}
 	// One timer watches the reply limits of all the calls: it fires at the
 	// earliest expiry it knows of (expAt), and a call past its limit ends
 	// the connection (a stalled daemon).
@@ -111,7 +110,6 @@ func (c *Client) dial(ctx context.Context, i int) (*conn, error) {
 	cn := &conn{
 		c: c, nc: nc, server: a, index: i,
 		pending: make(map[uint64]*call),
-		gone:    make(chan struct{}),
 	}
 	go cn.readLoop()
 	return cn, nil
@@ -391,7 +389,6 @@ func (cn *conn) fail(err error) {
 	if cn.expTimer != nil {
 		cn.expTimer.Stop()
 	}
-	close(cn.gone)
 	cn.mu.Unlock()
 	cn.nc.Close()
 	for _, cl := range calls {

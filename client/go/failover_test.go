@@ -121,8 +121,16 @@ func TestResumeSameDaemon(t *testing.T) {
 	if !errors.Is(l.Err(), ErrLost) || l2.Err() != nil {
 		t.Fatalf("Err %v / %v", l.Err(), l2.Err())
 	}
+	// An Unlock while the connection is down goes out on the next one.
+	dropConn(c)
 	if err := l2.Unlock(bg()); err != nil {
 		t.Fatal(err)
+	}
+	other := dial(t, Config{})
+	if l, err := other.Lock(bg(), l2.Resource()); err != nil {
+		t.Fatalf("after the Unlock: %v", err)
+	} else {
+		l.Unlock(bg())
 	}
 }
 

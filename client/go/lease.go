@@ -371,15 +371,26 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			return werr
 		}
 		err = st.err
-		retry := cl.err != nil && ctx.Err() == nil
-		if retry {
+		switch {
+		case cl.err == nil: // answered
+		case l.err != nil: // ended meanwhile (lost, the Client closed)
+			err = nil
+			if l.err != ErrReleased {
+				err = l.err
+			}
+		case ctx.Err() != nil:
+			l.releasing = false
+			go l.Unlock(context.Background()) // the caller left: go on without it
+			err = ctx.Err()
+		default:
+			// The connection ate it: again on the next one.
 			st.retried = true
 			st.handled = false
+			c.mu.Unlock()
+			continue
 		}
 		c.mu.Unlock()
-		if !retry {
-			return err
-		}
+		return err
 	}
 }
 
