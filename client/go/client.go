@@ -39,6 +39,9 @@ const (
 	defaultTimeout = 10 * time.Second
 	reconnectMin   = 50 * time.Millisecond
 	reconnectMax   = time.Second
+	// Resumes cut short after connecting that are tried again before the
+	// session is given up for a new one.
+	maxResumeCuts = 3
 	// A reply while leases may have to move is waited for at most half
 	// the time left to the nearest deadline (so that another server can
 	// still be tried), but never less than this.
@@ -109,6 +112,7 @@ type Client struct {
 
 	retryAt    time.Time // the next reconnection attempt (not ready)
 	backoff    time.Duration
+	resumeCuts int       // resumes in a row cut short after connecting
 	adoptAt    time.Time // the next try of leases ERR UNAVAILABLE refused to adopt
 	wakeAt     time.Time // when the keeper means to wake (zero: when poked)
 	lastErr    error
@@ -521,15 +525,28 @@ func (c *Client) reconnect() {
 	c.mu.Unlock()
 	var last error
 	if session != "" && secret != "" {
-		if last = c.tryResume(at); last == nil {
+		var connected bool
+		if connected, last = c.tryResume(at); last == nil {
 			return
 		}
-		if errors.Is(last, ErrNoSession) {
-			c.mu.Lock()
-			if c.session == session {
-				c.forgetSessionLocked()
-			}
-			c.mu.Unlock()
+		c.mu.Lock()
+		if errors.Is(last, ErrNoSession) && c.session == session {
+			c.forgetSessionLocked()
+		}
+		// A connection that broke during the resume, without a timeout
+		// or a shutdown, is tried again before the session is given up:
+		// it may hold leases under tokens only it knows (an ADOPT whose
+		// reply was lost), which a new session could not adopt.
+		var te *replyTimeout
+		again := connected && c.session == session && !errors.As(last, &te) &&
+			!errors.Is(last, ErrNoSession) && c.resumeCuts < maxResumeCuts
+		if again {
+			c.resumeCuts++
+		}
+		c.mu.Unlock()
+		if again {
+			c.roundFailed(last)
+			return
 		}
 		start = at
 	}
@@ -549,6 +566,11 @@ func (c *Client) reconnect() {
 			break
 		}
 	}
+	c.roundFailed(last)
+}
+
+// roundFailed: no server would do; the next round after the backoff.
+func (c *Client) roundFailed(last error) {
 	c.mu.Lock()
 	c.lastErr = last
 	c.backoff *= 2
@@ -595,6 +617,7 @@ func (c *Client) setReady(cn *conn) error {
 	}
 	c.ready = true
 	c.backoff = 0
+	c.resumeCuts = 0
 	c.retryAt = time.Time{}
 	c.lastErr = nil
 	c.broadcastLocked()
@@ -689,11 +712,12 @@ func (c *Client) freshOn(ctx context.Context, cn *conn, limit time.Duration) err
 }
 
 // tryResume: HELLO resume= on server i; LOCKS confirms the leases.
-func (c *Client) tryResume(i int) error {
+// connected: the failure came after the connection was made.
+func (c *Client) tryResume(i int) (connected bool, err error) {
 	limit := c.replyLimit()
 	cn, err := c.open(c.ctx, i, limit)
 	if err != nil {
-		return err
+		return false, err
 	}
 	err = c.resumeOn(cn, limit)
 	if err == nil {
@@ -702,7 +726,7 @@ func (c *Client) tryResume(i int) error {
 	if err != nil {
 		cn.fail(fmt.Errorf("resuming the session: %w", err))
 	}
-	return err
+	return true, err
 }
 
 func (c *Client) resumeOn(cn *conn, limit time.Duration) error {

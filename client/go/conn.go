@@ -288,8 +288,15 @@ func (cn *conn) checkExpired() {
 		return
 	}
 	cn.mu.Unlock()
-	cn.fail(fmt.Errorf("no reply within %v", late.limit))
+	cn.fail(&replyTimeout{late.limit})
 }
+
+// replyTimeout ends a connection whose daemon did not answer in time (a
+// stalled daemon, or the network to it).
+type replyTimeout struct{ limit time.Duration }
+
+func (e *replyTimeout) Error() string { return fmt.Sprintf("no reply within %v", e.limit) }
+func (e *replyTimeout) Timeout() bool { return true }
 
 func (cn *conn) readLoop() {
 	r := bufio.NewReaderSize(cn.nc, 64<<10)
