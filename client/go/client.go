@@ -248,7 +248,7 @@ func (c *Client) Close() error {
 	var cn *conn
 	if busy {
 		var until time.Time
-		cn, _ = c.readyConn(context.Background(), &until, false)
+		cn, _ = c.readyConn(context.Background(), &until, false, nil)
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -306,10 +306,11 @@ func (c *Client) pokeKeeper() {
 }
 
 // readyConn returns the connection once it is ready (for a LOCK, one whose
-// daemon is not shutting down), waiting at most until *until (a zero one
+// daemon is not shutting down; for a request about lease l, one whose
+// session holds l: adopted), waiting at most until *until (a zero one
 // becomes Config.Timeout from the first wait: the retries of a request
-// share it) and ctx.
-func (c *Client) readyConn(ctx context.Context, until *time.Time, forLock bool) (*conn, error) {
+// share it) and ctx. A lease that ends meanwhile returns its error.
+func (c *Client) readyConn(ctx context.Context, until *time.Time, forLock bool, l *Lease) (*conn, error) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -322,12 +323,23 @@ func (c *Client) readyConn(ctx context.Context, until *time.Time, forLock bool) 
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
-		if c.ready && !(forLock && c.cn.isShutdown()) {
+		if l != nil && l.err != nil {
+			err := l.err
+			c.mu.Unlock()
+			return nil, err
+		}
+		if c.ready && !(forLock && c.cn.isShutdown()) && (l == nil || !l.needsAdopt) {
 			cn := c.cn
 			c.mu.Unlock()
 			return cn, nil
 		}
 		ch, last := c.changed, c.lastErr
+		if c.ready {
+			// Ready, but l waits for its ADOPT (ERR UNAVAILABLE put it
+			// off): the keeper tries again now.
+			last = fmt.Errorf("%w: the lease is not adopted by a daemon yet", ErrUnavailable)
+			c.pokeKeeper()
+		}
 		c.mu.Unlock()
 		if timer == nil {
 			if until.IsZero() {
@@ -1009,7 +1021,7 @@ func (c *Client) adoptPending(ctx context.Context, cn *conn, limit time.Duration
 func (c *Client) request(ctx context.Context, line string) (string, error) {
 	var until time.Time
 	for attempt := 0; ; attempt++ {
-		cn, err := c.readyConn(ctx, &until, false)
+		cn, err := c.readyConn(ctx, &until, false, nil)
 		if err != nil {
 			return "", err
 		}

@@ -3,7 +3,6 @@ package redlockd
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -120,5 +119,3 @@ func errReply(rest string) *Error {
 	code, msg, _ := strings.Cut(rest, " ")
 	return &Error{Code: code, Message: msg}
 }
-
-func itoa(n uint64) string { return strconv.FormatUint(n, 10) }

@@ -245,49 +245,6 @@ func (c *Client) registerLocked(l *Lease) {
 	c.wakeForLocked(l.refreshDue())
 }
 
-// leaseConn waits until the lease can take a request on a ready connection
-// (adopted by the current session), within until and ctx.
-func (c *Client) leaseConn(ctx context.Context, l *Lease, until *time.Time) (*conn, error) {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		cn, err := c.readyConn(ctx, until, false)
-		if err != nil {
-			return nil, err
-		}
-		c.mu.Lock()
-		if l.err != nil {
-			err := l.err
-			c.mu.Unlock()
-			return nil, err
-		}
-		if !l.needsAdopt && c.cn == cn {
-			c.mu.Unlock()
-			return cn, nil
-		}
-		ch := c.changed
-		c.mu.Unlock()
-		c.pokeKeeper()
-		if timer == nil {
-			if until.IsZero() {
-				*until = time.Now().Add(c.cfg.Timeout)
-			}
-			timer = time.NewTimer(time.Until(*until))
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-timer.C:
-			return nil, fmt.Errorf("%w: the lease is not adopted by a daemon yet", ErrUnavailable)
-		}
-	}
-}
-
 // unlockState is shared by an UNLOCK's sender and its hook (the flags
 // under c.mu).
 type unlockState struct {
@@ -343,7 +300,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	var until time.Time
 	line := "UNLOCK " + strings.Join(l.resources, " ")
 	for {
-		cn, err := c.leaseConn(ctx, l, &until)
+		cn, err := c.readyConn(ctx, &until, false, l)
 		if err != nil {
 			c.mu.Lock()
 			switch {
@@ -456,7 +413,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	var until time.Time
 	for attempt := 0; ; attempt++ {
-		cn, err := c.leaseConn(ctx, l, &until)
+		cn, err := c.readyConn(ctx, &until, false, l)
 		if err != nil {
 			return err
 		}

@@ -303,7 +303,7 @@ func (c *Client) acquire(ctx context.Context, t *ticket, resources []string, o *
 	heldOnce := false
 	var last error
 	for {
-		cn, err := c.readyConn(ctx, &connUntil, true)
+		cn, err := c.readyConn(ctx, &connUntil, true, nil)
 		if err != nil {
 			if last != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 				err = last

@@ -151,6 +151,8 @@ func millis(d time.Duration) uint64 {
 	return ms
 }
 
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
 // fields are the "k=v k=v" words of a reply or an event, read in place
 // (a reply has a handful: a map would cost more than the scans).
 type fields string
