@@ -422,7 +422,9 @@ func (c *Client) onEvent(cn *conn, ev string) {
 		}
 		cn.mu.Unlock()
 	}
-	// Other events: ignored, as the protocol asks.
+	// Other events are ignored, as the protocol asks. (EVENT HOLDER, the
+	// daemon's WATCH to come, will go to Watch's channels from here, and
+	// the keeper will send WATCH again on a new session.)
 }
 
 // ---- the keeper ---------------------------------------------------------
@@ -475,9 +477,14 @@ func (c *Client) keeper() {
 	}
 }
 
-// nextActionLocked: what the keeper does next, and when.
+// nextActionLocked: what the keeper does next, and when (a zero time and
+// actNone: nothing until it is poked).
 func (c *Client) nextActionLocked() (time.Time, keeperAction) {
+	now := time.Now()
 	if !c.ready {
+		if c.retryAt.IsZero() {
+			return now, actReconnect
+		}
 		return c.retryAt, actReconnect
 	}
 	var at time.Time
@@ -487,8 +494,12 @@ func (c *Client) nextActionLocked() (time.Time, keeperAction) {
 			continue
 		}
 		if l.needsAdopt {
-			if at.IsZero() || c.adoptAt.Before(at) {
-				at, act = c.adoptAt, actAdopt
+			due := c.adoptAt
+			if due.IsZero() {
+				due = now
+			}
+			if at.IsZero() || due.Before(at) {
+				at, act = due, actAdopt
 			}
 			continue
 		}
@@ -502,7 +513,8 @@ func (c *Client) nextActionLocked() (time.Time, keeperAction) {
 	return at, act
 }
 
-// leaseRegisteredLocked: the keeper may have to wake earlier for it.
+// wakeForLocked: a lease's refresh is due then; the keeper may have to
+// wake earlier for it.
 func (c *Client) wakeForLocked(due time.Time) {
 	if c.wakeAt.IsZero() || due.Before(c.wakeAt) {
 		c.wakeAt = due
