@@ -1,0 +1,3 @@
+module github.com/redlockd/redlockd/client/go
+
+go 1.19
