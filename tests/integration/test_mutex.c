@@ -4,11 +4,12 @@
  *
  * Three redis-server nodes (appendonly yes, appendfsync always), two
  * redlockd daemons on them, 16 clients over 4 resources and two plain
- * Redlock clients (SET NX PX, compare-and-delete) on the same keys. One
- * single-threaded driver advances every client's small state machine
- * (connect, LOCK, hold while refreshing its deadline, UNLOCK, again) and a
- * seeded fault schedule: a node stopped and continued, a node killed with
- * -9 and restarted on its data, a daemon killed with -9 (its clients move
+ * Redlock clients (SET NX PX, compare-and-delete) on the same keys; in the
+ * first test also two tagged sessions of many lanes and four `redlockctl
+ * run` clients (below). One single-threaded driver advances every
+ * client's small state machine (connect, LOCK, hold while refreshing its
+ * deadline, UNLOCK, again) and a seeded fault schedule: a node stopped and
+ * continued, a node killed with -9 and restarted on its data, a daemon killed with -9 (its clients move
  * to the other one) and restarted, a daemon stopped for longer than the
  * ttl, a daemon restarted with SIGTERM (it leaves its leases on the
  * nodes), clients disconnecting abruptly. An exclusive holder whose
@@ -28,15 +29,44 @@
  * it saw EVENT LOST or lost the connection)]; a plain client's is
  * [quorum seen, min(release started, start + validity)].
  *
+ * Tagged sessions (protocol.md, "Tagged requests"): each is one
+ * connection and one session with TAG_LANES lanes, each lane a client of
+ * its own (tagged LOCK with wait=, hold, tagged UNLOCK, again) on
+ * resources mt:0..TAG_RES-1 that both sessions share, never two lanes of
+ * one session on the same resource. So a session holds and waits on
+ * hundreds of resources at once, its replies coming in the order they
+ * finish; a turn's requests go out in one write. One tagged LOCKS
+ * confirms every lane: the deadline of each lane held when it went out is
+ * its send time plus that lease's "validity". A lane's interval is a
+ * client's; a broken connection or a reply overdue ends them all, and the
+ * session starts afresh on the other daemon (nothing to adopt). Now and
+ * then the schedule cuts a session's connection.
+ *
+ * `redlockctl run` clients (issue 28): each runs, again and again,
+ * `redlockctl -s <both daemons> run mx:<r> -- sh -c '<stamper> & exit 0'`
+ * on the classic clients' resources: the command exits at once, and its
+ * worker (tests/tools/stamper.c) closes its descriptors and writes a
+ * CLOCK_MONOTONIC stamp every 50 ms, after a first line with the
+ * REDLOCKD_FENCE it was given. Only redlockctl's keeper (docs/design.md)
+ * then holds the lock, confirming the lease, failing over, stopping the
+ * group by the lease deadline when it is lost, releasing it when the
+ * group is empty. The worker's interval is [first stamp, last stamp],
+ * with that fence, read once every run is over. Now and then the schedule
+ * SIGKILLs a redlockctl whose command runs: its keeper goes on (this
+ * process is a subreaper, so the keeper becomes its child and is waited
+ * for by pid).
+ *
  * Asserted: no two intervals of one resource overlap; the fences of one
  * resource increase strictly in the order the holders started; no key is
  * left on a node longer than ttl (plus slack) after the last holder of its
- * resource was done; no daemon died except those killed on purpose
- * (and every running one exits 0 on SIGTERM). The second test shows the
- * checker is not blind: two daemons with different key prefixes do not see
- * each other's locks, and the checker must report overlaps.
+ * resource was done (the tagged resources too); no daemon died except
+ * those killed on purpose (and every running one exits 0 on SIGTERM);
+ * the tagged lanes were granted locks and the redlockctl workers wrote.
+ * The second test shows the checker is not blind: two daemons with
+ * different key prefixes do not see each other's locks, and the checker
+ * must report overlaps.
  *
- * The third test runs the same load with lock kinds (test "kinds"): two
+ * The third test runs the classic load with lock kinds (test "kinds"): two
  * resources are taken shared or exclusive at random, one is a semaphore
  * of SEM_K slots, the fourth stays plain exclusive and is the only one
  * the plain Redlock clients touch (they cannot see shared holders, by
@@ -60,6 +90,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -107,6 +138,33 @@
 #define RES_NAME_MAX 16
 #define KEY_MAX 64
 
+/* Tagged sessions: each lane on a resource of its own among TAG_RES,
+ * which both sessions share (so they contend), indexed after the classic
+ * ones. */
+#define NTAGGED 2
+#define TAG_LANES 256
+#define TAG_RES 384
+#define TAG_RES_PREFIX "mt:"
+#define NRES_ALL (NRES + TAG_RES)
+#define TAG_LINE_MAX 64                 /* "#l127 LOCK mt:191 ttl=1500 wait=1000" */
+#define TAG_OUT ((TAG_LANES + 2) * TAG_LINE_MAX)    /* a turn's requests */
+#define TAG_BUF 131072                  /* a LOCKS of TAG_LANES locks */
+#define TAG_HOLDER 1000                 /* lane l of session i: (i+1)*1000+l */
+_Static_assert(TAG_LANES < TAG_RES, "a lane finds a resource free");
+
+/* redlockctl run clients. */
+#define NRUNNERS 4
+#define RUN_HOLDER 200                  /* runner i: 200+i */
+#define RUN_PATH_MAX 320                /* a run's file in a node's dir */
+#define EXIT_CONFLICT 75                /* redlockctl run: busy, wait ran out */
+#define EXIT_LOST 70                    /* ... the lease was lost */
+#define EXIT_UNAVAILABLE 69             /* ... no daemon, or the LOCK broke */
+/* The command: the resource and fence it was given and its keeper (the
+ * shell's parent) first, then the worker in the background, in the
+ * command's process group; the shell exits at once. */
+#define RUN_SCRIPT "echo \"$REDLOCKD_RESOURCE $REDLOCKD_FENCE $PPID\" >> \"$1\"; " \
+                   "\"$2\" -m \"$1\" \"$3\" & exit 0"
+
 #define US(ms) ((int64_t)(ms) * 1000)
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -123,6 +181,8 @@ struct run_conf {
     bool faults;
     int fault_cycles;           /* of the schedule (faults only) */
     bool kinds;                 /* resources of every kind (see the top) */
+    int ntagged;                /* tagged sessions */
+    int nrunners;               /* redlockctl run clients */
     const char *daemon_json[NDAEMONS];
     const char *prefix[NDAEMONS];   /* each daemon's key prefix */
 };
@@ -177,6 +237,48 @@ struct client {
     int64_t start, deadline, hold_until, refreshed;
 };
 
+/* One lane of a tagged session: a client's cycle (LOCK, hold, UNLOCK,
+ * again), its requests tagged "l<its number>". */
+struct lane {
+    int res;                    /* of the LOCK in flight or the lock held */
+    enum req req;               /* REQ_NONE, REQ_LOCK or REQ_UNLOCK */
+    int64_t sent, timeout;      /* of that request */
+    bool held, working;         /* as a client's */
+    bool asked;                 /* held, no UNLOCK out, when LOCKS went out */
+    uint64_t fence;
+    int64_t start, deadline, hold_until, next_at;
+};
+
+/* A tagged session: one connection, every lane's requests in flight on
+ * it at once, one LOCKS (tag "r") for all of them. */
+struct tagged {
+    int id;
+    int fd;                     /* -1: not connected */
+    int daemon;
+    bool patient;
+    bool hello;                 /* its (untagged) HELLO is in flight */
+    bool refreshing;            /* its LOCKS is in flight */
+    int64_t hello_timeout, locks_sent, locks_timeout, refreshed, next_at;
+    int lane_of[TAG_RES];       /* the lane on each resource, or -1 */
+    char out[TAG_OUT];          /* this turn's requests, one write */
+    size_t out_len;
+    char buf[TAG_BUF];
+    size_t len;
+    struct lane lane[TAG_LANES];
+};
+
+/* A redlockctl run client: one run at a time, run i writing
+ * <node 0's dir>/run<id>.<i> (and its stderr to that .err). */
+struct runner {
+    int id;
+    pid_t pid;                  /* its redlockctl, or 0 */
+    pid_t keeper;               /* the keeper of a redlockctl we SIGKILLed
+                                   (our child now), or 0 */
+    int res;                    /* of the run going on */
+    int runs;                   /* started */
+    int64_t next_at;
+};
+
 /* A plain Redlock client: synchronous hiredis to each node. */
 struct plain {
     int id;
@@ -196,6 +298,12 @@ struct counts {
     int faults[F_NKINDS], disconnects, crashed, key_violations;
     int modes[3];               /* grants: exclusive, shared, slot */
     long long key_outlived_ms;  /* the longest a key outlived its last holder */
+    /* tagged sessions */
+    int tag_rounds, tag_grants, tag_refused, tag_lost, tag_expired, tag_late;
+    int tag_drops, tag_cuts, tag_peak_held, tag_peak_out;
+    /* redlockctl runs: by exit status; those whose worker wrote */
+    int runs, run_ok, run_busy, run_lost, run_failed, run_cuts, run_stopped;
+    int run_worked, run_stamps;
 };
 
 /* Its nodes and daemons (harness.h). */
@@ -208,13 +316,15 @@ static bool d_terminated[NDAEMONS]; /* sent SIGTERM: exits, is restarted */
 /* Static: clients hold large buffers. */
 static struct client C[NCLIENTS];
 static struct plain P[NPLAIN];
+static struct tagged TS[NTAGGED];
+static struct runner RN[NRUNNERS];
 static struct mc_log ivlog;
 static struct counts cnt;
 static struct fault faults[MAX_FAULTS];
 static int nfaults;
 static const struct run_conf *rc;
 static int64_t t_run;               /* us: the run's time zero */
-static int64_t touch[NRES];         /* us: the last holder of each was done */
+static int64_t touch[NRES_ALL];     /* us: the last holder of each was done */
 static bool stopping;
 static char unexpected_msg[1024];
 
@@ -223,6 +333,16 @@ static char unexpected_msg[1024];
 static double secs(int64_t t)
 {
     return (double)(t - t_run) / 1e6;
+}
+
+/* The name of resource index res: the classic resources, then the tagged
+ * sessions' own. */
+static void res_name(char name[RES_NAME_MAX], int res)
+{
+    if (res < NRES)
+        snprintf(name, RES_NAME_MAX, RES_NAME, res);
+    else
+        snprintf(name, RES_NAME_MAX, TAG_RES_PREFIX "%d", res - NRES);
 }
 
 static void note_touch(int res, int64_t t)
@@ -385,35 +505,50 @@ static void client_send(struct client *c, enum req req, int timeout_ms,
         client_drop(c, true);
 }
 
-static int reply_timeout(const struct client *c)
+static int patience_ms(bool patient)
 {
-    return c->patient ? PATIENT_MS : IMPATIENT_MS;
+    return patient ? PATIENT_MS : IMPATIENT_MS;
 }
 
-static void client_connect(struct client *c, int64_t now)
+static int reply_timeout(const struct client *c)
+{
+    return patience_ms(c->patient);
+}
+
+/* A non-blocking connection to daemon *d, or to the other one when *d is
+ * not running; -1 when neither takes it now (*d: the one to try next). */
+static int daemon_connect(int *d)
 {
     struct sockaddr_in sa = { .sin_family = AF_INET };
     int fd;
 
-    if (!daemon_usable(c->daemon))
-        c->daemon = other_daemon(c->daemon);
-    if (!daemon_usable(c->daemon)) {
-        c->next_at = now + US(100);
-        return;
-    }
+    if (!daemon_usable(*d))
+        *d = other_daemon(*d);
+    if (!daemon_usable(*d))
+        return -1;
     fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
-    sa.sin_port = htons((uint16_t)D[c->daemon].port);
+    sa.sin_port = htons((uint16_t)D[*d].port);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     /* Loopback: refused at once, or accepted by the kernel even when the
      * daemon is stopped. */
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
         close(fd);
-        c->daemon = other_daemon(c->daemon);
+        *d = other_daemon(*d);
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    return fd;
+}
+
+static void client_connect(struct client *c, int64_t now)
+{
+    int fd = daemon_connect(&c->daemon);
+
+    if (fd < 0) {
         c->next_at = now + US(100);
         return;
     }
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     c->fd = fd;
     c->len = 0;
     c->detach = c->adopt;
@@ -437,7 +572,7 @@ static void client_lock(struct client *c)
         kind = " mode=shared";
         c->shared = true;
     }
-    snprintf(name, sizeof(name), RES_NAME, c->res);
+    res_name(name, c->res);
     cnt.rounds++;
     c->rounds++;
     client_send(c, REQ_LOCK, WAIT_MS + reply_timeout(c),
@@ -448,7 +583,7 @@ static void client_unlock(struct client *c)
 {
     char name[RES_NAME_MAX];
 
-    snprintf(name, sizeof(name), RES_NAME, c->res);
+    res_name(name, c->res);
     /* The holder stops working before the request leaves. */
     work_end(c, h_now_us());
     client_send(c, REQ_UNLOCK, reply_timeout(c), "UNLOCK %s", name);
@@ -470,7 +605,7 @@ static bool resource_is(const char *name, int res)
 {
     char want[RES_NAME_MAX];
 
-    snprintf(want, sizeof(want), RES_NAME, res);
+    res_name(want, res);
     return name != NULL && strcmp(name, want) == 0;
 }
 
@@ -633,7 +768,7 @@ static void client_adopt(struct client *c, int64_t now)
         round_done(c, now);
         return;
     }
-    snprintf(name, sizeof(name), RES_NAME, c->res);
+    res_name(name, c->res);
     client_send(c, REQ_ADOPT, reply_timeout(c), "ADOPT %s token=%s ttl=%d",
                 name, c->token, TTL_MS);
     if (c->fd >= 0 && h_rng_range(0, 99) < ADOPT_CUT_PCT)
@@ -674,8 +809,9 @@ static void on_adopt_reply(struct client *c, const char *line, int64_t now)
         round_done(c, now);
 }
 
-static void client_line(struct client *c, const char *line, int64_t now)
+static void client_line(void *ud, const char *line, int64_t now)
 {
+    struct client *c = ud;
     enum req req = c->req;
 
     if (h_starts(line, "EVENT ")) {
@@ -709,36 +845,46 @@ static void client_line(struct client *c, const char *line, int64_t now)
     }
 }
 
-/* Read what has arrived and act on every complete line. */
-static void client_read(struct client *c)
+/*
+ * Read what has arrived on *fd into buf (*len bytes are there already)
+ * and hand each complete line to on_line, which may close the connection
+ * (*fd -1). Returns -1 when the peer closed it or it failed, else 0.
+ */
+static int lines_read(const int *fd, char *buf, size_t size, size_t *len,
+                      void (*on_line)(void *ud, const char *line, int64_t now),
+                      void *ud)
 {
     for (;;) {
-        ssize_t n = recv(c->fd, c->buf + c->len, sizeof(c->buf) - 1 - c->len, 0);
+        ssize_t n = recv(*fd, buf + *len, size - 1 - *len, 0);
         int64_t now = h_now_us();
         char *lf;
 
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
-        if (n <= 0) {
-            client_drop(c, true);
-            return;
-        }
-        c->len += (size_t)n;
-        while (c->fd >= 0 && (lf = memchr(c->buf, '\n', c->len)) != NULL) {
-            size_t ll = (size_t)(lf - c->buf);
+            return 0;
+        if (n <= 0)
+            return -1;
+        *len += (size_t)n;
+        while (*fd >= 0 && (lf = memchr(buf, '\n', *len)) != NULL) {
+            size_t ll = (size_t)(lf - buf);
 
             *lf = '\0';
-            client_line(c, c->buf, now);
-            if (c->fd < 0)
-                return;
-            memmove(c->buf, lf + 1, c->len - ll - 1);
-            c->len -= ll + 1;
+            on_line(ud, buf, now);
+            if (*fd < 0)
+                return 0;
+            memmove(buf, lf + 1, *len - ll - 1);
+            *len -= ll + 1;
         }
-        ck_assert_msg(c->len < sizeof(c->buf) - 1, "client %d: a line of %zu bytes",
-                      c->id, c->len);
+        ck_assert_msg(*len < size - 1, "a line of %zu bytes", *len);
     }
+}
+
+/* Read what has arrived and act on every complete line. */
+static void client_read(struct client *c)
+{
+    if (lines_read(&c->fd, c->buf, sizeof(c->buf), &c->len, client_line, c) < 0)
+        client_drop(c, true);
 }
 
 static bool client_busy(const struct client *c)
@@ -784,6 +930,465 @@ static void client_tick(struct client *c, int64_t now)
         client_lock(c);
 }
 
+/* ---- tagged sessions ---------------------------------------------------- */
+
+static int lane_holder(const struct tagged *t, int l)
+{
+    return TAG_HOLDER * (t->id + 1) + l;
+}
+
+/* Lane l's interval ends at now, or at its deadline if that came first. */
+static void lane_end(struct tagged *t, int l, int64_t now)
+{
+    struct lane *ln = &t->lane[l];
+    int64_t end = now < ln->deadline ? now : ln->deadline;
+
+    if (!ln->working)
+        return;
+    if (ln->deadline <= now)
+        cnt.tag_expired++;
+    record(ln->res, lane_holder(t, l), MC_REDLOCKD, ln->fence, ln->start, end,
+           NULL);
+    ln->working = false;
+}
+
+/* The lane is through with its resource: another lane may take it. */
+static void lane_done(struct tagged *t, struct lane *ln, int64_t now)
+{
+    if (ln->res >= 0)
+        t->lane_of[ln->res - NRES] = -1;
+    ln->res = -1;
+    ln->req = REQ_NONE;
+    ln->held = ln->asked = false;
+    ln->next_at = now + US(h_rng_range(0, 150));
+}
+
+/* Close the connection at once: every lane stops working, and the
+ * session (not detachable) ends with its locks. `failover` as for a
+ * client. */
+static void tagged_drop(struct tagged *t, bool failover)
+{
+    int64_t now = h_now_us();
+
+    for (int l = 0; l < TAG_LANES; l++) {
+        struct lane *ln = &t->lane[l];
+
+        lane_end(t, l, now);
+        if (ln->req != REQ_NONE || ln->held)
+            note_touch(ln->res, now);
+        lane_done(t, ln, now);
+    }
+    if (t->fd >= 0)
+        close(t->fd);
+    t->fd = -1;
+    t->len = t->out_len = 0;
+    t->hello = t->refreshing = false;
+    t->daemon = failover ? other_daemon(t->daemon) : t->id % NDAEMONS;
+    t->next_at = now + US(h_rng_range(50, 200));
+    cnt.tag_drops++;
+}
+
+/* A request for this turn's write (tagged_flush). */
+static void tagged_queue(struct tagged *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void tagged_queue(struct tagged *t, const char *fmt, ...)
+{
+    size_t room = sizeof(t->out) - t->out_len;
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(t->out + t->out_len, room, fmt, ap);
+    va_end(ap);
+    ck_assert(n > 0 && (size_t)n < room - 1);
+    t->out_len += (size_t)n;
+    t->out[t->out_len++] = '\n';
+}
+
+/* The turn's requests in one write, which the daemon reads together. As
+ * for a client: anything short of all of it means the connection is
+ * gone. */
+static void tagged_flush(struct tagged *t)
+{
+    ssize_t w;
+
+    if (t->fd < 0 || t->out_len == 0)
+        return;
+    do {
+        w = send(t->fd, t->out, t->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (w < 0 && errno == EINTR);
+    if (w != (ssize_t)t->out_len) {
+        tagged_drop(t, true);
+        return;
+    }
+    t->out_len = 0;
+}
+
+static void tagged_connect(struct tagged *t, int64_t now)
+{
+    int fd = daemon_connect(&t->daemon);
+
+    if (fd < 0) {
+        t->next_at = now + US(100);
+        return;
+    }
+    t->fd = fd;
+    t->len = t->out_len = 0;
+    t->hello = true;
+    t->hello_timeout = now + US(patience_ms(t->patient));
+    tagged_queue(t, "HELLO name=mt%d", t->id);
+}
+
+/* A resource no other lane of this session is on. */
+static void lane_lock(struct tagged *t, int l, int64_t now)
+{
+    struct lane *ln = &t->lane[l];
+    char name[RES_NAME_MAX];
+    int k = h_rng_range(0, TAG_RES - 1);
+
+    while (t->lane_of[k] >= 0)
+        k = (k + 1) % TAG_RES;
+    t->lane_of[k] = l;
+    ln->res = NRES + k;
+    ln->req = REQ_LOCK;
+    ln->sent = now;
+    ln->timeout = now + US(WAIT_MS + patience_ms(t->patient));
+    res_name(name, ln->res);
+    cnt.tag_rounds++;
+    tagged_queue(t, "#l%d LOCK %s ttl=%d wait=%d", l, name, TTL_MS, WAIT_MS);
+}
+
+static void lane_unlock(struct tagged *t, int l, int64_t now)
+{
+    struct lane *ln = &t->lane[l];
+    char name[RES_NAME_MAX];
+
+    /* The holder stops working before the request leaves. */
+    lane_end(t, l, now);
+    ln->req = REQ_UNLOCK;
+    ln->sent = now;
+    ln->timeout = now + US(patience_ms(t->patient));
+    res_name(name, ln->res);
+    tagged_queue(t, "#l%d UNLOCK %s", l, name);
+}
+
+/* One LOCKS for every lane: those holding now (and not releasing) learn
+ * their deadlines from its answer. */
+static void tagged_refresh(struct tagged *t, int64_t now)
+{
+    for (int l = 0; l < TAG_LANES; l++) {
+        struct lane *ln = &t->lane[l];
+
+        ln->asked = ln->held && ln->working && ln->req == REQ_NONE;
+    }
+    t->refreshing = true;
+    t->locks_sent = t->refreshed = now;
+    t->locks_timeout = now + US(patience_ms(t->patient));
+    tagged_queue(t, "#r LOCKS");
+}
+
+static void on_lane_lock(struct tagged *t, int l, const char *body, int64_t now)
+{
+    struct lane *ln = &t->lane[l];
+    const char *v;
+    long long validity;
+
+    if (h_starts(body, "OK resource=")) {
+        ck_assert_msg(resource_is(h_kv(body, "resource"), ln->res), "%s", body);
+        v = h_kv(body, "fence");
+        ck_assert_msg(v != NULL, "LOCK reply without fence: %s", body);
+        ln->fence = strtoull(v, NULL, 10);
+        v = h_kv(body, "validity");
+        ck_assert_msg(v != NULL, "LOCK reply without validity: %s", body);
+        validity = strtoll(v, NULL, 10);
+        cnt.tag_grants++;
+        ln->held = true;
+        ln->start = now;
+        ln->deadline = ln->sent + US(validity);
+        ln->hold_until = now + US(hold_ms());
+        if (ln->deadline > now) {
+            ln->working = true;
+        } else {
+            cnt.tag_late++;
+            record(ln->res, lane_holder(t, l), MC_REDLOCKD, ln->fence, now,
+                   ln->deadline, NULL);
+        }
+        return;
+    }
+    if (h_starts(body, "ERR BUSY ") || h_starts(body, "ERR TIMEOUT ") ||
+        h_starts(body, "ERR UNAVAILABLE ")) {
+        cnt.tag_refused++;
+        lane_done(t, ln, now);
+        return;
+    }
+    if (h_starts(body, "ERR SHUTDOWN ")) {
+        tagged_drop(t, true);
+        return;
+    }
+    note_unexpected("tagged %d lane %d: LOCK answered \"%s\"", t->id, l, body);
+    lane_done(t, ln, now);
+}
+
+static void on_lane_unlock(struct tagged *t, int l, const char *body,
+                           int64_t now)
+{
+    if (!h_starts(body, "OK resource=") && !h_starts(body, "ERR LOST ") &&
+        !h_starts(body, "ERR NOTHELD "))
+        note_unexpected("tagged %d lane %d: UNLOCK answered \"%s\"", t->id, l,
+                        body);
+    lane_done(t, &t->lane[l], now);
+}
+
+/* The lane on the resource a reply or event names, or -1. */
+static int lane_named(const struct tagged *t, const char *name)
+{
+    char *rest;
+    long k;
+
+    if (name == NULL || !h_starts(name, TAG_RES_PREFIX))
+        return -1;
+    k = strtol(name + strlen(TAG_RES_PREFIX), &rest, 10);
+    if (*rest != '\0' || k < 0 || k >= TAG_RES)
+        return -1;
+    return t->lane_of[k];
+}
+
+/* One lease of the LOCKS answer: the lane holding it, if it asked, has
+ * its deadline moved (or learns that it is over). */
+static void lane_confirm(struct tagged *t, json_t *lock, int64_t now)
+{
+    int l = lane_named(t, json_string_value(json_object_get(lock, "resource")));
+    json_t *fence = json_object_get(lock, "fence");
+    json_t *v = json_object_get(lock, "validity");
+    struct lane *ln;
+    int64_t deadline;
+
+    if (l < 0)
+        return;
+    ln = &t->lane[l];
+    if (!ln->asked || !json_is_integer(fence) ||
+        (uint64_t)json_integer_value(fence) != ln->fence)
+        return;
+    if (!json_is_integer(v)) {
+        note_unexpected("tagged %d: LOCKS without validity for lane %d", t->id,
+                        l);
+        return;
+    }
+    ln->asked = false;
+    deadline = t->locks_sent + US(json_integer_value(v));
+    /* As for a client: a lease already over is learnt now. */
+    if (deadline <= now)
+        lane_end(t, l, now);
+    else
+        ln->deadline = deadline;
+}
+
+static void tagged_on_locks(struct tagged *t, const char *body, int64_t now)
+{
+    json_t *o, *lock;
+    json_error_t err;
+    size_t i;
+
+    t->refreshing = false;
+    if (!h_starts(body, "OK {")) {
+        note_unexpected("tagged %d: LOCKS answered \"%.200s\"", t->id, body);
+        return;
+    }
+    o = json_loads(body + 3, 0, &err);
+    ck_assert_msg(json_is_object(o), "LOCKS: bad JSON (%s): %.200s", err.text,
+                  body);
+    json_array_foreach(json_object_get(o, "locks"), i, lock)
+        lane_confirm(t, lock, now);
+    json_decref(o);
+    /* Held when LOCKS went out, and not in its answer: no longer held. */
+    for (int l = 0; l < TAG_LANES; l++) {
+        struct lane *ln = &t->lane[l];
+
+        if (!ln->asked || !ln->held || ln->req != REQ_NONE)
+            continue;
+        cnt.tag_lost++;
+        lane_end(t, l, now);
+        lane_done(t, ln, now);
+    }
+}
+
+static void tagged_on_event(struct tagged *t, const char *line, int64_t now)
+{
+    const char *v;
+    struct lane *ln;
+    int l;
+
+    if (!h_starts(line, "EVENT LOST "))
+        return;     /* SHUTDOWN, CLOSING: the connection's end tells */
+    l = lane_named(t, h_kv(line, "resource"));
+    if (l < 0 || !t->lane[l].held)
+        return;
+    ln = &t->lane[l];
+    v = h_kv(line, "fence");
+    if (v == NULL || strtoull(v, NULL, 10) != ln->fence)
+        return;
+    cnt.tag_lost++;
+    lane_end(t, l, now);
+    /* An UNLOCK on its way is answered LOST, and ends the round then. */
+    if (ln->req == REQ_NONE)
+        lane_done(t, ln, now);
+}
+
+/* "#l<n> <reply>": lane n's; "#r ...": the LOCKS; untagged: the HELLO. */
+static void tagged_line(void *ud, const char *line, int64_t now)
+{
+    struct tagged *t = ud;
+    const char *body = strchr(line, ' ');
+    char *rest;
+    long l;
+
+    if (h_starts(line, "EVENT ")) {
+        tagged_on_event(t, line, now);
+    } else if (line[0] != '#') {
+        if (!t->hello || !h_starts(line, "OK proto=1 "))
+            note_unexpected("tagged %d: \"%.200s\"", t->id, line);
+        t->hello = false;
+    } else if (body != NULL && h_starts(line, "#r ") && t->refreshing) {
+        tagged_on_locks(t, body + 1, now);
+    } else if (body != NULL && line[1] == 'l' &&
+               (l = strtol(line + 2, &rest, 10)) >= 0 && l < TAG_LANES &&
+               rest == body && t->lane[l].req != REQ_NONE) {
+        enum req req = t->lane[l].req;
+
+        t->lane[l].req = REQ_NONE;
+        if (req == REQ_LOCK)
+            on_lane_lock(t, (int)l, body + 1, now);
+        else
+            on_lane_unlock(t, (int)l, body + 1, now);
+    } else {
+        note_unexpected("tagged %d: a reply nobody asked for: \"%.200s\"",
+                        t->id, line);
+    }
+}
+
+static void tagged_read(struct tagged *t)
+{
+    if (lines_read(&t->fd, t->buf, sizeof(t->buf), &t->len, tagged_line, t) < 0)
+        tagged_drop(t, true);
+}
+
+/* A reply that should have come by now has not. */
+static bool tagged_overdue(const struct tagged *t, int64_t now)
+{
+    if ((t->hello && now >= t->hello_timeout) ||
+        (t->refreshing && now >= t->locks_timeout))
+        return true;
+    for (int l = 0; l < TAG_LANES; l++) {
+        if (t->lane[l].req != REQ_NONE && now >= t->lane[l].timeout)
+            return true;
+    }
+    return false;
+}
+
+static bool tagged_busy(const struct tagged *t)
+{
+    if (t->fd < 0)
+        return false;
+    if (t->hello || t->refreshing)
+        return true;
+    for (int l = 0; l < TAG_LANES; l++) {
+        if (t->lane[l].req != REQ_NONE || t->lane[l].held)
+            return true;
+    }
+    return false;
+}
+
+/* How many resources the tagged sessions hold, and hold or wait for, at
+ * once: the most of either. */
+static void tagged_peaks(void)
+{
+    int held = 0, out = 0;
+
+    for (int i = 0; i < rc->ntagged; i++) {
+        for (int l = 0; l < TAG_LANES; l++) {
+            const struct lane *ln = &TS[i].lane[l];
+
+            held += ln->working;
+            out += ln->working || ln->req == REQ_LOCK;
+        }
+    }
+    if (held > cnt.tag_peak_held)
+        cnt.tag_peak_held = held;
+    if (out > cnt.tag_peak_out)
+        cnt.tag_peak_out = out;
+}
+
+/* Every lane's next step, as a client's, then the turn's write. */
+static void tagged_tick(struct tagged *t, int64_t now)
+{
+    bool holding = false;
+
+    for (int l = 0; l < TAG_LANES; l++) {
+        if (t->lane[l].working && now >= t->lane[l].deadline)
+            lane_end(t, l, now);
+    }
+    if (t->fd < 0) {
+        if (!stopping && now >= t->next_at)
+            tagged_connect(t, now);
+    } else if (tagged_overdue(t, now)) {
+        tagged_drop(t, true);
+    } else if (!t->hello) {
+        for (int l = 0; l < TAG_LANES; l++) {
+            struct lane *ln = &t->lane[l];
+
+            if (ln->req != REQ_NONE)
+                continue;
+            if (ln->held && (!ln->working || stopping || now >= ln->hold_until))
+                lane_unlock(t, l, now);
+            else if (ln->held)
+                holding = true;
+            else if (!stopping && now >= ln->next_at)
+                lane_lock(t, l, now);
+        }
+        if (holding && !t->refreshing && now - t->refreshed >= US(REFRESH_MS))
+            tagged_refresh(t, now);
+    }
+    tagged_flush(t);
+}
+
+static void tagged_init(struct tagged *t, int id)
+{
+    memset(t->lane_of, -1, sizeof(t->lane_of));
+    t->id = id;
+    t->fd = -1;
+    t->daemon = id % NDAEMONS;
+    /* One rides out a silent daemon, the other leaves it. */
+    t->patient = id % 2 == 0;
+    t->hello = t->refreshing = false;
+    t->len = t->out_len = 0;
+    t->refreshed = t->next_at = 0;
+    for (int l = 0; l < TAG_LANES; l++) {
+        struct lane *ln = &t->lane[l];
+
+        ln->res = -1;
+        ln->req = REQ_NONE;
+        ln->held = ln->working = ln->asked = false;
+        ln->next_at = 0;
+    }
+}
+
+/* The schedule's cut: a connected session's connection closed at once. */
+static void tagged_cut(void)
+{
+    int pick = h_rng_range(0, rc->ntagged - 1);
+
+    for (int k = 0; k < rc->ntagged; k++) {
+        struct tagged *t = &TS[(pick + k) % rc->ntagged];
+
+        if (t->fd >= 0) {
+            tagged_drop(t, false);
+            cnt.tag_cuts++;
+            return;
+        }
+    }
+}
+
 /* ---- plain Redlock clients ---------------------------------------------- */
 
 static const char plain_cad[] =
@@ -822,7 +1427,7 @@ static void plain_key(char *key, size_t size, int res)
 {
     char name[RES_NAME_MAX];
 
-    snprintf(name, sizeof(name), RES_NAME, res);
+    res_name(name, res);
     snprintf(key, size, "%s%s", rc->prefix[0], name);
 }
 
@@ -931,6 +1536,312 @@ static void plain_close(struct plain *p)
         if (p->ctx[i] != NULL)
             redisFree(p->ctx[i]);
         p->ctx[i] = NULL;
+    }
+}
+
+/* ---- redlockctl run clients --------------------------------------------- */
+
+static const char *env_bin(const char *var)
+{
+    const char *bin = getenv(var);
+
+    ck_assert_msg(bin != NULL && *bin != '\0', "%s is not set (run through "
+                  "meson test)", var);
+    return bin;
+}
+
+/* The file of r's run `run`, or (ext ".err") its redlockctl's stderr: in
+ * node 0's directory, which the harness removes even when the test dies. */
+static void run_path(char *buf, const struct runner *r, int run, const char *ext)
+{
+    int n = snprintf(buf, RUN_PATH_MAX, "%s/run%d.%d%s", N[0].dir, r->id, run,
+                     ext);
+
+    ck_assert(n > 0 && n < RUN_PATH_MAX);
+}
+
+/* The first line redlockctl wrote on stderr ("" for none) into buf. */
+static void run_said(const struct runner *r, int run, char *buf, size_t size)
+{
+    char path[RUN_PATH_MAX];
+    FILE *f;
+
+    run_path(path, r, run, ".err");
+    buf[0] = '\0';
+    f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    if (fgets(buf, (int)size, f) != NULL)
+        buf[strcspn(buf, "\n")] = '\0';
+    fclose(f);
+}
+
+/* In the child: redlockctl with stdio of its own and nothing else of
+ * ours (the clients' sockets must not live on in it), signals as a shell
+ * would give them. */
+static void runner_exec(char *const *argv, const char *err_path, pid_t parent)
+{
+    sigset_t none;
+    int in = open("/dev/null", O_RDWR);
+    int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+    /* The visible redlockctl never outlives the test; its keeper is not
+     * asked to (the command's group ends within its MS). */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent || in < 0 || err < 0)
+        _exit(127);
+    dup2(in, 0);
+    dup2(in, 1);
+    dup2(err, 2);
+    if (close_range(3, ~0U, 0) < 0) {
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
+    }
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execv(argv[0], argv);
+    _exit(127);
+}
+
+/* Mostly short, some past the ttl: those live on the keeper's
+ * confirmations alone. */
+static int run_ms(void)
+{
+    return h_rng_range(0, 99) < 75 ? h_rng_range(50, 500) : h_rng_range(1000, 3000);
+}
+
+/* The next run: its home daemon first, the other as the failover. */
+static void runner_start(struct runner *r)
+{
+    char file[RUN_PATH_MAX], err[RUN_PATH_MAX], name[RES_NAME_MAX];
+    char cname[16], s0[32], s1[32], ms[16];
+    int home = r->id % NDAEMONS;
+    char *argv[] = {
+        (char *)env_bin("REDLOCKCTL_BIN"), "-q", "--name", cname, "-s", s0,
+        "-s", s1, "run", "--ttl", STR(TTL_MS), "--wait", STR(WAIT_MS),
+        "--detach", STR(ADOPT_DETACH_MS), name, "--", "sh", "-c", RUN_SCRIPT,
+        "sh", file, (char *)env_bin("STAMPER_BIN"), ms, NULL,
+    };
+    pid_t parent = getpid();
+
+    r->res = h_rng_range(0, NRES - 1);
+    res_name(name, r->res);
+    snprintf(cname, sizeof(cname), "mxrun%d", r->id);
+    snprintf(s0, sizeof(s0), "127.0.0.1:%d", D[home].port);
+    snprintf(s1, sizeof(s1), "127.0.0.1:%d", D[other_daemon(home)].port);
+    snprintf(ms, sizeof(ms), "%d", run_ms());
+    run_path(file, r, r->runs, "");
+    run_path(err, r, r->runs, ".err");
+    r->runs++;
+    cnt.runs++;
+    r->pid = fork();
+    ck_assert_msg(r->pid >= 0, "fork: %s", strerror(errno));
+    if (r->pid == 0)
+        runner_exec(argv, err, parent);
+}
+
+/* Its last run ended with wait status st (its redlockctl's, or after a
+ * SIGKILL its keeper's, which is the same by design). */
+static void runner_done(struct runner *r, int st, int64_t now)
+{
+    int status = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+    char said[256];
+    bool released;
+
+    run_said(r, r->runs - 1, said, sizeof(said));
+    switch (status) {
+    case 0:
+        cnt.run_ok++;
+        break;
+    case EXIT_CONFLICT:
+        cnt.run_busy++;
+        break;
+    case EXIT_LOST:
+        cnt.run_lost++;
+        break;
+    case EXIT_UNAVAILABLE:
+        cnt.run_failed++;
+        break;
+    default:
+        note_unexpected("runner %d: run %d exited %d: %s", r->id, r->runs - 1,
+                        status, said);
+    }
+    if (said[0] != '\0')
+        fprintf(stderr, "mutex: +%.1f s run %d.%d exited %d: %s\n", secs(now),
+                r->id, r->runs - 1, status, said);
+    /* A run that did not end in a release (a quiet one that took the lock
+     * released it) may leave its session detached, holding the lock, for
+     * --detach. */
+    released = (status == 0 || status == EXIT_CONFLICT) && said[0] == '\0';
+    note_touch(r->res, now + (released ? 0 : US(ADOPT_DETACH_MS)));
+    r->next_at = now + US(h_rng_range(0, 150));
+}
+
+/* A run whose end we cannot know: a keeper its redlockctl reaped just
+ * before our SIGKILL landed. */
+static void runner_lost_track(struct runner *r, int64_t now)
+{
+    r->pid = r->keeper = 0;
+    note_touch(r->res, now + US(ADOPT_DETACH_MS));
+    r->next_at = now;
+}
+
+static void runner_tick(struct runner *r, int64_t now)
+{
+    pid_t w;
+    int st;
+
+    if (r->pid != 0 && waitpid(r->pid, &st, WNOHANG) == r->pid) {
+        r->pid = 0;
+        runner_done(r, st, now);
+    }
+    if (r->keeper != 0 && (w = waitpid(r->keeper, &st, WNOHANG)) != 0) {
+        if (w == r->keeper) {
+            r->keeper = 0;
+            runner_done(r, st, now);
+        } else {
+            runner_lost_track(r, now);
+        }
+    }
+    if (r->pid == 0 && r->keeper == 0 && !stopping && now >= r->next_at)
+        runner_start(r);
+}
+
+static bool runner_busy(const struct runner *r)
+{
+    return r->pid != 0 || r->keeper != 0;
+}
+
+/* The file of r's run `run`, read past its command's first line (the
+ * resource, fence and keeper into the pointers); NULL while the command
+ * has not written it, or when it never ran. */
+static FILE *run_open(const struct runner *r, int run, char name[RES_NAME_MAX],
+                      unsigned long long *fence, long *keeper)
+{
+    char path[RUN_PATH_MAX];
+    FILE *f;
+
+    run_path(path, r, run, "");
+    f = fopen(path, "r");
+    if (f != NULL && fscanf(f, "%15s %llu %ld", name, fence, keeper) != 3) {
+        fclose(f);
+        f = NULL;
+    }
+    return f;
+}
+
+/* The keeper of r's run going on; 0 while its command has not started. */
+static pid_t runner_keeper(const struct runner *r)
+{
+    char name[RES_NAME_MAX];
+    unsigned long long fence;
+    long keeper;
+    FILE *f = run_open(r, r->runs - 1, name, &fence, &keeper);
+
+    if (f == NULL)
+        return 0;
+    fclose(f);
+    return (pid_t)keeper;
+}
+
+/*
+ * The schedule's cut: SIGKILL a redlockctl whose command runs. Its keeper
+ * holds on by design; orphaned, it becomes our child (we are a
+ * subreaper), and its exit is then the run's.
+ */
+static void runner_cut(void)
+{
+    int pick = h_rng_range(0, rc->nrunners - 1);
+
+    for (int k = 0; k < rc->nrunners; k++) {
+        struct runner *r = &RN[(pick + k) % rc->nrunners];
+        pid_t keeper = r->pid != 0 ? runner_keeper(r) : 0;
+        int st;
+
+        if (keeper <= 0)
+            continue;
+        ck_assert_int_eq(kill(r->pid, SIGKILL), 0);
+        ck_assert_int_eq(waitpid(r->pid, &st, 0), r->pid);
+        r->pid = 0;
+        cnt.run_cuts++;
+        if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+            r->keeper = keeper;
+        else
+            runner_done(r, st, h_now_us());     /* it had just exited */
+        return;
+    }
+}
+
+/* The end of the run: a run still going after the drain (its worker
+ * writes for 3 s at most: one that hangs) gets SIGTERM, then SIGKILL, and
+ * its lock counts as held for --detach more. */
+static void runner_stop(struct runner *r)
+{
+    pid_t pid = r->pid != 0 ? r->pid : r->keeper;
+    int64_t until = h_now_us() + US(h_scale(5000));
+    int st;
+
+    if (pid == 0)
+        return;
+    cnt.run_stopped++;
+    kill(pid, SIGTERM);
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (h_now_us() >= until) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            break;
+        }
+        h_sleep_ms(10);
+    }
+    runner_lost_track(r, h_now_us());
+}
+
+/* Run `run` of r: the worker's interval, from its first stamp to its last,
+ * with the fence its command was given. A run whose command never started
+ * (the lock was busy) has no file; a worker stopped before its first
+ * stamp worked not at all. */
+static void run_collect(const struct runner *r, int run)
+{
+    char name[RES_NAME_MAX];
+    unsigned long long fence;
+    long long ns, first = -1, last = -1;
+    long keeper;
+    int res = -1, n = 0;
+    FILE *f = run_open(r, run, name, &fence, &keeper);
+
+    if (f == NULL)
+        return;
+    for (int i = 0; i < NRES; i++) {
+        if (resource_is(name, i))
+            res = i;
+    }
+    while (fscanf(f, "%lld", &ns) == 1) {
+        if (first < 0)
+            first = ns;
+        last = ns;
+        n++;
+    }
+    fclose(f);
+    if (res < 0 && first >= 0)
+        note_unexpected("runner %d: run %d was given %s", r->id, run, name);
+    if (res < 0 || first < 0)
+        return;
+    cnt.run_worked++;
+    cnt.run_stamps += n;
+    /* Stamps are instants: the interval closes just after the last. */
+    record(res, RUN_HOLDER + r->id, MC_REDLOCKD, fence, first / 1000,
+           last / 1000 + 1, NULL);
+}
+
+static void runs_collect(void)
+{
+    for (int i = 0; i < rc->nrunners; i++) {
+        for (int run = 0; run < RN[i].runs; run++)
+            run_collect(&RN[i], run);
     }
 }
 
@@ -1108,7 +2019,22 @@ static void fault_end(struct fault *f)
     }
 }
 
-static void faults_tick(int64_t now, int64_t *next_disconnect)
+/* Now and then a tagged session's connection cut, or a redlockctl whose
+ * command runs SIGKILLed (its keeper holds on). */
+static void cuts_tick(int64_t t, int64_t *next_cut)
+{
+    bool runner = rc->nrunners > 0 && (rc->ntagged == 0 || h_rng_range(0, 1));
+
+    if (rc->ntagged + rc->nrunners == 0 || t < *next_cut || t >= faults_end())
+        return;
+    if (runner)
+        runner_cut();
+    else
+        tagged_cut();
+    *next_cut = t + US(h_rng_range(3000, 6000));
+}
+
+static void faults_tick(int64_t now, int64_t *next_disconnect, int64_t *next_cut)
 {
     int64_t t = now - t_run;
 
@@ -1140,6 +2066,7 @@ static void faults_tick(int64_t now, int64_t *next_disconnect)
         }
         *next_disconnect = t + US(h_rng_range(1000, 2500));
     }
+    cuts_tick(t, next_cut);
 }
 
 static bool faults_over(void)
@@ -1153,6 +2080,12 @@ static bool faults_over(void)
 
 /* ---- the end: keys ------------------------------------------------------ */
 
+/* The resources of this run: the tagged sessions' too when it has some. */
+static int run_nres(void)
+{
+    return rc->ntagged > 0 ? NRES_ALL : NRES;
+}
+
 /*
  * After every client is done, each lock key must vanish from every node
  * within ttl (plus slack) of the last holder of its resource.
@@ -1160,16 +2093,17 @@ static bool faults_over(void)
 static void keys_check(void)
 {
     redisContext *ctx[NNODES];
-    bool gone[NDAEMONS][NRES][NNODES];
-    int64_t last_seen[NDAEMONS][NRES][NNODES];
+    bool gone[NDAEMONS][NRES_ALL][NNODES];
+    int64_t last_seen[NDAEMONS][NRES_ALL][NNODES];
     int nprefix = strcmp(rc->prefix[0], rc->prefix[1]) == 0 ? 1 : NDAEMONS;
+    int nres = run_nres();
     int64_t until = 0;
     bool all_gone = false;
 
     for (int i = 0; i < NNODES; i++)
         ctx[i] = h_redis_connect(&N[i]);
     memset(gone, 0, sizeof(gone));
-    for (int r = 0; r < NRES; r++) {
+    for (int r = 0; r < nres; r++) {
         int64_t u = touch[r] + US(TTL_MS + KEY_SLACK_MS);
 
         if (u > until)
@@ -1184,10 +2118,10 @@ static void keys_check(void)
 
         all_gone = true;
         for (int k = 0; k < nprefix; k++) {
-            for (int r = 0; r < NRES; r++) {
+            for (int r = 0; r < nres; r++) {
                 char name[RES_NAME_MAX];
 
-                snprintf(name, sizeof(name), RES_NAME, r);
+                res_name(name, r);
                 for (int i = 0; i < NNODES; i++) {
                     redisReply *rep;
 
@@ -1218,7 +2152,10 @@ static void keys_check(void)
             h_sleep_ms(20);
     }
     for (int k = 0; k < nprefix; k++) {
-        for (int r = 0; r < NRES; r++) {
+        for (int r = 0; r < nres; r++) {
+            char name[RES_NAME_MAX];
+
+            res_name(name, r);
             for (int i = 0; i < NNODES; i++) {
                 long long outlived;
 
@@ -1230,9 +2167,9 @@ static void keys_check(void)
                 if (!gone[k][r][i] ||
                     last_seen[k][r][i] > touch[r] + US(TTL_MS + KEY_SLACK_MS)) {
                     cnt.key_violations++;
-                    fprintf(stderr, "mutex: key %s" RES_NAME " still on node %d "
+                    fprintf(stderr, "mutex: key %s%s still on node %d "
                             "%lld ms after its last holder (ttl %d)\n",
-                            rc->prefix[k], r, i, outlived, TTL_MS);
+                            rc->prefix[k], name, i, outlived, TTL_MS);
                 }
             }
         }
@@ -1278,6 +2215,14 @@ static void run_init(const struct run_conf *conf)
         memset(&P[i], 0, sizeof(P[i]));
         P[i].id = i;
     }
+    for (int i = 0; i < NTAGGED; i++)
+        tagged_init(&TS[i], i);
+    memset(RN, 0, sizeof(RN));
+    for (int i = 0; i < NRUNNERS; i++)
+        RN[i].id = i;
+    /* A redlockctl SIGKILLed by the schedule leaves its keeper to us. */
+    if (conf->nrunners > 0)
+        ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
     if (conf->faults)
         faults_plan();
 }
@@ -1287,26 +2232,85 @@ static bool plain_rounds_done(void)
     return cnt.plain_rounds >= rc->plain_rounds * rc->nplain;
 }
 
-/* Clients, plain clients and faults until the rounds are done, the
- * schedule has run and the run is long enough; then let every holder
- * finish, and close everything. */
+/* Every client's next step (a plain client's may block on a stopped
+ * node: the later ones look at the clock again); true while any has
+ * something left to finish. */
+static bool clients_tick(int64_t now)
+{
+    bool busy = false;
+
+    for (int i = 0; i < NCLIENTS; i++) {
+        client_tick(&C[i], now);
+        busy = busy || client_busy(&C[i]);
+    }
+    for (int i = 0; i < rc->nplain; i++) {
+        plain_tick(&P[i], h_now_us());
+        busy = busy || P[i].holding;
+    }
+    for (int i = 0; i < rc->ntagged; i++) {
+        tagged_tick(&TS[i], h_now_us());
+        busy = busy || tagged_busy(&TS[i]);
+    }
+    if (rc->ntagged > 0)
+        tagged_peaks();
+    for (int i = 0; i < rc->nrunners; i++) {
+        runner_tick(&RN[i], h_now_us());
+        busy = busy || runner_busy(&RN[i]);
+    }
+    return busy;
+}
+
+/* Up to 5 ms for replies to the clients and tagged sessions; read them. */
+static void clients_poll(void)
+{
+    struct pollfd pfd[NCLIENTS + NTAGGED];
+    int map[NCLIENTS + NTAGGED], n = 0;
+
+    for (int i = 0; i < NCLIENTS; i++) {
+        if (C[i].fd >= 0) {
+            pfd[n].fd = C[i].fd;
+            pfd[n].events = POLLIN;
+            map[n++] = i;
+        }
+    }
+    for (int i = 0; i < rc->ntagged; i++) {
+        if (TS[i].fd >= 0) {
+            pfd[n].fd = TS[i].fd;
+            pfd[n].events = POLLIN;
+            map[n++] = NCLIENTS + i;
+        }
+    }
+    if (poll(pfd, (nfds_t)n, 5) <= 0)
+        return;
+    for (int k = 0; k < n; k++) {
+        if (pfd[k].revents == 0)
+            continue;
+        if (map[k] < NCLIENTS && C[map[k]].fd >= 0)
+            client_read(&C[map[k]]);
+        else if (map[k] >= NCLIENTS && TS[map[k] - NCLIENTS].fd >= 0)
+            tagged_read(&TS[map[k] - NCLIENTS]);
+    }
+}
+
+/* Clients, plain clients, tagged sessions, redlockctl runs and faults
+ * until the rounds are done, the schedule has run and the run is long
+ * enough; then let every holder finish, and close everything. */
 static void run_drive(void)
 {
-    int64_t next_disconnect = US(1500), next_watch = 0, drain_until = 0;
+    int64_t next_disconnect = US(1500), next_cut = US(2500), next_watch = 0;
+    int64_t drain_until = 0;
 
     t_run = h_now_us();
     for (;;) {
-        struct pollfd pfd[NCLIENTS];
-        int map[NCLIENTS], n = 0;
         int64_t now = h_now_us(), t = now - t_run;
-        bool busy = false;
+        bool busy;
 
         if (now >= next_watch) {
             daemon_watch();
             next_watch = now + US(250);
         }
         if (rc->faults)
-            faults_tick(now, &next_disconnect);
+            faults_tick(now, &next_disconnect, &next_cut);
         if (!stopping && ((rounds_done() && plain_rounds_done() && faults_over() &&
                            t >= US(rc->min_ms) &&
                            (!rc->faults || t >= faults_end() + US(5000))) ||
@@ -1315,29 +2319,10 @@ static void run_drive(void)
             drain_until = now + US(DRAIN_MS);
             ck_assert_msg(faults_over(), "the run cap came before the faults ended");
         }
-        for (int i = 0; i < NCLIENTS; i++) {
-            client_tick(&C[i], now);
-            busy = busy || client_busy(&C[i]);
-        }
-        for (int i = 0; i < rc->nplain; i++) {
-            plain_tick(&P[i], h_now_us());
-            busy = busy || P[i].holding;
-        }
+        busy = clients_tick(now);
         if (stopping && (!busy || now >= drain_until))
             break;
-        for (int i = 0; i < NCLIENTS; i++) {
-            if (C[i].fd >= 0) {
-                pfd[n].fd = C[i].fd;
-                pfd[n].events = POLLIN;
-                map[n++] = i;
-            }
-        }
-        if (poll(pfd, (nfds_t)n, 5) > 0) {
-            for (int k = 0; k < n; k++) {
-                if (pfd[k].revents != 0 && C[map[k]].fd >= 0)
-                    client_read(&C[map[k]]);
-            }
-        }
+        clients_poll();
     }
     for (int i = 0; i < NCLIENTS; i++) {
         if (C[i].fd >= 0)
@@ -1345,6 +2330,13 @@ static void run_drive(void)
     }
     for (int i = 0; i < rc->nplain; i++)
         plain_close(&P[i]);
+    for (int i = 0; i < rc->ntagged; i++) {
+        if (TS[i].fd >= 0)
+            tagged_drop(&TS[i], false);
+    }
+    for (int i = 0; i < rc->nrunners; i++)
+        runner_stop(&RN[i]);
+    runs_collect();
 }
 
 struct run_result {
@@ -1353,8 +2345,32 @@ struct run_result {
     double seconds;
 };
 
+/* The summary of the tagged sessions and redlockctl runs, when the run
+ * had them ("" otherwise). */
+static void summary_extra(char *buf, size_t size)
+{
+    int n = 0;
+
+    buf[0] = '\0';
+    if (rc->ntagged > 0)
+        n = snprintf(buf, size, " tagged: sessions=%d lanes=%d rounds=%d "
+                     "grants=%d refused=%d lost=%d expired=%d late=%d drops=%d "
+                     "(cut %d) held at once <= %d (with waits %d)", rc->ntagged,
+                     rc->ntagged * TAG_LANES, cnt.tag_rounds, cnt.tag_grants,
+                     cnt.tag_refused, cnt.tag_lost, cnt.tag_expired,
+                     cnt.tag_late, cnt.tag_drops, cnt.tag_cuts,
+                     cnt.tag_peak_held, cnt.tag_peak_out);
+    if (rc->nrunners > 0 && n >= 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, " redlockctl run: runs=%d "
+                 "worked=%d (stamps %d) exit 0=%d busy=%d lost=%d unavailable=%d "
+                 "SIGKILLed=%d stopped=%d", cnt.runs, cnt.run_worked,
+                 cnt.run_stamps, cnt.run_ok, cnt.run_busy, cnt.run_lost,
+                 cnt.run_failed, cnt.run_cuts, cnt.run_stopped);
+}
+
 static void run_finish(uint64_t seed, struct run_result *res)
 {
+    char extra[512];
     int64_t t_end;
 
     /* No fault outlives the run (the cap assertion covers it), but a
@@ -1370,6 +2386,7 @@ static void run_finish(uint64_t seed, struct run_result *res)
     t_end = h_now_us();
     res->seconds = (double)(t_end - t_run) / 1e6;
     ck_assert_int_eq(mc_check(&ivlog, &res->rep), 0);
+    summary_extra(extra, sizeof(extra));
     fprintf(stderr,
             "mutex[%s]: seed=%" PRIu64 " rounds=%d grants=%d (redlockd %d: d0 %d, "
             "d1 %d; plain %d of %d rounds) intervals=%zu late=%d lost=%d "
@@ -1378,7 +2395,7 @@ static void run_finish(uint64_t seed, struct run_result *res)
             "adopts=%d (failed %d, cut %d) violations: "
             "overlap=%zu fence=%zu key=%d (keys outlived holders by <= %lld ms) "
             "crashed=%d exit=%d/%d unexpected=%d time=%.1f s "
-            "(exclusive/shared/slot grants %d/%d/%d)\n",
+            "(exclusive/shared/slot grants %d/%d/%d)%s\n",
             rc->name, seed, cnt.rounds, cnt.grants + cnt.plain_grants, cnt.grants,
             cnt.grants_on[0], cnt.grants_on[1], cnt.plain_grants, cnt.plain_rounds,
             res->rep.intervals, cnt.late, cnt.lost, cnt.expired, cnt.refused,
@@ -1389,7 +2406,7 @@ static void run_finish(uint64_t seed, struct run_result *res)
             res->rep.overlaps, res->rep.fence_violations, cnt.key_violations,
             cnt.key_outlived_ms, cnt.crashed, res->exit_status[0],
             res->exit_status[1], cnt.unexpected, res->seconds, cnt.modes[0],
-            cnt.modes[1], cnt.modes[2]);
+            cnt.modes[1], cnt.modes[2], extra);
     if (res->rep.msg[0] != '\0')
         fprintf(stderr, "mutex[%s]: seed=%" PRIu64 " violations:\n%s", rc->name,
                 seed, res->rep.msg);
@@ -1406,6 +2423,13 @@ static void teardown(void)
             close(C[i].fd);
         C[i].fd = -1;
     }
+    for (int i = 0; i < NTAGGED; i++) {
+        if (TS[i].fd >= 0)
+            close(TS[i].fd);
+        TS[i].fd = -1;
+    }
+    for (int i = 0; i < NRUNNERS; i++)
+        runner_stop(&RN[i]);
     for (int i = 0; i < NPLAIN; i++)
         plain_close(&P[i]);
 }
@@ -1421,6 +2445,8 @@ static const struct run_conf mutex_conf = {
     .nplain = NPLAIN,
     .faults = true,
     .fault_cycles = FAULT_CYCLES,
+    .ntagged = NTAGGED,
+    .nrunners = NRUNNERS,
     .daemon_json = {
         "{\"redis\":{\"command_timeout_ms\":100,\"reconnect_max_ms\":250}}",
         "{\"redis\":{\"command_timeout_ms\":100,\"reconnect_max_ms\":250}}",
@@ -1459,6 +2485,15 @@ static void run_checked(const struct run_conf *conf)
                       "seed %" PRIu64
                       ": no holder cut off from its daemon tried ADOPT",
                       seed);
+    /* Every lane granted a few times over, and workers that wrote: the
+     * new clients did run. */
+    if (conf->ntagged > 0)
+        ck_assert_msg(cnt.tag_grants > conf->ntagged * TAG_LANES,
+                      "seed %" PRIu64 ": %d grants to %d tagged lanes", seed,
+                      cnt.tag_grants, conf->ntagged * TAG_LANES);
+    if (conf->nrunners > 0)
+        ck_assert_msg(cnt.run_worked > 0, "seed %" PRIu64 ": no redlockctl "
+                      "run's worker wrote (%d runs)", seed, cnt.runs);
     if (conf->kinds)
         ck_assert_msg(cnt.modes[0] > 0 && cnt.modes[1] > 0 && cnt.modes[2] > 0,
                       "seed %" PRIu64 ": a kind was never granted (%d/%d/%d)",
