@@ -546,8 +546,7 @@ export class Client extends EventEmitter {
   /** PING; resolves to the word echoed ('' without one). */
   async ping(word?: string): Promise<string> {
     const w = word === undefined ? '' : ' ' + checkWord(word, 'word', 256);
-    const line = await this._query('PING' + w, undefined, 'PONG');
-    return line.startsWith('PONG ') ? line.slice(5) : '';
+    return this._query('PING' + w, undefined, 'PONG');
   }
 
   /** SESSIONS (every session of this daemon, or only this user's). */
