@@ -342,3 +342,55 @@ export class Harness {
 
 export const HAVE_REDIS = REDIS_SERVER !== null;
 export const HAVE_DAEMON = existsSync(REDLOCKD_BIN);
+
+/** A TCP proxy in this process in front of 127.0.0.1:port: cut() drops
+ * every connection through it (both ways), as a network failure would;
+ * block() makes it refuse (close) new ones until unblock(). */
+export class Proxy {
+  constructor(target) {
+    this.target = target;
+    this.pairs = new Set();
+    this.blocked = false;
+    this.server = createServer((down) => {
+      if (this.blocked) {
+        down.destroy();
+        return;
+      }
+      const up = createConnection({ host: '127.0.0.1', port: this.target });
+      const pair = { down, up };
+      this.pairs.add(pair);
+      const end = () => {
+        this.pairs.delete(pair);
+        down.destroy();
+        up.destroy();
+      };
+      down.on('error', end);
+      up.on('error', end);
+      down.on('close', end);
+      up.on('close', end);
+      down.pipe(up);
+      up.pipe(down);
+    });
+  }
+
+  listen() {
+    return new Promise((res) => this.server.listen(0, '127.0.0.1', () => res(this)));
+  }
+
+  get address() {
+    return `127.0.0.1:${this.server.address().port}`;
+  }
+
+  cut() {
+    for (const { down, up } of [...this.pairs]) {
+      down.destroy();
+      up.destroy();
+    }
+    this.pairs.clear();
+  }
+
+  close() {
+    this.cut();
+    return new Promise((res) => this.server.close(() => res()));
+  }
+}
