@@ -28,10 +28,6 @@ async function setup(ndaemons = 1, extra) {
   return { nodes, daemons };
 }
 
-afterEach(async () => {
-  for (const c of clients) await c.close().catch(() => {});
-  await h.cleanup();
-});
 
 /** The next `name` event's arguments (events.once would also reject on
  * the 'error' events of failed reconnection rounds). */
@@ -48,6 +44,11 @@ function contender(c, resource, state) {
 }
 
 describe('failover while using runs', () => {
+  afterEach(async () => {
+    for (const c of clients) await c.close().catch(() => {});
+    await h.cleanup();
+  });
+
   it('a dropped connection: resume on the same daemon, requests in flight sent again', async () => {
     const { daemons } = await setup(1);
     const proxy = await new Proxy(daemons[0].port).listen();
