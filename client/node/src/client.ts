@@ -210,6 +210,10 @@ const MIN_REPLY_MS = 250;
 /** The longest wait= one LOCK asks for (the daemon's locks.max_wait_ms);
  * a longer wait is several LOCKs. */
 const MAX_WAIT_MS = 3600000;
+/** A request whose connection is lost under it this many times fails
+ * (CONNECTION) instead of going out again: one the daemon answers by
+ * closing (ERR TOOLONG) must not loop. */
+const MAX_TRIES = 3;
 
 const now = (): number => performance.now();
 
@@ -263,6 +267,7 @@ function mkReq(
     queuedAt: 0,
     extra: 0,
     sent: false,
+    tries: 0,
     retried: false,
     replay,
     rebuild: null,
@@ -1172,6 +1177,7 @@ export class Client extends EventEmitter {
     }
     req.retried = req.sent;
     req.sent = true;
+    req.tries++;
     req.tSend = now();
     req.expectBy = req.tSend + this._timeout + req.extra;
     conn.write(req, tagged);
@@ -1279,7 +1285,7 @@ export class Client extends EventEmitter {
     conn.inflight.clear();
     const replay: Req[] = [];
     for (const r of inflight) {
-      if (wasReady && r.replay && this._autoReconnect && !this._closed) replay.push(r);
+      if (wasReady && r.replay && r.tries < MAX_TRIES && this._autoReconnect && !this._closed) replay.push(r);
     }
     if (current) {
       this._conn = null;

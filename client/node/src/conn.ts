@@ -29,6 +29,9 @@ export interface Req {
   extra: number;
   /** Written at least once before (a replay after a reconnection). */
   sent: boolean;
+  /** How many times it was written (a request that keeps losing its
+   * connection is not sent a fourth time). */
+  tries: number;
   retried: boolean;
   /** Re-sent on a new connection when the one it was on is lost. */
   replay: boolean;
