@@ -93,7 +93,7 @@ export class Conn {
     }
     if (!this.flushing) {
       this.flushing = true;
-      setImmediate(this.flush);
+      process.nextTick(this.flush);
     }
   }
 
