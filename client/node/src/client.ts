@@ -1538,6 +1538,7 @@ export class Client extends EventEmitter {
     const info = this._info as ServerInfo;
     if (first) this.emit('ready', info);
     else this.emit('reconnect', { server: conn.addr.text, resumed, session: info.session });
+    this._failoverDone(); // unless ADOPTs are still on their way
     this._arm(now());
   }
 
@@ -1691,6 +1692,7 @@ export class Client extends EventEmitter {
       }
       for (const r of l.resources) used.add(r);
       if (token !== null) l._token = token;
+      if (l._needsAdopt && this._failover !== null) this._failover.adopted++; // by an ADOPT whose answer was lost
       l._needsAdopt = false;
       if (l._state === HELD && d < Infinity && v > 0) this._confirm(l, tSend, d, v, ttl);
     }
@@ -1739,7 +1741,6 @@ export class Client extends EventEmitter {
     for (const l of this._leases) l._needsAdopt = true;
     if (hadSession) this._failover = { adopted: 0, lost: 0, pending: 0 };
     this._adoptPending(conn);
-    this._failoverDone();
   }
 
   /** ADOPT each lease that needs it, one request per grant (written
@@ -1773,11 +1774,21 @@ export class Client extends EventEmitter {
           this._failoverDone();
         },
         () => {
-          l._adopting = false; // the next connection resumes (LOCKS) or adopts again
+          // The next connection resumes this session (its LOCKS shows the
+          // lease if the ADOPT was done: same fence, a new token) or
+          // adopts it again.
+          l._adopting = false;
           if (this._failover !== null) this._failover.pending--;
         },
       );
       this._write(conn, req);
+      // An answer that does not come by half the time left to the lease's
+      // deadline drops the connection, while there is time to try again.
+      const limit = Math.max(MIN_REPLY_MS, (l._deadline - req.tSend) / 2);
+      if (req.tSend + limit < req.expectBy) {
+        req.expectBy = req.tSend + limit;
+        this._arm(req.expectBy);
+      }
     }
   }
 

@@ -190,6 +190,40 @@ describe('failover while using runs', () => {
     await again.release();
   });
 
+  it('an ADOPT whose answer is lost: the resumed session has the lease (same fence, new token)', async () => {
+    const { daemons } = await setup(2);
+    const [a, b] = daemons;
+    const proxy = await new Proxy(b.port).listen();
+    try {
+      const c = client([a.server, proxy.address], { timeout: 2000 });
+      const reconnects = [];
+      c.on('reconnect', (i) => reconnects.push(i.resumed));
+      const lease = await c.acquire('adopt:lost', { ttl: 6000 });
+      const fence = lease.fence;
+      const token = lease.token;
+      // Through the proxy: HELLO's answer, then nothing (the ADOPT's reply
+      // is swallowed); the ADOPT itself reaches daemon B.
+      proxy.swallowAfter('secret=');
+      const failover = once(c, 'failover');
+      await a.kill();
+      await sleep(300);
+      proxy.swallowAfter(null);
+      const [info] = await failover;
+      assert.equal(info.adopted, 1);
+      assert.deepEqual(reconnects, [false, true], 'a new session on B, then the same one resumed');
+      assert.equal(lease.state, 'held');
+      assert.equal(lease.signal.aborted, false);
+      assert.equal(lease.fence, fence);
+      assert.notEqual(lease.token, token);
+      const st = await c.status('adopt:lost');
+      assert.equal(st.holder.session, c.session);
+      await lease.release();
+      assert.equal((await c.status('adopt:lost')).held, false);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('EVENT SHUTDOWN with another server: moves there at once', async () => {
     const { daemons } = await setup(2);
     const [a, b] = daemons;

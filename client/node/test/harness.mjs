@@ -369,8 +369,37 @@ export class Proxy {
       down.on('close', end);
       up.on('close', end);
       down.pipe(up);
-      up.pipe(down);
+      if (this.swallow === null) {
+        up.pipe(down);
+        return;
+      }
+      // Forward the daemon's bytes up to and including the first line that
+      // contains `swallow`, then drop the rest (replies that never come).
+      const want = this.swallow;
+      let seen = '';
+      let open = true;
+      up.on('data', (d) => {
+        if (!open) return;
+        const text = d.toString('latin1');
+        const at = (seen + text).indexOf(want);
+        if (at < 0) {
+          seen = (seen + text).slice(-want.length);
+          down.write(d);
+          return;
+        }
+        const nl = (seen + text).indexOf('\n', at);
+        const upto = nl < 0 ? text.length : nl + 1 - seen.length;
+        down.write(d.subarray(0, Math.max(0, upto)));
+        open = false;
+      });
     });
+    this.swallow = null;
+  }
+
+  /** Connections made from now on get the daemon's lines up to the first
+   * containing `text`, and nothing after it (null: all again). */
+  swallowAfter(text) {
+    this.swallow = text;
   }
 
   listen() {
