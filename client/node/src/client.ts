@@ -384,7 +384,7 @@ export class Client extends EventEmitter {
     const out: tls.ConnectionOptions = { minVersion: 'TLSv1.2' };
     const ca = o.ca ?? readEnvFile('REDLOCKD_TLS_CA');
     const cert = o.cert ?? readEnvFile('REDLOCKD_TLS_CERT');
-    const key = o.key ?? readEnvFile('REDLOCKD_TLS_KEY') ?? (o.cert === undefined ? undefined : undefined);
+    const key = o.key ?? (o.cert === undefined ? readEnvFile('REDLOCKD_TLS_KEY') : undefined);
     if (ca !== undefined) out.ca = ca;
     if (cert !== undefined) out.cert = cert;
     if (key !== undefined) out.key = key;
