@@ -156,6 +156,17 @@ describe('the client against a real daemon', () => {
       await lease.release();
     });
 
+    it('wait: Infinity waits until granted', async () => {
+      const holder = client();
+      const c = client();
+      const lease = await holder.acquire('err:inf');
+      setTimeout(() => lease.release(), 300);
+      const t0 = Date.now();
+      const got = await c.acquire('err:inf', { wait: Infinity });
+      assert.ok(Date.now() - t0 >= 250);
+      await got.release();
+    });
+
     it('DENIED outside a user\'s prefixes, AUTH for a wrong password', async () => {
       const billing = client({ user: 'billing', password: 'billpw' });
       await (await billing.acquire('invoice:7')).release();
