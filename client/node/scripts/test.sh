@@ -1,7 +1,7 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # test.sh: the Node client's tests (meson's "node" suite runs this).
 #
-#   sh client/node/scripts/test.sh [TEST_FILE...]
+#   client/node/scripts/test.sh [TEST_FILE...]
 #
 # npm ci when node_modules is missing or older than package-lock.json (the
 # two pinned build tools: typescript, @types/node), the build (tsc, strict,
@@ -10,7 +10,7 @@
 # or those named), one after another. The tests start real redis-server
 # nodes and real redlockd processes on free loopback ports: REDLOCKD_BIN
 # names the daemon (default: the checkout's build/daemon/redlockd).
-set -eu
+set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"

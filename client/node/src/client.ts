@@ -40,7 +40,7 @@ import * as tls from 'node:tls';
 
 import { Conn, type Req } from './conn.js';
 import { connectionError, lostError, RedlockdError, replyError } from './errors.js';
-import { EARLY_MS, HELD, Lease, LOST, RELEASED } from './lease.js';
+import { HELD, Lease, LOST, RELEASED } from './lease.js';
 import {
   type Address,
   checkMs,
@@ -803,7 +803,7 @@ export class Client extends EventEmitter {
       this._unlistenAbort(w);
       this._leases.add(lease);
       for (const r of lease.resources) this._byRes.set(r, lease);
-      if (lease._deadline - EARLY_MS <= now()) {
+      if (lease._stopAt() <= now()) {
         // Granted after a wait longer than its validity: a LOCKS confirms it
         // before the acquire resolves (the deadline counts from the send).
         lease._confirming = w.resolve;
@@ -969,7 +969,7 @@ export class Client extends EventEmitter {
                 // confirmed only up to when this EXTEND was sent.
                 lease._deadline = Math.min(lease._deadline, req.tSend);
                 this._refresh(true);
-                this._arm(lease._deadline - EARLY_MS);
+                this._arm(lease._stopAt());
               }
               reject(replyError(line, r));
             },
@@ -1003,7 +1003,7 @@ export class Client extends EventEmitter {
 
   /** @internal lazily: a lease past its deadline is lost now. */
   _checkLease(lease: Lease): void {
-    if (lease._state === HELD && lease._confirming === null && now() >= lease._deadline - EARLY_MS) {
+    if (lease._state === HELD && lease._confirming === null && now() >= lease._stopAt()) {
       this._lose(lease, lostError(lease.resource, 'deadline'));
     }
   }
@@ -1026,7 +1026,7 @@ export class Client extends EventEmitter {
     this._arm(lease._refreshedAt + lease._ttl / 3);
     const confirming = lease._confirming;
     if (confirming !== null && lease._state === HELD) {
-      if (now() >= lease._deadline - EARLY_MS) return; // not this one
+      if (now() >= lease._stopAt()) return; // not this one
       lease._confirming = null;
       lease._confirmFail = null;
       confirming(lease);
@@ -1106,7 +1106,7 @@ export class Client extends EventEmitter {
     // No answer by half the time left to the nearest deadline: drop the
     // connection, so that there is time to move the leases elsewhere.
     let nearest = Infinity;
-    for (const l of snapshot) if (l._confirming === null && l._deadline < nearest) nearest = l._deadline;
+    for (const l of snapshot) if (l._confirming === null && l._stopAt() < nearest) nearest = l._stopAt();
     const limit = Math.min(this._timeout, Math.max(MIN_REPLY_MS, (nearest - req.tSend) / 2));
     req.expectBy = req.tSend + limit;
     this._arm(req.expectBy);
@@ -1368,11 +1368,11 @@ export class Client extends EventEmitter {
         else next = Math.min(next, lim);
         continue;
       }
-      if (t >= l._deadline - EARLY_MS) {
+      if (t >= l._stopAt()) {
         this._lose(l, lostError(l.resource, 'deadline'));
         continue;
       }
-      next = Math.min(next, l._deadline - EARLY_MS);
+      next = Math.min(next, l._stopAt());
       if (!l._needsAdopt && !l._adopting) {
         const due = l._refreshedAt + l._ttl / 3;
         if (due <= t) refresh = true;
@@ -1616,7 +1616,7 @@ export class Client extends EventEmitter {
    * nearest lease deadline (at least MIN_REPLY_MS), at most the timeout. */
   private _replyLimit(): number {
     let nearest = Infinity;
-    for (const l of this._leases) if (l._state === HELD && l._deadline < nearest) nearest = l._deadline;
+    for (const l of this._leases) if (l._state === HELD && l._stopAt() < nearest) nearest = l._stopAt();
     if (nearest === Infinity) return this._timeout;
     return Math.min(this._timeout, Math.max(MIN_REPLY_MS, (nearest - now()) / 2));
   }
@@ -1749,7 +1749,7 @@ export class Client extends EventEmitter {
     const t = now();
     for (const l of [...this._leases]) {
       if (!l._needsAdopt || l._adopting) continue;
-      if (t >= l._deadline - EARLY_MS) {
+      if (t >= l._stopAt()) {
         // Never adopted past its deadline: lost.
         if (l._state === HELD) {
           this._lose(l, lostError(l.resource, 'deadline'));
@@ -1784,7 +1784,7 @@ export class Client extends EventEmitter {
       this._write(conn, req);
       // An answer that does not come by half the time left to the lease's
       // deadline drops the connection, while there is time to try again.
-      const limit = Math.max(MIN_REPLY_MS, (l._deadline - req.tSend) / 2);
+      const limit = Math.max(MIN_REPLY_MS, (l._stopAt() - req.tSend) / 2);
       if (req.tSend + limit < req.expectBy) {
         req.expectBy = req.tSend + limit;
         this._arm(req.expectBy);

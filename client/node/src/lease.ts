@@ -7,10 +7,13 @@ import type { RedlockdError } from './errors.js';
 /** The state of a lease, as `lease.state` tells it. */
 export type LeaseState = 'held' | 'unconfirmed' | 'lost' | 'released';
 
-/** The lease's signal aborts this many ms before its deadline, so that a
- * timer firing late never makes it late. */
-/** @internal */
-export const EARLY_MS = 5;
+/** @internal A lease counts as lost a twentieth of its ttl before its
+ * deadline (at least 5 ms, at most 1 s), as `redlockctl run` stops its
+ * command: a timer that fires late, or a process that gets the CPU late,
+ * must not make the signal late. */
+export function earlyMs(ttl: number): number {
+  return Math.max(5, Math.min(ttl / 20, 1000));
+}
 
 /** @internal the Client's side of a lease. */
 export interface LeaseOwner {
@@ -125,11 +128,18 @@ export class Lease {
     return performance.timeOrigin + this._deadline;
   }
 
-  /** ms left before the deadline (0 once lost or released). */
+  /** ms left before the lease counts as lost if no confirmation comes
+   * (its deadline less a twentieth of the ttl, at most 1 s); 0 once lost
+   * or released. */
   get remaining(): number {
     this._owner._checkLease(this);
     if (this._state !== HELD) return 0;
-    return Math.max(0, this._deadline - performance.now());
+    return Math.max(0, this._stopAt() - performance.now());
+  }
+
+  /** @internal when the lease counts as lost without a new confirmation */
+  _stopAt(): number {
+    return this._deadline - earlyMs(this._ttl);
   }
 
   /** `held`; `unconfirmed` while the client reconnects, resumes or adopts
@@ -148,8 +158,9 @@ export class Lease {
   }
 
   /** Aborted, with a `RedlockdError` (code `LOST`) as its reason, when the
-   * lease is lost: EVENT LOST from the daemon, or its deadline passing
-   * with no confirmation. Not aborted by a release. */
+   * lease is lost: EVENT LOST from the daemon, or its deadline coming with
+   * no confirmation (a twentieth of the ttl before it, at most 1 s). Not
+   * aborted by a release. */
   get signal(): AbortSignal {
     if (this._ctrl === null) {
       this._ctrl = new AbortController();
