@@ -195,7 +195,7 @@ export class Daemon {
       const conf = {
         listen: [`tcp://127.0.0.1:${this.port}`, `unix:${this.sockPath}`],
         redis: { nodes: this.nodes.map((n) => n.addr) },
-        log: { level: 'info' },
+        log: { level: 'debug' },
         // A stop under held leases waits this long for their clients to
         // release them (the daemon's default is 5000).
         shutdown_timeout_ms: 1000,
@@ -215,15 +215,15 @@ export class Daemon {
     throw new Error(`redlockd did not start:\n${tail(this.logPath)}`);
   }
 
-  /** Ready: it answers PING, its socket is there, and its log says every
-   * node votes ("ready: N of N redis node(s) up") since this start. */
+  /** Ready: it answers PING, its socket is there, and its log (at debug)
+   * says since this start that every node votes ("redis ADDR: votes"). */
   async _waitReady(ms = 8000) {
-    const n = this.nodes.length;
     const from = this._logSize();
-    const want = `ready: ${n} of ${n} redis node(s) up`;
+    const want = this.nodes.map((n) => `redis ${n.addr}: votes`);
     return waitFor(async () => {
       if (this.proc.exited) return true;
-      if (!this._logFrom(from).includes(want) || !existsSync(this.sockPath)) return false;
+      const log = this._logFrom(from);
+      if (!want.every((w) => log.includes(w)) || !existsSync(this.sockPath)) return false;
       return (await ask(this.port, 'PING\n', 300)).startsWith('PONG');
     }, ms).then((ok) => ok && !this.proc.exited);
   }
