@@ -1167,7 +1167,9 @@ export class Client extends EventEmitter {
   }
 
   private _write(conn: Conn, req: Req, tagged = true): void {
-    if (req.rebuild !== null) {
+    // The line anew (a LOCK's wait= counts down), unless a LOCK goes out
+    // at once the first time (its line was just made).
+    if (req.rebuild !== null && (req.sent || req.queuedAt !== 0 || req.kind !== K_LOCK)) {
       const line = req.rebuild();
       if (line instanceof Error) {
         req.onFail(line);
