@@ -1307,7 +1307,8 @@ export class Client extends EventEmitter {
       }
     }
     for (const r of untagged) r.onFail(err);
-    for (const r of inflight) if (!replay.includes(r)) r.onFail(err);
+    const again = new Set(replay);
+    for (const r of inflight) if (!again.has(r)) r.onFail(err);
   }
 
   /** reconnect: false and the connection went: the client is closed. */
