@@ -620,8 +620,14 @@ void conn_stop(struct conn *c, const char *why, bool died)
 
 void conn_close_after_reply(struct conn *c, const char *why, bool died)
 {
-    if (c->close_why)
+    if (c->close_why) {
+        /* A QUIT read before the client's EOF and run after it (behind a
+         * request in flight) is still a QUIT: the end is the client's,
+         * not a dropped connection's. */
+        if (!died)
+            c->died = false;
         return;
+    }
     c->close_why = why;
     c->died = died;
     conn_update_reading(c);

@@ -185,7 +185,8 @@ struct sbuf *conn_reply(struct conn *c);
 void conn_flush(struct conn *c);
 /* Read no more; close once the queued requests are answered and the
  * output is written. `died` says whether this counts as a drop (for
- * lock_delay and detaching). The first reason given is kept. */
+ * lock_delay and detaching). The first reason given is kept, but a later
+ * one that is no drop (a QUIT run after the client's EOF) makes it none. */
 void conn_close_after_reply(struct conn *c, const char *why, bool died);
 /* As conn_close_after_reply, and the lines already read are dropped
  * unanswered: nothing after QUIT (or a too-long line) is served. */

@@ -142,6 +142,27 @@ START_TEST(quit_releases)
 }
 END_TEST
 
+/* A QUIT read behind a request in flight, its connection half-closed
+ * before the QUIT's turn comes (nc -q1 does that): still a QUIT, which
+ * releases, not a dropped connection, which would detach the session
+ * with its leases. */
+START_TEST(quit_after_eof_releases)
+{
+    char id[64], secret[64];
+
+    start(NULL);
+    detachable(A, 30000, id, secret);
+    h_sendf(A, "#1 LOCK qe\nQUIT\n");
+    h_shutdown_write(A);
+    ck_assert(h_starts(h_recv_line(A, h_scale(3000)), "#1 OK resource=qe "));
+    ck_assert_str_eq(h_recv_line(A, h_scale(3000)), "OK bye");
+    h_expect(B, "OK resource=qe ", "LOCK qe wait=1000");
+    h_cluster_client(&K, 2, 0);
+    h_expect(C, "ERR NOSESSION ", "HELLO resume=%s secret=%s", id, secret);
+    h_cluster_stop(&K);
+}
+END_TEST
+
 START_TEST(wrong_secret)
 {
     char id[64], secret[64], bad[64];
@@ -370,6 +391,7 @@ static Suite *resume_suite(void)
     tcase_add_test(tc, detach_and_resume);
     tcase_add_test(tc, not_resumed_in_time);
     tcase_add_test(tc, quit_releases);
+    tcase_add_test(tc, quit_after_eof_releases);
     tcase_add_test(tc, wrong_secret);
     tcase_add_test(tc, takeover);
     tcase_add_test(tc, resume_twice);
