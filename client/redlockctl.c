@@ -2395,9 +2395,10 @@ static void ctl_on_holder(const struct redlockd_holder *hd, void *ud)
     fflush(stdout);
 }
 
-/* Events until SIGINT, SIGTERM or SIGHUP. A lost connection is taken up
- * again in slices (the library watches again on a new session, and the
- * daemon tells the states then), saying so on stderr once each way. */
+/* Events until SIGINT, SIGTERM or SIGHUP (0). A lost connection is taken
+ * up again, for as long as it takes, in slices that leave the signals
+ * their turn (the library watches again on a new session, and the daemon
+ * tells the states then), saying so on stderr once each way. */
 static int ctl_watch_wait(struct redlockd *h)
 {
     struct pollfd p[2];
@@ -2409,20 +2410,17 @@ static int ctl_watch_wait(struct redlockd *h)
         p[0].events = POLLIN;
         p[1].fd = redlockd_fd(h);
         p[1].events = POLLIN;
-        if (poll(p, 2, p[1].fd < 0 ? 0 : -1) < 0 && errno != EINTR)
+        if (poll(p, 2, away ? 0 : -1) < 0 && errno != EINTR)
             err(EX_OSERR, "poll");
         if (p[0].revents != 0 && ctl_told_to_stop())
             return 0;
-        rc = redlockd_poll_events(h, p[1].fd < 0 ? CTL_RECONNECT_SLICE_MS
-                                                  : 0);
-        if (rc < 0 && redlockd_fd(h) >= 0)
-            return ctl_report("watch", rc, redlockd_last_error(h)->msg);
+        rc = redlockd_poll_events(h, away ? CTL_RECONNECT_SLICE_MS : 0);
         if (rc < 0 && !away)
-            warnx("watch: lost the connection (%s); reconnecting",
-                  redlockd_last_error(h)->msg);
+            warnx("watch: lost the connection to %s; reconnecting",
+                  redlockd_server(h));
         else if (rc >= 0 && away)
             warnx("watch: watching again through %s", redlockd_server(h));
-        away = redlockd_fd(h) < 0;
+        away = rc < 0 || redlockd_fd(h) < 0;
     }
 }
 

@@ -852,8 +852,9 @@ int redlockd_holder(struct redlockd *h, const char *resource,
 
     if (rc == 0 && !holder)
         rc = rl_fail(h, REDLOCKD_E_INVALID, "holder must not be NULL");
-    if (rc == 0)
-        rc = redlockd_status(h, resource, &json);
+    if (rc < 0)
+        return rl_finish(h, rc);
+    rc = redlockd_status(h, resource, &json);
     if (rc == 0)
         rc = rl_holder_from_status(h, json, resource, holder);
     free(json);

@@ -72,7 +72,8 @@
  *     pipe as it happens; with nobody leading, `leader` exits 1 and says
  *     nothing; watch exits 0 on SIGTERM;
  *   - `watch --json`: a JSON object per line (time, resource, held, and
- *     the holder's mode, fence, name, value);
+ *     the holder's mode, fence, name, value); with two daemons, watch
+ *     goes on through the second when the first dies (and says so);
  *   - `lock`: prints the resource, fence and token, holds the lock (past
  *     its ttl; `status` shows its value) until SIGTERM or SIGINT, then
  *     releases it at once (exit 0); --json; busy: 75; a lease lost while
@@ -2617,6 +2618,32 @@ START_TEST(watch_json_lines)
 }
 END_TEST
 
+/* watch with two daemons (-s twice): its daemon dies, and it goes on
+ * through the other, telling the changes made there; it says so on
+ * stderr. */
+START_TEST(watch_follows_failover)
+{
+    char s2[64];
+    struct proc *w;
+    size_t at;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_two_daemons(s2, sizeof(s2));
+    w = ctl_start("-s", S, "-s", s2, "watch", "cli:wf", NULL);
+    at = wait_output(w, 0, " cli:wf held=0\n", h_scale(5000));
+    h_daemon_kill(D);
+    h_expect(B, "OK resource=cli:wf ", "LOCK cli:wf value=on-d2");
+    wait_output(w, at, " value=on-d2\n", h_scale(5000));
+    h_expect(B, "OK resource=cli:wf ", "UNLOCK cli:wf");
+    ck_assert_int_eq(kill(w->pid, SIGTERM), 0);
+    proc_wait(w, h_scale(5000));
+    assert_status(w, 0, "watch after SIGTERM");
+    ck_assert_msg(strstr(w->err, "lost the connection") &&
+                  strstr(w->err, "watching again through"), "watch said: %s",
+                  w->err);
+}
+END_TEST
+
 /* The first line of `lock`: "resource=<r> fence=<n> token=<hex>". */
 static unsigned long long granted_fence(struct proc *p, const char *res)
 {
@@ -2909,6 +2936,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, tls_errors);
     tcase_add_test(tc, elect_two_candidates);
     tcase_add_test(tc, watch_json_lines);
+    tcase_add_test(tc, watch_follows_failover);
     tcase_add_test(tc, lock_holds_until_signal);
     tcase_add_test(tc, elect_lock_watch_usage);
     tcase_add_test(tc, version_and_help);
