@@ -110,6 +110,13 @@ static int keeper_pipe_init(void)
     return 0;
 }
 
+int keeper_catch_signals(void)
+{
+    if (!keeper_saved)
+        keeper_save_signals();
+    return keeper_pipe_init();
+}
+
 int keeper_signal_fd(void)
 {
     return keeper_pipe[0];

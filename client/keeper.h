@@ -79,6 +79,15 @@ pid_t keeper_fork(bool relay);
  */
 int keeper_relay(pid_t keeper);
 
+/*
+ * Catch SIGINT, SIGTERM, SIGHUP (those not ignored when keeper_save_signals
+ * ran) and SIGCHLD into a self-pipe of this process's own, without a
+ * keeper: for a program that holds a lock or watches one itself and waits
+ * for those signals with poll() (redlockctl lock and watch). 0, or -1
+ * (errno set).
+ */
+int keeper_catch_signals(void);
+
 /* The read end of this process's self-pipe, for poll(); -1 without one. */
 int keeper_signal_fd(void);
 /* The next signal caught, 0 when none is left. */

@@ -13,7 +13,13 @@
  * left. With several servers (-s repeated) the library follows the lease
  * when the connection breaks or the daemon restarts or dies (resume, or
  * ADOPT on another daemon), and the command runs on; see "run: failover"
- * below. `ping`, `status`, `sessions`
+ * below. `elect` is `run` for a leader: it campaigns (waits for the lock,
+ * without a time limit unless --wait says otherwise) and stores --value
+ * with the lock, so that `leader` (STATUS's holder) and `watch` (WATCH,
+ * a line per EVENT HOLDER) show it on every daemon. `lock` takes a lock
+ * without a command and holds it (refreshing, following it across
+ * daemons, as the keeper does) until SIGINT, SIGTERM or SIGHUP, or until
+ * it is lost. `ping`, `status`, `sessions`
  * and `stats` print the daemon's answers, as tables or (--json) raw;
  * `locks` lists every lock the daemon's sessions hold, from SESSIONS;
  * `top` shows what is waited for and held longest, from TOP, refreshed
@@ -122,6 +128,16 @@
 /* run -r: the most resources one run takes (the daemon's locks.max_multi
  * may allow fewer). */
 #define CTL_MAX_RESOURCES 256
+/* Room for every option in struct ctl's record of those given (asserted
+ * where the options are listed). */
+#define CTL_OPTS_MAX 64
+/* elect without --wait campaigns in LOCKs that wait this long each, again
+ * and again: within the daemon's locks.max_wait_ms (an hour by default),
+ * and short enough that a daemon that stalls is noticed. */
+#define CTL_CAMPAIGN_ROUND_MS 60000
+/* leader: the exit status when nobody leads (no exclusive holder with a
+ * value). */
+#define CTL_EXIT_NO_LEADER 1
 
 struct ctl {
     /* common options */
@@ -134,9 +150,12 @@ struct ctl {
     const char *name;
     int timeout_ms;
     int json;
-    /* run options */
+    /* run options (elect and lock take most of them) */
     uint32_t ttl_ms;
     uint32_t wait_ms;
+    int wait_set;                   /* --wait given */
+    const char *value;              /* --value: the holder's value */
+    bool campaign;                  /* elect without --wait: no limit */
     int kill_on_lost;
     unsigned kill_after_s;
     int conflict_exit;
@@ -154,8 +173,8 @@ struct ctl {
     const char *admin_password_file;
     /* top options */
     unsigned iterations;            /* -n; 0: until stopped */
-    /* the first option given of each command that has its own */
-    const struct ctl_opt *cmd_opt[4];
+    /* which of ctl_opts were given (to check they suit the command) */
+    bool given[CTL_OPTS_MAX];
 
     char password[1025];
     char admin_password[1025];
@@ -165,15 +184,16 @@ struct ctl {
 /*
  * The words after the command word, with options anywhere among them (so
  * `status job:9 --json` works as `--json status job:9` does); "--" ends
- * the options. For run the options end at COMMAND too: the words from
- * there on are the command's, whatever they look like.
+ * the options. For run and elect the options end at COMMAND too: the
+ * words from there on are the command's, whatever they look like.
  */
 struct ctl_args {
     char **words;               /* the words that are not options (owned
                                    array, argc long); run: RESOURCE */
     int nwords;
     bool dashdash;              /* a "--" ended the options */
-    char **cmd;                 /* run: COMMAND [ARGS...]; NULL: none */
+    char **cmd;                 /* run, elect: COMMAND [ARGS...]; NULL:
+                                   none */
     int ncmd;
 };
 
@@ -199,17 +219,26 @@ enum {
     OPT_TLS_KEY,
     OPT_TLS_SERVER_NAME,
     OPT_USER,
+    OPT_VALUE,
 };
 
-/* Which commands take an option. */
+/* Which commands take an option: a set of them, or every command. */
 enum ctl_scope {
-    CTL_ANY,                    /* every command */
-    CTL_RUN,                    /* run only */
-    CTL_RELEASE,                /* release only */
-    CTL_TOP,                    /* top only */
+    CTL_ANY = 0,
+    CTL_RUN = 1u << 0,
+    CTL_ELECT = 1u << 1,
+    CTL_LOCK = 1u << 2,
+    CTL_RELEASE = 1u << 3,
+    CTL_TOP = 1u << 4,
 };
 
-static const char *const ctl_scope_cmd[] = { "", "run", "release", "top" };
+/* The commands that take a lock, and most of run's options. */
+#define CTL_HOLDING (CTL_RUN | CTL_ELECT | CTL_LOCK)
+
+/* The commands of the scope bits, bit by bit. */
+static const char *const ctl_scope_cmd[] = { "run", "elect", "lock",
+                                             "release", "top" };
+#define CTL_NSCOPES (sizeof(ctl_scope_cmd) / sizeof(ctl_scope_cmd[0]))
 
 /*
  * Every option once: getopt's tables, the option lists of --help and the
@@ -220,7 +249,7 @@ struct ctl_opt {
     int val;                    /* the short letter, or OPT_* */
     const char *arg;            /* its argument as --help shows it; NULL:
                                    the option takes none */
-    enum ctl_scope scope;
+    unsigned scope;             /* enum ctl_scope bits; CTL_ANY: all */
     const char *help;           /* one or more lines, each ending in \n */
 };
 
@@ -251,31 +280,39 @@ static const struct ctl_opt ctl_opts[] = {
     { "timeout", OPT_TIMEOUT, "TIME", CTL_ANY,
       "connect and reply timeout (default 5s, 0: none)\n" },
     { "json", OPT_JSON, NULL, CTL_ANY,
-      "print the daemon's JSON instead of a table\n" },
+      "print the daemon's JSON instead of a table (watch:\n"
+      "an object per line)\n" },
     { "help", 'h', NULL, CTL_ANY, "show this help\n" },
     { "version", 'V', NULL, CTL_ANY, "show the version\n" },
-    { "ttl", OPT_TTL, "TIME", CTL_RUN,
+    { "ttl", OPT_TTL, "TIME", CTL_HOLDING,
       "lease on Redis (default: the daemon's, 30s); the\n"
-      "command is stopped once TIME passes without the\n"
-      "daemon confirming the lease\n" },
-    { "wait", OPT_WAIT, "TIME", CTL_RUN,
-      "wait up to TIME for a busy lock (default 0: don't)\n" },
-    { "on-lost", OPT_ON_LOST, "kill|ignore", CTL_RUN,
+      "command is stopped (lock: exits) once TIME passes\n"
+      "without the daemon confirming the lease\n" },
+    { "wait", OPT_WAIT, "TIME", CTL_HOLDING,
+      "wait up to TIME for a busy lock (default 0: don't;\n"
+      "elect: as long as it takes)\n" },
+    { "value", OPT_VALUE, "TEXT", CTL_HOLDING,
+      "the holder's value (a leader's address), 1 to 256\n"
+      "visible ASCII characters, shown by status, leader\n"
+      "and watch on every daemon; the command gets it as\n"
+      "REDLOCKD_VALUE (elect: required)\n" },
+    { "on-lost", OPT_ON_LOST, "kill|ignore", CTL_RUN | CTL_ELECT,
       "when the lease is lost: SIGTERM the command's\n"
       "whole process group (default), or let it finish\n" },
-    { "kill-after", OPT_KILL_AFTER, "SEC", CTL_RUN,
+    { "kill-after", OPT_KILL_AFTER, "SEC", CTL_RUN | CTL_ELECT,
       "SIGKILL the group SEC seconds after that SIGTERM\n"
       "if any of it still runs (default 5)\n" },
-    { "conflict-exit-code", 'E', "N", CTL_RUN,
+    { "conflict-exit-code", 'E', "N", CTL_HOLDING,
       "exit status when the lock is busy (default 75)\n" },
-    { "quiet", 'q', NULL, CTL_RUN, "say nothing when the lock is busy\n" },
-    { "shared", OPT_SHARED, NULL, CTL_RUN,
+    { "quiet", 'q', NULL, CTL_HOLDING,
+      "say nothing when the lock is busy\n" },
+    { "shared", OPT_SHARED, NULL, CTL_RUN | CTL_LOCK,
       "a shared lock: other --shared runs hold it too\n" },
-    { "limit", OPT_LIMIT, "K", CTL_RUN,
+    { "limit", OPT_LIMIT, "K", CTL_RUN | CTL_LOCK,
       "one of K slots of a semaphore (K holders at once)\n" },
-    { "resource", 'r', "R", CTL_RUN,
+    { "resource", 'r', "R", CTL_RUN | CTL_LOCK,
       "lock R too (repeat for several, all or none)\n" },
-    { "detach", OPT_DETACH, "TIME", CTL_RUN,
+    { "detach", OPT_DETACH, "TIME", CTL_HOLDING,
       "how long the daemon keeps the session after the\n"
       "connection is lost (default: the ttl, 30s to 60s;\n"
       "0: off, a lost connection loses the lock)\n" },
@@ -292,6 +329,27 @@ static const struct ctl_opt ctl_opts[] = {
 #define CTL_NOPTS (sizeof(ctl_opts) / sizeof(ctl_opts[0]))
 #define CTL_HELP_COL 26         /* where --help's descriptions start */
 
+_Static_assert(CTL_NOPTS <= CTL_OPTS_MAX, "CTL_OPTS_MAX is too small");
+
+/* "run and elect", "run, elect and lock": the commands of scope bits. */
+static const char *ctl_scope_words(unsigned scope, char *buf, size_t sz)
+{
+    size_t i, n = 0, k = 0, len = 0;
+
+    for (i = 0; i < CTL_NSCOPES; i++)
+        n += (scope >> i) & 1u;
+    buf[0] = '\0';
+    for (i = 0; i < CTL_NSCOPES; i++) {
+        if (!((scope >> i) & 1u))
+            continue;
+        k++;
+        len += (size_t)snprintf(buf + len, len < sz ? sz - len : 0, "%s%s",
+                                k == 1 ? "" : k == n ? " and " : ", ",
+                                ctl_scope_cmd[i]);
+    }
+    return buf;
+}
+
 static const struct ctl_opt *ctl_opt_find(int val)
 {
     size_t i;
@@ -303,10 +361,11 @@ static const struct ctl_opt *ctl_opt_find(int val)
     return NULL;
 }
 
-/* "-E, --conflict-exit-code N" and its description, lined up. */
-static void ctl_usage_opt(FILE *out, const struct ctl_opt *o)
+/* "-E, --conflict-exit-code N" and its description, lined up; an option
+ * of some of the section's commands only says which. */
+static void ctl_usage_opt(FILE *out, const struct ctl_opt *o, unsigned section)
 {
-    char left[64];
+    char left[64], cmds[64];
     const char *line, *nl;
 
     snprintf(left, sizeof(left), "  %c%c%c --%s%s%s",
@@ -320,15 +379,21 @@ static void ctl_usage_opt(FILE *out, const struct ctl_opt *o)
     for (line = o->help; (nl = strchr(line, '\n')); line = nl + 1)
         fprintf(out, "%*s%.*s\n", line == o->help ? 0 : CTL_HELP_COL, "",
                 (int)(nl - line), line);
+    if (o->scope != section)
+        fprintf(out, "%*s(%s only)\n", CTL_HELP_COL, "",
+                ctl_scope_words(o->scope, cmds, sizeof(cmds)));
 }
 
-static void ctl_usage_opts(FILE *out, enum ctl_scope scope)
+/* The options of a section: of every command (CTL_ANY), or of some of
+ * the section's commands. */
+static void ctl_usage_opts(FILE *out, unsigned section)
 {
     size_t i;
 
     for (i = 0; i < CTL_NOPTS; i++) {
-        if (ctl_opts[i].scope == scope)
-            ctl_usage_opt(out, &ctl_opts[i]);
+        if (section == CTL_ANY ? ctl_opts[i].scope == CTL_ANY
+                               : (ctl_opts[i].scope & section) != 0)
+            ctl_usage_opt(out, &ctl_opts[i], section);
     }
 }
 
@@ -343,6 +408,17 @@ static void ctl_usage(FILE *out)
 "                      release the lock\n"
 "  run [RUN OPTIONS] -r RESOURCE [-r RESOURCE...] [--] COMMAND [ARGS...]\n"
 "                      the same for several locks, all of them or none\n"
+"  elect RESOURCE --value TEXT [RUN OPTIONS] [--] COMMAND [ARGS...]\n"
+"                      campaign: wait for the lock (as long as it takes\n"
+"                      unless --wait), then run COMMAND as the leader, as\n"
+"                      run does, with TEXT stored with the lock\n"
+"  leader RESOURCE     print the leader's value (exit 1: nobody leads)\n"
+"  watch RESOURCE...   print a line each time the holder changes, until\n"
+"                      SIGINT or SIGTERM\n"
+"  lock [RUN OPTIONS] RESOURCE\n"
+"                      take the lock, print its fence and token, hold it\n"
+"                      until SIGINT or SIGTERM (exit 0) or until it is\n"
+"                      lost (exit 70), then release it\n"
 "  status RESOURCE     what the daemon and the Redis nodes know of RESOURCE\n"
 "  sessions            the daemon's client sessions\n"
 "  stats               the daemon's nodes, sessions, locks, grants and losses\n"
@@ -360,14 +436,15 @@ static void ctl_usage(FILE *out)
 "\n", out);
     fprintf(out,
 "Options go anywhere: before the command, after it or after its arguments;\n"
-"for run, before COMMAND (its words are the command's; -- ends the options).\n"
+"for run and elect, before COMMAND (its words are the command's; -- ends\n"
+"the options).\n"
 "RESOURCE is 1 to %d visible ASCII characters (the daemon's\n"
 "locks.max_resource_len, by default).\n"
 "\n"
 "Options:\n", REDLOCKD_RESOURCE_DEFAULT_MAX);
     ctl_usage_opts(out, CTL_ANY);
-    fputs("\nRun options:\n", out);
-    ctl_usage_opts(out, CTL_RUN);
+    fputs("\nRun options (of run, elect and lock):\n", out);
+    ctl_usage_opts(out, CTL_HOLDING);
     fputs("\nRelease options:\n", out);
     ctl_usage_opts(out, CTL_RELEASE);
     fputs("\nTop options:\n", out);
@@ -376,19 +453,23 @@ static void ctl_usage(FILE *out)
 "\n"
 "The command gets REDLOCKD_RESOURCE, REDLOCKD_TOKEN and REDLOCKD_FENCE;\n"
 "with -r also REDLOCKD_RESOURCES (space-separated), with --limit\n"
-"REDLOCKD_SLOT, with --shared REDLOCKD_MODE=shared. It inherits the lock\n"
-"connection as file descriptor $REDLOCKD_LOCK_FD. The lock stays held\n"
-"while any process of the command's process group runs, even after\n"
-"redlockctl itself is killed (a keeper process holds it), and is\n"
-"released as soon as the group is empty. With several servers (-s\n"
-"repeated) the lock moves to another daemon when its own restarts or\n"
-"dies, and the command runs on (REDLOCKD_TOKEN is then out of date).\n"
+"REDLOCKD_SLOT, with --shared REDLOCKD_MODE=shared, with --value\n"
+"REDLOCKD_VALUE. It inherits the lock connection as file descriptor\n"
+"$REDLOCKD_LOCK_FD. The lock stays held while any process of the\n"
+"command's process group runs, even after redlockctl itself is killed (a\n"
+"keeper process holds it), and is released as soon as the group is empty.\n"
+"With several servers (-s repeated) the lock moves to another daemon when\n"
+"its own restarts or dies, and the command runs on (REDLOCKD_TOKEN is then\n"
+"out of date).\n"
 "\n"
 "Exit status:\n"
-"  run: the command's status (128+N if it died of signal N); 75 (or -E) when\n"
-"       the lock is busy or the wait ran out, without running the command;\n"
-"       70 when the lease was lost and the command was stopped for it;\n"
-"       126/127 when the command can not be run.\n"
+"  run, elect: the command's status (128+N if it died of signal N); 75 (or\n"
+"       -E) when the lock is busy or the wait ran out, without running the\n"
+"       command; 70 when the lease was lost and the command was stopped\n"
+"       for it; 126/127 when the command can not be run.\n"
+"  lock: 0 after SIGINT, SIGTERM or SIGHUP; 75 (or -E) as for run; 70 when\n"
+"       the lease was lost.\n"
+"  leader: 1 when nobody leads (no exclusive holder with a value).\n"
 "  0 success; 64 usage or configuration error; 69 the daemon could not be\n"
 "  reached or refused the request (release --force: not an operator, wrong\n"
 "  admin password), or (ping) has no quorum of Redis nodes.\n",
@@ -444,6 +525,25 @@ static int ctl_opt_duration(const char *s, const struct ctl_opt *o,
     return -1;
 }
 
+/* --value: what the daemon stores (1 to its locks.max_value_len visible
+ * ASCII characters, the longest limit a daemon may have checked here). */
+static int ctl_opt_value(struct ctl *c, const char *s)
+{
+    size_t len = strlen(s);
+    const char *p;
+
+    for (p = s; *p >= 0x21 && *p <= 0x7e; p++)
+        ;
+    if (len == 0 || len > REDLOCKD_VALUE_MAX || *p != '\0') {
+        warnx("--value: expected 1 to %d visible ASCII characters "
+              "(the daemon's locks.max_value_len), no spaces",
+              REDLOCKD_VALUE_DEFAULT_MAX);
+        return -1;
+    }
+    c->value = s;
+    return 0;
+}
+
 static int ctl_on_lost_mode(struct ctl *c, const char *s)
 {
     if (strcmp(s, "kill") == 0)
@@ -463,8 +563,7 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
     unsigned long v;
     uint32_t u;
 
-    if (o->scope != CTL_ANY && !c->cmd_opt[o->scope])
-        c->cmd_opt[o->scope] = o;
+    c->given[o - ctl_opts] = true;
     switch (o->val) {
     case 's':
         if (c->nservers >= REDLOCKD_SERVERS_MAX) {
@@ -494,7 +593,9 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
     case OPT_TTL:
         return ctl_opt_duration(arg, o, PROTO_DURATION_MAX_MS, &c->ttl_ms);
     case OPT_WAIT:
+        c->wait_set = 1;
         return ctl_opt_duration(arg, o, PROTO_DURATION_MAX_MS, &c->wait_ms);
+    case OPT_VALUE: return ctl_opt_value(c, arg);
     case OPT_ON_LOST: return ctl_on_lost_mode(c, arg);
     case 'q': c->quiet = 1; return 0;
     case OPT_SHARED: c->shared = 1; return 0;
@@ -539,13 +640,13 @@ static int ctl_option(struct ctl *c, const struct ctl_opt *o, const char *arg)
 }
 
 /* ---- run: lock kinds ------------------------------------------------------
- * --shared, --limit K and -r R (several resources): taken with
+ * --shared, --limit K, -r R (several resources) and --value: taken with
  * redlockd_lockv, released with redlockd_unlockv. */
 
 /* Does this run use a kind that redlockd_lock cannot ask for? */
 static bool ctl_kinds(const struct ctl *c)
 {
-    return c->shared || c->limit || c->nresources > 1;
+    return c->shared || c->limit || c->nresources > 1 || c->value;
 }
 
 /* Is resource one this run holds? */
@@ -561,12 +662,12 @@ static bool ctl_holds(const struct ctl *c, const char *first,
 }
 
 static int ctl_lockv(const struct ctl *c, struct redlockd *h,
-                     struct redlockd_lease *lease)
+                     uint32_t wait_ms, struct redlockd_lease *lease)
 {
     struct redlockd_lock_opts o = {
-        .ttl_ms = c->ttl_ms, .wait_ms = c->wait_ms,
+        .ttl_ms = c->ttl_ms, .wait_ms = wait_ms,
         .mode = c->shared ? REDLOCKD_SHARED : REDLOCKD_EXCLUSIVE,
-        .limit = c->limit,
+        .limit = c->limit, .value = c->value,
     };
     struct redlockd_grant g;
     char slot[16];
@@ -894,6 +995,7 @@ static void ctl_print_holder(json_t *root)
     json_t *holder = json_object_get(root, "holder");
     json_t *name = json_object_get(holder, "name");
     json_t *daemon = json_object_get(holder, "daemon");
+    json_t *value = json_object_get(holder, "value");
     char fence[32], held[32], session[64];
 
     if (!json_is_true(json_object_get(root, "held")))
@@ -917,6 +1019,8 @@ static void ctl_print_holder(json_t *root)
     if (ctl_duration(json_object_get(holder, "held_ms"), held,
                      sizeof(held)))
         printf(", held for %s", held);
+    if (json_is_string(value))
+        printf(", value %s", json_string_value(value));
     putchar('\n');
 }
 
@@ -1948,6 +2052,7 @@ static int ctl_child_lock_fd(int fd)
 /* What the command inherits, set in the child before exec. */
 struct ctl_child {
     const struct redlockd_lease *lease;
+    const char *value;          /* --value, or NULL */
     int lock_fd;
 };
 
@@ -1959,7 +2064,8 @@ static int ctl_child_setup(void *ud)
     snprintf(fence, sizeof(fence), "%" PRIu64, ch->lease->fence);
     if (setenv("REDLOCKD_RESOURCE", ch->lease->resource, 1) < 0
         || setenv("REDLOCKD_TOKEN", ch->lease->token, 1) < 0
-        || setenv("REDLOCKD_FENCE", fence, 1) < 0) {
+        || setenv("REDLOCKD_FENCE", fence, 1) < 0
+        || (ch->value && setenv("REDLOCKD_VALUE", ch->value, 1) < 0)) {
         warn("setenv");
         return -1;
     }
@@ -1976,7 +2082,8 @@ static int ctl_child_setup(void *ud)
 static int ctl_spawn(struct ctl_run *r, const struct redlockd_lease *lease,
                      char **argv)
 {
-    struct ctl_child ch = { .lease = lease, .lock_fd = redlockd_fd(r->h) };
+    struct ctl_child ch = { .lease = lease, .value = r->c->value,
+                            .lock_fd = redlockd_fd(r->h) };
 
     if (ch.lock_fd < 0) {
         warnx("lost the connection to the daemon before the command started");
@@ -2114,17 +2221,23 @@ static void ctl_check_deadline(struct ctl_run *r)
     r->lost = 1;
 }
 
-static void ctl_timers(struct ctl_run *r)
+/* The lease's own timers: its deadline, its refresh (or a reconnection).
+ * A deadline passed while we were not looking (the keeper itself was
+ * stopped) is not undone by a refresh: the command ran unconfirmed. */
+static void ctl_lease_timers(struct ctl_run *r)
 {
     double now = ctl_now_ms();
 
-    keeper_timers(&r->g);
-    /* A deadline passed while we were not looking (the keeper itself was
-     * stopped) is not undone by a refresh: the command ran unconfirmed. */
     ctl_check_deadline(r);
     if (!r->lost && (now >= r->next_refresh || redlockd_fd(r->h) < 0))
         ctl_refresh(r);
     ctl_check_deadline(r);
+}
+
+static void ctl_timers(struct ctl_run *r)
+{
+    keeper_timers(&r->g);
+    ctl_lease_timers(r);
     ctl_notice_lost(r);
 }
 
@@ -2146,11 +2259,10 @@ static int ctl_poll_timeout(const struct ctl_run *r)
                                  : next <= now ? 0 : (int)(next - now) + 1);
 }
 
-static void ctl_wait_child(struct ctl_run *r, uint32_t ttl)
+/* From the grant on: when to confirm the lease, and how early to give up
+ * on it (see CTL_REFRESH_MAX_MS). */
+static void ctl_follow(struct ctl_run *r, uint32_t ttl)
 {
-    struct pollfd p[2];
-    nfds_t n;
-
     r->refresh_every = ttl / 3.0;
     if (r->refresh_every > CTL_REFRESH_MAX_MS)
         r->refresh_every = CTL_REFRESH_MAX_MS;
@@ -2158,6 +2270,14 @@ static void ctl_wait_child(struct ctl_run *r, uint32_t ttl)
     if (r->stop_early > CTL_STOP_EARLY_MAX_MS)
         r->stop_early = CTL_STOP_EARLY_MAX_MS;
     ctl_schedule_refresh(r, ctl_now_ms());
+}
+
+static void ctl_wait_child(struct ctl_run *r, uint32_t ttl)
+{
+    struct pollfd p[2];
+    nfds_t n;
+
+    ctl_follow(r, ttl);
     while (ctl_waiting(r)) {
         p[0].fd = keeper_signal_fd();
         p[0].events = POLLIN;
@@ -2174,25 +2294,33 @@ static void ctl_wait_child(struct ctl_run *r, uint32_t ttl)
     }
 }
 
+/* Release the lock; false when it turned out lost (said so, as having
+ * happened before `when`). A release that fails otherwise is said, and
+ * left to the daemon. */
+static bool ctl_unlock(struct ctl_run *r, const char *when)
+{
+    int rc = ctl_kinds(r->c) ? ctl_unlockv(r->c, r->h)
+                             : redlockd_unlock(r->h, r->resource);
+
+    if (rc == -REDLOCKD_E_LOST) {
+        warnx("the lease on %s was lost before %s", r->resource, when);
+        return false;
+    }
+    if (rc < 0)
+        warnx("could not release %s (the daemon releases it as the "
+              "session ends%s): %s", r->resource,
+              redlockd_fd(r->h) < 0 ? ", when its detach time runs out" : "",
+              redlockd_last_error(r->h)->msg);
+    return true;
+}
+
 /* After the command: release the lock and pick the exit status. */
 static int ctl_finish(struct ctl_run *r)
 {
-    int lost = r->lost, rc, status = keeper_exit_status(r->g.status);
+    int lost = r->lost, status = keeper_exit_status(r->g.status);
 
     if (!lost) {
-        rc = ctl_kinds(r->c) ? ctl_unlockv(r->c, r->h)
-                             : redlockd_unlock(r->h, r->resource);
-        if (rc == -REDLOCKD_E_LOST) {
-            lost = 1;
-            warnx("the lease on %s was lost before the command ended",
-                  r->resource);
-        } else if (rc < 0) {
-            warnx("could not release %s (the daemon releases it as the "
-                  "session ends%s): %s", r->resource,
-                  redlockd_fd(r->h) < 0 ? ", when its detach time runs out"
-                                        : "",
-                  redlockd_last_error(r->h)->msg);
-        }
+        lost = !ctl_unlock(r, "the command ended");
     } else if (!r->lost_noticed) {
         warnx("lost the lock on %s as the command ended: %s", r->resource,
               r->lost_reason);
@@ -2206,14 +2334,38 @@ static int ctl_finish(struct ctl_run *r)
     return status;
 }
 
+/* One LOCK, waiting up to wait_ms. */
+static int ctl_take(const struct ctl_run *r, uint32_t wait_ms,
+                    struct redlockd_lease *lease)
+{
+    const struct ctl *c = r->c;
+
+    return ctl_kinds(c) ? ctl_lockv(c, r->h, wait_ms, lease)
+                        : redlockd_lock(r->h, r->resource, c->ttl_ms, wait_ms,
+                                        1, lease);
+}
+
+/* elect without --wait: LOCKs waiting CTL_CAMPAIGN_ROUND_MS each until one
+ * is granted. A LOCK cut off by a broken connection (its outcome unknown:
+ * a grant that did happen is released by a resume, else with the old
+ * session) is sent again once the handle is back. */
+static int ctl_campaign(const struct ctl_run *r, struct redlockd_lease *lease)
+{
+    int rc;
+
+    do {
+        rc = ctl_take(r, CTL_CAMPAIGN_ROUND_MS, lease);
+    } while (rc == -REDLOCKD_E_TIMEOUT
+             || (rc == -REDLOCKD_E_IO && redlockd_fd(r->h) >= 0));
+    return rc;
+}
+
 static int ctl_lock_status(struct ctl_run *r, struct redlockd_lease *lease)
 {
     const struct ctl *c = r->c;
     int rc;
 
-    rc = ctl_kinds(c) ? ctl_lockv(c, r->h, lease)
-                      : redlockd_lock(r->h, r->resource, c->ttl_ms, c->wait_ms,
-                                      1, lease);
+    rc = c->campaign ? ctl_campaign(r, lease) : ctl_take(r, c->wait_ms, lease);
     if (rc == 0)
         return 0;
     r->not_taken = true;
@@ -2269,8 +2421,46 @@ static int ctl_detach(const struct ctl *c)
     return ttl > CTL_DETACH_MAX_MS ? CTL_DETACH_MAX_MS : (int)ttl;
 }
 
-/* a: RESOURCE (unless -r gave the resources), then COMMAND [ARGS...]. */
-static int ctl_run(struct ctl *c, const struct ctl_args *a)
+/*
+ * The resources of run, elect (both take COMMAND) and lock: RESOURCE, or
+ * those -r gave, all in c->resources; the first into *first. -1 after a
+ * usage error (said).
+ */
+static int ctl_resources(struct ctl *c, const char *cmd,
+                         const struct ctl_args *a, bool takes_cmd,
+                         const char **first)
+{
+    if (a->nwords == 0 && c->nresources == 0) {
+        warnx(a->dashdash ? "%s: missing RESOURCE before -- (try --help)"
+              : a->cmd || !takes_cmd ? "%s: missing RESOURCE (try --help)"
+              : "%s: missing RESOURCE and COMMAND (try --help)", cmd);
+        return -1;
+    }
+    if (a->nwords > 0 && c->nresources > 0) {
+        warnx("%s: give the resources either as RESOURCE or with -r, "
+              "not both (\"%s\")", cmd, a->words[0]);
+        return -1;
+    }
+    /* (run and elect take the word after RESOURCE for COMMAND) */
+    if (a->nwords > 1) {
+        warnx("%s: expected one RESOURCE, got %d words (\"%s\" ...)", cmd,
+              a->nwords, a->words[0]);
+        return -1;
+    }
+    if (takes_cmd && !a->cmd) {
+        warnx("%s: missing COMMAND after %s (try --help)", cmd,
+              c->nresources > 0 ? "the resources" : "RESOURCE");
+        return -1;
+    }
+    if (c->nresources == 0)
+        c->resources[c->nresources++] = a->words[0];
+    *first = c->resources[0];
+    return 0;
+}
+
+/* run and elect (cmd). a: RESOURCE (unless -r gave the resources), then
+ * COMMAND [ARGS...]. */
+static int ctl_run(struct ctl *c, const char *cmd, const struct ctl_args *a)
 {
     struct ctl_run r = { .c = c, .conn = -1 };
     /* No keepalive: the command keeps the connection after us (see
@@ -2280,26 +2470,8 @@ static int ctl_run(struct ctl *c, const struct ctl_args *a)
     struct redlockd_lease lease;
     int rc;
 
-    if (a->nwords == 0 && c->nresources == 0) {
-        warnx(a->dashdash ? "run: missing RESOURCE before -- (try --help)"
-              : a->cmd ? "run: missing RESOURCE (try --help)"
-              : "run: missing RESOURCE and COMMAND (try --help)");
+    if (ctl_resources(c, cmd, a, true, &r.resource) < 0)
         return EX_USAGE;
-    }
-    if (a->nwords > 0 && c->nresources > 0) {
-        warnx("run: give the resources either as RESOURCE or with -r, "
-              "not both (\"%s\")", a->words[0]);
-        return EX_USAGE;
-    }
-    if (!a->cmd) {
-        warnx("run: missing COMMAND after %s (try --help)",
-              c->nresources > 0 ? "the resources" : "RESOURCE");
-        return EX_USAGE;
-    }
-    if (c->nresources > 0)
-        r.resource = c->resources[0];   /* -r: no positional RESOURCE */
-    else
-        r.resource = c->resources[c->nresources++] = a->words[0];
     rc = ctl_connect(c, &o, &r.h);
     if (rc != 0)
         return rc;
@@ -2339,6 +2511,276 @@ static int ctl_run(struct ctl *c, const struct ctl_args *a)
         (void)shutdown(r.conn, SHUT_RDWR);
         close(r.conn);
     }
+    return rc;
+}
+
+/* ---- lock: a lock held until told to let go ----------------------------- */
+
+/* The end of the wait: SIGINT, SIGTERM or SIGHUP caught? (SIGCHLD, of no
+ * child of ours, means nothing.) */
+static bool ctl_told_to_stop(void)
+{
+    bool stop = false;
+    int sig;
+
+    while ((sig = keeper_signal_next()) > 0)
+        stop = stop || sig != SIGCHLD;
+    return stop;
+}
+
+/* What lock prints once it holds the lock, flushed for a pipe. */
+static void ctl_print_grant(const struct ctl *c,
+                            const struct redlockd_lease *l)
+{
+    json_t *o;
+    char *text;
+
+    if (!c->json) {
+        printf("resource=%s fence=%" PRIu64 " token=%s\n", l->resource,
+               l->fence, l->token);
+    } else {
+        o = json_pack("{s:s, s:I, s:s}", "resource", l->resource, "fence",
+                      (json_int_t)l->fence, "token", l->token);
+        text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        if (!text)
+            errx(EX_OSERR, "out of memory");
+        printf("%s\n", text);
+        free(text);
+        json_decref(o);
+    }
+    fflush(stdout);
+}
+
+/* Follow the lease as the keeper does (events, refreshes, reconnection)
+ * until a signal says stop or the lease is lost. */
+static void ctl_hold_wait(struct ctl_run *r, uint32_t ttl)
+{
+    struct pollfd p[2];
+    bool stop = false;
+
+    ctl_follow(r, ttl);
+    while (!stop && !r->lost) {
+        p[0].fd = keeper_signal_fd();
+        p[0].events = POLLIN;
+        p[1].fd = redlockd_fd(r->h);        /* -1: poll() skips it */
+        p[1].events = POLLIN;
+        if (poll(p, 2, ctl_poll_timeout(r)) < 0 && errno != EINTR)
+            err(EX_OSERR, "poll");
+        if (p[0].revents != 0)
+            stop = ctl_told_to_stop();
+        if (p[1].revents != 0)
+            (void)redlockd_poll_events(r->h, 0);
+        ctl_lease_timers(r);
+    }
+}
+
+/* lock: RESOURCE (or -r's), no command. Signals are caught from the grant
+ * on; before it, they end us as they would any program, and the daemon
+ * drops a waiting LOCK with its connection. */
+static int ctl_hold(struct ctl *c, const struct ctl_args *a)
+{
+    struct ctl_run r = { .c = c, .conn = -1 };
+    struct redlockd_opts o = { .on_lost = ctl_on_lost, .ud = &r,
+                               .detach_ms = ctl_detach(c) };
+    const struct redlockd_error *e;
+    struct redlockd_lease lease;
+    int rc;
+
+    if (ctl_resources(c, "lock", a, false, &r.resource) < 0)
+        return EX_USAGE;
+    rc = ctl_connect(c, &o, &r.h);
+    if (rc != 0)
+        return rc;
+    if (!ctl_lock(&r, &lease, &rc)) {
+        redlockd_close(r.h);
+        return rc;
+    }
+    if (keeper_catch_signals() < 0)
+        err(EX_OSERR, "pipe");
+    ctl_print_grant(c, &lease);
+    ctl_hold_wait(&r, lease.ttl);
+    e = redlockd_last_error(r.h);
+    if (r.lost) {
+        warnx("lost the lock on %s: %s%s%s", r.resource, r.lost_reason,
+              e->code ? ": " : "", e->msg);
+        rc = CTL_EXIT_LOST;
+    } else {
+        rc = ctl_unlock(&r, "it was released") ? 0 : CTL_EXIT_LOST;
+    }
+    redlockd_close(r.h);
+    return rc;
+}
+
+/* ---- watch and leader: who holds a resource ------------------------------ */
+
+/* A holder as the daemon's words, after EVENT HOLDER resource=<r>. */
+static void ctl_holder_words(FILE *out, const struct redlockd_holder *hd)
+{
+    fprintf(out, "held=%u", hd->held);
+    if (hd->foreign)
+        fputs(" foreign=1", out);
+    else if (hd->held > 0 && hd->limit > 0)
+        fprintf(out, " mode=semaphore limit=%" PRIu32, hd->limit);
+    else if (hd->held > 0 && hd->mode == REDLOCKD_SHARED)
+        fputs(" mode=shared", out);
+    else if (hd->held > 0)
+        fprintf(out, " mode=exclusive fence=%" PRIu64 " name=%s daemon=%s%s%s",
+                hd->fence, hd->name, hd->daemon, hd->value[0] ? " value=" : "",
+                hd->value);
+}
+
+/* The same as a JSON object (time: when it was heard, or NULL). */
+static json_t *ctl_holder_json(const struct redlockd_holder *hd,
+                               const char *time)
+{
+    json_t *o = json_object();
+
+    if (time)
+        json_object_set_new(o, "time", json_string(time));
+    json_object_set_new(o, "resource", json_string(hd->resource));
+    json_object_set_new(o, "held", json_integer(hd->held));
+    if (hd->foreign) {
+        json_object_set_new(o, "foreign", json_true());
+    } else if (hd->held > 0 && hd->limit > 0) {
+        json_object_set_new(o, "mode", json_string("semaphore"));
+        json_object_set_new(o, "limit", json_integer(hd->limit));
+    } else if (hd->held > 0 && hd->mode == REDLOCKD_SHARED) {
+        json_object_set_new(o, "mode", json_string("shared"));
+    } else if (hd->held > 0) {
+        json_object_set_new(o, "mode", json_string("exclusive"));
+        json_object_set_new(o, "fence", json_integer((json_int_t)hd->fence));
+        json_object_set_new(o, "name", hd->name[0] ? json_string(hd->name)
+                                                   : json_null());
+        json_object_set_new(o, "daemon", json_string(hd->daemon));
+        if (hd->value[0])
+            json_object_set_new(o, "value", json_string(hd->value));
+    }
+    return o;
+}
+
+static void ctl_print_json(json_t *o)
+{
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+
+    if (!text)
+        errx(EX_OSERR, "out of memory");
+    printf("%s\n", text);
+    free(text);
+    json_decref(o);
+}
+
+/* Now as "2026-01-31T14:05:09.123+0100": local time, to the millisecond,
+ * one word. */
+static const char *ctl_timestamp(char *buf, size_t sz)
+{
+    struct timespec ts;
+    struct tm tm;
+    char zone[8];
+    size_t len;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    len = strftime(buf, sz, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (strftime(zone, sizeof(zone), "%z", &tm) == 0)
+        zone[0] = '\0';
+    snprintf(buf + len, sz - len, ".%03ld%s", ts.tv_nsec / 1000000, zone);
+    return buf;
+}
+
+/* on_holder of watch: one line per event, flushed at once (into a pipe
+ * too). ud is the struct ctl. */
+static void ctl_on_holder(const struct redlockd_holder *hd, void *ud)
+{
+    const struct ctl *c = ud;
+    char when[64];
+
+    ctl_timestamp(when, sizeof(when));
+    if (c->json) {
+        ctl_print_json(ctl_holder_json(hd, when));
+    } else {
+        printf("%s %s ", when, hd->resource);
+        ctl_holder_words(stdout, hd);
+        putchar('\n');
+    }
+    fflush(stdout);
+}
+
+/* Events until SIGINT, SIGTERM or SIGHUP (0). A lost connection is taken
+ * up again, for as long as it takes, in slices that leave the signals
+ * their turn (the library watches again on a new session, and the daemon
+ * tells the states then), saying so on stderr once each way. */
+static int ctl_watch_wait(struct redlockd *h)
+{
+    struct pollfd p[2];
+    bool away = false;
+    int rc;
+
+    for (;;) {
+        p[0].fd = keeper_signal_fd();
+        p[0].events = POLLIN;
+        p[1].fd = redlockd_fd(h);
+        p[1].events = POLLIN;
+        if (poll(p, 2, away ? 0 : -1) < 0 && errno != EINTR)
+            err(EX_OSERR, "poll");
+        if (p[0].revents != 0 && ctl_told_to_stop())
+            return 0;
+        rc = redlockd_poll_events(h, away ? CTL_RECONNECT_SLICE_MS : 0);
+        if (rc < 0 && !away)
+            warnx("watch: lost the connection to %s; reconnecting",
+                  redlockd_server(h));
+        else if (rc >= 0 && away)
+            warnx("watch: watching again through %s", redlockd_server(h));
+        away = rc < 0 || redlockd_fd(h) < 0;
+    }
+}
+
+static int ctl_watch(struct ctl *c, const struct ctl_args *a)
+{
+    struct redlockd_opts o = { .on_holder = ctl_on_holder, .ud = c };
+    struct redlockd *h;
+    int rc;
+
+    if (a->nwords == 0) {
+        warnx("watch: missing RESOURCE (try --help)");
+        return EX_USAGE;
+    }
+    rc = ctl_connect(c, &o, &h);
+    if (rc != 0)
+        return rc;
+    if (keeper_catch_signals() < 0)
+        err(EX_OSERR, "pipe");
+    rc = redlockd_watch(h, (const char *const *)a->words, (size_t)a->nwords);
+    if (rc < 0)
+        rc = ctl_report("watch", rc, redlockd_last_error(h)->msg);
+    else
+        rc = ctl_watch_wait(h);
+    redlockd_close(h);
+    return rc;
+}
+
+/* leader: the value of an exclusive holder that has one; nothing, and
+ * CTL_EXIT_NO_LEADER, otherwise. */
+static int ctl_leader(struct ctl *c, const char *resource)
+{
+    struct redlockd_opts o = { 0 };
+    struct redlockd_holder hd;
+    struct redlockd *h;
+    int rc;
+
+    rc = ctl_connect(c, &o, &h);
+    if (rc != 0)
+        return rc;
+    rc = redlockd_holder(h, resource, &hd);
+    if (rc < 0)
+        rc = ctl_report("leader", rc, redlockd_last_error(h)->msg);
+    else if (hd.held != 1 || hd.foreign || hd.limit > 0
+             || hd.mode != REDLOCKD_EXCLUSIVE || hd.value[0] == '\0')
+        rc = CTL_EXIT_NO_LEADER;
+    else if (c->json)
+        ctl_print_json(ctl_holder_json(&hd, NULL));
+    else
+        printf("%s\n", hd.value);
+    redlockd_close(h);
     return rc;
 }
 
@@ -2402,10 +2844,10 @@ static int ctl_parse(struct ctl *c, int argc, char **argv, bool *dashdash)
     return optind;
 }
 
-/* argv[0] is the command word. 1 parsed, 0 help or version printed, -1
- * usage error. */
-static int ctl_parse_args(struct ctl *c, bool run, int argc, char **argv,
-                          struct ctl_args *a)
+/* argv[0] is the command word; takes_cmd: run and elect, COMMAND follows
+ * RESOURCE. 1 parsed, 0 help or version printed, -1 usage error. */
+static int ctl_parse_args(struct ctl *c, bool takes_cmd, int argc,
+                          char **argv, struct ctl_args *a)
 {
     int k = 0, j;
 
@@ -2422,8 +2864,9 @@ static int ctl_parse_args(struct ctl *c, bool run, int argc, char **argv,
         k += j;
         if (k >= argc)
             return 1;
-        /* run: COMMAND follows "--", RESOURCE, or -r's resources. */
-        if (run && (a->dashdash || a->nwords > 0 || c->nresources > 0)) {
+        /* COMMAND follows "--", RESOURCE, or -r's resources. */
+        if (takes_cmd
+            && (a->dashdash || a->nwords > 0 || c->nresources > 0)) {
             a->cmd = argv + k;
             a->ncmd = argc - k;
             return 1;
@@ -2437,16 +2880,19 @@ static int ctl_parse_args(struct ctl *c, bool run, int argc, char **argv,
     return 1;
 }
 
-/* An option of another command than cmd (scope: cmd's own, or CTL_ANY). */
+/* An option of other commands than cmd (scope: cmd's bit, or CTL_ANY for
+ * a command with no options of its own). */
 static int ctl_foreign_opt(const struct ctl *c, const char *cmd,
-                           enum ctl_scope scope)
+                           unsigned scope)
 {
-    int s;
+    char cmds[64];
 
-    for (s = CTL_RUN; s <= CTL_TOP; s++) {
-        if (s != (int)scope && c->cmd_opt[s]) {
-            warnx("%s: --%s is an option of %s", cmd, c->cmd_opt[s]->name,
-                  ctl_scope_cmd[s]);
+    for (size_t i = 0; i < CTL_NOPTS; i++) {
+        const struct ctl_opt *o = &ctl_opts[i];
+
+        if (c->given[i] && o->scope != CTL_ANY && !(o->scope & scope)) {
+            warnx("%s: --%s is an option of %s", cmd, o->name,
+                  ctl_scope_words(o->scope, cmds, sizeof(cmds)));
             return -1;
         }
     }
@@ -2455,7 +2901,8 @@ static int ctl_foreign_opt(const struct ctl *c, const char *cmd,
 
 /* The commands, for the check that comes before their arguments. */
 static const char *const ctl_commands[] = {
-    "run", "status", "sessions", "stats", "ping", "locks", "release", "top",
+    "run", "elect", "lock", "leader", "watch", "status", "sessions", "stats",
+    "ping", "locks", "release", "top",
 };
 
 static bool ctl_known(const char *cmd)
@@ -2466,21 +2913,41 @@ static bool ctl_known(const char *cmd)
     return false;
 }
 
+/* elect: run with a value, waiting as long as it takes unless --wait. */
+static int ctl_elect(struct ctl *c, const struct ctl_args *a)
+{
+    if (!c->value) {
+        warnx("elect: missing --value TEXT (what leader and watch show of "
+              "the leader; try --help)");
+        return EX_USAGE;
+    }
+    c->campaign = !c->wait_set;
+    return ctl_run(c, "elect", a);
+}
+
 static int ctl_dispatch(struct ctl *c, const char *cmd,
                         const struct ctl_args *a)
 {
     const struct ctl_inspector *in = ctl_inspector_find(cmd);
-    int nargs = in ? in->nargs : 0;
+    int nargs = in ? in->nargs : strcmp(cmd, "leader") == 0;
 
     if (strcmp(cmd, "run") == 0)
         return ctl_foreign_opt(c, cmd, CTL_RUN) < 0 ? EX_USAGE
-                                                     : ctl_run(c, a);
+                                                     : ctl_run(c, cmd, a);
+    if (strcmp(cmd, "elect") == 0)
+        return ctl_foreign_opt(c, cmd, CTL_ELECT) < 0 ? EX_USAGE
+                                                       : ctl_elect(c, a);
+    if (strcmp(cmd, "lock") == 0)
+        return ctl_foreign_opt(c, cmd, CTL_LOCK) < 0 ? EX_USAGE
+                                                      : ctl_hold(c, a);
     if (strcmp(cmd, "release") == 0)
         return ctl_foreign_opt(c, cmd, CTL_RELEASE) < 0
                    ? EX_USAGE : ctl_release(c, a->nwords, a->words);
     if (ctl_foreign_opt(c, cmd, strcmp(cmd, "top") == 0 ? CTL_TOP
                                                         : CTL_ANY) < 0)
         return EX_USAGE;
+    if (strcmp(cmd, "watch") == 0)
+        return ctl_watch(c, a);
     if (a->nwords != nargs) {
         if (nargs == 0)
             warnx("%s takes no arguments (got \"%s\")", cmd, a->words[0]);
@@ -2499,6 +2966,8 @@ static int ctl_dispatch(struct ctl *c, const char *cmd,
         return ctl_stats(c);
     if (strcmp(cmd, "top") == 0)
         return ctl_top(c);
+    if (strcmp(cmd, "leader") == 0)
+        return ctl_leader(c, a->words[0]);
     return ctl_inspect(c, in, nargs > 0 ? a->words[0] : NULL);
 }
 
@@ -2528,7 +2997,9 @@ int main(int argc, char **argv)
         return EX_USAGE;
     }
     /* The command's words, options anywhere: argv[i] plays argv[0]. */
-    rc = ctl_parse_args(&c, strcmp(cmd, "run") == 0, argc - i, argv + i, &a);
+    rc = ctl_parse_args(&c, strcmp(cmd, "run") == 0
+                            || strcmp(cmd, "elect") == 0,
+                        argc - i, argv + i, &a);
     if (rc > 0)
         rc = ctl_dispatch(&c, cmd, &a);
     else

@@ -95,7 +95,7 @@ int rl_begin_plain(struct redlockd *h)
 {
     if (h->in_callback)
         return rl_fail(h, REDLOCKD_E_INVALID,
-                       "called from the on_lost callback");
+                       "called from the on_lost or on_holder callback");
     h->err.code = 0;
     h->err.msg[0] = '\0';
     return 0;
@@ -217,6 +217,18 @@ static int rl_check_resource(struct redlockd *h, const char *resource)
                    PROTO_RESOURCE_LEN_DEFAULT);
 }
 
+/* A holder's value (LOCK value=, EXTEND value=), under the largest limit a
+ * daemon may be configured with; the daemon checks its own. */
+static int rl_check_value(struct redlockd *h, const char *value)
+{
+    if (rl_visible_word(value, REDLOCKD_VALUE_MAX))
+        return 0;
+    return rl_fail(h, REDLOCKD_E_INVALID,
+                   "a value is 1 to %d visible ASCII characters "
+                   "(locks.max_value_len), no spaces",
+                   REDLOCKD_VALUE_DEFAULT_MAX);
+}
+
 /* Start of a request on one resource: checked before anything else. */
 static int rl_begin_on(struct redlockd *h, const char *resource)
 {
@@ -327,6 +339,7 @@ static void rl_free(struct redlockd *h)
     }
     rl_lease_free_all(h);
     rl_inflight_free(h);
+    rl_watch_free(h);
     rl_free_opts(h);
     free(h->in);
     free(h->reply);
@@ -627,7 +640,8 @@ static int rl_extend_reply(struct redlockd *h, const struct proto_reply *r,
     if (proto_parse_i64(validity, rl_len(validity), &v) < 0)
         return rl_fatal(h, REDLOCKD_E_PROTO, "malformed reply to EXTEND");
     if (l && !l->lost) {
-        l->ttl = ttl_ms;
+        if (ttl_ms > 0)
+            l->ttl = ttl_ms;
         rl_lease_confirm(h, l, v);
     }
     if (validity_ms)
@@ -638,29 +652,37 @@ static int rl_extend_reply(struct redlockd *h, const struct proto_reply *r,
 /* An EXTEND that failed otherwise (UNAVAILABLE) may have set the shorter
  * ttl on some nodes: until a refresh says how long the lease now is, it is
  * confirmed only up to when the EXTEND went out. A longer ttl can only
- * have lengthened it. */
+ * have lengthened it, and a value alone (ttl_ms 0) leaves it as it was. */
 static void rl_extend_failed(struct redlockd *h, const char *resource,
                              uint32_t ttl_ms)
 {
     struct rl_lease *l = rl_lease_find(h, resource);
 
-    if (l && !l->lost && ttl_ms < l->ttl && h->sent_ms < l->deadline)
+    if (l && !l->lost && ttl_ms > 0 && ttl_ms < l->ttl
+        && h->sent_ms < l->deadline)
         l->deadline = h->sent_ms;
 }
 
-int rl_extend_line(struct redlockd *h, const char *resource, uint32_t ttl_ms)
+/* "EXTEND r ttl= value=": a ttl above 0, or a value, or both. */
+int rl_extend_line(struct redlockd *h, const char *resource, uint32_t ttl_ms,
+                   const char *value)
 {
     struct sbuf *b;
     int rc = rl_begin_plain(h);
 
-    if (rc == 0 && ttl_ms == 0)
+    if (rc == 0 && ttl_ms == 0 && !value)
         rc = rl_fail(h, REDLOCKD_E_INVALID, "EXTEND needs a ttl above 0");
+    if (rc == 0 && value)
+        rc = rl_check_value(h, value);
     if (rc == 0)
         rc = rl_begin_on(h, resource);
     if (rc < 0)
         return rc;
     b = rl_req_on(h, PROTO_CMD_EXTEND, resource);
-    proto_format_opt_u64(b, PROTO_OPT_TTL, ttl_ms);
+    if (ttl_ms > 0)
+        proto_format_opt_u64(b, PROTO_OPT_TTL, ttl_ms);
+    if (value)
+        proto_format_opt_str(b, PROTO_OPT_VALUE, value);
     proto_format_end(b);
     return 0;
 }
@@ -682,13 +704,31 @@ int redlockd_extend(struct redlockd *h, const char *resource, uint32_t ttl_ms,
                     int64_t *validity_ms)
 {
     struct proto_reply r;
-    int rc = rl_extend_line(h, resource, ttl_ms);
+    int rc = rl_extend_line(h, resource, ttl_ms, NULL);
 
     if (rc < 0)
         return rl_finish(h, rc);
     rc = rl_call_again(h, 0, &r);
     return rl_finish(h, rl_extend_answered(h, &r, rc, resource, ttl_ms,
                                            validity_ms));
+}
+
+/* Sent again after a broken connection as EXTEND is: the same value set
+ * twice is set once. */
+int redlockd_set_value(struct redlockd *h, const char *resource,
+                       const char *value)
+{
+    struct proto_reply r;
+    int rc = rl_begin_plain(h);
+
+    if (rc == 0 && !value)
+        rc = rl_fail(h, REDLOCKD_E_INVALID, "value must not be NULL");
+    if (rc == 0)
+        rc = rl_extend_line(h, resource, 0, value);
+    if (rc < 0)
+        return rl_finish(h, rc);
+    rc = rl_call_again(h, 0, &r);
+    return rl_finish(h, rl_extend_answered(h, &r, rc, resource, 0, NULL));
 }
 
 int redlockd_ping(struct redlockd *h)
@@ -824,6 +864,23 @@ int redlockd_top(struct redlockd *h, uint32_t limit, char **json)
     return rl_inspect_req(h, PROTO_CMD_TOP, json);
 }
 
+int redlockd_holder(struct redlockd *h, const char *resource,
+                    struct redlockd_holder *holder)
+{
+    char *json = NULL;
+    int rc = rl_begin_plain(h);
+
+    if (rc == 0 && !holder)
+        rc = rl_fail(h, REDLOCKD_E_INVALID, "holder must not be NULL");
+    if (rc < 0)
+        return rl_finish(h, rc);
+    rc = redlockd_status(h, resource, &json);
+    if (rc == 0)
+        rc = rl_holder_from_status(h, json, resource, holder);
+    free(json);
+    return rc;
+}
+
 /* ---- operators ---------------------------------------------------------- */
 
 int redlockd_force_unlock(struct redlockd *h, const char *resource)
@@ -919,7 +976,12 @@ int rl_lock_line(struct redlockd *h, const char *const *resources, size_t n,
                  const struct redlockd_lock_opts *o)
 {
     struct sbuf *b;
-    int rc = rl_req_names(h, PROTO_CMD_LOCK, resources, n, &b);
+    int rc = rl_begin_plain(h);
+
+    if (rc == 0 && o->value)
+        rc = rl_check_value(h, o->value);
+    if (rc == 0)
+        rc = rl_req_names(h, PROTO_CMD_LOCK, resources, n, &b);
 
     if (rc < 0)
         return rc;
@@ -933,6 +995,8 @@ int rl_lock_line(struct redlockd *h, const char *const *resources, size_t n,
         proto_format_opt_str(b, PROTO_OPT_MODE, "shared");
     if (o->limit > 0)
         proto_format_opt_u64(b, PROTO_OPT_LIMIT, o->limit);
+    if (o->value)
+        proto_format_opt_str(b, PROTO_OPT_VALUE, o->value);
     proto_format_end(b);
     return 0;
 }
@@ -997,4 +1061,45 @@ int redlockd_unlockv(struct redlockd *h, const char *const *resources,
             rc = -REDLOCKD_E_NOMEM;
     }
     return rl_finish(h, rc);
+}
+
+/* ---- watching ----------------------------------------------------------- */
+
+/* WATCH or UNWATCH (cmd) of res[]; sent again after a broken connection
+ * (watching twice is watching once). How many the session watches now. */
+static int rl_watch_call(struct redlockd *h, enum proto_cmd cmd,
+                         const char *const *resources, size_t n)
+{
+    struct proto_reply r;
+    const char *count;
+    struct sbuf *b;
+    uint32_t k = 0;
+    int rc = rl_req_names(h, cmd, resources, n, &b);
+
+    if (rc < 0)
+        return rl_finish(h, rc);
+    proto_format_end(b);
+    rc = rl_call_again(h, 0, &r);
+    if (rc == 0)
+        rc = rl_expect(h, &r, PROTO_REPLY_OK, cmd);
+    if (rc == 0) {
+        count = proto_reply_get(&r, "watching");
+        if (proto_parse_u32(count, rl_len(count), &k) < 0 || k > INT32_MAX)
+            rc = rl_fatal(h, REDLOCKD_E_PROTO, "malformed reply to %s",
+                          proto_cmd_name(cmd));
+    }
+    if (rc == 0)
+        rc = rl_watch_noted(h, cmd, resources, n, h->req.len);
+    return rl_finish(h, rc < 0 ? rc : (int)k);
+}
+
+int redlockd_watch(struct redlockd *h, const char *const *resources, size_t n)
+{
+    return rl_watch_call(h, PROTO_CMD_WATCH, resources, n);
+}
+
+int redlockd_unwatch(struct redlockd *h, const char *const *resources,
+                     size_t n)
+{
+    return rl_watch_call(h, PROTO_CMD_UNWATCH, resources, n);
 }

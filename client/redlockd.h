@@ -112,6 +112,15 @@ extern "C" {
 #define REDLOCKD_TOKEN_LEN 32
 /* The longest user name (redlockd_opts.user). */
 #define REDLOCKD_USER_MAX 64
+/* The longest client name (redlockd_opts.name) and daemon id
+ * (redlockd.id), as struct redlockd_holder carries them. */
+#define REDLOCKD_NAME_MAX 64
+/* The longest holder's value (redlockd_lock_opts.value): the most any
+ * daemon's locks.max_value_len may allow. The daemon's own limit (by
+ * default REDLOCKD_VALUE_DEFAULT_MAX) applies too, and it answers ERR ARG
+ * above it. */
+#define REDLOCKD_VALUE_MAX 4096
+#define REDLOCKD_VALUE_DEFAULT_MAX 256
 /* The most servers one handle takes. */
 #define REDLOCKD_SERVERS_MAX 16
 
@@ -146,6 +155,9 @@ enum redlockd_code {
     REDLOCKD_E_DENIED,      /* this user may not touch that resource */
     REDLOCKD_CODE_COUNT
 };
+
+/* Who holds a watched resource: "Watching" below. */
+struct redlockd_holder;
 
 struct redlockd_error {
     int code;               /* enum redlockd_code, positive; 0 = no error */
@@ -253,6 +265,15 @@ struct redlockd_opts {
      * characters). NULL: AUTH <password>. A user may lock only resources
      * within its prefixes; others answer REDLOCKD_E_DENIED. */
     const char *user;
+    /* ---- watching (0.6): see "Watching" below ---- */
+    /*
+     * Called from inside library calls (any request, redlockd_poll_events)
+     * with each EVENT HOLDER of a resource the handle watches
+     * (redlockd_watch): who holds it now. *holder lives for the call
+     * only. As for on_lost, it must not make requests on the same handle
+     * (they fail with REDLOCKD_E_INVALID). ud is the same as on_lost's.
+     */
+    void (*on_holder)(const struct redlockd_holder *holder, void *ud);
 };
 
 struct redlockd_lease {
@@ -500,6 +521,12 @@ struct redlockd_lock_opts {
     enum redlockd_mode mode;    /* SHARED: one resource, no limit */
     uint32_t limit;             /* K > 0: one of K slots of a semaphore
                                    (one resource; every holder the same K) */
+    /* (0.6) Exclusive locks: the holder's value, 1 to the daemon's
+     * locks.max_value_len (at most REDLOCKD_VALUE_MAX) visible ASCII
+     * characters, stored with the lock on the nodes so that STATUS and
+     * WATCH show it on every daemon (a leader's address). NULL: none.
+     * redlockd_set_value replaces it. */
+    const char *value;
 };
 
 /* What a redlockd_lockv grant is. */
@@ -614,6 +641,81 @@ int redlockd_complete(struct redlockd *h, int timeout_ms,
                       struct redlockd_done *done);
 /* Requests submitted and not yet handed out by redlockd_complete. */
 size_t redlockd_inflight(const struct redlockd *h);
+
+/* ---- values and watching (0.6) -------------------------------------------
+ *
+ * Leader election and its observers (docs/protocol.md, "Watching a
+ * lock"): a leader takes an exclusive lock with a value
+ * (redlockd_lock_opts.value: its address, say), which every daemon on the
+ * same nodes shows with the holder; redlockd_set_value replaces it
+ * without giving the lock up. redlockd_holder says who holds a resource
+ * now, and redlockd_watch has the daemon tell each change: the handle
+ * calls opts.on_holder with the state at once, then again whenever it
+ * changes, through any daemon on the same nodes (within about a round
+ * trip) or by another Redlock client (within the daemon's
+ * locks.watch_poll_ms). States that change faster than they are read may
+ * be merged, never an older one last. Call redlockd_poll_events (or poll
+ * redlockd_fd) while idle, so that they are read.
+ *
+ * Watches belong to the session and follow it: a resumed session keeps
+ * them and the daemon tells their states again; on a new session (after a
+ * failover) the handle sends WATCH again for every resource, and on_holder
+ * hears their states from the new daemon. A resource that daemon refuses
+ * (a lower limits.max_watches, say) stays unwatched until redlockd_watch
+ * names it again.
+ */
+
+/* Who holds a resource: an EVENT HOLDER, or STATUS (redlockd_holder). */
+struct redlockd_holder {
+    char resource[REDLOCKD_RESOURCE_MAX + 1];
+    unsigned held;              /* 0: free; 1: an exclusive holder; else
+                                   shared holders or semaphore slots */
+    int foreign;                /* 1: a key set by another Redlock client
+                                   (held 1, nothing more known) */
+    enum redlockd_mode mode;    /* SHARED: held counts shared holders */
+    uint32_t limit;             /* a semaphore's K (held counts its slots
+                                   in use), or 0 */
+    /* An exclusive holder (held 1, limit 0, not foreign): */
+    uint64_t fence;             /* its grant's fence (0: unknown) */
+    char name[REDLOCKD_NAME_MAX + 1];   /* its client name, or "" */
+    char daemon[REDLOCKD_NAME_MAX + 1]; /* the daemon it holds it through
+                                           (redlockd.id), or "" */
+    char value[REDLOCKD_VALUE_MAX + 1]; /* its value, or "" for none */
+};
+
+/*
+ * EXTEND value=: replace the value of a lease this handle holds, without
+ * giving the lock up (the same token and fence; its ttl stays as it is).
+ * Watchers hear the new value. Success confirms the lease (its deadline
+ * moves on, as redlockd_extend's). Errors as redlockd_extend, and
+ * REDLOCKD_E_ARG for a lease that takes no value (shared, a semaphore
+ * slot) or a value over the daemon's locks.max_value_len.
+ */
+int redlockd_set_value(struct redlockd *h, const char *resource,
+                       const char *value);
+
+/*
+ * STATUS: who holds resource now, as this daemon and the nodes see it,
+ * into *holder. A holder on another daemon of the same nodes is named
+ * too, with its value. 0, or -code.
+ */
+int redlockd_holder(struct redlockd *h, const char *resource,
+                    struct redlockd_holder *holder);
+
+/*
+ * WATCH n resources (1 to 256; the daemon's limits.max_watches counts
+ * them all, and with auth.users they must be within the user's prefixes:
+ * REDLOCKD_E_DENIED): opts.on_holder hears the state of each now, then
+ * each change. Watching one again changes nothing. Returns how many
+ * resources the handle watches now, or -code (REDLOCKD_E_LIMIT: none of
+ * them is watched).
+ */
+int redlockd_watch(struct redlockd *h, const char *const *resources,
+                   size_t n);
+/* UNWATCH: no more events for them (one not watched is fine). Returns how
+ * many resources the handle watches now, or -code. */
+int redlockd_unwatch(struct redlockd *h, const char *const *resources,
+                     size_t n);
 
 #ifdef __cplusplus
 }

@@ -501,6 +501,8 @@ static int rl_event(struct redlockd *h, char *line, size_t len)
     h->nevents++;
     if (strcmp(ev.text, "LOST") == 0)
         return rl_event_lost(h, &ev);
+    if (strcmp(ev.text, "HOLDER") == 0)
+        return rl_event_holder(h, &ev);
     if (strcmp(ev.text, "SHUTDOWN") == 0)
         h->shutdown_seen = 1;
     if (strcmp(ev.text, "CLOSING") == 0)

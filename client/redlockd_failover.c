@@ -73,6 +73,7 @@ int rl_keep_opts(struct redlockd *h, const struct redlockd_opts *o)
     if (h->reconnect_max_ms >= 0 && h->reconnect_max_ms < h->reconnect_min_ms)
         h->reconnect_max_ms = h->reconnect_min_ms;
     h->on_lost = o->on_lost;
+    h->on_holder = o->on_holder;
     h->ud = o->ud;
     if (rl_dup(&h->name, o->name) < 0 || rl_dup(&h->password, o->password) < 0
         || rl_dup(&h->user, o->user) < 0)
@@ -244,14 +245,15 @@ static int rl_hello_reply(struct redlockd *h, const struct proto_reply *r)
 }
 
 /* A new session on the current server: the one before (if any) is no
- * longer ours to resume, and holds nothing of this handle's. With
- * detach=, the secret that resumes the new one. */
+ * longer ours to resume, and holds nothing of this handle's, nor watches
+ * anything. With detach=, the secret that resumes the new one. */
 static void rl_session_new(struct redlockd *h, const struct proto_reply *r,
                            bool detach)
 {
     const char *secret = proto_reply_get(r, "secret");
 
     rl_session_forget(h);
+    h->rewatch = h->nwatches > 0;
     h->detachable = detach && rl_is_secret(secret);
     rl_copy_word(h->secret, sizeof(h->secret), h->detachable ? secret : NULL);
     h->session_server = h->cur;
@@ -577,7 +579,8 @@ static int rl_adopt_group(struct redlockd *h, size_t first, int64_t until)
 /*
  * A connection just made: after a resume, a LOCKS round confirms what the
  * session still holds; then every lease the session does not hold is
- * adopted. 0 all settled, 1 some ADOPT to try again later, -code.
+ * adopted, and a new session watches what the handle watches. 0 all
+ * settled, 1 some ADOPT to try again later, -code.
  */
 static int rl_settle(struct redlockd *h, int64_t until)
 {
@@ -600,6 +603,11 @@ static int rl_settle(struct redlockd *h, int64_t until)
         if (rc < 0)
             return rc;
         later = later || rc == 1;
+    }
+    if (h->rewatch) {
+        rc = rl_watch_again(h, until);
+        if (rc < 0)
+            return rc;
     }
     return later || h->resumed ? 1 : 0;
 }

@@ -347,7 +347,7 @@ int redlockd_submit_extend(struct redlockd *h, const char *resource,
     int rc = rl_submit_begin(h, id);
 
     if (rc == 0)
-        rc = rl_extend_line(h, resource, ttl_ms);
+        rc = rl_extend_line(h, resource, ttl_ms, NULL);
     if (rc < 0)
         return rc;
     s = rl_sub_new(REDLOCKD_OP_EXTEND, &resource, 1);

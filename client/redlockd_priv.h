@@ -15,6 +15,8 @@
  *                        settings, the handshake, reads and writes
  *   redlockd_inflight.c  several requests in flight: submissions, their
  *                        tags, their answers handed out in turn
+ *   redlockd_watch.c     watching: the resources watched, EVENT HOLDER,
+ *                        WATCH again on a new session, STATUS's holder
  *   redlockd.c           the handle and the commands of redlockd.h
  *
  * Every time here is CLOCK_MONOTONIC milliseconds; a deadline of -1 means
@@ -38,9 +40,10 @@
 #define RL_RECONNECT_MIN_MS 50
 #define RL_RECONNECT_MAX_MS 1000
 #define RL_PASSWORD_MAX 1024
-/* The longest request line: LOCK with a resource of the longest size and
- * every option (AUTH's password and a resuming HELLO are shorter). */
-#define RL_REQ_MAX (REDLOCKD_RESOURCE_MAX + 128)
+/* The longest request line: LOCK with a resource of the longest size, the
+ * longest value and every other option (AUTH's password and a resuming
+ * HELLO are shorter). */
+#define RL_REQ_MAX (REDLOCKD_RESOURCE_MAX + REDLOCKD_VALUE_MAX + 128)
 
 /* Room for "#<id> " in front of a request line. */
 #define RL_TAG_ROOM 24
@@ -96,7 +99,9 @@ struct redlockd {
     void (*on_lost)(const char *resource, uint64_t fence, const char *reason,
                     void *ud);
     void *ud;
-    int in_callback;            /* inside on_lost: no requests */
+    void (*on_holder)(const struct redlockd_holder *holder, void *ud);
+    int in_callback;            /* inside on_lost or on_holder: no
+                                   requests */
     int shutdown_seen;          /* EVENT SHUTDOWN on this connection */
     bool closing;               /* EVENT CLOSING: the daemon hangs up */
     bool closing_kept;          /* EVENT CLOSING reason=shutdown: the
@@ -164,6 +169,15 @@ struct redlockd {
     uint64_t call_id;           /* the tag of the blocking request waiting
                                    for its reply; 0: it went untagged */
     struct sbuf treq;           /* a request line with its tag */
+
+    /* ---- watching (redlockd_watch.c) ---- */
+    char **watches;             /* the resources watched (owned copies) */
+    size_t nwatches, watches_cap;
+    size_t watch_line_max;      /* the longest WATCH line a daemon took:
+                                   the lines that WATCH again are no
+                                   longer */
+    bool rewatch;               /* a new session, which watches nothing
+                                   yet: WATCH them again (rl_settle) */
 
     struct redlockd_info info;
     struct redlockd_error err;
@@ -300,6 +314,26 @@ void rl_inflight_broke(struct redlockd *h);
 const struct sbuf *rl_inflight_call(struct redlockd *h, const struct sbuf *b);
 void rl_inflight_free(struct redlockd *h);
 
+/* ---- redlockd_watch.c -------------------------------------------------- */
+
+/* EVENT HOLDER: on_holder with what it says; -code (the connection then
+ * dropped) when it makes no sense. */
+int rl_event_holder(struct redlockd *h, const struct proto_reply *ev);
+/* A WATCH (cmd WATCH) or UNWATCH of res[] was answered OK; the line sent
+ * was line_len bytes long. The list of watches follows: -code when out
+ * of memory. */
+int rl_watch_noted(struct redlockd *h, enum proto_cmd cmd,
+                   const char *const *res, size_t n, size_t line_len);
+/* A new session (h->rewatch): WATCH every resource of the list again, by
+ * until, in lines no longer than a daemon took before. 0 (a refusal of
+ * some is not an error: they stay unwatched), or -code when the
+ * connection failed. */
+int rl_watch_again(struct redlockd *h, int64_t until);
+/* STATUS's JSON object (of resource) as a holder: 0, or -code. */
+int rl_holder_from_status(struct redlockd *h, const char *json,
+                          const char *resource, struct redlockd_holder *out);
+void rl_watch_free(struct redlockd *h);
+
 /* ---- redlockd_tls.c ----------------------------------------------------- */
 
 /* The TLS settings of o (CA, client certificate, server name; each else
@@ -340,9 +374,11 @@ int rl_begin(struct redlockd *h);
 int rl_lock_line(struct redlockd *h, const char *const *resources, size_t n,
                  const struct redlockd_lock_opts *o);
 int rl_unlock_line(struct redlockd *h, const char *resource);
-int rl_extend_line(struct redlockd *h, const char *resource, uint32_t ttl_ms);
+int rl_extend_line(struct redlockd *h, const char *resource, uint32_t ttl_ms,
+                   const char *value);
 /* What their answers mean for the lease table, given the call's result
- * rc (0: r is the reply); the result. A grant counts from h->sent_ms. */
+ * rc (0: r is the reply); the result. A grant counts from h->sent_ms; an
+ * EXTEND's ttl_ms 0 (value= alone) leaves the lease's ttl as it was. */
 int rl_lock_granted(struct redlockd *h, const struct proto_reply *r,
                     const char *const *resources, size_t n, bool renew,
                     struct redlockd_grant *g);

@@ -64,6 +64,22 @@
  *     wants a client certificate give 69 and one line naming the reason,
  *     --tls-cert/--tls-key satisfy it, and a CA file that does not load
  *     is a usage error (64); certificates from tests/tools/mkcerts.sh;
+ *   - leader election (issue 32): two `elect` candidates, each with a
+ *     --value; the first leads (its command sees REDLOCKD_VALUE, `leader`
+ *     prints its value, the second waits), killing its command makes the
+ *     second the leader, and a `watch` running all along prints a line
+ *     per change (the time, the resource, the event's words) into its
+ *     pipe as it happens; with nobody leading, `leader` exits 1 and says
+ *     nothing; watch exits 0 on SIGTERM;
+ *   - `watch --json`: a JSON object per line (time, resource, held, and
+ *     the holder's mode, fence, name, value); with two daemons, watch
+ *     goes on through the second when the first dies (and says so);
+ *   - `lock`: prints the resource, fence and token, holds the lock (past
+ *     its ttl; `status` shows its value) until SIGTERM or SIGINT, then
+ *     releases it at once (exit 0); --json; busy: 75; a lease lost while
+ *     held: exit 70;
+ *   - usage errors of those commands: an option of another command, a
+ *     missing --value or RESOURCE, a malformed value;
  *   - --version, --help, and a usage error (64);
  *   - the README's library example runs and exits 0.
  */
@@ -2418,6 +2434,304 @@ START_TEST(run_lost_kills_group_after)
 }
 END_TEST
 
+/* ---- leader election: elect, leader, watch, lock (issue 32) ---- */
+
+/* p's stdout from offset `from` on holds `want` within timeout_ms
+ * (asserted): where it starts. */
+static size_t wait_output(struct proc *p, size_t from, const char *want,
+                          int timeout_ms)
+{
+    uint64_t t0 = h_now_ms();
+    const char *at;
+
+    for (;;) {
+        proc_drain(p);
+        at = from <= p->out_len ? strstr(p->out + from, want) : NULL;
+        if (at)
+            return (size_t)(at - p->out);
+        ck_assert_msg(h_since(t0) < timeout_ms, "%s printed no \"%s\" "
+                      "within %d ms; stdout: %s; stderr: %s", p->cmdline,
+                      want, timeout_ms, p->out, p->err);
+        h_sleep_ms(10);
+    }
+}
+
+/* `leader RESOURCE`: exactly "want\n", or with want NULL nothing at all
+ * and exit 1. */
+static void assert_leader(const char *res, const char *want)
+{
+    struct proc *p = ctl_start("-s", S, "leader", res, NULL);
+    char line[300];
+
+    proc_wait(p, h_scale(5000));
+    if (!want) {
+        assert_status(p, 1, "leader with nobody leading");
+        ck_assert_msg(p->out_len == 0 && p->err_len == 0, "leader with nobody "
+                      "leading said: %s%s", p->out, p->err);
+        return;
+    }
+    assert_ok_quiet(p, p->cmdline);
+    snprintf(line, sizeof(line), "%s\n", want);
+    ck_assert_str_eq(p->out, line);
+}
+
+/* The fence of the watch line that shows value (asserted to be one:
+ * "<time> <resource> held=1 mode=exclusive fence=<n> ... value=<v>"). */
+static unsigned long long watched_fence(const struct proc *w, const char *res,
+                                        const char *value)
+{
+    char want[128], copy[sizeof(w->out)], *line, *save = NULL;
+    char when[64], name[128];
+    unsigned long long fence;
+
+    snprintf(want, sizeof(want), " value=%s", value);
+    memcpy(copy, w->out, w->out_len + 1);
+    for (line = strtok_r(copy, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        if (!strstr(line, want))
+            continue;
+        ck_assert_msg(sscanf(line, "%63s %127s held=1 mode=exclusive "
+                             "fence=%llu ", when, name, &fence) == 3,
+                      "watch line: %s", line);
+        ck_assert_msg(strchr(when, 'T') && isdigit((unsigned char)when[0]),
+                      "watch line without its time first: %s", line);
+        ck_assert_str_eq(name, res);
+        return fence;
+    }
+    ck_abort_msg("no watch line with%s: %s", want, w->out);
+    return 0;
+}
+
+/* sh -c: the command writes its pid (its own process group: redlockctl
+ * made it so) and REDLOCKD_VALUE, then leads until killed. */
+#define LEAD_SCRIPT \
+    "echo $$ > \"$1\"; echo \"$REDLOCKD_VALUE\" > \"$2\"; exec sleep 30"
+
+static struct proc *candidate(const char *value, const char *pidf,
+                              const char *valf)
+{
+    return ctl_start("-s", S, "elect", "cli:lead", "--value", value, "--",
+                     "sh", "-c", LEAD_SCRIPT, "sh", pidf, valf, NULL);
+}
+
+START_TEST(elect_two_candidates)
+{
+    const char *pid1, *pid2, *val1, *val2;
+    struct proc *w, *c1, *c2;
+    long lead1, lead2;
+    size_t at;
+    char buf[64];
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    pid1 = tmp_path("pid1");
+    val1 = tmp_path("val1");
+    pid2 = tmp_path("pid2");
+    val2 = tmp_path("val2");
+    assert_leader("cli:lead", NULL);
+    w = ctl_start("-s", S, "watch", "cli:lead", NULL);
+    wait_output(w, 0, " cli:lead held=0\n", h_scale(5000));
+
+    c1 = candidate("10.0.0.1:8080", pid1, val1);
+    lead1 = wait_file_number(pid1, h_scale(5000));
+    c2 = candidate("10.0.0.2:8080", pid2, val2);
+    at = wait_output(w, 0, " value=10.0.0.1:8080\n", h_scale(2000));
+    assert_leader("cli:lead", "10.0.0.1:8080");
+    ck_assert(read_file(val1, buf, sizeof(buf)));
+    ck_assert_str_eq(buf, "10.0.0.1:8080\n");
+    h_sleep_ms(300);
+    ck_assert_msg(!file_exists(pid2) && !proc_exited(c2, 0), "the second "
+                  "candidate did not wait: %s", c2->err);
+
+    /* The leader's command dies: the other candidate leads. */
+    ck_assert_int_eq(kill((pid_t)lead1, SIGTERM), 0);
+    lead2 = wait_file_number(pid2, h_scale(5000));
+    proc_wait(c1, h_scale(5000));
+    assert_status(c1, 128 + SIGTERM, "the first leader after its command's "
+                  "SIGTERM");
+    at = wait_output(w, at, " value=10.0.0.2:8080\n", h_scale(2000));
+    ck_assert(read_file(val2, buf, sizeof(buf)));
+    ck_assert_str_eq(buf, "10.0.0.2:8080\n");
+    assert_leader("cli:lead", "10.0.0.2:8080");
+    ck_assert_uint_gt(watched_fence(w, "cli:lead", "10.0.0.2:8080"),
+                      watched_fence(w, "cli:lead", "10.0.0.1:8080"));
+
+    /* Nobody left: free, and the watcher says so. */
+    ck_assert_int_eq(kill((pid_t)lead2, SIGTERM), 0);
+    proc_wait(c2, h_scale(5000));
+    assert_status(c2, 128 + SIGTERM, "the second leader");
+    wait_output(w, at, " cli:lead held=0\n", h_scale(2000));
+    assert_leader("cli:lead", NULL);
+    ck_assert_int_eq(kill(w->pid, SIGTERM), 0);
+    proc_wait(w, h_scale(5000));
+    assert_ok_quiet(w, "watch after SIGTERM");
+    kill_group(lead1);
+    kill_group(lead2);
+}
+END_TEST
+
+START_TEST(watch_json_lines)
+{
+    char copy[sizeof(P[0].out)], *line, *save = NULL;
+    int n = 0, valued = 0;
+    struct proc *w;
+    size_t at;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    h_cluster_client(&K, 0, 0);
+    w = ctl_start("-s", S, "watch", "cli:wj", "--json", "cli:wk", NULL);
+    wait_output(w, 0, "\"cli:wk\"", h_scale(5000));
+    h_expect(A, "OK ", "HELLO name=alice");
+    h_expect(A, "OK resource=cli:wj ", "LOCK cli:wj value=http://x:1/?a=b");
+    at = wait_output(w, 0, "\"value\":\"http://x:1/?a=b\"", h_scale(2000));
+    h_expect(A, "OK resource=cli:wk ", "LOCK cli:wk mode=shared");
+    wait_output(w, at, "\"mode\":\"shared\"", h_scale(2000));
+    h_expect(A, "OK resource=cli:wj ", "UNLOCK cli:wj");
+    wait_output(w, at, "\"resource\":\"cli:wj\",\"held\":0",
+                h_scale(2000));
+    ck_assert_int_eq(kill(w->pid, SIGTERM), 0);
+    proc_wait(w, h_scale(5000));
+    assert_ok_quiet(w, "watch --json after SIGTERM");
+
+    memcpy(copy, w->out, w->out_len + 1);
+    for (line = strtok_r(copy, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save), n++) {
+        json_t *o = json_loads(line, 0, NULL);
+
+        ck_assert_msg(json_is_object(o), "not a JSON object: %s", line);
+        ck_assert_msg(json_is_string(json_object_get(o, "time")) &&
+                      json_is_string(json_object_get(o, "resource")) &&
+                      json_is_integer(json_object_get(o, "held")),
+                      "no time, resource or held: %s", line);
+        if (json_object_get(o, "value")) {
+            valued++;
+            ck_assert_str_eq(h_json_str(o, "resource"), "cli:wj");
+            ck_assert_str_eq(h_json_str(o, "mode"), "exclusive");
+            ck_assert_str_eq(h_json_str(o, "name"), "alice");
+            ck_assert_int_gt(h_json_int(o, "fence"), 0);
+        }
+        json_decref(o);
+    }
+    ck_assert_msg(n >= 5 && valued == 1, "%d lines, %d with a value: %s", n,
+                  valued, w->out);
+}
+END_TEST
+
+/* watch with two daemons (-s twice): its daemon dies, and it goes on
+ * through the other, telling the changes made there; it says so on
+ * stderr. */
+START_TEST(watch_follows_failover)
+{
+    char s2[64];
+    struct proc *w;
+    size_t at;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_two_daemons(s2, sizeof(s2));
+    w = ctl_start("-s", S, "-s", s2, "watch", "cli:wf", NULL);
+    at = wait_output(w, 0, " cli:wf held=0\n", h_scale(5000));
+    h_daemon_kill(D);
+    h_expect(B, "OK resource=cli:wf ", "LOCK cli:wf value=on-d2");
+    wait_output(w, at, " value=on-d2\n", h_scale(5000));
+    h_expect(B, "OK resource=cli:wf ", "UNLOCK cli:wf");
+    ck_assert_int_eq(kill(w->pid, SIGTERM), 0);
+    proc_wait(w, h_scale(5000));
+    assert_status(w, 0, "watch after SIGTERM");
+    ck_assert_msg(strstr(w->err, "lost the connection") &&
+                  strstr(w->err, "watching again through"), "watch said: %s",
+                  w->err);
+}
+END_TEST
+
+/* The first line of `lock`: "resource=<r> fence=<n> token=<hex>". */
+static unsigned long long granted_fence(struct proc *p, const char *res)
+{
+    char r[128], token[64];
+    unsigned long long fence;
+
+    wait_output(p, 0, "\n", h_scale(5000));
+    ck_assert_msg(sscanf(p->out, "resource=%127s fence=%llu token=%63s", r,
+                         &fence, token) == 3 && count_lines(p->out) == 1,
+                  "lock printed: %s", p->out);
+    ck_assert_str_eq(r, res);
+    check_token(token, p->out);
+    return fence;
+}
+
+START_TEST(lock_holds_until_signal)
+{
+    unsigned long long fence;
+    struct proc *p;
+    json_t *o;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    h_cluster_client(&K, 0, 0);
+    p = ctl_start("-s", S, "lock", "cli:lk", "--value", "v1", "--ttl", "1000",
+                  NULL);
+    fence = granted_fence(p, "cli:lk");
+    h_expect(A, "ERR BUSY", "LOCK cli:lk ttl=30000");
+    assert_leader("cli:lk", "v1");
+    ctl_ok(", value v1\n", "-s", S, "status", "cli:lk", NULL);
+    h_sleep_ms(1500);       /* past its ttl: kept */
+    h_expect(A, "ERR BUSY", "LOCK cli:lk ttl=30000");
+    ck_assert_int_eq(kill(p->pid, SIGTERM), 0);
+    proc_wait(p, h_scale(5000));
+    assert_ok_quiet(p, "lock after SIGTERM");
+    assert_free("cli:lk");  /* at once, not after --detach */
+    assert_leader("cli:lk", NULL);
+
+    p = ctl_start("-s", S, "--json", "lock", "cli:lk", NULL);
+    wait_output(p, 0, "\n", h_scale(5000));
+    o = parse_json(p, "lock --json");
+    ck_assert_str_eq(h_json_str(o, "resource"), "cli:lk");
+    ck_assert_int_gt(h_json_int(o, "fence"), (json_int_t)fence);
+    ck_assert_uint_eq(strlen(h_json_str(o, "token")), 32);
+    json_decref(o);
+    ctl_start("-s", S, "lock", "cli:lk", NULL);
+    proc_wait(&P[np - 1], h_scale(5000));
+    assert_status(&P[np - 1], EXIT_BUSY, "lock of a held lock");
+    ck_assert_int_eq(kill(p->pid, SIGINT), 0);
+    proc_wait(p, h_scale(5000));
+    assert_ok_quiet(p, "lock after SIGINT");
+
+    /* Lost: its key deleted behind the daemon's back. */
+    p = ctl_start("-s", S, "lock", "cli:lk2", "--ttl", "600", NULL);
+    granted_fence(p, "cli:lk2");
+    ck_assert_int_eq(h_redis_cmd(&R[0], NULL, "DEL lock:cli:lk2"), 1);
+    proc_wait(p, h_scale(5000));
+    assert_status(p, EXIT_LOST, "lock after its lease was lost");
+    ck_assert_msg(strstr(p->err, "lost the lock on cli:lk2"), "lock said: %s",
+                  p->err);
+}
+END_TEST
+
+START_TEST(elect_lock_watch_usage)
+{
+    static const char *const bad[][8] = {
+        { "elect", "cli:u", "--", "true" },
+        { "elect", "cli:u", "--value", "v", "--shared", "--", "true" },
+        { "elect", "--value", "v", "--", "true" },
+        { "lock", "cli:u", "--on-lost", "kill" },
+        { "lock", "cli:u", "--value", "two words" },
+        { "lock", "cli:u", "cli:v" },
+        { "watch", "--ttl", "1s", "cli:u" },
+        { "watch" },
+        { "leader" },
+        { "leader", "cli:u", "--value", "v" },
+    };
+    struct proc *p;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        p = proc_startv(env_bin("REDLOCKCTL_BIN"), bad[i]);
+        proc_wait(p, h_scale(5000));
+        assert_status(p, EXIT_USAGE, p->cmdline);
+        assert_one_error_line(p, p->cmdline);
+    }
+}
+END_TEST
+
 /* ---- --version, --help, usage errors ---- */
 
 START_TEST(version_and_help)
@@ -2440,7 +2754,11 @@ START_TEST(version_and_help)
                   strstr(p->out, "--conflict-exit-code") &&
                   strstr(p->out, "locks") &&
                   strstr(p->out, "release --force") &&
-                  strstr(p->out, "--admin-password-file"),
+                  strstr(p->out, "--admin-password-file") &&
+                  strstr(p->out, "elect RESOURCE --value TEXT") &&
+                  strstr(p->out, "watch RESOURCE...") &&
+                  strstr(p->out, "leader RESOURCE") &&
+                  strstr(p->out, "(run and elect only)"),
                   "--help: %s", p->out);
 
     p = ctl_start("--no-such-option", "ping", NULL);
@@ -2616,6 +2934,11 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_lost_kills_group_after);
     tcase_add_test(tc, tls_run);
     tcase_add_test(tc, tls_errors);
+    tcase_add_test(tc, elect_two_candidates);
+    tcase_add_test(tc, watch_json_lines);
+    tcase_add_test(tc, watch_follows_failover);
+    tcase_add_test(tc, lock_holds_until_signal);
+    tcase_add_test(tc, elect_lock_watch_usage);
     tcase_add_test(tc, version_and_help);
     tcase_add_test(tc, readme_example);
     suite_add_tcase(s, tc);

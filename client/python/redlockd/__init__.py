@@ -10,7 +10,7 @@
 Standard library only. See client/python/README.md.
 """
 
-from .client import Client, Lease, SERVER_ENV
+from .client import Client, Holder, Lease, SERVER_ENV, Watch
 from .errors import (Arg, Auth, Busy, ConnectionClosed, Denied, Error, Held,
                      IOTimeout,
                      Limit, LockLost, Lost, NoAuth, NoSession, NotHeld,
@@ -21,7 +21,7 @@ from .errors import (Arg, Auth, Busy, ConnectionClosed, Denied, Error, Held,
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Lease", "SERVER_ENV",
+    "Client", "Lease", "Holder", "Watch", "SERVER_ENV",
     "Error", "RedlockdError", "TransportError", "ConnectionClosed",
     "IOTimeout", "ProtocolError", "LockLost",
     "Arg", "Unsupported", "Unknown", "TooLong", "NoAuth", "Auth", "Busy",

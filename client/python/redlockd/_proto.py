@@ -89,6 +89,26 @@ def word(value, what):
     return value
 
 
+# A holder's value (LOCK/EXTEND value=): the most any daemon's
+# locks.max_value_len allows, and its default.
+VALUE_MAX = 4096
+VALUE_DEFAULT_MAX = 256
+
+
+def value_word(text):
+    """A holder's value: 1 to VALUE_MAX visible ASCII characters ('=' too:
+    the daemon reads up to the first); the daemon checks its own
+    locks.max_value_len."""
+    if not isinstance(text, str):
+        raise TypeError(f"a value must be a str, not {type(text).__name__}")
+    if not 1 <= len(text) <= VALUE_MAX or any(
+            not 0x21 <= ord(c) <= 0x7E for c in text):
+        raise ValueError(f"a value is 1 to {VALUE_DEFAULT_MAX} visible ASCII "
+                         "characters (the daemon's locks.max_value_len), no "
+                         f"spaces: {text!r}")
+    return text
+
+
 def millis(value, what):
     """A duration in ms as a request number (the daemon checks the range)."""
     if isinstance(value, bool) or not isinstance(value, int):

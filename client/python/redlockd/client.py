@@ -76,6 +76,17 @@ A lease past its deadline is never adopted: it is lost ("deadline"). Every
 kind of lease is adopted: an exclusive one, a shared hold, a semaphore slot
 (the same slot), the resources of one multi-resource grant together.
 
+Watching
+--------
+``watch()`` registers a :class:`Watch` under each of its resources
+(``_watchers``) before its WATCH goes out, so that the ``EVENT HOLDER``
+lines right behind the reply find it; the reader hands each event, as a
+:class:`Holder`, to every Watch of its resource. A resumed session keeps
+its watches (the daemon tells their states again); a new one (after a
+failover) watches nothing, so ``_fresh_at`` sends WATCH again for every
+resource registered, in lines no longer than one the daemon took before.
+A Watch closed sends UNWATCH for the resources no other Watch wants.
+
 TLS
 ---
 A ``tls://HOST:PORT`` server is reached through the standard ``ssl``
@@ -102,7 +113,7 @@ from .errors import (Arg, Auth, ConnectionClosed, Error, Held, IOTimeout,
                      RedlockdError, Shutdown, TransportError, Unavailable,
                      Unsupported)
 
-__all__ = ["Client", "Lease"]
+__all__ = ["Client", "Lease", "Holder", "Watch"]
 
 SERVER_ENV = "REDLOCKD_SERVER"
 
@@ -111,6 +122,10 @@ SERVER_ENV = "REDLOCKD_SERVER"
 MAX_INFLIGHT = 1024
 # Never tagged (the daemon refuses a tag on them).
 _UNTAGGED = frozenset(("HELLO", "AUTH", "QUIT"))
+
+# WATCH and UNWATCH name at most this many resources per line (the
+# daemon's own limit per request).
+WATCH_NAMES_MAX = 256
 
 # Reconnection: the first try at once, then after these delays, doubling.
 RECONNECT_MIN_S = 0.05
@@ -191,8 +206,10 @@ class Lease:
     ``resource`` (the first of ``resources``), ``token`` (a new one after an
     ADOPT), ``fence``, ``ttl`` (ms), ``validity`` (ms, as last reported),
     ``deadline`` (monotonic seconds), ``mode``, ``limit`` and ``slot`` (None
-    unless ``limit=``), ``renew``. ``state`` is "held", "unconfirmed" (the
-    connection is being re-established), "lost" or "released". ``lost``
+    unless ``limit=``), ``renew``, ``value`` (the holder's value given to
+    ``lock()`` or ``set_value()``, or None). ``state`` is "held",
+    "unconfirmed" (the connection is being re-established), "lost" or
+    "released". ``lost``
     says whether it may no longer be relied on; ``check()`` raises
     :class:`LockLost` if so. As a context manager it releases the lock on
     leaving the block, and raises :class:`LockLost` there if the block ended
@@ -201,7 +218,7 @@ class Lease:
     """
 
     def __init__(self, client, resources, token, fence, ttl, validity,
-                 t_send, renew, mode, limit, slot):
+                 t_send, renew, mode, limit, slot, value=None):
         self._client = client
         self.resources = tuple(resources)
         self.resource = self.resources[0]
@@ -213,6 +230,7 @@ class Lease:
         self.mode = mode
         self.limit = limit
         self.slot = slot
+        self.value = value
         self._deadline = t_send + validity / 1000.0
         self._refreshed_at = t_send
         self._lost_reason = None
@@ -334,6 +352,15 @@ class Lease:
         the lease lost), NotHeld, Unavailable, Arg."""
         return self._client._extend(self, ttl)
 
+    def set_value(self, value):
+        """EXTEND value=: replace the holder's value that STATUS and WATCH
+        show on every daemon, without giving the lock up (the same token
+        and fence; the ttl stays). The deadline moves on as for
+        ``extend()``; returns the validity (ms). Raises Arg for a lease
+        that takes no value (shared, a semaphore slot) or a value over the
+        daemon's ``locks.max_value_len``, Lost, NotHeld, Unavailable."""
+        return self._client._extend(self, None, _proto.value_word(value))
+
     def release(self):
         """UNLOCK (reconnecting first if need be, and once more if the
         connection is lost under it). Returns the number of nodes the key
@@ -371,6 +398,137 @@ class Lease:
             state = self._state_locked()
         return (f"<redlockd.Lease {' '.join(self.resources)} fence={self.fence}"
                 f" mode={self.mode} {state}>")
+
+
+class Holder(collections.namedtuple(
+        "Holder", "resource held mode limit foreign fence name daemon value")):
+    """Who holds a resource: an ``EVENT HOLDER`` of a :class:`Watch`, or
+    ``Client.holder()``.
+
+    ``held`` counts the holders: 0 (free), 1 for an exclusive holder, else
+    shared holders or semaphore slots in use. ``mode`` is "exclusive",
+    "shared", "semaphore" (then ``limit`` is its K) or None (free, or
+    ``foreign``: a key set by another Redlock client, nothing more known).
+    An exclusive holder has its ``fence``, client ``name`` (None without
+    one), the ``daemon`` it holds the lock through and its ``value``
+    (None without one); these are None otherwise.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def _from_event(cls, f):
+        """The fields of an EVENT HOLDER line."""
+        exclusive = f.get("mode") == "exclusive"
+        return cls(
+            resource=f.get("resource"),
+            held=int(f["held"]) if f.get("held", "").isdigit() else 0,
+            mode=f.get("mode"),
+            limit=int(f["limit"]) if f.get("limit", "").isdigit() else None,
+            foreign=f.get("foreign") == "1",
+            fence=int(f["fence"]) if f.get("fence", "").isdigit() else None,
+            name=(f.get("name") or None) if exclusive else None,
+            daemon=(f.get("daemon") or None) if exclusive else None,
+            value=f.get("value") or None)
+
+    @classmethod
+    def _from_status(cls, resource, body):
+        """What a STATUS answer says of the holders: a semaphore's slots
+        ("limit", "slots_held"), shared holders, another Redlock client's
+        key, or the exclusive holder (null when no one token is on a
+        quorum of nodes)."""
+        free = cls(resource, 0, None, None, False, None, None, None, None)
+        who = body.get("holder") if isinstance(body.get("holder"), dict) \
+            else {}
+        if body.get("held") is not True:
+            return free
+        if isinstance(body.get("limit"), int):
+            return free._replace(held=_count(body, "slots_held"),
+                                 mode="semaphore", limit=body["limit"])
+        if body.get("mode") == "shared":
+            return free._replace(held=_count(body, "shared_holders"),
+                                 mode="shared")
+        if who.get("foreign") is True:
+            return free._replace(held=1, foreign=True)
+        fence = who.get("fence")
+        return free._replace(
+            held=1, mode="exclusive",
+            fence=fence if isinstance(fence, int) else None,
+            name=who.get("name") or None, daemon=who.get("daemon") or None,
+            value=who.get("value") or None)
+
+
+def _count(body, key):
+    """A count of holders in STATUS (at least 1: it is held)."""
+    n = body.get(key)
+    return n if isinstance(n, int) and n > 0 else 1
+
+
+class Watch:
+    """The holders of some resources as they change: ``Client.watch()``.
+
+    An iterator of :class:`Holder`: the state of each resource at once,
+    then each change, through any daemon of the same Redis nodes (within
+    about a round trip) or by another Redlock client (within the daemon's
+    ``locks.watch_poll_ms``). States that change faster than they are read
+    may be merged, never an older one last. ``get(timeout)`` returns the
+    next one, or None when ``timeout`` (seconds) passes first. The events
+    are kept for the Watch until read: read them, or close it.
+
+    A context manager: leaving the block (or ``close()``) stops it (UNWATCH
+    of the resources no other Watch of the Client wants); iterating then
+    ends, and so it does when the Client is closed. The watches survive a
+    lost connection: a resumed session keeps them, a new one (failover)
+    watches again, and the daemon tells their states then.
+    """
+
+    def __init__(self, client, resources):
+        self._client = client
+        self.resources = tuple(resources)
+        self._events = collections.deque()
+        self._closed = False
+
+    def get(self, timeout=None):
+        """The next Holder; None when `timeout` seconds pass first (None:
+        wait as long as it takes). Raises ConnectionClosed once the Watch
+        or its Client is closed and every event is read."""
+        c = self._client
+        end = _deadline(timeout)
+        with c._state:
+            while not self._events:
+                if self._closed or c._closed:
+                    raise ConnectionClosed("the watch is closed" if
+                                           self._closed else
+                                           c._close_message or "closed")
+                left = _left(end)
+                if left == 0:
+                    return None
+                c._state.wait(None if left < 0 else left)
+            return self._events.popleft()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return self.get()
+        except ConnectionClosed:
+            raise StopIteration from None
+
+    def close(self):
+        """UNWATCH (of the resources no other Watch wants) and stop."""
+        self._client._unwatch(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return (f"<redlockd.Watch {' '.join(self.resources)}"
+                f"{' closed' if self._closed else ''}>")
 
 
 def _server_list(spec):
@@ -519,6 +677,8 @@ class Client:
         self._started = False
         self._leases = {}             # resource -> Lease
         self._early_lost = {}         # resource -> (fence, reason)
+        self._watchers = {}           # resource -> [Watch], in order made
+        self._watch_line_max = 0      # the longest WATCH line answered OK
         self._closed = False
         self._close_message = None
         self._closing_reason = None
@@ -1005,6 +1165,11 @@ class Client:
             elif name == "CLOSING":
                 conn.closing_reason = f.get("reason") or "unknown"
                 self._closing_reason = conn.closing_reason
+            elif name == "HOLDER":
+                holder = Holder._from_event(f)
+                for w in self._watchers.get(holder.resource, ()):
+                    w._events.append(holder)
+                self._state.notify_all()
             # Other events: ignored, as the protocol asks.
 
     def _on_lost(self, resource, fence, reason):
@@ -1441,14 +1606,15 @@ class Client:
                 self._state.wait(None if left < 0 else left)
 
     def _fresh_at(self, index):
-        """A new session on server `index` (HELLO detach=, AUTH) and ADOPT
-        of every lease still within its deadline."""
+        """A new session on server `index` (HELLO detach=, AUTH), ADOPT of
+        every lease still within its deadline, and WATCH again."""
         limit = self._reply_limit()
         conn = self._open(index, limit)
         self._hello_on(conn, limit, resume=False)
         if self._password is not None:
             self._auth_on(conn, limit)
         self._adopt_pending(conn)
+        self._rewatch(conn, limit)
 
     def _adopt_pending(self, conn=None, own=None):
         """ADOPT each lease that needs it, one request per grant, all in
@@ -1570,14 +1736,18 @@ class Client:
     # ---- locks ----
 
     def lock(self, resource, ttl=30000, wait=0, renew=True, *, mode=None,
-             limit=None):
+             limit=None, value=None):
         """LOCK: returns a :class:`Lease` (also a context manager).
 
         `resource` is a name or a list of names (all or none, exclusive
         only). `ttl` and `wait` are ms (ttl=None: the daemon's default).
         `mode` is None (the daemon's default, exclusive), "exclusive" or
-        "shared"; `limit` K makes it one of K slots of a semaphore. A daemon
-        without those additions answers ARG, raised as :class:`Unsupported`.
+        "shared"; `limit` K makes it one of K slots of a semaphore. `value`
+        (exclusive locks: 1 to the daemon's ``locks.max_value_len``, 256 by
+        default, visible ASCII characters) is stored with the lock, and
+        ``holder()`` and ``watch()`` show it on every daemon: a leader's
+        address, say; ``Lease.set_value()`` replaces it. A daemon without
+        those additions answers ARG, raised as :class:`Unsupported`.
         Raises Busy, Timeout, Held, Unavailable, Limit, Shutdown, Arg, ...
         """
         resources = [resource] if isinstance(resource, str) else list(resource)
@@ -1603,6 +1773,9 @@ class Client:
                 raise ValueError("limit must be an int >= 1")
             words.append(f"limit={limit}")
             features.add("limit")
+        if value is not None:
+            words.append("value=" + _proto.value_word(value))
+            features.add("value")
         with self._turn(resources):
             self._ensure_ready()
             with self._state:
@@ -1616,7 +1789,7 @@ class Client:
                     raise _unsupported(e, features) from None
                 lease = self._trusted(self._lease_from_reply, rest, line,
                                       resources, t_send, bool(renew), mode,
-                                      limit)
+                                      limit, value)
                 self._register(lease, conn)
             finally:
                 with self._state:
@@ -1628,7 +1801,7 @@ class Client:
         return lease
 
     def _lease_from_reply(self, rest, line, resources, t_send, renew, mode,
-                          limit):
+                          limit, value):
         f = _proto.fields(rest)
         if "resources" in f:
             n = _proto.int_field(f, "resources", line)
@@ -1648,7 +1821,8 @@ class Client:
             t_send=t_send, renew=renew,
             mode=f.get("mode", mode or "exclusive"),
             limit=_proto.int_field(f, "limit", line) if "limit" in f else limit,
-            slot=_proto.int_field(f, "slot", line) if "slot" in f else None)
+            slot=_proto.int_field(f, "slot", line) if "slot" in f else None,
+            value=value)
 
     def _register(self, lease, conn):
         """A lease LOCK granted on conn. If the session changed since (a
@@ -1798,8 +1972,11 @@ class Client:
             lease._lose("closed")
         self._forget(lease)
 
-    def _extend(self, lease, ttl):
-        words_ttl = "ttl=" + _proto.millis(ttl, "ttl")
+    def _extend(self, lease, ttl, value=None):
+        """EXTEND each resource of the lease: ttl= (None: as it is) and
+        value= (None: as it is). Returns the least validity reported."""
+        opts = ("" if ttl is None else " ttl=" + _proto.millis(ttl, "ttl")) \
+            + ("" if value is None else " value=" + value)
         with self._turn(lease.resources):
             self._ensure_ready()
             if lease._needs_adopt and self._adopt_pending() and \
@@ -1813,23 +1990,27 @@ class Client:
             try:
                 for r in lease.resources:
                     try:
-                        t_send, line = self._roundtrip(
-                            f"EXTEND {r} {words_ttl}")
+                        t_send, line = self._roundtrip(f"EXTEND {r}{opts}")
                         rest = self._ok(line)
                     except Lost as e:
                         e.resource = r
                         with self._state:
                             lease._lose("lost")
                         raise
+                    except Arg as e:
+                        raise _unsupported(e, {"value"} if value else set())
                     f = _proto.fields(rest)
                     v = _proto.int_field(f, "validity", line)
                     t_first = t_send if t_first is None else t_first
                     d = t_send + v / 1000.0
                     deadline = d if deadline is None else min(deadline, d)
                     validity = v if validity is None else min(validity, v)
-                    new_ttl = _proto.int_field(f, "ttl", line, default=ttl)
+                    new_ttl = _proto.int_field(f, "ttl", line,
+                                               default=ttl or lease.ttl)
                 with self._state:
                     lease._confirm(t_first, deadline, validity, new_ttl)
+                    if value is not None:
+                        lease.value = value
             finally:
                 self._op_done([lease])
         return validity
@@ -1888,6 +2069,97 @@ class Client:
         _proto.word(resource, "resource name")
         return self._json(self._request("STATUS " + resource, retry=True,
                                         resources=(resource,))[1])
+
+    def holder(self, resource):
+        """Who holds `resource` now, as a :class:`Holder`: STATUS, as this
+        daemon and the Redis nodes see it (a holder on another daemon of
+        the same nodes too, with its value)."""
+        return Holder._from_status(resource, self.status(resource))
+
+    # ---- watching ----
+
+    def watch(self, *resources):
+        """WATCH: a :class:`Watch` of the holders of `resources` (1 to
+        256), their states now and each change, until it is closed. The
+        daemon's ``limits.max_watches`` counts every resource the session
+        watches (Limit); with ``auth.users`` they must lie within the
+        user's prefixes (Denied). A daemon without WATCH answers Unknown."""
+        if not resources or len(resources) > WATCH_NAMES_MAX:
+            raise ValueError(f"watch 1 to {WATCH_NAMES_MAX} resources")
+        for r in resources:
+            _proto.word(r, "resource name")
+        w = Watch(self, dict.fromkeys(resources))
+        # Known before the WATCH goes out: its events follow the reply.
+        with self._state:
+            for r in w.resources:
+                self._watchers.setdefault(r, []).append(w)
+        try:
+            line = "WATCH " + " ".join(w.resources)
+            self._ok(self._request(line, retry=True)[1])
+        except BaseException:
+            self._forget_watch(w)
+            raise
+        with self._state:
+            self._watch_line_max = max(self._watch_line_max, len(line) + 1)
+        return w
+
+    def _forget_watch(self, w):
+        """Take w out of the registry, closed; the resources no other Watch
+        wants (to UNWATCH)."""
+        gone = []
+        with self._state:
+            w._closed = True
+            for r in w.resources:
+                ws = self._watchers.get(r, [])
+                if w in ws:
+                    ws.remove(w)
+                if not ws:
+                    self._watchers.pop(r, None)
+                    gone.append(r)
+            self._state.notify_all()
+        return gone
+
+    def _unwatch(self, w):
+        """Watch.close(): UNWATCH what nobody watches any more, if the
+        connection is up (a new session watches nothing; a resumed one
+        would tell events nobody reads, which are dropped)."""
+        with self._state:
+            if w._closed:
+                return
+        gone = self._forget_watch(w)
+        if gone and self.connected:
+            try:
+                self._ok(self._request("UNWATCH " + " ".join(gone))[1])
+            except TransportError:
+                pass
+
+    def _watch_lines(self):
+        """WATCH lines for every resource watched, each no longer than the
+        longest the daemon took (one name at least)."""
+        with self._state:
+            names = list(self._watchers)
+            room = self._watch_line_max
+        lines, words = [], []
+        for r in names:
+            if words and (len(words) == WATCH_NAMES_MAX or
+                          len(" ".join(["WATCH", *words, r])) + 1 > room):
+                lines.append("WATCH " + " ".join(words))
+                words = []
+            words.append(r)
+        if words:
+            lines.append("WATCH " + " ".join(words))
+        return lines
+
+    def _rewatch(self, conn, limit):
+        """A new session watches nothing: WATCH again on `conn` (not ready
+        yet). A line the daemon refuses (a lower limits.max_watches) leaves
+        its resources unwatched there."""
+        for line in self._watch_lines():
+            try:
+                self._ok(self._roundtrip(line, limit=limit, conn=conn,
+                                         urgent=True)[1])
+            except RedlockdError:
+                pass
 
     def sessions(self):
         """SESSIONS as parsed JSON."""
@@ -2026,7 +2298,7 @@ def _unsupported(err, features):
     """An ARG that refuses an addition this daemon does not know (by the
     daemon's message: the unknown option's name, or the argument count)."""
     msg = err.message.lower()
-    for opt in ("mode", "limit"):
+    for opt in ("mode", "limit", "value"):
         if opt in features and (f"'{opt}'" in msg or
                                 ("unknown option" in msg and opt in msg)):
             return Unsupported(err.code, err.message, feature=opt)
