@@ -306,7 +306,8 @@ void lockmgr_cut_wait(struct lockmgr_owner *o);
 void lockmgr_force_release(struct lockmgr_owner *o, const char *resource,
                            size_t len, void *ask);
 /* STATUS: answers through ->status. limit: the semaphore's K whose slots
- * to look at, or 0 for what this daemon knows of it. */
+ * to look at, or 0 for what this daemon knows of it, else what the
+ * nodes' slot labels say (LOCKMGR_SLOT_PROBE). */
 void lockmgr_status(struct lockmgr_owner *o, const char *resource,
                     size_t len, uint32_t limit, void *ask);
 /* One of o's leases, as LOCKS and SESSIONS show it (status.c). The token
@@ -334,6 +335,9 @@ const char *lockmgr_mode_name(enum lockmgr_mode m);     /* "shared"... */
 /* STATUS lists at most this many holders here (its reply must stay far
  * below limits.max_output_bytes); holders_here counts them all. */
 #define LOCKMGR_STATUS_HOLDERS 64
+/* STATUS (and a watch's read) of a semaphore this daemon does not know
+ * looks for its slots among the first this many (lockmgr_peek). */
+#define LOCKMGR_SLOT_PROBE 16
 
 /* A holder on this daemon, as STATUS shows it. */
 struct lockmgr_holder_view {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "label.h"
 #include "log.h"
 #include "mem.h"
 
@@ -21,7 +22,6 @@ struct owner_ask {
     void *ask;                  /* o's */
     unsigned gen;               /* o->gen when asked */
     size_t len;
-    uint32_t limit;             /* STATUS: slots looked at */
     char resource[];
 };
 
@@ -320,6 +320,7 @@ static void status_report(const char *resource, size_t len, uint32_t limit,
     free(key);
 }
 
+/* STATUS's answer, to its owner if it is still the one that asked. */
 static void status_answer(void *ud, const struct lockmgr_status *st)
 {
     struct owner_ask *x = ud;
@@ -327,30 +328,75 @@ static void status_answer(void *ud, const struct lockmgr_status *st)
 
     if (!o->ended && x->gen == o->gen)
         o->ops->status(o, x->ask, st);
-}
-
-static void status_done(void *ud, const struct redlock_node_view *v, int n)
-{
-    struct owner_ask *x = ud;
-
-    status_report(x->resource, x->len, x->limit, v, n, status_answer, x);
-    lm_owner_unref(x->o);
+    lm_owner_unref(o);
     free(x);
 }
 
-/* A peek's question, until its round is back. */
+/* A look at one resource, until its rounds are back. */
 struct peek {
     lockmgr_peek_fn *fn;
     void *ud;
-    uint32_t limit;
+    uint32_t limit;             /* the slots looked at */
+    bool discover;              /* they are LOCKMGR_SLOT_PROBE, to find a
+                                   semaphore nobody here knows */
     size_t len;
     char resource[];
 };
+
+/* The size of the semaphore whose slot key a node has, as the slot's label
+ * says ("limit"), or 0 when none was found. */
+static uint32_t slot_label_limit(const struct redlock_node_view *v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        json_t *h = label_holder(v[i].slot_label);
+        json_int_t k = json_integer_value(json_object_get(h, "limit"));
+
+        json_decref(h);
+        if (k > 0 && k <= (json_int_t)CONF_MAX_LIMIT)
+            return (uint32_t)k;
+    }
+    return 0;
+}
+
+static void peek_done(void *ud, const struct redlock_node_view *v, int n);
+
+/* One INSPECT round for p: the slots asked for, else those this daemon
+ * knows, else the first LOCKMGR_SLOT_PROBE (a semaphore held only through
+ * other daemons: slots are taken lowest first, and a slot's label names
+ * its size). */
+static void peek_send(struct peek *p)
+{
+    struct redlock_probe pr;
+    char *buf;
+
+    lm_probe_make(p->resource, p->len, p->limit, &pr, &buf);
+    if (!pr.limit) {
+        pr.limit = LOCKMGR_SLOT_PROBE;
+        p->discover = true;
+    }
+    p->limit = pr.limit;
+    lm.rl->inspect(&pr, peek_done, p);
+    free(buf);
+}
 
 static void peek_done(void *ud, const struct redlock_node_view *v, int n)
 {
     struct peek *p = ud;
 
+    if (p->discover) {
+        uint32_t k = slot_label_limit(v, n);
+
+        p->discover = false;
+        if (k && k != p->limit) {
+            /* A semaphore of another size: look at its slots. */
+            p->limit = k;
+            lm_enter();
+            peek_send(p);
+            lm_leave();
+            return;
+        }
+        p->limit = k;
+    }
     status_report(p->resource, p->len, p->limit, v, n, p->fn, p->ud);
     free(p);
 }
@@ -359,34 +405,23 @@ void lockmgr_peek(const char *resource, size_t len, uint32_t limit,
                   lockmgr_peek_fn *fn, void *ud)
 {
     struct peek *p = mem_alloc(sizeof(*p) + len + 1);
-    struct redlock_probe pr;
-    char *buf;
 
     lm_enter();
     p->fn = fn;
     p->ud = ud;
+    p->limit = limit;
     p->len = len;
     memcpy(p->resource, resource, len);
-    lm_probe_make(resource, len, limit, &pr, &buf);
-    p->limit = pr.limit;
-    lm.rl->inspect(&pr, peek_done, p);
-    free(buf);
+    peek_send(p);
     lm_leave();
 }
 
 void lockmgr_status(struct lockmgr_owner *o, const char *resource,
                     size_t len, uint32_t limit, void *ask)
 {
-    struct owner_ask *x;
-    struct redlock_probe pr;
-    char *buf;
-
     lm_enter();
-    x = owner_ask_new(o, ask, resource, len);
-    lm_probe_make(resource, len, limit, &pr, &buf);
-    x->limit = pr.limit;
-    lm.rl->inspect(&pr, status_done, x);
-    free(buf);
+    lockmgr_peek(resource, len, limit, status_answer,
+                 owner_ask_new(o, ask, resource, len));
     lm_leave();
 }
 

@@ -23,9 +23,6 @@
  * long they believe it. */
 #define WATCH_ANNOUNCE_MS 1000
 #define WATCH_REMOTE_MS (3 * WATCH_ANNOUNCE_MS + 500)
-/* Semaphore slots a read looks at while the size is not known yet: slots
- * are taken lowest first, and the label of one found tells the size. */
-#define WATCH_SLOT_PROBE 16
 /* The longest "W" message: announcements go in several when longer. */
 #define WATCH_MSG_MAX 8192
 
@@ -75,25 +72,6 @@ static struct {
 static void read_start(struct watched *w);
 
 /* ---- the state of a resource -------------------------------------------- */
-
-/* The semaphore's size the read found: this daemon's, or a slot label's
- * on a node; 0 when neither says. */
-static uint32_t learned_limit(const struct lockmgr_status *st)
-{
-    for (size_t i = 0; i < st->nholders; i++) {
-        if (st->holders[i].slot >= 0 && st->limit)
-            return st->limit;
-    }
-    for (int i = 0; i < st->nnodes; i++) {
-        json_t *h = label_holder(st->nodes[i].slot_label);
-        json_int_t k = json_integer_value(json_object_get(h, "limit"));
-
-        json_decref(h);
-        if (k > 0 && k <= UINT32_MAX)
-            return (uint32_t)k;
-    }
-    return 0;
-}
 
 /* Who holds it, as EVENT HOLDER says: a holder here first (its own
  * facts), else the one a quorum of nodes agrees on (its label), else the
@@ -221,18 +199,15 @@ static void watched_tell(struct watched *w)
 static void read_done(void *ud, const struct lockmgr_status *st)
 {
     struct watched *w = ud;
-    uint32_t k = learned_limit(st);
     struct sbuf b = SBUF_INIT;
     struct proto_holder h;
     json_t *label;
 
     w->reading = false;
-    if (k && k != st->limit) {
-        /* A semaphore of another size than the slots looked at: again,
-         * with its size, before anyone hears a count. */
-        w->limit = k;
-        w->again = true;
-    } else if (w->nwatchers) {
+    /* lockmgr found the semaphore's size (here or on the nodes). */
+    if (st->limit)
+        w->limit = st->limit;
+    if (w->nwatchers) {
         holder_of(st, st->limit, &h, &label);
         proto_format_event_holder(&b, &h);
         json_decref(label);
@@ -264,8 +239,7 @@ static void read_start(struct watched *w)
         return;
     }
     w->reading = true;
-    lockmgr_peek(w->resource, w->len, w->limit ? w->limit : WATCH_SLOT_PROBE,
-                 read_done, w);
+    lockmgr_peek(w->resource, w->len, w->limit, read_done, w);
 }
 
 /* ---- clients ------------------------------------------------------------ */

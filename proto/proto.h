@@ -291,7 +291,6 @@ void proto_format_pong(struct sbuf *b, const char *word, size_t len);
 void proto_format_err(struct sbuf *b, enum proto_err code, const char *msg);
 void proto_format_errf(struct sbuf *b, enum proto_err code, const char *fmt,
                        ...) __attribute__((format(printf, 3, 4)));
-/* "EVENT LOST resource=<r> fence=<n> reason=<reason>\n" */
 /* EVENT HOLDER (protocol.md, "Watching a lock"): who holds a watched
  * resource now. */
 struct proto_holder {
@@ -308,6 +307,7 @@ struct proto_holder {
     const char *value;          /* NULL or "": none */
 };
 void proto_format_event_holder(struct sbuf *b, const struct proto_holder *h);
+/* "EVENT LOST resource=<r> fence=<n> reason=<reason>\n" */
 void proto_format_event_lost(struct sbuf *b, const char *resource,
                              uint64_t fence, const char *reason);
 /* "EVENT SHUTDOWN\n" */

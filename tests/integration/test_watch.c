@@ -250,6 +250,12 @@ START_TEST(watch_shared_semaphore_multi)
     h_expect(C, "OK resource=sem:1 ", "UNLOCK sem:1");
     line = holder(A, "sem:1", 1000);
     ck_assert_int_eq(kv_num(line, "held"), 1);
+    /* STATUS here finds it too, with no limit= given. */
+    json_t *st = h_ok_json(A, "STATUS sem:1");
+    ck_assert(json_is_true(json_object_get(st, "held")));
+    ck_assert_int_eq(h_json_int(st, "limit"), 3);
+    ck_assert_int_eq(h_json_int(st, "slots_held"), 1);
+    json_decref(st);
 
     h_expect(B, "OK resource=doc:1 ", "LOCK doc:1 mode=shared");
     line = holder(A, "doc:1", 1000);
