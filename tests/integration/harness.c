@@ -1693,6 +1693,21 @@ void h_connect_tcp_ok(struct h_client *c, int port)
     ck_assert_msg(rc == 0, "connect to 127.0.0.1:%d: %s", port, strerror(-rc));
 }
 
+void h_connect_counted(struct h_client *c, int port)
+{
+    uint64_t t0 = h_now_ms();
+
+    for (;;) {
+        h_connect_tcp_ok(c, port);
+        if (strcmp(h_cmd(c, "PING"), "PONG") == 0)
+            return;
+        h_close(c);
+        ck_assert_msg(h_since(t0) < h_scale(3000), "connect to 127.0.0.1:%d: "
+                      "still refused after 3 s", port);
+        h_sleep_ms(50);
+    }
+}
+
 void h_connect_unix_ok(struct h_client *c, const char *path)
 {
     int rc = h_connect_unix(c, path);

@@ -253,6 +253,11 @@ void h_redis_cleanup_all(struct h_redis *nodes, int n);
 void h_connect_tcp_ok(struct h_client *c, int port);
 /* Connect to the unix socket at path and assert it worked. */
 void h_connect_unix_ok(struct h_client *c, const char *path);
+/* h_connect_tcp_ok, then PING until answered PONG: a connection closed
+ * just before (a readiness probe, the test's own) may still count against
+ * the daemon's limits for a moment, and a refused connection is retried
+ * for up to 3 s. */
+void h_connect_counted(struct h_client *c, int port);
 /* The end of a test: SIGTERM a running daemon (h_daemon_stop) and print its
  * log when it did not exit 0, so the failure that follows has its clue.
  * Returns the exit status, 0 when it was not running. */

@@ -463,29 +463,13 @@ START_TEST(forceunlock_disabled_without_admin_password)
 }
 END_TEST
 
-/* A connection that answers PING, once the daemon has seen the ones closed
- * before (start()'s own probe, closed just now, may still count). */
-static void connect_counted(struct h_client *c)
-{
-    uint64_t t0 = h_now_ms();
-
-    for (;;) {
-        h_connect_tcp_ok(c, D->port);
-        if (strcmp(h_cmd(c, "PING"), "PONG") == 0)
-            return;
-        h_close(c);
-        ck_assert_msg(h_since(t0) < h_scale(3000), "still refused");
-        h_sleep_ms(50);
-    }
-}
-
 START_TEST(max_clients_per_ip)
 {
     struct h_client a, b, c, u;
 
     start("{\"limits\":{\"max_clients_per_ip\":2}}");
-    connect_counted(&a);
-    connect_counted(&b);
+    h_connect_counted(&a, D->port);
+    h_connect_counted(&b, D->port);
     h_connect_tcp_ok(&c, D->port);
     ck_assert(h_starts(next_line(&c, 3000), "ERR LIMIT "));
     ck_assert(h_wait_eof(&c, 2000));

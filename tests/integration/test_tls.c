@@ -650,8 +650,7 @@ START_TEST(test_rejected_before_handshake_closes)
     uint64_t t0;
 
     start_tls("server", "", "\"limits\": {\"max_clients\": 1}");
-    h_connect_tcp_ok(&first, D->port);
-    h_expect(&first, "PONG", "PING");
+    h_connect_counted(&first, D->port);
     t0 = h_now_ms();
     ck_assert_int_ne(t_tls_open(&t, D->tls_port, &o, err, sizeof(err)), 0);
     t_tls_close(&t);
@@ -664,8 +663,7 @@ START_TEST(test_rejected_before_handshake_closes)
         h_sleep_ms(20);
     ck_assert_int_eq(h_stats_int(&first, "connections"), 1);
     h_close(&first);
-    h_connect_tcp_ok(&plain, D->port);
-    h_expect(&plain, "PONG", "PING");
+    h_connect_counted(&plain, D->port);
     h_close(&plain);
 }
 END_TEST

@@ -1989,7 +1989,8 @@ START_TEST(test_status_and_leases_json)
     lockmgr_status(&C.o, R("r"), 0, NULL);
     int i = pending(F_INSPECT, "lock:r");
     ck_assert_str_eq(calls[i].shared, "lock:r:shared");
-    ck_assert_uint_eq(calls[i].limit, 0);
+    /* A semaphore nobody here knows would show in the first slots. */
+    ck_assert_uint_eq(calls[i].limit, LOCKMGR_SLOT_PROBE);
     struct redlock_node_view v[3] = {
         { .name = "n1", .up = true, .voting = true, .answered = true,
           .pttl = 29000, .slots = "" },
@@ -2008,6 +2009,7 @@ START_TEST(test_status_and_leases_json)
     ck_assert_str_eq(json_string_value(json_object_get(h, "name")), "billing");
     ck_assert_int_eq(json_integer_value(json_object_get(h, "fence")), 17);
     ck_assert_str_eq(json_string_value(json_object_get(st, "key")), "lock:r");
+    ck_assert_ptr_null(json_object_get(st, "limit"));   /* none found */
     json_t *nodes = json_object_get(st, "nodes");
     ck_assert_uint_eq(json_array_size(nodes), 3);
     ck_assert(json_is_null(json_object_get(json_array_get(nodes, 2), "pttl")));
@@ -2237,6 +2239,42 @@ START_TEST(test_top)
     total = lockmgr_top(t, 8, &n, NULL, NULL);
     ck_assert_uint_eq(total, 0);
     ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
+/* A semaphore held only through other daemons: STATUS looks at the first
+ * slots, reads the size off a slot's label, and looks again at all of
+ * them. */
+START_TEST(test_status_finds_a_semaphore_elsewhere)
+{
+    static const char label[] = "{\"daemon\":\"d2\",\"session\":\"s9\","
+                                "\"limit\":3}";
+    struct redlock_node_view v[3] = {
+        { .name = "n1", .up = true, .voting = true, .answered = true,
+          .pttl = -2, .slots = "1100000000000000", .slot_label = label },
+        { .name = "n2", .up = true, .voting = true, .answered = true,
+          .pttl = -2, .slots = "1100000000000000", .slot_label = label },
+        { .name = "n3", .pttl = -2 },
+    };
+    int i;
+
+    lockmgr_status(&C.o, R("sem"), 0, NULL);
+    i = pending(F_INSPECT, "lock:sem");
+    ck_assert_uint_eq(calls[i].limit, LOCKMGR_SLOT_PROBE);
+    calls[i].done = true;
+    calls[i].icb(calls[i].ud, v, 3);
+    ck_assert_int_eq(C.nstatus, 0);             /* not yet: once more */
+    i = pending(F_INSPECT, "lock:sem");
+    ck_assert_uint_eq(calls[i].limit, 3);
+    v[0].slots = v[1].slots = "110";
+    calls[i].done = true;
+    calls[i].icb(calls[i].ud, v, 3);
+    ck_assert_int_eq(C.nstatus, 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(C.status, "limit")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(C.status,
+                                                        "slots_held")), 2);
+    ck_assert(json_is_true(json_object_get(C.status, "held")));
+    ck_assert_int_eq(C.refs, 0);
 }
 END_TEST
 
@@ -2514,6 +2552,7 @@ static Suite *lockmgr_suite(void)
     tcase_add_test(t, test_callback_may_end_owner);
     tcase_add_test(t, test_no_answer_after_end);
     tcase_add_test(t, test_status_and_leases_json);
+    tcase_add_test(t, test_status_finds_a_semaphore_elsewhere);
     tcase_add_test(t, test_status_names_a_holder_elsewhere);
     tcase_add_test(t, test_observer_waits_and_holds);
     tcase_add_test(t, test_status_lists_waiters);
