@@ -530,7 +530,7 @@ func (c *Client) replyLimit() time.Duration {
 	limit := c.cfg.Timeout
 	now := time.Now()
 	for _, l := range c.leases {
-		if l.err != nil {
+		if l.err != nil || l.unconfirmed {
 			continue
 		}
 		if d := l.deadline.Sub(now) / 2; d < limit {

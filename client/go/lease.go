@@ -42,6 +42,12 @@ type Lease struct {
 	err        error          // nil while held: a *LostError, ErrReleased
 	needsAdopt bool           // its session was left behind: ADOPT it
 	releasing  bool           // an UNLOCK is on its way
+	// unconfirmed: a grant that waited in the daemon for more than half its
+	// validity, so that its deadline, counted from the LOCK's send, is near
+	// or past: the keeper's LOCKS confirms it (then confirmed closes) before
+	// Lock returns it. Not in Client.deadlines meanwhile.
+	unconfirmed bool
+	confirmed   chan struct{}
 }
 
 // confirmation: the newest request that confirmed one resource of a lease.
@@ -130,12 +136,14 @@ func (l *Lease) refreshDue() time.Time {
 
 // touchLocked moves the deadline to what the confirmations say, unless the
 // old one has passed already (no revival), and rearms the timer.
+// An unconfirmed grant has no deadline yet to pass: it becomes a lease
+// with one here, or is lost.
 func (c *Client) touchLocked(l *Lease) {
 	if l.err != nil {
 		return
 	}
 	now := time.Now()
-	if !now.Before(l.deadline) {
+	if !l.unconfirmed && !now.Before(l.deadline) {
 		c.loseLocked(l, "deadline")
 		return
 	}
@@ -150,7 +158,13 @@ func (c *Client) touchLocked(l *Lease) {
 		c.loseLocked(l, "deadline")
 		return
 	}
-	heap.Fix(&c.deadlines, l.hidx)
+	if l.unconfirmed {
+		l.unconfirmed = false
+		heap.Push(&c.deadlines, l)
+		close(l.confirmed)
+	} else {
+		heap.Fix(&c.deadlines, l.hidx)
+	}
 	c.armDeadlinesLocked()
 	c.wakeForLocked(l.refreshDue())
 }
@@ -236,8 +250,10 @@ func (c *Client) registerLocked(l *Lease) {
 	for _, r := range l.resources {
 		c.leases[r] = l
 	}
-	heap.Push(&c.deadlines, l)
-	c.armDeadlinesLocked()
+	if !l.unconfirmed {
+		heap.Push(&c.deadlines, l)
+		c.armDeadlinesLocked()
+	}
 	if c.closed {
 		c.loseLocked(l, "closed")
 		return

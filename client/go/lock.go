@@ -340,7 +340,7 @@ func (c *Client) acquire(ctx context.Context, t *ticket, resources []string, o *
 		}
 		c.mu.Unlock()
 		if st.lease != nil {
-			return st.lease, nil
+			return c.confirmGrant(ctx, st.lease)
 		}
 		err = st.err
 		switch {
@@ -446,7 +446,42 @@ func (c *Client) newLease(t *ticket, resources []string, o *lockOptions, rest st
 		l.rd[i] = confirmation{sent: sent, deadline: sent.Add(time.Duration(validity) * time.Millisecond)}
 	}
 	l.deadline = l.rd[0].deadline
+	if time.Until(l.deadline) < time.Duration(validity)*time.Millisecond/2 {
+		// Granted after a long wait: confirmed by LOCKS first (the
+		// protocol's deadline rule).
+		l.unconfirmed = true
+		l.confirmed = make(chan struct{})
+	}
 	return l, nil
+}
+
+// confirmGrant returns a granted lease once it is confirmed: at once, or
+// for a grant that waited in the daemon for more than half its validity
+// (its deadline, counted from the LOCK's send, near or past) once the
+// keeper's LOCKS, sent at once, reports its validity. Within ctx and
+// Config.Timeout; else the lease is given back.
+func (c *Client) confirmGrant(ctx context.Context, l *Lease) (*Lease, error) {
+	c.mu.Lock()
+	pending, ch := l.unconfirmed, l.confirmed
+	c.mu.Unlock()
+	if !pending {
+		return l, nil
+	}
+	timer := time.NewTimer(c.cfg.Timeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-ch:
+		return l, nil
+	case <-l.done:
+		return nil, l.Err()
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timer.C:
+		err = &ConnError{Err: errors.New("a lock granted after a long wait was not confirmed in time (LOCKS)")}
+	}
+	go l.Unlock(context.Background())
+	return nil, err
 }
 
 // ---- Do -------------------------------------------------------------------------
