@@ -147,8 +147,13 @@ func TestBusyTimeoutAndErrors(t *testing.T) {
 	if _, err := a.Lock(bg(), r, Also(r)); !errors.Is(err, ErrArg) {
 		t.Errorf("a resource twice: %v", err)
 	}
-	if _, err := a.Lock(bg(), r, Value("10.0.0.7:8080")); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("Value: %v", err)
+	for _, opts := range [][]Option{
+		{Value("")}, {Value("a b")}, {Value("caf\u00e9")}, {Value("a\nb")},
+		{Value(strings.Repeat("v", 5000))}, {Value("x"), Shared()}, {Limit(2), Value("x")},
+	} {
+		if _, err := a.Lock(bg(), r, opts...); !errors.Is(err, ErrArg) {
+			t.Errorf("a bad Value: %v", err)
+		}
 	}
 	if _, err := a.Lock(bg(), r, TTL(-1)); !errors.Is(err, ErrArg) {
 		t.Errorf("TTL(-1): %v", err)

@@ -90,10 +90,21 @@ func Also(resources ...string) Option {
 // expires after its TTL unless extended (Lease.Extend).
 func NoRenew() Option { return func(o *lockOptions) { o.noRenew = true } }
 
-// Value is the holder's value (an address, say) that STATUS and watchers
-// show, as etcd's Campaign value. The daemon does not store one yet: Lock
-// with Value returns an error that is ErrUnsupported, and sends nothing.
-func Value(v string) Option { return func(o *lockOptions) { o.value = &v } }
+// Value stores a value with the holder (LOCK value=): an address, say,
+// that Status (Holder.Value), Locks and watchers (HolderEvent.Value) show
+// on every daemon, as etcd's Campaign value. 1 to the daemon's
+// locks.max_value_len (256 by default) visible ASCII characters, no
+// spaces. Exclusive locks only (with Also too: each resource carries it);
+// with Shared or Limit, Lock refuses it (ErrArg). Lease.SetValue replaces
+// it while the lock is held.
+func Value(v string) Option {
+	return func(o *lockOptions) {
+		if err := checkValue(v); err != nil {
+			o.err = err
+		}
+		o.value = &v
+	}
+}
 
 // ---- this client's queue --------------------------------------------------
 
@@ -228,8 +239,8 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...Option) (*Le
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if o.value != nil {
-		return nil, fmt.Errorf("%w: Value: this daemon does not store a holder's value yet (LOCK value=)", ErrUnsupported)
+	if o.value != nil && (o.shared || o.limit > 0) {
+		return nil, fmt.Errorf("%w: Value is for exclusive locks: not with Shared or Limit", ErrArg)
 	}
 	resources := append(make([]string, 0, 1+len(o.also)), resource)
 	resources = append(resources, o.also...)
@@ -292,6 +303,10 @@ func lockLine(resources []string, o *lockOptions) string {
 	if o.limit > 0 {
 		b = append(b, " limit="...)
 		b = strconv.AppendUint(b, uint64(o.limit), 10)
+	}
+	if o.value != nil {
+		b = append(b, " value="...)
+		b = append(b, *o.value...)
 	}
 	return string(b)
 }
@@ -427,6 +442,9 @@ func (c *Client) newLease(t *ticket, resources []string, o *lockOptions, rest st
 		mode: "exclusive", slot: -1, t: t, done: make(chan struct{}), hidx: -1,
 		token: token, ttl: time.Duration(ttl) * time.Millisecond,
 		rd: make([]confirmation, len(resources)),
+	}
+	if o.value != nil {
+		l.value = *o.value
 	}
 	if m := f.str("mode"); m != "" {
 		l.mode = m
