@@ -20,7 +20,8 @@ package redlockd
 // Config.Timeout) and are sent again on the new one when that is safe:
 // LOCK (what a lost reply may have granted is released by the next
 // LOCKS, or at once if the retry meets ERR HELD), UNLOCK, EXTEND and the
-// inspections.
+// inspections. A resumed session keeps its watches (WATCH); a new one
+// sends WATCH again for every Watcher (watch.go).
 
 import (
 	"context"
@@ -117,6 +118,13 @@ type Client struct {
 	wakeAt     time.Time // when the keeper means to wake (zero: when poked)
 	lastErr    error
 	maxWaitEnd time.Time // the latest end of a LOCK wait sent (bounds Close's QUIT)
+
+	// Watching (watch.go): watchMu orders WATCH and UNWATCH on the wire
+	// (taken before mu); the rest under mu.
+	watchMu      sync.Mutex
+	watches      map[string]map[*Watcher]struct{} // by resource: its Watchers
+	unwatchLater map[string]bool                  // UNWATCH to send after a resume
+	pingAt       time.Time                        // the keeper's next PING while watching
 }
 
 // Dial opens a session with the first server that answers (in the order of
@@ -213,6 +221,9 @@ func newClient(cfg Config) (*Client, error) {
 		changed:    make(chan struct{}),
 		leases:     make(map[string]*Lease),
 		queues:     make(map[string][]*ticket),
+
+		watches:      make(map[string]map[*Watcher]struct{}),
+		unwatchLater: make(map[string]bool),
 	}, nil
 }
 
@@ -233,10 +244,10 @@ func (c *Client) Server() string {
 
 // Close ends the session (QUIT): the daemon releases every lock it holds.
 // Leases still held end with a *LostError that is ErrClosed (their Done
-// closes). If the connection is being re-established, Close waits for it
-// (up to Config.Timeout) so that the QUIT can release the leases. A QUIT
-// waits for LOCKs still waiting in the daemon (within their Wait).
-// Idempotent.
+// closes); Watchers end with ErrClosed (their channels close). If the
+// connection is being re-established, Close waits for it (up to
+// Config.Timeout) so that the QUIT can release the leases. A QUIT waits
+// for LOCKs still waiting in the daemon (within their Wait). Idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -256,6 +267,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	watchers := c.endWatchersLocked()
 	cn = nil
 	if c.ready {
 		cn = c.cn
@@ -266,6 +278,9 @@ func (c *Client) Close() error {
 	}
 	c.broadcastLocked()
 	c.mu.Unlock()
+	for _, w := range watchers {
+		w.finish(ErrClosed)
+	}
 	c.cancel() // the keeper stops; a reconnection under way ends
 	var err error
 	if cn != nil {
@@ -421,10 +436,10 @@ func (c *Client) onEvent(cn *conn, ev string) {
 			cn.closing = "unknown"
 		}
 		cn.mu.Unlock()
+	case "HOLDER":
+		c.onHolder(cn, f)
 	}
-	// Other events are ignored, as the protocol asks. (EVENT HOLDER, the
-	// daemon's WATCH to come, will go to Watch's channels from here, and
-	// the keeper will send WATCH again on a new session.)
+	// Other events are ignored, as the protocol asks.
 }
 
 // ---- the keeper ---------------------------------------------------------
@@ -436,6 +451,7 @@ const (
 	actReconnect
 	actRefresh
 	actAdopt
+	actPing
 )
 
 func (c *Client) keeper() {
@@ -473,6 +489,8 @@ func (c *Client) keeper() {
 			c.refresh()
 		case actAdopt:
 			c.adoptAgain()
+		case actPing:
+			c.ping()
 		}
 	}
 }
@@ -510,6 +528,15 @@ func (c *Client) nextActionLocked() (time.Time, keeperAction) {
 			at, act = due, actRefresh
 		}
 	}
+	if len(c.watches) > 0 {
+		// Something to notice a stalled daemon by (watch.go).
+		if c.pingAt.IsZero() {
+			c.pingAt = now.Add(c.watchPingEvery())
+		}
+		if at.IsZero() || c.pingAt.Before(at) {
+			at, act = c.pingAt, actPing
+		}
+	}
 	return at, act
 }
 
@@ -530,7 +557,7 @@ func (c *Client) replyLimit() time.Duration {
 	limit := c.cfg.Timeout
 	now := time.Now()
 	for _, l := range c.leases {
-		if l.err != nil {
+		if l.err != nil || l.unconfirmed {
 			continue
 		}
 		if d := l.deadline.Sub(now) / 2; d < limit {
@@ -684,8 +711,10 @@ func (c *Client) tryFresh(ctx context.Context, i int) error {
 	}
 	if err != nil {
 		cn.fail(fmt.Errorf("setting up a session: %w", err))
+		return err
 	}
-	return err
+	c.flushUnwatch()
+	return nil
 }
 
 func (c *Client) freshOn(ctx context.Context, cn *conn, limit time.Duration) error {
@@ -710,6 +739,8 @@ func (c *Client) freshOn(ctx context.Context, cn *conn, limit time.Duration) err
 	}
 	c.mu.Lock()
 	c.session, c.secret, c.sessionAt = f.str("session"), secret, cn.index
+	// The old session's watches ended with it: nothing to UNWATCH.
+	c.unwatchLater = make(map[string]bool)
 	// The old session is left behind: its leases are this one's to adopt
 	// (those being released too: the UNLOCK goes to this session).
 	for _, l := range c.leases {
@@ -731,8 +762,11 @@ func (c *Client) freshOn(ctx context.Context, cn *conn, limit time.Duration) err
 			return err
 		}
 	}
-	_, err = c.adoptPending(ctx, cn, limit)
-	return err
+	if _, err = c.adoptPending(ctx, cn, limit); err != nil {
+		return err
+	}
+	c.rewatch(cn, limit)
+	return nil
 }
 
 // tryResume: HELLO resume= on server i; LOCKS confirms the leases.
@@ -749,8 +783,10 @@ func (c *Client) tryResume(i int) (connected bool, err error) {
 	}
 	if err != nil {
 		cn.fail(fmt.Errorf("resuming the session: %w", err))
+		return true, err
 	}
-	return true, err
+	c.flushUnwatch() // the session's watches stayed, and its states come again
+	return true, nil
 }
 
 func (c *Client) resumeOn(cn *conn, limit time.Duration) error {

@@ -147,8 +147,13 @@ func TestBusyTimeoutAndErrors(t *testing.T) {
 	if _, err := a.Lock(bg(), r, Also(r)); !errors.Is(err, ErrArg) {
 		t.Errorf("a resource twice: %v", err)
 	}
-	if _, err := a.Lock(bg(), r, Value("10.0.0.7:8080")); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("Value: %v", err)
+	for _, opts := range [][]Option{
+		{Value("")}, {Value("a b")}, {Value("caf\u00e9")}, {Value("a\nb")},
+		{Value(strings.Repeat("v", 5000))}, {Value("x"), Shared()}, {Limit(2), Value("x")},
+	} {
+		if _, err := a.Lock(bg(), r, opts...); !errors.Is(err, ErrArg) {
+			t.Errorf("a bad Value: %v", err)
+		}
 	}
 	if _, err := a.Lock(bg(), r, TTL(-1)); !errors.Is(err, ErrArg) {
 		t.Errorf("TTL(-1): %v", err)
@@ -320,6 +325,37 @@ func TestCancelWaitingLock(t *testing.T) {
 		t.Fatalf("after a cancelled queued wait: %v", err)
 	} else {
 		l.Unlock(bg())
+	}
+}
+
+// A LOCK granted after waiting longer than its ttl: its deadline, counted
+// from the LOCK's send, has passed at the grant, so the client confirms it
+// with LOCKS before Lock returns it, rather than lose it at once.
+func TestLongWaitConfirmed(t *testing.T) {
+	a := dial(t, Config{})
+	b := dial(t, Config{})
+	r := res(t, "x")
+	la, err := a.Lock(bg(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(1200 * time.Millisecond)
+		la.Unlock(bg())
+	}()
+	l, err := b.Lock(bg(), r, Wait(10*time.Second), TTL(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Until(l.Deadline()); d < 200*time.Millisecond || l.Err() != nil {
+		t.Fatalf("granted after a long wait: deadline in %v, Err %v", d, l.Err())
+	}
+	time.Sleep(time.Second)
+	if l.Err() != nil || !l.Deadline().After(time.Now()) {
+		t.Fatalf("a second later: %v", l.Err())
+	}
+	if err := l.Unlock(bg()); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -29,6 +29,15 @@
 // deadlines hold. The fence stays the same, the token changes; Done does
 // not close.
 //
+// Leader election: a holder stores a value with its lock (the Value
+// option: an address, say) and replaces it while it holds the lock
+// (Lease.SetValue); Status shows it, and Watch returns a Watcher whose
+// channel has who holds each resource watched, now and after each change
+// (a HolderEvent), on every daemon of the same Redis nodes. A Watcher
+// keeps the latest state of each resource its reader has not taken, so a
+// slow reader never stalls the Client; it follows the Client across lost
+// connections and daemons.
+//
 // Errors compare with errors.Is against ErrBusy, ErrTimeout, ErrLost,
 // ErrUnavailable, ErrDenied and the other Err values; an ERR reply is an
 // *Error that keeps the daemon's message.

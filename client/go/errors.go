@@ -27,7 +27,8 @@ var (
 	ErrDenied      = errors.New("redlockd: DENIED")      // outside the user's prefixes
 
 	// ErrClosed: the Client was closed (its leases end with a *LostError
-	// that is also ErrClosed).
+	// that is also ErrClosed; its Watchers' Err is ErrClosed), or the
+	// Watcher was.
 	ErrClosed = errors.New("redlockd: client closed")
 	// ErrReleased: Lease.Err after Unlock.
 	ErrReleased = errors.New("redlockd: lease released")

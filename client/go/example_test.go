@@ -108,3 +108,51 @@ func ExampleClient_Locker() {
 	m.Unlock()
 	// Output: in the critical section
 }
+
+func ExampleClient_Watch() {
+	ctx := context.Background()
+	observer, _ := redlockd.Dial(ctx, redlockd.Config{})
+	defer observer.Close()
+	candidate, _ := redlockd.Dial(ctx, redlockd.Config{Name: "db-1"})
+	defer candidate.Close()
+
+	w, err := observer.Watch(ctx, "example:leader")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Close()
+	fmt.Println("held:", (<-w.C()).Held) // first, the state now
+
+	// A leader publishes its address with its lock, and may change it.
+	lease, _ := candidate.Lock(ctx, "example:leader", redlockd.Value("10.0.0.7:5432"))
+	ev := <-w.C()
+	fmt.Println("held:", ev.Held, ev.Name, ev.Value, ev.Fence == lease.Fence())
+	lease.SetValue(ctx, "10.0.0.8:5432")
+	fmt.Println("value:", (<-w.C()).Value)
+	lease.Unlock(ctx)
+	fmt.Println("held:", (<-w.C()).Held)
+	// Output:
+	// held: 0
+	// held: 1 db-1 10.0.0.7:5432 true
+	// value: 10.0.0.8:5432
+	// held: 0
+}
+
+func ExampleLease_SetValue() {
+	ctx := context.Background()
+	c, _ := redlockd.Dial(ctx, redlockd.Config{})
+	defer c.Close()
+
+	lease, err := c.Lock(ctx, "example:primary", redlockd.Value("10.0.0.7:5432"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Still the holder, with the same fence: a new address for the others.
+	if err := lease.SetValue(ctx, "10.0.0.8:5432"); err != nil {
+		log.Fatal(err)
+	}
+	st, _ := c.Status(ctx, "example:primary")
+	fmt.Println(lease.Value(), st.Holder.Value, st.Holder.Fence == lease.Fence())
+	lease.Unlock(ctx)
+	// Output: 10.0.0.8:5432 10.0.0.8:5432 true
+}

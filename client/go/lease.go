@@ -36,12 +36,19 @@ type Lease struct {
 	// Under c.mu:
 	token      string
 	ttl        time.Duration
+	value      string         // the holder's value (Value, SetValue), "" without
 	rd         []confirmation // by resource
 	deadline   time.Time      // the earliest of rd
 	hidx       int            // its index in Client.deadlines (-1: not there)
 	err        error          // nil while held: a *LostError, ErrReleased
 	needsAdopt bool           // its session was left behind: ADOPT it
 	releasing  bool           // an UNLOCK is on its way
+	// unconfirmed: a grant that waited in the daemon for more than half its
+	// validity, so that its deadline, counted from the LOCK's send, is near
+	// or past: the keeper's LOCKS confirms it (then confirmed closes) before
+	// Lock returns it. Not in Client.deadlines meanwhile.
+	unconfirmed bool
+	confirmed   chan struct{}
 }
 
 // confirmation: the newest request that confirmed one resource of a lease.
@@ -82,6 +89,15 @@ func (l *Lease) TTL() time.Duration {
 	l.c.mu.Lock()
 	defer l.c.mu.Unlock()
 	return l.ttl
+}
+
+// Value is the holder's value stored with the lease: the one Lock was
+// given (Value), or the last one SetValue set (answered OK on every
+// resource); "" without one.
+func (l *Lease) Value() string {
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	return l.value
 }
 
 // Deadline is the time until which the lease is known to be valid; the
@@ -130,12 +146,14 @@ func (l *Lease) refreshDue() time.Time {
 
 // touchLocked moves the deadline to what the confirmations say, unless the
 // old one has passed already (no revival), and rearms the timer.
+// An unconfirmed grant has no deadline yet to pass: it becomes a lease
+// with one here, or is lost.
 func (c *Client) touchLocked(l *Lease) {
 	if l.err != nil {
 		return
 	}
 	now := time.Now()
-	if !now.Before(l.deadline) {
+	if !l.unconfirmed && !now.Before(l.deadline) {
 		c.loseLocked(l, "deadline")
 		return
 	}
@@ -150,7 +168,13 @@ func (c *Client) touchLocked(l *Lease) {
 		c.loseLocked(l, "deadline")
 		return
 	}
-	heap.Fix(&c.deadlines, l.hidx)
+	if l.unconfirmed {
+		l.unconfirmed = false
+		heap.Push(&c.deadlines, l)
+		close(l.confirmed)
+	} else {
+		heap.Fix(&c.deadlines, l.hidx)
+	}
 	c.armDeadlinesLocked()
 	c.wakeForLocked(l.refreshDue())
 }
@@ -236,8 +260,10 @@ func (c *Client) registerLocked(l *Lease) {
 	for _, r := range l.resources {
 		c.leases[r] = l
 	}
-	heap.Push(&c.deadlines, l)
-	c.armDeadlinesLocked()
+	if !l.unconfirmed {
+		heap.Push(&c.deadlines, l)
+		c.armDeadlinesLocked()
+	}
 	if c.closed {
 		c.loseLocked(l, "closed")
 		return
@@ -257,14 +283,24 @@ type unlockState struct {
 
 func (st *unlockState) replied(cl *call) { st.l.c.unlockReplied(st.l, st, cl) }
 
-// extendState is one EXTEND's: resource i of a lease, to ttl ms.
+// extendState is one EXTEND's: resource i of a lease, to ttl ms (0: the
+// ttl stays), with a new value (nil: none).
 type extendState struct {
 	l  *Lease
 	i  int
 	ms uint64
+	v  *valueSet
 }
 
-func (st *extendState) replied(cl *call) { st.l.c.extendReplied(st.l, st.i, st.ms, cl) }
+// valueSet is one SetValue's, shared by the EXTENDs of its resources: the
+// lease's value changes when every one of them is answered OK.
+type valueSet struct {
+	value  string
+	left   int
+	failed bool
+}
+
+func (st *extendState) replied(cl *call) { st.l.c.extendReplied(st, cl) }
 
 // Unlock releases the lease (UNLOCK of its resources). It returns nil once
 // released, also for a lease released before; a *LostError if the lease
@@ -406,21 +442,62 @@ func (c *Client) finishUnlock(l *Lease, st *unlockState, cl *call) {
 // as confirmed only up to when the EXTEND was sent, until the keeper's
 // next LOCKS.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
-	c := l.c
 	ms := millis(ttl)
 	if ms == 0 {
 		return fmt.Errorf("%w: Extend needs a ttl above 0", ErrArg)
 	}
+	return l.extend(ctx, ms, nil)
+}
+
+// SetValue replaces the holder's value (EXTEND value=) without giving up
+// the lock: the token and fence stay, nobody else can slip in, and
+// watchers hear the new value (etcd's Proclaim). The ttl stays as it is;
+// the deadline moves on as Extend moves it. v is checked as Value checks
+// it; a shared lease or a semaphore slot has no value (ErrArg). ERR LOST
+// ends the lease; after another error (ErrUnavailable: some nodes may
+// have the new value, others the old) Value keeps the old value, and
+// SetValue may be called again. A lease of several resources sets the
+// value of each.
+func (l *Lease) SetValue(ctx context.Context, v string) error {
+	if err := checkValue(v); err != nil {
+		return err
+	}
+	if l.mode == "shared" || l.limit > 0 {
+		return fmt.Errorf("%w: only an exclusive lease has a value (this one is %s)", ErrArg, l.kind())
+	}
+	return l.extend(ctx, 0, &v)
+}
+
+func (l *Lease) kind() string {
+	if l.limit > 0 {
+		return "a semaphore slot"
+	}
+	return l.mode
+}
+
+// extend sends EXTEND of each resource: to ttl ms (0: the ttl stays),
+// with a new value (nil: none); sent again once after a lost connection.
+func (l *Lease) extend(ctx context.Context, ms uint64, value *string) error {
+	c := l.c
 	var until time.Time
 	for attempt := 0; ; attempt++ {
 		cn, err := c.readyConn(ctx, &until, false, l)
 		if err != nil {
 			return err
 		}
+		var vs *valueSet
+		suffix := ""
+		if ms > 0 {
+			suffix = " ttl=" + itoa(ms)
+		}
+		if value != nil {
+			vs = &valueSet{value: *value, left: len(l.resources)}
+			suffix += " value=" + *value
+		}
 		calls := make([]*call, len(l.resources))
 		for i, r := range l.resources {
-			calls[i] = cn.start("EXTEND "+r+" ttl="+itoa(ms), true, c.cfg.Timeout,
-				&extendState{l: l, i: i, ms: ms})
+			calls[i] = cn.start("EXTEND "+r+suffix, true, c.cfg.Timeout,
+				&extendState{l: l, i: i, ms: ms, v: vs})
 		}
 		var first error
 		lostConn := false
@@ -448,23 +525,40 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // extendReplied is one EXTEND's hook.
-func (c *Client) extendReplied(l *Lease, i int, ms uint64, cl *call) {
+func (c *Client) extendReplied(st *extendState, cl *call) {
+	l, i, ms := st.l, st.i, st.ms
 	if cl.err != nil {
-		return
+		return // sent again on the next connection, with a new state
 	}
 	rest, err := okReply(cl.reply)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if vs := st.v; vs != nil {
+		vs.left--
+		vs.failed = vs.failed || err != nil
+		if vs.left == 0 && !vs.failed && l.err == nil {
+			l.value = vs.value
+		}
+	}
 	if l.err != nil {
 		return
 	}
 	switch {
 	case err == nil:
-		v, verr := fields(rest).uint("validity")
+		f := fields(rest)
+		v, verr := f.uint("validity")
 		if verr != nil {
 			return
 		}
-		l.ttl = time.Duration(ms) * time.Millisecond
+		if ms == 0 {
+			// The ttl stayed: the reply says what it is.
+			if t, terr := f.uint("ttl"); terr == nil && t > 0 {
+				ms = t
+			}
+		}
+		if ms > 0 {
+			l.ttl = time.Duration(ms) * time.Millisecond
+		}
 		l.confirmLocked(i, cl.sent, time.Duration(v)*time.Millisecond)
 		c.touchLocked(l)
 	case errors.Is(err, ErrLost):
@@ -473,7 +567,7 @@ func (c *Client) extendReplied(l *Lease, i int, ms uint64, cl *call) {
 		c.loseLocked(l, "gone")
 	case errors.Is(err, ErrUnavailable):
 		// Some nodes may have the shorter ttl now.
-		if time.Duration(ms)*time.Millisecond < l.ttl && cl.sent.Before(l.rd[i].deadline) {
+		if ms > 0 && time.Duration(ms)*time.Millisecond < l.ttl && cl.sent.Before(l.rd[i].deadline) {
 			l.rd[i].deadline = cl.sent
 			c.touchLocked(l)
 		}

@@ -90,10 +90,21 @@ func Also(resources ...string) Option {
 // expires after its TTL unless extended (Lease.Extend).
 func NoRenew() Option { return func(o *lockOptions) { o.noRenew = true } }
 
-// Value is the holder's value (an address, say) that STATUS and watchers
-// show, as etcd's Campaign value. The daemon does not store one yet: Lock
-// with Value returns an error that is ErrUnsupported, and sends nothing.
-func Value(v string) Option { return func(o *lockOptions) { o.value = &v } }
+// Value stores a value with the holder (LOCK value=): an address, say,
+// that Status (Holder.Value), Locks and watchers (HolderEvent.Value) show
+// on every daemon, as etcd's Campaign value. 1 to the daemon's
+// locks.max_value_len (256 by default) visible ASCII characters, no
+// spaces. Exclusive locks only (with Also too: each resource carries it);
+// with Shared or Limit, Lock refuses it (ErrArg). Lease.SetValue replaces
+// it while the lock is held.
+func Value(v string) Option {
+	return func(o *lockOptions) {
+		if err := checkValue(v); err != nil {
+			o.err = err
+		}
+		o.value = &v
+	}
+}
 
 // ---- this client's queue --------------------------------------------------
 
@@ -228,8 +239,8 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...Option) (*Le
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if o.value != nil {
-		return nil, fmt.Errorf("%w: Value: this daemon does not store a holder's value yet (LOCK value=)", ErrUnsupported)
+	if o.value != nil && (o.shared || o.limit > 0) {
+		return nil, fmt.Errorf("%w: Value is for exclusive locks: not with Shared or Limit", ErrArg)
 	}
 	resources := append(make([]string, 0, 1+len(o.also)), resource)
 	resources = append(resources, o.also...)
@@ -293,6 +304,10 @@ func lockLine(resources []string, o *lockOptions) string {
 		b = append(b, " limit="...)
 		b = strconv.AppendUint(b, uint64(o.limit), 10)
 	}
+	if o.value != nil {
+		b = append(b, " value="...)
+		b = append(b, *o.value...)
+	}
 	return string(b)
 }
 
@@ -340,7 +355,7 @@ func (c *Client) acquire(ctx context.Context, t *ticket, resources []string, o *
 		}
 		c.mu.Unlock()
 		if st.lease != nil {
-			return st.lease, nil
+			return c.confirmGrant(ctx, st.lease)
 		}
 		err = st.err
 		switch {
@@ -428,6 +443,9 @@ func (c *Client) newLease(t *ticket, resources []string, o *lockOptions, rest st
 		token: token, ttl: time.Duration(ttl) * time.Millisecond,
 		rd: make([]confirmation, len(resources)),
 	}
+	if o.value != nil {
+		l.value = *o.value
+	}
 	if m := f.str("mode"); m != "" {
 		l.mode = m
 	}
@@ -446,7 +464,42 @@ func (c *Client) newLease(t *ticket, resources []string, o *lockOptions, rest st
 		l.rd[i] = confirmation{sent: sent, deadline: sent.Add(time.Duration(validity) * time.Millisecond)}
 	}
 	l.deadline = l.rd[0].deadline
+	if time.Until(l.deadline) < time.Duration(validity)*time.Millisecond/2 {
+		// Granted after a long wait: confirmed by LOCKS first (the
+		// protocol's deadline rule).
+		l.unconfirmed = true
+		l.confirmed = make(chan struct{})
+	}
 	return l, nil
+}
+
+// confirmGrant returns a granted lease once it is confirmed: at once, or
+// for a grant that waited in the daemon for more than half its validity
+// (its deadline, counted from the LOCK's send, near or past) once the
+// keeper's LOCKS, sent at once, reports its validity. Within ctx and
+// Config.Timeout; else the lease is given back.
+func (c *Client) confirmGrant(ctx context.Context, l *Lease) (*Lease, error) {
+	c.mu.Lock()
+	pending, ch := l.unconfirmed, l.confirmed
+	c.mu.Unlock()
+	if !pending {
+		return l, nil
+	}
+	timer := time.NewTimer(c.cfg.Timeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-ch:
+		return l, nil
+	case <-l.done:
+		return nil, l.Err()
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timer.C:
+		err = &ConnError{Err: errors.New("a lock granted after a long wait was not confirmed in time (LOCKS)")}
+	}
+	go l.Unlock(context.Background())
+	return nil, err
 }
 
 // ---- Do -------------------------------------------------------------------------

@@ -22,6 +22,7 @@ const (
 	maxResourceLen = 1024 // the daemon's own limit is locks.max_resource_len (200)
 	maxMulti       = 256  // the parser's; the daemon's is locks.max_multi (16)
 	maxNameLen     = 64
+	maxValueLen    = 4096 // the daemon's locks.max_value_len is 256 by default, 4096 at most
 	maxDurationMs  = 4294967295
 )
 
@@ -123,6 +124,22 @@ func checkWord(what, w string, max int) error {
 	for i := 0; i < len(w); i++ {
 		if w[i] < 0x21 || w[i] > 0x7e {
 			return fmt.Errorf("%w: %s %q: only visible ASCII characters", ErrArg, what, w)
+		}
+	}
+	return nil
+}
+
+// checkValue refuses a holder's value (Value, Lease.SetValue) the daemon
+// could not take: the daemon's own limit, locks.max_value_len, may be
+// lower (ERR ARG).
+func checkValue(v string) error {
+	if v == "" || len(v) > maxValueLen {
+		return fmt.Errorf("%w: a holder's value must be 1 to %d bytes (the daemon's"+
+			" locks.max_value_len, 256 by default)", ErrArg, maxValueLen)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x21 || v[i] > 0x7e {
+			return fmt.Errorf("%w: holder value %q: only visible ASCII characters, no spaces", ErrArg, v)
 		}
 	}
 	return nil

@@ -41,6 +41,9 @@ type Holder struct {
 	Mode     string `json:"mode"`
 	Attached *bool  `json:"attached"`
 	Slot     *int   `json:"slot"`
+	// Value: the holder's value (Value, Lease.SetValue), "" without one;
+	// from the nodes, so the same on every daemon.
+	Value string `json:"value"`
 	// Foreign: the key was set by another Redlock client.
 	Foreign bool `json:"foreign"`
 }
@@ -56,6 +59,7 @@ type NodeStatus struct {
 
 // Status asks the daemon about a resource (STATUS). For a semaphore the
 // daemon does not know yet, give its Limit; other options are ignored.
+// The exclusive holder's value (a leader's address) is Holder.Value.
 func (c *Client) Status(ctx context.Context, resource string, opts ...Option) (*Status, error) {
 	if err := checkResource(resource); err != nil {
 		return nil, err
@@ -91,6 +95,7 @@ type LockInfo struct {
 	Mode     string `json:"mode"`
 	Limit    int    `json:"limit"`
 	Slot     *int   `json:"slot"`
+	Value    string `json:"value"` // the holder's value, "" without one
 }
 
 // Locks lists the session's leases as the daemon sees them (LOCKS).
