@@ -599,6 +599,25 @@ static bool proto_has_ctl(const char *line, size_t len)
     return false;
 }
 
+/* The tag of a line that starts with a good one and has more after it
+ * (the line untouched), else NULL. */
+static void proto_peek_tag(const char *line, size_t len, const char **tag,
+                           size_t *tag_len)
+{
+    size_t i = 0, j;
+
+    while (i < len && (line[i] == ' ' || line[i] == '\t'))
+        i++;
+    if (i == len || line[i] != '#')
+        return;
+    for (j = i + 1; j < len && line[j] != ' ' && line[j] != '\t'; j++)
+        ;
+    if (j < len && proto_valid_tag(line + i + 1, j - i - 1)) {
+        *tag = line + i + 1;
+        *tag_len = j - i - 1;
+    }
+}
+
 enum proto_parse_status proto_parse(char *line, size_t len,
                                     const struct proto_limits *lim,
                                     struct proto_request *req,
@@ -616,8 +635,12 @@ enum proto_parse_status proto_parse(char *line, size_t len,
     if (len > 0 && line[len - 1] == '\r')
         len--;
     line[len] = '\0';
-    if (proto_has_ctl(line, len))
+    if (proto_has_ctl(line, len)) {
+        /* Refused whole, but under its tag when it has a good one: the
+         * client matches answers by tag. */
+        proto_peek_tag(line, len, &req->tag, &req->tag_len);
         return proto_fail(err, PROTO_ERR_ARG, "control character in request");
+    }
     word = proto_next_word(&pos, &wlen);
     if (!word)
         return PROTO_PARSE_EMPTY;

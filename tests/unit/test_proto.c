@@ -1575,6 +1575,11 @@ static const struct t_tag t_tag_rows[] = {
       PROTO_ERR_ARG },
     { "#t\x01 PING", PROTO_PARSE_ERROR, NULL, PROTO_CMD_NONE,
       PROTO_ERR_ARG },
+    /* A control byte after a good tag: refused under that tag. */
+    { "#t PING a\x01", PROTO_PARSE_ERROR, "t", PROTO_CMD_NONE,
+      PROTO_ERR_ARG },
+    { " #u\tLOCK \x7f", PROTO_PARSE_ERROR, "u", PROTO_CMD_NONE,
+      PROTO_ERR_ARG },
 };
 
 START_TEST(test_parse_tags)
