@@ -1,6 +1,6 @@
 """The documentation checked against the daemon itself.
 
-1. Transcripts: every code block in README.md and docs/protocol.md marked
+1. Transcripts: every code block in README.md and docs/*.md marked
    with the HTML comment ``<!-- docs-test: transcript -->`` just before it
    is replayed line by line, on one connection, against a test daemon over
    three real redis-server nodes on free loopback ports, and each reply
@@ -44,7 +44,9 @@ sys.path.insert(0, os.path.join(ROOT, "client", "python", "tests"))
 import harness  # noqa: E402  (client/python/tests/harness.py)
 
 MARKER = "<!-- docs-test: transcript -->"
-TRANSCRIPT_DOCS = ["README.md", "docs/protocol.md"]
+TRANSCRIPT_DOCS = ["README.md"] + sorted(
+    os.path.relpath(p, ROOT)
+    for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 REPLY_RE = re.compile(r"^(OK|ERR|PONG|EVENT)( |$)")
 
 

@@ -6,7 +6,8 @@
   points to redlockd.json(5); the pages format without groff warnings.
 - The tmpfiles.d and sysusers.d entries' comments name the files they
   were installed as; the unit runs as the static user sysusers.d makes.
-- Every document in docs/ is installed with the README and the licence.
+- Every document in docs/ is installed (under docs/, so that the
+  README's links hold) with the README and the licence.
 - The Python client is installed where the system's python3 looks
   (meson's python module), every module of it, and imports from the
   DESTDIR with the project's version.
@@ -144,9 +145,11 @@ def test_every_doc_is_installed(inst):
     docdir = under(inst, os.environ["DOCDIR"])
     docs = glob.glob(os.path.join(os.environ["SOURCE_ROOT"], "docs", "*.md"))
     assert docs
-    for doc in docs + [os.path.join(os.environ["SOURCE_ROOT"], n)
-                       for n in ("README.md", "LICENSE")]:
-        assert os.path.isfile(os.path.join(docdir, os.path.basename(doc))), doc
+    for doc in docs:
+        assert os.path.isfile(os.path.join(docdir, "docs",
+                                           os.path.basename(doc))), doc
+    for name in ("README.md", "LICENSE"):
+        assert os.path.isfile(os.path.join(docdir, name)), name
 
 
 def test_python_client_installed(inst, tmp_path):
