@@ -46,6 +46,7 @@ import {
   checkMs,
   checkPassword,
   checkResource,
+  checkValue,
   checkWord,
   fields,
   intField,
@@ -53,6 +54,7 @@ import {
   resourceList,
   serverList,
 } from './proto.js';
+import { type HolderEvent, holderEvent, Watch, type WatchOptions } from './watch.js';
 
 /** TLS settings for `tls://` servers (node:tls's names). */
 export interface TlsOptions {
@@ -117,6 +119,31 @@ export interface AcquireOptions {
   /** Cancels the acquire while it waits: it rejects with the signal's
    * reason (a lock granted meanwhile is given back at once). */
   signal?: AbortSignal;
+  /** The holder's value (exclusive locks only): 1 to 256 visible ASCII
+   * characters (the daemon's locks.max_value_len), shown by STATUS, LOCKS
+   * and watchers on every daemon, as a leader's address. */
+  value?: string;
+}
+
+/** One holder in STATUS (docs/protocol.md, "STATUS"): a session of the
+ * daemon asked, or one of another daemon read off the nodes (`daemon`,
+ * `session`, `name`, `fence`, `value` only), or `{ foreign: true }`. */
+export interface StatusHolder {
+  daemon?: string;
+  session?: string;
+  /** The client's name (null or absent when it gave none). */
+  name?: string | null;
+  fence?: number;
+  /** The holder's value, when it set one. */
+  value?: string;
+  mode?: 'exclusive' | 'shared';
+  held_ms?: number;
+  validity?: number;
+  attached?: boolean;
+  slot?: number;
+  /** A key another Redlock client set. */
+  foreign?: boolean;
+  [key: string]: unknown;
 }
 
 /** STATUS's object (docs/protocol.md, "STATUS"). */
@@ -125,8 +152,9 @@ export interface Status {
   key: string;
   held: boolean;
   mode: 'exclusive' | 'shared' | null;
-  holder: Record<string, unknown> | null;
-  holders?: Array<Record<string, unknown>>;
+  /** One holder, wherever it is (`holder.value`: its value), or null. */
+  holder: StatusHolder | null;
+  holders?: StatusHolder[];
   holders_here?: number;
   shared_holders?: number;
   waiters: number;
@@ -147,6 +175,10 @@ export interface LockInfo {
   mode?: 'exclusive' | 'shared';
   limit?: number;
   slot?: number;
+  /** The holder's value, when the lease has one. */
+  value?: string;
+  token?: string;
+  renewals?: number;
   [key: string]: unknown;
 }
 
@@ -194,6 +226,11 @@ const K_REFRESH = 4;
 const K_READ = 5;
 const K_ADOPT = 6;
 const K_HANDSHAKE = 7;
+const K_WATCH = 8;
+
+/** A WATCH or UNWATCH line is cut at about this length (the daemon's
+ * limits.max_line is 4096 by default). */
+const WATCH_LINE_MAX = 3000;
 
 // Waiter states.
 const W_QUEUED = 1;
@@ -237,6 +274,7 @@ class Waiter {
     readonly limit: number | undefined,
     readonly renew: boolean,
     readonly signal: AbortSignal | undefined,
+    readonly value: string | undefined,
     readonly resolve: (lease: Lease) => void,
     readonly reject: (err: unknown) => void,
   ) {
@@ -249,6 +287,19 @@ class Waiter {
 interface Slot {
   busy: boolean;
   q: Waiter[] | null;
+}
+
+/** A resource some Watch of this client watches. */
+interface Watched {
+  readonly resource: string;
+  readonly watches: Set<Watch>;
+  /** The last EVENT HOLDER line's words, and its event. */
+  line: string | null;
+  event: HolderEvent | null;
+  /** The session (its number here) the WATCH went out on; -1: to send. */
+  epoch: number;
+  /** The WATCH on its way, if any. */
+  req: Req | null;
 }
 
 function mkReq(
@@ -294,6 +345,7 @@ export interface ClientEvents {
   reconnect: [info: ReconnectInfo];
   failover: [info: FailoverInfo];
   lost: [lease: Lease, error: RedlockdError];
+  holder: [event: HolderEvent];
   error: [error: Error];
   close: [];
 }
@@ -310,7 +362,8 @@ export interface Client {
  * A session with redlockd over one connection at a time, shared by every
  * task of the process. Connects at once (in the background); requests wait
  * for the connection. Events: `ready`, `reconnect`, `failover`, `lost`,
- * `error` (only emitted when it has a listener), `close`.
+ * `holder` (a watched resource's new state), `error` (only emitted when it
+ * has a listener), `close`.
  */
 export class Client extends EventEmitter {
   /** The addresses, as given. */
@@ -360,6 +413,13 @@ export class Client extends EventEmitter {
   private _adoptRetryAt = 0;
   /** ADOPTs in flight for the 'failover' event. */
   private _failover: { adopted: number; lost: number; pending: number } | null = null;
+  /** resource -> the Watches of it. */
+  private readonly _watched = new Map<string, Watched>();
+  /** Counts the sessions: a new one (not a resume) must be sent WATCH again. */
+  private _epoch = 0;
+  /** Resources nobody watches any more that the session may still watch
+   * (their UNWATCH could not be sent): UNWATCH after a resume. */
+  private readonly _stale = new Set<string>();
 
   constructor(options: ClientOptions = {}) {
     super();
@@ -459,9 +519,13 @@ export class Client extends EventEmitter {
       const limit = o.limit === undefined ? undefined : checkMs(o.limit, 'limit', 1);
       if (o.renew !== undefined && typeof o.renew !== 'boolean') throw new TypeError('renew must be a boolean');
       if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) throw new TypeError('signal must be an AbortSignal');
+      const value = o.value === undefined ? undefined : checkValue(o.value);
+      if (value !== undefined && (o.mode === 'shared' || limit !== undefined)) {
+        throw new TypeError('a value is for exclusive locks (not with mode shared or a limit)');
+      }
       if (this._closing || this._closed) throw this._closedError();
       if (o.signal?.aborted) throw o.signal.reason;
-      w = new Waiter(list, ttl, wait, o.mode, limit, o.renew !== false, o.signal, resolve, reject);
+      w = new Waiter(list, ttl, wait, o.mode, limit, o.renew !== false, o.signal, value, resolve, reject);
     });
     if (w !== null) this._enqueue(w);
     return p;
@@ -520,6 +584,59 @@ export class Client extends EventEmitter {
     checkResource(resource);
     const limit = options.limit === undefined ? '' : ` limit=${checkMs(options.limit, 'limit', 1)}`;
     return this._json(await this._query(`STATUS ${resource}${limit}`, resource)) as Status;
+  }
+
+  /**
+   * Watch who holds these resources: an async iterator of HolderEvents,
+   * the state of each resource now, then one event each time it changes
+   * (through any daemon of the same nodes). `break` (or `return()`) ends
+   * it; so do `options.signal` (the iterator then rejects with its
+   * reason) and `close()` of the Client. A refused WATCH (`LIMIT`,
+   * `DENIED`) rejects the iterator, and `ready`. The watch follows the
+   * session: a resumed session hears each state again, and a new one (a
+   * failover) is sent WATCH again.
+   *
+   *     for await (const ev of client.watch('leader:db')) console.log(ev.value);
+   *
+   * Resources may be given as arguments or as an array; options last.
+   */
+  watch(...resources: string[]): Watch;
+  watch(...args: [...resources: string[], options: WatchOptions]): Watch;
+  watch(resources: readonly string[], options?: WatchOptions): Watch;
+  watch(...args: unknown[]): Watch {
+    let options: unknown = {};
+    let names: unknown[] = args;
+    const last = args[args.length - 1];
+    if (args.length > 0 && last !== null && typeof last === 'object' && !Array.isArray(last)) {
+      options = last;
+      names = args.slice(0, -1);
+    }
+    if (names.length === 1 && Array.isArray(names[0])) names = names[0] as unknown[];
+    const list = resourceList(names);
+    const o = options as WatchOptions;
+    if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) throw new TypeError('signal must be an AbortSignal');
+    const w = new Watch(this, Object.freeze(list), o.signal);
+    if (this._closing || this._closed) {
+      w._finish(this._closedError());
+      return w;
+    }
+    if (o.signal?.aborted) {
+      w._finish(o.signal.reason);
+      return w;
+    }
+    for (const r of list) {
+      let e = this._watched.get(r);
+      if (e === undefined) {
+        e = { resource: r, watches: new Set(), line: null, event: null, epoch: -1, req: null };
+        this._watched.set(r, e);
+      }
+      e.watches.add(w);
+      // Watched already: what is known now, and nothing more to send.
+      if (e.event !== null) w._deliver(e.event);
+      if (e.epoch === this._epoch && e.req === null) w._confirmed(r);
+    }
+    this._syncWatches();
+    return w;
   }
 
   /** LOCKS: this session's leases as the daemon sees them. Also confirms
@@ -742,6 +859,7 @@ export class Client extends EventEmitter {
     if (w.mode !== undefined) line += ' mode=' + w.mode;
     if (w.limit !== undefined) line += ' limit=' + w.limit;
     if (!w.renew) line += ' renew=0';
+    if (w.value !== undefined) line += ' value=' + w.value;
     return line;
   }
 
@@ -865,6 +983,7 @@ export class Client extends EventEmitter {
       f.mode === 'shared' ? 'shared' : 'exclusive',
       f.limit === undefined ? w.limit : Number(f.limit),
       f.slot === undefined ? undefined : Number(f.slot),
+      w.value,
     );
   }
 
@@ -933,10 +1052,16 @@ export class Client extends EventEmitter {
     });
   }
 
-  /** @internal */
-  _extendLease(lease: Lease, ttl: number): Promise<Lease> {
+  /** @internal EXTEND ttl= and/or value= (one of them at least). */
+  _extendLease(lease: Lease, ttl: number | undefined, value: string | undefined): Promise<Lease> {
     try {
-      checkMs(ttl, 'ttl', 1);
+      if (ttl !== undefined || value === undefined) checkMs(ttl, 'ttl', 1);
+      if (value !== undefined) {
+        checkValue(value);
+        if (lease.mode !== 'exclusive' || lease.limit !== undefined) {
+          throw new TypeError('a value is for exclusive locks (not a shared hold or a semaphore slot)');
+        }
+      }
     } catch (e) {
       return Promise.reject(e);
     }
@@ -946,17 +1071,22 @@ export class Client extends EventEmitter {
       return Promise.reject(new RedlockdError('NOTHELD', `${lease.resource} was released`, { resource: lease.resource }));
     }
     const oldTtl = lease._ttl;
+    const words = (ttl === undefined ? '' : ` ttl=${ttl}`) + (value === undefined ? '' : ` value=${value}`);
     const parts = lease.resources.map(
       (r) =>
         new Promise<{ tSend: number; validity: number; ttl: number }>((resolve, reject) => {
           const req = mkReq(
-            `EXTEND ${r} ttl=${ttl}`,
+            `EXTEND ${r}${words}`,
             K_EXTEND,
             true,
             (line) => {
               if (isOk(line)) {
                 const f = fields(line.slice(3));
-                return resolve({ tSend: req.tSend, validity: intField(f, 'validity', 0), ttl: intField(f, 'ttl', ttl) });
+                return resolve({
+                  tSend: req.tSend,
+                  validity: intField(f, 'validity', 0),
+                  ttl: intField(f, 'ttl', ttl ?? lease._ttl),
+                });
               }
               const code = errCode(line);
               if (code === 'LOST' || code === 'NOTHELD') {
@@ -964,7 +1094,7 @@ export class Client extends EventEmitter {
                 this._lose(lease, err);
                 return reject(err);
               }
-              if (code === 'UNAVAILABLE' && ttl < oldTtl && lease._state === HELD) {
+              if (code === 'UNAVAILABLE' && ttl !== undefined && ttl < oldTtl && lease._state === HELD) {
                 // Some nodes may have the shorter ttl now: count the lease
                 // confirmed only up to when this EXTEND was sent.
                 lease._deadline = Math.min(lease._deadline, req.tSend);
@@ -988,7 +1118,7 @@ export class Client extends EventEmitter {
       let d = Infinity;
       let v = Infinity;
       let t = Infinity;
-      let newTtl = ttl;
+      let newTtl = lease._ttl;
       for (const x of rs) {
         d = Math.min(d, x.tSend + x.validity);
         v = Math.min(v, x.validity);
@@ -997,6 +1127,7 @@ export class Client extends EventEmitter {
       }
       this._confirm(lease, t, d, v, newTtl);
       if (lease._state === LOST) throw lease._lostErr;
+      if (value !== undefined) lease._value = value;
       return lease;
     });
   }
@@ -1242,7 +1373,9 @@ export class Client extends EventEmitter {
     const sp = line.indexOf(' ', 6);
     const name = sp < 0 ? line.slice(6) : line.slice(6, sp);
     const f = sp < 0 ? {} : fields(line.slice(sp + 1));
-    if (name === 'LOST') {
+    if (name === 'HOLDER') {
+      this._onHolder(line.slice(sp + 1), f);
+    } else if (name === 'LOST') {
       const r = f.resource;
       const lease = r === undefined ? undefined : this._byRes.get(r);
       if (lease !== undefined && r !== undefined && (f.fence === undefined || f.fence === lease._fence)) {
@@ -1253,6 +1386,135 @@ export class Client extends EventEmitter {
     } else if (name === 'CLOSING') {
       conn.closingReason = f.reason ?? 'unknown';
     }
+  }
+
+  // ---- watches ---------------------------------------------------------------------
+
+  /** EVENT HOLDER: a new state of a watched resource, for each of its
+   * Watches (the same state again, as a resume or a second WATCH sends
+   * it, is not told twice). */
+  private _onHolder(words: string, f: Record<string, string>): void {
+    const r = f.resource;
+    const e = r === undefined ? undefined : this._watched.get(r);
+    if (e === undefined || e.line === words) return; // unwatched meanwhile, or nothing new
+    const ev = holderEvent(f);
+    if (ev === null) return;
+    e.line = words;
+    e.event = ev;
+    for (const w of [...e.watches]) w._deliver(ev);
+    if (this.listenerCount('holder') > 0) this.emit('holder', ev);
+  }
+
+  /** Send WATCH for each watched resource this session has not been sent
+   * (a new watch, or every one after a new session), in lines of at most
+   * WATCH_LINE_MAX characters. */
+  private _syncWatches(): void {
+    if (!this._ready || this._conn === null || this._closing || this._closed) return;
+    const epoch = this._epoch;
+    let batch: Watched[] = [];
+    let len = 0;
+    const flush = (): void => {
+      if (batch.length > 0) this._sendWatch(batch, epoch);
+      batch = [];
+      len = 0;
+    };
+    for (const e of this._watched.values()) {
+      if (e.epoch === epoch) continue;
+      if (len + e.resource.length + 1 > WATCH_LINE_MAX) flush();
+      batch.push(e);
+      len += e.resource.length + 1;
+    }
+    flush();
+  }
+
+  private _sendWatch(batch: Watched[], epoch: number): void {
+    const req: Req = mkReq(
+      'WATCH ' + batch.map((e) => e.resource).join(' '),
+      K_WATCH,
+      false,
+      (line) => {
+        const mine = batch.filter((e) => e.req === req);
+        for (const e of mine) e.req = null;
+        if (isOk(line)) {
+          for (const e of mine) for (const w of e.watches) w._confirmed(e.resource);
+          return;
+        }
+        // Refused, all of it (LIMIT, DENIED): every Watch of these ends.
+        const err = line.startsWith('ERR ')
+          ? replyError(line, mine[0]?.resource)
+          : connectionError(`unexpected reply to WATCH: ${line.slice(0, 120)}`);
+        for (const e of mine) {
+          if (this._watched.get(e.resource) === e) this._watched.delete(e.resource);
+        }
+        const ws = new Set<Watch>();
+        for (const e of mine) for (const w of e.watches) ws.add(w);
+        for (const w of ws) w._finish(err);
+      },
+      () => {
+        // The connection went first: WATCH again on the next one (a
+        // resumed session may have it already: it tells the state again).
+        for (const e of batch) {
+          if (e.req !== req) continue;
+          e.req = null;
+          e.epoch = -1;
+        }
+      },
+    );
+    for (const e of batch) {
+      e.epoch = epoch;
+      e.req = req;
+    }
+    this._send(req);
+  }
+
+  /** @internal a Watch ended: UNWATCH what no other Watch wants. */
+  _unwatch(w: Watch): void {
+    const gone: string[] = [];
+    for (const r of w.resources) {
+      const e = this._watched.get(r);
+      if (e === undefined || !e.watches.delete(w) || e.watches.size > 0) continue;
+      this._watched.delete(r);
+      if (e.epoch !== -1 || e.req !== null) gone.push(r);
+    }
+    if (gone.length === 0 || this._closing || this._closed) return;
+    if (!this._ready) {
+      // The session may be resumed with these watches: UNWATCH then.
+      for (const r of gone) this._stale.add(r);
+      return;
+    }
+    this._sendUnwatch(gone);
+  }
+
+  /** UNWATCH these (that no Watch wants now), in lines of at most
+   * WATCH_LINE_MAX characters. */
+  private _sendUnwatch(resources: readonly string[]): void {
+    let batch: string[] = [];
+    let len = 0;
+    const flush = (): void => {
+      if (batch.length === 0) return;
+      const names = batch;
+      const failed = (): void => {
+        // The connection went first: again after a resume.
+        for (const r of names) if (!this._watched.has(r)) this._stale.add(r);
+      };
+      this._send(mkReq('UNWATCH ' + names.join(' '), K_WATCH, false, () => {}, failed));
+      batch = [];
+      len = 0;
+    };
+    for (const r of resources) {
+      if (len + r.length + 1 > WATCH_LINE_MAX) flush();
+      batch.push(r);
+      len += r.length + 1;
+    }
+    flush();
+  }
+
+  /** Every Watch ends (err null: quietly, as at close()). */
+  private _endWatches(err: Error | null): void {
+    const ws = new Set<Watch>();
+    for (const e of this._watched.values()) for (const w of e.watches) ws.add(w);
+    this._watched.clear();
+    for (const w of ws) w._finish(err);
   }
 
   /** The daemon is stopping: it takes no new locks. With other servers,
@@ -1316,6 +1578,7 @@ export class Client extends EventEmitter {
     this._closed = true;
     for (const l of [...this._leases]) this._lose(l, lostError(l.resource, 'closed'));
     this._failAll(err);
+    this._endWatches(err);
     this._clearTimer();
     this.emit('close');
   }
@@ -1536,6 +1799,14 @@ export class Client extends EventEmitter {
       }
       this._write(conn, r);
     }
+    if (this._stale.size > 0) {
+      // Given up while the connection was down: a resumed session still
+      // watches them, a new one does not.
+      const stale = [...this._stale].filter((r) => !this._watched.has(r));
+      this._stale.clear();
+      if (resumed && stale.length > 0) this._sendUnwatch(stale);
+    }
+    this._syncWatches();
     const rw = this._readyWaiters.splice(0);
     for (const x of rw) x.resolve();
     const info = this._info as ServerInfo;
@@ -1737,6 +2008,7 @@ export class Client extends EventEmitter {
     }
     if (conn.dead || this._conn !== conn) throw connectionError('the connection ended during the handshake');
     const hadSession = this._started;
+    this._epoch++; // its watches are to be sent again
     this._session = f.session ?? null;
     this._secret = f.secret !== undefined && HEX32.test(f.secret) ? f.secret : null;
     this._sessionIndex = i;
@@ -1889,6 +2161,7 @@ export class Client extends EventEmitter {
     }
     if (this._conn !== null) this._drop(this._conn, 'closed by the client');
     this._failAll(err);
+    this._endWatches(null);
     this.emit('close');
   }
 }

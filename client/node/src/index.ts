@@ -19,9 +19,12 @@ export type {
   ReconnectInfo,
   ServerInfo,
   Status,
+  StatusHolder,
   TlsOptions,
 } from './client.js';
 export { Lease } from './lease.js';
-export type { LeaseState } from './lease.js';
+export type { ExtendOptions, LeaseState } from './lease.js';
+export { Watch } from './watch.js';
+export type { HolderEvent, WatchOptions } from './watch.js';
 export { RedlockdError } from './errors.js';
 export type { ErrorCode, LostReason } from './errors.js';

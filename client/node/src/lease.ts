@@ -18,9 +18,16 @@ export function earlyMs(ttl: number): number {
 /** @internal the Client's side of a lease. */
 export interface LeaseOwner {
   _releaseLease(lease: Lease): Promise<void>;
-  _extendLease(lease: Lease, ttl: number): Promise<Lease>;
+  _extendLease(lease: Lease, ttl: number | undefined, value: string | undefined): Promise<Lease>;
   _checkLease(lease: Lease): void;
   _leaseUnconfirmed(lease: Lease): boolean;
+}
+
+/** What `lease.extend()` may change besides the ttl. */
+export interface ExtendOptions {
+  /** A new holder value (exclusive locks only): replaced in the same
+   * EXTEND, without giving up the lock. */
+  value?: string;
 }
 
 /** @internal internal states */
@@ -50,6 +57,7 @@ export class Lease {
   /** @internal */ _token: string;
   /** @internal */ _fence: string;
   /** @internal */ _ttl: number;
+  /** @internal the holder's value, as the last LOCK or EXTEND set it */ _value: string | undefined;
   /** @internal */ _validity: number;
   /** @internal performance.now() time until which the lease is confirmed */ _deadline: number;
   /** @internal send time of the request that last confirmed it */ _confirmedAt: number;
@@ -79,6 +87,7 @@ export class Lease {
     mode: 'exclusive' | 'shared',
     limit: number | undefined,
     slot: number | undefined,
+    value: string | undefined,
   ) {
     this._owner = owner;
     this.resources = resources;
@@ -93,6 +102,7 @@ export class Lease {
     this.mode = mode;
     this.limit = limit;
     this.slot = slot;
+    this._value = value;
   }
 
   /** The first (or only) resource. */
@@ -110,6 +120,13 @@ export class Lease {
    * Give it to the storage the lock guards. */
   get fence(): bigint {
     return BigInt(this._fence);
+  }
+
+  /** The holder's value (the `value` option of the acquire, or the last
+   * `setValue()`), which STATUS and watchers on every daemon show;
+   * undefined when none was set. */
+  get value(): string | undefined {
+    return this._value;
   }
 
   /** The lease's ttl on the nodes, in ms. */
@@ -178,9 +195,19 @@ export class Lease {
   }
 
   /** EXTEND every resource to `ttl` ms from now (and the daemon's renewals
-   * use it from then on). Resolves to this lease with its new deadline. */
-  extend(ttl: number): Promise<Lease> {
-    return this._owner._extendLease(this, ttl);
+   * use it from then on); with `value`, the holder's value is replaced in
+   * the same step. Resolves to this lease with its new deadline. */
+  extend(ttl: number, options: ExtendOptions = {}): Promise<Lease> {
+    if (options === null || typeof options !== 'object') return Promise.reject(new TypeError('options must be an object'));
+    return this._owner._extendLease(this, ttl, options.value);
+  }
+
+  /** Replace the holder's value without giving up the lock (EXTEND
+   * value=, exclusive locks only): the token and fence stay, the ttl stays
+   * as it is, and watchers on every daemon hear the new value. Resolves to
+   * this lease with its new deadline (as `extend` does). */
+  setValue(value: string): Promise<Lease> {
+    return this._owner._extendLease(this, undefined, value);
   }
 
   /** UNLOCK. Resolves once the daemon released it. Rejects with `LOST` if
@@ -200,6 +227,7 @@ export class Lease {
       mode: this.mode,
       limit: this.limit,
       slot: this.slot,
+      value: this._value,
       deadline: this.deadline,
       state: this.state,
     };

@@ -112,6 +112,19 @@ export function resourceList(resources: unknown): string[] {
   return list as string[];
 }
 
+/** The longest holder value the protocol allows (the daemon's own limit,
+ * locks.max_value_len, is 256 by default: longer ones get ERR ARG). */
+export const MAX_VALUE_LEN = 4096;
+
+/** A holder's value (LOCK/EXTEND value=): 1 to 4096 visible ASCII
+ * characters (no spaces; '=' is fine). */
+export function checkValue(v: unknown): string {
+  if (typeof v !== 'string' || v.length === 0 || v.length > MAX_VALUE_LEN || !VISIBLE.test(v)) {
+    throw new TypeError(`bad value ${JSON.stringify(v)}: 1 to 256 visible ASCII characters without spaces (the daemon's locks.max_value_len)`);
+  }
+  return v;
+}
+
 /** A word for HELLO name= / AUTH: 1 to `max` visible ASCII characters. */
 export function checkWord(w: unknown, what: string, max: number): string {
   if (typeof w !== 'string' || w.length === 0 || w.length > max || !VISIBLE.test(w)) {

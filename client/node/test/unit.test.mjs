@@ -98,4 +98,52 @@ describe('arguments', () => {
     }
     await assert.rejects(c.acquire('a'), (e) => e.code === 'CONNECTION');
   });
+
+  it('refuses bad values and watches before sending', async () => {
+    const c = new Client({ servers: ['127.0.0.1:1'], timeout: 200 });
+    try {
+      for (const bad of ['', 'a b', 'tab\there', 'é', 7, null, 'x'.repeat(4097)]) {
+        await assert.rejects(c.acquire('a', { value: bad }), TypeError, String(bad));
+      }
+      await assert.rejects(c.acquire('a', { value: 'x', mode: 'shared' }), TypeError);
+      await assert.rejects(c.acquire('a', { value: 'x', limit: 3 }), TypeError);
+      assert.throws(() => c.watch(), TypeError);
+      assert.throws(() => c.watch(''), TypeError);
+      assert.throws(() => c.watch('a b'), TypeError);
+      assert.throws(() => c.watch('a', 'a'), TypeError);
+      assert.throws(() => c.watch([]), TypeError);
+      assert.throws(() => c.watch('a', { signal: {} }), TypeError);
+      assert.throws(() => c.watch({}), TypeError);
+      // The forms it takes: names, an array, options last.
+      const ac = new AbortController();
+      for (const w of [c.watch('a', 'b'), c.watch(['a', 'b']), c.watch(['a', 'b'], { signal: ac.signal }), c.watch('a', 'b', {})]) {
+        assert.deepEqual(w.resources, ['a', 'b']);
+        assert.equal(w[Symbol.asyncIterator](), w);
+        await w.return();
+        assert.deepEqual(await w.next(), { value: undefined, done: true });
+      }
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+describe('holder events', () => {
+  it('reads EVENT HOLDER words', async () => {
+    const { holderEvent } = await import('../dist/esm/watch.js');
+    assert.deepEqual(
+      { ...holderEvent(fields('resource=leader:db held=1 mode=exclusive fence=41 name=db-2 daemon=web-1 value=http://10.0.0.8:5432/?a=b')) },
+      { resource: 'leader:db', held: 1, mode: 'exclusive', fence: 41n, name: 'db-2', daemon: 'web-1', value: 'http://10.0.0.8:5432/?a=b', foreign: false, limit: undefined },
+    );
+    const free = holderEvent(fields('resource=x held=0'));
+    assert.equal(free.held, 0);
+    assert.equal(free.mode, undefined);
+    assert.ok(Object.isFrozen(free));
+    assert.equal(holderEvent(fields('resource=x held=1 mode=exclusive fence=2 name= daemon=d')).name, '');
+    assert.equal(holderEvent(fields('resource=x held=1 foreign=1')).foreign, true);
+    const sem = holderEvent(fields('resource=x held=2 mode=semaphore limit=3'));
+    assert.equal(sem.mode, 'semaphore');
+    assert.equal(sem.limit, 3);
+    assert.equal(holderEvent(fields('held=1')), null);
+  });
 });

@@ -1,8 +1,19 @@
 // A small TypeScript user of the package's types, as an ES module. Checked
 // with tsc --noEmit (strict) by the tests, in place and from the packed
 // tarball installed into an empty project.
-import { Client, Lease, RedlockdError } from 'redlockd';
-import type { AcquireOptions, ClientOptions, ErrorCode, FailoverInfo, Locks, Status } from 'redlockd';
+import { Client, Lease, RedlockdError, Watch } from 'redlockd';
+import type {
+  AcquireOptions,
+  ClientOptions,
+  ErrorCode,
+  ExtendOptions,
+  FailoverInfo,
+  HolderEvent,
+  Locks,
+  Status,
+  StatusHolder,
+  WatchOptions,
+} from 'redlockd';
 import Redlock, { ExecutionError, Lock, ResourceLockedError } from 'redlockd/redlock';
 import type { ExecutionResult, RedlockAbortSignal, Settings } from 'redlockd/redlock';
 
@@ -56,6 +67,61 @@ export async function work(): Promise<bigint> {
   void wrong;
   await client.close();
   return fence;
+}
+
+// Holder values, watches, a leader election.
+export async function leader(): Promise<string | undefined> {
+  const lease = await client.acquire('leader:db', { wait: Infinity, value: '10.0.0.7:5432' });
+  const mine: string | undefined = lease.value;
+  const same: Lease = await lease.setValue('10.0.0.8:5432');
+  const ext: ExtendOptions = { value: '10.0.0.9:5432' };
+  await same.extend(30000, ext);
+  await lease.extend(30000);
+  const fromUsing: string | undefined = await client.using('leader:db', { wait: Infinity, value: 'addr' }, async (l) => l.value);
+  const st: Status = await client.status('leader:db');
+  const holder: StatusHolder | null = st.holder;
+  const value: string | undefined = st.holder?.value;
+  const name: string | null | undefined = holder?.name;
+  const fence: number | undefined = holder?.fence;
+  const lockValue: string | undefined = (await client.locks()).locks[0]?.value;
+  void fromUsing, value, name, fence, lockValue;
+
+  const opts: WatchOptions = { signal: AbortSignal.timeout(1000) };
+  const watch: Watch = client.watch('leader:db', 'other', opts);
+  const byArray: Watch = client.watch(['a', 'b'], { signal: new AbortController().signal });
+  const one: Watch = client.watch('a');
+  const names: readonly string[] = watch.resources;
+  await watch.ready;
+  let leaderNow: string | undefined;
+  for await (const ev of watch) {
+    const e: HolderEvent = ev;
+    const f: bigint | undefined = ev.fence;
+    const held: number = ev.held;
+    const mode: 'exclusive' | 'shared' | 'semaphore' | undefined = ev.mode;
+    const who: string | undefined = ev.name;
+    const daemon: string | undefined = ev.daemon;
+    const foreign: boolean = ev.foreign;
+    const limit: number | undefined = ev.limit;
+    void e, f, held, mode, who, daemon, foreign, limit;
+    // @ts-expect-error: an event is read-only
+    ev.value = 'x';
+    leaderNow = ev.value;
+    if (leaderNow !== undefined) break;
+  }
+  const r = await byArray.next();
+  if (!r.done) {
+    const e: HolderEvent = r.value;
+    void e;
+  }
+  await byArray.return();
+  await one.close();
+  void names;
+  client.on('holder', (ev) => console.log(ev.resource, ev.held, ev.value));
+  // @ts-expect-error: a value is a string
+  await lease.setValue(5);
+  // @ts-expect-error: resources are strings
+  client.watch(1);
+  return mine ?? leaderNow;
 }
 
 export async function compat(): Promise<void> {
