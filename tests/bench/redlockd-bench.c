@@ -939,13 +939,17 @@ static bool may_generate(void)
 }
 
 /* The resource names of one lock-mode cycle, space-separated. */
-static const char *lock_names(const struct bconn *c, uint64_t seq)
+/* The names a LOCK names: with --fixed the same ones each time, per
+ * connection (and per slot of its tags: slot >= 0), else new ones. */
+static const char *lock_names(const struct bconn *c, uint64_t seq, long slot)
 {
     static char buf[2048];
     char base[160];
     size_t off = 0;
 
-    if (B.fixed)
+    if (B.fixed && slot >= 0)
+        snprintf(base, sizeof(base), "%s:%u:s%ld", B.prefix, c->idx, slot);
+    else if (B.fixed)
         snprintf(base, sizeof(base), "%s:%u", B.prefix, c->idx);
     else
         snprintf(base, sizeof(base), "%s:%u:%" PRIu64, B.prefix, c->idx, seq);
@@ -964,13 +968,13 @@ static const char *lock_names(const struct bconn *c, uint64_t seq)
 
 static void send_lock(struct bconn *c, uint64_t seq)
 {
-    conn_send(c, REQ_LOCK, "LOCK %s ttl=%u%s%s\n", lock_names(c, seq), B.ttl,
+    conn_send(c, REQ_LOCK, "LOCK %s ttl=%u%s%s\n", lock_names(c, seq, -1), B.ttl,
               B.lock_opts[0] ? " " : "", B.lock_opts);
 }
 
 static void send_unlock(struct bconn *c, uint64_t seq)
 {
-    conn_send(c, REQ_UNLOCK, "UNLOCK %s\n", lock_names(c, seq));
+    conn_send(c, REQ_UNLOCK, "UNLOCK %s\n", lock_names(c, seq, -1));
 }
 
 static void tagged_lock(struct bconn *c, unsigned k)
@@ -978,7 +982,7 @@ static void tagged_lock(struct bconn *c, unsigned k)
     c->slots[k].seq = c->seq++;
     B.ops_started++;
     conn_send_tagged(c, k, REQ_LOCK, "LOCK %s ttl=%u%s%s\n",
-                     lock_names(c, c->slots[k].seq));
+                     lock_names(c, c->slots[k].seq, (long)k));
 }
 
 static void fill_lock(struct bconn *c)
@@ -1309,7 +1313,7 @@ static void on_tagged_reply(struct bconn *c, unsigned k, const char *line,
         t->lock_ok = ok;
         if (ok)
             conn_send_tagged(c, k, REQ_UNLOCK, "UNLOCK %s\n",
-                             lock_names(c, t->seq));
+                             lock_names(c, t->seq, (long)k));
         return;
     }
     hist_add(&B.h[H_UNLOCK], lat);
