@@ -2122,10 +2122,13 @@ static void ctl_handle_signals(struct ctl_run *r)
 {
     int sig;
 
+    /* To the command's group for as long as the lock is held for it:
+     * while the command runs, and after it exited while others of its
+     * group run on (keeper_kill sends nothing once the group is gone). */
     while ((sig = keeper_signal_next()) > 0) {
         if (sig == SIGCHLD)
             keeper_reap(&r->g);
-        else if (!r->g.exited || r->lost_noticed)
+        else
             keeper_kill(&r->g, sig);
     }
 }

@@ -25,7 +25,9 @@
  *     the command inherited the lock connection ($REDLOCKD_LOCK_FD), so
  *     the daemon keeps the lock until the command's last process exits,
  *     and frees it the --detach time later;
- *   - SIGTERM and SIGINT sent to redlockctl reach the command;
+ *   - SIGTERM and SIGINT sent to redlockctl reach the command; SIGTERM
+ *     and SIGHUP also reach the rest of its group after the command itself
+ *     exited, so the lock is released and redlockctl exits at once;
  *   - a lease lost while the command runs (two of three nodes SIGSTOPped)
  *     stops the command, and redlockctl exits 70;
  *   - a lease lost to FORCEUNLOCK: SIGTERM reaches the command's whole
@@ -1458,6 +1460,58 @@ START_TEST(run_keeper_ctl_stopped)
     assert_status(p, 128 + SIGTERM, "redlockctl SIGTERMed after SIGCONT");
     ck_assert_msg(p->err_len == 0, "redlockctl said: %s", p->err);
     assert_free("cli:ctlstop");
+}
+END_TEST
+
+/*
+ * redlockctl(1): SIGINT, SIGTERM and SIGHUP go to the command's process
+ * group. After the command itself has exited, the keeper holds the lock
+ * for the rest of its group (a `sleep 30 &` here): SIGTERM, then SIGHUP,
+ * to redlockctl reaches that rest too, so the group ends, the lock is
+ * released and redlockctl exits with the command's status at once, not
+ * when the straggler ends by itself.
+ */
+START_TEST(run_signal_after_command)
+{
+    static const int sigs[] = { SIGTERM, SIGHUP };
+    const char *pidf;
+    struct proc *p;
+    long long took;
+    uint64_t t0;
+    long pgid;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    h_cluster_client(&K, 0, 0);
+    pidf = tmp_path("pid");
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        unlink(pidf);
+        p = ctl_start("-s", S, "run", "cli:rest", "--", "sh", "-c",
+                      "echo $$ > \"$1\"; sleep 30 & exit 3", "sh", pidf, NULL);
+        pgid = wait_file_number(pidf, h_scale(5000));
+        ck_assert_msg(wait_pid_gone((pid_t)pgid, h_scale(5000)),
+                      "the command (pid %ld) did not exit", pgid);
+        h_sleep_ms(100);
+        h_expect(A, "ERR BUSY", "LOCK cli:rest ttl=30000");
+        t0 = h_now_ms();
+        ck_assert_int_eq(kill(p->pid, sigs[i]), 0);
+        if (!proc_exited(p, h_scale(3000))) {
+            took = h_since(t0);
+            kill_group(pgid);
+            proc_wait(p, h_scale(5000));
+            ck_abort_msg("%s to redlockctl after its command exited: still "
+                         "running %lld ms later, its group (%ld) untouched; "
+                         "stderr: %s", strsignal(sigs[i]), took, pgid, p->err);
+        }
+        took = h_since(t0);
+        fprintf(stderr, "run_signal_after_command: %s: redlockctl exited %lld "
+                "ms after it\n", strsignal(sigs[i]), took);
+        assert_status(p, 3, "redlockctl after a signal to the rest of the group");
+        ck_assert_msg(wait_group_gone(pgid, h_scale(1000)), "the rest of the "
+                      "command's group (%ld) still runs", pgid);
+        assert_free("cli:rest");
+        kill_group(pgid);
+    }
 }
 END_TEST
 
@@ -2918,8 +2972,6 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_lease_lost);
     tcase_add_test(tc, run_daemon_stalled);
     tcase_add_test(tc, run_ctl_stopped);
-    tcase_add_test(tc, run_failover_restart);
-    tcase_add_test(tc, run_failover_kill);
     tcase_add_test(tc, inspection_commands);
     tcase_add_test(tc, options_anywhere);
     tcase_add_test(tc, run_durations);
@@ -2936,7 +2988,6 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, tls_errors);
     tcase_add_test(tc, elect_two_candidates);
     tcase_add_test(tc, watch_json_lines);
-    tcase_add_test(tc, watch_follows_failover);
     tcase_add_test(tc, lock_holds_until_signal);
     tcase_add_test(tc, elect_lock_watch_usage);
     tcase_add_test(tc, version_and_help);
@@ -2949,6 +3000,15 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_keeper_close_fds);
     tcase_add_test(tc, run_keeper_release_at_once);
     tcase_add_test(tc, run_keeper_ctl_stopped);
+    tcase_add_test(tc, run_signal_after_command);
+    suite_add_tcase(s, tc);
+    /* Failover through two daemons: CK_RUN_CASE=failover. */
+    tc = tcase_create("failover");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, h_scale(30));
+    tcase_add_test(tc, run_failover_restart);
+    tcase_add_test(tc, run_failover_kill);
+    tcase_add_test(tc, watch_follows_failover);
     suite_add_tcase(s, tc);
     return s;
 }
