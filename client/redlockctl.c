@@ -1989,6 +1989,12 @@ struct ctl_run {
     double next_refresh;
     double stop_early;          /* how long before the deadline to stop */
     bool not_taken;             /* the lock was busy or refused */
+    /* When the work the lock guarded ended (the command's group was seen
+     * empty; lock: told to stop), and the earliest deadline of the leases
+     * then (-1: none known): a loss the release reports afterwards is
+     * judged against these, not against when the release came back. */
+    int64_t ended_ms;
+    int64_t covered_until;
 };
 
 /* The library's own reasons for a lost lease, for the message. */
@@ -2297,14 +2303,43 @@ static void ctl_wait_child(struct ctl_run *r, uint32_t ttl)
     }
 }
 
-/* Release the lock; false when it turned out lost (said so, as having
- * happened before `when`). A release that fails otherwise is said, and
- * left to the daemon. */
+/* The work the lock guarded is over: its time, and how long the leases
+ * were sure to be ours then (see struct ctl_run). */
+static void ctl_work_ended(struct ctl_run *r)
+{
+    int64_t deadline;
+
+    r->ended_ms = keeper_now_ms();
+    r->covered_until = -1;
+    for (size_t i = 0; i < r->c->nresources; i++) {
+        if (redlockd_lease_deadline(r->h, r->c->resources[i], &deadline)
+            != 0) {
+            r->covered_until = -1;
+            return;
+        }
+        if (r->covered_until < 0 || deadline < r->covered_until)
+            r->covered_until = deadline;
+    }
+}
+
+/* Release the lock, after ctl_work_ended; false when it turned out lost
+ * before the work ended (said so, as having happened before `when`). A
+ * loss found only after that (a release answered late, past the deadline
+ * that still covered the work's end) cost the work nothing: said, not
+ * counted. A release that fails otherwise is said, and left to the
+ * daemon. */
 static bool ctl_unlock(struct ctl_run *r, const char *when)
 {
     int rc = ctl_kinds(r->c) ? ctl_unlockv(r->c, r->h)
                              : redlockd_unlock(r->h, r->resource);
 
+    if (rc == -REDLOCKD_E_LOST && r->ended_ms < r->covered_until) {
+        warnx("the lease on %s ran out before its release reached the "
+              "daemon, but only after %s (%" PRId64 " ms before its "
+              "deadline)", r->resource, when,
+              r->covered_until - r->ended_ms);
+        return true;
+    }
     if (rc == -REDLOCKD_E_LOST) {
         warnx("the lease on %s was lost before %s", r->resource, when);
         return false;
@@ -2323,6 +2358,7 @@ static int ctl_finish(struct ctl_run *r)
     int lost = r->lost, status = keeper_exit_status(r->g.status);
 
     if (!lost) {
+        ctl_work_ended(r);
         lost = !ctl_unlock(r, "the command ended");
     } else if (!r->lost_noticed) {
         warnx("lost the lock on %s as the command ended: %s", r->resource,
@@ -2608,7 +2644,8 @@ static int ctl_hold(struct ctl *c, const struct ctl_args *a)
               e->code ? ": " : "", e->msg);
         rc = CTL_EXIT_LOST;
     } else {
-        rc = ctl_unlock(&r, "it was released") ? 0 : CTL_EXIT_LOST;
+        ctl_work_ended(&r);
+        rc = ctl_unlock(&r, "the signal to let it go") ? 0 : CTL_EXIT_LOST;
     }
     redlockd_close(r.h);
     return rc;

@@ -44,6 +44,9 @@
  *     restart, and through its SIGKILL: the command runs its 3 s to the
  *     end, exit 0, and another client gets BUSY all along; ping goes to
  *     the list's next daemon when the first is down;
+ *   - a command that ended within its lease, whose final UNLOCK the
+ *     stopped daemon answers LOST only after the deadline, gives the
+ *     command's status, not 70;
  *   - options anywhere for every command (for run, before COMMAND), and
  *     usage messages that name the missing word (run -- true: RESOURCE);
  *     names as long as the daemon takes, and messages naming its limit;
@@ -1512,6 +1515,43 @@ START_TEST(run_signal_after_command)
         assert_free("cli:rest");
         kill_group(pgid);
     }
+}
+END_TEST
+
+/*
+ * The command ends within its lease, just as its daemon stops (SIGSTOP):
+ * the final UNLOCK waits for the daemon past the lease's deadline, and the
+ * daemon, continued, answers that the lease was lost. The loss came after
+ * the command's group ended, so it cost the command nothing: redlockctl
+ * exits with the command's status, not 70.
+ */
+START_TEST(run_unlock_after_deadline)
+{
+    const int ttl = 2000;
+    struct proc *p;
+    long cmd;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    p = ctl_start("-s", S, "--timeout", "10s", "run", "--ttl", "2000",
+                  "cli:late", "--", "sh", "-c",
+                  "echo $$ > \"$1\"; exec sleep 30", "sh",
+                  tmp_path("pid"), NULL);
+    cmd = wait_file_number(tmp_path("pid"), h_scale(5000));
+    h_sleep_ms(300);
+    ck_assert_int_eq(kill(D->pid, SIGSTOP), 0);
+    ck_assert_int_eq(kill((pid_t)cmd, SIGTERM), 0);
+    ck_assert_msg(wait_pid_gone((pid_t)cmd, h_scale(2000)), "the command "
+                  "(pid %ld) still runs", cmd);
+    /* The UNLOCK waits for the stopped daemon, past the lease deadline. */
+    h_sleep_ms(ttl + 500);
+    ck_assert_msg(!proc_exited(p, 0), "redlockctl exited (%d) while its "
+                  "daemon was stopped: %s", p->status, p->err);
+    ck_assert_int_eq(kill(D->pid, SIGCONT), 0);
+    proc_wait(p, h_scale(10000));
+    fprintf(stderr, "run_unlock_after_deadline: redlockctl said: %s", p->err);
+    assert_status(p, 128 + SIGTERM, "run whose command ended within its "
+                  "lease, its release answered after the deadline");
 }
 END_TEST
 
@@ -3001,6 +3041,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_keeper_release_at_once);
     tcase_add_test(tc, run_keeper_ctl_stopped);
     tcase_add_test(tc, run_signal_after_command);
+    tcase_add_test(tc, run_unlock_after_deadline);
     suite_add_tcase(s, tc);
     /* Failover through two daemons: CK_RUN_CASE=failover. */
     tc = tcase_create("failover");
