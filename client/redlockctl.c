@@ -118,7 +118,9 @@
  * another. While the handle is not connected, redlockctl gives it slices
  * of at most CTL_RECONNECT_SLICE_MS to reconnect in, so that signals and
  * the command's exit are not left waiting, and looks again after
- * CTL_RECONNECT_POLL_MS.
+ * CTL_RECONNECT_POLL_MS. Before the grant, a LOCK refused by a daemon that
+ * is stopping, or cut off by a broken connection, is sent again through
+ * the next daemon (ctl_lock_again), within what is left of --wait.
  */
 #define CTL_DETACH_MIN_MS 30000
 #define CTL_DETACH_MAX_MS 60000
@@ -2384,6 +2386,58 @@ static int ctl_take(const struct ctl_run *r, uint32_t wait_ms,
                                         1, lease);
 }
 
+/* The daemons the handle may go to: -s, else $REDLOCKD_SERVER's list (as
+ * the library reads them). */
+static size_t ctl_nservers(const struct ctl *c)
+{
+    const char *env = getenv(REDLOCKD_SERVER_ENV);
+    size_t n = 1;
+
+    if (c->nservers > 0)
+        return c->nservers;
+    for (; env && *env != '\0'; env++)
+        n += *env == ',';
+    return n;
+}
+
+/*
+ * A LOCK that its daemon could not answer for good, worth sending again
+ * through the next daemon when there is one: refused because the daemon
+ * is stopping (SHUTDOWN: the handle leaves it now rather than wait for it
+ * to close the connection), or cut off by a broken connection (IO: its
+ * outcome unknown; a grant that did happen stays with the old session,
+ * which the resume releases or its daemon ends), once the handle is
+ * connected again.
+ */
+static bool ctl_lock_again(const struct ctl_run *r, int rc)
+{
+    if (ctl_nservers(r->c) < 2)
+        return false;
+    if (rc == -REDLOCKD_E_SHUTDOWN)
+        return redlockd_reconnect(r->h) == 0;
+    return rc == -REDLOCKD_E_IO && redlockd_fd(r->h) >= 0;
+}
+
+/* ctl_take, sent again through the next daemon (ctl_lock_again) within
+ * what is left of wait_ms: once that has run out, no more often than
+ * there are daemons. */
+static int ctl_take_failover(const struct ctl_run *r, uint32_t wait_ms,
+                             struct redlockd_lease *lease)
+{
+    int64_t until = keeper_now_ms() + wait_ms, left = wait_ms;
+    size_t late = 0;
+    int rc;
+
+    for (;;) {
+        rc = ctl_take(r, left > 0 ? (uint32_t)left : 0, lease);
+        if (rc == 0 || !ctl_lock_again(r, rc))
+            return rc;
+        left = until - keeper_now_ms();
+        if (left <= 0 && ++late > ctl_nservers(r->c))
+            return rc;
+    }
+}
+
 /* elect without --wait: LOCKs waiting CTL_CAMPAIGN_ROUND_MS each until one
  * is granted. A LOCK cut off by a broken connection (its outcome unknown:
  * a grant that did happen is released by a resume, else with the old
@@ -2393,7 +2447,7 @@ static int ctl_campaign(const struct ctl_run *r, struct redlockd_lease *lease)
     int rc;
 
     do {
-        rc = ctl_take(r, CTL_CAMPAIGN_ROUND_MS, lease);
+        rc = ctl_take_failover(r, CTL_CAMPAIGN_ROUND_MS, lease);
     } while (rc == -REDLOCKD_E_TIMEOUT
              || (rc == -REDLOCKD_E_IO && redlockd_fd(r->h) >= 0));
     return rc;
@@ -2404,7 +2458,8 @@ static int ctl_lock_status(struct ctl_run *r, struct redlockd_lease *lease)
     const struct ctl *c = r->c;
     int rc;
 
-    rc = c->campaign ? ctl_campaign(r, lease) : ctl_take(r, c->wait_ms, lease);
+    rc = c->campaign ? ctl_campaign(r, lease)
+                     : ctl_take_failover(r, c->wait_ms, lease);
     if (rc == 0)
         return 0;
     r->not_taken = true;

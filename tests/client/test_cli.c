@@ -43,7 +43,10 @@
  *     list in $REDLOCKD_SERVER) rides through its daemon's SIGTERM and
  *     restart, and through its SIGKILL: the command runs its 3 s to the
  *     end, exit 0, and another client gets BUSY all along; ping goes to
- *     the list's next daemon when the first is down;
+ *     the list's next daemon when the first is down; a `run --wait`
+ *     whose LOCK waits on a daemon that stops (ERR SHUTDOWN) or dies (the
+ *     LOCK cut off) takes the lock through the second one (case
+ *     "failover");
  *   - a command that ended within its lease, whose final UNLOCK the
  *     stopped daemon answers LOST only after the deadline, gives the
  *     command's status, not 70;
@@ -1720,6 +1723,65 @@ START_TEST(run_failover_kill)
 }
 END_TEST
 
+/*
+ * `run --wait` through two daemons, waiting on the first (another client
+ * holds the lock through the second): when the first stops (SIGTERM: its
+ * LOCK is answered ERR SHUTDOWN) or dies (SIGKILL: the connection breaks
+ * with the LOCK in flight), redlockctl sends the LOCK again through the
+ * second daemon, within what is left of --wait, and runs its command once
+ * the holder lets go, instead of giving up (69).
+ */
+START_TEST(run_lock_fails_over)
+{
+    static const int sigs[] = { SIGTERM, SIGKILL };
+    const char *pidf;
+    char s2[64];
+    struct proc *p;
+    json_t *st;
+    uint64_t t0;
+
+    h_cluster_nodes(&K, 3, NULL);
+    start_two_daemons(s2, sizeof(s2));
+    pidf = tmp_path("pid");
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        unlink(pidf);
+        h_expect(B, "OK resource=", "LOCK cli:lfo ttl=30000");
+        p = ctl_start("-s", S, "-s", s2, "run", "--wait", "20s", "cli:lfo",
+                      "--", "sh", "-c", "echo $$ > \"$1\"", "sh", pidf, NULL);
+        /* Its LOCK waits on the first daemon. */
+        h_cluster_client(&K, 0, 0);
+        t0 = h_now_ms();
+        for (;;) {
+            st = h_ok_json(A, "STATUS cli:lfo");
+            if (h_json_int(st, "waiters") == 1)
+                break;
+            json_decref(st);
+            ck_assert_msg(h_since(t0) < h_scale(5000), "no LOCK waits on "
+                          "the first daemon");
+            h_sleep_ms(10);
+        }
+        json_decref(st);
+        h_close(A);
+        if (sigs[i] == SIGKILL) {
+            h_daemon_kill(D);
+        } else {
+            ck_assert_int_eq(kill(D->pid, SIGTERM), 0);
+            ck_assert_int_eq(h_daemon_wait(D, h_scale(5000)), 0);
+        }
+        h_sleep_ms(500);
+        ck_assert_msg(!proc_exited(p, 0), "%s of the daemon its LOCK waited "
+                      "on: redlockctl exited %d; stderr: %s",
+                      strsignal(sigs[i]), p->status, p->err);
+        h_expect(B, "OK resource=", "UNLOCK cli:lfo");
+        proc_wait(p, h_scale(5000));
+        assert_ok_quiet(p, p->cmdline);
+        ck_assert_msg(file_exists(pidf), "the command did not run");
+        h_daemon_restart(D);
+        h_wait_voting(D, K.nnodes, h_scale(5000));
+    }
+}
+END_TEST
+
 /* ---- status, sessions, stats, ping ---- */
 
 /* The line of p's output that starts with `label`, or fail. */
@@ -3049,6 +3111,7 @@ static Suite *cli_suite(void)
     tcase_set_timeout(tc, h_scale(30));
     tcase_add_test(tc, run_failover_restart);
     tcase_add_test(tc, run_failover_kill);
+    tcase_add_test(tc, run_lock_fails_over);
     tcase_add_test(tc, watch_follows_failover);
     suite_add_tcase(s, tc);
     return s;
