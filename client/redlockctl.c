@@ -13,11 +13,11 @@
  * left. With several servers (-s repeated) the library follows the lease
  * when the connection breaks or the daemon restarts or dies (resume, or
  * ADOPT on another daemon), and the command runs on; see "run: failover"
- * in ctl_run.c. `elect` is `run` for a leader: it campaigns (waits for the lock,
- * without a time limit unless --wait says otherwise) and stores --value
- * with the lock, so that `leader` (STATUS's holder) and `watch` (WATCH,
- * a line per EVENT HOLDER) show it on every daemon. `lock` takes a lock
- * without a command and holds it (refreshing, following it across
+ * in ctl_run.c. `elect` is `run` for a leader: it campaigns (waits for
+ * the lock, without a time limit unless --wait says otherwise) and stores
+ * --value with the lock, so that `leader` (STATUS's holder) and `watch`
+ * (WATCH, a line per EVENT HOLDER) show it on every daemon. `lock` takes a
+ * lock without a command and holds it (refreshing, following it across
  * daemons, as the keeper does) until SIGINT, SIGTERM or SIGHUP, or until
  * it is lost. `ping`, `status`, `sessions`
  * and `stats` print the daemon's answers, as tables or (--json) raw;
