@@ -1,38 +1,42 @@
 /*
- * libredlockd, one connection: errors and their texts, clocks, server
- * addresses, connecting, and the line I/O of a request and its reply.
+ * libredlockd, one connection: server addresses, connecting, and the line
+ * I/O of a request and its reply. The connection layer: it calls only
+ * TLS and the ground floor (redlockd_base.c), and hands what it reads that
+ * is not its own back to the layers above through the handle's hooks
+ * (struct rl_conn_hooks, redlockd_priv.h).
  *
  * A handle owns one non-blocking socket at a time; every wait (connect,
  * send, reply) goes through poll() so the connect and I/O timeouts hold. A
  * request is one line out and one reply line in, read from an input buffer
- * that also carries the daemon's EVENT lines: those are handled wherever
- * they show up (before a reply, after it, or while polling for events) and
- * never taken for a reply. proto/ does the protocol's parts: reply lines
- * are parsed by proto_reply_parse, server addresses by proto_addr_parse,
- * numbers by its strict readers; it also owns the error-code table, which
- * this file only maps to the public enum.
+ * that also carries the daemon's EVENT lines and the tagged answers to
+ * submissions: those are handed on wherever they show up (before a reply,
+ * after it, or while polling for events) and never taken for a reply; the
+ * connection keeps only its own events (SHUTDOWN, CLOSING). proto/ does
+ * the protocol's parts: reply lines are parsed by proto_reply_parse,
+ * server addresses by proto_addr_parse, numbers by its strict readers; it
+ * also owns the error-code table, which this file maps to the public enum
+ * for ERR replies.
  *
  * A connection to a tls:// server carries TLS (redlockd_tls.c) under the
  * same waits: rl_conn_recv and rl_conn_send are the only places that tell
  * the two apart.
  *
  * A transport failure drops the connection (rl_drop); what becomes of the
- * session and its leases then is redlockd_failover.c's business.
+ * requests in flight, the session and its leases then is the business of
+ * the layers above (the hooks' dropped: redlockd_inflight.c, then
+ * redlockd_failover.c).
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "redlockd_priv.h"
@@ -50,32 +54,18 @@ static const int rl_code_of_proto[PROTO_ERR_COUNT] = {
 #undef X
 };
 
-/* ---- errors ------------------------------------------------------------- */
+/* ---- a dropped connection ----------------------------------------------- */
 
-/* The one formatter of error messages; e may be NULL. */
-int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (e) {
-        e->code = code;
-        va_start(ap, fmt);
-        vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-        va_end(ap);
-    }
-    return -code;
-}
-
-/* The connection is gone: close it, and let the failover decide what that
- * means for the session and its leases. */
+/* The connection is gone: close it, and let the layers above decide what
+ * that means for the requests in flight, the session and its leases
+ * (h->hooks->dropped). */
 static void rl_drop(struct redlockd *h)
 {
     if (h->fd < 0)
         return;
     rl_close_fd(h);
     snprintf(h->dead, sizeof(h->dead), "%s", h->err.msg);
-    rl_inflight_broke(h);
-    rl_after_drop(h);
+    h->hooks->dropped(h);
 }
 
 int rl_drop_rc(struct redlockd *h, int rc)
@@ -91,6 +81,13 @@ bool rl_transport_failed(const struct redlockd *h, int rc)
     return rc < 0 && h->fd < 0 && rc != -REDLOCKD_E_TOOLONG;
 }
 
+/* A handle made by redlockd_open_fd has no server to go to, and
+ * reconnect_max_ms < 0 asks for no reconnecting. */
+bool rl_can_reconnect(const struct redlockd *h)
+{
+    return h->nservers > 0 && h->reconnect_max_ms >= 0;
+}
+
 static int rl_fatal_errno(struct redlockd *h, const char *what)
 {
     int e = errno;
@@ -103,133 +100,7 @@ static int rl_fatal_errno(struct redlockd *h, const char *what)
     return rl_fatal(h, REDLOCKD_E_IO, "%s: %s", what, strerror(e));
 }
 
-/*
- * The word and the description of every public code. The daemon's come
- * from proto's table; the library's own are named after their enum
- * suffix, so neither can drift from the enum.
- */
-struct rl_code_text {
-    const char *name;
-    const char *msg;
-};
-
-#define RL_OWN_CODE(suffix, msg) [REDLOCKD_E_##suffix] = { #suffix, msg }
-
-static const struct rl_code_text rl_code_texts[REDLOCKD_CODE_COUNT] = {
-    [REDLOCKD_OK] = { "OK", "success" },
-#define X(name, word, msg) [REDLOCKD_E_##name] = { word, msg },
-    PROTO_ERRORS(X)
-#undef X
-    RL_OWN_CODE(OTHER, "the daemon answered with an unknown code"),
-    RL_OWN_CODE(IO, "connection error"),
-    RL_OWN_CODE(IO_TIMEOUT, "timed out talking to the daemon"),
-    RL_OWN_CODE(CLOSED, "the connection to the daemon is closed"),
-    RL_OWN_CODE(PROTO, "unexpected data from the daemon"),
-    RL_OWN_CODE(NOMEM, "out of memory"),
-    RL_OWN_CODE(INVALID, "invalid argument"),
-};
-
-/* The entry of a code, either sign; NULL for none. */
-static const struct rl_code_text *rl_code_text(int code)
-{
-    if (code < 0)
-        code = -code;
-    if (code >= REDLOCKD_CODE_COUNT || !rl_code_texts[code].name)
-        return NULL;
-    return &rl_code_texts[code];
-}
-
-const char *redlockd_strerror(int code)
-{
-    const struct rl_code_text *t = rl_code_text(code);
-
-    return t ? t->msg : "unknown error code";
-}
-
-const char *redlockd_code_name(int code)
-{
-    const struct rl_code_text *t = rl_code_text(code);
-
-    return t ? t->name : "?";
-}
-
-/* ---- small readers and clocks ------------------------------------------- */
-
-/* The length of a reply value that may be missing (NULL): proto's number
- * readers reject NULL, so a missing key reads as a malformed number. */
-size_t rl_len(const char *s)
-{
-    return s ? strlen(s) : 0;
-}
-
-int64_t rl_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* -1: no deadline. */
-int64_t rl_deadline(int timeout_ms)
-{
-    return timeout_ms < 0 ? -1 : rl_now_ms() + timeout_ms;
-}
-
-int64_t rl_earlier(int64_t a, int64_t b)
-{
-    if (a < 0)
-        return b;
-    if (b < 0)
-        return a;
-    return a < b ? a : b;
-}
-
-int rl_remaining(int64_t deadline)
-{
-    int64_t left;
-
-    if (deadline < 0)
-        return -1;
-    left = deadline - rl_now_ms();
-    if (left < 0)
-        return 0;
-    return left > INT_MAX ? INT_MAX : (int)left;
-}
-
-/* 1 ready, 0 deadline passed, -1 poll failed (errno). */
-int rl_wait(int fd, short events, int64_t deadline)
-{
-    struct pollfd p;
-    int n;
-
-    for (;;) {
-        p.fd = fd;
-        p.events = events;
-        p.revents = 0;
-        n = poll(&p, 1, rl_remaining(deadline));
-        if (n > 0)
-            return 1;
-        if (n == 0)
-            return 0;
-        if (errno != EINTR)
-            return -1;
-    }
-}
-
 /* ---- server addresses --------------------------------------------------- */
-
-/* The start of untrusted text, printable, for an error message. */
-void rl_quote(char *dst, size_t sz, const char *line, size_t len)
-{
-    size_t i, n = len < sz - 1 ? len : sz - 1;
-
-    for (i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)line[i];
-        dst[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
-    }
-    dst[n] = '\0';
-}
 
 int redlockd_addr_parse(const char *s, struct redlockd_addr *a,
                         struct redlockd_error *err)
@@ -451,34 +322,6 @@ static int rl_is_event(const char *line, size_t len)
         && (line[5] == ' ' || line[5] == '\t');
 }
 
-static int rl_event_lost(struct redlockd *h, const struct proto_reply *ev)
-{
-    const char *res = proto_reply_get(ev, "resource");
-    const char *reason = proto_reply_get(ev, "reason");
-    const char *fence_s = proto_reply_get(ev, "fence");
-    const struct rl_lease *l;
-    uint64_t fence = 0;
-    bool told;
-    int rc;
-
-    if (!res || *res == '\0')
-        return rl_fatal(h, REDLOCKD_E_PROTO, "EVENT LOST without a resource");
-    /* A missing or odd fence must not hide the loss itself. */
-    if (proto_parse_u64(fence_s, rl_len(fence_s), &fence) < 0)
-        fence = 0;
-    /* One the library gave up already (its deadline passed while the
-     * handle reconnected) was reported then; a resumed daemon says so
-     * only now. */
-    l = rl_lease_find(h, res);
-    told = l && l->lost && l->fence == fence && fence != 0;
-    rc = rl_lease_lose(h, res, fence);
-    if (rc < 0)
-        return rc;
-    if (!told)
-        rl_tell_lost(h, res, fence, reason ? reason : "");
-    return 0;
-}
-
 /* EVENT CLOSING reason=shutdown: the daemon exits and leaves every lease it
  * still holds for us on the nodes, to ADOPT elsewhere (the session itself
  * ends). Other reasons end the connection only. */
@@ -491,7 +334,9 @@ static void rl_event_closing(struct redlockd *h, const struct proto_reply *ev)
         h->closing_kept = true;
 }
 
-/* line is one EVENT line in the input buffer (LF still there). */
+/* line is one EVENT line in the input buffer (LF still there). The
+ * connection's own (SHUTDOWN, CLOSING) are handled here; the others go to
+ * the layers above (h->hooks->event). */
 static int rl_event(struct redlockd *h, char *line, size_t len)
 {
     struct proto_reply ev;
@@ -499,16 +344,16 @@ static int rl_event(struct redlockd *h, char *line, size_t len)
     if (proto_reply_parse(line, len, &ev) < 0 || ev.kind != PROTO_REPLY_EVENT)
         return rl_fatal(h, REDLOCKD_E_PROTO, "unparseable EVENT line");
     h->nevents++;
-    if (strcmp(ev.text, "LOST") == 0)
-        return rl_event_lost(h, &ev);
-    if (strcmp(ev.text, "HOLDER") == 0)
-        return rl_event_holder(h, &ev);
-    if (strcmp(ev.text, "SHUTDOWN") == 0)
+    if (strcmp(ev.text, "SHUTDOWN") == 0) {
         h->shutdown_seen = 1;
-    if (strcmp(ev.text, "CLOSING") == 0)
+        return 0;
+    }
+    if (strcmp(ev.text, "CLOSING") == 0) {
         rl_event_closing(h, &ev);
-    /* Other events are for newer clients. */
-    return 0;
+        return 0;
+    }
+    /* LOST, HOLDER and newer ones: the leases' and the watches'. */
+    return h->hooks->event(h, &ev);
 }
 
 /* ---- input buffer ------------------------------------------------------- */
@@ -620,7 +465,7 @@ static int rl_fill(struct redlockd *h, int64_t deadline)
 }
 
 /* A line that is not the reply a blocking call waits for: an EVENT, or
- * the answer to a submission (redlockd_inflight.c). 1 handled, 0 it is the
+ * the answer to a submission (h->hooks->tagged). 1 handled, 0 it is the
  * caller's reply, or -code. */
 static int rl_route(struct redlockd *h, char *line, size_t len)
 {
@@ -631,7 +476,7 @@ static int rl_route(struct redlockd *h, char *line, size_t len)
         return rc < 0 ? rc : 1;
     }
     if (line[0] == '#')
-        return rl_inflight_line(h, line, len);
+        return h->hooks->tagged(h, line, len);
     return 0;
 }
 
@@ -796,7 +641,7 @@ int rl_exchange(struct redlockd *h, const struct sbuf *b, int64_t deadline,
     if (h->fd < 0)
         return rl_fail(h, REDLOCKD_E_CLOSED, "not connected (%.200s)",
                        h->dead);
-    b = rl_inflight_call(h, b);
+    b = h->hooks->call_line(h, b);
     if (!b)
         return -REDLOCKD_E_NOMEM;
     h->sent_ms = rl_now_ms();
@@ -824,6 +669,13 @@ int rl_expect(struct redlockd *h, const struct proto_reply *r,
         return 0;
     return rl_fatal(h, REDLOCKD_E_PROTO, "unexpected reply to %s",
                     proto_cmd_name(cmd));
+}
+
+struct sbuf *rl_req(struct sbuf *b, enum proto_cmd cmd)
+{
+    sbuf_reset(b);
+    proto_format_cmd(b, cmd);
+    return b;
 }
 
 /* Sent with one send (or SSL_write): the socket may already be gone, and

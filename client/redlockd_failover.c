@@ -1,7 +1,11 @@
 /*
- * libredlockd, following the leases across connections: the list of
- * servers, the handshake, and reconnecting (docs/protocol.md, "Additions,
- * part 2").
+ * libredlockd, following the leases across connections: the options and
+ * the list of servers, the handshake, what a dropped connection means for
+ * the session (the hooks' dropped, after the submissions in flight), and
+ * reconnecting (docs/protocol.md, "Additions, part 2"). Above the
+ * connection, the leases and the watches; the handle (redlockd_handle.c)
+ * makes the first connection with rl_connect_first, and every call
+ * (redlockd_calls.c) reconnects through rl_recover.
  *
  * A handle's session asks for HELLO detach=, so it outlives a lost
  * connection on its daemon for that long; the daemon keeps renewing its
@@ -35,11 +39,6 @@
 
 /* An ADOPT names one grant's resources: at most the daemon's max_multi. */
 #define RL_ADOPT_MAX PROTO_MAX_RESOURCES
-
-bool rl_can_reconnect(const struct redlockd *h)
-{
-    return h->nservers > 0 && h->reconnect_max_ms >= 0;
-}
 
 const char *redlockd_server(const struct redlockd *h)
 {
@@ -155,8 +154,8 @@ int rl_check_servers(const struct redlockd_opts *o, struct redlockd_error *err)
     return rl_parse_servers(o, list, &n, err);
 }
 
-static int rl_keep_servers(struct redlockd *h, const struct redlockd_opts *o,
-                           struct redlockd_error *err)
+int rl_keep_servers(struct redlockd *h, const struct redlockd_opts *o,
+                    struct redlockd_error *err)
 {
     struct redlockd_addr list[REDLOCKD_SERVERS_MAX];
     size_t n;
@@ -698,7 +697,7 @@ int rl_recover(struct redlockd *h, int64_t caller_until)
 /* The first connection: each server once, in order, until one answers.
  * A daemon's refusal (a wrong password...) ends it: the next server would
  * say the same. */
-static int rl_connect_first(struct redlockd *h)
+int rl_connect_first(struct redlockd *h)
 {
     int rc = -REDLOCKD_E_CLOSED;
 
@@ -717,64 +716,4 @@ static int rl_connect_first(struct redlockd *h)
     }
     h->cur = 0;
     return rc;
-}
-
-int redlockd_connect(struct redlockd **out, const struct redlockd_opts *opts,
-                     struct redlockd_error *err)
-{
-    struct redlockd_opts none;
-    struct redlockd *h;
-    int rc;
-
-    *out = NULL;
-    if (!opts) {
-        memset(&none, 0, sizeof(none));
-        opts = &none;
-    }
-    rc = rl_check_opts(opts, err);
-    if (rc == 0)
-        rc = rl_check_servers(opts, err);
-    if (rc < 0)
-        return rc;
-    rc = rl_handle_new(&h, opts, err);
-    if (rc < 0)
-        return rc;
-    rc = rl_keep_servers(h, opts, err);
-    if (rc == 0)
-        rc = rl_tls_setup(h, opts, err);
-    if (rc < 0) {
-        redlockd_close(h);
-        return rc;
-    }
-    h->seed = (unsigned)rl_now_ms() ^ (unsigned)(uintptr_t)h;
-    /* No handle yet for the caller, so no on_lost calls for it either. */
-    h->on_lost = NULL;
-    rc = rl_connect_first(h);
-    if (rc < 0) {
-        if (err)
-            *err = h->err;
-        redlockd_close(h);
-        return rc;
-    }
-    h->on_lost = opts->on_lost;
-    *out = h;
-    return 0;
-}
-
-int redlockd_reconnect(struct redlockd *h)
-{
-    int rc = rl_begin_plain(h);
-
-    if (rc < 0)
-        return rc;
-    if (!rl_can_reconnect(h))
-        return rl_fail(h, REDLOCKD_E_INVALID, "this handle does not "
-                       "reconnect (no server to go to, or "
-                       "reconnect_max_ms < 0)");
-    if (h->fd >= 0) {
-        rl_fail(h, REDLOCKD_E_CLOSED, "reconnecting on request");
-        rl_drop_rc(h, 0);
-        h->err.code = 0;
-    }
-    return rl_recover(h, -1);
 }

@@ -2,13 +2,15 @@
  * libredlockd, several requests in flight on one handle: a submission
  * goes out tagged ("#<id> LOCK ...", docs/protocol.md "Tagged requests")
  * and is kept here until its answer comes; the answer is taken wherever
- * the connection's reader meets it (redlockd_conn.c routes every tagged
- * line here), its meaning for the lease table applied at once, and the
- * result queued until redlockd_complete hands it out.
+ * the connection's reader meets it (redlockd_conn.c hands every tagged
+ * line here through the handle's hooks: rl_inflight_line), its meaning
+ * for the lease table applied at once (with the request lines and answers
+ * of redlockd_calls.c), and the result queued until redlockd_complete
+ * hands it out.
  *
  * While submissions are in flight, a blocking call's request is tagged
- * too (rl_inflight_call): an untagged one would be a barrier behind them
- * all, and its reply must be told from theirs.
+ * too (rl_inflight_call, the hooks' call_line): an untagged one would be a
+ * barrier behind them all, and its reply must be told from theirs.
  *
  * The tags are the handle's own counter, in decimal; the daemon refuses a
  * tag still in flight, and ours never repeat.

@@ -1,6 +1,8 @@
 /*
  * libredlockd, the leases of a handle: the table, their deadlines and
- * states, and the LOCKS round that confirms them.
+ * states, what EVENT LOST says of them, the application's on_lost, and the
+ * LOCKS round that confirms them. Above the connection (it sends LOCKS and
+ * UNLOCK through rl_exchange), beside the watches, below the failover.
  *
  * A lease's deadline is the send time of the request that last confirmed
  * it (LOCK, EXTEND, ADOPT, or the LOCKS of a refresh) plus the validity
@@ -94,6 +96,17 @@ int rl_lease_lose(struct redlockd *h, const char *resource, uint64_t fence)
     if (fence != 0)
         l->fence = fence;
     return 0;
+}
+
+/* The application's on_lost, with no request allowed from inside it. */
+void rl_tell_lost(struct redlockd *h, const char *resource, uint64_t fence,
+                  const char *reason)
+{
+    if (!h->on_lost)
+        return;
+    h->in_callback++;
+    h->on_lost(resource, fence, reason, h->ud);
+    h->in_callback--;
 }
 
 /* A lease being released that is found gone is what its owner asked for:
@@ -204,6 +217,36 @@ void rl_lease_unconfirm(struct redlockd *h)
         else if (l->attached && released)
             rl_lease_lost_by(h, l, "disconnected");
     }
+}
+
+/* EVENT LOST resource= fence= reason= (the connection layer hands it up,
+ * through the handle's hooks). */
+int rl_event_lost(struct redlockd *h, const struct proto_reply *ev)
+{
+    const char *res = proto_reply_get(ev, "resource");
+    const char *reason = proto_reply_get(ev, "reason");
+    const char *fence_s = proto_reply_get(ev, "fence");
+    const struct rl_lease *l;
+    uint64_t fence = 0;
+    bool told;
+    int rc;
+
+    if (!res || *res == '\0')
+        return rl_fatal(h, REDLOCKD_E_PROTO, "EVENT LOST without a resource");
+    /* A missing or odd fence must not hide the loss itself. */
+    if (proto_parse_u64(fence_s, rl_len(fence_s), &fence) < 0)
+        fence = 0;
+    /* One the library gave up already (its deadline passed while the
+     * handle reconnected) was reported then; a resumed daemon says so
+     * only now. */
+    l = rl_lease_find(h, res);
+    told = l && l->lost && l->fence == fence && fence != 0;
+    rc = rl_lease_lose(h, res, fence);
+    if (rc < 0)
+        return rc;
+    if (!told)
+        rl_tell_lost(h, res, fence, reason ? reason : "");
+    return 0;
 }
 
 /* ---- what the application asks ------------------------------------------ */

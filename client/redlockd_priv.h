@@ -1,23 +1,38 @@
 /*
  * The inside of a libredlockd handle, shared by the library's files and
  * by nothing else (not installed, not exported: client/redlockd.map lists
- * the public symbols). The library is split by concern:
+ * the public symbols). The library is split by concern, in layers, top
+ * down: a file calls only files listed below it, never one above (the
+ * connection layer hands what it reads back through struct rl_conn_hooks,
+ * which the handle sets):
  *
- *   redlockd_conn.c      one connection: errors, clocks, addresses,
- *                        connecting, the input buffer, sending a request
- *                        and reading its reply, EVENT lines
- *   redlockd_lease.c     the table of leases, their deadlines and states,
- *                        the LOCKS refresh that moves the deadlines on
- *   redlockd_failover.c  the servers, the handshake (HELLO detach=, AUTH),
- *                        reconnecting: resume on the same daemon or ADOPT
- *                        every lease on another
- *   redlockd_tls.c       TLS under a connection to a tls:// server: the
- *                        settings, the handshake, reads and writes
+ *   redlockd_handle.c    the handle: made, connected, closed, forgotten,
+ *                        and what it tells; wires the connection to the
+ *                        layers above it (the hooks) and frees what each
+ *                        of them owns
  *   redlockd_inflight.c  several requests in flight: submissions, their
  *                        tags, their answers handed out in turn
+ *   redlockd_calls.c     the blocking commands of redlockd.h (LOCK,
+ *                        UNLOCK, EXTEND, the inspections, watching...):
+ *                        the start and end of a call, its request line,
+ *                        what its answer means for the lease table
+ *   redlockd_failover.c  the options and servers, the handshake (HELLO
+ *                        detach=, AUTH), what a dropped connection means
+ *                        for the session, reconnecting: resume on the same
+ *                        daemon or ADOPT every lease on another
+ *   redlockd_lease.c     the table of leases, their deadlines and states,
+ *                        EVENT LOST and the application's on_lost, the
+ *                        LOCKS refresh that moves the deadlines on
  *   redlockd_watch.c     watching: the resources watched, EVENT HOLDER,
  *                        WATCH again on a new session, STATUS's holder
- *   redlockd.c           the handle and the commands of redlockd.h
+ *                        (beside the leases: neither calls the other)
+ *   redlockd_conn.c      one connection: addresses, connecting, the input
+ *                        buffer, sending a request and reading its reply,
+ *                        the connection's own events (SHUTDOWN, CLOSING)
+ *   redlockd_tls.c       TLS under a connection to a tls:// server: the
+ *                        settings, the handshake, reads and writes
+ *   redlockd_base.c      errors and the codes' texts, clocks, the poll()
+ *                        wait, small readers
  *
  * Every time here is CLOCK_MONOTONIC milliseconds; a deadline of -1 means
  * none.
@@ -90,8 +105,33 @@ struct rl_lease {
     bool releasing;             /* an UNLOCK of it is under way */
 };
 
+/*
+ * What the connection layer (redlockd_conn.c) hands back to the layers
+ * above it, none of which it calls by name: one table for every handle,
+ * set when the handle is made (redlockd_handle.c).
+ */
+struct rl_conn_hooks {
+    /* An EVENT line that is not the connection's own (SHUTDOWN, CLOSING):
+     * LOST, HOLDER, or one for newer clients. 0, or -code (the connection
+     * then dropped). */
+    int (*event)(struct redlockd *h, const struct proto_reply *ev);
+    /* A tagged line ("#<id> ..."): the answer to a submission, taken (1),
+     * or the blocking request's own (0); -code when no request has that
+     * tag (the connection then dropped). */
+    int (*tagged)(struct redlockd *h, char *line, size_t len);
+    /* The line to send for the blocking request in b: b itself, or, while
+     * submissions are in flight, b tagged (h->call_id its tag). NULL when
+     * out of memory (h->err set). */
+    const struct sbuf *(*call_line)(struct redlockd *h, const struct sbuf *b);
+    /* The connection just closed (rl_drop): what that means for the
+     * requests in flight, the session and its leases. */
+    void (*dropped)(struct redlockd *h);
+};
+
 struct redlockd {
     int fd;                     /* -1 while not connected */
+    const struct rl_conn_hooks *hooks;  /* (static) the layers above the
+                                           connection, for redlockd_conn.c */
     struct ssl_st *ssl;         /* the TLS of fd (a tls:// server); else
                                    NULL */
     int io_timeout_ms;          /* negative: none */
@@ -184,19 +224,12 @@ struct redlockd {
     char dead[sizeof(((struct redlockd_error *)0)->msg)]; /* why fd is -1 */
 };
 
-/* ---- redlockd_conn.c ---------------------------------------------------- */
+/* ---- redlockd_base.c ---------------------------------------------------- */
 
 int rl_seterr(struct redlockd_error *e, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A failure of a call on h: its code and message become the last error. */
 #define rl_fail(h, code, ...) rl_seterr(&(h)->err, (code), __VA_ARGS__)
-/* A transport failure: the reply stream can not be trusted any more, so
- * the connection closes after the error is set (rl_drop). */
-#define rl_fatal(h, code, ...) \
-    rl_drop_rc((h), rl_fail((h), (code), __VA_ARGS__))
-int rl_drop_rc(struct redlockd *h, int rc);
-/* Is rc a failure that cost the connection (or found it gone)? */
-bool rl_transport_failed(const struct redlockd *h, int rc);
 
 int64_t rl_now_ms(void);
 int64_t rl_deadline(int timeout_ms);
@@ -205,6 +238,43 @@ int rl_remaining(int64_t deadline);
 int rl_wait(int fd, short events, int64_t deadline);
 void rl_quote(char *dst, size_t sz, const char *line, size_t len);
 size_t rl_len(const char *s);
+/* 1..max bytes of visible ASCII: client names, passwords, values. */
+int rl_visible_word(const char *s, size_t max);
+
+/* ---- redlockd_tls.c ----------------------------------------------------- */
+
+/* The TLS settings of o (CA, client certificate, server name; each else
+ * its $REDLOCKD_TLS_* variable) when h lists a tls:// server: 0, or -code
+ * with err set (REDLOCKD_E_INVALID for a file that does not load). */
+int rl_tls_setup(struct redlockd *h, const struct redlockd_opts *o,
+                 struct redlockd_error *err);
+void rl_tls_teardown(struct redlockd *h);
+/* The handshake on fd, connected to a, by deadline: h->ssl set, or
+ * -code with err set (the reason in the message) and h->ssl NULL. fd
+ * stays the caller's. */
+int rl_tls_connect(struct redlockd *h, const struct redlockd_addr *a, int fd,
+                   int64_t deadline, struct redlockd_error *err);
+void rl_tls_free(struct redlockd *h);
+/* recv and send through h->ssl: n > 0; 0 at EOF (read); or -1 with errno:
+ * EAGAIN (wait for *events: a TLS read may want POLLOUT, a write POLLIN),
+ * EINTR, EPROTO (TLS failed: the reason in h->tls_err) or the socket's. */
+ssize_t rl_tls_read(struct redlockd *h, char *buf, size_t len, short *events);
+ssize_t rl_tls_write(struct redlockd *h, const char *buf, size_t len,
+                     short *events);
+/* Has OpenSSL read bytes it has not handed out yet (h->ssl NULL: no)? */
+bool rl_tls_pending(const struct redlockd *h);
+
+/* ---- redlockd_conn.c ---------------------------------------------------- */
+
+/* A transport failure: the reply stream can not be trusted any more, so
+ * the connection closes after the error is set (rl_drop). */
+#define rl_fatal(h, code, ...) \
+    rl_drop_rc((h), rl_fail((h), (code), __VA_ARGS__))
+int rl_drop_rc(struct redlockd *h, int rc);
+/* Is rc a failure that cost the connection (or found it gone)? */
+bool rl_transport_failed(const struct redlockd *h, int rc);
+/* Does this handle reconnect when its connection is lost? */
+bool rl_can_reconnect(const struct redlockd *h);
 
 /* Connect h to a (with the TLS handshake for tls://, by the same
  * deadline) and attach the connection: 0, or -code with h->err set. */
@@ -216,6 +286,8 @@ void rl_attach_fd(struct redlockd *h, int fd);
  * socket in other processes must not keep the session attached). */
 void rl_close_fd(struct redlockd *h);
 
+/* Start a request line in b: its command word, from the table. */
+struct sbuf *rl_req(struct sbuf *b, enum proto_cmd cmd);
 /* Send b and read its reply into r, giving up at deadline: 0, -code (ERR
  * replies become their code; a transport failure dropped the connection),
  * or 1 when no reply came in time (the connection still open). */
@@ -248,6 +320,9 @@ void rl_quit(struct redlockd *h);
 
 /* ---- redlockd_lease.c --------------------------------------------------- */
 
+/* Calls into the application's on_lost (resource NULL: everything). */
+void rl_tell_lost(struct redlockd *h, const char *resource, uint64_t fence,
+                  const char *reason);
 struct rl_lease *rl_lease_find(const struct redlockd *h, const char *resource);
 struct rl_lease *rl_lease_get(struct redlockd *h, const char *resource);
 void rl_lease_del(struct redlockd *h, const char *resource);
@@ -271,6 +346,9 @@ int64_t rl_lease_earliest(const struct redlockd *h);
  * it left the leases on the nodes. */
 void rl_lease_unconfirm(struct redlockd *h);
 void rl_lease_free_all(struct redlockd *h);
+/* EVENT LOST: the lease is lost, and on_lost told (unless it was told
+ * already); -code (the connection then dropped) when it names nothing. */
+int rl_event_lost(struct redlockd *h, const struct proto_reply *ev);
 
 /* The LOCKS round in b, waiting no longer than until (and, with watch,
  * than the earliest deadline ahead): the deadlines move on. With adopt,
@@ -280,41 +358,7 @@ void rl_lease_free_all(struct redlockd *h);
 int rl_locks_round(struct redlockd *h, struct sbuf *b, int64_t until,
                    bool watch, bool after_resume);
 
-/* ---- redlockd_failover.c ------------------------------------------------ */
-
-/* The connection just closed (rl_drop): what that means for the session
- * and its leases. */
-void rl_after_drop(struct redlockd *h);
-/* The servers the options name, checked. */
-int rl_check_servers(const struct redlockd_opts *o, struct redlockd_error *err);
-/* Does this handle reconnect when its connection is lost? */
-bool rl_can_reconnect(const struct redlockd *h);
-/* Reconnect (resume, or a new session and ADOPT) and settle every lease,
- * giving up at caller_until (-1: none), at the I/O timeout and at the
- * earliest lease deadline. 0, or -code with h->err set. */
-int rl_recover(struct redlockd *h, int64_t caller_until);
-/* The options a handle keeps for its handshakes; -code on failure. */
-int rl_keep_opts(struct redlockd *h, const struct redlockd_opts *o);
-void rl_free_opts(struct redlockd *h);
-/* HELLO (and AUTH) on a connection just made, by deadline. */
-int rl_handshake(struct redlockd *h, int64_t deadline);
-
-/* ---- redlockd_inflight.c ----------------------------------------------- */
-
-/* A tagged line that is not an event: the answer to a submission, taken
- * (1), or the blocking request's own (0); -code when no request has that
- * tag (the connection then dropped). */
-int rl_inflight_line(struct redlockd *h, char *line, size_t len);
-/* The connection dropped: every submission in flight is answered with
- * the failure. */
-void rl_inflight_broke(struct redlockd *h);
-/* The line to send for the blocking request in b: b itself, or, while
- * submissions are in flight, b tagged in h->treq (h->call_id its tag).
- * NULL when out of memory (h->err set). */
-const struct sbuf *rl_inflight_call(struct redlockd *h, const struct sbuf *b);
-void rl_inflight_free(struct redlockd *h);
-
-/* ---- redlockd_watch.c -------------------------------------------------- */
+/* ---- redlockd_watch.c --------------------------------------------------- */
 
 /* EVENT HOLDER: on_holder with what it says; -code (the connection then
  * dropped) when it makes no sense. */
@@ -334,39 +378,33 @@ int rl_holder_from_status(struct redlockd *h, const char *json,
                           const char *resource, struct redlockd_holder *out);
 void rl_watch_free(struct redlockd *h);
 
-/* ---- redlockd_tls.c ----------------------------------------------------- */
+/* ---- redlockd_failover.c ------------------------------------------------ */
 
-/* The TLS settings of o (CA, client certificate, server name; each else
- * its $REDLOCKD_TLS_* variable) when h lists a tls:// server: 0, or -code
- * with err set (REDLOCKD_E_INVALID for a file that does not load). */
-int rl_tls_setup(struct redlockd *h, const struct redlockd_opts *o,
-                 struct redlockd_error *err);
-void rl_tls_teardown(struct redlockd *h);
-/* The handshake on fd, connected to a, by deadline: h->ssl set, or
- * -code with err set (the reason in the message) and h->ssl NULL. fd
- * stays the caller's. */
-int rl_tls_connect(struct redlockd *h, const struct redlockd_addr *a, int fd,
-                   int64_t deadline, struct redlockd_error *err);
-void rl_tls_free(struct redlockd *h);
-/* recv and send through h->ssl: n > 0; 0 at EOF (read); or -1 with errno:
- * EAGAIN (wait for *events: a TLS read may want POLLOUT, a write POLLIN),
- * EINTR, EPROTO (TLS failed: the reason in h->tls_err) or the socket's. */
-ssize_t rl_tls_read(struct redlockd *h, char *buf, size_t len, short *events);
-ssize_t rl_tls_write(struct redlockd *h, const char *buf, size_t len,
-                     short *events);
-/* Has OpenSSL read bytes it has not handed out yet (h->ssl NULL: no)? */
-bool rl_tls_pending(const struct redlockd *h);
+/* The options a handle keeps for its handshakes; -code on failure. */
+int rl_keep_opts(struct redlockd *h, const struct redlockd_opts *o);
+void rl_free_opts(struct redlockd *h);
+/* The servers the options name, checked. */
+int rl_check_servers(const struct redlockd_opts *o, struct redlockd_error *err);
+/* The servers the options name, kept by h (to connect to in turn). */
+int rl_keep_servers(struct redlockd *h, const struct redlockd_opts *o,
+                    struct redlockd_error *err);
+/* The connection just closed (rl_drop): what that means for the session
+ * and its leases. */
+void rl_after_drop(struct redlockd *h);
+/* HELLO (and AUTH) on a connection just made, by deadline. */
+int rl_handshake(struct redlockd *h, int64_t deadline);
+/* The first connection: each server once, in order, until one answers
+ * (a daemon's refusal ends it): 0, or -code with h->err set. */
+int rl_connect_first(struct redlockd *h);
+/* Reconnect (resume, or a new session and ADOPT) and settle every lease,
+ * giving up at caller_until (-1: none), at the I/O timeout and at the
+ * earliest lease deadline. 0, or -code with h->err set. */
+int rl_recover(struct redlockd *h, int64_t caller_until);
 
-/* ---- redlockd.c --------------------------------------------------------- */
+/* ---- redlockd_calls.c --------------------------------------------------- */
 
-/* A handle without a connection, keeping opts (NULL: defaults). */
-int rl_handle_new(struct redlockd **out, const struct redlockd_opts *opts,
-                  struct redlockd_error *err);
-int rl_check_opts(const struct redlockd_opts *o, struct redlockd_error *err);
 /* The start of every call: not from on_lost, and a clean last error. */
 int rl_begin_plain(struct redlockd *h);
-/* Start a request line in b: its command word, from the table. */
-struct sbuf *rl_req(struct sbuf *b, enum proto_cmd cmd);
 /* A usable connection (reconnecting first when it was lost). */
 int rl_begin(struct redlockd *h);
 /* The request lines of LOCK (several resources, opts), UNLOCK and
@@ -386,8 +424,20 @@ int rl_unlock_answered(struct redlockd *h, const char *resource, int rc);
 int rl_extend_answered(struct redlockd *h, const struct proto_reply *r, int rc,
                        const char *resource, uint32_t ttl_ms,
                        int64_t *validity_ms);
-/* Calls into the application's on_lost. */
-void rl_tell_lost(struct redlockd *h, const char *resource, uint64_t fence,
-                  const char *reason);
+
+/* ---- redlockd_inflight.c ------------------------------------------------ */
+
+/* A tagged line that is not an event: the answer to a submission, taken
+ * (1), or the blocking request's own (0); -code when no request has that
+ * tag (the connection then dropped). The hooks' tagged. */
+int rl_inflight_line(struct redlockd *h, char *line, size_t len);
+/* The connection dropped: every submission in flight is answered with
+ * the failure. */
+void rl_inflight_broke(struct redlockd *h);
+/* The line to send for the blocking request in b: b itself, or, while
+ * submissions are in flight, b tagged in h->treq (h->call_id its tag).
+ * NULL when out of memory (h->err set). The hooks' call_line. */
+const struct sbuf *rl_inflight_call(struct redlockd *h, const struct sbuf *b);
+void rl_inflight_free(struct redlockd *h);
 
 #endif

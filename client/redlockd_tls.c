@@ -2,16 +2,17 @@
  * libredlockd, TLS under a connection: the handle's TLS settings (one
  * SSL_CTX, made when a tls:// server is listed), the handshake, and the
  * reads and writes of redlockd_conn.c when the connection has an SSL.
+ * Under the connection layer: it calls only redlockd_base.c.
  *
  * The socket stays what it is without TLS: non-blocking, every wait a
- * poll() in redlockd_conn.c. OpenSSL reaches it through a BIO of our own
- * that uses send(MSG_NOSIGNAL) (its socket BIO uses write(), and a closed
- * peer would raise SIGPIPE in the application) and recv(). SSL_ERROR_WANT_
- * READ / _WANT_WRITE become "wait for POLLIN / POLLOUT", so the handshake
- * keeps the connect timeout and reads and writes keep the I/O timeout.
- * A read drains what OpenSSL has already decrypted (SSL_pending) into the
- * input buffer, so nothing waits inside the SSL while poll() says the
- * socket is quiet.
+ * poll() (rl_wait: the handshake's here, the others in redlockd_conn.c).
+ * OpenSSL reaches it through a BIO of our own that uses send(MSG_NOSIGNAL)
+ * (its socket BIO uses write(), and a closed peer would raise SIGPIPE in
+ * the application) and recv(). SSL_ERROR_WANT_READ / _WANT_WRITE become
+ * "wait for POLLIN / POLLOUT", so the handshake keeps the connect timeout
+ * and reads and writes keep the I/O timeout. A read drains what OpenSSL
+ * has already decrypted (SSL_pending) into the input buffer, so nothing
+ * waits inside the SSL while poll() says the socket is quiet.
  *
  * Failures name their reason: the certificate check's (an unknown CA, a
  * name mismatch, expired), a server that does not speak TLS, one that

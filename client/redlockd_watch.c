@@ -9,7 +9,9 @@
  * daemon tells their states again by itself; a new session (after a
  * failover) watches nothing, so rl_settle has rl_watch_again name them
  * all once more. The list is the handle's record of what the application
- * asked for, changed only by WATCH and UNWATCH answered OK.
+ * asked for, changed only by WATCH and UNWATCH answered OK. Above the
+ * connection (EVENT HOLDER comes up through the handle's hooks), beside the
+ * lease table, below the failover that calls rl_watch_again.
  */
 #include <stdio.h>
 #include <stdlib.h>

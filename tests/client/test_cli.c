@@ -25,7 +25,9 @@
  *     the command inherited the lock connection ($REDLOCKD_LOCK_FD), so
  *     the daemon keeps the lock until the command's last process exits,
  *     and frees it the --detach time later;
- *   - SIGTERM and SIGINT sent to redlockctl reach the command;
+ *   - SIGTERM and SIGINT sent to redlockctl reach the command; SIGTERM
+ *     and SIGHUP also reach the rest of its group after the command itself
+ *     exited, so the lock is released and redlockctl exits at once;
  *   - a lease lost while the command runs (two of three nodes SIGSTOPped)
  *     stops the command, and redlockctl exits 70;
  *   - a lease lost to FORCEUNLOCK: SIGTERM reaches the command's whole
@@ -41,7 +43,13 @@
  *     list in $REDLOCKD_SERVER) rides through its daemon's SIGTERM and
  *     restart, and through its SIGKILL: the command runs its 3 s to the
  *     end, exit 0, and another client gets BUSY all along; ping goes to
- *     the list's next daemon when the first is down;
+ *     the list's next daemon when the first is down; a `run --wait`
+ *     whose LOCK waits on a daemon that stops (ERR SHUTDOWN) or dies (the
+ *     LOCK cut off) takes the lock through the second one (case
+ *     "failover");
+ *   - a command that ended within its lease, whose final UNLOCK the
+ *     stopped daemon answers LOST only after the deadline, gives the
+ *     command's status, not 70;
  *   - options anywhere for every command (for run, before COMMAND), and
  *     usage messages that name the missing word (run -- true: RESOURCE);
  *     names as long as the daemon takes, and messages naming its limit;
@@ -1461,6 +1469,95 @@ START_TEST(run_keeper_ctl_stopped)
 }
 END_TEST
 
+/*
+ * redlockctl(1): SIGINT, SIGTERM and SIGHUP go to the command's process
+ * group. After the command itself has exited, the keeper holds the lock
+ * for the rest of its group (a `sleep 30 &` here): SIGTERM, then SIGHUP,
+ * to redlockctl reaches that rest too, so the group ends, the lock is
+ * released and redlockctl exits with the command's status at once, not
+ * when the straggler ends by itself.
+ */
+START_TEST(run_signal_after_command)
+{
+    static const int sigs[] = { SIGTERM, SIGHUP };
+    const char *pidf;
+    struct proc *p;
+    long long took;
+    uint64_t t0;
+    long pgid;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    h_cluster_client(&K, 0, 0);
+    pidf = tmp_path("pid");
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        unlink(pidf);
+        p = ctl_start("-s", S, "run", "cli:rest", "--", "sh", "-c",
+                      "echo $$ > \"$1\"; sleep 30 & exit 3", "sh", pidf, NULL);
+        pgid = wait_file_number(pidf, h_scale(5000));
+        ck_assert_msg(wait_pid_gone((pid_t)pgid, h_scale(5000)),
+                      "the command (pid %ld) did not exit", pgid);
+        h_sleep_ms(100);
+        h_expect(A, "ERR BUSY", "LOCK cli:rest ttl=30000");
+        t0 = h_now_ms();
+        ck_assert_int_eq(kill(p->pid, sigs[i]), 0);
+        if (!proc_exited(p, h_scale(3000))) {
+            took = h_since(t0);
+            kill_group(pgid);
+            proc_wait(p, h_scale(5000));
+            ck_abort_msg("%s to redlockctl after its command exited: still "
+                         "running %lld ms later, its group (%ld) untouched; "
+                         "stderr: %s", strsignal(sigs[i]), took, pgid, p->err);
+        }
+        took = h_since(t0);
+        fprintf(stderr, "run_signal_after_command: %s: redlockctl exited %lld "
+                "ms after it\n", strsignal(sigs[i]), took);
+        assert_status(p, 3, "redlockctl after a signal to the rest of the group");
+        ck_assert_msg(wait_group_gone(pgid, h_scale(1000)), "the rest of the "
+                      "command's group (%ld) still runs", pgid);
+        assert_free("cli:rest");
+        kill_group(pgid);
+    }
+}
+END_TEST
+
+/*
+ * The command ends within its lease, just as its daemon stops (SIGSTOP):
+ * the final UNLOCK waits for the daemon past the lease's deadline, and the
+ * daemon, continued, answers that the lease was lost. The loss came after
+ * the command's group ended, so it cost the command nothing: redlockctl
+ * exits with the command's status, not 70.
+ */
+START_TEST(run_unlock_after_deadline)
+{
+    const int ttl = 2000;
+    struct proc *p;
+    long cmd;
+
+    h_cluster_nodes(&K, 1, NULL);
+    start_daemon(NULL);
+    p = ctl_start("-s", S, "--timeout", "10s", "run", "--ttl", "2000",
+                  "cli:late", "--", "sh", "-c",
+                  "echo $$ > \"$1\"; exec sleep 30", "sh",
+                  tmp_path("pid"), NULL);
+    cmd = wait_file_number(tmp_path("pid"), h_scale(5000));
+    h_sleep_ms(300);
+    ck_assert_int_eq(kill(D->pid, SIGSTOP), 0);
+    ck_assert_int_eq(kill((pid_t)cmd, SIGTERM), 0);
+    ck_assert_msg(wait_pid_gone((pid_t)cmd, h_scale(2000)), "the command "
+                  "(pid %ld) still runs", cmd);
+    /* The UNLOCK waits for the stopped daemon, past the lease deadline. */
+    h_sleep_ms(ttl + 500);
+    ck_assert_msg(!proc_exited(p, 0), "redlockctl exited (%d) while its "
+                  "daemon was stopped: %s", p->status, p->err);
+    ck_assert_int_eq(kill(D->pid, SIGCONT), 0);
+    proc_wait(p, h_scale(10000));
+    fprintf(stderr, "run_unlock_after_deadline: redlockctl said: %s", p->err);
+    assert_status(p, 128 + SIGTERM, "run whose command ended within its "
+                  "lease, its release answered after the deadline");
+}
+END_TEST
+
 /* ---- run: failover ---- */
 
 #define FAILOVER_JSON "{\"shutdown_timeout_ms\":500}"
@@ -1623,6 +1720,65 @@ START_TEST(run_failover_kill)
     ctl_ok("PONG", "ping", NULL);
     busy_until_exit(p, "cli:fk", donef);
     assert_rode_through(p, donef, "cli:fk", h_since(start));
+}
+END_TEST
+
+/*
+ * `run --wait` through two daemons, waiting on the first (another client
+ * holds the lock through the second): when the first stops (SIGTERM: its
+ * LOCK is answered ERR SHUTDOWN) or dies (SIGKILL: the connection breaks
+ * with the LOCK in flight), redlockctl sends the LOCK again through the
+ * second daemon, within what is left of --wait, and runs its command once
+ * the holder lets go, instead of giving up (69).
+ */
+START_TEST(run_lock_fails_over)
+{
+    static const int sigs[] = { SIGTERM, SIGKILL };
+    const char *pidf;
+    char s2[64];
+    struct proc *p;
+    json_t *st;
+    uint64_t t0;
+
+    h_cluster_nodes(&K, 3, NULL);
+    start_two_daemons(s2, sizeof(s2));
+    pidf = tmp_path("pid");
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        unlink(pidf);
+        h_expect(B, "OK resource=", "LOCK cli:lfo ttl=30000");
+        p = ctl_start("-s", S, "-s", s2, "run", "--wait", "20s", "cli:lfo",
+                      "--", "sh", "-c", "echo $$ > \"$1\"", "sh", pidf, NULL);
+        /* Its LOCK waits on the first daemon. */
+        h_cluster_client(&K, 0, 0);
+        t0 = h_now_ms();
+        for (;;) {
+            st = h_ok_json(A, "STATUS cli:lfo");
+            if (h_json_int(st, "waiters") == 1)
+                break;
+            json_decref(st);
+            ck_assert_msg(h_since(t0) < h_scale(5000), "no LOCK waits on "
+                          "the first daemon");
+            h_sleep_ms(10);
+        }
+        json_decref(st);
+        h_close(A);
+        if (sigs[i] == SIGKILL) {
+            h_daemon_kill(D);
+        } else {
+            ck_assert_int_eq(kill(D->pid, SIGTERM), 0);
+            ck_assert_int_eq(h_daemon_wait(D, h_scale(5000)), 0);
+        }
+        h_sleep_ms(500);
+        ck_assert_msg(!proc_exited(p, 0), "%s of the daemon its LOCK waited "
+                      "on: redlockctl exited %d; stderr: %s",
+                      strsignal(sigs[i]), p->status, p->err);
+        h_expect(B, "OK resource=", "UNLOCK cli:lfo");
+        proc_wait(p, h_scale(5000));
+        assert_ok_quiet(p, p->cmdline);
+        ck_assert_msg(file_exists(pidf), "the command did not run");
+        h_daemon_restart(D);
+        h_wait_voting(D, K.nnodes, h_scale(5000));
+    }
 }
 END_TEST
 
@@ -2918,8 +3074,6 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_lease_lost);
     tcase_add_test(tc, run_daemon_stalled);
     tcase_add_test(tc, run_ctl_stopped);
-    tcase_add_test(tc, run_failover_restart);
-    tcase_add_test(tc, run_failover_kill);
     tcase_add_test(tc, inspection_commands);
     tcase_add_test(tc, options_anywhere);
     tcase_add_test(tc, run_durations);
@@ -2936,7 +3090,6 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, tls_errors);
     tcase_add_test(tc, elect_two_candidates);
     tcase_add_test(tc, watch_json_lines);
-    tcase_add_test(tc, watch_follows_failover);
     tcase_add_test(tc, lock_holds_until_signal);
     tcase_add_test(tc, elect_lock_watch_usage);
     tcase_add_test(tc, version_and_help);
@@ -2949,6 +3102,17 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_keeper_close_fds);
     tcase_add_test(tc, run_keeper_release_at_once);
     tcase_add_test(tc, run_keeper_ctl_stopped);
+    tcase_add_test(tc, run_signal_after_command);
+    tcase_add_test(tc, run_unlock_after_deadline);
+    suite_add_tcase(s, tc);
+    /* Failover through two daemons: CK_RUN_CASE=failover. */
+    tc = tcase_create("failover");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, h_scale(30));
+    tcase_add_test(tc, run_failover_restart);
+    tcase_add_test(tc, run_failover_kill);
+    tcase_add_test(tc, run_lock_fails_over);
+    tcase_add_test(tc, watch_follows_failover);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,9 +1,13 @@
 /*
- * libredlockd: the blocking client behind redlockd.h, the handle and its
- * commands. The connection itself is redlockd_conn.c's, the lease table
- * and its deadlines redlockd_lease.c's, and following the leases across
- * connections and daemons redlockd_failover.c's (redlockd_priv.h says
- * which is which).
+ * libredlockd, the calls: the blocking commands of redlockd.h (LOCK,
+ * UNLOCK, EXTEND, PING, the refresh, the inspections, FORCEUNLOCK, the
+ * lock kinds, watching, reconnecting on request, reading events), and the
+ * request lines and answers that the submissions (redlockd_inflight.c)
+ * share with them. The handle itself is redlockd_handle.c's, the
+ * connection redlockd_conn.c's, the lease table and its deadlines
+ * redlockd_lease.c's, and following the leases across connections and
+ * daemons redlockd_failover.c's (redlockd_priv.h says which is which, and
+ * in which order they call each other).
  *
  * Every command starts with rl_begin, which reconnects first when the
  * connection was lost (and the handle may), and ends with rl_finish, which
@@ -30,40 +34,6 @@ _Static_assert(PROTO_MAX_SESSION_LEN + PROTO_SECRET_LEN + PROTO_MAX_NAME_LEN
                + 128 <= RL_REQ_MAX, "a resuming HELLO fits in the buffer");
 
 /* ---- small helpers ------------------------------------------------------ */
-
-/* 1..max bytes of visible ASCII: client names and passwords. */
-static int rl_visible_word(const char *s, size_t max)
-{
-    size_t len;
-
-    if (!s)
-        return 0;
-    len = strlen(s);
-    if (len == 0 || len > max)
-        return 0;
-    for (; *s != '\0'; s++) {
-        if ((unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e)
-            return 0;
-    }
-    return 1;
-}
-
-void rl_tell_lost(struct redlockd *h, const char *resource, uint64_t fence,
-                  const char *reason)
-{
-    if (!h->on_lost)
-        return;
-    h->in_callback++;
-    h->on_lost(resource, fence, reason, h->ud);
-    h->in_callback--;
-}
-
-struct sbuf *rl_req(struct sbuf *b, enum proto_cmd cmd)
-{
-    sbuf_reset(b);
-    proto_format_cmd(b, cmd);
-    return b;
-}
 
 /* A whole request without options ("PING\n", "UNLOCK job:42\n"). */
 static void rl_req_line(struct redlockd *h, enum proto_cmd cmd,
@@ -239,154 +209,7 @@ static int rl_begin_on(struct redlockd *h, const char *resource)
     return rc < 0 ? rc : rl_begin(h);
 }
 
-/* ---- the handle --------------------------------------------------------- */
-
-int rl_check_opts(const struct redlockd_opts *o, struct redlockd_error *err)
-{
-    if (o->name && !rl_visible_word(o->name, PROTO_MAX_NAME_LEN))
-        return rl_seterr(err, REDLOCKD_E_INVALID,
-                         "a client name is 1 to %d visible ASCII characters",
-                         PROTO_MAX_NAME_LEN);
-    if (o->password && !rl_visible_word(o->password, RL_PASSWORD_MAX))
-        return rl_seterr(err, REDLOCKD_E_INVALID,
-                         "a password is 1 to %d visible ASCII characters "
-                         "(no spaces)", RL_PASSWORD_MAX);
-    if (o->user && !rl_visible_word(o->user, REDLOCKD_USER_MAX))
-        return rl_seterr(err, REDLOCKD_E_INVALID,
-                         "a user name is 1 to %d visible ASCII characters",
-                         REDLOCKD_USER_MAX);
-    if (o->user && !o->password)
-        return rl_seterr(err, REDLOCKD_E_INVALID,
-                         "a user needs a password");
-    if (o->reconnect_min_ms < 0)
-        return rl_seterr(err, REDLOCKD_E_INVALID,
-                         "reconnect_min_ms must not be negative");
-    return 0;
-}
-
-int rl_handle_new(struct redlockd **out, const struct redlockd_opts *opts,
-                  struct redlockd_error *err)
-{
-    static const struct redlockd_opts none;
-    struct redlockd *h;
-
-    *out = NULL;
-    h = calloc(1, sizeof(*h));
-    if (!h || sbuf_try_reserve(&h->req, RL_REQ_MAX) < 0
-        || sbuf_try_reserve(&h->freq, RL_REQ_MAX) < 0) {
-        if (h) {
-            sbuf_deinit(&h->req);
-            sbuf_deinit(&h->freq);
-        }
-        free(h);
-        return rl_seterr(err, REDLOCKD_E_NOMEM, "out of memory");
-    }
-    h->fd = -1;
-    if (rl_keep_opts(h, opts ? opts : &none) < 0) {
-        if (err)
-            *err = h->err;
-        redlockd_close(h);
-        return -REDLOCKD_E_NOMEM;
-    }
-    *out = h;
-    return 0;
-}
-
-int redlockd_open_fd(struct redlockd **out, int fd,
-                     const struct redlockd_opts *opts,
-                     struct redlockd_error *err)
-{
-    int fl, rc;
-
-    *out = NULL;
-    fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0
-        || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
-        rl_seterr(err, REDLOCKD_E_IO, "fcntl: %s", strerror(errno));
-        close(fd);
-        return -REDLOCKD_E_IO;
-    }
-    rc = rl_handle_new(out, opts, err);
-    if (rc < 0) {
-        close(fd);
-        return rc;
-    }
-    rl_attach_fd(*out, fd);
-    (*out)->settled = true;
-    return 0;
-}
-
-int redlockd_handshake(struct redlockd *h, const struct redlockd_opts *opts)
-{
-    int rc = rl_begin_plain(h);
-
-    if (rc == 0)
-        rc = rl_check_opts(opts, &h->err);
-    if (rc == 0)
-        rc = rl_keep_opts(h, opts);
-    if (rc == 0)
-        rc = rl_handshake(h, -1);
-    return rc;
-}
-
-/* Everything a handle owns, its connection closed without a word: no
- * QUIT, and no TLS close_notify (SSL_free sends nothing). */
-static void rl_free(struct redlockd *h)
-{
-    if (h->fd >= 0) {
-        rl_tls_free(h);
-        close(h->fd);
-    }
-    rl_lease_free_all(h);
-    rl_inflight_free(h);
-    rl_watch_free(h);
-    rl_free_opts(h);
-    free(h->in);
-    free(h->reply);
-    sbuf_deinit(&h->req);
-    sbuf_deinit(&h->freq);
-    free(h);
-}
-
-/* QUIT makes the daemon release the session's leases at once (without
- * lock_delay_ms), detachable or not. A handle that is reconnecting leaves
- * its detached session to end on its own: its detach time. */
-void redlockd_close(struct redlockd *h)
-{
-    if (!h)
-        return;
-    if (h->fd >= 0)
-        rl_quit(h);
-    rl_free(h);
-}
-
-void redlockd_forget(struct redlockd *h)
-{
-    if (h)
-        rl_free(h);
-}
-
-int redlockd_fd(const struct redlockd *h)
-{
-    return h->fd;
-}
-
-int redlockd_shutting_down(const struct redlockd *h)
-{
-    return h->shutdown_seen;
-}
-
-const struct redlockd_info *redlockd_info(const struct redlockd *h)
-{
-    return &h->info;
-}
-
-const struct redlockd_error *redlockd_last_error(const struct redlockd *h)
-{
-    return &h->err;
-}
-
-/* ---- events ------------------------------------------------------------- */
+/* ---- events, reconnecting on request ------------------------------------ */
 
 int redlockd_poll_events(struct redlockd *h, int timeout_ms)
 {
@@ -404,6 +227,24 @@ int redlockd_poll_events(struct redlockd *h, int timeout_ms)
         rc = rl_recover(h, until);
     }
     return rl_finish(h, rc);
+}
+
+int redlockd_reconnect(struct redlockd *h)
+{
+    int rc = rl_begin_plain(h);
+
+    if (rc < 0)
+        return rc;
+    if (!rl_can_reconnect(h))
+        return rl_fail(h, REDLOCKD_E_INVALID, "this handle does not "
+                       "reconnect (no server to go to, or "
+                       "reconnect_max_ms < 0)");
+    if (h->fd >= 0) {
+        rl_fail(h, REDLOCKD_E_CLOSED, "reconnecting on request");
+        rl_drop_rc(h, 0);
+        h->err.code = 0;
+    }
+    return rl_recover(h, -1);
 }
 
 /* ---- LOCK, UNLOCK, EXTEND, PING ----------------------------------------- */
