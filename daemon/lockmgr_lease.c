@@ -224,7 +224,7 @@ static void entry_drop_holder(struct lock_entry *e, struct lease *l)
     if (head && !head->attempting)
         lm.c.wakeups_notified++;
     lm_changed(e);
-    lm_entry_kick(e);
+    lm.kick(e);     /* lm_entry_kick: the waiters' turn */
 }
 
 
@@ -578,6 +578,20 @@ void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl,
                     void *ask)
 {
     lockmgr_extend_value(o, l, ttl, NULL, ask);
+}
+
+struct lease *lockmgr_held(const struct lockmgr_owner *o,
+                           const char *resource, size_t len)
+{
+    const struct list *p;
+
+    list_foreach(p, &o->leases) {
+        struct lease *l = list_entry(p, struct lease, olink);
+        if (strncmp(l->resource, resource, len) == 0 &&
+            l->resource[len] == '\0')
+            return l;
+    }
+    return NULL;
 }
 
 const char *lockmgr_lease_value(const struct lease *l)
