@@ -64,7 +64,10 @@ enum session_state {
  * restarts: "s42.mifc7b9k". */
 #define SESSION_ID_LEN 40
 
+struct session_ops;
+
 struct session {
+    const struct session_ops *ops;  /* what serves it (session_priv.h) */
     enum session_state state;
     struct conn *conn;      /* attached: its connection; else NULL */
     struct list link;       /* attached or detached: in that table */
