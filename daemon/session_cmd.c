@@ -60,6 +60,10 @@
 #include "status.h"
 #include "wording.h"
 
+/* What the sessions count (session.h), and who times their LOCKs. */
+static struct session_counters counters;
+static const struct session_observer *observer;
+
 /* Room for the nodes' own explanation in an ERR UNAVAILABLE line. */
 #define SESSION_WHY_SIZE 512
 /* SESSIONS lists at most this many of a session's requests in flight (it
@@ -149,11 +153,25 @@ static struct sbuf *say(const struct to *t)
     return b;
 }
 
+/* The cells a command and an error code are counted in: "other" (the
+ * NONE cell) for a value outside the table. */
+static size_t command_cell(enum proto_cmd cmd)
+{
+    return (int)cmd > PROTO_CMD_NONE && cmd < PROTO_CMD_COUNT
+           ? (size_t)cmd : PROTO_CMD_NONE;
+}
+
+static size_t error_cell(enum proto_err code)
+{
+    return (int)code > PROTO_ERR_NONE && code < PROTO_ERR_COUNT
+           ? (size_t)code : PROTO_ERR_NONE;
+}
+
 static void say_err(const struct to *t, enum proto_err code, const char *msg)
 {
     struct sbuf *b = say(t);
 
-    stats_count_error(code);
+    counters.errors[error_cell(code)]++;
     if (b)
         proto_format_err(b, code, msg);
 }
@@ -1443,7 +1461,7 @@ static void session_cmd_line(struct session *s, char *line, size_t len)
     st = proto_parse(line, len, parse_limits(), &r, &err);
     if (st == PROTO_PARSE_EMPTY)
         return;
-    stats_count_command(r.cmd);
+    counters.commands[command_cell(r.cmd)]++;
     struct to t = { s, r.tag, r.tag_len };
     if (st == PROTO_PARSE_ERROR) {
         say_err(&t, err.code, err.msg);
@@ -1505,8 +1523,9 @@ static void owner_locked(struct lockmgr_owner *o, void *ask,
     const struct to t = sreq_to(q);
     struct sbuf *b;
 
-    stats_observe_lock(q->waited,
-                       (double)(uv_hrtime() - q->started_ns) / 1e9);
+    if (observer)
+        observer->lock_answered(q->waited,
+                                (double)(uv_hrtime() - q->started_ns) / 1e9);
     if (!g) {
         say_refusal(&t, q->cmd, no);
     } else if ((b = say(&t))) {
@@ -1604,6 +1623,18 @@ static const struct lockmgr_owner_ops session_owner_ops = {
     .locked = owner_locked, .unlocked = owner_unlocked,
     .extended = owner_extended, .lost = owner_lost, .status = owner_status,
 };
+
+/* ---- counting ------------------------------------------------------------ */
+
+const struct session_counters *session_counters(void)
+{
+    return &counters;
+}
+
+void session_set_observer(const struct session_observer *ob)
+{
+    observer = ob;
+}
 
 /* ---- what a session is served by ----------------------------------------- */
 
