@@ -1,7 +1,9 @@
 /*
  * lockmgr, leases (lockmgr_priv.h): a grant's lease, its renewals, its
  * hard deadline and loss, its release (UNLOCK, or the end of its owner),
- * and EXTEND.
+ * EXTEND, and an owner's lease on a resource (lockmgr_held). Above the
+ * core only: when a holder's keys are gone the waiters get their turn
+ * through lm.kick, not by naming the requests' file.
  */
 #include "lockmgr_priv.h"
 

@@ -92,7 +92,7 @@ void lockmgr_ready(void)
     lm_leave();
 }
 
-/* ---- what ends or cancels an owner --------------------------------------- */
+/* ---- what ends or cancels an owner -------------------------------------- */
 
 void lockmgr_owner_shutdown(struct lockmgr_owner *o)
 {

@@ -22,8 +22,8 @@
  *                      owner: the entry points that reach several layers
  *
  * Ownership:
- * - An entry lives while it has holders or waiters (entry_maybe_free), and
- *   while a kick walks its queue (pins).
+ * - An entry lives while it has holders or waiters (lm_entry_maybe_free),
+ *   and while a kick walks its queue (pins).
  * - A lockreq (one LOCK request) is owned by the FIFOs it waits in (one
  *   per resource it names, all entered at once, so any two requests are in
  *   the same order in every queue they share); it holds an owner reference

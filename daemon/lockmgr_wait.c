@@ -19,7 +19,7 @@
 static bool req_attempt(struct lockreq *q);
 static void req_give_up(struct lockreq *q);
 
-/* ---- who may talk to Redis ------------------------------------------------ */
+/* ---- who may talk to Redis ---------------------------------------------- */
 
 static bool req_exclusive(const struct lockreq *q)
 {
@@ -486,10 +486,10 @@ static void req_begin(struct lockreq *q)
     } else if (req_may_start(q, false)) {
         /* Only holders whose keys are being deleted right now (an UNLOCK
          * by another owner, or a lost lease being cleaned up) stand in the
-         * way: that ends within a round trip, and lm_release_done() kicks
-         * this request, so even a wait=0 LOCK waits for it instead of
-         * seeing a stale BUSY. A wait=0 one gives up if that takes more
-         * than two command timeouts. */
+         * way: that ends within a round trip, and release_done (through
+         * lm.kick) kicks this request, so even a wait=0 LOCK waits for it
+         * instead of seeing a stale BUSY. A wait=0 one gives up if that
+         * takes more than two command timeouts. */
         if (!wait)
             timer_start(&q->timer,
                         2 * (uint64_t)lm.conf->redis.command_timeout_ms + 1);
@@ -497,7 +497,7 @@ static void req_begin(struct lockreq *q)
             timer_start_at(&q->timer, q->deadline);
     } else if (!wait && req_only_asked(q)) {
         /* Others are asking for it, nobody holds it here: their outcome
-         * decides (entry_kick), within two command timeouts. */
+         * decides (lm_entry_kick), within two command timeouts. */
         timer_start(&q->timer,
                     2 * (uint64_t)lm.conf->redis.command_timeout_ms + 1);
     } else if (!wait) {

@@ -178,7 +178,7 @@ bool session_take_lost(struct session *s, const char *res, size_t len)
     return true;
 }
 
-/* ---- what it says on its own --------------------------------------------- */
+/* ---- what it says on its own -------------------------------------------- */
 
 /* An EVENT HOLDER line for a watcher (watch.h); a detached session hears
  * the state again when resumed. */

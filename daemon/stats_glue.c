@@ -173,7 +173,7 @@ static void glue_nodes(struct stats_values *v, void *ud)
     }
 }
 
-/* ---- the observers: what the histograms are made of ------------------------ */
+/* ---- the observers: what the histograms are made of --------------------- */
 
 /* The sessions time each LOCK's answer; the pool each node's reply. */
 static void glue_lock_answered(bool waited, double seconds)
