@@ -27,7 +27,6 @@
 #include "conf.h"
 #include "log.h"
 #include "mem.h"
-#include "stats.h"
 #include "tls.h"
 
 #define CONN_READ_SIZE 65536
@@ -38,6 +37,7 @@
 static char conn_rdbuf[CONN_READ_SIZE];
 
 static const struct conf *conn_conf;     /* limits.*: read live */
+static struct conn_counters counters;
 
 /* Connections with output written this turn, flushed at its end. */
 static struct {
@@ -123,7 +123,7 @@ struct conn *conn_create(uv_loop_t *loop, bool is_unix, int *rc)
     c->created_at = c->last_line_at = timer_now();
     timer_init(&c->idle_timer, conn_idle_cb, c);
     conn_arm_idle(c);   /* handshake_timeout_ms */
-    stats.connections++;    /* until conn_on_close */
+    counters.open++;        /* until conn_on_close */
     return c;
 }
 
@@ -232,7 +232,7 @@ static void conn_idle_cb(struct timer *t)
         return;
     }
     if (c->tls && !c->tls_ready) {
-        stats.tls_handshake_failures[STATS_TLSFAIL_timeout]++;
+        counters.tls_failures[TLS_FAIL_timeout]++;
         log_info("%s (%s): no TLS handshake within "
                  "limits.handshake_timeout_ms, closing", c->name, c->peer);
         conn_close(c, true, "TLS handshake timeout");
@@ -358,7 +358,7 @@ static void conn_update_reading(struct conn *c);
 static void conn_on_eof(struct conn *c)
 {
     if (c->tls && !c->tls_ready && !c->tls_failed) {
-        stats.tls_handshake_failures[STATS_TLSFAIL_eof]++;
+        counters.tls_failures[TLS_FAIL_eof]++;
         log_info("%s (%s): closed before the TLS handshake finished",
                  c->name, c->peer);
     }
@@ -379,12 +379,14 @@ static int conn_take_plain(void *ud, const char *data, size_t len)
     return conn_take(ud, data, len);
 }
 
-/* The handshake finished: say so, and take the client certificate's CN. */
+/* The handshake finished: count it, say so, and take the client
+ * certificate's CN. */
 static void conn_tls_ready(struct conn *c)
 {
     char how[96];
 
     c->tls_ready = true;
+    counters.tls_handshakes++;
     snprintf(c->cert_cn, sizeof(c->cert_cn), "%s",
              tls_conn_peer_cn(c->tls));
     tls_conn_describe(c->tls, how, sizeof(how));
@@ -401,18 +403,18 @@ static bool conn_write_now(struct conn *c);
  * does. */
 static void conn_tls_failed(struct conn *c)
 {
-    enum stats_tlsfail why = tls_conn_failure(c->tls);
+    enum tls_fail why = tls_conn_failure(c->tls);
 
     if (c->tls_failed || c->closing)
         return;
     c->tls_failed = true;
     if (!c->tls_ready)
-        stats.tls_handshake_failures[why]++;
+        counters.tls_failures[why]++;
     log_info("%s (%s): TLS %s: %s, closing", c->name, c->peer,
              c->tls_ready ? "error" : "handshake failed",
              tls_conn_detail(c->tls));
     /* Someone typing on the TLS port reads why in their terminal. */
-    if (why == STATS_TLSFAIL_plaintext)
+    if (why == TLS_FAIL_plaintext)
         sbuf_puts(&c->tls_out, "ERR ARG this port speaks TLS: connect "
                   "with tls:// and a TLS client\n");
     sbuf_reset(&c->out);
@@ -437,7 +439,7 @@ static int conn_tls_backlog(struct conn *c)
     unsent = c->tls_out.len + c->wbuf.len;
     if (unsent < conn_conf->limits.max_output_bytes)
         return 0;
-    stats.output_overflows++;
+    counters.output_overflows++;
     log_warn("%s (%s): %zu bytes of TLS records unread: disconnecting "
              "(limits.max_output_bytes)", c->name, c->peer, unsent);
     conn_close(c, true, "output buffer limit");
@@ -453,7 +455,7 @@ static int conn_input(struct conn *c, const char *data, size_t len)
     c->got_bytes = true;
     if (!c->tls) {
         if (first && tls_looks_like_handshake(data, len)) {
-            stats.tls_handshake_failures[STATS_TLSFAIL_plain_port]++;
+            counters.tls_failures[TLS_FAIL_plain_port]++;
             log_info("%s (%s): a TLS handshake on a plain-text port, "
                      "closing", c->name, c->peer);
             conn_close(c, true, "TLS on a plain port");
@@ -557,7 +559,7 @@ static void conn_toolong(struct conn *c)
 {
     struct sbuf *b = conn_reply(c);
 
-    stats_count_error(PROTO_ERR_TOOLONG);
+    counters.toolong++;
     if (b)
         proto_format_errf(b, PROTO_ERR_TOOLONG, "request line longer than "
                           "%u bytes (limits.max_line); closing",
@@ -784,6 +786,11 @@ void conn_flush(struct conn *c)
     conn_ref(c);
 }
 
+const struct conn_counters *conn_counters(void)
+{
+    return &counters;
+}
+
 struct sbuf *conn_reply(struct conn *c)
 {
     if (c->closing || c->overflow)
@@ -793,7 +800,7 @@ struct sbuf *conn_reply(struct conn *c)
     if (unsent >= conn_conf->limits.max_output_bytes) {
         /* Closed at the end of the turn, not now: the caller is in the
          * middle of answering, and must not be told "closed" under it. */
-        stats.output_overflows++;
+        counters.output_overflows++;
         log_warn("%s (%s): %zu bytes of replies unread: disconnecting "
                  "(limits.max_output_bytes)", c->name, c->peer, unsent);
         c->overflow = true;
@@ -809,7 +816,7 @@ struct sbuf *conn_reply(struct conn *c)
 
 static void conn_on_close(uv_handle_t *h)
 {
-    stats.connections--;
+    counters.open--;
     conn_unref(h->data);
 }
 

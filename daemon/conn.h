@@ -29,6 +29,10 @@
  * no write or caller holds a reference any more (conn_ref/conn_unref). The
  * binder holds no reference: ops->closed comes before the handle closes,
  * and after it the binder forgets the conn.
+ *
+ * Counting: what happens to connections (opened, overflowed, TLS
+ * handshakes and their failures, ERR TOOLONG) is counted here, in struct
+ * conn_counters, which stats_glue.c reads; conn knows no stats.
  */
 #ifndef REDLOCKD_CONN_H
 #define REDLOCKD_CONN_H
@@ -43,6 +47,7 @@
 #include "proto.h"
 #include "sbuf.h"
 #include "timer.h"
+#include "tls.h"
 
 struct conf;
 struct conn;
@@ -141,6 +146,19 @@ struct conn {
     bool died;              /* ends without QUIT (a drop) */
     int refs;
 };
+
+/* What conn counts (for STATS and /metrics, through stats_glue.c). */
+struct conn_counters {
+    size_t open;                    /* made and not closed yet */
+    uint64_t output_overflows;      /* closed for not reading their output
+                                       (limits.max_output_bytes) */
+    uint64_t toolong;               /* ERR TOOLONG sent (limits.max_line) */
+    uint64_t tls_handshakes;        /* TLS handshakes completed */
+    uint64_t tls_failures[TLS_FAIL_N];  /* closed before a TLS handshake
+                                           completed, by reason */
+};
+
+const struct conn_counters *conn_counters(void);
 
 /* The limits conn applies are read from conf at each use (a reload
  * changes them in place); loop runs the end-of-turn flush, whose handle

@@ -1,8 +1,11 @@
 /*
  * lockmgr: see lockmgr.h; the structures and the split into files in
- * lockmgr_priv.h. This file: owners and the answers they get (notices),
- * set-up, the audit trail, the entries of the lock table, and what ends
- * or cancels an owner.
+ * lockmgr_priv.h. This file is the bottom of it: the state every part
+ * shares (`lm`), owners and the answers they get (notices), the
+ * observers, the audit trail, the entries of the lock table, holder
+ * labels and the probes STATUS, FORCEUNLOCK and ADOPT send. It calls no
+ * other file of lockmgr: the layers above it (lease, wait, adopt,
+ * inspect, life) call down into it, never the other way.
  */
 #include "lockmgr_priv.h"
 
@@ -10,10 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "label.h"
 #include "log.h"
 #include "mem.h"
 
@@ -149,7 +150,7 @@ void lm_leave(void)
         notices_flush();
 }
 
-/* ---- set-up ------------------------------------------------------------ */
+/* ---- observers ---------------------------------------------------------- */
 
 static lockmgr_change_fn *change_observer; /* outside lm: init keeps it */
 
@@ -188,65 +189,6 @@ void lm_observe_waited(const struct lockreq *q, bool granted)
         observer->waited(e->resource, e->keylen - lm.prefixlen, granted,
                          waited);
     }
-}
-
-void lockmgr_init(const struct conf *conf, const struct redlock_ops *rl)
-{
-    memset(&lm, 0, sizeof(lm));
-    lm.conf = conf;
-    lm.rl = rl;
-    hmap_init(&lm.table);
-    list_init(&lm.notices);
-    list_init(&lm.held_back);
-    list_init(&lm.adopts_held);
-    if (getrandom(&lm.rng, sizeof(lm.rng), GRND_NONBLOCK) != sizeof(lm.rng))
-        lm.rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    lm.rng |= 1;
-    /* Daemons with different ids start at different slots, so two of them
-     * do not both ask for slot 0 first. */
-    if (conf->id)
-        lm.spread = hmap_hash(conf->id, strlen(conf->id));
-    lm.prefixlen = strlen(conf->locks.key_prefix);
-    lm.keycap = lm.prefixlen + conf->locks.max_resource_len +
-               LOCKMGR_SLOT_SUFFIX_SIZE;
-    lm.keybuf = mem_alloc(lm.keycap);
-    memcpy(lm.keybuf, conf->locks.key_prefix, lm.prefixlen);
-}
-
-static void entry_free(struct lock_entry *e)
-{
-    free(e->slots);
-    free(e);
-}
-
-void lockmgr_deinit(void)
-{
-    /* Owners are ended and ops drained before this; anything left is a
-     * lease whose release did not complete before the shutdown timeout. */
-    struct hmap_iter it;
-    struct hmap_node *n;
-    hmap_iter_init(&it, &lm.table);
-    while ((n = hmap_iter_next(&it))) {
-        struct lock_entry *e = container_of(n, struct lock_entry, node);
-        hmap_del(&lm.table, n);
-        entry_free(e);
-    }
-    hmap_deinit(&lm.table);
-    free(lm.keybuf);
-    lm.keybuf = NULL;
-}
-
-void lockmgr_owner_init(struct lockmgr_owner *o,
-                        const struct lockmgr_owner_ops *ops,
-                        const char *id, const char *name, const char *peer)
-{
-    memset(o, 0, sizeof(*o));
-    o->ops = ops;
-    o->id = id;
-    o->name = name;
-    o->peer = peer;
-    list_init(&o->leases);
-    list_init(&o->waits);
 }
 
 const char *lockmgr_lost_reason_name(enum lockmgr_lost_reason r)
@@ -341,7 +283,7 @@ const char *lm_entry_slot_key(const struct lock_entry *e, uint32_t slot,
     return lm.keybuf;
 }
 
-static struct lock_entry *entry_lookup(const char *key, size_t keylen)
+struct lock_entry *lm_entry_lookup(const char *key, size_t keylen)
 {
     struct hmap_node *n = hmap_get(&lm.table, key, keylen);
     return n ? container_of(n, struct lock_entry, node) : NULL;
@@ -351,7 +293,7 @@ struct lock_entry *lm_entry_find(const char *res, size_t len)
 {
     size_t keylen;
     const char *key = lm_entry_key(res, len, &keylen);
-    return entry_lookup(key, keylen);
+    return lm_entry_lookup(key, keylen);
 }
 
 /* The entry of res, made for a request of that limit if there is none. */
@@ -383,15 +325,16 @@ struct lock_entry *lm_entry_get(const char *res, size_t len,
     return e;
 }
 
-static struct req_pos *pos_of(const struct list *link)
-{
-    return list_entry(link, struct req_pos, link);
-}
-
 struct lockreq *lm_entry_head(const struct lock_entry *e)
 {
-    struct req_pos *p = pos_of(list_first(&e->waiters));
+    struct req_pos *p = lm_pos_of(list_first(&e->waiters));
     return p ? p->q : NULL;
+}
+
+void lm_entry_free(struct lock_entry *e)
+{
+    free(e->slots);
+    free(e);
 }
 
 void lm_entry_maybe_free(struct lock_entry *e)
@@ -399,7 +342,7 @@ void lm_entry_maybe_free(struct lock_entry *e)
     if (e->nheld || !list_empty(&e->waiters) || e->pins)
         return;
     hmap_del(&lm.table, &e->node);
-    entry_free(e);
+    lm_entry_free(e);
 }
 
 void lm_entry_push(struct req_pos *p)
@@ -416,286 +359,55 @@ void lm_entry_remove(struct req_pos *p)
     lm.waiters--;
 }
 
-static bool req_exclusive(const struct lockreq *q)
+void lm_slot_take(struct lock_entry *e, int64_t slot)
 {
-    return q->mode == LOCKMGR_EXCLUSIVE && !q->limit;
+    e->slots[slot]++;
+    e->nused++;
 }
 
-/* Is everything ahead of q in e's queue talking to Redis already? With
- * the counts of those (ahead) and of the exclusive ones among them. */
-static bool ahead_asking(const struct lock_entry *e, const struct lockreq *q,
-                         size_t *ahead, size_t *excl)
-{
-    const struct list *p;
+/* ---- holder labels and probes ------------------------------------------- */
 
-    *ahead = *excl = 0;
-    list_foreach(p, &e->waiters) {
-        const struct lockreq *w = pos_of(p)->q;
-        if (w == q)
-            break;
-        if (!w->attempting)
-            return false;
-        ++*ahead;
-        *excl += req_exclusive(w);
-    }
-    return true;
+/* The holder label an acquisition of o stores after its token (label.h):
+ * this daemon, o's session and client name, the holder's value (or NULL)
+ * and a semaphore slot's limit. Writes it to out unless out is NULL;
+ * returns its length. */
+size_t lm_label_put(const struct lockmgr_owner *o, uint32_t limit,
+                    const char *value, char *out)
+{
+    const struct label l = {
+        .daemon = lm.conf->id, .session = o->id, .name = o->name,
+        .value = value, .limit = limit,
+    };
+
+    return label_write(&l, out);
 }
 
-/*
- * May q talk to Redis now, as far as e is concerned? Everything ahead of
- * it in e's queue must be talking to Redis already (first come, first
- * served), and nothing held or asked for here may rule it out. With
- * count_gone false, holders whose keys are going away count as gone.
- */
-static bool entry_admits(const struct lock_entry *e, const struct lockreq *q,
-                         bool count_gone)
+/* What STATUS and FORCEUNLOCK look at: the resource's keys, and `limit`
+ * slots (or as many as this daemon knows it has). The names stay in
+ * *buf (owned by the caller) until the call is made. */
+void lm_probe_make(const char *res, size_t len, uint32_t limit,
+                   struct redlock_probe *pr, char **buf)
 {
-    size_t ahead, excl;
+    struct lock_entry *e = lm_entry_find(res, len);
+    size_t keylen = lm.prefixlen + len;
+    char *b = mem_alloc(3 * (keylen + LOCKMGR_SHARED_SUFFIX_LEN + 2));
 
-    if (!ahead_asking(e, q, &ahead, &excl))
-        return false;
-    if (q->limit)
-        return e->nused - (count_gone ? 0 : e->ngone_slots) < e->limit;
-    if (q->mode == LOCKMGR_SHARED)
-        return excl == 0 && e->nexcl - (count_gone ? 0 : e->ngone_excl) == 0;
-    return ahead == 0 && e->nheld - (count_gone ? 0 : e->ngone) == 0;
-}
-
-bool lm_req_may_start(const struct lockreq *q, bool count_gone)
-{
-    if (list_linked(&q->hlink))     /* held back until lockmgr_ready */
-        return false;
-    for (size_t i = 0; i < q->n; i++)
-        if (!entry_admits(q->pos[i].e, q, count_gone))
-            return false;
-    return true;
-}
-
-/*
- * Is all that keeps q (exclusive or shared, not a semaphore) from asking
- * Redis now either requests ahead of it already asking, or holders whose
- * keys are going away? Then no one holds what it wants yet: a LOCK
- * without wait= waits for their outcome rather than hearing that the
- * resource is held.
- */
-bool lm_req_only_asked(const struct lockreq *q)
-{
-    if (q->limit)
-        return false;
-    for (size_t i = 0; i < q->n; i++) {
-        const struct lock_entry *e = q->pos[i].e;
-        size_t ahead, excl;
-        if (!ahead_asking(e, q, &ahead, &excl))
-            return false;
-        if (q->mode == LOCKMGR_SHARED ? e->nexcl > e->ngone_excl
-                                      : e->nheld > e->ngone)
-            return false;
-    }
-    return true;
-}
-
-
-/* Let every waiter that may talk to Redis now do so, in queue order,
- * stopping at the first that may not: nobody behind it overtakes it. A
- * LOCK without wait= that waited for others' outcome and now finds the
- * resource held is answered at once. */
-void lm_entry_kick(struct lock_entry *e)
-{
-    struct list *p, *tmp;
-
-    e->pins++;
-    list_foreach_safe(p, tmp, &e->waiters) {
-        struct lockreq *q = pos_of(p)->q;
-        if (q->attempting)
-            continue;
-        if (lm_req_may_start(q, true)) {
-            lm_req_attempt(q);
-            continue;
-        }
-        if (q->deadline || q->o == NULL || list_linked(&q->hlink) ||
-            lm_req_may_start(q, false) || lm_req_only_asked(q))
-            break;
-        lm_req_give_up(q);
-        break;
-    }
-    e->pins--;
-    lm_entry_maybe_free(e);
-}
-
-/* ---- owner-facing operations ------------------------------------------- */
-
-struct lease *lockmgr_held(const struct lockmgr_owner *o,
-                           const char *resource, size_t len)
-{
-    const struct list *p;
-
-    list_foreach(p, &o->leases) {
-        struct lease *l = list_entry(p, struct lease, olink);
-        if (strncmp(l->resource, resource, len) == 0 &&
-            l->resource[len] == '\0')
-            return l;
-    }
-    return NULL;
-}
-
-void lockmgr_cut_wait(struct lockmgr_owner *o)
-{
-    struct list *p, *tmp;
-
-    lm_enter();
-    list_foreach_safe(p, tmp, &o->waits) {
-        struct lockreq *q = list_entry(p, struct lockreq, olink);
-        if (!q->deadline)
-            continue;   /* wait=0 requests end on their own, soon */
-        q->deadline = 0;
-        q->cut = true;
-        if (!q->attempting)
-            lm_req_give_up(q);
-    }
-    lm_leave();
-}
-
-void lockmgr_owner_shutdown(struct lockmgr_owner *o)
-{
-    struct list *p, *tmp;
-
-    lm_enter();
-    list_foreach_safe(p, tmp, &o->waits) {
-        struct lockreq *q = list_entry(p, struct lockreq, olink);
-        q->shutdown = true;
-        if (!q->attempting)
-            lm_req_refuse(q, LOCKMGR_NO_SHUTDOWN);
-    }
-    lm_adopt_unhold(o, true);
-    lm_leave();
-}
-
-size_t lockmgr_owner_abandon(struct lockmgr_owner *o, uint64_t *until)
-{
-    struct list *link;
-    size_t n = 0;
-
-    lm_enter();
-    while ((link = list_first(&o->leases))) {
-        struct lease *l = list_entry(link, struct lease, olink);
-        /* The keys last as long as the last renewal's ttl: at most the
-         * validity plus what was taken off it (drift, the round). */
-        uint64_t end = l->valid_until + lm.conf->redis.command_timeout_ms +
-                       (uint64_t)((double)l->ttl * lm.conf->locks.drift_factor)
-                       + 2;
-        if (end > *until)
-            *until = end;
-        log_info(AUDIT_FMT ": left on the nodes to expire by its ttl",
-                 AUDIT_ARGS("abandoned", l, o));
-        lm_lease_leave_keys(l);
-        n++;
-    }
-    lm_leave();
-    return n;
-}
-
-/* o's LOCKs are no longer o's: each dropped now, or, with an attempt in
- * flight, when it completes (a grant then given back). */
-static void owner_drop_waits(struct lockmgr_owner *o)
-{
-    struct list *link;
-
-    while ((link = list_first(&o->waits))) {
-        struct lockreq *q = list_entry(link, struct lockreq, olink);
-        lm_req_disown(q);
-        if (!q->attempting)
-            lm_req_drop(q);
-    }
-}
-
-void lockmgr_owner_cancel(struct lockmgr_owner *o)
-{
-    lm_enter();
-    o->gen++;
-    owner_drop_waits(o);
-    lm_adopt_unhold(o, false);
-    lm_leave();
-}
-
-void lockmgr_owner_end(struct lockmgr_owner *o, bool died)
-{
-    uint32_t delay = died ? lm.conf->locks.lock_delay_ms : 0;
-    struct list *link;
-
-    lm_enter();
-    o->ended = true;
-    lm_adopt_unhold(o, false);
-    owner_drop_waits(o);
-    while ((link = list_first(&o->leases))) {
-        struct lease *l = list_entry(link, struct lease, olink);
-        lm_lease_release(l, delay, NULL, delay ? "the connection dropped; "
-                      "keys kept for locks.lock_delay_ms" : "the session "
-                      "ended");
-    }
-    lm_leave();
-}
-
-/* A release of one of e's keys was announced: the waiters that may talk
- * to Redis now do so soon (slot: the semaphore slot released, or -1). */
-static void entry_wake(struct lock_entry *e, int64_t slot)
-{
-    struct list *p;
-
-    list_foreach(p, &e->waiters) {
-        struct lockreq *q = pos_of(p)->q;
-        if (q->limit && slot >= 0)
-            q->hint = slot;
-        if (q->attempting) {
-            q->notified = true;
-            continue;
-        }
-        if (!lm_req_may_start(q, true))
-            break;
-        if (q->woken)
-            break;      /* the same release, heard from another node */
-        q->woken = true;
-        timer_start(&q->timer, lm_rng_below(LOCKMGR_WAKE_JITTER_MS + 1));
-        break;
-    }
-}
-
-/* The slot number of a key ending in "#<digits>", or -1. */
-static int64_t key_slot(const char *key, size_t len, size_t *base)
-{
-    size_t i = len;
-    uint64_t slot = 0, mul = 1;
-
-    while (i > 0 && key[i - 1] >= '0' && key[i - 1] <= '9' && len - i < 6) {
-        slot += (uint64_t)(key[i - 1] - '0') * mul;
-        mul *= 10;
-        i--;
-    }
-    if (i == len || i == 0 || key[i - 1] != LOCKMGR_SLOT_SEP)
-        return -1;
-    *base = i - 1;
-    return (int64_t)slot;
-}
-
-void lockmgr_on_release(const char *key, size_t len)
-{
-    struct lock_entry *e;
-    size_t base;
-    int64_t slot;
-
-    if (len < lm.prefixlen ||
-        memcmp(key, lm.conf->locks.key_prefix, lm.prefixlen) != 0)
-        return;
-    /* A name may also be another's derived key: every reading wakes its
-     * entry; a wake-up that finds the lock still taken costs one try. */
-    if ((e = entry_lookup(key, len)) && !e->limit)
-        entry_wake(e, -1);
-    if (len > lm.prefixlen + LOCKMGR_SHARED_SUFFIX_LEN &&
-        memcmp(key + len - LOCKMGR_SHARED_SUFFIX_LEN, LOCKMGR_SHARED_SUFFIX,
-               LOCKMGR_SHARED_SUFFIX_LEN) == 0 &&
-        (e = entry_lookup(key, len - LOCKMGR_SHARED_SUFFIX_LEN)) &&
-        !e->limit)
-        entry_wake(e, -1);
-    if ((slot = key_slot(key, len, &base)) >= 0 && base > lm.prefixlen &&
-        (e = entry_lookup(key, base)) && e->limit)
-        entry_wake(e, slot < (int64_t)e->limit ? slot : -1);
+    memcpy(b, lm.conf->locks.key_prefix, lm.prefixlen);
+    memcpy(b + lm.prefixlen, res, len);
+    b[keylen] = '\0';
+    char *sh = b + keylen + 1;
+    memcpy(sh, b, keylen);
+    memcpy(sh + keylen, LOCKMGR_SHARED_SUFFIX, LOCKMGR_SHARED_SUFFIX_LEN + 1);
+    char *sl = sh + keylen + LOCKMGR_SHARED_SUFFIX_LEN + 1;
+    memcpy(sl, b, keylen);
+    sl[keylen] = LOCKMGR_SLOT_SEP;
+    sl[keylen + 1] = '\0';
+    pr->key = b;
+    pr->keylen = keylen;
+    pr->shared = sh;
+    pr->sharedlen = keylen + LOCKMGR_SHARED_SUFFIX_LEN;
+    pr->slots = sl;
+    pr->slotslen = keylen + 1;
+    pr->limit = limit ? limit : e ? e->limit : 0;
+    *buf = b;
 }

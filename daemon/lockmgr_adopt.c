@@ -143,7 +143,7 @@ static void adopt_grant(struct adopt_ctx *x, const struct redlock_result *res)
         }
         adopt_drop_old(e, x->old);
         /* A slot's name is in the shared key buffer: made right before
-         * lease_new copies it. */
+         * lm_lease_new copies it. */
         const char *key = adopt_key(x, res, i, &keylen);
         struct lease *l = lm_lease_new(e, key, keylen, &in);
         if (in.limit)

@@ -57,36 +57,6 @@ static void force_done(void *ud, const struct redlock_result *res)
     lm_leave();
 }
 
-/* What STATUS and FORCEUNLOCK look at: the resource's keys, and `limit`
- * slots (or as many as this daemon knows it has). The names stay in
- * *buf (owned by the caller) until the call is made. */
-void lm_probe_make(const char *res, size_t len, uint32_t limit,
-                   struct redlock_probe *pr, char **buf)
-{
-    struct lock_entry *e = lm_entry_find(res, len);
-    size_t keylen = lm.prefixlen + len;
-    char *b = mem_alloc(3 * (keylen + LOCKMGR_SHARED_SUFFIX_LEN + 2));
-
-    memcpy(b, lm.conf->locks.key_prefix, lm.prefixlen);
-    memcpy(b + lm.prefixlen, res, len);
-    b[keylen] = '\0';
-    char *sh = b + keylen + 1;
-    memcpy(sh, b, keylen);
-    memcpy(sh + keylen, LOCKMGR_SHARED_SUFFIX, LOCKMGR_SHARED_SUFFIX_LEN + 1);
-    char *sl = sh + keylen + LOCKMGR_SHARED_SUFFIX_LEN + 1;
-    memcpy(sl, b, keylen);
-    sl[keylen] = LOCKMGR_SLOT_SEP;
-    sl[keylen + 1] = '\0';
-    pr->key = b;
-    pr->keylen = keylen;
-    pr->shared = sh;
-    pr->sharedlen = keylen + LOCKMGR_SHARED_SUFFIX_LEN;
-    pr->slots = sl;
-    pr->slotslen = keylen + 1;
-    pr->limit = limit ? limit : e ? e->limit : 0;
-    *buf = b;
-}
-
 /* The holders here of a resource being forced: told before the first
  * node deletes (their notices go out at lm_leave(), before any node can
  * answer), so none of them works on while a waiter elsewhere is granted

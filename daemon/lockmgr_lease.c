@@ -1,7 +1,9 @@
 /*
  * lockmgr, leases (lockmgr_priv.h): a grant's lease, its renewals, its
  * hard deadline and loss, its release (UNLOCK, or the end of its owner),
- * and EXTEND.
+ * EXTEND, and an owner's lease on a resource (lockmgr_held). Above the
+ * core only: when a holder's keys are gone the waiters get their turn
+ * through lm.kick, not by naming the requests' file.
  */
 #include "lockmgr_priv.h"
 
@@ -224,7 +226,7 @@ static void entry_drop_holder(struct lock_entry *e, struct lease *l)
     if (head && !head->attempting)
         lm.c.wakeups_notified++;
     lm_changed(e);
-    lm_entry_kick(e);
+    lm.kick(e);     /* lm_entry_kick: the waiters' turn */
 }
 
 
@@ -578,6 +580,20 @@ void lockmgr_extend(struct lockmgr_owner *o, struct lease *l, uint32_t ttl,
                     void *ask)
 {
     lockmgr_extend_value(o, l, ttl, NULL, ask);
+}
+
+struct lease *lockmgr_held(const struct lockmgr_owner *o,
+                           const char *resource, size_t len)
+{
+    const struct list *p;
+
+    list_foreach(p, &o->leases) {
+        struct lease *l = list_entry(p, struct lease, olink);
+        if (strncmp(l->resource, resource, len) == 0 &&
+            l->resource[len] == '\0')
+            return l;
+    }
+    return NULL;
 }
 
 const char *lockmgr_lease_value(const struct lease *l)

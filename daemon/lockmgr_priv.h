@@ -1,19 +1,29 @@
 /*
  * lockmgr's private header: the structures its files share, and the
  * functions one file of it calls in another (prefix lm_). Nothing outside
- * daemon/lockmgr*.c includes it (the pattern of client/redlockd_priv.h).
+ * daemon/lockmgr*.c includes it but lockmgr's own unit test (the pattern
+ * of client/redlockd_priv.h). What it declares is the bottom layer's,
+ * lockmgr.c's (with lockmgr.h, the contract every part works to): the
+ * shared state `lm` and the structures every part works on.
  *
- * The files, by the part of the lock table each keeps:
- *   lockmgr.c          owners and their answers (notices), set-up, the
- *                      audit trail, entries, what ends or cancels an owner
- *   lockmgr_lease.c    leases: renewal, loss, release (UNLOCK), EXTEND
- *   lockmgr_wait.c     LOCK requests: the queues, attempts, grants
- *   lockmgr_adopt.c    ADOPT
- *   lockmgr_inspect.c  FORCEUNLOCK, STATUS, the views LOCKS shows
+ * The files, bottom to top; each calls only the files below it (a layer
+ * that must tell one above it something does so through a pointer that
+ * lockmgr_init installs: lm.kick):
+ *   lockmgr.c          the shared state (lm), owners and their answers
+ *                      (notices), the observers, the audit trail, the
+ *                      entries of the lock table, holder labels, probes
+ *   lockmgr_lease.c    leases: renewal, loss, release (UNLOCK), EXTEND;
+ *                      a holder gone kicks the waiters through lm.kick
+ *   lockmgr_wait.c     LOCK requests: who may talk to Redis, the queues,
+ *                      attempts, wake-ups, grants (which make leases)
+ *   lockmgr_adopt.c    ADOPT (it makes leases, and loses the old ones)
+ *   lockmgr_inspect.c  FORCEUNLOCK, STATUS, the views LOCKS and TOP show
+ *   lockmgr_life.c     set-up and start-up, and what ends or cancels an
+ *                      owner: the entry points that reach several layers
  *
  * Ownership:
- * - An entry lives while it has holders or waiters (entry_maybe_free), and
- *   while a kick walks its queue (pins).
+ * - An entry lives while it has holders or waiters (lm_entry_maybe_free),
+ *   and while a kick walks its queue (pins).
  * - A lockreq (one LOCK request) is owned by the FIFOs it waits in (one
  *   per resource it names, all entered at once, so any two requests are in
  *   the same order in every queue they share); it holds an owner reference
@@ -218,6 +228,10 @@ struct lockmgr_state {
     uint64_t rng;                   /* xorshift64* state, never 0 */
     uint64_t spread;                /* where this daemon starts in a
                                        semaphore's slots: hash of its id */
+    /* A holder of e is gone (its keys deleted, or left to expire): the
+     * waiters get their turn. lm_entry_kick (lockmgr_wait.c), installed
+     * by lockmgr_init, so the leases never name the layer above them. */
+    void (*kick)(struct lock_entry *e);
 };
 extern struct lockmgr_state lm;
 
@@ -254,6 +268,13 @@ struct lease_init {
     lm_lease_kind(l), (o)->id, (o)->name[0] ? (o)->name : "-", \
     (o)->peer ? (o)->peer : "-"
 
+/* The request of a queue position (an entry's waiters are struct
+ * req_pos). */
+static inline struct req_pos *lm_pos_of(const struct list *link)
+{
+    return list_entry(link, struct req_pos, link);
+}
+
 /* lockmgr.c */
 void lm_owner_ref(struct lockmgr_owner *o);
 void lm_owner_unref(struct lockmgr_owner *o);
@@ -265,6 +286,7 @@ struct notice *lm_notice_refused(enum notice_kind kind,
                                  void *ask, const char *resource,
                                  const struct lockmgr_refusal *no);
 void lm_enter(void);
+void lm_leave(void);
 /* Who holds e's resource changed here, as the nodes show now: told to
  * the change observer (the watchers). */
 void lm_changed(const struct lock_entry *e);
@@ -272,29 +294,25 @@ void lm_changed(const struct lock_entry *e);
  * or TIMEOUT. */
 void lm_observe_held(const struct lease *l);
 void lm_observe_waited(const struct lockreq *q, bool granted);
-void lm_leave(void);
 int64_t lm_lease_validity(const struct lease *l);
+const char *lm_lease_kind(const struct lease *l);
 void lm_audit(const struct lease *l, const struct lockmgr_owner *o,
               const char *what, const char *why);
 const char *lm_entry_key(const char *res, size_t len, size_t *keylen);
 const char *lm_entry_slot_key(const struct lock_entry *e, uint32_t slot,
                               size_t *keylen);
+struct lock_entry *lm_entry_lookup(const char *key, size_t keylen);
 struct lock_entry *lm_entry_find(const char *res, size_t len);
 struct lock_entry *lm_entry_get(const char *res, size_t len,
                                 uint32_t limit);
 struct lockreq *lm_entry_head(const struct lock_entry *e);
+void lm_entry_free(struct lock_entry *e);
 void lm_entry_maybe_free(struct lock_entry *e);
 void lm_entry_push(struct req_pos *p);
 void lm_entry_remove(struct req_pos *p);
-bool lm_req_may_start(const struct lockreq *q, bool count_gone);
-bool lm_req_only_asked(const struct lockreq *q);
-void lm_entry_kick(struct lock_entry *e);
-
-/* lockmgr_adopt.c */
-void lm_adopt_unhold(struct lockmgr_owner *o, bool shutdown);
-void lm_adopt_send_held(void);
-
-/* lockmgr_inspect.c */
+void lm_slot_take(struct lock_entry *e, int64_t slot);
+size_t lm_label_put(const struct lockmgr_owner *o, uint32_t limit,
+                    const char *value, char *out);
 void lm_probe_make(const char *res, size_t len, uint32_t limit,
                    struct redlock_probe *pr, char **buf);
 
@@ -311,19 +329,17 @@ void lm_lease_leave_keys(struct lease *l);
 void lm_lease_lose(struct lease *l, enum lockmgr_lost_reason why);
 
 /* lockmgr_wait.c */
-size_t lm_label_put(const struct lockmgr_owner *o, uint32_t limit,
-                    const char *value, char *out);
+void lm_entry_kick(struct lock_entry *e);
 void lm_req_drop(struct lockreq *q);
 /* q is no longer its owner's (cancelled, ended): off o->waits, and the
  * owner reference it held let go; what it gets is given back. */
 void lm_req_disown(struct lockreq *q);
-void lm_req_fail(struct lockreq *q, const struct lockmgr_refusal *no);
-/* lm_req_fail with a refusal of that reason and no facts. */
+/* Answer q with a refusal of that reason and no facts, and drop it. */
 void lm_req_refuse(struct lockreq *q, enum lockmgr_no why);
-void lm_req_give_up(struct lockreq *q);
-uint64_t lm_rng_below(uint64_t n);
-void lm_slot_take(struct lock_entry *e, int64_t slot);
-bool lm_req_attempt(struct lockreq *q);
-const char *lm_lease_kind(const struct lease *l);
+void lm_req_send_held(void);
+
+/* lockmgr_adopt.c */
+void lm_adopt_unhold(struct lockmgr_owner *o, bool shutdown);
+void lm_adopt_send_held(void);
 
 #endif

@@ -1,7 +1,10 @@
 /*
  * lockmgr, LOCK requests (lockmgr_priv.h): a request in the FIFO of each
  * resource it names, who may talk to Redis when, the attempts (a
- * semaphore's slot by slot), sleeping and waking, and the grant.
+ * semaphore's slot by slot), sleeping and waking (a release announced),
+ * and the grant. Above the leases (a grant makes them) and the core; the
+ * leases tell it that a holder is gone through lm.kick (lm_entry_kick,
+ * installed by lockmgr_init), never by name.
  */
 #include "lockmgr_priv.h"
 
@@ -10,26 +13,121 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "label.h"
 #include "log.h"
 #include "mem.h"
 
-/* ---- lock requests ------------------------------------------------------ */
+static bool req_attempt(struct lockreq *q);
+static void req_give_up(struct lockreq *q);
 
-/* The holder label an acquisition of o stores after its token (label.h):
- * this daemon, o's session and client name, the holder's value (or NULL)
- * and a semaphore slot's limit. Writes it to out unless out is NULL;
- * returns its length. */
-size_t lm_label_put(const struct lockmgr_owner *o, uint32_t limit,
-                    const char *value, char *out)
+/* ---- who may talk to Redis ---------------------------------------------- */
+
+static bool req_exclusive(const struct lockreq *q)
 {
-    const struct label l = {
-        .daemon = lm.conf->id, .session = o->id, .name = o->name,
-        .value = value, .limit = limit,
-    };
-
-    return label_write(&l, out);
+    return q->mode == LOCKMGR_EXCLUSIVE && !q->limit;
 }
+
+/* Is everything ahead of q in e's queue talking to Redis already? With
+ * the counts of those (ahead) and of the exclusive ones among them. */
+static bool ahead_asking(const struct lock_entry *e, const struct lockreq *q,
+                         size_t *ahead, size_t *excl)
+{
+    const struct list *p;
+
+    *ahead = *excl = 0;
+    list_foreach(p, &e->waiters) {
+        const struct lockreq *w = lm_pos_of(p)->q;
+        if (w == q)
+            break;
+        if (!w->attempting)
+            return false;
+        ++*ahead;
+        *excl += req_exclusive(w);
+    }
+    return true;
+}
+
+/*
+ * May q talk to Redis now, as far as e is concerned? Everything ahead of
+ * it in e's queue must be talking to Redis already (first come, first
+ * served), and nothing held or asked for here may rule it out. With
+ * count_gone false, holders whose keys are going away count as gone.
+ */
+static bool entry_admits(const struct lock_entry *e, const struct lockreq *q,
+                         bool count_gone)
+{
+    size_t ahead, excl;
+
+    if (!ahead_asking(e, q, &ahead, &excl))
+        return false;
+    if (q->limit)
+        return e->nused - (count_gone ? 0 : e->ngone_slots) < e->limit;
+    if (q->mode == LOCKMGR_SHARED)
+        return excl == 0 && e->nexcl - (count_gone ? 0 : e->ngone_excl) == 0;
+    return ahead == 0 && e->nheld - (count_gone ? 0 : e->ngone) == 0;
+}
+
+static bool req_may_start(const struct lockreq *q, bool count_gone)
+{
+    if (list_linked(&q->hlink))     /* held back until lockmgr_ready */
+        return false;
+    for (size_t i = 0; i < q->n; i++)
+        if (!entry_admits(q->pos[i].e, q, count_gone))
+            return false;
+    return true;
+}
+
+/*
+ * Is all that keeps q (exclusive or shared, not a semaphore) from asking
+ * Redis now either requests ahead of it already asking, or holders whose
+ * keys are going away? Then no one holds what it wants yet: a LOCK
+ * without wait= waits for their outcome rather than hearing that the
+ * resource is held.
+ */
+static bool req_only_asked(const struct lockreq *q)
+{
+    if (q->limit)
+        return false;
+    for (size_t i = 0; i < q->n; i++) {
+        const struct lock_entry *e = q->pos[i].e;
+        size_t ahead, excl;
+        if (!ahead_asking(e, q, &ahead, &excl))
+            return false;
+        if (q->mode == LOCKMGR_SHARED ? e->nexcl > e->ngone_excl
+                                      : e->nheld > e->ngone)
+            return false;
+    }
+    return true;
+}
+
+
+/* Let every waiter that may talk to Redis now do so, in queue order,
+ * stopping at the first that may not: nobody behind it overtakes it. A
+ * LOCK without wait= that waited for others' outcome and now finds the
+ * resource held is answered at once. */
+void lm_entry_kick(struct lock_entry *e)
+{
+    struct list *p, *tmp;
+
+    e->pins++;
+    list_foreach_safe(p, tmp, &e->waiters) {
+        struct lockreq *q = lm_pos_of(p)->q;
+        if (q->attempting)
+            continue;
+        if (req_may_start(q, true)) {
+            req_attempt(q);
+            continue;
+        }
+        if (q->deadline || q->o == NULL || list_linked(&q->hlink) ||
+            req_may_start(q, false) || req_only_asked(q))
+            break;
+        req_give_up(q);
+        break;
+    }
+    e->pins--;
+    lm_entry_maybe_free(e);
+}
+
+/* ---- lock requests ------------------------------------------------------ */
 
 static void req_free(struct lockreq *q)
 {
@@ -65,7 +163,7 @@ void lm_req_disown(struct lockreq *q)
 }
 
 /* Answer q with a refusal and drop it. */
-void lm_req_fail(struct lockreq *q, const struct lockmgr_refusal *no)
+static void req_fail(struct lockreq *q, const struct lockmgr_refusal *no)
 {
     struct lockmgr_owner *o = q->o;
 
@@ -80,10 +178,10 @@ void lm_req_refuse(struct lockreq *q, enum lockmgr_no why)
 {
     const struct lockmgr_refusal no = { .why = why };
 
-    lm_req_fail(q, &no);
+    req_fail(q, &no);
 }
 
-void lm_req_give_up(struct lockreq *q)
+static void req_give_up(struct lockreq *q)
 {
     struct lockmgr_refusal no = {
         .resource = q->pos[0].e->resource, .count = q->n,
@@ -114,11 +212,11 @@ void lm_req_give_up(struct lockreq *q)
         lm.c.acquire_busy++;
         no.why = LOCKMGR_NO_BUSY;
     }
-    lm_req_fail(q, &no);
+    req_fail(q, &no);
 }
 
 /* Seeded per process from the OS, so daemons do not share a sequence. */
-uint64_t lm_rng_below(uint64_t n)
+static uint64_t rng_below(uint64_t n)
 {
     lm.rng ^= lm.rng >> 12;
     lm.rng ^= lm.rng << 25;
@@ -132,7 +230,7 @@ static uint64_t jitter(uint64_t ms)
      * poll in step. */
     if (ms < 2)
         return 1;
-    return ms / 2 + lm_rng_below(ms);
+    return ms / 2 + rng_below(ms);
 }
 
 static void req_sleep(struct lockreq *q, int64_t pttl)
@@ -142,7 +240,7 @@ static void req_sleep(struct lockreq *q, int64_t pttl)
 
     /* The key expires before that: ask just after, a little spread too. */
     if (pttl >= 0 && (uint64_t)pttl + 1 < delay)
-        delay = (uint64_t)pttl + 1 + lm_rng_below(LOCKMGR_WAKE_JITTER_MS + 1);
+        delay = (uint64_t)pttl + 1 + rng_below(LOCKMGR_WAKE_JITTER_MS + 1);
     uint64_t due = now + delay;
     if (due > q->deadline)
         due = q->deadline;
@@ -167,12 +265,6 @@ static int64_t req_next_slot(struct lockreq *q)
             return s;
     }
     return -1;
-}
-
-void lm_slot_take(struct lock_entry *e, int64_t slot)
-{
-    e->slots[slot]++;
-    e->nused++;
 }
 
 static void slot_give(struct lock_entry *e, int64_t slot)
@@ -268,9 +360,9 @@ static void attempt_done(void *ud, const struct redlock_result *res)
         q->last = res->status;
         q->notified = false;
         if (!q->deadline || timer_now() >= q->deadline)
-            lm_req_give_up(q);
+            req_give_up(q);
         else if (!(notified && res->status == REDLOCK_BUSY &&
-                   lm_req_attempt(q)))     /* released while we asked: again */
+                   req_attempt(q)))     /* released while we asked: again */
             req_sleep(q, pttl);
     }
     lm_leave();
@@ -323,7 +415,7 @@ static bool req_try(struct lockreq *q)
 
 /* A new pass: the acquisition, or for a semaphore a pass over its slots.
  * False when no slot is left to ask for (all held or asked for here). */
-bool lm_req_attempt(struct lockreq *q)
+static bool req_attempt(struct lockreq *q)
 {
     timer_stop(&q->timer);
     q->woken = false;
@@ -345,13 +437,13 @@ static void req_timer_cb(struct timer *t)
         q->last = REDLOCK_UNAVAILABLE;
         lm_req_refuse(q, LOCKMGR_NO_RANDOM);
     } else if (timer_now() >= q->deadline) {
-        lm_req_give_up(q);
-    } else if (lm_req_may_start(q, true)) {
+        req_give_up(q);
+    } else if (req_may_start(q, true)) {
         if (q->woken)
             lm.c.wakeups_notified++;
         else
             lm.c.wakeups_retry++;
-        if (!lm_req_attempt(q))
+        if (!req_attempt(q))
             timer_start_at(&q->timer, q->deadline);
     } else {
         timer_start_at(&q->timer, q->deadline);
@@ -388,35 +480,35 @@ static void req_begin(struct lockreq *q)
         if (q->pos[i].e->nwait > q->pos[crowded].e->nwait)
             crowded = i;
     size_t max_waiters = lm.conf->limits.max_waiters_per_resource;
-    if (lm_req_may_start(q, true)) {
-        if (!lm_req_attempt(q))    /* cannot be: a slot is free; as busy */
+    if (req_may_start(q, true)) {
+        if (!req_attempt(q))    /* cannot be: a slot is free; as busy */
             timer_start_at(&q->timer, q->deadline);
-    } else if (lm_req_may_start(q, false)) {
+    } else if (req_may_start(q, false)) {
         /* Only holders whose keys are being deleted right now (an UNLOCK
          * by another owner, or a lost lease being cleaned up) stand in the
-         * way: that ends within a round trip, and lm_release_done() kicks
-         * this request, so even a wait=0 LOCK waits for it instead of
-         * seeing a stale BUSY. A wait=0 one gives up if that takes more
-         * than two command timeouts. */
+         * way: that ends within a round trip, and release_done (through
+         * lm.kick) kicks this request, so even a wait=0 LOCK waits for it
+         * instead of seeing a stale BUSY. A wait=0 one gives up if that
+         * takes more than two command timeouts. */
         if (!wait)
             timer_start(&q->timer,
                         2 * (uint64_t)lm.conf->redis.command_timeout_ms + 1);
         else
             timer_start_at(&q->timer, q->deadline);
-    } else if (!wait && lm_req_only_asked(q)) {
+    } else if (!wait && req_only_asked(q)) {
         /* Others are asking for it, nobody holds it here: their outcome
-         * decides (entry_kick), within two command timeouts. */
+         * decides (lm_entry_kick), within two command timeouts. */
         timer_start(&q->timer,
                     2 * (uint64_t)lm.conf->redis.command_timeout_ms + 1);
     } else if (!wait) {
         /* Held here, or others wait first: first come, first served. */
-        lm_req_give_up(q);
+        req_give_up(q);
     } else if (max_waiters && q->pos[crowded].e->nwait > max_waiters) {
         const struct lockmgr_refusal no = {
             .why = LOCKMGR_NO_WAITERS, .resource = q->pos[crowded].e->resource,
             .count = q->pos[crowded].e->nwait - 1,
         };
-        lm_req_fail(q, &no);
+        req_fail(q, &no);
     } else {
         timer_start_at(&q->timer, q->deadline);
     }
@@ -482,29 +574,17 @@ void lockmgr_lock_req(struct lockmgr_owner *o, const struct lockmgr_req *r,
     lm_leave();
 }
 
-
-/* Held back at start-up; ends with lockmgr_ready(). */
-void lockmgr_starting(void)
-{
-    lm.starting = true;
-}
-
-void lockmgr_ready(void)
+/* Start-up is over: the LOCKs held back begin, in order. */
+void lm_req_send_held(void)
 {
     struct list *link;
 
-    if (!lm.starting)
-        return;
-    lm_enter();
-    lm.starting = false;
     while ((link = list_first(&lm.held_back))) {
         struct lockreq *q = list_entry(link, struct lockreq, hlink);
         list_remove(link);
         q->last = REDLOCK_BUSY;
         req_begin(q);
     }
-    lm_adopt_send_held();
-    lm_leave();
 }
 
 void lockmgr_lock(struct lockmgr_owner *o, const char *resource, size_t len,
@@ -517,4 +597,88 @@ void lockmgr_lock(struct lockmgr_owner *o, const char *resource, size_t len,
         .ttl = ttl, .wait = wait, .renew = renew,
     };
     lockmgr_lock_req(o, &r, ask);
+}
+
+/* ---- cut short, woken --------------------------------------------------- */
+
+void lockmgr_cut_wait(struct lockmgr_owner *o)
+{
+    struct list *p, *tmp;
+
+    lm_enter();
+    list_foreach_safe(p, tmp, &o->waits) {
+        struct lockreq *q = list_entry(p, struct lockreq, olink);
+        if (!q->deadline)
+            continue;   /* wait=0 requests end on their own, soon */
+        q->deadline = 0;
+        q->cut = true;
+        if (!q->attempting)
+            req_give_up(q);
+    }
+    lm_leave();
+}
+
+/* A release of one of e's keys was announced: the waiters that may talk
+ * to Redis now do so soon (slot: the semaphore slot released, or -1). */
+static void entry_wake(struct lock_entry *e, int64_t slot)
+{
+    struct list *p;
+
+    list_foreach(p, &e->waiters) {
+        struct lockreq *q = lm_pos_of(p)->q;
+        if (q->limit && slot >= 0)
+            q->hint = slot;
+        if (q->attempting) {
+            q->notified = true;
+            continue;
+        }
+        if (!req_may_start(q, true))
+            break;
+        if (q->woken)
+            break;      /* the same release, heard from another node */
+        q->woken = true;
+        timer_start(&q->timer, rng_below(LOCKMGR_WAKE_JITTER_MS + 1));
+        break;
+    }
+}
+
+/* The slot number of a key ending in "#<digits>", or -1. */
+static int64_t key_slot(const char *key, size_t len, size_t *base)
+{
+    size_t i = len;
+    uint64_t slot = 0, mul = 1;
+
+    while (i > 0 && key[i - 1] >= '0' && key[i - 1] <= '9' && len - i < 6) {
+        slot += (uint64_t)(key[i - 1] - '0') * mul;
+        mul *= 10;
+        i--;
+    }
+    if (i == len || i == 0 || key[i - 1] != LOCKMGR_SLOT_SEP)
+        return -1;
+    *base = i - 1;
+    return (int64_t)slot;
+}
+
+void lockmgr_on_release(const char *key, size_t len)
+{
+    struct lock_entry *e;
+    size_t base;
+    int64_t slot;
+
+    if (len < lm.prefixlen ||
+        memcmp(key, lm.conf->locks.key_prefix, lm.prefixlen) != 0)
+        return;
+    /* A name may also be another's derived key: every reading wakes its
+     * entry; a wake-up that finds the lock still taken costs one try. */
+    if ((e = lm_entry_lookup(key, len)) && !e->limit)
+        entry_wake(e, -1);
+    if (len > lm.prefixlen + LOCKMGR_SHARED_SUFFIX_LEN &&
+        memcmp(key + len - LOCKMGR_SHARED_SUFFIX_LEN, LOCKMGR_SHARED_SUFFIX,
+               LOCKMGR_SHARED_SUFFIX_LEN) == 0 &&
+        (e = lm_entry_lookup(key, len - LOCKMGR_SHARED_SUFFIX_LEN)) &&
+        !e->limit)
+        entry_wake(e, -1);
+    if ((slot = key_slot(key, len, &base)) >= 0 && base > lm.prefixlen &&
+        (e = lm_entry_lookup(key, base)) && e->limit)
+        entry_wake(e, slot < (int64_t)e->limit ? slot : -1);
 }

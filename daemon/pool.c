@@ -28,7 +28,6 @@
 #include "num.h"
 #include "redis_uv.h"
 #include "script.h"
-#include "stats.h"
 #include "timer.h"
 
 #define POOL_BACKOFF_MIN_MS 100
@@ -119,6 +118,14 @@ static struct {
     size_t cmdcap;
     struct list pended;                 /* links with pending requests */
 } pool;
+
+/* Outside pool: pool_init keeps it. */
+static pool_reply_time_fn *reply_observer;
+
+void pool_set_reply_observer(pool_reply_time_fn *fn)
+{
+    reply_observer = fn;
+}
 
 static void link_connect(struct pool_link *l);
 static void pool_node_fail(struct pool_node *n, const char *why);
@@ -296,7 +303,8 @@ static void pool_node_note_latency(struct pool_node *n, uint64_t sent_ns)
     n->st.latency_ms = n->st.latency_ms == 0 ? ms : n->st.latency_ms * 0.9 + ms * 0.1;
     if (ms > n->st.latency_max_ms)
         n->st.latency_max_ms = ms;
-    stats_observe_node_request(n->idx, ms / 1000);
+    if (reply_observer)
+        reply_observer(n->idx, ms / 1000);
 }
 
 static void link_on_reply(redisAsyncContext *ac, void *reply, void *privdata)

@@ -32,7 +32,9 @@
  * Redlock. It tells its user through struct pool_hooks when a node comes up
  * (with the run_id and AOF settings its handshake read) and when it fails;
  * node.c, above it, turns that into voting, restart detection, fence repair
- * and owed releases.
+ * and owed releases. It counts per node (pool_node_stats) and tells each
+ * reply's time to an observer (pool_set_reply_observer); it knows no
+ * stats.
  */
 #ifndef REDLOCKD_POOL_H
 #define REDLOCKD_POOL_H
@@ -109,6 +111,12 @@ struct pool_node_stats {
     char last_error[POOL_ERR_SIZE]; /* "" if none yet */
 };
 const struct pool_node_stats *pool_node_stats(int node);
+
+/* Who watches the nodes' reply times (stats_glue.c: the per-node reply
+ * histograms): node (its index) replied `seconds` after the request was
+ * sent. NULL: nobody. Kept across pool_init. */
+typedef void pool_reply_time_fn(int node, double seconds);
+void pool_set_reply_observer(pool_reply_time_fn *fn);
 
 /*
  * Send a script call (script.h builds its words) or a plain command to a

@@ -23,10 +23,15 @@
 #include "log.h"
 #include "mem.h"
 #include "session.h"
-#include "stats.h"
 #include "tls.h"
 
 struct server server;
+static struct server_counters counters;
+
+const struct server_counters *server_counters(void)
+{
+    return &counters;
+}
 
 struct listener {
     union conn_stream h;
@@ -124,8 +129,8 @@ static void server_reject(struct conn *c, enum proto_err code,
 {
     struct sbuf *b = conn_reply(c);
 
-    stats.connections_rejected++;
-    stats_count_error(code);
+    counters.rejected++;
+    counters.errors[code]++;
     if (b)
         proto_format_err(b, code, msg);
     conn_close_after_reply(c, why, false);
@@ -164,7 +169,7 @@ static void on_connection(uv_stream_t *ls, int status)
     }
     peer_describe(c, l->is_unix);
     session_create(c);     /* binds c: its name is the session's */
-    stats.connections_total++;
+    counters.accepted++;
     conn_start(c);
     if (session_shutting_down()) {
         server_reject(c, PROTO_ERR_SHUTDOWN, "the daemon is shutting down",

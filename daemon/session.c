@@ -2,13 +2,16 @@
  * session: a client's session, its life (see session.h for its states;
  * session_priv.h for how the work is split with session_cmd.c).
  *
- * A connection hands each request line to the session it serves
- * (conn_ops->line), which session_cmd.c serves: what may run at once
- * runs, what must wait for its turn waits, and the answers go out as they
- * come. This file is the rest: the session object, its references, the
- * table of attached and detached sessions, what the end of a connection
- * makes of it (detach or end), resume and takeover, SESSIONS, and
- * shutdown.
+ * This file is the session object, its references, the table of attached
+ * and detached sessions, what the end of a connection makes of it (detach
+ * or end), resume and takeover, the lists of leases lost, the events it
+ * says on its own (EVENT LOST, EVENT HOLDER), SESSIONS, and shutdown. It
+ * is the lower of the two files: what serves the session's lines
+ * (session_cmd.c, above it) made it with session_new and a table of
+ * struct session_ops, and this file reaches that layer only through that
+ * table (the connection's calls, lockmgr's answers, withdrawing a
+ * connection's requests, the requests in flight in SESSIONS), never by
+ * name.
  */
 #include "session_priv.h"
 
@@ -51,10 +54,11 @@ static void session_expire_cb(struct timer *t);
 static void session_attach(struct session *s, struct conn *c,
                            struct list *after);
 
-struct session *session_create(struct conn *c)
+struct session *session_new(struct conn *c, const struct session_ops *ops)
 {
     struct session *s = mem_alloc(sizeof(*s));
 
+    s->ops = ops;
     s->id = ++sessions.next_id;
     snprintf(s->idstr, sizeof(s->idstr), "s%" PRIu64 ".%s", s->id, sessions.epoch);
     list_init(&s->link);
@@ -62,10 +66,8 @@ struct session *session_create(struct conn *c)
     list_init(&s->untold);
     list_init(&s->reqs);
     list_init(&s->ready);
-    lockmgr_owner_init(&s->owner, &session_owner_ops, s->idstr, s->name,
-                       s->peer);
+    lockmgr_owner_init(&s->owner, ops->owner, s->idstr, s->name, s->peer);
     watch_client_init(&s->watch, session_say_watch);
-    session_cmd_init(s);
     timer_init(&s->detach_timer, session_expire_cb, s);
     session_attach(s, c, &sessions.attached);
     return s;
@@ -143,29 +145,63 @@ void session_lost_add(struct list *list, size_t *n, bool tail,
     (*n)++;
 }
 
+/* The record that the lease on res was lost and told (s->lost), or
+ * NULL. */
+static struct session_lost *session_lost_find(const struct session *s,
+                                              const char *res, size_t len)
+{
+    const struct list *p;
+
+    list_foreach(p, &s->lost) {
+        struct session_lost *x = list_entry(p, struct session_lost, link);
+        if (strlen(x->resource) == len && memcmp(x->resource, res, len) == 0)
+            return x;
+    }
+    return NULL;
+}
+
+bool session_was_lost(const struct session *s, const char *res, size_t len)
+{
+    return session_lost_find(s, res, len) != NULL;
+}
+
+/* Forget that the lease on res was lost; true if it was. */
+bool session_take_lost(struct session *s, const char *res, size_t len)
+{
+    struct session_lost *x = session_lost_find(s, res, len);
+
+    if (!x)
+        return false;
+    list_remove(&x->link);
+    free(x);
+    s->nlost--;
+    return true;
+}
+
+/* ---- what it says on its own -------------------------------------------- */
+
+/* An EVENT HOLDER line for a watcher (watch.h); a detached session hears
+ * the state again when resumed. */
+void session_say_watch(struct watch_client *c, const char *line, size_t len)
+{
+    struct session *s = container_of(c, struct session, watch);
+    struct sbuf *b = s->conn ? conn_reply(s->conn) : NULL;
+
+    if (b)
+        sbuf_append(b, line, len);
+}
+
+void session_say_lost(struct session *s, const char *resource,
+                      uint64_t fence, enum lockmgr_lost_reason why)
+{
+    struct sbuf *b = s->conn ? conn_reply(s->conn) : NULL;
+
+    if (b)
+        proto_format_event_lost(b, resource, fence,
+                                lockmgr_lost_reason_name(why));
+}
+
 /* ---- attach, detach, resume, end ---------------------------------------- */
-
-/* conn ops->line: s is c's session. */
-static void session_on_line(struct conn *c, void *data, char *line,
-                            size_t len)
-{
-    (void)c;
-    session_cmd_line(data, line, len);
-}
-
-static bool session_on_busy(struct conn *c, void *data)
-{
-    (void)c;
-    return session_cmd_busy(data);
-}
-
-static void session_on_eof(struct conn *c, void *data);
-static void session_on_closed(struct conn *c, void *data);
-
-static const struct conn_ops session_conn_ops = {
-    .line = session_on_line, .busy = session_on_busy, .eof = session_on_eof,
-    .closed = session_on_closed,
-};
 
 /* c serves s from now on; s is listed among the attached sessions right
  * after `after` (the table's head, or the place of the connection's
@@ -178,7 +214,7 @@ static void session_attach(struct session *s, struct conn *c,
     s->conn = c;
     s->owner.detached = false;
     snprintf(s->peer, sizeof(s->peer), "%s", c->peer);
-    conn_bind(c, &session_conn_ops, s, s->idstr);
+    conn_bind(c, s->ops->conn, s, s->idstr);
     list_insert_after(after, &s->link);
     sessions.count++;
     session_ref(s);
@@ -192,7 +228,7 @@ static void session_unplug(struct session *s)
     list_remove(&s->link);
     sessions.count--;
     s->conn = NULL;
-    session_cmd_withdraw(s);
+    s->ops->withdraw(s);
     s->auth_failures = 0;
     session_lost_free(&s->lost, &s->nlost);
     lockmgr_owner_cancel(&s->owner);
@@ -245,19 +281,10 @@ static void session_expire_cb(struct timer *t)
     session_end(s, true);
 }
 
-/* conn ops->eof: nobody is left to wait for a LOCK's answer. */
-static void session_on_eof(struct conn *c, void *data)
-{
-    struct session *s = data;
-
-    (void)c;
-    lockmgr_cut_wait(&s->owner);    /* may answer, and run the queue */
-}
-
 /* conn ops->closed: the connection ended. Without QUIT a session that
  * asked for detach= detaches; otherwise it ends. At shutdown every close
  * is the daemon's doing: no lock-delay, no detaching. */
-static void session_on_closed(struct conn *c, void *data)
+void session_on_closed(struct conn *c, void *data)
 {
     struct session *s = data;
     bool died = c->died && !sessions.shutdown;
@@ -292,24 +319,6 @@ static struct session *session_find_in(struct list *list,
                ? x : NULL;
     }
     return NULL;
-}
-
-/* ERR NOSESSION, counted as a wrong password. */
-static void resume_refused(struct session *s)
-{
-    struct conn *c = s->conn;
-    unsigned max = sessions.conf->limits.max_auth_failures;
-
-    s->auth_failures++;
-    log_notice("%s (%s): HELLO resume= of an unknown session or with a "
-               "wrong secret (%u of limits.max_auth_failures=%u)", s->idstr,
-               s->peer, s->auth_failures, max);
-    session_say_err(s, PROTO_ERR_NOSESSION, "no such session, or a wrong "
-                    "secret");
-    if (s->auth_failures >= max) {
-        conn_stop(c, "too many failed resumes", true);
-        conn_close_announced(c, "auth", "too many failed resumes");
-    }
 }
 
 /* x, attached to another connection, is taken over: that connection is
@@ -359,9 +368,10 @@ static void session_resume_identity(struct session *x,
 
 /*
  * HELLO resume=: s's connection serves the session named from now on, if
- * the secret is right; s, which holds nothing, ends. What s's connection
- * was granted (AUTH) carries over, and so do its failures. Returns the
- * session now attached, or NULL when refused (answered).
+ * the secret is right; s, which holds nothing (the caller checked), ends.
+ * What s's connection was granted (AUTH) carries over, and so do its
+ * failures. Returns the session now attached, or NULL when no session of
+ * that name has that secret (nothing is answered: the caller says so).
  */
 struct session *session_resume(struct session *s,
                                const struct proto_request *r)
@@ -369,11 +379,6 @@ struct session *session_resume(struct session *s,
     struct conn *c = s->conn;
     struct session *x;
 
-    if (s->owner.nleases > 0 || s->owner.nwaits) {
-        session_say_err(s, PROTO_ERR_ARG, "resume= must come before this "
-                        "connection locks anything");
-        return NULL;
-    }
     if ((x = session_find_in(&sessions.detached, s, r))) {
         session_undetach(x);
         log_info("%s (%s): resumed with %zu leases after %" PRIu64 " ms "
@@ -382,7 +387,6 @@ struct session *session_resume(struct session *s,
     } else if ((x = session_find_in(&sessions.attached, s, r))) {
         session_take_over(x, c);
     } else {
-        resume_refused(s);
         return NULL;
     }
     session_resume_identity(x, s);
@@ -441,7 +445,7 @@ static json_t *session_json(const struct session *s, uint64_t now)
     json_object_set_new(j, "held", status_leases_json(&s->owner,
                                                              false));
     if (attached)
-        session_cmd_inflight_json(s, j);
+        s->ops->inflight_json(s, j);
     if (attached)
         json_object_set_new(j, "attached", json_true());
     json_object_set_new(j, "watching", json_integer((json_int_t)s->watch.n));

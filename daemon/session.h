@@ -32,6 +32,10 @@
  * (the owner ops); short ones around calls that may end it. The session
  * holds no reference on its conn: conn tells it (ops->closed) before the
  * conn can go away, and the session forgets it then.
+ *
+ * Counting: the sessions count request lines by command and their ERR
+ * answers by code in struct session_counters, and tell how long a LOCK
+ * took to their observer; stats_glue.c reads the one and is the other.
  */
 #ifndef REDLOCKD_SESSION_H
 #define REDLOCKD_SESSION_H
@@ -64,7 +68,10 @@ enum session_state {
  * restarts: "s42.mifc7b9k". */
 #define SESSION_ID_LEN 40
 
+struct session_ops;
+
 struct session {
+    const struct session_ops *ops;  /* what serves it (session_priv.h) */
     enum session_state state;
     struct conn *conn;      /* attached: its connection; else NULL */
     struct list link;       /* attached or detached: in that table */
@@ -110,6 +117,28 @@ struct session {
                                NULL until a tagged request names one */
     struct hmap *tags;      /* (owned) tag -> its request, or NULL */
 };
+
+/* What the sessions count (for STATS and /metrics, through stats_glue.c). */
+struct session_counters {
+    uint64_t commands[PROTO_CMD_COUNT]; /* request lines parsed (empty ones
+                                           not), by command; PROTO_CMD_NONE:
+                                           the first word is no command */
+    uint64_t errors[PROTO_ERR_COUNT];   /* ERR answers, by code */
+};
+
+const struct session_counters *session_counters(void);
+
+/* Who times the answers to LOCK (stats_glue.c: the acquire and wait
+ * histograms). */
+struct session_observer {
+    /* A LOCK (or an ADOPT, answered as a LOCK is) was answered, granted
+     * or not, `seconds` after it started to run; waited: it allowed a
+     * wait (wait= above 0). */
+    void (*lock_answered)(bool waited, double seconds);
+};
+
+/* NULL: nobody. */
+void session_set_observer(const struct session_observer *ob);
 
 /* Before the first session: the config sessions read (live). */
 void session_init(const struct conf *conf);

@@ -2,6 +2,16 @@
  * session, what its lines mean (session_priv.h): the commands, auth and
  * users, the answers lockmgr gives, and the requests in flight.
  *
+ * The upper of the session's two files. It makes each session
+ * (session_create: session.c's session_new, handed this file's struct
+ * session_ops) and owns what a session is called through: the table a
+ * connection calls (its lines are commands here, its end is session.c's
+ * session_on_closed) and lockmgr's owner callbacks. session.c, the life
+ * below, calls back up only through that table: to withdraw what a
+ * connection that leaves asked, and for the requests in flight that
+ * SESSIONS shows. HELLO resume= is worded here too: session.c finds and
+ * moves the session, this file says why it refused.
+ *
  * Requests in flight. A line is parsed as it arrives. One that can run
  * runs at once: its answer goes out now (PING, HELP, LOCKS, an error) or,
  * when it needs Redis, later, from one of the lockmgr owner callbacks
@@ -49,6 +59,10 @@
 #include "stats.h"
 #include "status.h"
 #include "wording.h"
+
+/* What the sessions count (session.h), and who times their LOCKs. */
+static struct session_counters counters;
+static const struct session_observer *observer;
 
 /* Room for the nodes' own explanation in an ERR UNAVAILABLE line. */
 #define SESSION_WHY_SIZE 512
@@ -139,11 +153,25 @@ static struct sbuf *say(const struct to *t)
     return b;
 }
 
+/* The cells a command and an error code are counted in: "other" (the
+ * NONE cell) for a value outside the table. */
+static size_t command_cell(enum proto_cmd cmd)
+{
+    return (int)cmd > PROTO_CMD_NONE && cmd < PROTO_CMD_COUNT
+           ? (size_t)cmd : PROTO_CMD_NONE;
+}
+
+static size_t error_cell(enum proto_err code)
+{
+    return (int)code > PROTO_ERR_NONE && code < PROTO_ERR_COUNT
+           ? (size_t)code : PROTO_ERR_NONE;
+}
+
 static void say_err(const struct to *t, enum proto_err code, const char *msg)
 {
     struct sbuf *b = say(t);
 
-    stats_count_error(code);
+    counters.errors[error_cell(code)]++;
     if (b)
         proto_format_err(b, code, msg);
 }
@@ -196,33 +224,15 @@ static void say_json(const struct to *t, json_t *j)
     free(text);
 }
 
-void session_say_err(struct session *s, enum proto_err code, const char *msg)
+/* ERR <code> <msg>, untagged, on s's connection (counted). */
+static void session_say_err(struct session *s, enum proto_err code,
+                            const char *msg)
 {
     const struct to t = { s, NULL, 0 };
 
     say_err(&t, code, msg);
 }
 
-/* An EVENT HOLDER line for a watcher (watch.h); a detached session hears
- * the state again when resumed. */
-void session_say_watch(struct watch_client *c, const char *line, size_t len)
-{
-    struct session *s = container_of(c, struct session, watch);
-    struct sbuf *b = s->conn ? conn_reply(s->conn) : NULL;
-
-    if (b)
-        sbuf_append(b, line, len);
-}
-
-void session_say_lost(struct session *s, const char *resource,
-                      uint64_t fence, enum lockmgr_lost_reason why)
-{
-    struct sbuf *b = s->conn ? conn_reply(s->conn) : NULL;
-
-    if (b)
-        proto_format_event_lost(b, resource, fence,
-                                lockmgr_lost_reason_name(why));
-}
 
 /* ---- requests in flight -------------------------------------------------- */
 
@@ -456,12 +466,15 @@ static void sreq_flow(struct session *s)
         conn_resume(s->conn);
 }
 
-bool session_cmd_busy(const struct session *s)
+static bool session_cmd_busy(const struct session *s)
 {
     return !list_empty(&s->reqs);
 }
 
-void session_cmd_withdraw(struct session *s)
+/* The connection leaves s (closed, detached, taken over): its requests in
+ * flight are withdrawn (their answers will not come: lockmgr's owner was
+ * cancelled), what it was told goes with it. */
+static void session_cmd_withdraw(struct session *s)
 {
     struct list *p;
 
@@ -489,7 +502,8 @@ void session_cmd_withdraw(struct session *s)
     s->paused = false;
 }
 
-void session_cmd_inflight_json(const struct session *s, json_t *j)
+/* SESSIONS: s's requests in flight (their count, and the first few). */
+static void session_cmd_inflight_json(const struct session *s, json_t *j)
 {
     json_t *arr = json_array();
     uint64_t now = uv_hrtime();
@@ -594,6 +608,40 @@ static bool hello_detach(struct serve *v, uint32_t ms)
     return true;
 }
 
+/* ERR NOSESSION, counted as a wrong password. */
+static void resume_refused(struct session *s)
+{
+    struct conn *c = s->conn;
+    unsigned max = sessions.conf->limits.max_auth_failures;
+
+    s->auth_failures++;
+    log_notice("%s (%s): HELLO resume= of an unknown session or with a "
+               "wrong secret (%u of limits.max_auth_failures=%u)", s->idstr,
+               s->peer, s->auth_failures, max);
+    session_say_err(s, PROTO_ERR_NOSESSION, "no such session, or a wrong "
+                    "secret");
+    if (s->auth_failures >= max) {
+        conn_stop(c, "too many failed resumes", true);
+        conn_close_announced(c, "auth", "too many failed resumes");
+    }
+}
+
+/* HELLO resume=: the session named, served by this connection from now
+ * on (session_resume), or NULL when refused (answered). */
+static struct session *hello_resume(struct serve *v)
+{
+    struct session *s = v->t.s, *x;
+
+    if (s->owner.nleases > 0 || s->owner.nwaits) {
+        session_say_err(s, PROTO_ERR_ARG, "resume= must come before this "
+                        "connection locks anything");
+        return NULL;
+    }
+    if (!(x = session_resume(s, v->r)))
+        resume_refused(s);
+    return x;
+}
+
 static void cmd_hello(struct serve *v)
 {
     const struct proto_request *r = v->r;
@@ -605,7 +653,7 @@ static void cmd_hello(struct serve *v)
         return;
     /* Resumed, the connection serves the session named from now on: the
      * rest of the HELLO is that session's. */
-    if (resume && !(s = session_resume(s, r)))
+    if (resume && !(s = hello_resume(v)))
         return;
     v->t.s = s;
     /* Answering may close the connection (output over its limit): the
@@ -651,11 +699,6 @@ static void session_auth_cb(struct timer *t)
     say_err(&to, PROTO_ERR_AUTH, sessions.conf->auth.nusers
             ? "invalid user name or password" : "invalid password");
     sreq_done(q);
-}
-
-void session_cmd_init(struct session *s)
-{
-    timer_init(&s->auth_timer, session_auth_cb, s);
 }
 
 /* who: "" for AUTH <password>, else what the log may say of the user. */
@@ -853,39 +896,6 @@ static bool session_may(struct serve *v, enum proto_cmd cmd,
 
 /* ---- locks --------------------------------------------------------------- */
 
-/* The record that the lease on res was lost and told (s->lost), or
- * NULL. */
-static struct session_lost *session_lost_find(const struct session *s,
-                                              const char *res, size_t len)
-{
-    const struct list *p;
-
-    list_foreach(p, &s->lost) {
-        struct session_lost *x = list_entry(p, struct session_lost, link);
-        if (strlen(x->resource) == len && memcmp(x->resource, res, len) == 0)
-            return x;
-    }
-    return NULL;
-}
-
-static bool session_was_lost(const struct session *s, const char *res,
-                             size_t len)
-{
-    return session_lost_find(s, res, len) != NULL;
-}
-
-/* Forget that the lease on res was lost; true if it was. */
-static bool session_take_lost(struct session *s, const char *res, size_t len)
-{
-    struct session_lost *x = session_lost_find(s, res, len);
-
-    if (!x)
-        return false;
-    list_remove(&x->link);
-    free(x);
-    s->nlost--;
-    return true;
-}
 
 static bool check_ttl(struct serve *v, uint32_t ttl)
 {
@@ -1439,7 +1449,8 @@ static void line_restore(char *line, size_t len)
             line[i] = ' ';
 }
 
-void session_cmd_line(struct session *s, char *line, size_t len)
+/* conn ops->line: one request line of s. */
+static void session_cmd_line(struct session *s, char *line, size_t len)
 {
     struct proto_request r;
     struct proto_error err;
@@ -1450,7 +1461,7 @@ void session_cmd_line(struct session *s, char *line, size_t len)
     st = proto_parse(line, len, parse_limits(), &r, &err);
     if (st == PROTO_PARSE_EMPTY)
         return;
-    stats_count_command(r.cmd);
+    counters.commands[command_cell(r.cmd)]++;
     struct to t = { s, r.tag, r.tag_len };
     if (st == PROTO_PARSE_ERROR) {
         say_err(&t, err.code, err.msg);
@@ -1512,8 +1523,9 @@ static void owner_locked(struct lockmgr_owner *o, void *ask,
     const struct to t = sreq_to(q);
     struct sbuf *b;
 
-    stats_observe_lock(q->waited,
-                       (double)(uv_hrtime() - q->started_ns) / 1e9);
+    if (observer)
+        observer->lock_answered(q->waited,
+                                (double)(uv_hrtime() - q->started_ns) / 1e9);
     if (!g) {
         say_refusal(&t, q->cmd, no);
     } else if ((b = say(&t))) {
@@ -1606,8 +1618,66 @@ static void owner_status(struct lockmgr_owner *o, void *ask,
     sreq_done(q);
 }
 
-const struct lockmgr_owner_ops session_owner_ops = {
+static const struct lockmgr_owner_ops session_owner_ops = {
     .ref = owner_ref, .unref = owner_unref,
     .locked = owner_locked, .unlocked = owner_unlocked,
     .extended = owner_extended, .lost = owner_lost, .status = owner_status,
 };
+
+/* ---- counting ------------------------------------------------------------ */
+
+const struct session_counters *session_counters(void)
+{
+    return &counters;
+}
+
+void session_set_observer(const struct session_observer *ob)
+{
+    observer = ob;
+}
+
+/* ---- what a session is served by ----------------------------------------- */
+
+/* conn ops->line: s is c's session. */
+static void session_on_line(struct conn *c, void *data, char *line,
+                            size_t len)
+{
+    (void)c;
+    session_cmd_line(data, line, len);
+}
+
+static bool session_on_busy(struct conn *c, void *data)
+{
+    (void)c;
+    return session_cmd_busy(data);
+}
+
+/* conn ops->eof: nobody is left to wait for a LOCK's answer. */
+static void session_on_eof(struct conn *c, void *data)
+{
+    struct session *s = data;
+
+    (void)c;
+    lockmgr_cut_wait(&s->owner);    /* may answer, and run the queue */
+}
+
+/* Each connection a session gets calls it through this: its lines are
+ * commands, its end is the session's life (session.c). */
+static const struct conn_ops session_conn_ops = {
+    .line = session_on_line, .busy = session_on_busy, .eof = session_on_eof,
+    .closed = session_on_closed,
+};
+
+static const struct session_ops session_cmd_ops = {
+    .conn = &session_conn_ops, .owner = &session_owner_ops,
+    .withdraw = session_cmd_withdraw,
+    .inflight_json = session_cmd_inflight_json,
+};
+
+struct session *session_create(struct conn *c)
+{
+    struct session *s = session_new(c, &session_cmd_ops);
+
+    timer_init(&s->auth_timer, session_auth_cb, s);
+    return s;
+}

@@ -127,7 +127,10 @@ const struct stats_table stats_class_table = {
 
 /* ---- values and providers ---------------------------------------------- */
 
-struct stats_values stats;
+/* The histograms of STATS_CODEC that the observation points fill; every
+ * other field stays 0 here, and the providers fill it on each report's
+ * copy. */
+static struct stats_values stats;
 
 static struct {
     uint64_t started_at;            /* timer_now() ms */
@@ -260,22 +263,6 @@ void stats_hist_observe(struct stats_hist *h, const struct stats_buckets *b,
 }
 
 /* ---- observation points ------------------------------------------------ */
-
-void stats_count_command(enum proto_cmd cmd)
-{
-    size_t k = (int)cmd > PROTO_CMD_NONE && cmd < PROTO_CMD_COUNT
-               ? (size_t)cmd : PROTO_CMD_NONE;
-
-    stats.commands[k]++;
-}
-
-void stats_count_error(enum proto_err code)
-{
-    size_t k = (int)code > PROTO_ERR_NONE && code < PROTO_ERR_COUNT
-               ? (size_t)code : PROTO_ERR_NONE;
-
-    stats.errors[k]++;
-}
 
 /* The bucket sets here are the rows' dims in STATS_CODEC. */
 void stats_observe_lock(bool waited, double seconds)

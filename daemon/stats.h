@@ -8,17 +8,23 @@
  * Prometheus exposition (metrics.c) are both walks over those tables, so
  * a key, its type, its labels and its help text cannot drift apart.
  *
- * Where the values come from: modules that know stats (server, session,
- * conn) count directly in the global `stats` or call the observation
- * points (stats_count_command, stats_observe_lock, ...), which take plain
- * numbers, so pool may call stats_observe_node_request too. Numbers owned
- * by modules that must not know stats (lockmgr, a leaf; pool's and node's
- * counters) are filled in by providers, callbacks registered at start
- * (stats_glue.c) and run on a copy of `stats` before every report; they
- * copy from lockmgr's LOCKMGR_COUNTERS list and node's struct node_report
- * by name, so a name that does not match is a compile error. The
- * process's numbers are read from /proc/self for each report. stats.c
- * itself includes nothing above it.
+ * Where the values come from, one way for every module: a module counts
+ * what happens in it in counters of its own, a struct it hands out
+ * read-only (conn_counters, server_counters, session_counters,
+ * lockmgr_counters with its LOCKMGR_COUNTERS list, pool_node_stats and
+ * node's struct node_report), and tells how long things took to an
+ * observer it declares (lockmgr_observer: waits and holds per resource;
+ * session_observer: LOCK answers; pool_set_reply_observer: node replies).
+ * No module counts through this file: a counter stays a plain increment
+ * in the module that owns it. stats_glue.c, above them all, is the one
+ * place that maps those numbers into the codec: its providers
+ * (stats_provider_add) fill each report's values from the counters by
+ * name, so a name that does not match fails to compile, and its observers
+ * feed the histograms this file keeps, through the observation points
+ * below. The process's numbers are read from /proc/self for each report.
+ * Besides stats_glue.c, this file is included by those that read a report
+ * (metrics.c for /metrics, session_cmd.c for the STATS reply) and by
+ * main.c, which starts it. stats.c itself includes nothing above it.
  */
 #ifndef REDLOCKD_STATS_H
 #define REDLOCKD_STATS_H
@@ -337,24 +343,14 @@ extern const struct stats_table stats_node_table;   /* STATS_NODE_CODEC */
 extern const struct stats_table stats_process_table; /* STATS_PROCESS_CODEC */
 extern const struct stats_table stats_class_table;  /* STATS_CLASS_CODEC */
 
-/* What server, session and conn count directly (through the observation
- * points below where there are some). Fields that providers fill stay 0
- * here: a report overwrites them on its copy. */
-extern struct stats_values stats;
-
 /* ---- observation points ------------------------------------------------ */
 
 /*
- * For the modules where these things happen. They take plain numbers and
- * call nothing, so any module may use them; lockmgr, a leaf, does not (its
- * counters reach stats through stats_glue.c).
+ * The histograms stats keeps itself, fed by the observers stats_glue.c
+ * installs in the modules where these things happen (no module calls
+ * these by name). They take plain numbers and call nothing.
  */
 
-/* A request line was parsed (PROTO_PARSE_EMPTY is not one): its command,
- * or PROTO_CMD_NONE when its first word is no command. */
-void stats_count_command(enum proto_cmd cmd);
-/* An ERR reply went out with this code. */
-void stats_count_error(enum proto_err code);
 /* A LOCK request was answered, granted or not, `seconds` after its line
  * was read. waited: it allowed a wait (wait= above 0, as `waits` counts),
  * observed in wait_seconds; otherwise in acquire_seconds. */

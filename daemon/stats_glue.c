@@ -7,12 +7,16 @@
 #include <stdint.h>
 
 #include "conf.h"
+#include "conn.h"
 #include "lockmgr.h"
 #include "node.h"
+#include "pool.h"
 #include "rclass.h"
 #include "redlock.h"
+#include "server.h"
 #include "session.h"
 #include "stats.h"
+#include "tls.h"
 
 /*
  * lockmgr's counters, copied row by row as LOCKMGR_COUNTERS maps them. The
@@ -35,13 +39,57 @@ static void glue_lockmgr(struct stats_values *v, void *ud)
 }
 #undef GLUE_COUNTER
 
-/* Sessions that serve requests; `connections` (kept by server and conn)
- * also counts sockets still being flushed or refused. */
+/* Sessions that serve requests; `connections` (conn's) also counts
+ * sockets still being flushed or refused. */
 static void glue_sessions(struct stats_values *v, void *ud)
 {
     (void)ud;
     v->sessions = (double)session_count();
     v->sessions_detached = (double)session_detached_count();
+}
+
+/*
+ * The connections: conn's counters and the server's. The TLS failures go
+ * cell by cell by the names of TLS_FAILURES (tls.h), each the
+ * STATS_TLSFAIL_LABELS cell of the same name: a reason stats has no cell
+ * for fails to compile, and the assertion below catches a cell no reason
+ * feeds.
+ */
+static_assert((int)TLS_FAIL_N == (int)STATS_TLSFAIL_N,
+              "TLS_FAILURES and STATS_TLSFAIL_LABELS name the same reasons");
+#define GLUE_TLSFAIL(name)                                                   \
+    v->tls_handshake_failures[STATS_TLSFAIL_##name] =                        \
+        c->tls_failures[TLS_FAIL_##name];
+
+static void glue_connections(struct stats_values *v, void *ud)
+{
+    const struct conn_counters *c = conn_counters();
+    const struct server_counters *s = server_counters();
+    (void)ud;
+
+    v->connections = (double)c->open;
+    v->connections_total = s->accepted;
+    v->connections_rejected = s->rejected;
+    v->output_overflows = c->output_overflows;
+    v->tls_handshakes = c->tls_handshakes;
+    TLS_FAILURES(GLUE_TLSFAIL)
+}
+#undef GLUE_TLSFAIL
+
+/* Request lines by command (the sessions'), and ERR lines by code from
+ * every module that writes some: the sessions' answers, the server's
+ * refusals, conn's ERR TOOLONG. */
+static void glue_requests(struct stats_values *v, void *ud)
+{
+    const struct session_counters *ss = session_counters();
+    const struct server_counters *sv = server_counters();
+    (void)ud;
+
+    for (size_t k = 0; k < STATS_COMMAND_N; k++)
+        v->commands[k] = ss->commands[k];
+    for (size_t k = 0; k < STATS_ERROR_N; k++)
+        v->errors[k] = ss->errors[k] + sv->errors[k];
+    v->errors[PROTO_ERR_TOOLONG] += conn_counters()->toolong;
 }
 
 /*
@@ -125,6 +173,23 @@ static void glue_nodes(struct stats_values *v, void *ud)
     }
 }
 
+/* ---- the observers: what the histograms are made of --------------------- */
+
+/* The sessions time each LOCK's answer; the pool each node's reply. */
+static void glue_lock_answered(bool waited, double seconds)
+{
+    stats_observe_lock(waited, seconds);
+}
+
+static const struct session_observer glue_session_observer = {
+    .lock_answered = glue_lock_answered,
+};
+
+static void glue_node_replied(int node, double seconds)
+{
+    stats_observe_node_request(node, seconds);
+}
+
 /* ---- resource classes ------------------------------------------------------
  * lockmgr tells the waits and holds of each resource (its observer); the
  * class of the resource (rclass) picks the histograms. */
@@ -177,8 +242,12 @@ int stats_glue_register(const struct conf *c)
 {
     stats_glue_configure(c);
     lockmgr_set_observer(&glue_observer);
+    session_set_observer(&glue_session_observer);
+    pool_set_reply_observer(glue_node_replied);
     if (stats_provider_add(glue_lockmgr, NULL) != 0 ||
         stats_provider_add(glue_sessions, NULL) != 0 ||
+        stats_provider_add(glue_connections, NULL) != 0 ||
+        stats_provider_add(glue_requests, NULL) != 0 ||
         stats_provider_add(glue_nodes, NULL) != 0 ||
         stats_provider_add(glue_class_report, NULL) != 0)
         return -1;
@@ -188,6 +257,8 @@ int stats_glue_register(const struct conf *c)
 void stats_glue_deinit(void)
 {
     lockmgr_set_observer(NULL);
+    session_set_observer(NULL);
+    pool_set_reply_observer(NULL);
     rclass_destroy(glue_classes);
     glue_classes = NULL;
 }

@@ -35,7 +35,7 @@ struct tls_conn {
     bool started;           /* the first bytes were looked at */
     bool established;
     bool failed;
-    enum stats_tlsfail fail;
+    enum tls_fail fail;
     char detail[192];
     char cn[64];
 };
@@ -222,7 +222,7 @@ bool tls_looks_like_handshake(const char *data, size_t len)
            (len < 2 || data[1] == 0x03);
 }
 
-static enum tls_io tls_conn_fail(struct tls_conn *t, enum stats_tlsfail why,
+static enum tls_io tls_conn_fail(struct tls_conn *t, enum tls_fail why,
                                  const char *detail)
 {
     t->failed = true;
@@ -240,18 +240,18 @@ static enum tls_io tls_conn_ssl_failed(struct tls_conn *t)
     const char *text = e ? ERR_reason_error_string(e) : NULL;
     long vr = SSL_get_verify_result(t->ssl);
     char detail[192];
-    enum stats_tlsfail why = STATS_TLSFAIL_protocol;
+    enum tls_fail why = TLS_FAIL_protocol;
 
     if (reason == SSL_R_UNSUPPORTED_PROTOCOL ||
         reason == SSL_R_VERSION_TOO_LOW || reason == SSL_R_NO_PROTOCOLS_AVAILABLE)
-        why = STATS_TLSFAIL_version;
+        why = TLS_FAIL_version;
     else if (reason == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE)
-        why = STATS_TLSFAIL_no_client_cert;
+        why = TLS_FAIL_no_client_cert;
     else if (reason == SSL_R_CERTIFICATE_VERIFY_FAILED)
-        why = STATS_TLSFAIL_bad_client_cert;
+        why = TLS_FAIL_bad_client_cert;
     else if (reason >= SSL_AD_REASON_OFFSET)
-        why = STATS_TLSFAIL_peer_alert;     /* an alert the client sent */
-    if (why == STATS_TLSFAIL_bad_client_cert && vr != X509_V_OK)
+        why = TLS_FAIL_peer_alert;     /* an alert the client sent */
+    if (why == TLS_FAIL_bad_client_cert && vr != X509_V_OK)
         snprintf(detail, sizeof(detail), "client certificate: %s",
                  X509_verify_cert_error_string(vr));
     else
@@ -259,14 +259,13 @@ static enum tls_io tls_conn_ssl_failed(struct tls_conn *t)
     return tls_conn_fail(t, why, detail);
 }
 
-/* The handshake just finished: count it, and take the verified client
- * certificate's CN (a user name, with auth.users). */
+/* The handshake just finished: take the verified client certificate's
+ * CN (a user name, with auth.users). conn counts it (conn_tls_ready). */
 static void tls_conn_established_now(struct tls_conn *t)
 {
     X509 *peer;
 
     t->established = true;
-    stats.tls_handshakes++;
     peer = SSL_get1_peer_certificate(t->ssl);
     if (!peer)
         return;
@@ -285,18 +284,18 @@ enum tls_io tls_conn_input(struct tls_conn *t, const char *data, size_t len,
     if (!t->started) {
         t->started = true;
         if (!tls_looks_like_handshake(data, len))
-            return tls_conn_fail(t, STATS_TLSFAIL_plaintext,
+            return tls_conn_fail(t, TLS_FAIL_plaintext,
                                  "plain text on a TLS port");
     }
     if (len > INT_MAX || BIO_write(t->rbio, data, (int)len) != (int)len)
-        return tls_conn_fail(t, STATS_TLSFAIL_protocol, "out of memory");
+        return tls_conn_fail(t, TLS_FAIL_protocol, "out of memory");
     for (;;) {
         int n = SSL_read(t->ssl, tls_plain, sizeof(tls_plain));
         if (!t->established && SSL_is_init_finished(t->ssl))
             tls_conn_established_now(t);
         if (n > 0) {
             if (plain(ud, tls_plain, (size_t)n) < 0)
-                return tls_conn_fail(t, STATS_TLSFAIL_protocol,
+                return tls_conn_fail(t, TLS_FAIL_protocol,
                                      "out of memory for the read buffer");
             continue;
         }
@@ -349,7 +348,7 @@ bool tls_conn_established(const struct tls_conn *t)
     return t->established;
 }
 
-enum stats_tlsfail tls_conn_failure(const struct tls_conn *t)
+enum tls_fail tls_conn_failure(const struct tls_conn *t)
 {
     return t->fail;
 }

@@ -9,8 +9,9 @@
  * go the other way with tls_conn_seal, which encrypts conn's output into
  * the bytes conn writes to the socket, together with whatever the
  * handshake or an alert left to send. Nothing here touches a socket, a
- * timer or a session: the handshake's time limit is conn's handshake
- * timer, and a failure is reported with a reason conn logs and counts.
+ * timer, a session or a counter: the handshake's time limit is conn's
+ * handshake timer, and a failure is reported with a reason (enum
+ * tls_fail) that conn logs and counts.
  *
  * One SSL_CTX serves new connections. tls_configure builds it at start
  * and again on SIGHUP; a reload that cannot load its files keeps the old
@@ -23,10 +24,26 @@
 #include <stddef.h>
 
 #include "sbuf.h"
-#include "stats.h"
 
 struct conf;
 struct tls_conn;
+
+/*
+ * Why a connection on a TLS port (or a TLS handshake on a plain one)
+ * ended before a handshake completed: conn counts each (struct
+ * conn_counters), and these names are the reason= labels of
+ * redlockd_tls_handshake_failures_total (STATS_TLSFAIL_LABELS in stats.h,
+ * which stats_glue.c maps name by name, so the two lists cannot drift).
+ * plain_port, timeout and eof are conn's to see; tls_conn_failure says
+ * which of the others it was.
+ */
+#define TLS_FAILURES(V)                                                      \
+    V(plaintext) V(plain_port) V(timeout) V(eof) V(version)                  \
+    V(no_client_cert) V(bad_client_cert) V(peer_alert) V(protocol)
+
+#define TLS_FAIL_ENUM(name) TLS_FAIL_##name,
+enum tls_fail { TLS_FAILURES(TLS_FAIL_ENUM) TLS_FAIL_N };
+#undef TLS_FAIL_ENUM
 
 /* (Re)build the context from c->tls.* (cert_file, key_file, ca_file,
  * verify_clients, min_version): 0, or -1 with the reason in err and the
@@ -66,8 +83,8 @@ void tls_conn_close_notify(struct tls_conn *t);
 
 /* The handshake finished. */
 bool tls_conn_established(const struct tls_conn *t);
-/* After TLS_IO_FAILED: the metrics reason, and a line for the log. */
-enum stats_tlsfail tls_conn_failure(const struct tls_conn *t);
+/* After TLS_IO_FAILED: the reason (counted), and a line for the log. */
+enum tls_fail tls_conn_failure(const struct tls_conn *t);
 const char *tls_conn_detail(const struct tls_conn *t);
 /* The subject CN of the client's certificate once it was verified
  * (tls.verify_clients); "" otherwise. */
