@@ -142,7 +142,7 @@ static void fuzz_raw(const uint8_t *data, size_t size, size_t chunk)
         /* Failed stays failed; the reason is a known one. */
         FUZZ_CHECK(tls_conn_input(t, "x", 1, fuzz_plain, &plain) ==
                    TLS_IO_FAILED);
-        FUZZ_CHECK(tls_conn_failure(t) < STATS_TLSFAIL_N);
+        FUZZ_CHECK(tls_conn_failure(t) < TLS_FAIL_N);
         FUZZ_CHECK(tls_conn_detail(t)[0] != '\0');
     }
     /* Replies wait for a handshake; what TLS has to say drains. */
