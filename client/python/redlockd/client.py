@@ -127,18 +127,9 @@ from . import _proto, _tls
 from ._calls import _Calls, _check_password, _check_user
 from ._conn import MAX_INFLIGHT, _deadline, _left
 from ._failover import RECONNECT_MAX_S, RECONNECT_MIN_S
-from ._watch import Holder
-# Offered here still, as before the layers had modules of their own: the
-# public objects and constants, and the errors this module imported.
-from ._calls import USER_MAX
-from ._failover import MIN_REPLY_S
 from ._lease import Lease
-from ._watch import WATCH_NAMES_MAX, Watch
-from .errors import (Arg, Auth, ConnectionClosed, Error, Held, IOTimeout,
-                     LockLost,
-                     Lost, NoAuth, NoSession, NotHeld, ProtocolError,
-                     RedlockdError, Shutdown, TransportError, Unavailable,
-                     Unsupported)
+from ._watch import Holder, Watch
+from .errors import Error, TransportError
 
 __all__ = ["Client", "Lease", "Holder", "Watch"]
 
