@@ -2,7 +2,9 @@ package redlockd
 
 // One connection to one daemon: the socket, the reader goroutine that
 // hands each reply to the request with its tag, and the writes of many
-// goroutines gathered into few system calls.
+// goroutines gathered into few system calls. It knows no Client: what is
+// not a reply (an EVENT line, the connection's end) goes to its owner, a
+// connOwner.
 //
 // Every request a user's goroutine makes is tagged ("#<tag> LOCK x"), so
 // many are in flight at once and their replies come back in the order
@@ -56,9 +58,20 @@ type replyHook interface {
 	replied(cl *call)
 }
 
+// connOwner hears what a connection has to say besides the replies to its
+// calls: the daemon's EVENT lines, and that the connection ended. The
+// Client owns its connections (core.go, session.go).
+type connOwner interface {
+	// onEvent handles an EVENT line (without "EVENT ") from cn, on cn's
+	// reader goroutine.
+	onEvent(cn *conn, ev string)
+	// connLost: cn ended; its calls have their error already.
+	connLost(cn *conn)
+}
+
 // conn is one connection; its fields under mu unless noted.
 type conn struct {
-	c      *Client
+	owner  connOwner
 	nc     net.Conn   // (owned) closed by fail
 	server serverAddr // the address dialled
 	index  int        // its index in Client.servers
@@ -83,11 +96,11 @@ type conn struct {
 	expAt    time.Time
 }
 
-// dial connects to server index i of the client, TLS included, and starts
-// the reader. The connection is not registered as the client's yet.
-func (c *Client) dial(ctx context.Context, i int) (*conn, error) {
-	a := c.servers[i]
-	d := net.Dialer{Timeout: c.cfg.Timeout}
+// dialConn connects to a, server index i of owner, TLS included (tlsBase:
+// Config.TLS), within timeout (Config.Timeout) for each step, and starts
+// the reader. The connection is not registered as the owner's yet.
+func dialConn(ctx context.Context, owner connOwner, a serverAddr, i int, timeout time.Duration, tlsBase *tls.Config) (*conn, error) {
+	d := net.Dialer{Timeout: timeout}
 	nc, err := d.DialContext(ctx, a.network, a.addr)
 	if err != nil {
 		return nil, &ConnError{Server: a.text, Err: err}
@@ -96,9 +109,9 @@ func (c *Client) dial(ctx context.Context, i int) (*conn, error) {
 		_ = tc.SetNoDelay(true)
 	}
 	if a.tls {
-		cfg := c.tlsConfig(a)
+		cfg := tlsConfig(tlsBase, a)
 		tc := tls.Client(nc, cfg)
-		hctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		hctx, cancel := context.WithTimeout(ctx, timeout)
 		err = tc.HandshakeContext(hctx)
 		cancel()
 		if err != nil {
@@ -108,17 +121,19 @@ func (c *Client) dial(ctx context.Context, i int) (*conn, error) {
 		nc = tc
 	}
 	cn := &conn{
-		c: c, nc: nc, server: a, index: i,
+		owner: owner, nc: nc, server: a, index: i,
 		pending: make(map[uint64]*call),
 	}
 	go cn.readLoop()
 	return cn, nil
 }
 
-func (c *Client) tlsConfig(a serverAddr) *tls.Config {
+// tlsConfig: base (nil: the system's CAs) for server a, with its host as
+// ServerName by default and TLS 1.2 at least.
+func tlsConfig(base *tls.Config, a serverAddr) *tls.Config {
 	var cfg *tls.Config
-	if c.cfg.TLS != nil {
-		cfg = c.cfg.TLS.Clone()
+	if base != nil {
+		cfg = base.Clone()
 	} else {
 		cfg = &tls.Config{}
 	}
@@ -341,7 +356,7 @@ func (cn *conn) readLoop() {
 
 func (cn *conn) dispatch(line string) error {
 	if strings.HasPrefix(line, "EVENT ") {
-		cn.c.onEvent(cn, line[len("EVENT "):])
+		cn.owner.onEvent(cn, line[len("EVENT "):])
 		return nil
 	}
 	var cl *call
@@ -371,7 +386,7 @@ func (cn *conn) dispatch(line string) error {
 }
 
 // fail ends the connection: every request in flight gets err, the socket
-// is closed, the client hears of it. Only the first call does anything.
+// is closed, the owner hears of it. Only the first call does anything.
 func (cn *conn) fail(err error) {
 	cn.mu.Lock()
 	if cn.dead {
@@ -401,7 +416,7 @@ func (cn *conn) fail(err error) {
 	for _, cl := range calls {
 		cl.finish("", cerr)
 	}
-	cn.c.connLost(cn)
+	cn.owner.connLost(cn)
 }
 
 func (cn *conn) isDead() bool {

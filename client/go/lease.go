@@ -9,6 +9,12 @@ package redlockd
 // even when it is shorter. A deadline that passes without a newer one ends
 // the lease (Done closes), whatever a later reply says: nobody can know
 // that the lock held in between.
+//
+// The Lease's fields, and the heap of the leases by deadline, are declared
+// in core.go with the Client's (most under Client.mu). Here: what a Lease
+// shows, how its deadline moves and ends it, Unlock, Extend, SetValue and
+// Context. Lock makes leases (lock.go), the keeper confirms and moves them
+// (session.go).
 
 import (
 	"container/heap"
@@ -19,43 +25,6 @@ import (
 	"sync"
 	"time"
 )
-
-// Lease is a lock held through a Client. Its methods are safe for
-// concurrent use.
-type Lease struct {
-	c         *Client
-	resources []string
-	fence     uint64
-	mode      string
-	limit     int
-	slot      int
-	renew     bool
-	t         *ticket // this client's hold of the resources (released at the end)
-	done      chan struct{}
-
-	// Under c.mu:
-	token      string
-	ttl        time.Duration
-	value      string         // the holder's value (Value, SetValue), "" without
-	rd         []confirmation // by resource
-	deadline   time.Time      // the earliest of rd
-	hidx       int            // its index in Client.deadlines (-1: not there)
-	err        error          // nil while held: a *LostError, ErrReleased
-	needsAdopt bool           // its session was left behind: ADOPT it
-	releasing  bool           // an UNLOCK is on its way
-	// unconfirmed: a grant that waited in the daemon for more than half its
-	// validity, so that its deadline, counted from the LOCK's send, is near
-	// or past: the keeper's LOCKS confirms it (then confirmed closes) before
-	// Lock returns it. Not in Client.deadlines meanwhile.
-	unconfirmed bool
-	confirmed   chan struct{}
-}
-
-// confirmation: the newest request that confirmed one resource of a lease.
-type confirmation struct {
-	sent     time.Time
-	deadline time.Time
-}
 
 // Resource is the lease's (first) resource.
 func (l *Lease) Resource() string { return l.resources[0] }
@@ -177,24 +146,6 @@ func (c *Client) touchLocked(l *Lease) {
 	}
 	c.armDeadlinesLocked()
 	c.wakeForLocked(l.refreshDue())
-}
-
-// The leases by deadline: a min-heap watched by one timer, which fires at
-// the earliest deadline (or earlier: it is moved forward only, and set
-// again when it fires).
-type leaseHeap []*Lease
-
-func (h leaseHeap) Len() int            { return len(h) }
-func (h leaseHeap) Less(i, j int) bool  { return h[i].deadline.Before(h[j].deadline) }
-func (h leaseHeap) Swap(i, j int)       { h[i], h[j] = h[j], h[i]; h[i].hidx = i; h[j].hidx = j }
-func (h *leaseHeap) Push(x interface{}) { l := x.(*Lease); l.hidx = len(*h); *h = append(*h, l) }
-func (h *leaseHeap) Pop() interface{} {
-	old := *h
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	l.hidx = -1
-	return l
 }
 
 // armDeadlinesLocked makes the timer fire by the earliest deadline.

@@ -1,7 +1,8 @@
 package redlockd
 
-// Taking locks: the options, this client's own queue of the goroutines
-// that want a resource, Lock, Do and the sync.Locker adapter.
+// Taking locks: this client's own queue of the goroutines that want a
+// resource, Lock, Do and the sync.Locker adapter. The options are
+// options.go's; the queue's tickets and their order, core.go's.
 //
 // A session holds a resource at most once (the daemon answers ERR HELD to
 // a second LOCK of it). So the goroutines of one Client that want the same
@@ -22,145 +23,7 @@ import (
 	"time"
 )
 
-// Option is an option of Lock, Do and NewMutex.
-type Option func(*lockOptions)
-
-type lockOptions struct {
-	ttl     time.Duration
-	wait    time.Duration
-	shared  bool
-	limit   int
-	also    []string
-	noRenew bool
-	value   *string
-	err     error
-}
-
-// TTL sets the lease on the Redis nodes (LOCK ttl=; the daemon's default,
-// 30 s, without it). The daemon renews it while the session lives, so the
-// ttl bounds how long the lock outlives a daemon that died, and how long a
-// failover may take.
-func TTL(d time.Duration) Option {
-	return func(o *lockOptions) {
-		if d <= 0 {
-			o.err = fmt.Errorf("%w: TTL must be above 0", ErrArg)
-		}
-		o.ttl = d
-	}
-}
-
-// Wait makes Lock wait up to d for the lock (first come first served,
-// among this client's goroutines and then among the daemon's waiters)
-// instead of answering ErrBusy at once. The ctx of Lock may end the wait
-// earlier. d is at most the daemon's locks.max_wait_ms (1 h by default).
-func Wait(d time.Duration) Option {
-	return func(o *lockOptions) {
-		if d < 0 {
-			o.err = fmt.Errorf("%w: Wait must not be negative", ErrArg)
-		}
-		o.wait = d
-	}
-}
-
-// Shared takes the lock in shared mode (readers/writer): any number of
-// shared holders, or one exclusive. One Client holds a resource once: its
-// goroutines queue for it whatever the mode (use a Client each for
-// several shared holders in one process).
-func Shared() Option { return func(o *lockOptions) { o.shared = true } }
-
-// Limit makes the resource a semaphore of k slots: at most k holders.
-// Every holder must use the same k.
-func Limit(k int) Option {
-	return func(o *lockOptions) {
-		if k < 1 {
-			o.err = fmt.Errorf("%w: Limit must be at least 1", ErrArg)
-		}
-		o.limit = k
-	}
-}
-
-// Also locks more resources with the first, all or none (exclusive only,
-// at most the daemon's locks.max_multi, 16, in all): one lease, one token,
-// one fence.
-func Also(resources ...string) Option {
-	return func(o *lockOptions) { o.also = append(o.also, resources...) }
-}
-
-// NoRenew asks the daemon not to renew the lease (LOCK renew=0): it
-// expires after its TTL unless extended (Lease.Extend).
-func NoRenew() Option { return func(o *lockOptions) { o.noRenew = true } }
-
-// Value stores a value with the holder (LOCK value=): an address, say,
-// that Status (Holder.Value), Locks and watchers (HolderEvent.Value) show
-// on every daemon, as etcd's Campaign value. 1 to the daemon's
-// locks.max_value_len (256 by default) visible ASCII characters, no
-// spaces. Exclusive locks only (with Also too: each resource carries it);
-// with Shared or Limit, Lock refuses it (ErrArg). Lease.SetValue replaces
-// it while the lock is held.
-func Value(v string) Option {
-	return func(o *lockOptions) {
-		if err := checkValue(v); err != nil {
-			o.err = err
-		}
-		o.value = &v
-	}
-}
-
 // ---- this client's queue --------------------------------------------------
-
-// ticket is one goroutine's place in the queues of its resources.
-type ticket struct {
-	resources []string
-	ready     chan struct{} // closed when at the head of every queue (nil: it was at once)
-	blocked   int           // queues where it is not at the head yet
-	released  bool
-}
-
-// enqueueLocked puts a ticket at the end of each of its resources' queues.
-func (c *Client) enqueueLocked(resources []string) *ticket {
-	t := &ticket{resources: resources}
-	for _, r := range resources {
-		q := c.queues[r]
-		if len(q) > 0 {
-			t.blocked++
-		}
-		c.queues[r] = append(q, t)
-	}
-	if t.blocked > 0 {
-		t.ready = make(chan struct{})
-	}
-	return t
-}
-
-// releaseTicketLocked takes a ticket out of its queues; the next in each
-// moves up.
-func (c *Client) releaseTicketLocked(t *ticket) {
-	if t == nil || t.released {
-		return
-	}
-	t.released = true
-	for _, r := range t.resources {
-		q := c.queues[r]
-		for i, x := range q {
-			if x != t {
-				continue
-			}
-			q = append(q[:i], q[i+1:]...)
-			if i == 0 && len(q) > 0 {
-				n := q[0]
-				if n.blocked--; n.blocked == 0 {
-					close(n.ready)
-				}
-			}
-			break
-		}
-		if len(q) == 0 {
-			delete(c.queues, r)
-		} else {
-			c.queues[r] = q
-		}
-	}
-}
 
 // queue waits for this client's turn on the resources: at once, or ErrBusy
 // when another goroutine has them and there is no wait; else until

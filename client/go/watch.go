@@ -26,14 +26,15 @@ package redlockd
 // the Client watches anything, the keeper sends a PING every
 // watchPingEvery, so that a daemon that stalls (or a network that drops
 // everything) is noticed by a client that asks nothing else.
+//
+// A Watcher's fields, HolderEvent and parseHolder (the words of an EVENT
+// HOLDER line) are in core.go, with the Client's state.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -47,70 +48,6 @@ const (
 	// every Config.Timeout).
 	watchPingMax = 5 * time.Second
 )
-
-// HolderEvent is who holds a watched resource (EVENT HOLDER): its state
-// when the watch began, and again after each change.
-type HolderEvent struct {
-	Resource string
-	// Held counts the holders: 0 when the resource is free, 1 for an
-	// exclusive holder (or another Redlock client's key), the number of
-	// shared holders, or a semaphore's used slots.
-	Held int
-	// Mode is "exclusive", "shared" or "semaphore"; "" when free or
-	// foreign.
-	Mode string
-	// An exclusive holder's Fence, Name (its Config.Name, "" without one),
-	// Daemon (the id of the daemon it holds the lock through) and Value
-	// (set with Value or Lease.SetValue, "" without one).
-	Fence  uint64
-	Name   string
-	Daemon string
-	Value  string
-	// Foreign: the key was set by another Redlock client (Held is 1;
-	// nothing else is known of it).
-	Foreign bool
-	// Limit is a semaphore's size (Mode "semaphore").
-	Limit int
-}
-
-// parseHolder reads the words of an EVENT HOLDER line; false when it
-// lacks resource= or held=.
-func parseHolder(f fields) (HolderEvent, bool) {
-	ev := HolderEvent{Resource: f.str("resource")}
-	held, err := f.uint("held")
-	if ev.Resource == "" || err != nil {
-		return ev, false
-	}
-	ev.Held = int(held)
-	ev.Mode = f.str("mode")
-	if v, ok := f.get("fence"); ok {
-		ev.Fence, _ = strconv.ParseUint(v, 10, 64)
-	}
-	ev.Name = f.str("name")
-	ev.Daemon = f.str("daemon")
-	ev.Value = f.str("value")
-	ev.Foreign = f.str("foreign") == "1"
-	if v, ok := f.get("limit"); ok {
-		ev.Limit, _ = strconv.Atoi(v)
-	}
-	return ev, true
-}
-
-// Watcher receives the holder changes of the resources given to Watch.
-// Its methods are safe for concurrent use.
-type Watcher struct {
-	c         *Client
-	resources []string
-	ch        chan HolderEvent
-	wake      chan struct{} // a state is pending (capacity 1)
-	stop      chan struct{} // closed when the Watcher ends
-
-	mu      sync.Mutex
-	pending map[string]HolderEvent // the latest state not yet handed over, by resource
-	order   []string               // the resources of pending, in the order they came
-	ended   bool
-	err     error
-}
 
 // Watch watches resources (WATCH) and returns a Watcher whose channel, C,
 // has the state of each resource first (who holds it now: a HolderEvent
