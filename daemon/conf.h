@@ -5,6 +5,9 @@
  * {key, type, offset, default, min, max}, then one validate pass. Every
  * error names the file and the key (and line:column for JSON syntax errors).
  * All keys are optional; conf_init() fills in the defaults.
+ *
+ * Behind it, six files in layers (conf_priv.h lists them): the key table
+ * in conf.c at the bottom, conf_load.c and conf_reload.c on top.
  */
 #ifndef REDLOCKD_CONF_H
 #define REDLOCKD_CONF_H

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for daemon/conf.c: every input is a config file's text.
+ * libFuzzer target for daemon/conf*.c: every input is a config file's text.
  *
  * Besides the sanitizers' memory checks, it asserts what the daemon relies
  * on: a refused file gives one printable line naming the reason and leaves

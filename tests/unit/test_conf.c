@@ -1,5 +1,5 @@
 /*
- * Unit tests for daemon/conf.c: defaults, every key, type and range errors,
+ * Unit tests for daemon/conf*.c: defaults, every key, type and range errors,
  * unknown keys, JSON syntax errors, secrets read from files, address
  * parsing, the cross-key rules, and the config files shipped in conf/.
  * Most tests are tables: one row per input, run with tcase_add_loop_test.
