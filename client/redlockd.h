@@ -242,7 +242,9 @@ struct redlockd_opts {
      * and says why in the message: "unknown CA", "name mismatch",
      * "expired", "the server does not speak TLS", "the server requires a
      * client certificate". The handshake counts against
-     * connect_timeout_ms. Reconnection, resume and ADOPT work as over
+     * connect_timeout_ms. The other way round, a plain address of a
+     * daemon's TLS port fails with REDLOCKD_E_ARG and the daemon's line,
+     * "this port speaks TLS: connect with tls:// and a TLS client". Reconnection, resume and ADOPT work as over
      * plain TCP. Unused when no server is tls://.
      */
     /* PEM file of the CAs to trust. NULL: $REDLOCKD_TLS_CA, else the

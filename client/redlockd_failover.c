@@ -290,17 +290,30 @@ static int rl_hello_send(struct redlockd *h, bool detach, bool resume,
  * limits.max_detach_ms 0 or below our detach_ms) gets a plain HELLO, and
  * the handle then lives without resume: on a lost connection the daemon
  * releases the session's leases, so they are lost with it.
+ *
+ * An ERR ARG that the daemon closes the connection after refused the
+ * connection, not detach=: a plain client on a tls:// port reads "ERR ARG
+ * this port speaks TLS: ..." as the reply to its first line. When the
+ * plain HELLO then finds the connection closed, that refusal is the
+ * error, not the close that hid it.
  */
 static int rl_hello_fresh(struct redlockd *h, int64_t deadline)
 {
     bool detach = rl_can_reconnect(h) && h->detach_ms > 0;
+    struct redlockd_error refused;
     struct proto_reply r;
     int rc;
 
     rc = rl_hello_send(h, detach, false, deadline, &r);
     if (rc == -REDLOCKD_E_ARG && detach) {
+        refused = h->err;
         detach = false;
         rc = rl_hello_send(h, false, false, deadline, &r);
+        if (rc == -REDLOCKD_E_CLOSED && h->fd < 0) {
+            h->err = refused;
+            snprintf(h->dead, sizeof(h->dead), "%s", refused.msg);
+            return -REDLOCKD_E_ARG;
+        }
     }
     if (rc == 0)
         rc = rl_hello_reply(h, &r);
@@ -711,7 +724,9 @@ int rl_connect_first(struct redlockd *h)
             h->settled = true;
             return 0;
         }
-        if (!rl_transport_failed(h, rc))
+        /* ARG: refused with the connection closed after it too (a plain
+         * client on a tls:// port, rl_hello_fresh), a mistake to show. */
+        if (!rl_transport_failed(h, rc) || rc == -REDLOCKD_E_ARG)
             return rl_attempt_failed(h, rc);
     }
     h->cur = 0;

@@ -71,7 +71,9 @@
  *     $REDLOCKD_TLS_CA; an unknown CA, a name mismatch and a daemon that
  *     wants a client certificate give 69 and one line naming the reason,
  *     --tls-cert/--tls-key satisfy it, and a CA file that does not load
- *     is a usage error (64); certificates from tests/tools/mkcerts.sh;
+ *     is a usage error (64); a plain address of the TLS port prints the
+ *     daemon's "this port speaks TLS" and is a usage error (64), the
+ *     command not run; certificates from tests/tools/mkcerts.sh;
  *   - leader election (issue 32): two `elect` candidates, each with a
  *     --value; the first leads (its command sees REDLOCKD_VALUE, `leader`
  *     prints its value, the second waits), killing its command makes the
@@ -3056,6 +3058,30 @@ START_TEST(tls_errors)
 }
 END_TEST
 
+/* A plain address of the daemon's TLS port: the daemon's own line says
+ * what is wrong ("this port speaks TLS: connect with tls:// ..."), a
+ * usage error (the address), and run does not run its command. */
+START_TEST(tls_plain_client)
+{
+    char addr[64], plain[64];
+    struct proc *p;
+
+    start_daemon_tls("server", "", addr, sizeof(addr));
+    snprintf(plain, sizeof(plain), "127.0.0.1:%d", D->tls_port);
+    p = ctl_start("-s", plain, "ping", NULL);
+    proc_wait(p, h_scale(10000));
+    assert_error_names(p, EXIT_USAGE, "ping, plain to the TLS port",
+                       "this port speaks TLS");
+    ck_assert_msg(strstr(p->err, "tls://"), "stderr \"%s\" lacks \"tls://\"",
+                  p->err);
+    p = ctl_start("-s", plain, "run", "cli:tls", "--", "sh", "-c", "exit 99",
+                  NULL);
+    proc_wait(p, h_scale(10000));
+    assert_error_names(p, EXIT_USAGE, "run, plain to the TLS port",
+                       "this port speaks TLS");
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -3088,6 +3114,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, run_lost_kills_group_after);
     tcase_add_test(tc, tls_run);
     tcase_add_test(tc, tls_errors);
+    tcase_add_test(tc, tls_plain_client);
     tcase_add_test(tc, elect_two_candidates);
     tcase_add_test(tc, watch_json_lines);
     tcase_add_test(tc, lock_holds_until_signal);

@@ -16,6 +16,9 @@
  *   - tls.verify_clients: no client certificate, "the server requires a
  *     client certificate"; with one, the lock works;
  *   - tls:// to the plain TCP port: "does not speak TLS";
+ *   - a plain address of the TLS port: the daemon's own line, "this port
+ *     speaks TLS", as REDLOCKD_E_ARG (with and without detach=, whose
+ *     fallback HELLO must not hide it; also first of two servers);
  *   - option files that do not load: REDLOCKD_E_INVALID naming the file;
  *   - failover: two tls:// servers, the handle's daemon SIGKILLed, the
  *     lease adopted over TLS on the other (same fence);
@@ -295,6 +298,30 @@ START_TEST(tls_plain_port)
 }
 END_TEST
 
+/* A plain client on the TLS port: the daemon answers "ERR ARG this port
+ * speaks TLS: ..." and closes; that line is the error, whether the handle
+ * asked for detach= (and would retry a plain HELLO) or not. */
+START_TEST(tls_plain_client)
+{
+    char a[64], b[64];
+    const char *servers[] = { a, b };
+    struct redlockd_opts o = { .connect_timeout_ms = 3000 };
+
+    start_tls(0, "server", "");
+    snprintf(a, sizeof(a), "127.0.0.1:%d", D->tls_port);
+    o.server = a;
+    open_fails(&o, REDLOCKD_E_ARG, "this port speaks TLS", "tls://", NULL);
+    o.reconnect_max_ms = -1;
+    open_fails(&o, REDLOCKD_E_ARG, "this port speaks TLS", "tls://", NULL);
+    /* First in a list: the mistake is shown, not skipped for the next. */
+    snprintf(b, sizeof(b), "127.0.0.1:%d", D->port);
+    o.reconnect_max_ms = 0;
+    o.servers = servers;
+    o.nservers = 2;
+    open_fails(&o, REDLOCKD_E_ARG, "this port speaks TLS", NULL);
+}
+END_TEST
+
 START_TEST(tls_bad_files)
 {
     char a[64];
@@ -465,6 +492,7 @@ static Suite *tls_suite(void)
     tcase_add_test(tc, tls_expired);
     tcase_add_test(tc, tls_client_cert);
     tcase_add_test(tc, tls_plain_port);
+    tcase_add_test(tc, tls_plain_client);
     tcase_add_test(tc, tls_bad_files);
     tcase_add_test(tc, tls_failover);
     tcase_add_test(tc, tls_events_behind_reply);

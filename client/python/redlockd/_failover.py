@@ -86,15 +86,26 @@ class _Failover(_LeaseTable, _Watches):
             return
         detach = self.detach_ms if self._auto else None
         f = None
+        refused = None
         if detach:
             try:
                 _, line = self._roundtrip(" ".join(words + [f"detach={detach}"]),
                                           limit=limit, conn=conn)
                 f = _proto.fields(self._ok(line))
-            except Arg:
+            except Arg as e:
                 detach = None       # a daemon without detach=, or a lower max
+                refused = e
         if f is None:
-            _, line = self._roundtrip(" ".join(words), limit=limit, conn=conn)
+            try:
+                _, line = self._roundtrip(" ".join(words), limit=limit,
+                                          conn=conn)
+            except ConnectionClosed:
+                # The ERR ARG refused the connection, not detach=, and the
+                # daemon closed it: a plain client on a tls:// port reads
+                # "ERR ARG this port speaks TLS: ...". That is the error.
+                if refused is not None and conn.dead:
+                    raise refused from None
+                raise
             f = _proto.fields(self._ok(line))
         secret = f.get("secret") if detach else None
         if secret is not None and not _HEX32.match(secret):

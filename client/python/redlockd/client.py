@@ -204,7 +204,9 @@ class Client(_Calls):
     address as an IP address). A handshake that fails raises
     :class:`TransportError` naming the reason: "unknown CA", "name
     mismatch", "expired", "does not speak TLS", "requires a client
-    certificate"; a file that does not load raises ValueError.
+    certificate"; a file that does not load raises ValueError. A plain
+    address of the daemon's TLS port raises :class:`Arg` with the
+    daemon's line ("this port speaks TLS: connect with tls:// ...").
 
     ``reconnect`` (default True): a lost connection is re-established, in
     the background and in blocking calls, by resuming the session or

@@ -3,7 +3,8 @@ made by tests/tools/mkcerts.sh (its header lists the files) for the run.
 
 Each failure is checked for the reason its message names: an unknown CA, a
 name mismatch, an expired certificate, a client certificate the daemon
-requires, a plain port; and failover between two tls:// daemons."""
+requires, a plain port, a plain client on the TLS port (the daemon's own
+line); and failover between two tls:// daemons."""
 
 import os
 import ssl
@@ -109,6 +110,24 @@ def test_plain_port(h, certs):
     d = tls_daemon(h, certs)
     connect_fails(f"tls://127.0.0.1:{d.port}", "does not speak TLS",
                   tls_ca_file=certs("ca.crt"))
+
+
+def test_plain_client_on_tls_port(h, certs):
+    """The daemon answers a plain client on its TLS port with ``ERR ARG
+    this port speaks TLS: ...`` and closes: that is the error raised,
+    whether the HELLO asked for detach= (and a plain HELLO would follow)
+    or not."""
+    d = tls_daemon(h, certs)
+    plain = f"127.0.0.1:{d.tls_port}"
+    for kw in ({}, {"reconnect": False}):
+        with pytest.raises(redlockd.Arg, match="this port speaks TLS") as e:
+            redlockd.Client(plain, timeout=3.0, **kw)
+        assert e.value.code == "ARG"
+        assert "tls://" in e.value.message
+        print(repr(e.value))
+    # First in a list: the mistake is shown, not skipped for the next.
+    with pytest.raises(redlockd.Arg, match="this port speaks TLS"):
+        redlockd.Client(servers=[plain, d.server], timeout=3.0)
 
 
 def test_bad_files(certs):
