@@ -64,7 +64,11 @@ class _Calls(_Failover):
         """LOCK: returns a :class:`Lease` (also a context manager).
 
         `resource` is a name or a list of names (all or none, exclusive
-        only). `ttl` and `wait` are ms (ttl=None: the daemon's default).
+        only). `ttl` and `wait` are durations: an int of milliseconds, a
+        str as the daemon and redlockctl take it ("500" is ms, "500ms",
+        "1.5s", "2m", "1h") or a datetime.timedelta; a str the daemon
+        would refuse raises ValueError naming the argument (ttl=None: the
+        daemon's default).
         `mode` is None (the daemon's default, exclusive), "exclusive" or
         "shared"; `limit` K makes it one of K slots of a semaphore. `value`
         (exclusive locks: 1 to the daemon's ``locks.max_value_len``, 256 by
@@ -83,8 +87,9 @@ class _Calls(_Failover):
         features = {"multi"} if len(resources) > 1 else set()
         if ttl is not None:
             words.append("ttl=" + _proto.millis(ttl, "ttl"))
-        if _proto.millis(wait, "wait") != "0":
-            words.append(f"wait={wait}")
+        wait_ms = _proto.duration_ms(wait, "wait")
+        if wait_ms:
+            words.append(f"wait={wait_ms}")
         if not renew:
             words.append("renew=0")
         if mode is not None:
@@ -105,7 +110,7 @@ class _Calls(_Failover):
             with self._state:
                 self._locking.update(resources)
             try:
-                t_send, line = self._roundtrip(" ".join(words), wait / 1000.0)
+                t_send, line = self._roundtrip(" ".join(words), wait_ms / 1000.0)
                 conn = self._local.conn
                 try:
                     rest = self._ok(line)

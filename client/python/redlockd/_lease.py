@@ -169,8 +169,9 @@ class Lease:
             raise LockLost(self.resource, reason)
 
     def extend(self, ttl):
-        """EXTEND every resource of the lease to `ttl` ms; the deadline
-        becomes send time + the reported validity. Raises Lost (also marks
+        """EXTEND every resource of the lease to `ttl` (a duration as for
+        ``Client.lock``: ms, "1.5s", a timedelta); the deadline becomes
+        send time + the reported validity. Raises Lost (also marks
         the lease lost), NotHeld, Unavailable, Arg."""
         return self._client._extend(self, ttl)
 

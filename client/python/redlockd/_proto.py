@@ -1,6 +1,7 @@
 """Pure helpers for the redlockd line protocol: addresses, request words,
 reply lines. No sockets here."""
 
+import datetime
 import ipaddress
 import json
 import re
@@ -109,13 +110,97 @@ def value_word(text):
     return text
 
 
-def millis(value, what):
-    """A duration in ms as a request number (the daemon checks the range)."""
+# Durations (docs/protocol.md, "Numbers"; proto/num.c
+# proto_parse_duration): a bare number is milliseconds, or a number with
+# a unit, an optional fraction of at most 9 digits; whole milliseconds, at
+# most DURATION_MAX_MS.
+DURATION_MAX_MS = 4294967295
+_DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60 * 1000, "h": 60 * 60 * 1000}
+_DIGITS = "0123456789"      # ASCII only: str.isdigit() takes other scripts'
+
+
+def _digits(text, i):
+    while i < len(text) and text[i] in _DIGITS:
+        i += 1
+    return i
+
+
+def _parse_duration(text):
+    """Milliseconds, or what is wrong with `text` (the daemon's words, in
+    the same order of checks)."""
+    if not text:
+        return "has no number"
+    if text[0] in "+-":
+        return "has a sign (durations are never negative)"
+    i = _digits(text, 0)
+    whole, frac = text[:i], ""
+    if i < len(text) and text[i] == ".":
+        j = _digits(text, i + 1)
+        frac = text[i + 1:j]
+        if not 1 <= len(frac) <= 9:
+            return "has no number" if not whole else \
+                "is not a number (a fraction needs a unit)"
+        i = j
+    if not whole:
+        return "has no number"
+    if len(whole) > 10:
+        return f"is more than {DURATION_MAX_MS} ms"
+    unit = text[i:]
+    if not unit:
+        if frac:
+            return "is not a number (a fraction needs a unit)"
+        mult = 1
+    elif unit in _DURATION_UNITS:
+        mult = _DURATION_UNITS[unit]
+    elif unit[0] == ".":
+        return "is not a number (a fraction needs a unit)"
+    else:
+        return "has an unknown unit (use ms, s, m or h)"
+    scale = 10 ** len(frac)
+    part = int(frac or "0") * mult
+    if part % scale:
+        return "is not a whole number of milliseconds"
+    ms = int(whole) * mult + part // scale
+    if ms > DURATION_MAX_MS:
+        return f"is more than {DURATION_MAX_MS} ms"
+    return ms
+
+
+def duration_ms(value, what):
+    """A duration as an int of milliseconds: an int (milliseconds), a str
+    in the protocol's grammar ("500" is ms, "500ms", "1.5s", "2m", "1h"),
+    or a datetime.timedelta. ValueError naming `what` for a negative one,
+    a str the daemon would refuse, or a part of a millisecond; TypeError
+    for anything else. The daemon checks its own bounds (locks.min_ttl_ms
+    and the like)."""
+    if isinstance(value, str):
+        ms = _parse_duration(value)
+        if isinstance(ms, str):
+            raise ValueError(f"{what} must be milliseconds, or a number with "
+                             f"ms, s, m or h ('500', '500ms', '1.5s', '2m'):"
+                             f" {value!r} {ms}")
+        return ms
+    if isinstance(value, datetime.timedelta):
+        if value < datetime.timedelta(0):
+            raise ValueError(f"{what} must not be negative: {value!r}")
+        ms, rest = divmod(value, datetime.timedelta(milliseconds=1))
+        if rest:
+            raise ValueError(f"{what} {value!r} is not a whole number of "
+                             "milliseconds")
+        return ms
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int (milliseconds)")
+        raise TypeError(f"{what} must be an int (milliseconds), a str such "
+                        "as '1.5s' or a datetime.timedelta, not "
+                        f"{type(value).__name__}")
     if value < 0:
         raise ValueError(f"{what} must not be negative")
-    return str(value)
+    return value
+
+
+def millis(value, what):
+    """A duration (see duration_ms) as a request number: milliseconds,
+    which every daemon takes."""
+    return str(duration_ms(value, what))
 
 
 # The commands whose order among one session's requests the daemon keeps

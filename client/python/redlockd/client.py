@@ -215,8 +215,9 @@ class Client(_Calls):
     lost ("closed"; "shutdown" at EVENT SHUTDOWN).
     ``detach_ms`` (default 30000; None or 0: off; only with reconnect): how
     long the daemon keeps the session's leases after the connection ends
-    without QUIT, waiting for a resume. A daemon that refuses ``detach=``
-    (ERR ARG) is used without.
+    without QUIT, waiting for a resume; a duration as ``lock()``'s ``ttl``
+    (ms, "30s", a timedelta), kept in ``.detach_ms`` as ms. A daemon that
+    refuses ``detach=`` (ERR ARG) is used without.
     ``max_inflight`` (default 1024, at least 1): at most this many requests
     in flight on the connection at once, the last place kept for the
     background refresh; more wait in the client. Keep it at or below the
@@ -249,11 +250,7 @@ class Client(_Calls):
         self.server = self.servers[0]
         self.timeout = timeout
         if detach_ms is not None:
-            if isinstance(detach_ms, bool) or not isinstance(detach_ms, int):
-                raise TypeError("detach_ms must be an int (milliseconds) "
-                                "or None")
-            if detach_ms < 0:
-                raise ValueError("detach_ms must not be negative")
+            detach_ms = _proto.duration_ms(detach_ms, "detach_ms")
         if isinstance(max_inflight, bool) or not isinstance(max_inflight, int):
             raise TypeError("max_inflight must be an int")
         if max_inflight < 1:

@@ -1,5 +1,6 @@
 """Locks, leases, deadlines and inspection against a real daemon and node."""
 
+import datetime
 import re
 import time
 
@@ -114,6 +115,51 @@ def test_extend(shared, res):
             assert validity == lease.validity and 0 < validity <= 20000
             assert t0 + validity / 1000 <= lease.deadline <= t1 + validity / 1000
             assert c.locks()["locks"][0]["ttl"] == 20000
+
+
+def test_durations_with_units(shared, res):
+    """ttl=, wait=, extend() and detach_ms take "2s", "500ms", "1.5s",
+    "2m" (bare: ms) and timedelta, as the daemon and redlockctl do; ints
+    stay milliseconds. Bad ones are a ValueError naming the argument,
+    before anything is sent."""
+    def ttl_in_locks(c):
+        return [e for e in c.locks()["locks"] if e["resource"] == res][0]["ttl"]
+
+    with redlockd.Client(shared.server) as a, \
+            redlockd.Client(shared.server) as b:
+        with a.lock(res, ttl="2s") as lease:
+            assert lease.ttl == 2000 and ttl_in_locks(a) == 2000
+            assert 0 < lease.validity <= 2000
+            lease.extend("1.5m")
+            assert lease.ttl == 90000 and ttl_in_locks(a) == 90000
+            lease.extend(datetime.timedelta(seconds=3))
+            assert lease.ttl == 3000 and ttl_in_locks(a) == 3000
+            lease.extend("2500")
+            assert lease.ttl == 2500 and ttl_in_locks(a) == 2500
+            t0 = time.monotonic()
+            with pytest.raises(redlockd.Timeout):
+                b.lock(res, wait="300ms")
+            assert time.monotonic() - t0 >= 0.25
+            with pytest.raises(redlockd.Timeout):
+                b.lock(res, wait=datetime.timedelta(milliseconds=100))
+            for bad in ("5d", "1.5", "-1s", "1.5ms", ""):
+                with pytest.raises(ValueError, match="^ttl "):
+                    lease.extend(bad)
+            assert ttl_in_locks(a) == 2500
+        with a.lock(res, ttl=datetime.timedelta(minutes=1), wait="0s") as lease:
+            assert lease.ttl == 60000 and ttl_in_locks(a) == 60000
+        with a.lock(res, ttl="700") as lease:
+            assert lease.ttl == 700
+        for kw, name in (({"ttl": "5 s"}, "ttl"), ({"wait": "2x"}, "wait"),
+                         ({"ttl": "4294968s"}, "ttl")):
+            with pytest.raises(ValueError, match=f"^{name} "):
+                a.lock(res, **kw)
+        assert a.status(res)["held"] is False
+        assert a.ping("still") == "still"
+    with redlockd.Client(shared.server, detach_ms="10s") as c:
+        assert c.detach_ms == 10000 and c.detachable
+    with pytest.raises(ValueError, match="^detach_ms "):
+        redlockd.Client(shared.server, detach_ms="10 s")
 
 
 def test_inspection(shared, res):

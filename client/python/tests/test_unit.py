@@ -1,4 +1,8 @@
-"""Pure parts: addresses, replies, the exception classes. No processes."""
+"""Pure parts: addresses, replies, durations, the exception classes. No
+processes."""
+
+import datetime
+import re
 
 import pytest
 
@@ -115,3 +119,56 @@ def test_resources_named(line, want):
     """What a request's turn in the client is taken on (the daemon's own
     per-resource order)."""
     assert _proto.resources_named(line) == want
+
+
+# Durations: ttl=, wait=, extend()'s ttl and detach_ms take what the daemon
+# and redlockctl take (docs/protocol.md, "Numbers"), and timedelta.
+@pytest.mark.parametrize("value,want", [
+    (0, 0), (500, 500), (30000, 30000),
+    ("0", 0), ("30000", 30000), ("007", 7), ("4294967295", 4294967295),
+    ("30s", 30000), ("0.5m", 30000), ("500ms", 500), ("0.5s", 500),
+    ("1.5s", 1500), ("2m", 120000), ("1h", 3600000), ("0s", 0),
+    ("4294967s", 4294967000), ("0.001s", 1), ("1.000000000s", 1000),
+    (datetime.timedelta(seconds=1.5), 1500),
+    (datetime.timedelta(minutes=2), 120000),
+    (datetime.timedelta(0), 0),
+    (datetime.timedelta(microseconds=2000), 2),
+])
+def test_durations(value, want):
+    got = _proto.duration_ms(value, "ttl")
+    assert got == want and type(got) is int
+    assert _proto.millis(value, "ttl") == str(want)
+
+
+@pytest.mark.parametrize("text,why", [
+    ("-5s", "has a sign"), ("+1", "has a sign"),
+    ("5d", "unknown unit"), ("5S", "unknown unit"), ("5sec", "unknown unit"),
+    ("1m30s", "unknown unit"), ("1e3", "unknown unit"),
+    ("0x10", "unknown unit"), ("5 s", "unknown unit"),
+    ("", "has no number"), ("s", "has no number"), (".5s", "has no number"),
+    (" 5s", "has no number"), ("\u0665s", "has no number"),
+    ("1.5", "is not a number"), ("1.", "is not a number"),
+    ("1..5s", "is not a number"), ("1.0000000001s", "is not a number"),
+    ("1.5ms", "not a whole number of milliseconds"),
+    ("0.0001s", "not a whole number of milliseconds"),
+    ("4294968s", "more than 4294967295 ms"),
+    ("1194h", "more than 4294967295 ms"),
+    ("00000000001", "more than 4294967295 ms"),
+    ("4294967296", "more than 4294967295 ms"),
+])
+def test_bad_duration_strings(text, why):
+    with pytest.raises(ValueError, match=r"^wait .*" + re.escape(why)) as e:
+        _proto.duration_ms(text, "wait")
+    assert repr(text) in str(e.value)
+
+
+def test_bad_durations():
+    with pytest.raises(ValueError, match="^ttl .*negative"):
+        _proto.duration_ms(-1, "ttl")
+    with pytest.raises(ValueError, match="^ttl .*negative"):
+        _proto.duration_ms(datetime.timedelta(seconds=-1), "ttl")
+    with pytest.raises(ValueError, match="^ttl .*whole number of milli"):
+        _proto.duration_ms(datetime.timedelta(microseconds=1500), "ttl")
+    for bad in (1.5, True, None, b"5s", [5]):
+        with pytest.raises(TypeError, match="^ttl must be"):
+            _proto.duration_ms(bad, "ttl")
