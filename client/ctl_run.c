@@ -748,6 +748,31 @@ static int ctl_resources(struct ctl *c, const char *cmd,
     return 0;
 }
 
+/*
+ * How run, elect (cmd; both take COMMAND) and lock (cmd "lock") start:
+ * their resources (ctl_resources), a handle connected with o, the lock.
+ * True when taken, else false with the exit status in *status and no
+ * handle left open (as ctl_lock).
+ */
+static bool ctl_begin(struct ctl_run *r, const char *cmd,
+                      const struct ctl_args *a, bool takes_cmd,
+                      struct redlockd_opts *o, struct redlockd_lease *lease,
+                      int *status)
+{
+    if (ctl_resources(r->c, cmd, a, takes_cmd, &r->resource) < 0) {
+        *status = EX_USAGE;
+        return false;
+    }
+    *status = ctl_connect(r->c, o, &r->h);
+    if (*status != 0)
+        return false;
+    if (!ctl_lock(r, lease, status)) {
+        redlockd_close(r->h);
+        return false;
+    }
+    return true;
+}
+
 /* run and elect (cmd). a: RESOURCE (unless -r gave the resources), then
  * COMMAND [ARGS...]. */
 int ctl_run(struct ctl *c, const char *cmd, const struct ctl_args *a)
@@ -760,15 +785,8 @@ int ctl_run(struct ctl *c, const char *cmd, const struct ctl_args *a)
     struct redlockd_lease lease;
     int rc;
 
-    if (ctl_resources(c, cmd, a, true, &r.resource) < 0)
-        return EX_USAGE;
-    rc = ctl_connect(c, &o, &r.h);
-    if (rc != 0)
+    if (!ctl_begin(&r, cmd, a, true, &o, &lease, &rc))
         return rc;
-    if (!ctl_lock(&r, &lease, &rc)) {
-        redlockd_close(r.h);
-        return rc;
-    }
     if (r.lost) {
         warnx("lost the lock on %s right after taking it: %s", r.resource,
               r.lost_reason);
@@ -864,15 +882,8 @@ int ctl_hold(struct ctl *c, const struct ctl_args *a)
     struct redlockd_lease lease;
     int rc;
 
-    if (ctl_resources(c, "lock", a, false, &r.resource) < 0)
-        return EX_USAGE;
-    rc = ctl_connect(c, &o, &r.h);
-    if (rc != 0)
+    if (!ctl_begin(&r, "lock", a, false, &o, &lease, &rc))
         return rc;
-    if (!ctl_lock(&r, &lease, &rc)) {
-        redlockd_close(r.h);
-        return rc;
-    }
     if (keeper_catch_signals() < 0)
         err(EX_OSERR, "pipe");
     ctl_print_grant(c, &lease);

@@ -376,10 +376,9 @@ func (c *Client) flushUnwatch() {
 	c.unwatchLocked(rs)
 }
 
-// rewatch: a new session watches nothing; WATCH again what every Watcher
-// watches (without waiting for the answers: a refusal ends its Watcher).
-func (c *Client) rewatch(cn *conn, limit time.Duration) {
-	c.mu.Lock()
+// watchersLocked: the Watchers of c.watches, each once (one may watch
+// several resources).
+func (c *Client) watchersLocked() []*Watcher {
 	var ws []*Watcher
 	seen := make(map[*Watcher]bool)
 	for _, set := range c.watches {
@@ -390,6 +389,14 @@ func (c *Client) rewatch(cn *conn, limit time.Duration) {
 			}
 		}
 	}
+	return ws
+}
+
+// rewatch: a new session watches nothing; WATCH again what every Watcher
+// watches (without waiting for the answers: a refusal ends its Watcher).
+func (c *Client) rewatch(cn *conn, limit time.Duration) {
+	c.mu.Lock()
+	ws := c.watchersLocked()
 	c.mu.Unlock()
 	for _, w := range ws {
 		w := w
@@ -450,16 +457,7 @@ func (c *Client) ping() {
 // endWatchersLocked: the Client is closed; every Watcher ends (the QUIT
 // ends the session's watches). Returns them, to finish outside c.mu.
 func (c *Client) endWatchersLocked() []*Watcher {
-	var ws []*Watcher
-	seen := make(map[*Watcher]bool)
-	for _, set := range c.watches {
-		for w := range set {
-			if !seen[w] {
-				seen[w] = true
-				ws = append(ws, w)
-			}
-		}
-	}
+	ws := c.watchersLocked()
 	c.watches = make(map[string]map[*Watcher]struct{})
 	c.unwatchLater = make(map[string]bool)
 	return ws

@@ -12,11 +12,11 @@ import type { EventEmitter } from 'node:events';
 import type { Conn, Req } from './conn.js';
 import { lostError } from './errors.js';
 import { HELD, type Lease } from './lease.js';
-import type { LeaseBook } from './leases.js';
+import { type LeaseBook, matchLease, readLocks } from './leases.js';
 import { fields, intField } from './proto.js';
 import { errCode, HEX32, isOk, K_ADOPT, K_UNLOCK, MIN_REPLY_MS, mkReq, now, RECONNECT_MIN_MS } from './request.js';
 import type { Session } from './session.js';
-import type { LockInfo, Locks } from './types.js';
+import type { Locks } from './types.js';
 
 /** @internal Resuming and adopting the leases. */
 export class Adopter {
@@ -62,31 +62,10 @@ export class Adopter {
    * ADOPT whose reply was lost (same fence, a new token), or lost; what
    * the session holds that no lease knows is given back. */
   _applyResume(conn: Conn, body: Locks, tSend: number): void {
-    const held = new Map<string, LockInfo>();
-    for (const e of Array.isArray(body.locks) ? body.locks : []) {
-      if (e !== null && typeof e === 'object' && typeof e.resource === 'string') held.set(e.resource, e);
-    }
-    const lost = new Set(Array.isArray(body.lost) ? body.lost : []);
+    const { held, lost } = readLocks(body);
     const used = new Set<string>();
     for (const l of [...this.book._leases]) {
-      let d = Infinity;
-      let v = Infinity;
-      let ttl: number | undefined;
-      let token: string | null = null;
-      let missing: string | null = null;
-      for (const r of l.resources) {
-        const e = held.get(r);
-        if (e === undefined || String(e.fence) !== l._fence) {
-          missing = r;
-          break;
-        }
-        if (typeof e.token === 'string' && HEX32.test(e.token)) token = e.token;
-        if (typeof e.validity === 'number') {
-          d = Math.min(d, tSend + e.validity);
-          v = Math.min(v, e.validity);
-        }
-        if (typeof e.ttl === 'number') ttl = e.ttl;
-      }
+      const { missing, token, d, v, ttl } = matchLease(l, held, tSend);
       if (missing !== null) {
         if (!l._needsAdopt && l._state === HELD) this.book._lose(l, lostError(missing, lost.has(missing) ? 'lost' : 'gone'));
         continue;

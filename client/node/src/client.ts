@@ -33,20 +33,6 @@ import type { AcquireOptions, ClientEvents, ClientOptions, Locks, ServerInfo, St
 import type { Watch, WatchOptions } from './watch.js';
 import { Watches } from './watches.js';
 
-export type {
-  AcquireOptions,
-  ClientEvents,
-  ClientOptions,
-  FailoverInfo,
-  LockInfo,
-  Locks,
-  ReconnectInfo,
-  ServerInfo,
-  Status,
-  StatusHolder,
-  TlsOptions,
-} from './types.js';
-
 // Typed events (declaration merging with the class below).
 export interface Client {
   on<K extends keyof ClientEvents>(event: K, listener: (...args: ClientEvents[K]) => void): this;

@@ -21,7 +21,7 @@ export type {
   Status,
   StatusHolder,
   TlsOptions,
-} from './client.js';
+} from './types.js';
 export { Lease } from './lease.js';
 export type { ExtendOptions, LeaseState } from './lease.js';
 export { Watch } from './watch.js';

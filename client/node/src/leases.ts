@@ -22,6 +22,47 @@ import { errCode, HEX32, isOk, K_EXTEND, K_READ, K_REFRESH, K_UNLOCK, MIN_REPLY_
 import type { Session } from './session.js';
 import type { LockInfo, Locks } from './types.js';
 
+/** @internal A LOCKS reply: its entries by resource (held), and the
+ * resources the session lost while detached (lost). */
+export function readLocks(body: Locks): { held: Map<string, LockInfo>; lost: Set<string> } {
+  const held = new Map<string, LockInfo>();
+  for (const e of Array.isArray(body.locks) ? body.locks : []) {
+    if (e !== null && typeof e === 'object' && typeof e.resource === 'string') held.set(e.resource, e);
+  }
+  return { held, lost: new Set(Array.isArray(body.lost) ? body.lost : []) };
+}
+
+/** @internal Lease l against the entries (held) of a LOCKS sent at tSend:
+ * missing, the first of its resources not held with its fence (null: all
+ * are); and from the entries before it, the last well-formed token (null:
+ * none), the nearest deadline (d), the least validity (v) and the ttl
+ * (Infinity, Infinity, undefined: none reported). */
+export function matchLease(
+  l: Lease,
+  held: Map<string, LockInfo>,
+  tSend: number,
+): { missing: string | null; token: string | null; d: number; v: number; ttl: number | undefined } {
+  let d = Infinity;
+  let v = Infinity;
+  let ttl: number | undefined;
+  let token: string | null = null;
+  let missing: string | null = null;
+  for (const r of l.resources) {
+    const e = held.get(r);
+    if (e === undefined || String(e.fence) !== l._fence) {
+      missing = r;
+      break;
+    }
+    if (typeof e.token === 'string' && HEX32.test(e.token)) token = e.token;
+    if (typeof e.validity === 'number') {
+      d = Math.min(d, tSend + e.validity);
+      v = Math.min(v, e.validity);
+    }
+    if (typeof e.ttl === 'number') ttl = e.ttl;
+  }
+  return { missing, token, d, v, ttl };
+}
+
 /** @internal The Client's leases. */
 export class LeaseBook implements LeaseOwner {
   /** Every lease not released for good: held, or with an UNLOCK on its way. */
@@ -321,30 +362,11 @@ export class LeaseBook implements LeaseOwner {
   }
 
   _applyLocks(snapshot: Lease[], body: Locks, tSend: number): void {
-    const held = new Map<string, LockInfo>();
-    for (const e of Array.isArray(body.locks) ? body.locks : []) {
-      if (e !== null && typeof e === 'object' && typeof e.resource === 'string') held.set(e.resource, e);
-    }
-    const lost = new Set(Array.isArray(body.lost) ? body.lost : []);
+    const { held, lost } = readLocks(body);
     for (const l of snapshot) {
       if (l._state !== HELD || l._needsAdopt || l._adopting) continue;
-      let d = Infinity;
-      let v = Infinity;
-      let ttl: number | undefined;
-      let missing: string | null = null;
-      for (const r of l.resources) {
-        const e = held.get(r);
-        if (e === undefined || String(e.fence) !== l._fence) {
-          missing = r;
-          break;
-        }
-        if (typeof e.token === 'string' && HEX32.test(e.token)) l._token = e.token;
-        if (typeof e.validity === 'number') {
-          d = Math.min(d, tSend + e.validity);
-          v = Math.min(v, e.validity);
-        }
-        if (typeof e.ttl === 'number') ttl = e.ttl;
-      }
+      const { missing, token, d, v, ttl } = matchLease(l, held, tSend);
+      if (token !== null) l._token = token;
       if (missing !== null) {
         this._lose(l, lostError(missing, lost.has(missing) ? 'lost' : 'gone'));
       } else if (v <= 0) {

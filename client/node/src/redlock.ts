@@ -18,9 +18,10 @@
  * votes (the daemon counts them).
  */
 import { EventEmitter } from 'node:events';
-import { Client, type ClientOptions } from './client.js';
+import { Client } from './client.js';
 import { RedlockdError } from './errors.js';
 import type { Lease } from './lease.js';
+import type { ClientOptions } from './types.js';
 
 /** node-redlock's settings. */
 export interface Settings {
