@@ -40,6 +40,17 @@ MAX_INFLIGHT = 1024
 _UNTAGGED = frozenset(("HELLO", "AUTH", "QUIT"))
 
 
+def _closed_error(reason, shutdown_seen, message):
+    """ConnectionClosed for a connection that ended: the daemon's closing
+    reason (or "shutdown" after EVENT SHUTDOWN) after its message."""
+    if reason is None and shutdown_seen:
+        reason = "shutdown"
+    msg = message or "connection closed"
+    if reason is not None:
+        msg += f" (daemon: {reason})"
+    return ConnectionClosed(msg, reason)
+
+
 class _Pending:
     """One request waiting for its reply line (or for an error)."""
 
@@ -192,22 +203,12 @@ class _Connection:
                 pass
 
     def _conn_error(self, conn):
-        reason = conn.closing_reason
-        if reason is None and conn.shutdown_seen:
-            reason = "shutdown"
-        msg = conn.message or "connection closed"
-        if reason is not None:
-            msg += f" (daemon: {reason})"
-        return ConnectionClosed(msg, reason)
+        return _closed_error(conn.closing_reason, conn.shutdown_seen,
+                             conn.message)
 
     def _closed_error(self):
-        reason = self._closing_reason
-        if reason is None and self._shutdown_seen:
-            reason = "shutdown"
-        msg = self._close_message or "connection closed"
-        if reason is not None:
-            msg += f" (daemon: {reason})"
-        return ConnectionClosed(msg, reason)
+        return _closed_error(self._closing_reason, self._shutdown_seen,
+                             self._close_message)
 
     def _drop(self, conn, message):
         """This connection is no use any more (also from the reader)."""
