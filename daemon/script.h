@@ -80,7 +80,8 @@ enum script {
                                fence its value carries becomes ARGV[2] (ttl
                                kept): for a node that answered a grant after
                                the quorum had decided it, with a counter
-                               above the grant's fence (redlock.c, op_align) */
+                               above the grant's fence (redlock_op.c,
+                               op_align) */
     SCRIPT_GROUP,           /* KEYS fence,keys... ARGV kinds,channel,
                                instance id,words... -> {answer, ...}:
                                ACQUIRE*, RELEASE and EXTEND calls sent

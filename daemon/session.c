@@ -1,12 +1,12 @@
 /*
  * session: a client's session, its life (see session.h for its states;
- * session_priv.h for how the work is split with session_cmd.c).
+ * session_priv.h for how the work is split with the command files).
  *
  * This file is the session object, its references, the table of attached
  * and detached sessions, what the end of a connection makes of it (detach
  * or end), resume and takeover, the lists of leases lost, the events it
  * says on its own (EVENT LOST, EVENT HOLDER), SESSIONS, and shutdown. It
- * is the lower of the two files: what serves the session's lines
+ * is the bottom of the session's files: what serves the session's lines
  * (session_cmd.c, above it) made it with session_new and a table of
  * struct session_ops, and this file reaches that layer only through that
  * table (the connection's calls, lockmgr's answers, withdrawing a

@@ -105,7 +105,7 @@ struct session {
     struct list lost;       /* struct session_lost: leases lost and told,
                                so UNLOCK/EXTEND answer LOST, not NOTHELD */
     size_t nlost;
-    /* Its requests not answered yet (session_cmd.c): struct sreq, in the
+    /* Its requests not answered yet (session_req.c): struct sreq, in the
      * order read. Tagged ones run at once unless an earlier one names
      * the same resource; an untagged one runs alone. */
     struct list reqs;

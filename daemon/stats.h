@@ -23,7 +23,7 @@
  * feed the histograms this file keeps, through the observation points
  * below. The process's numbers are read from /proc/self for each report.
  * Besides stats_glue.c, this file is included by those that read a report
- * (metrics.c for /metrics, session_cmd.c for the STATS reply) and by
+ * (metrics.c for /metrics, session_inspect.c for the STATS reply) and by
  * main.c, which starts it. stats.c itself includes nothing above it.
  */
 #ifndef REDLOCKD_STATS_H

@@ -4,12 +4,12 @@
 --   ARGV   token, fence
 --   -> number of keys rewritten
 --
--- A node that answered a grant after a quorum had decided it (redlock.c,
--- op_align) may have given it a larger fence from its own counter (which
--- stays: counters never go down). Where a key still holds the token, the
--- fence its value carries (for a shared hold: its field in the set's
--- fences hash) becomes the grant's, ttl kept, so that STATUS and ADOPT
--- read the grant's fence on that node too.
+-- A node that answered a grant after a quorum had decided it
+-- (redlock_op.c, op_align) may have given it a larger fence from its own
+-- counter (which stays: counters never go down). Where a key still holds
+-- the token, the fence its value carries (for a shared hold: its field in
+-- the set's fences hash) becomes the grant's, ttl kept, so that STATUS
+-- and ADOPT read the grant's fence on that node too.
 --@include ours
 --@include fence_of
 local n = 0
