@@ -102,6 +102,9 @@ int cmd_work(struct cfg *c);
 
 /* How often the worker and the keeper look around while a task runs. */
 #define TASK_POLL_MS 50
+/* How long a worker waits for a task's lock that is still held (the last
+ * attempt's keeper releasing it, a recovering worker moving it). */
+#define TASK_LOCK_WAIT_MS 2000
 
 /* The keeper's life, in the child of keeper_fork (the worker's own
  * connections already let go): run c->cmd for the task, with the

@@ -277,13 +277,20 @@ static void work_one(const struct cfg *c, const char *id)
         usleep(200000);
         return;
     }
-    rv = redlockd_lock(h, res, (uint32_t)c->ttl_ms, 0, 1, &lease);
+    /* The lock may still be the last attempt's: its worker records the
+     * outcome (the task back in pending or delayed, from where this worker
+     * took it) before its keeper releases the lock, so wait that out, as
+     * a recovering worker's short hold. Without the wait the task stayed
+     * in processing and recover() moved it back as "stale", over its real
+     * last_error. */
+    rv = redlockd_lock(h, res, (uint32_t)c->ttl_ms, TASK_LOCK_WAIT_MS, 1,
+                       &lease);
     if (rv < 0) {
-        /* BUSY: someone else is at it (a recovering worker); anything else:
-         * the task stays in processing and is recovered after the grace. */
+        /* TIMEOUT: someone else is at it for longer; anything else: the
+         * task stays in processing and is recovered after the grace. */
         logmsg(c, "task %s: lock: %s", id, redlockd_last_error(h)->msg);
         redlockd_close(h);
-        if (rv != -REDLOCKD_E_BUSY)
+        if (rv != -REDLOCKD_E_TIMEOUT)
             usleep(200000);
         return;
     }
