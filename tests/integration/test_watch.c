@@ -317,7 +317,7 @@ static void drain(struct h_client *c)
 START_TEST(watch_burst_order)
 {
     long long last = 0, n = 0, held = -1;
-    char *line;
+    char *line, prev[512] = "";
 
     start(NULL);
     h_cluster_client(&K, 2, 0);
@@ -340,9 +340,11 @@ START_TEST(watch_burst_order)
         held = kv_num(line, "held");
         if (held == 1) {
             ck_assert_msg(kv_num(line, "fence") > last, "fence %lld after "
-                          "%lld", kv_num(line, "fence"), last);
+                          "%lld: '%s' after '%s'", kv_num(line, "fence"),
+                          last, line, prev);
             last = kv_num(line, "fence");
         }
+        snprintf(prev, sizeof prev, "%s", line);
     }
     ck_assert_msg(n >= 2 && last > 0, "%lld events in the burst", n);
     ck_assert_msg(held == 0, "the last state told holds %lld", held);
