@@ -25,6 +25,8 @@
 #define WATCH_REMOTE_MS (3 * WATCH_ANNOUNCE_MS + 500)
 /* The longest "W" message: announcements go in several when longer. */
 #define WATCH_MSG_MAX 8192
+/* Reads in a row that may not say "free" (read_undecided). */
+#define WATCH_UNDECIDED_MAX 3
 
 /* A resource some session here watches. */
 struct watched {
@@ -38,6 +40,7 @@ struct watched {
     uint64_t seq;                   /* line's number: moves when it changes */
     bool reading;                   /* a peek is out (it holds w) */
     bool again;                     /* read again once it is back */
+    int undecided;                  /* reads in a row that could not say */
     size_t len;
     char resource[];
 };
@@ -196,6 +199,27 @@ static void watched_tell(struct watched *w)
     }
 }
 
+/* A read that says nobody holds it while it could not count every vote:
+ * a node that voted when the read began did not answer, or a quorum of
+ * the nodes that answered has keys that the voting ones do not agree on
+ * (a node out of the vote for a moment). Its "free" may be wrong, and
+ * sent between two lines of the same holder it would read as a release
+ * and a new grant; the line stays, and a later read (the poll's, or the
+ * next at once when there is no poll) decides, up to WATCH_UNDECIDED_MAX
+ * such reads in a row, after which what they say is sent. */
+static bool read_undecided(const struct lockmgr_status *st,
+                           const struct proto_holder *h)
+{
+    if (h->held)
+        return false;
+    if (st->plan->held)
+        return true;
+    for (int i = 0; i < st->nnodes; i++)
+        if (st->nodes[i].voting && !st->nodes[i].answered)
+            return true;
+    return false;
+}
+
 static void read_done(void *ud, const struct lockmgr_status *st)
 {
     struct watched *w = ud;
@@ -211,13 +235,20 @@ static void read_done(void *ud, const struct lockmgr_status *st)
         holder_of(st, st->limit, &h, &label);
         proto_format_event_holder(&b, &h);
         json_decref(label);
-        if (!w->line || b.len != w->linelen ||
-            memcmp(b.data, w->line, b.len) != 0) {
-            free(w->line);
-            w->line = mem_alloc(b.len);
-            memcpy(w->line, b.data, b.len);
-            w->linelen = b.len;
-            w->seq++;
+        if (w->line && read_undecided(st, &h) &&
+            ++w->undecided < WATCH_UNDECIDED_MAX) {
+            if (!W.conf->locks.watch_poll_ms)
+                w->again = true;
+        } else {
+            w->undecided = 0;
+            if (!w->line || b.len != w->linelen ||
+                memcmp(b.data, w->line, b.len) != 0) {
+                free(w->line);
+                w->line = mem_alloc(b.len);
+                memcpy(w->line, b.data, b.len);
+                w->linelen = b.len;
+                w->seq++;
+            }
         }
         sbuf_deinit(&b);
         watched_tell(w);

@@ -336,7 +336,8 @@ static void withdrawn_setup(const char *res, char *token)
     slow_d2(SLOW_MS);
     /* B queues behind the key (a busy answer, then it sleeps on the key's
      * PTTL or a release announcement). */
-    h_sendf(B, "LOCK %.*s wait=20000\n", (int)strcspn(res, " "), res);
+    h_sendf(B, "LOCK %.*s wait=%d\n", (int)strcspn(res, " "), res,
+            h_scale(20000));
     h_sleep_ms(2 * SLOW_MS + 100);
 }
 
