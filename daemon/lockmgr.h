@@ -382,6 +382,7 @@ struct lockmgr_status_plan {
     int remote;                 /* then the node whose label names the
                                    holder, or -1 (a foreign client's) */
     uint64_t remote_fence;      /* the fence stored with that label */
+    bool remote_fence_agreed;   /* ... by a quorum of the voting nodes */
 };
 void lockmgr_status_plan(const struct redlock_node_view *v, int n, int quorum,
                          uint32_t limit, size_t nexcl_here,

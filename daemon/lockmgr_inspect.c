@@ -186,33 +186,55 @@ static size_t status_waiters(const struct lock_entry *e,
     return n;
 }
 
+/* How many voting nodes hold token with a label and this fence. */
+static int fence_count(const struct redlock_node_view *v, int n,
+                       const char *token, uint64_t fence)
+{
+    int k = 0;
+
+    for (int i = 0; i < n; i++)
+        k += v[i].voting && v[i].token && v[i].label &&
+             strcmp(v[i].token, token) == 0 && v[i].fence == fence;
+    return k;
+}
+
 /* The node whose value names the exclusive key's holder when a quorum of
- * voting nodes holds one token: the one with a label and the highest
- * fence stored with it, or -1 (then p->remote_token says whether a quorum
- * holds some token all the same: a foreign Redlock client's). */
+ * voting nodes holds one token, or -1 (then p->remote_token says whether
+ * a quorum holds some token all the same: a foreign Redlock client's).
+ * Its fence is the one a quorum of them stores: the grant's (a node that
+ * answered after the quorum may keep a larger one of its own counter
+ * until the grant's set_fence reaches it). While no fence has a quorum
+ * (the grant's raise round under way), the highest, and
+ * p->remote_fence_agreed is false. */
 static void plan_remote(const struct redlock_node_view *v, int n, int quorum,
                         struct lockmgr_status_plan *p)
 {
     p->remote = -1;
     p->remote_token = false;
+    p->remote_fence_agreed = false;
     for (int i = 0; i < n; i++) {
         if (!v[i].token)
             continue;
-        int k = 0, with = -1;
+        int k = 0, with = -1, agree = 0;
         uint64_t fence = 0;
         for (int j = 0; j < n; j++) {
             if (!v[j].voting || !v[j].token ||
                 strcmp(v[j].token, v[i].token) != 0)
                 continue;
             k++;
-            if (v[j].label && (with < 0 || v[j].fence > fence))
-                with = j, fence = v[j].fence;
+            if (!v[j].label)
+                continue;
+            int same = fence_count(v, n, v[i].token, v[j].fence);
+            if (with < 0 || same > agree ||
+                (same == agree && v[j].fence > fence))
+                with = j, fence = v[j].fence, agree = same;
         }
         if (k < quorum)
             continue;
         p->remote_token = true;
         p->remote = with;
         p->remote_fence = fence;
+        p->remote_fence_agreed = with >= 0 && agree >= quorum;
         return;
     }
 }

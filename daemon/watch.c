@@ -199,20 +199,28 @@ static void watched_tell(struct watched *w)
     }
 }
 
-/* A read that says nobody holds it while it could not count every vote:
- * a node that voted when the read began did not answer, or a quorum of
- * the nodes that answered has keys that the voting ones do not agree on
- * (a node out of the vote for a moment). Its "free" may be wrong, and
- * sent between two lines of the same holder it would read as a release
- * and a new grant; the line stays, and a later read (the poll's, or the
+/* A read that cannot say for sure, whose line could take a holder back a
+ * step: one that says nobody holds it while it could not count every vote
+ * (a node that voted when the read began did not answer, or a quorum of
+ * the nodes that answered has keys that the voting ones do not agree on:
+ * a node out of the vote for a moment), which sent between two lines of
+ * one holder would read as a release and a new grant; or one that names
+ * another daemon's holder before a quorum of nodes stores its fence (its
+ * raise round under way: the fence shown could be a late node's own, and
+ * go down after). The line stays, and a later read (the poll's, or the
  * next at once when there is no poll) decides, up to WATCH_UNDECIDED_MAX
  * such reads in a row, after which what they say is sent. */
 static bool read_undecided(const struct lockmgr_status *st,
                            const struct proto_holder *h)
 {
+    const struct lockmgr_status_plan *p = st->plan;
+
+    if (!st->nholders && p->remote_token && p->remote >= 0 &&
+        !p->remote_fence_agreed)
+        return true;
     if (h->held)
         return false;
-    if (st->plan->held)
+    if (p->held)
         return true;
     for (int i = 0; i < st->nnodes; i++)
         if (st->nodes[i].voting && !st->nodes[i].answered)

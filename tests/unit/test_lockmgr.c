@@ -1743,40 +1743,49 @@ struct plan_row {
     bool held, remote_token;
     int remote;
     uint64_t remote_fence;
+    bool fence_agreed;
 };
 static const struct plan_row plan_rows[] = {
     { "free", { NV(-2, 0, "", NULL, NULL, 0), NV(-2, 0, "", NULL, NULL, 0),
                 NV(-2, 0, "", NULL, NULL, 0) }, 0, 0, 0, false,
-      0, 0, 0, 0, NULL, false, false, -1, 0 },
+      0, 0, 0, 0, NULL, false, false, -1, 0, false },
     { "a key on two nodes", { NV(900, 0, "", "t1", "L", 5),
                               NV(950, 0, "", "t1", "L", 7),
                               NV(-2, 0, "", NULL, NULL, 0) }, 0, 0, 0, false,
-      2, 0, 0, 0, "exclusive", true, true, 1, 7 },
+      2, 0, 0, 0, "exclusive", true, true, 1, 7, false },
+    { "a late node's own larger fence: the quorum's is the grant's",
+      { NV(900, 0, "", "t1", "L", 316), NV(950, 0, "", "t1", "L", 317),
+        NV(950, 0, "", "t1", "L", 316) }, 0, 0, 0, false,
+      3, 0, 0, 0, "exclusive", true, true, 0, 316, true },
+    { "no fence on a quorum yet (a raise round under way)",
+      { NV(900, 0, "", "t1", "L", 315), NV(950, 0, "", "t1", "L", 317),
+        NV(950, 0, "", "t1", "L", 316) }, 0, 0, 0, false,
+      3, 0, 0, 0, "exclusive", true, true, 1, 317, false },
     { "a foreign token", { NV(900, 0, "", "x", NULL, 0),
                            NV(900, 0, "", "x", NULL, 0),
                            NV(900, 0, "", "y", NULL, 0) }, 0, 0, 0, false,
-      3, 0, 0, 0, "exclusive", true, true, -1, 0 },
+      3, 0, 0, 0, "exclusive", true, true, -1, 0, false },
     { "one token on two, one of them not voting",
       { NV(900, 0, "", "t1", "L", 5), NV(-2, 0, "", NULL, NULL, 0),
         { "n", true, false, true, 900, 0, "", "t1", "L", 5, NULL } },
       0, 0, 0, false,
-      2, 0, 0, 0, "exclusive", true, false, -1, 0 },
+      2, 0, 0, 0, "exclusive", true, false, -1, 0, false },
     { "shared on two", { NV(-2, 2, "", NULL, NULL, 0),
                          NV(-2, 3, "", NULL, NULL, 0),
                          NV(-2, 0, "", NULL, NULL, 0) }, 0, 0, 0, false,
-      0, 2, 3, 0, "shared", true, false, -1, 0 },
+      0, 2, 3, 0, "shared", true, false, -1, 0, false },
     { "shared, more here", { NV(-2, 1, "", NULL, NULL, 0),
                              NV(-2, 0, "", NULL, NULL, 0),
                              NV(-2, 0, "", NULL, NULL, 0) }, 0, 0, 4, true,
-      0, 1, 4, 0, "shared", true, false, -1, 0 },
+      0, 1, 4, 0, "shared", true, false, -1, 0, false },
     { "slots on a quorum", { NV(-2, 0, "110", NULL, NULL, 0),
                              NV(-2, 0, "100", NULL, NULL, 0),
                              NV(-2, 0, "011", NULL, NULL, 0) }, 3, 0, 0,
-      false, 0, 0, 0, 2, NULL, true, false, -1, 0 },
+      false, 0, 0, 0, 2, NULL, true, false, -1, 0, false },
     { "held here: the nodes' holder is not asked for",
       { NV(900, 0, "", "t1", "L", 5), NV(900, 0, "", "t1", "L", 5),
         NV(-2, 0, "", NULL, NULL, 0) }, 0, 1, 0, true,
-      2, 0, 0, 0, "exclusive", true, false, -1, 0 },
+      2, 0, 0, 0, "exclusive", true, false, -1, 0, false },
 };
 
 START_TEST(test_status_plan)
@@ -1792,13 +1801,14 @@ START_TEST(test_status_plan)
                   && p.remote_token == r->remote_token
                   && p.remote == r->remote
                   && p.remote_fence == r->remote_fence
+                  && p.remote_fence_agreed == r->fence_agreed
                   && ((!p.mode && !r->mode) ||
                       (p.mode && r->mode && strcmp(p.mode, r->mode) == 0)),
                   "%s: present %d shared %d/%" PRId64 " slots %u mode %s "
-                  "held %d remote %d/%d/%" PRIu64, r->what, p.present,
-                  p.with_shared, p.shared_holders, p.slots_held,
+                  "held %d remote %d/%d/%" PRIu64 " agreed %d", r->what,
+                  p.present, p.with_shared, p.shared_holders, p.slots_held,
                   p.mode ? p.mode : "-", p.held, p.remote_token, p.remote,
-                  p.remote_fence);
+                  p.remote_fence, p.remote_fence_agreed);
 }
 END_TEST
 
