@@ -1,6 +1,6 @@
 /*
  * redlockd-taskq, the ground floor: what every file uses. The messages
- * (die, logmsg), the clocks, and the stop flag that SIGTERM and SIGINT
+ * (die, logmsg), the wall clock, and the stop flag that SIGTERM and SIGINT
  * set (taskq_shared.h lists the files). It calls nothing of the others.
  */
 #include <signal.h>
@@ -41,14 +41,6 @@ void logmsg(const struct cfg *c, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
-}
-
-int64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int64_t wall_ms(void)

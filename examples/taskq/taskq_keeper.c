@@ -113,7 +113,7 @@ static void tk_read(struct task_keeper *k)
  * the whole group goes. */
 static void tk_lease(struct task_keeper *k)
 {
-    int64_t now = mono_ms();
+    int64_t now = keeper_now_ms();
 
     if (k->lost)
         return;
@@ -150,7 +150,7 @@ static void tk_done(struct task_keeper *k)
  * moment it passes, not up to a poll later. */
 static int tk_timeout(const struct task_keeper *k)
 {
-    int64_t now = mono_ms(), next = now + TASK_POLL_MS, deadline;
+    int64_t now = keeper_now_ms(), next = now + TASK_POLL_MS, deadline;
 
     if (!k->lost) {
         if (k->next_refresh < next)
@@ -182,7 +182,7 @@ void tk_main(const struct cfg *c, const char *id, const char *payload,
         k->period = k->c->keepalive_ms / 3;
     if (k->period < 1)
         k->period = 1;
-    k->next_refresh = mono_ms() + k->period;
+    k->next_refresh = keeper_now_ms() + k->period;
     if (keeper_spawn(&k->g, k->c->cmd, tk_child_setup, k) < 0) {
         logmsg(k->c, "task %s: fork: %s", k->id, strerror(errno));
         k->g.exited = k->g.gone = true;

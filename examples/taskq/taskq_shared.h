@@ -15,10 +15,10 @@
  *   taskq_queue.c    the queue's store in Redis: the connection, the keys,
  *                    and the Lua scripts that change a task's state
  *   taskq_lock.c     the session on redlockd and a task's resource there
- *   taskq_base.c     what every file uses: messages, clocks, stopping
+ *   taskq_base.c     what every file uses: messages, the wall clock, stopping
  *
  * Times are milliseconds: wall_ms() for what is stored in Redis,
- * mono_ms() for intervals.
+ * keeper_now_ms() (client/keeper.h) for intervals.
  */
 #ifndef REDLOCKD_TASKQ_SHARED_H
 #define REDLOCKD_TASKQ_SHARED_H
@@ -196,7 +196,7 @@ json_t *lock_status(const char *res);
 void lock_resource(const struct cfg *c, const char *id, char *out,
                    size_t size);
 
-/* ---- taskq_base.c: messages, clocks, stopping ---- */
+/* ---- taskq_base.c: messages, the wall clock, stopping ---- */
 
 /* Set by on_stop (installed for SIGTERM and SIGINT by work and monitor):
  * they finish what they are doing and return. */
@@ -209,7 +209,6 @@ void die(int code, const char *fmt, ...)
 /* "taskq[NAME]: ..." on stderr. */
 void logmsg(const struct cfg *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-int64_t mono_ms(void);
 int64_t wall_ms(void);
 
 #endif

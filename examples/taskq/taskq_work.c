@@ -172,7 +172,7 @@ static struct run_result run_task(const struct cfg *c, const char *id,
     int pfd[2], sv[2];
     char buf[4096], kbuf[256];
     size_t blen = 0, kblen = 0;
-    int64_t last_beat = mono_ms();
+    int64_t last_beat = keeper_now_ms();
 
     if (pipe2(pfd, O_CLOEXEC) < 0)
         die(EXIT_SOFTWARE, "pipe: %s", strerror(errno));
@@ -218,7 +218,7 @@ static struct run_result run_task(const struct cfg *c, const char *id,
         if (p[np - 1].revents != 0
             && !run_keeper_read(&out, kbuf, sizeof(kbuf), &kblen))
             break;
-        now = mono_ms();
+        now = keeper_now_ms();
         if (now - last_beat >= 1000 && !out.lease_lost) {
             char t[32];
 
@@ -371,9 +371,9 @@ int cmd_work(struct cfg *c)
         redisReply *r;
         char tmo[32];
 
-        if (mono_ms() - last_recover >= c->recover_ms) {
+        if (keeper_now_ms() - last_recover >= c->recover_ms) {
             recover(c);
-            last_recover = mono_ms();
+            last_recover = keeper_now_ms();
         }
         if (redlockd_ping(lk) < 0) {
             /* Lost the session (a lease ran out, the daemon restarted):
