@@ -13,7 +13,7 @@
 // --server /PATH (or unix:/PATH) connects to the daemon's unix socket.
 
 const path = require('path');
-const { parseArgs, CpuWindow, Samples, Errors, nowMs } = require('./common');
+const { parseArgs, CpuWindow, Samples, Errors, nowMs, report, run } = require('./common');
 
 const dist = path.join(__dirname, '..', '..', 'client', 'node', 'dist', 'cjs', 'index.js');
 let Client;
@@ -73,23 +73,11 @@ async function main() {
   clearTimeout(timer);
   await client.close();
 
-  const out = {
+  report({
     mode: 'node-client',
     connections: 1,
     loops: o.conns,
-    elapsed_s: elapsed,
-    cycles,
-    cycles_per_s: cycles / elapsed,
-    ttl_ms: ttl,
-    latency_ms: { lock: lat.json() },
-    errors: errors.json(),
-    complete: cycles > 0,
-    ...cpu.json(cycles),
-  };
-  process.stdout.write(`${JSON.stringify(out)}\n`);
+  }, { elapsed, cycles, ttl, lat, errors, cpu });
 }
 
-main().catch((e) => {
-  process.stderr.write(`client-bench.js: ${e.stack || e}\n`);
-  process.exit(1);
-});
+run('client-bench.js', main);

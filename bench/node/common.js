@@ -136,4 +136,29 @@ class Errors {
   }
 }
 
-module.exports = { parseArgs, CpuWindow, Samples, Errors, nowMs };
+// Prints the one JSON object of a run (redlockd-bench's fields): the
+// program's own fields first, then the window's figures.
+function report(fields, { elapsed, cycles, ttl, lat, errors, cpu }) {
+  const out = {
+    ...fields,
+    elapsed_s: elapsed,
+    cycles,
+    cycles_per_s: cycles / elapsed,
+    ttl_ms: ttl,
+    latency_ms: { lock: lat.json() },
+    errors: errors.json(),
+    complete: cycles > 0,
+    ...cpu.json(cycles),
+  };
+  process.stdout.write(`${JSON.stringify(out)}\n`);
+}
+
+// Runs the program's async main; a failure is printed under name, exit 1.
+function run(name, main) {
+  main().catch((e) => {
+    process.stderr.write(`${name}: ${e.stack || e}\n`);
+    process.exit(1);
+  });
+}
+
+module.exports = { parseArgs, CpuWindow, Samples, Errors, nowMs, report, run };

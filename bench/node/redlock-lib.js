@@ -10,7 +10,7 @@
 
 const Redis = require('ioredis');
 const Redlock = require('redlock').default;
-const { parseArgs, CpuWindow, Samples, Errors, nowMs } = require('./common');
+const { parseArgs, CpuWindow, Samples, Errors, nowMs, report, run } = require('./common');
 
 const extra = '--nodes HOST:PORT,... [--ttl MS]';
 const o = parseArgs('redlock-lib.js', extra, ['--nodes', '--ttl']);
@@ -89,23 +89,11 @@ async function main() {
   clearTimeout(timer);
   await Promise.all(clients.map((c) => c.quit()));
 
-  const out = {
+  report({
     mode: 'redlock-lib',
     connections: o.conns,
     nodes: clients.length,
-    elapsed_s: elapsed,
-    cycles,
-    cycles_per_s: cycles / elapsed,
-    ttl_ms: ttl,
-    latency_ms: { lock: lat.json() },
-    errors: errors.json(),
-    complete: cycles > 0,
-    ...cpu.json(cycles),
-  };
-  process.stdout.write(`${JSON.stringify(out)}\n`);
+  }, { elapsed, cycles, ttl, lat, errors, cpu });
 }
 
-main().catch((e) => {
-  process.stderr.write(`redlock-lib.js: ${e.stack || e}\n`);
-  process.exit(1);
-});
+run('redlock-lib.js', main);
